@@ -1,0 +1,32 @@
+// The diagnosis engine: compares behaviour patterns. Subset problems show as outliers against
+// peers of the same role (robust median / MAD with minimum relative and absolute effects; a
+// straggler is the rank whose own work is slower while its peers wait in collectives). All-rank
+// problems show against expected patterns (GPU idle behind CPU work, sync calls, pageable
+// copies, launch-bound kernels, low collective bandwidth, slow data loading).
+#ifndef PERFTRACKER_DIAGNOSE_DIAGNOSE_H_
+#define PERFTRACKER_DIAGNOSE_DIAGNOSE_H_
+
+#include <vector>
+
+#include "diagnose/finding.h"
+#include "pattern/pattern.h"
+
+namespace perftracker::diagnose {
+
+struct DiagnoseOptions {
+  double min_relative = 0.10;   // an outlier must be this much above its peers' median...
+  double min_abs_ms = 0.5;      // ...and cost at least this much per iteration
+  double min_fraction = 0.02;   // ...and at least this share of the iteration
+  double mad_k = 5.0;           // robust z-score threshold
+};
+
+Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks,
+                   const DiagnoseOptions& options = {});
+
+// Regression between two runs: which functions changed and by how much (BASE vs TEST).
+Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
+               const std::vector<pattern::RankSummary>& test, const DiagnoseOptions& options = {});
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_DIAGNOSE_H_

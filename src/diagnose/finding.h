@@ -1,0 +1,58 @@
+// Findings: what the diagnosis says. One Finding names the class (a subset of ranks, or all),
+// the cause, the category, the ranks and hosts, the functions, the impact per iteration and the
+// evidence numbers. Shared by offline analysis, the online server and the simulator.
+#ifndef PERFTRACKER_DIAGNOSE_FINDING_H_
+#define PERFTRACKER_DIAGNOSE_FINDING_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace perftracker::diagnose {
+
+enum class FindingClass { kSubset, kAll };
+enum class Cause { kHardware, kSoftware, kConfiguration, kUnknown };
+
+const char* FindingClassName(FindingClass c);  // "subset", "all"
+const char* CauseName(Cause c);                // "hardware", "software", "configuration", "unknown"
+
+struct FunctionRef {
+  std::string name;
+  std::string kind;   // event kind: cpu_op, kernel, python_function, ...
+  std::vector<std::string> stack;  // Python call stack where known, outermost first
+};
+
+struct Finding {
+  FindingClass finding_class = FindingClass::kSubset;
+  Cause cause = Cause::kUnknown;
+  // straggler, data_loader, communication, gc, python, sync, memcpy, launch_bound,
+  // low_bandwidth, gpu_idle, regression, hang, missing_rank, ...
+  std::string category;
+  std::vector<int> ranks;
+  std::vector<std::string> hosts;
+  std::vector<FunctionRef> functions;
+  double impact_ms = 0;        // per iteration
+  double impact_fraction = 0;  // of the median iteration
+  std::map<std::string, double> evidence;
+  std::map<std::string, std::string> evidence_text;
+  std::string summary;
+  std::string suggestion;
+};
+
+struct JobInfo {
+  int world_size = 0;
+  std::vector<int> ranks;
+  int iterations = 0;  // median over ranks
+  double iteration_ms_median = 0;
+  std::map<int, double> iteration_ms_per_rank;  // mean per rank
+  std::vector<std::string> notes;              // flagged conditions (no markers, ...)
+};
+
+struct Diagnosis {
+  JobInfo job;
+  std::vector<Finding> findings;  // sorted by impact, descending
+};
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_FINDING_H_

@@ -1,0 +1,102 @@
+// Runtime behaviour patterns: the compact, per-rank summary of a profiling window. One
+// FunctionPattern per function identity (category + normalized name + Python call stack), plus
+// per-rank iteration and GPU time breakdowns. This is what leaves a node; raw events never do.
+#ifndef PERFTRACKER_PATTERN_PATTERN_H_
+#define PERFTRACKER_PATTERN_PATTERN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trace/event.h"
+
+namespace perftracker::pattern {
+
+// Coarse role of a function, used by diagnosis rules.
+enum class FunctionClass : uint8_t {
+  kCompute,      // CPU ops, GPU compute kernels
+  kCollective,   // NCCL kernels, gloo/c10d collectives, record_param_comms
+  kMemcpy,       // GPU copies / memsets
+  kDataLoader,   // enumerate(DataLoader)#..., __next__ of loaders
+  kOptimizer,    // Optimizer.step / zero_grad
+  kSync,         // cudaDeviceSynchronize, cudaStreamSynchronize, aten::item, .cpu() waits
+  kLaunch,       // cudaLaunchKernel and other runtime calls
+  kPython,       // python_function
+  kGc,           // Python garbage collection
+  kAnnotation,   // user annotations (ProfilerStep excluded)
+  kOther,
+};
+const char* FunctionClassName(FunctionClass c);
+
+struct CollectiveInfo {
+  std::string op;          // all_reduce, all_gather, reduce_scatter, broadcast, send, recv...
+  double msg_bytes = 0;    // mean message size
+  std::string dtype;
+  int group_size = 0;
+  std::string group;       // process group ranks or name
+  double algbw_gbps = 0;   // msg_bytes / mean duration
+  double busbw_gbps = 0;   // algbw scaled by the op's bus factor (nccl-tests convention)
+};
+
+struct FunctionPattern {
+  std::string name;        // normalized name
+  trace::EventKind kind = trace::EventKind::kCpuOp;
+  FunctionClass fclass = FunctionClass::kOther;
+  std::string stack;       // Python call stack, outermost first, ";"-joined; may be empty
+  int32_t device = -1;
+  int32_t stream = -1;
+  bool main_thread = false;  // ran on the thread that owns the iterations (critical path)
+  bool top_level = false;    // not nested in another event of the same thread
+
+  uint64_t count = 0;
+  double total_us = 0;
+  double mean_us = 0, p50_us = 0, p99_us = 0, max_us = 0, min_us = 0;
+  double cv = 0;                // coefficient of variation of single-call durations
+  double calls_per_iter = 0;
+  double per_iter_us = 0;       // mean time per iteration
+  double share = 0;             // per_iter_us / mean iteration time
+  double self_per_iter_us = 0;  // exclusive time per iteration (minus nested same-thread events)
+  std::vector<float> iter_us;   // time in each iteration (bounded by the window's iterations)
+
+  CollectiveInfo coll;          // set when fclass == kCollective
+
+  // Stable identity used to match functions across ranks.
+  std::string Key() const;
+};
+
+struct RankSummary {
+  static constexpr int kVersion = 1;
+  int rank = -1;
+  int world_size = -1;
+  std::string host;
+  std::string source;          // trace file path or worker id
+  bool legacy_format = false;
+  bool has_gpu = false;
+  std::vector<trace::ProcessGroup> process_groups;
+  std::vector<trace::DeviceInfo> devices;
+
+  // Iterations.
+  std::string iteration_source;    // "ProfilerStep", "optimizer", "window"
+  bool whole_window = false;       // no markers: the window is one iteration (flagged)
+  std::vector<double> iteration_ms;
+  double window_ms = 0;
+
+  // Per-iteration means, microseconds.
+  double gpu_busy_us = 0;
+  double gpu_idle_us = 0;
+  double compute_us = 0;
+  double comm_us = 0;
+  double memcpy_us = 0;
+  double comm_compute_overlap_us = 0;
+  double cpu_critical_us = 0;  // CPU-side time while the GPU sits idle (GPU waits on CPU)
+
+  std::vector<FunctionPattern> functions;  // sorted by per_iter_us, descending
+  trace::ReadStats read_stats;
+
+  double MeanIterationMs() const;
+  double MedianIterationMs() const;
+};
+
+}  // namespace perftracker::pattern
+
+#endif  // PERFTRACKER_PATTERN_PATTERN_H_
