@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""A small, real DDP training job (gloo on CPU, NCCL on GPU) with faults that switch on at a
+chosen iteration. perftracker's tests run it to produce real traces and real slowdowns.
+
+Run standalone (spawns --nproc ranks itself):
+  python3 examples/train_ddp.py --nproc 4 --iters 30 --profile-dir out/traces --profile-iters 10:30
+Under a launcher that sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT
+(torchrun, perftracker run), it runs one rank per process.
+
+Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
+  straggler      extra matrix multiplies every step on the faulty rank(s)
+  slow-loader    the DataLoader's collate sleeps --fault-ms per batch
+  gc             cyclic garbage every step and a forced gc.collect()
+  hang           the rank blocks forever before its next collective
+  cpu-contention a busy process competes for the rank's CPU
+  sync           (GPU) needless torch.cuda.synchronize() and .item() every step
+"""
+import argparse
+import gc
+import os
+import sys
+import time
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nproc", type=int, default=int(os.environ.get("WORLD_SIZE", "2")))
+    p.add_argument("--iters", type=int, default=40)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
+    p.add_argument("--fault", default="none",
+                   choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync"])
+    p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
+    p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
+    p.add_argument("--fault-ms", type=float, default=15.0, help="loader sleep per batch (ms)")
+    p.add_argument("--fault-work", type=int, default=6, help="extra matmuls per step (straggler)")
+    p.add_argument("--profile-dir", default="", help="write one profiler trace per rank here")
+    p.add_argument("--profile-iters", default="", help="A:B, iterations to profile (default: all)")
+    p.add_argument("--port", type=int, default=0, help="MASTER_PORT when spawning (0 = pick one)")
+    return p.parse_args(argv)
+
+
+class SleepyCollate:
+    """Collate that sleeps when the loader fault is on: a data loader that cannot keep up."""
+
+    def __init__(self, sleep_s):
+        import torch.utils.data
+        self.default = torch.utils.data.default_collate if hasattr(torch.utils.data, "default_collate") \
+            else torch.utils.data._utils.collate.default_collate
+        self.sleep_s = 0.0
+        self.armed_s = sleep_s
+
+    def __call__(self, batch):
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return self.default(batch)
+
+
+def faulty(args, rank):
+    if args.fault == "none":
+        return False
+    return args.fault_rank == "all" or int(args.fault_rank) == rank
+
+
+def busy_loop(stop_at):
+    while time.time() < stop_at:
+        pass
+
+
+def worker(rank, world, args):
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)) % max(1, torch.cuda.device_count())) \
+        if args.device == "cuda" else torch.device("cpu")
+    backend = "nccl" if args.device == "cuda" and world <= torch.cuda.device_count() else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world)
+
+    layers = [nn.Linear(256, args.hidden), nn.ReLU()]
+    for _ in range(args.layers - 1):
+        layers += [nn.Linear(args.hidden, args.hidden), nn.ReLU()]
+    layers.append(nn.Linear(args.hidden, 10))
+    model = nn.Sequential(*layers).to(device)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+
+    g = torch.Generator().manual_seed(args.seed + rank)
+    n = args.batch * 64
+    data = torch.utils.data.TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
+    collate = SleepyCollate(args.fault_ms / 1000.0)
+    loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, collate_fn=collate,
+                                         generator=torch.Generator().manual_seed(args.seed))
+    extra = torch.randn(args.hidden * 2, args.hidden * 2)
+
+    lo, hi = 0, args.iters
+    if args.profile_iters:
+        a, b = args.profile_iters.split(":")
+        lo, hi = int(a), int(b)
+    prof = None
+    contention = None
+    is_faulty = faulty(args, rank)
+    it = iter(loader)
+
+    def next_batch():
+        nonlocal it
+        try:
+            return next(it)
+        except StopIteration:
+            it = iter(loader)
+            return next(it)
+
+    def train_step(step):
+        x, y = next_batch()
+        x, y = x.to(device), y.to(device)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(ddp(x), y)
+        if is_faulty and step >= args.fault_start:
+            if args.fault == "straggler":
+                for _ in range(args.fault_work):
+                    torch.mm(extra, extra)
+            elif args.fault == "gc":
+                junk = []
+                for i in range(20000):
+                    a, b = [i], [i]
+                    a.append(b)
+                    b.append(a)
+                    junk.append(a)
+                del junk
+                gc.collect()
+            elif args.fault == "hang":
+                print(f"rank {rank}: hanging before the gradient all-reduce", flush=True)
+                while True:
+                    time.sleep(3600)
+            elif args.fault == "sync" and device.type == "cuda":
+                torch.cuda.synchronize()
+                loss.item()
+        loss.backward()
+        opt.step()
+        return loss
+
+    for step in range(args.iters):
+        if is_faulty and step == args.fault_start:
+            if args.fault == "slow-loader":
+                collate.sleep_s = collate.armed_s
+            elif args.fault == "cpu-contention":
+                import multiprocessing as mp
+                contention = mp.get_context("fork").Process(target=busy_loop, args=(time.time() + 3600,), daemon=True)
+                contention.start()
+                try:
+                    os.sched_setaffinity(contention.pid, os.sched_getaffinity(0))
+                except (AttributeError, OSError):
+                    pass
+        if args.profile_dir and step == lo:
+            prof = start_profiler(args, device)
+        if prof is not None:
+            with torch.autograd.profiler.record_function(f"ProfilerStep#{step}"):
+                train_step(step)
+        else:
+            train_step(step)
+        if prof is not None and step == hi - 1:
+            stop_profiler(prof, args, rank)
+            prof = None
+    if prof is not None:
+        stop_profiler(prof, args, rank)
+    if contention is not None:
+        contention.terminate()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def start_profiler(args, device):
+    """torch.profiler (Kineto) when the build has it, else the legacy autograd profiler."""
+    import torch
+    kineto = getattr(torch.autograd, "kineto_available", lambda: False)()
+    if kineto:
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        prof = torch.profiler.profile(activities=acts, with_stack=True, record_shapes=True)
+    else:
+        prof = torch.autograd.profiler.profile(record_shapes=False)
+    prof.__enter__()
+    return prof
+
+
+def stop_profiler(prof, args, rank):
+    prof.__exit__(None, None, None)
+    os.makedirs(args.profile_dir, exist_ok=True)
+    prof.export_chrome_trace(os.path.join(args.profile_dir, f"rank-{rank}.json"))
+
+
+def spawn_main(args):
+    import socket
+    import torch.multiprocessing as mp
+    port = args.port
+    if not port:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ["MASTER_PORT"] = str(port)
+    mp.spawn(worker, args=(args.nproc, args), nprocs=args.nproc, join=True)
+
+
+def main():
+    args = parse_args()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+    else:
+        spawn_main(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+// The `perftracker` command. Offline: analyze (traces -> diagnosis), summarize (one trace ->
+// a compact summary, the per-rank map step), diagnose (summaries -> diagnosis, the reduce
+// step), diff (two runs). Every user error is one line naming the file and what is wrong, and a
+// non-zero exit.
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "diagnose/diagnose.h"
+#include "pattern/job.h"
+#include "pattern/summarizer.h"
+#include "pattern/summary_io.h"
+#include "report/report.h"
+
+namespace pt = perftracker;
+
+namespace {
+
+int Fail(const pt::Status& status) {
+  std::fprintf(stderr, "perftracker: error: %s\n", status.message().c_str());
+  return 1;
+}
+
+double PeakRssMb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
+
+struct OutputFlags {
+  std::string json_path;
+  bool quiet = false;
+  bool stats = false;
+  int threads = 0;
+};
+
+void AddOutputFlags(CLI::App* cmd, OutputFlags* flags) {
+  cmd->add_option("--json", flags->json_path,
+                  "write the diagnosis as JSON (perftracker.diagnosis/1)");
+  cmd->add_option("--threads", flags->threads, "parallel readers (default: all cores)");
+  cmd->add_flag("-q,--quiet", flags->quiet, "no terminal report");
+  cmd->add_flag("--stats", flags->stats, "print read throughput, time and peak memory to stderr");
+}
+
+int Emit(const pt::diagnose::Diagnosis& diagnosis, const OutputFlags& flags) {
+  if (!flags.quiet) std::fputs(pt::report::RenderText(diagnosis).c_str(), stdout);
+  if (!flags.json_path.empty()) {
+    pt::Status st = pt::report::WriteJsonFile(diagnosis, flags.json_path);
+    if (!st.ok()) return Fail(st);
+  }
+  return 0;
+}
+
+void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
+  double mb = s.json_bytes / 1e6;
+  std::fprintf(stderr,
+               "perftracker: %zu files, %.1f MB of JSON, %llu events, %llu skipped, %.3f s, "
+               "%.0f MB/s, peak RSS %.0f MB\n",
+               s.files, mb, static_cast<unsigned long long>(s.events),
+               static_cast<unsigned long long>(s.skipped), seconds,
+               seconds > 0 ? mb / seconds : 0.0, PeakRssMb());
+}
+
+int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) {
+  auto start = std::chrono::steady_clock::now();
+  pt::pattern::LoadStats stats;
+  auto job = pt::pattern::LoadJob(paths, {.threads = flags.threads}, &stats);
+  if (!job.ok()) return Fail(job.status());
+  pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int rc = Emit(diagnosis, flags);
+  if (flags.stats) PrintStats(stats, seconds);
+  return rc;
+}
+
+int RunSummarize(const std::vector<std::string>& traces, const std::string& out) {
+  if (traces.size() == 1 && !std::filesystem::is_directory(traces[0])) {
+    auto summary = pt::pattern::SummarizeTrace(traces[0]);
+    if (!summary.ok()) return Fail(summary.status());
+    pt::Status st = pt::pattern::WriteSummaryFile(*summary, out);
+    return st.ok() ? 0 : Fail(st);
+  }
+  // Several traces: OUT is a folder that receives rank-<R>.summary per trace.
+  auto job = pt::pattern::LoadJob(traces);
+  if (!job.ok()) return Fail(job.status());
+  std::error_code ec;
+  std::filesystem::create_directories(out, ec);
+  if (ec)
+    return Fail(
+        pt::InvalidArgument(fmt::format("{}: cannot create folder: {}", out, ec.message())));
+  for (const auto& r : *job) {
+    pt::Status st =
+        pt::pattern::WriteSummaryFile(r, fmt::format("{}/rank-{}.summary", out, r.rank));
+    if (!st.ok()) return Fail(st);
+  }
+  return 0;
+}
+
+int RunDiff(const std::string& base, const std::string& test, const OutputFlags& flags) {
+  auto b = pt::pattern::LoadJob({base}, {.threads = flags.threads});
+  if (!b.ok()) return Fail(b.status());
+  auto t = pt::pattern::LoadJob({test}, {.threads = flags.threads});
+  if (!t.ok()) return Fail(t.status());
+  return Emit(pt::diagnose::Diff(*b, *t), flags);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"perftracker: finds why a PyTorch training job runs slower than it should"};
+  app.require_subcommand(1);
+
+  OutputFlags analyze_flags;
+  std::vector<std::string> analyze_paths;
+  CLI::App* analyze = app.add_subcommand(
+      "analyze", "diagnose a job from its profiler traces (one file per rank, or folders)");
+  analyze->add_option("PATH", analyze_paths, "trace files or folders")->required();
+  AddOutputFlags(analyze, &analyze_flags);
+
+  std::vector<std::string> summarize_paths;
+  std::string summarize_out;
+  CLI::App* summarize = app.add_subcommand(
+      "summarize", "turn one rank's trace into a compact summary (the per-rank map step)");
+  summarize->add_option("TRACE", summarize_paths, "trace file (or several, or a folder)")
+      ->required();
+  summarize
+      ->add_option("-o,--output", summarize_out,
+                   "summary file (a folder when several traces are given)")
+      ->required();
+
+  OutputFlags diagnose_flags;
+  std::vector<std::string> diagnose_paths;
+  CLI::App* diagnose =
+      app.add_subcommand("diagnose", "diagnose a job from summaries (or traces): the reduce step");
+  diagnose->add_option("PATH", diagnose_paths, "summary files, traces or folders")->required();
+  AddOutputFlags(diagnose, &diagnose_flags);
+
+  OutputFlags diff_flags;
+  std::string diff_base, diff_test;
+  CLI::App* diff = app.add_subcommand("diff", "compare two runs: which functions changed");
+  diff->add_option("BASE", diff_base, "trace, summary or folder of the baseline run")->required();
+  diff->add_option("TEST", diff_test, "trace, summary or folder of the run to compare")->required();
+  AddOutputFlags(diff, &diff_flags);
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (*analyze) return RunAnalyze(analyze_paths, analyze_flags);
+  if (*summarize) return RunSummarize(summarize_paths, summarize_out);
+  if (*diagnose) return RunAnalyze(diagnose_paths, diagnose_flags);
+  if (*diff) return RunDiff(diff_base, diff_test, diff_flags);
+  return 0;
+}

@@ -1,0 +1,137 @@
+#include "pattern/job.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "pattern/summarizer.h"
+#include "pattern/summary_io.h"
+#include "trace/reader.h"
+
+namespace perftracker::pattern {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HasSummaryExtension(const std::string& p) {
+  return p.size() >= 8 && p.compare(p.size() - 8, 8, ".summary") == 0;
+}
+
+// Folders may hold traces or summaries; summaries are listed by extension.
+StatusOr<std::vector<std::string>> ExpandPaths(const std::vector<std::string>& paths) {
+  std::vector<std::string> traces_in;
+  std::vector<std::string> out;
+  for (const std::string& p : paths) {
+    std::error_code ec;
+    if (fs::is_directory(p, ec)) {
+      bool any_summary = false;
+      std::vector<std::string> found;
+      for (const auto& entry : fs::directory_iterator(p, ec)) {
+        if (entry.is_regular_file() && HasSummaryExtension(entry.path().string())) {
+          found.push_back(entry.path().string());
+          any_summary = true;
+        }
+      }
+      if (any_summary) {
+        std::sort(found.begin(), found.end());
+        out.insert(out.end(), found.begin(), found.end());
+        continue;
+      }
+    } else if (fs::is_regular_file(p, ec) && (HasSummaryExtension(p) || LooksLikeSummaryFile(p))) {
+      out.push_back(p);
+      continue;
+    }
+    traces_in.push_back(p);
+  }
+  if (!traces_in.empty()) {
+    PT_ASSIGN_OR_RETURN(std::vector<std::string> traces, trace::ExpandTracePaths(traces_in));
+    out.insert(out.end(), traces.begin(), traces.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+Status ValidateJob(const std::vector<RankSummary>& ranks) {
+  std::vector<std::string> unplaced;
+  std::map<int, std::string> by_rank;
+  for (const RankSummary& r : ranks) {
+    if (r.rank < 0) {
+      unplaced.push_back(r.source);
+      continue;
+    }
+    auto [it, inserted] = by_rank.emplace(r.rank, r.source);
+    if (!inserted) {
+      return InvalidArgument(
+          fmt::format("{} and {} both claim rank {}", it->second, r.source, r.rank));
+    }
+  }
+  if (!unplaced.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unplaced.size(); ++i) list += (i ? ", " : "") + unplaced[i];
+    return InvalidArgument(fmt::format(
+        "cannot tell the rank of {} file(s): {} (no distributedInfo.rank and no rank in the file "
+        "name, e.g. rank-3.json)",
+        unplaced.size(), list));
+  }
+  const RankSummary* first_ws = nullptr;
+  for (const RankSummary& r : ranks) {
+    if (r.world_size <= 0) continue;
+    if (first_ws == nullptr) {
+      first_ws = &r;
+    } else if (r.world_size != first_ws->world_size) {
+      return InvalidArgument(fmt::format("{} says world size {} but {} says {}", first_ws->source,
+                                         first_ws->world_size, r.source, r.world_size));
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths,
+                                           const LoadOptions& options, LoadStats* stats) {
+  PT_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPaths(paths));
+  if (files.empty()) return InvalidArgument("no trace or summary files given");
+
+  std::vector<std::optional<StatusOr<RankSummary>>> results(files.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < files.size(); i = next++) {
+      const std::string& f = files[i];
+      if (HasSummaryExtension(f) || LooksLikeSummaryFile(f)) {
+        results[i].emplace(ReadSummaryFile(f));
+      } else {
+        results[i].emplace(SummarizeTrace(f));
+      }
+    }
+  };
+  size_t n_threads = options.threads > 0 ? options.threads : std::thread::hardware_concurrency();
+  n_threads = std::clamp<size_t>(n_threads, 1, files.size());
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+
+  std::vector<RankSummary> out;
+  out.reserve(files.size());
+  LoadStats local;
+  for (size_t i = 0; i < files.size(); ++i) {
+    StatusOr<RankSummary>& r = *results[i];
+    if (!r.ok()) return r.status();
+    local.files++;
+    local.json_bytes += r->read_stats.bytes;
+    local.events += r->read_stats.events;
+    local.skipped += r->read_stats.malformed_events + r->read_stats.unknown_kind;
+    out.push_back(std::move(r).value());
+  }
+  PT_RETURN_IF_ERROR(ValidateJob(out));
+  std::sort(out.begin(), out.end(),
+            [](const RankSummary& a, const RankSummary& b) { return a.rank < b.rank; });
+  if (stats != nullptr) *stats = local;
+  return out;
+}
+
+}  // namespace perftracker::pattern

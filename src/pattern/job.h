@@ -1,0 +1,36 @@
+// Loads a job: the per-rank summaries of every trace (or summary file) named on the command
+// line, summarized in parallel, then checked as a set (every file placed on a rank, no rank
+// twice, one world size). This is the "map" half of offline analysis.
+#ifndef PERFTRACKER_PATTERN_JOB_H_
+#define PERFTRACKER_PATTERN_JOB_H_
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "pattern/pattern.h"
+
+namespace perftracker::pattern {
+
+struct LoadOptions {
+  int threads = 0;  // 0 = hardware concurrency
+};
+
+struct LoadStats {
+  size_t files = 0;
+  uint64_t json_bytes = 0;  // uncompressed trace bytes read
+  uint64_t events = 0;
+  uint64_t skipped = 0;  // malformed + unknown events, summed over files
+};
+
+// PATHs are trace files, summary files, or folders of either. Ranks come back sorted.
+StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths,
+                                           const LoadOptions& options = {},
+                                           LoadStats* stats = nullptr);
+
+// Checks a set of summaries: unplaced files, duplicate ranks, mixed world sizes.
+Status ValidateJob(const std::vector<RankSummary>& ranks);
+
+}  // namespace perftracker::pattern
+
+#endif  // PERFTRACKER_PATTERN_JOB_H_
