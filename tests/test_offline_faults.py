@@ -1,0 +1,86 @@
+"""Real torch DDP (gloo, CPU, 4 ranks) with real injected faults; `perftracker analyze` must
+name them. Traces are the legacy format Debian's torch 1.13 writes (Kineto on torch 2.x)."""
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+
+def top(d):
+    assert d["findings"], "no findings:\n" + d["_text"]
+    return d["findings"][0]
+
+
+@unittest.skipUnless(ptest.torch_available(), "needs /usr/bin/python3 with torch (apt-get install python3-torch)")
+class OfflineFaults(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pt_faults_")
+
+    def traces(self, name, *args):
+        return ptest.train(os.path.join(self.tmp, name), *args)
+
+    def assertCheck(self, d, expect):
+        ok, msg = ptest.check(d["_json_path"], expect)
+        self.assertTrue(ok, msg + "\n" + d["_text"])
+
+    def test_a_straggler_is_the_slow_rank_not_the_waiters(self):
+        d = ptest.analyze([self.traces("straggler", "--fault", "straggler", "--fault-rank", "2")])
+        f = top(d)
+        self.assertEqual(f["ranks"], [2], d["_text"])
+        self.assertEqual(f["class"], "subset")
+        self.assertNotEqual(f["cause"], "unknown")
+        self.assertIn("aten::mm", " ".join(x["name"] for x in f["functions"]), d["_text"])
+        self.assertGreater(f["impact"]["ms_per_iteration"], 1.0)
+        # The waiting ranks are not blamed anywhere above the noise.
+        for g in d["findings"]:
+            if g["impact"]["fraction_of_iteration"] > 0.03:
+                self.assertEqual(g["ranks"], [2], g["summary"])
+        self.assertCheck(d, "rank=2")
+
+    def test_b_one_slow_data_loader(self):
+        d = ptest.analyze([self.traces("loader1", "--fault", "slow-loader", "--fault-rank", "1")])
+        f = top(d)
+        self.assertEqual(f["ranks"], [1], d["_text"])
+        self.assertEqual(f["category"], "data_loader", d["_text"])
+        self.assertIn("DataLoader", " ".join(x["name"] for x in f["functions"]), d["_text"])
+        self.assertCheck(d, "rank=1,function~dataloader")
+
+    def test_c_every_loader_slow_is_an_all_rank_finding(self):
+        d = ptest.analyze([self.traces("loader_all", "--fault", "slow-loader", "--fault-rank", "all")])
+        f = top(d)
+        self.assertEqual(f["class"], "all", d["_text"])
+        self.assertEqual(f["category"], "data_loader", d["_text"])
+        self.assertEqual(sorted(f["ranks"]), [0, 1, 2, 3])
+        self.assertEqual(f["cause"], "software")
+        self.assertCheck(d, "all,function~dataloader")
+
+    def test_d_no_fault_no_finding(self):
+        d = ptest.analyze([self.traces("clean")])
+        big = [f["summary"] for f in d["findings"] if f["impact"]["fraction_of_iteration"] > 0.03]
+        self.assertEqual(big, [], d["_text"])
+        self.assertEqual(d["job"]["world_size"], 4)
+        self.assertEqual(d["job"]["iterations"], 20)
+        self.assertCheck(d, "clean")
+
+    def test_e_summarize_then_diagnose_matches_analyze(self):
+        src = self.traces("map_reduce", "--fault", "straggler", "--fault-rank", "3")
+        sums = os.path.join(self.tmp, "summaries")
+        os.makedirs(sums, exist_ok=True)
+        for r in range(4):
+            p = ptest.run(["summarize", os.path.join(src, f"rank-{r}.json"), "-o",
+                           os.path.join(sums, f"rank-{r}.summary")])
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertLess(os.path.getsize(os.path.join(sums, f"rank-{r}.summary")), 100_000)
+        a = ptest.analyze([src])
+        b = ptest.analyze([sums])
+        strip = lambda d: [(f["category"], f["ranks"], round(f["impact"]["ms_per_iteration"], 3)) for f in d["findings"]]
+        self.assertEqual(strip(a), strip(b))
+        self.assertEqual(top(b)["ranks"], [3], b["_text"])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

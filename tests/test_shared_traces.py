@@ -1,0 +1,52 @@
+"""Every real Kineto trace in shared/traces is analyzed; summaries round-trip; diff works."""
+import glob
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+
+@unittest.skipUnless(os.path.isdir(ptest.KINETO), "shared traces not found")
+class SharedTraces(unittest.TestCase):
+    def test_every_trace_analyzes(self):
+        files = sorted(glob.glob(os.path.join(ptest.KINETO, "**", "*.gz"), recursive=True))
+        self.assertGreaterEqual(len(files), 9)
+        for f in files:
+            d = ptest.analyze([f])
+            self.assertEqual(d["schema"], "perftracker.diagnosis/1")
+            self.assertGreaterEqual(d["job"]["iterations"], 1, f)
+            for g in d["findings"]:
+                self.assertIn(g["class"], ("subset", "all"))
+                self.assertIn(g["cause"], ("hardware", "software", "configuration", "unknown"))
+                self.assertTrue(g["summary"])
+
+    def test_job128_pair(self):
+        d = ptest.analyze([os.path.join(ptest.KINETO, "job128_rank-0.json.gz"),
+                           os.path.join(ptest.KINETO, "job128_rank-1.json.gz")])
+        self.assertEqual(d["job"]["world_size"], 128)
+        self.assertEqual(d["job"]["ranks"], [0, 1])
+        self.assertEqual(d["job"]["iterations"], 2)
+        self.assertIn("missing_rank", [f["category"] for f in d["findings"]])
+
+    def test_nccl_rank0(self):
+        d = ptest.analyze([os.path.join(ptest.KINETO, "nccl_2rank_rank0.json.gz")])
+        self.assertEqual(d["job"]["iterations"], 3)
+        self.assertGreater(d["job"]["iteration_ms"]["median"], 0)
+
+    def test_diff_compare_pair(self):
+        out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+        p = ptest.run(["diff", os.path.join(ptest.KINETO, "compare_pair", "base.json.gz"),
+                       os.path.join(ptest.KINETO, "compare_pair", "test.json.gz"), "--json", out])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        d = json.load(open(out))
+        self.assertEqual(d["schema"], "perftracker.diagnosis/1")
+        cats = {f["category"] for f in d["findings"]}
+        self.assertTrue(cats & {"regression", "improvement"}, p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
