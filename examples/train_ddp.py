@@ -37,7 +37,7 @@ def parse_args(argv=None):
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
     p.add_argument("--fault-ms", type=float, default=15.0, help="loader sleep per batch (ms)")
-    p.add_argument("--fault-work", type=int, default=6, help="extra matmuls per step (straggler)")
+    p.add_argument("--fault-work", type=int, default=3, help="extra matmuls per step (straggler)")
     p.add_argument("--profile-dir", default="", help="write one profiler trace per rank here")
     p.add_argument("--profile-iters", default="", help="A:B, iterations to profile (default: all)")
     p.add_argument("--port", type=int, default=0, help="MASTER_PORT when spawning (0 = pick one)")
@@ -97,7 +97,7 @@ def worker(rank, world, args):
     collate = SleepyCollate(args.fault_ms / 1000.0)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, collate_fn=collate,
                                          generator=torch.Generator().manual_seed(args.seed))
-    extra = torch.randn(args.hidden * 2, args.hidden * 2)
+    extra = torch.randn(args.hidden, args.hidden)
 
     lo, hi = 0, args.iters
     if args.profile_iters:
