@@ -1,0 +1,169 @@
+#include "diagnose/analysis.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace perftracker::diagnose::internal {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + mid);
+  return (lo + hi) / 2;
+}
+
+Reference RobustReference(const std::vector<double>& values) {
+  Reference ref;
+  ref.median = Median(values);
+  std::vector<double> dev;
+  dev.reserve(values.size());
+  for (double v : values) dev.push_back(std::fabs(v - ref.median));
+  double mad = Median(std::move(dev));
+  ref.scale = std::max({mad * 1.4826, 0.02 * std::fabs(ref.median), 20.0});
+  return ref;
+}
+
+double MinImpactUs(double iteration_us, const DiagnoseOptions& o) {
+  return std::max(o.min_abs_ms * 1000.0, o.min_fraction * iteration_us);
+}
+
+double EffectThreshold(double ref_us, double iteration_us, const DiagnoseOptions& o) {
+  return std::max(o.min_relative * std::fabs(ref_us), MinImpactUs(iteration_us, o));
+}
+
+PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double iteration_us,
+                            const DiagnoseOptions& o, const Reference* precomputed) {
+  PeerComparison c;
+  if (values.size() < 2 || i >= values.size()) return c;
+  double v = values[i];
+  if (values.size() == 2) {
+    // Two ranks: no majority to vote with, so only a large gap counts.
+    c.reference = values[1 - i];
+    c.excess = v - c.reference;
+    double thr = std::max({0.25 * std::fabs(c.reference), 2 * MinImpactUs(iteration_us, o),
+                           EffectThreshold(c.reference, iteration_us, o)});
+    c.high = c.excess > thr;
+    c.low = -c.excess > thr;
+    return c;
+  }
+  Reference ref = precomputed ? *precomputed : RobustReference(values);
+  c.reference = ref.median;
+  c.excess = v - ref.median;
+  double thr = EffectThreshold(ref.median, iteration_us, o);
+  double z = c.excess / ref.scale;
+  c.high = c.excess > thr && z > o.mad_k;
+  c.low = -c.excess > thr && -z > o.mad_k;
+  return c;
+}
+
+bool IsWaitClass(pattern::FunctionClass c) {
+  using pattern::FunctionClass;
+  return c == FunctionClass::kCollective || c == FunctionClass::kSync ||
+         c == FunctionClass::kLaunch;
+}
+
+bool HasSelfTimes(const pattern::RankSummary& r) {
+  for (const auto& f : r.functions)
+    if (f.self_per_iter_us > 0) return true;
+  return false;
+}
+
+double SelfUs(const pattern::FunctionPattern& f, bool has_self) {
+  return has_self ? f.self_per_iter_us : f.per_iter_us;
+}
+
+std::vector<std::string> SplitStack(const std::string& stack) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= stack.size()) {
+    size_t end = stack.find(';', start);
+    if (end == std::string::npos) end = stack.size();
+    if (end > start) out.push_back(stack.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+FunctionRef MakeFunctionRef(const pattern::FunctionPattern& f) {
+  return FunctionRef{f.name, trace::EventKindName(f.kind), SplitStack(f.stack)};
+}
+
+std::string Ms(double us) {
+  double ms = us / 1000.0;
+  if (std::fabs(ms) >= 100) return fmt::format("{:.0f} ms", ms);
+  if (std::fabs(ms) >= 1) return fmt::format("{:.1f} ms", ms);
+  return fmt::format("{:.2f} ms", ms);
+}
+
+std::string Percent(double fraction) { return fmt::format("{:.0f}%", fraction * 100); }
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::vector<int> r = ranks;
+  std::sort(r.begin(), r.end());
+  std::string out;
+  for (size_t i = 0; i < r.size();) {
+    size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    if (j >= i + 2) {
+      out += fmt::format("{}-{}", r[i], r[j]);
+    } else {
+      out += std::to_string(r[i]);
+      if (j == i + 1) out += "," + std::to_string(r[j]);
+    }
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks) {
+  std::set<std::string> hosts;
+  for (const auto* r : ranks)
+    if (!r->host.empty()) hosts.insert(r->host);
+  return {hosts.begin(), hosts.end()};
+}
+
+double IterationUs(const pattern::RankSummary& r) { return r.MeanIterationMs() * 1000.0; }
+
+void SortFindings(std::vector<Finding>* findings) {
+  std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
+    bool ga = a.impact_ms >= 0, gb = b.impact_ms >= 0;
+    if (ga != gb) return ga;
+    return std::fabs(a.impact_ms) > std::fabs(b.impact_ms);
+  });
+}
+
+JobInfo BuildJobInfo(const std::vector<pattern::RankSummary>& ranks) {
+  JobInfo job;
+  std::vector<double> iters, medians;
+  std::set<int> seen;
+  int max_rank = -1;
+  for (const auto& r : ranks) {
+    job.ranks.push_back(r.rank);
+    job.world_size = std::max(job.world_size, r.world_size);
+    max_rank = std::max(max_rank, r.rank);
+    if (r.rank >= 0 && !seen.insert(r.rank).second)
+      job.notes.push_back(fmt::format("rank {} appears more than once ({})", r.rank, r.source));
+    if (r.rank < 0)
+      job.notes.push_back(fmt::format("{}: no rank known; compared as an extra rank", r.source));
+    iters.push_back(static_cast<double>(r.iteration_ms.size()));
+    medians.push_back(r.MedianIterationMs());
+    job.iteration_ms_per_rank[r.rank] = r.MeanIterationMs();
+    if (r.whole_window)
+      job.notes.push_back(fmt::format(
+          "rank {}: no ProfilerStep or optimizer markers; the window is one iteration", r.rank));
+  }
+  std::sort(job.ranks.begin(), job.ranks.end());
+  job.world_size = std::max({job.world_size, max_rank + 1, static_cast<int>(seen.size())});
+  job.iterations = static_cast<int>(std::lround(Median(iters)));
+  job.iteration_ms_median = Median(medians);
+  return job;
+}
+
+}  // namespace perftracker::diagnose::internal

@@ -1,0 +1,76 @@
+// Internal to the diagnosis engine: robust statistics, effect thresholds and the small helpers
+// shared by the peer comparison (subset.cc), the expected-pattern rules (rules.cc) and the run
+// diff (diff.cc). Not part of the public interface.
+#ifndef PERFTRACKER_DIAGNOSE_ANALYSIS_H_
+#define PERFTRACKER_DIAGNOSE_ANALYSIS_H_
+
+#include <string>
+#include <vector>
+
+#include "diagnose/diagnose.h"
+#include "diagnose/finding.h"
+#include "pattern/pattern.h"
+
+namespace perftracker::diagnose::internal {
+
+double Median(std::vector<double> v);
+
+// The robust reference of a set of per-rank values: median and a MAD-based scale floored at
+// max(1.4826*MAD, 2% of the median, 20 us), so that identical peers (MAD 0) do not turn
+// microsecond noise into infinite z-scores.
+struct Reference {
+  double median = 0;
+  double scale = 0;
+};
+Reference RobustReference(const std::vector<double>& values);
+
+// The smallest excess (us per iteration) worth reporting for a value whose reference is `ref_us`.
+double EffectThreshold(double ref_us, double iteration_us, const DiagnoseOptions& o);
+// The smallest impact (us per iteration) a finding needs to be emitted.
+double MinImpactUs(double iteration_us, const DiagnoseOptions& o);
+
+// Peer comparison of values[i] against the others. With 3+ values: median / MAD; with 2 the
+// other value is the reference and the effect must be larger (one of two cannot be voted odd).
+struct PeerComparison {
+  double reference = 0;  // peers' median (or the other value when there are two)
+  double excess = 0;     // value - reference
+  bool high = false;     // significantly above
+  bool low = false;      // significantly below
+};
+// `ref`, when given, is RobustReference(values), precomputed once for all i.
+PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double iteration_us,
+                            const DiagnoseOptions& o, const Reference* ref = nullptr);
+
+// Functions whose time is mostly waiting for someone else (peers, the GPU, a full launch queue):
+// they grow on the victims of a slowdown, not on its cause.
+bool IsWaitClass(pattern::FunctionClass c);
+
+// True when the summary carries exclusive times (older summaries leave self_per_iter_us 0).
+bool HasSelfTimes(const pattern::RankSummary& r);
+double SelfUs(const pattern::FunctionPattern& f, bool has_self);
+
+std::vector<std::string> SplitStack(const std::string& stack);
+FunctionRef MakeFunctionRef(const pattern::FunctionPattern& f);
+
+// Microseconds as a short millisecond string: "41.2 ms".
+std::string Ms(double us);
+std::string Percent(double fraction);
+std::string RankList(const std::vector<int>& ranks);  // "2", "0,1,3", "0-7"
+
+std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks);
+double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseconds
+
+// Regressions and problems first by impact; improvements (negative impact) after, biggest first.
+void SortFindings(std::vector<Finding>* findings);
+
+JobInfo BuildJobInfo(const std::vector<pattern::RankSummary>& ranks);
+
+// The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
+void FindSubsetProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
+                        const DiagnoseOptions& o, std::vector<Finding>* out);
+void FindAllRankProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
+                         const DiagnoseOptions& o, std::vector<Finding>* out);
+
+}  // namespace perftracker::diagnose::internal
+
+#endif  // PERFTRACKER_DIAGNOSE_ANALYSIS_H_

@@ -1,0 +1,384 @@
+// All-rank problems: every rank shows the same pattern, so there are no healthy peers to compare
+// with; each rule compares against what a healthy training step looks like instead.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "diagnose/analysis.h"
+
+namespace perftracker::diagnose::internal {
+namespace {
+
+using pattern::FunctionClass;
+using pattern::FunctionPattern;
+using pattern::RankSummary;
+
+constexpr double kLoaderShare = 0.10;      // a loader above this share of the step is too slow
+constexpr double kLoaderAllowance = 0.01;  // what a healthy loader may cost
+constexpr double kSyncShare = 0.02;
+constexpr double kGpuIdleShare = 0.15;
+constexpr double kTinyKernelUs = 10.0;
+constexpr double kTinyKernelCalls = 100.0;  // per iteration
+constexpr double kLaunchBusyShare = 0.5;
+constexpr double kLaunchOverheadUs = 5.0;  // CPU cost of one kernel launch
+constexpr double kLargeMessage = 1 << 20;
+constexpr double kFarBelow = 0.25;  // busbw under this fraction of expected is "far below"
+constexpr double kFlatCv = 0.5;
+
+bool AnyMainThread(const RankSummary& r) {
+  for (const auto& f : r.functions)
+    if (f.main_thread) return true;
+  return false;
+}
+
+bool ContainsNoCase(const std::string& s, const std::string& word) {
+  auto it = std::search(s.begin(), s.end(), word.begin(), word.end(), [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) ==
+           std::tolower(static_cast<unsigned char>(b));
+  });
+  return it != s.end();
+}
+
+// One rule's per-rank measurement.
+struct RankValue {
+  const RankSummary* r = nullptr;
+  double value = 0;  // us per iteration
+  bool affected = false;
+  std::vector<const FunctionPattern*> functions;  // what carries the value, biggest first
+};
+
+struct RuleResult {
+  std::vector<RankValue> per_rank;
+  int affected = 0;
+};
+
+class Rules {
+ public:
+  Rules(const std::vector<RankSummary>& ranks, const JobInfo& job, const DiagnoseOptions& o)
+      : ranks_(ranks), o_(o), iter_us_(job.iteration_ms_median * 1000.0) {}
+
+  void Run(std::vector<Finding>* out);
+
+ private:
+  template <typename Fn>
+  RuleResult Measure(Fn fn) const {
+    RuleResult res;
+    for (const auto& r : ranks_) {
+      RankValue rv;
+      rv.r = &r;
+      fn(r, &rv);
+      res.affected += rv.affected;
+      res.per_rank.push_back(std::move(rv));
+    }
+    return res;
+  }
+  bool Most(const RuleResult& res) const {
+    return res.affected > 0 && res.affected * 2 > static_cast<int>(ranks_.size());
+  }
+  // Impact of an all-rank rule. Wait-like measurements take the minimum over ranks: a late rank
+  // makes its peers wait longer, which must not read as an all-rank cost.
+  double Impact(const RuleResult& res, bool wait_like) const {
+    std::vector<double> v;
+    for (const auto& rv : res.per_rank) v.push_back(rv.value);
+    if (v.empty()) return 0;
+    return wait_like ? *std::min_element(v.begin(), v.end()) : Median(v);
+  }
+  const RankValue& Typical(const RuleResult& res) const;
+  Finding Make(const RuleResult& res, const std::string& category, Cause cause, double impact_us,
+               size_t max_functions) const;
+
+  const std::vector<RankSummary>& ranks_;
+  const DiagnoseOptions& o_;
+  double iter_us_;
+};
+
+// The affected rank whose value is the median of the affected ranks: its functions name the
+// finding.
+const RankValue& Rules::Typical(const RuleResult& res) const {
+  std::vector<const RankValue*> a;
+  for (const auto& rv : res.per_rank)
+    if (rv.affected) a.push_back(&rv);
+  if (a.empty()) return res.per_rank.front();
+  std::sort(a.begin(), a.end(),
+            [](const RankValue* x, const RankValue* y) { return x->value < y->value; });
+  return *a[a.size() / 2];
+}
+
+Finding Rules::Make(const RuleResult& res, const std::string& category, Cause cause,
+                    double impact_us, size_t max_functions) const {
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.category = category;
+  f.cause = cause;
+  std::vector<const RankSummary*> affected;
+  for (const auto& rv : res.per_rank)
+    if (rv.affected) {
+      f.ranks.push_back(rv.r->rank);
+      affected.push_back(rv.r);
+    }
+  std::sort(f.ranks.begin(), f.ranks.end());
+  f.hosts = HostsOf(affected);
+  const RankValue& t = Typical(res);
+  for (size_t k = 0; k < t.functions.size() && k < max_functions; ++k)
+    f.functions.push_back(MakeFunctionRef(*t.functions[k]));
+  f.impact_ms = impact_us / 1000.0;
+  f.impact_fraction = iter_us_ > 0 ? impact_us / iter_us_ : 0;
+  std::vector<double> vals;
+  for (const auto& rv : res.per_rank) vals.push_back(rv.value);
+  f.evidence["ranks_affected"] = res.affected;
+  f.evidence["ranks_total"] = static_cast<double>(ranks_.size());
+  f.evidence["median_ms"] = Median(vals) / 1000.0;
+  f.evidence["min_ms"] = vals.empty() ? 0 : *std::min_element(vals.begin(), vals.end()) / 1000.0;
+  f.evidence["max_ms"] = vals.empty() ? 0 : *std::max_element(vals.begin(), vals.end()) / 1000.0;
+  f.evidence["iteration_ms"] = iter_us_ / 1000.0;
+  return f;
+}
+
+std::string RanksPhrase(const Finding& f, size_t total) {
+  if (f.ranks.size() == total) return total == 1 ? "the rank" : fmt::format("all {} ranks", total);
+  return fmt::format("ranks {}", RankList(f.ranks));
+}
+
+void SortBy(std::vector<const FunctionPattern*>* fs, bool self, bool has_self) {
+  std::sort(fs->begin(), fs->end(), [&](const FunctionPattern* a, const FunctionPattern* b) {
+    return (self ? SelfUs(*a, has_self) : a->per_iter_us) >
+           (self ? SelfUs(*b, has_self) : b->per_iter_us);
+  });
+}
+
+void Rules::Run(std::vector<Finding>* out) {
+  if (ranks_.empty() || iter_us_ <= 0) return;
+  const double min_impact = MinImpactUs(iter_us_, o_);
+  const size_t total = ranks_.size();
+  double attributed_idle = 0;  // GPU idle already explained by a more specific rule
+
+  // Data loading on the critical path.
+  RuleResult loader = Measure([](const RankSummary& r, RankValue* rv) {
+    bool any_main = AnyMainThread(r);
+    for (const auto& f : r.functions) {
+      if (f.fclass != FunctionClass::kDataLoader || (any_main && !f.main_thread)) continue;
+      rv->functions.push_back(&f);
+      // Loader functions nest (enumerate(DataLoader) around __next__): the outermost counts.
+      rv->value = std::max(rv->value, f.per_iter_us);
+    }
+    SortBy(&rv->functions, false, false);
+    double it = IterationUs(r);
+    rv->affected = it > 0 && rv->value > kLoaderShare * it;
+    rv->value = std::max(0.0, rv->value - kLoaderAllowance * it);
+  });
+  if (Most(loader)) {
+    double impact = Impact(loader, false);
+    if (impact >= min_impact) {
+      Finding f = Make(loader, "data_loader", Cause::kSoftware, impact, 3);
+      std::string fn = f.functions.empty() ? "the DataLoader" : f.functions[0].name;
+      f.evidence_text["reasoning"] = fmt::format(
+          "the training loop waits for the next batch on the main thread: more than {} of the "
+          "step on {} of {} ranks (a healthy loader costs about {})",
+          Percent(kLoaderShare), loader.affected, total, Percent(kLoaderAllowance));
+      f.summary = fmt::format("data loading is slow on {}: {} takes {}/iter ({} of the step)",
+                              RanksPhrase(f, total), fn, Ms(impact), Percent(f.impact_fraction));
+      f.suggestion =
+          "Load data in the background: DataLoader(num_workers=N, pin_memory=True, "
+          "prefetch_factor=2, persistent_workers=True); move heavy transforms out of collate; "
+          "check the storage the data is read from.";
+      attributed_idle += impact;
+      out->push_back(std::move(f));
+    }
+  }
+
+  // Synchronizing calls stall the CPU until the GPU drains; they cost only the GPU idle they cause.
+  RuleResult sync = Measure([](const RankSummary& r, RankValue* rv) {
+    bool has_self = HasSelfTimes(r);
+    for (const auto& f : r.functions) {
+      if (f.fclass != FunctionClass::kSync) continue;
+      rv->functions.push_back(&f);
+      rv->value += SelfUs(f, has_self);
+    }
+    SortBy(&rv->functions, true, has_self);
+    if (r.has_gpu && r.gpu_idle_us > 0) rv->value = std::min(rv->value, r.gpu_idle_us);
+    double it = IterationUs(r);
+    rv->affected = it > 0 && rv->value > kSyncShare * it;
+  });
+  if (Most(sync)) {
+    double impact = Impact(sync, true);
+    if (impact >= min_impact) {
+      Finding f = Make(sync, "sync", Cause::kSoftware, impact, 3);
+      std::string fn = f.functions.empty() ? "synchronizing calls" : f.functions[0].name;
+      f.evidence_text["reasoning"] =
+          "host-device synchronization on the critical path: the CPU stops queueing work until "
+          "the GPU drains, so the GPU then idles while the CPU catches up";
+      f.summary = fmt::format("{} synchronize with the GPU every step: {} costs {}/iter ({})",
+                              RanksPhrase(f, total), fn, Ms(impact), Percent(f.impact_fraction));
+      f.suggestion =
+          "Remove .item(), .cpu(), .tolist(), print(tensor) and torch.cuda.synchronize() from "
+          "the training step; accumulate metrics on the GPU and read them at logging intervals.";
+      attributed_idle += impact;
+      out->push_back(std::move(f));
+    }
+  }
+
+  // Pageable host-to-device copies are staged through a bounce buffer and block the host.
+  RuleResult pageable = Measure([](const RankSummary& r, RankValue* rv) {
+    for (const auto& f : r.functions) {
+      bool copy = f.fclass == FunctionClass::kMemcpy || f.kind == trace::EventKind::kMemcpy;
+      if (!copy || !ContainsNoCase(f.name, "pageable")) continue;
+      rv->functions.push_back(&f);
+      rv->value += f.per_iter_us;
+    }
+    SortBy(&rv->functions, false, false);
+    rv->affected = rv->value > 0;
+  });
+  if (Most(pageable)) {
+    double impact = Impact(pageable, false);
+    if (impact >= min_impact) {
+      Finding f = Make(pageable, "memcpy", Cause::kConfiguration, impact, 3);
+      f.evidence_text["reasoning"] =
+          "copies from pageable host memory go through a staging buffer at lower bandwidth and "
+          "cannot overlap with compute";
+      f.summary = fmt::format("{} copy from pageable host memory: {}/iter ({})",
+                              RanksPhrase(f, total), Ms(impact), Percent(f.impact_fraction));
+      f.suggestion =
+          "Use pinned memory: DataLoader(pin_memory=True) and tensor.to(device, "
+          "non_blocking=True); pin long-lived host buffers with tensor.pin_memory().";
+      attributed_idle += impact;
+      out->push_back(std::move(f));
+    }
+  }
+
+  // Launch-bound: many tiny kernels, GPU mostly idle; the CPU cannot launch fast enough.
+  RuleResult launch = Measure([](const RankSummary& r, RankValue* rv) {
+    if (!r.has_gpu) return;
+    double calls = 0, all_calls = 0;
+    for (const auto& f : r.functions) {
+      if (f.kind != trace::EventKind::kKernel || f.fclass == FunctionClass::kCollective) continue;
+      all_calls += f.calls_per_iter;
+      if (f.mean_us >= kTinyKernelUs) continue;
+      calls += f.calls_per_iter;
+      rv->functions.push_back(&f);
+    }
+    SortBy(&rv->functions, false, false);
+    double it = IterationUs(r);
+    bool idle = it > 0 && r.gpu_busy_us < kLaunchBusyShare * it;
+    rv->affected = idle && calls >= kTinyKernelCalls && calls * 2 >= all_calls;
+    rv->value = rv->affected ? std::min(r.gpu_idle_us, calls * kLaunchOverheadUs) : 0;
+  });
+  if (Most(launch)) {
+    double impact = Impact(launch, false);
+    if (impact >= min_impact) {
+      Finding f = Make(launch, "launch_bound", Cause::kSoftware, impact, 5);
+      const RankValue& t = Typical(launch);
+      double calls = 0;
+      for (const auto* fp : t.functions) calls += fp->calls_per_iter;
+      f.evidence["tiny_kernel_calls_per_iter"] = calls;
+      f.evidence["gpu_busy_ms"] = t.r->gpu_busy_us / 1000.0;
+      f.evidence_text["reasoning"] = fmt::format(
+          "{:.0f} kernels per iteration run under {:.0f} us each while the GPU is busy less than "
+          "{} of the step: launch overhead, not GPU work, sets the pace",
+          calls, kTinyKernelUs, Percent(kLaunchBusyShare));
+      f.summary = fmt::format(
+          "{} are launch-bound: {:.0f} tiny kernels/iter keep the GPU idle; "
+          "about {}/iter ({}) could be saved",
+          RanksPhrase(f, total), calls, Ms(impact), Percent(f.impact_fraction));
+      f.suggestion =
+          "Fuse small operations: torch.compile, CUDA graphs (torch.cuda.graphs / "
+          "mode=\"reduce-overhead\"), fused optimizers (foreach=True / fused=True), larger "
+          "batches.";
+      attributed_idle += impact;
+      out->push_back(std::move(f));
+    }
+  }
+
+  // GPU idle behind CPU work not explained above.
+  RuleResult idle = Measure([](const RankSummary& r, RankValue* rv) {
+    if (!r.has_gpu) return;
+    rv->value = r.cpu_critical_us > 0 ? r.cpu_critical_us : r.gpu_idle_us;
+    bool has_self = HasSelfTimes(r);
+    bool any_main = AnyMainThread(r);
+    for (const auto& f : r.functions) {
+      if (trace::IsGpuKind(f.kind) || (any_main && !f.main_thread)) continue;
+      if (IsWaitClass(f.fclass) || f.fclass == FunctionClass::kAnnotation) continue;
+      rv->functions.push_back(&f);
+    }
+    SortBy(&rv->functions, true, has_self);
+    double it = IterationUs(r);
+    rv->affected = it > 0 && rv->value > kGpuIdleShare * it;
+  });
+  if (Most(idle)) {
+    double impact = Impact(idle, true) - attributed_idle;
+    if (impact >= min_impact) {
+      Finding f = Make(idle, "gpu_idle", Cause::kSoftware, impact, 5);
+      std::vector<std::string> names;
+      for (const auto& fn : f.functions) names.push_back(fn.name);
+      f.evidence_text["suspects"] = fmt::format("{}", fmt::join(names, ", "));
+      f.evidence_text["reasoning"] =
+          "the GPU sits idle while the CPU works: the step is bound by host-side code; the "
+          "suspects are the main-thread functions with the most exclusive time";
+      f.summary = fmt::format(
+          "the GPU waits for the CPU on {}: {}/iter ({}) idle behind host "
+          "work; top suspect {}",
+          RanksPhrase(f, total), Ms(impact), Percent(f.impact_fraction),
+          names.empty() ? "unknown" : names[0]);
+      f.suggestion =
+          "Move host work off the step (data preparation into DataLoader workers, logging at "
+          "intervals), avoid Python loops over tensors, and overlap with "
+          "non_blocking copies; torch.compile / CUDA graphs cut per-op overhead.";
+      out->push_back(std::move(f));
+    }
+  }
+
+  // Large collectives far below the expected bus bandwidth, with little variation (a capped
+  // link rather than waiting, which fluctuates).
+  RuleResult lowbw = Measure([this](const RankSummary& r, RankValue* rv) {
+    for (const auto& f : r.functions) {
+      if (f.fclass != FunctionClass::kCollective || !trace::IsGpuKind(f.kind)) continue;
+      if (f.coll.msg_bytes < kLargeMessage || f.coll.busbw_gbps <= 0) continue;
+      if (f.coll.busbw_gbps >= kFarBelow * o_.expected_busbw_gbps || f.cv > kFlatCv) continue;
+      rv->functions.push_back(&f);
+      rv->value += f.per_iter_us * (1.0 - f.coll.busbw_gbps / o_.expected_busbw_gbps);
+    }
+    SortBy(&rv->functions, false, false);
+    rv->affected = !rv->functions.empty();
+  });
+  // Every rank must be low: a rank with normal bandwidth means the others were waiting.
+  if (lowbw.affected == static_cast<int>(total)) {
+    double impact = Impact(lowbw, true);
+    if (impact >= min_impact) {
+      Finding f = Make(lowbw, "low_bandwidth", Cause::kHardware, impact, 3);
+      const RankValue& t = Typical(lowbw);
+      const FunctionPattern* top = t.functions.front();
+      f.evidence["busbw_gbps"] = top->coll.busbw_gbps;
+      f.evidence["expected_busbw_gbps"] = o_.expected_busbw_gbps;
+      f.evidence["msg_bytes"] = top->coll.msg_bytes;
+      f.evidence["cv"] = top->cv;
+      f.evidence_text["uncertainty"] =
+          "the expected bandwidth is an assumption (NVLink-scale single node); PCIe-only or "
+          "cross-node jobs reach less";
+      f.evidence_text["reasoning"] =
+          "large messages move far below the expected bus bandwidth on every rank with little "
+          "variation between calls: a capped or misconfigured link rather than waiting";
+      f.summary = fmt::format(
+          "collective bandwidth is low on {}: {} reaches {:.1f} GB/s bus bandwidth for {:.1f} MB "
+          "messages (expected about {:.0f}); about {}/iter ({})",
+          RanksPhrase(f, total), top->name, top->coll.busbw_gbps, top->coll.msg_bytes / 1e6,
+          o_.expected_busbw_gbps, Ms(impact), Percent(f.impact_fraction));
+      f.suggestion =
+          "Check the interconnect: nvidia-smi topo -m and nvlink -s, NIC speed (ibstat), "
+          "NCCL_DEBUG=INFO for the transport (P2P/SHM/NET); look for NCCL_P2P_DISABLE, "
+          "NCCL_IB_DISABLE or a wrong NCCL_SOCKET_IFNAME.";
+      out->push_back(std::move(f));
+    }
+  }
+}
+
+}  // namespace
+
+void FindAllRankProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
+                         const DiagnoseOptions& o, std::vector<Finding>* out) {
+  Rules(ranks, job, o).Run(out);
+}
+
+}  // namespace perftracker::diagnose::internal

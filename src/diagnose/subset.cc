@@ -1,0 +1,635 @@
+// Subset problems: ranks of one role are compared with each other. The straggler logic follows
+// the waiting: a late rank's peers spend longer in collectives while its own collectives stay
+// short, so the rank with more own work and less waiting is blamed, never the waiters.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "diagnose/analysis.h"
+
+namespace perftracker::diagnose::internal {
+namespace {
+
+using pattern::FunctionClass;
+using pattern::FunctionPattern;
+using pattern::RankSummary;
+
+// Waiting never makes a rank a straggler on its own.
+bool IsWait(FunctionClass c) { return IsWaitClass(c); }
+
+constexpr double kGroupJaccard = 0.8;
+constexpr double kMergeOverlap = 0.8;
+
+std::set<std::string> SignificantKeys(const RankSummary& r) {
+  std::set<std::string> keys;
+  double it = IterationUs(r);
+  for (const auto& f : r.functions)
+    if (it <= 0 || f.per_iter_us >= 0.01 * it) keys.insert(f.Key());
+  return keys;
+}
+
+double Intersection(const std::set<std::string>& a, const std::set<std::string>& b) {
+  double n = 0;
+  for (const auto& k : a) n += b.count(k);
+  return n;
+}
+
+double Jaccard(const std::set<std::string>& a, const std::set<std::string>& b) {
+  double inter = Intersection(a, b);
+  double uni = static_cast<double>(a.size() + b.size()) - inter;
+  return uni <= 0 ? 1.0 : inter / uni;
+}
+
+double Overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
+  double m = static_cast<double>(std::min(a.size(), b.size()));
+  return m <= 0 ? 1.0 : Intersection(a, b) / m;
+}
+
+// Ranks of one role have (nearly) the same significant functions. Greedy grouping against each
+// group's first member; then a rank left in a group too small to vote (an odd rank with one extra
+// or one missing function) joins the big group whose functions it mostly shares.
+std::vector<std::vector<size_t>> PeerGroups(const std::vector<RankSummary>& ranks) {
+  std::vector<std::set<std::string>> keys;
+  for (const auto& r : ranks) keys.push_back(SignificantKeys(r));
+  std::vector<std::vector<size_t>> groups;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    bool placed = false;
+    for (auto& g : groups) {
+      if (Jaccard(keys[g[0]], keys[i]) >= kGroupJaccard) {
+        g.push_back(i);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) groups.push_back({i});
+  }
+  std::vector<std::vector<size_t>> out;
+  std::vector<std::vector<size_t>> small;
+  for (auto& g : groups) (g.size() >= 3 ? out : small).push_back(std::move(g));
+  for (auto& g : small) {
+    std::vector<size_t> stay;
+    for (size_t i : g) {
+      int best = -1;
+      double best_overlap = kMergeOverlap;
+      for (size_t k = 0; k < out.size(); ++k) {
+        double ov = Overlap(keys[out[k][0]], keys[i]);
+        if (ov >= best_overlap) best = static_cast<int>(k), best_overlap = ov;
+      }
+      if (best >= 0) {
+        out[best].push_back(i);
+      } else {
+        stay.push_back(i);
+      }
+    }
+    if (!stay.empty()) out.push_back(std::move(stay));
+  }
+  for (auto& g : out) std::sort(g.begin(), g.end());
+  return out;
+}
+
+// One function identity across the members of a group.
+struct Row {
+  const FunctionPattern* proto = nullptr;  // first member that has it: name, kind, class
+  std::vector<const FunctionPattern*> f;   // per member, nullptr when absent
+  std::vector<double> v, self, calls;      // per member; 0 when absent
+  Reference ref_v, ref_self, ref_calls;
+};
+
+struct Outlier {
+  const Row* row = nullptr;
+  PeerComparison cmp;
+};
+
+struct Member {
+  const RankSummary* r = nullptr;
+  std::vector<Outlier> high_own;   // non-wait functions above their peers
+  std::vector<Outlier> high_wait;  // sync / launch functions above their peers
+  std::vector<Outlier> high_coll;
+  std::vector<Outlier> low_coll;
+  PeerComparison own_cpu, own_gpu, coll;
+  double excess = 0;  // own-work excess used to pick among candidates
+};
+
+class GroupAnalysis {
+ public:
+  GroupAnalysis(const std::vector<RankSummary>& ranks, std::vector<size_t> members,
+                const JobInfo& job, const DiagnoseOptions& o)
+      : o_(o), iter_us_(job.iteration_ms_median * 1000.0) {
+    for (size_t i : members) m_.push_back(Member{&ranks[i]});
+    BuildRows();
+    CompareMembers();
+  }
+
+  void Run(std::vector<Finding>* out);
+
+ private:
+  size_t n() const { return m_.size(); }
+  PeerComparison Compare(const std::vector<double>& v, size_t i, const Reference& ref) const {
+    return ComparePeers(v, i, iter_us_, o_, &ref);
+  }
+  double PeersMedian(const std::vector<double>& v, size_t i) const {
+    std::vector<double> p;
+    for (size_t k = 0; k < v.size(); ++k)
+      if (k != i) p.push_back(v[k]);
+    return Median(std::move(p));
+  }
+  void BuildRows();
+  void CompareMembers();
+  std::vector<size_t> Candidates() const;
+  bool StragglerFinding(size_t i, std::vector<Finding>* out) const;
+  bool LateArrivalFinding(size_t i, std::vector<Finding>* out) const;
+  bool CommunicationFinding(size_t i, std::vector<Finding>* out) const;
+  void FillCommon(size_t i, Finding* f) const;
+  std::string PeersPhrase() const { return n() == 2 ? "the other rank (one of two)" : "its peers"; }
+
+  const DiagnoseOptions& o_;
+  double iter_us_;
+  std::vector<Member> m_;
+  std::vector<Row> rows_;
+  std::vector<double> own_cpu_, own_gpu_, coll_;
+};
+
+void GroupAnalysis::BuildRows() {
+  std::map<std::string, size_t> index;
+  own_cpu_.assign(n(), 0);
+  own_gpu_.assign(n(), 0);
+  coll_.assign(n(), 0);
+  for (size_t i = 0; i < n(); ++i) {
+    const RankSummary& r = *m_[i].r;
+    bool has_self = HasSelfTimes(r);
+    for (const auto& f : r.functions) {
+      auto [it, added] = index.emplace(f.Key(), rows_.size());
+      if (added) {
+        rows_.emplace_back();
+        Row& row = rows_.back();
+        row.proto = &f;
+        row.f.assign(n(), nullptr);
+        row.v.assign(n(), 0);
+        row.self.assign(n(), 0);
+        row.calls.assign(n(), 0);
+      }
+      Row& row = rows_[it->second];
+      double self = SelfUs(f, has_self);
+      // A duplicate key within one rank (should not happen) is summed, not dropped.
+      if (!row.f[i]) row.f[i] = &f;
+      row.v[i] += f.per_iter_us;
+      row.self[i] += self;
+      row.calls[i] += f.calls_per_iter;
+      bool gpu = trace::IsGpuKind(f.kind);
+      if (f.fclass == FunctionClass::kCollective) {
+        coll_[i] += gpu ? f.per_iter_us : self;
+      } else if (!IsWait(f.fclass)) {
+        (gpu ? own_gpu_ : own_cpu_)[i] += gpu ? f.per_iter_us : self;
+      }
+    }
+  }
+  for (Row& row : rows_) {
+    row.ref_v = RobustReference(row.v);
+    row.ref_self = RobustReference(row.self);
+    row.ref_calls = RobustReference(row.calls);
+  }
+}
+
+void GroupAnalysis::CompareMembers() {
+  Reference rc = RobustReference(own_cpu_), rg = RobustReference(own_gpu_),
+            rk = RobustReference(coll_);
+  for (size_t i = 0; i < n(); ++i) {
+    Member& mb = m_[i];
+    mb.own_cpu = Compare(own_cpu_, i, rc);
+    mb.own_gpu = Compare(own_gpu_, i, rg);
+    mb.coll = Compare(coll_, i, rk);
+    for (const Row& row : rows_) {
+      PeerComparison c = Compare(row.v, i, row.ref_v);
+      FunctionClass fc = row.proto->fclass;
+      if (fc == FunctionClass::kCollective) {
+        if (c.high) mb.high_coll.push_back({&row, c});
+        if (c.low) mb.low_coll.push_back({&row, c});
+      } else if (c.high) {
+        (IsWait(fc) ? mb.high_wait : mb.high_own).push_back({&row, c});
+      }
+    }
+    double best = 0;
+    if (mb.own_cpu.high) best = std::max(best, mb.own_cpu.excess);
+    if (mb.own_gpu.high) best = std::max(best, mb.own_gpu.excess);
+    for (const auto& x : mb.high_own) {
+      PeerComparison s = Compare(x.row->self, i, x.row->ref_self);
+      best = std::max(best, s.excess);
+    }
+    mb.excess = best;
+  }
+}
+
+// Ranks doing more own work than their peers, minus those whose extra time is explained by
+// waiting for another candidate (their collectives are clearly longer than its).
+std::vector<size_t> GroupAnalysis::Candidates() const {
+  std::vector<size_t> cand;
+  double coll_ref = Median(coll_);
+  for (size_t i = 0; i < n(); ++i) {
+    const Member& mb = m_[i];
+    bool own = (!mb.high_own.empty() || mb.own_cpu.high || mb.own_gpu.high) && mb.excess > 0;
+    bool sync_only = !own && !mb.high_wait.empty() && coll_[i] <= coll_ref;
+    if (own || sync_only) cand.push_back(i);
+  }
+  bool has_coll = std::any_of(coll_.begin(), coll_.end(), [](double c) { return c > 0; });
+  if (!has_coll || cand.size() < 2) return cand;
+  double tol = 0.5 * EffectThreshold(coll_ref, iter_us_, o_);
+  int best = -1;
+  for (size_t i : cand)
+    if (coll_[i] <= coll_ref + tol && (best < 0 || m_[i].excess > m_[best].excess))
+      best = static_cast<int>(i);
+  if (best < 0) return cand;
+  std::vector<size_t> kept;
+  for (size_t i : cand) {
+    double waits_more = coll_[i] - coll_[best];
+    if (static_cast<int>(i) != best &&
+        waits_more > std::max(MinImpactUs(iter_us_, o_), 0.5 * m_[i].excess))
+      continue;
+    kept.push_back(i);
+  }
+  return kept;
+}
+
+void GroupAnalysis::FillCommon(size_t i, Finding* f) const {
+  const RankSummary& r = *m_[i].r;
+  f->finding_class = FindingClass::kSubset;
+  f->ranks = {r.rank};
+  if (!r.host.empty()) f->hosts = {r.host};
+  f->impact_fraction = iter_us_ > 0 ? f->impact_ms * 1000.0 / iter_us_ : 0;
+  f->evidence["rank_iteration_ms"] = r.MeanIterationMs();
+  f->evidence["peers"] = static_cast<double>(n() - 1);
+  if (n() == 2) f->evidence_text["peers"] = "one of two ranks: no majority to compare with";
+}
+
+const char* CategoryOf(FunctionClass c) {
+  switch (c) {
+    case FunctionClass::kDataLoader:
+      return "data_loader";
+    case FunctionClass::kGc:
+      return "gc";
+    case FunctionClass::kPython:
+      return "python";
+    case FunctionClass::kSync:
+      return "sync";
+    case FunctionClass::kMemcpy:
+      return "memcpy";
+    default:
+      return "straggler";
+  }
+}
+
+std::string Phrase(const std::string& category, int rank) {
+  if (category == "data_loader") return fmt::format("rank {}'s data loader is slow", rank);
+  if (category == "gc") return fmt::format("rank {} spends time in garbage collection", rank);
+  if (category == "python") return fmt::format("rank {} runs slow Python code", rank);
+  if (category == "sync") return fmt::format("rank {} waits in synchronizing calls", rank);
+  if (category == "memcpy") return fmt::format("rank {}'s memory copies are slow", rank);
+  return fmt::format("rank {} is a straggler", rank);
+}
+
+std::string Suggestion(const std::string& category, Cause cause, int rank, const std::string& fn) {
+  if (category == "data_loader")
+    return fmt::format(
+        "Rank {}'s input pipeline cannot keep up: check its storage or network reads and "
+        "transforms; raise DataLoader num_workers, set pin_memory=True and prefetch_factor, or "
+        "cache the data locally.",
+        rank);
+  if (category == "gc")
+    return "Avoid reference cycles in the training step; call gc.freeze() after setup, or "
+           "gc.disable() and run gc.collect() at the same step on every rank.";
+  if (category == "python")
+    return fmt::format(
+        "Profile rank {}'s Python code at the stack shown (py-spy, with_stack=True); move "
+        "rank-specific work (logging, metrics, checkpointing) off the training step.",
+        rank);
+  if (category == "sync")
+    return fmt::format(
+        "Remove .item(), .cpu(), print(tensor) and torch.cuda.synchronize() from rank {}'s step, "
+        "or do them only at logging intervals.",
+        rank);
+  if (category == "memcpy")
+    return fmt::format(
+        "Check rank {}'s host-device link (nvidia-smi topo -m, PCIe link width and speed) and use "
+        "pinned memory.",
+        rank);
+  if (cause == Cause::kHardware)
+    return fmt::format(
+        "Check rank {}'s device and host: GPU clocks and thermals (nvidia-smi -q -d "
+        "PERFORMANCE,CLOCK), other processes competing for its CPUs, CPU/NUMA binding; drain the "
+        "node if it persists.",
+        rank);
+  return fmt::format(
+      "Find why rank {} does more work in {}: rank-dependent code paths, uneven batches or "
+      "sequence lengths, extra evaluation or logging on this rank.",
+      rank, fn);
+}
+
+bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const {
+  const Member& mb = m_[i];
+  const RankSummary& r = *mb.r;
+  bool sync_only = mb.high_own.empty() && !mb.own_cpu.high && !mb.own_gpu.high;
+
+  struct Culprit {
+    const Row* row;
+    double self_excess, incl_excess;
+    bool outlier;
+  };
+  std::vector<Culprit> all;
+  double max_self = 0;
+  for (const Row& row : rows_) {
+    FunctionClass fc = row.proto->fclass;
+    if (fc == FunctionClass::kCollective) continue;
+    if (IsWait(fc) != sync_only) continue;
+    PeerComparison s = Compare(row.self, i, row.ref_self);
+    PeerComparison v = Compare(row.v, i, row.ref_v);
+    if (s.excess <= 0 && !v.high) continue;
+    all.push_back({&row, s.excess, v.excess, v.high});
+    max_self = std::max(max_self, s.excess);
+  }
+  // Wrappers grow with what they contain; exclusive time names the function that really grew.
+  std::vector<Culprit> culprits;
+  for (const auto& c : all)
+    if (max_self > 0 && c.self_excess >= 0.1 * max_self &&
+        (c.outlier || c.self_excess >= 0.25 * max_self))
+      culprits.push_back(c);
+  std::sort(culprits.begin(), culprits.end(),
+            [](const Culprit& a, const Culprit& b) { return a.self_excess > b.self_excess; });
+  if (culprits.empty()) {
+    for (const auto& c : all)
+      if (c.outlier) culprits.push_back(c);
+    std::sort(culprits.begin(), culprits.end(),
+              [](const Culprit& a, const Culprit& b) { return a.incl_excess > b.incl_excess; });
+  }
+  if (culprits.size() > 5) culprits.resize(5);
+  if (culprits.empty()) return false;
+
+  std::map<FunctionClass, double> by_class;
+  for (const auto& c : culprits)
+    by_class[c.row->proto->fclass] += std::max(c.self_excess, 0.0) + 1e-9;
+  FunctionClass dominant = culprits[0].row->proto->fclass;
+  double best = -1;
+  for (auto [fc, x] : by_class)
+    if (x > best) best = x, dominant = fc;
+
+  Finding f;
+  f.category = CategoryOf(dominant);
+  double impact = std::max({mb.excess, 0.0});
+  if (sync_only) {
+    for (const auto& c : culprits) impact += std::max(c.self_excess, 0.0);
+  }
+  impact = std::max(impact, culprits[0].self_excess);
+  if (impact < MinImpactUs(iter_us_, o_)) return false;
+  f.impact_ms = impact / 1000.0;
+
+  const Culprit& top = culprits[0];
+  const FunctionPattern* tf = top.row->f[i] ? top.row->f[i] : top.row->proto;
+  double top_v = top.row->v[i];
+  double top_ref = Compare(top.row->v, i, top.row->ref_v).reference;
+  double calls = top.row->calls[i];
+  double calls_ref = Compare(top.row->calls, i, top.row->ref_calls).reference;
+  double peers_wait = PeersMedian(coll_, i) - coll_[i];
+
+  // Cause: the same functions uniformly slower with equal call counts point at the device or
+  // the host (slow GPU, throttling, CPU contention); extra calls point at the program.
+  std::string reasoning;
+  if (f.category == "straggler" || f.category == "memcpy") {
+    std::vector<std::string> extra;
+    for (const auto& c : culprits) {
+      double cr = Compare(c.row->calls, i, c.row->ref_calls).reference;
+      if (c.row->calls[i] > cr * 1.1 + 0.5)
+        extra.push_back(
+            fmt::format("{} {:.1f} vs {:.1f} calls/iter", c.row->proto->name, c.row->calls[i], cr));
+    }
+    int sig = 0, slower = 0;
+    std::vector<double> ratios;
+    for (const Row& row : rows_) {
+      if (IsWait(row.proto->fclass) || !row.f[i]) continue;
+      PeerComparison s = Compare(row.self, i, row.ref_self);
+      if (s.reference < 0.01 * iter_us_ || s.reference <= 0) continue;
+      ++sig;
+      double ratio = row.self[i] / s.reference;
+      if (ratio >= 1.1) ++slower, ratios.push_back(ratio);
+    }
+    if (!extra.empty()) {
+      f.cause = Cause::kSoftware;
+      reasoning =
+          fmt::format("rank {} makes more calls than its peers ({}): extra work in the program",
+                      r.rank, fmt::join(extra, "; "));
+    } else if (sig >= 2 && slower >= 2 && slower * 2 >= sig) {
+      f.cause = Cause::kHardware;
+      f.evidence["uniform_slowdown_ratio"] = Median(ratios);
+      reasoning = fmt::format(
+          "{} of {} significant functions are slower by a median x{:.2f} with equal call counts: "
+          "the device or host is slower (throttling, a weak GPU, CPU contention)",
+          slower, sig, Median(ratios));
+    } else {
+      f.cause = Cause::kSoftware;
+      reasoning = fmt::format(
+          "only {} is slower, with equal call counts: different input sizes or a different code "
+          "path on this rank",
+          tf->name);
+    }
+    f.evidence["functions_slower"] = slower;
+    f.evidence["functions_significant"] = sig;
+  } else {
+    f.cause = Cause::kSoftware;
+    reasoning = fmt::format("the extra time is in {} functions on rank {}",
+                            pattern::FunctionClassName(dominant), r.rank);
+  }
+  if (peers_wait > 0)
+    reasoning +=
+        fmt::format("; its peers wait {} longer in collectives, as expected when one rank is late",
+                    Ms(peers_wait));
+  f.evidence_text["reasoning"] = reasoning;
+
+  for (const auto& c : culprits) {
+    const FunctionPattern* fp = c.row->f[i] ? c.row->f[i] : c.row->proto;
+    f.functions.push_back(MakeFunctionRef(*fp));
+  }
+  f.evidence["rank_ms"] = top_v / 1000.0;
+  f.evidence["peers_ms"] = top_ref / 1000.0;
+  if (top_ref > 0) f.evidence["ratio"] = top_v / top_ref;
+  f.evidence["calls_per_iter"] = calls;
+  f.evidence["peers_calls_per_iter"] = calls_ref;
+  f.evidence["excess_self_ms"] = top.self_excess / 1000.0;
+  f.evidence["peers_extra_collective_wait_ms"] = std::max(peers_wait, 0.0) / 1000.0;
+  f.evidence["own_work_ms"] = own_cpu_[i] / 1000.0;
+  f.evidence["peers_own_work_ms"] = mb.own_cpu.reference / 1000.0;
+  if (own_gpu_[i] > 0) {
+    f.evidence["own_gpu_work_ms"] = own_gpu_[i] / 1000.0;
+    f.evidence["peers_own_gpu_work_ms"] = mb.own_gpu.reference / 1000.0;
+  }
+  FillCommon(i, &f);
+  f.summary = fmt::format("{}: {} takes {}/iter vs {} on {}; the job loses {}/iter ({})",
+                          Phrase(f.category, r.rank), tf->name, Ms(top_v), Ms(top_ref),
+                          PeersPhrase(), Ms(impact), Percent(f.impact_fraction));
+  f.suggestion = Suggestion(f.category, f.cause, r.rank, tf->name);
+  out->push_back(std::move(f));
+  return true;
+}
+
+// A rank whose collectives are much shorter than its peers' while none of its profiled
+// functions is slower: it arrives late, doing work the profiler does not see.
+bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) const {
+  const Member& mb = m_[i];
+  if (n() < 3 || !mb.coll.low || mb.low_coll.empty()) return false;
+  double wait = -mb.coll.excess;
+  if (wait < MinImpactUs(iter_us_, o_)) return false;
+  Finding f;
+  f.category = "straggler";
+  f.cause = Cause::kUnknown;
+  f.impact_ms = wait / 1000.0;
+  std::vector<Outlier> lows = mb.low_coll;
+  std::sort(lows.begin(), lows.end(),
+            [](const Outlier& a, const Outlier& b) { return a.cmp.excess < b.cmp.excess; });
+  for (size_t k = 0; k < lows.size() && k < 3; ++k) {
+    const Row* row = lows[k].row;
+    f.functions.push_back(MakeFunctionRef(row->f[i] ? *row->f[i] : *row->proto));
+  }
+  f.evidence["rank_collective_ms"] = coll_[i] / 1000.0;
+  f.evidence["peers_collective_ms"] = mb.coll.reference / 1000.0;
+  f.evidence["peers_extra_collective_wait_ms"] = wait / 1000.0;
+  f.evidence_text["reasoning"] =
+      "its peers wait for it in collectives while it waits for nobody, but none of its profiled "
+      "functions is slower: the extra time is outside profiled code (Python, GC, I/O, sleeps)";
+  FillCommon(i, &f);
+  f.summary = fmt::format(
+      "rank {} is late to collectives: its peers wait {}/iter longer in {} while no profiled "
+      "function on rank {} is slower; the job loses {}/iter ({})",
+      m_[i].r->rank, Ms(wait), lows[0].row->proto->name, m_[i].r->rank, Ms(wait),
+      Percent(f.impact_fraction));
+  f.suggestion = fmt::format(
+      "Profile rank {} with Python stacks (with_stack=True) or py-spy to see the work the "
+      "trace does not show (logging, checkpointing, garbage collection, I/O).",
+      m_[i].r->rank);
+  out->push_back(std::move(f));
+  return true;
+}
+
+// A rank whose collectives are slower than its peers' while nobody is late: its link is slow.
+bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) const {
+  const Member& mb = m_[i];
+  if (n() < 3 || (!mb.coll.high && mb.high_coll.empty())) return false;
+  double excess = mb.coll.high ? mb.coll.excess : 0;
+  for (const auto& x : mb.high_coll) excess = std::max(excess, x.cmp.excess);
+  if (excess < MinImpactUs(iter_us_, o_)) return false;
+  std::vector<Outlier> highs = mb.high_coll;
+  std::sort(highs.begin(), highs.end(),
+            [](const Outlier& a, const Outlier& b) { return a.cmp.excess > b.cmp.excess; });
+  Finding f;
+  f.category = "communication";
+  f.cause = Cause::kHardware;
+  f.impact_ms = excess / 1000.0;
+  for (size_t k = 0; k < highs.size() && k < 3; ++k) {
+    const Row* row = highs[k].row;
+    f.functions.push_back(MakeFunctionRef(row->f[i] ? *row->f[i] : *row->proto));
+  }
+  std::string fn = "its collectives";
+  std::string bw;
+  if (!highs.empty()) {
+    const Row* row = highs[0].row;
+    const FunctionPattern* fp = row->f[i] ? row->f[i] : row->proto;
+    fn = fp->name;
+    f.evidence["rank_ms"] = row->v[i] / 1000.0;
+    f.evidence["peers_ms"] = highs[0].cmp.reference / 1000.0;
+    if (highs[0].cmp.reference > 0) f.evidence["ratio"] = row->v[i] / highs[0].cmp.reference;
+    std::vector<double> peer_bw;
+    for (size_t k = 0; k < n(); ++k)
+      if (k != i && row->f[k]) peer_bw.push_back(row->f[k]->coll.busbw_gbps);
+    if (row->f[i] && fp->coll.msg_bytes > 0) {
+      f.evidence["busbw_gbps"] = fp->coll.busbw_gbps;
+      f.evidence["peers_busbw_gbps"] = Median(peer_bw);
+      f.evidence["msg_bytes"] = fp->coll.msg_bytes;
+      bw = fmt::format(" (bus bandwidth {:.1f} vs {:.1f} GB/s)", fp->coll.busbw_gbps,
+                       Median(peer_bw));
+    }
+  }
+  f.evidence["rank_collective_ms"] = coll_[i] / 1000.0;
+  f.evidence["peers_collective_ms"] = mb.coll.reference / 1000.0;
+  f.evidence_text["reasoning"] =
+      "its collectives are slower than its peers' while no rank does more own work, so it is "
+      "not waiting for a late rank: its link or NIC is slow";
+  FillCommon(i, &f);
+  f.summary = fmt::format(
+      "rank {}'s communication is slow: {} takes {}/iter vs {} on its peers{} while no rank is "
+      "late; the job loses {}/iter ({})",
+      m_[i].r->rank, fn, Ms(f.evidence["rank_ms"] * 1000), Ms(f.evidence["peers_ms"] * 1000), bw,
+      Ms(excess), Percent(f.impact_fraction));
+  f.suggestion = fmt::format(
+      "Check rank {}'s network path: NIC and link speed and errors (ibstat, ethtool), NVLink "
+      "status (nvidia-smi nvlink -s), NCCL_DEBUG=INFO for the transport chosen; a capped link "
+      "shows as low bandwidth with little variation.",
+      m_[i].r->rank);
+  out->push_back(std::move(f));
+  return true;
+}
+
+void GroupAnalysis::Run(std::vector<Finding>* out) {
+  if (n() < 2) return;
+  bool any = false;
+  for (size_t i : Candidates()) any |= StragglerFinding(i, out);
+  if (any) return;  // collective outliers are the waiting this straggler causes
+  for (size_t i = 0; i < n(); ++i) any |= LateArrivalFinding(i, out);
+  if (any) return;
+  for (size_t i = 0; i < n(); ++i) CommunicationFinding(i, out);
+}
+
+// Several ranks of one host with the same problem are one node-level finding.
+void MergeByHost(std::vector<Finding>* findings) {
+  std::map<std::tuple<std::string, std::string, int>, std::vector<size_t>> by;
+  for (size_t k = 0; k < findings->size(); ++k) {
+    const Finding& f = (*findings)[k];
+    if (f.finding_class != FindingClass::kSubset || f.hosts.size() != 1) continue;
+    by[{f.hosts[0], f.category, static_cast<int>(f.cause)}].push_back(k);
+  }
+  std::vector<bool> drop(findings->size(), false);
+  for (auto& [key, idx] : by) {
+    if (idx.size() < 2) continue;
+    Finding& first = (*findings)[idx[0]];
+    std::set<std::string> names;
+    for (const auto& fn : first.functions) names.insert(fn.name + "\x1f" + fn.kind);
+    for (size_t k = 1; k < idx.size(); ++k) {
+      Finding& other = (*findings)[idx[k]];
+      first.ranks.insert(first.ranks.end(), other.ranks.begin(), other.ranks.end());
+      for (auto& fn : other.functions)
+        if (names.insert(fn.name + "\x1f" + fn.kind).second && first.functions.size() < 5)
+          first.functions.push_back(fn);
+      if (other.impact_ms > first.impact_ms) {
+        first.impact_ms = other.impact_ms;
+        first.impact_fraction = other.impact_fraction;
+      }
+      drop[idx[k]] = true;
+    }
+    std::sort(first.ranks.begin(), first.ranks.end());
+    first.evidence_text["node"] = fmt::format("ranks {} on host {} show the same problem",
+                                              RankList(first.ranks), first.hosts[0]);
+    first.summary = fmt::format("ranks {} on host {}: {}", RankList(first.ranks), first.hosts[0],
+                                first.summary);
+  }
+  std::vector<Finding> kept;
+  for (size_t k = 0; k < findings->size(); ++k)
+    if (!drop[k]) kept.push_back(std::move((*findings)[k]));
+  *findings = std::move(kept);
+}
+
+}  // namespace
+
+void FindSubsetProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
+                        const DiagnoseOptions& o, std::vector<Finding>* out) {
+  std::vector<Finding> found;
+  for (auto& members : PeerGroups(ranks)) {
+    GroupAnalysis g(ranks, std::move(members), job, o);
+    g.Run(&found);
+  }
+  // Only a job that spans hosts has node-level problems; on one host a merge would hide ranks.
+  std::set<std::string> hosts;
+  for (const auto& r : ranks) hosts.insert(r.host);
+  if (hosts.size() >= 2) MergeByHost(&found);
+  for (auto& f : found) out->push_back(std::move(f));
+}
+
+}  // namespace perftracker::diagnose::internal
