@@ -79,7 +79,10 @@ struct RankSummary {
   std::string iteration_source;    // "ProfilerStep", "optimizer", "window"
   bool whole_window = false;       // no markers: the window is one iteration (flagged)
   std::vector<double> iteration_ms;
+  std::vector<int64_t> iteration_steps;  // N of each ProfilerStep#N; empty for other sources
   double window_ms = 0;
+  uint64_t events_outside_iterations = 0;  // CPU events left out of per-iteration stats
+  int64_t main_tid = -1;                   // the thread main_thread refers to
 
   // Per-iteration means, microseconds.
   double gpu_busy_us = 0;

@@ -1,0 +1,231 @@
+#include "pattern/names.h"
+
+#include <cctype>
+
+#include "pattern/summarizer.h"
+
+namespace perftracker::pattern {
+namespace {
+
+using trace::EventKind;
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
+bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool Contains(std::string_view s, std::string_view p) { return s.find(p) != s.npos; }
+
+// Lowercase with '_' and ' ' dropped, so "all_reduce", "allreduce", "AllReduce" compare equal.
+std::string Squash(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    if (c == '_' || c == ' ' || c == '-') continue;
+    out.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  }
+  return out;
+}
+
+std::string OpFromSquashed(std::string_view s) {
+  // Longer / more specific prefixes first: "reduce" is a prefix of "reducescatter".
+  static constexpr std::pair<std::string_view, std::string_view> kOps[] = {
+      {"allreduce", "all_reduce"},
+      {"allgather", "all_gather"},
+      {"reducescatter", "reduce_scatter"},
+      {"alltoall", "all_to_all"},
+      {"broadcast", "broadcast"},
+      {"sendrecv", "send_recv"},
+      {"barrier", "barrier"},
+      {"gather", "gather"},
+      {"scatter", "scatter"},
+      {"reduce", "reduce"},
+      {"send", "send"},
+      {"recv", "recv"},
+  };
+  for (const auto& [prefix, op] : kOps) {
+    if (StartsWith(s, prefix)) return std::string(op);
+  }
+  return "";
+}
+
+}  // namespace
+
+bool IsGpuEventKind(EventKind kind) {
+  return kind == EventKind::kKernel || kind == EventKind::kMemcpy || kind == EventKind::kMemset ||
+         kind == EventKind::kGpuUserAnnotation;
+}
+
+const char* KindTag(EventKind kind) {
+  switch (kind) {
+    case EventKind::kCpuOp:
+      return "cpu_op";
+    case EventKind::kUserAnnotation:
+      return "user_annotation";
+    case EventKind::kGpuUserAnnotation:
+      return "gpu_user_annotation";
+    case EventKind::kPythonFunction:
+      return "python_function";
+    case EventKind::kCudaRuntime:
+      return "cuda_runtime";
+    case EventKind::kCudaDriver:
+      return "cuda_driver";
+    case EventKind::kCudaSync:
+      return "cuda_sync";
+    case EventKind::kKernel:
+      return "kernel";
+    case EventKind::kMemcpy:
+      return "gpu_memcpy";
+    case EventKind::kMemset:
+      return "gpu_memset";
+    case EventKind::kOther:
+      return "other";
+  }
+  return "other";
+}
+
+void NormalizeNameInto(std::string_view name, EventKind kind, std::string* out) {
+  out->clear();
+  const bool kernel = kind == EventKind::kKernel;
+  size_t i = 0;
+  while (i < name.size()) {
+    const char c = name[i];
+    if (kernel && c == '<') {
+      // Collapse a balanced template argument list; an unbalanced '<' is kept as is.
+      int depth = 0;
+      size_t j = i;
+      for (; j < name.size(); ++j) {
+        if (name[j] == '<') ++depth;
+        if (name[j] == '>' && --depth == 0) break;
+      }
+      if (j < name.size()) {
+        out->append("<>");
+        i = j + 1;
+        continue;
+      }
+    }
+    if (c == '0' && i + 2 < name.size() && (name[i + 1] == 'x' || name[i + 1] == 'X') &&
+        IsHex(name[i + 2]) && (i == 0 || !IsAlpha(name[i - 1]))) {
+      size_t j = i + 2;
+      while (j < name.size() && IsHex(name[j])) ++j;
+      out->append("0x");
+      i = j;
+      continue;
+    }
+    if (IsDigit(c)) {
+      size_t j = i;
+      while (j < name.size() && IsDigit(name[j])) ++j;
+      // Kernel names embed tile sizes and arch tags glued to letters (s1688gemm): part of the
+      // identity, not a counter, so those runs stay.
+      const bool glued =
+          kernel && ((i > 0 && IsAlpha(name[i - 1])) || (j < name.size() && IsAlpha(name[j])));
+      if (j - i >= 4 && !glued) {
+        out->push_back('N');
+      } else {
+        out->append(name.substr(i, j - i));
+      }
+      i = j;
+      continue;
+    }
+    out->push_back(c);
+    ++i;
+  }
+}
+
+std::string NormalizeName(std::string_view name, EventKind kind) {
+  std::string out;
+  NormalizeNameInto(name, kind, &out);
+  return out;
+}
+
+FunctionClass ClassifyFunction(EventKind kind, std::string_view name) {
+  switch (kind) {
+    case EventKind::kKernel:
+      return StartsWith(name, "nccl") ? FunctionClass::kCollective : FunctionClass::kCompute;
+    case EventKind::kMemcpy:
+    case EventKind::kMemset:
+      return FunctionClass::kMemcpy;
+    case EventKind::kCudaSync:
+      return FunctionClass::kSync;
+    case EventKind::kOther:
+      return FunctionClass::kOther;
+    default:
+      break;
+  }
+  if (kind == EventKind::kCudaRuntime || kind == EventKind::kCudaDriver) {
+    if (name == "cudaDeviceSynchronize" || name == "cudaStreamSynchronize" ||
+        name == "cudaEventSynchronize" || name == "cuCtxSynchronize" ||
+        name == "cuStreamSynchronize" || name == "cuEventSynchronize") {
+      return FunctionClass::kSync;
+    }
+    if (StartsWith(name, "cudaMemcpy") || StartsWith(name, "cudaMemset") ||
+        StartsWith(name, "cuMemcpy") || StartsWith(name, "cuMemset")) {
+      return FunctionClass::kMemcpy;
+    }
+    return FunctionClass::kLaunch;
+  }
+  // CPU side: cpu_op, user annotations (gpu ones too), python functions.
+  if (name == "record_param_comms") return FunctionClass::kCollective;
+  if (StartsWith(name, "gloo:") || StartsWith(name, "nccl:")) return FunctionClass::kCollective;
+  if (StartsWith(name, "c10d::") && !CollectiveOp(name.substr(6)).empty()) {
+    return FunctionClass::kCollective;
+  }
+  if (StartsWith(name, "enumerate(DataLoader)") || Contains(name, "DataLoader") ||
+      (Contains(name, "dataloader") &&
+       (Contains(name, "_next_data") || Contains(name, "__next__")))) {
+    return FunctionClass::kDataLoader;
+  }
+  if (StartsWith(name, "Optimizer.step#") || StartsWith(name, "Optimizer.zero_grad#")) {
+    return FunctionClass::kOptimizer;
+  }
+  if (Contains(name, "gc.collect") || Contains(name, "<gc>") || Contains(name, "gc_collect")) {
+    return FunctionClass::kGc;
+  }
+  if (name == "aten::item" || name == "aten::_local_scalar_dense") return FunctionClass::kSync;
+  switch (kind) {
+    case EventKind::kPythonFunction:
+      return FunctionClass::kPython;
+    case EventKind::kUserAnnotation:
+    case EventKind::kGpuUserAnnotation:
+      return FunctionClass::kAnnotation;
+    default:
+      return FunctionClass::kCompute;
+  }
+}
+
+std::string CollectiveOp(std::string_view name) {
+  if (StartsWith(name, "ncclDevKernel_") || StartsWith(name, "ncclKernel_")) {
+    name.remove_prefix(name.find('_') + 1);
+    return OpFromSquashed(Squash(name.substr(0, name.find('_'))));
+  }
+  for (std::string_view p : {"gloo:", "nccl:", "c10d::"}) {
+    if (StartsWith(name, p)) {
+      name.remove_prefix(p.size());
+      break;
+    }
+  }
+  return OpFromSquashed(Squash(name));
+}
+
+int DtypeBytes(std::string_view d) {
+  static constexpr std::pair<std::string_view, int> kSizes[] = {
+      {"Float", 4},          {"float", 4},         {"Half", 2},        {"BFloat16", 2},
+      {"Double", 8},         {"Long", 8},          {"Int", 4},         {"Short", 2},
+      {"Byte", 1},           {"Char", 1},          {"Bool", 1},        {"ComplexFloat", 8},
+      {"ComplexDouble", 16}, {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}, {"UInt32", 4},
+      {"UInt64", 8},         {"UInt16", 2}};
+  for (const auto& [n, s] : kSizes) {
+    if (d == n) return s;
+  }
+  return 0;
+}
+
+double BusFactor(std::string_view op, int n) {
+  if (n <= 0) return 1.0;  // group size unknown: report algbw
+  const double nn = n;
+  if (op == "all_reduce") return 2 * (nn - 1) / nn;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return (nn - 1) / nn;
+  return 1.0;
+}
+
+}  // namespace perftracker::pattern

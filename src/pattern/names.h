@@ -1,0 +1,37 @@
+// Name rules of the pattern layer: what role a function plays, which collective a name means,
+// and the nccl-tests bus-bandwidth factors. (NormalizeName is declared in summarizer.h.)
+#ifndef PERFTRACKER_PATTERN_NAMES_H_
+#define PERFTRACKER_PATTERN_NAMES_H_
+
+#include <string>
+#include <string_view>
+
+#include "pattern/pattern.h"
+#include "trace/event.h"
+
+namespace perftracker::pattern {
+
+// Normalizes into *out (reusing its capacity), so the hot path does not allocate.
+void NormalizeNameInto(std::string_view name, trace::EventKind kind, std::string* out);
+
+FunctionClass ClassifyFunction(trace::EventKind kind, std::string_view name);
+
+// Canonical collective op ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+// "broadcast", "reduce", "send", "recv", "send_recv", "barrier", "gather", "scatter") from a
+// "Collective name" arg or an event name (ncclDevKernel_AllReduce_..., gloo:all_reduce,
+// c10d::allreduce_, nccl:_all_gather_base); "" if none is recognised.
+std::string CollectiveOp(std::string_view name);
+
+// Bytes per element of a Kineto dtype ("Float", "BFloat16", ...); 0 if unknown.
+int DtypeBytes(std::string_view dtype);
+
+// nccl-tests bus bandwidth factor for an op in a group of n ranks.
+double BusFactor(std::string_view op, int n);
+
+// Kinds the pattern layer treats as GPU-side (kernel, memcpy, memset, gpu annotation).
+bool IsGpuEventKind(trace::EventKind kind);
+const char* KindTag(trace::EventKind kind);  // stable short name, used in keys
+
+}  // namespace perftracker::pattern
+
+#endif  // PERFTRACKER_PATTERN_NAMES_H_

@@ -1,0 +1,731 @@
+// Design notes.
+//
+// Iterations are fixed in OnBegin from the reader's pre-scanned markers, so every CPU event is
+// assigned to an iteration as it arrives (binary search over the sorted spans). Per-call
+// statistics (count, Welford mean/variance, log histogram, per-iteration time) are folded in
+// immediately: they cost O(functions x iterations) memory.
+//
+// Exclusive (self) time and the top-level flag need each thread's events in nesting order, and
+// Kineto files are far from sorted per thread (measured on the shared traces: a 4096-event
+// reorder buffer still leaves a quarter of the events late). So each CPU event also leaves a
+// 24-byte record (ts, dur, function) in its thread's list, and Finish sorts each list and runs
+// a stack over it. This is the one per-event cost on the CPU side, and it is released as soon
+// as the thread is processed.
+//
+// GPU events are kept as 24-byte records (ts, dur, function, correlation) because the busy /
+// idle / overlap breakdown needs their intervals anyway. They are assigned to the iteration of
+// their launch: every cuda_runtime / cuda_driver event widens its iteration's correlation-id
+// range, and at Finish a GPU event's correlation id is looked up in those ranges (CUPTI hands
+// out increasing ids, so the ranges are ordered). Without a match the GPU event's own start
+// time decides.
+//
+// python_function identity includes the call stack, which is only known once every ancestor has
+// been seen, so Python calls are stored (id -> name, parent) and resolved at Finish.
+#include "pattern/summarizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "pattern/histogram.h"
+#include "pattern/intervals.h"
+#include "pattern/names.h"
+
+namespace perftracker::pattern {
+namespace {
+
+using trace::Event;
+using trace::EventKind;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr uint32_t kPyTag = 0x80000000u;
+constexpr int64_t kNoTid = std::numeric_limits<int64_t>::min();
+constexpr int kMaxStackDepth = 256;
+
+// Strings live in a deque (stable addresses), so the map can key on views of them and lookups
+// by an event's string_view never build a std::string.
+class Interner {
+ public:
+  Interner() { Intern(""); }
+  uint32_t Intern(std::string_view s) {
+    auto it = map_.find(s);
+    if (it != map_.end()) return it->second;
+    strings_.emplace_back(s);
+    const auto id = static_cast<uint32_t>(strings_.size() - 1);
+    map_.emplace(strings_.back(), id);
+    return id;
+  }
+  const std::string& Get(uint32_t id) const { return strings_[id]; }
+  size_t size() const { return strings_.size(); }
+
+ private:
+  std::deque<std::string> strings_;
+  std::unordered_map<std::string_view, uint32_t> map_;
+};
+
+struct FnAcc {
+  uint32_t name_id = 0;
+  uint32_t stack_id = 0;
+  EventKind kind = EventKind::kCpuOp;
+  FunctionClass fclass = FunctionClass::kOther;
+  int32_t device = -1;
+  int32_t stream = -1;
+
+  uint64_t count = 0;
+  uint64_t top_count = 0;
+  uint64_t calls_in_iters = 0;
+  double total = 0, min = kInf, max = 0;
+  double mean = 0, m2 = 0;  // Welford
+  double self_in_iters = 0;
+  LogHistogram hist;
+  std::vector<double> iter_us;
+  std::vector<std::pair<int64_t, double>> thread_us;  // usually one or two threads
+
+  // Collective arguments, averaged over the calls that carried them.
+  double coll_bytes = 0;
+  uint64_t coll_bytes_n = 0;
+  int32_t group_size = -1;
+  uint32_t group_id = 0;
+  uint32_t dtype_id = 0;
+  uint32_t op_id = 0;
+};
+
+struct CollArgs {
+  double bytes = -1;
+  int32_t group_size = -1;
+  uint32_t group_id = 0;
+  uint32_t dtype_id = 0;
+  uint32_t op_id = 0;
+};
+
+struct CpuRec {
+  double ts;
+  double dur;
+  uint32_t ref;  // function index, or kPyTag | python call index
+};
+
+struct ThreadState {
+  int64_t tid = 0;
+  std::vector<CpuRec> recs;
+  double top_us = 0;          // top-level CPU time: picks the main thread
+  std::vector<Interval> top;  // merged top-level CPU intervals
+};
+
+struct PyCall {
+  double ts;
+  double dur;
+  int64_t parent;
+  int64_t tid;
+  uint32_t name_id;
+  int32_t iter;
+  double self_us;
+  bool top;
+};
+
+struct GpuRec {
+  double ts;
+  int64_t corr;
+  float dur;
+  uint32_t fn;
+};
+
+bool IsStepMarker(std::string_view name) { return name.substr(0, 13) == "ProfilerStep#"; }
+
+// CPU activity that keeps the GPU waiting when it runs alone (runtime calls are excluded: a
+// launch or sync is the CPU talking to the GPU, not CPU work).
+bool IsCpuWorkKind(EventKind k) {
+  return k == EventKind::kCpuOp || k == EventKind::kUserAnnotation ||
+         k == EventKind::kPythonFunction;
+}
+
+}  // namespace
+
+struct Summarizer::Impl {
+  trace::TraceMeta meta;
+  trace::ReadStats stats;
+  bool finished = false;
+
+  Interner names;
+  Interner stacks;
+  Interner misc;  // dtypes, groups, collective ops
+  Interner raw_call_stacks;
+  std::vector<uint32_t> raw_call_stack_to_stack;
+  std::string norm_buf;
+
+  std::unordered_map<uint64_t, uint32_t> fn_index;
+  std::vector<FnAcc> fns;
+
+  // Iterations: [it_start, it_end) sorted. In optimizer mode the first start is -inf until
+  // Finish, when the first event's time is known; in window mode both ends are open.
+  std::string iteration_source;
+  bool whole_window = false;
+  std::vector<double> it_start, it_end;
+  std::vector<int64_t> it_step;
+  int64_t step_tid = kNoTid;
+  std::vector<int64_t> corr_min, corr_max;
+
+  std::unordered_map<int64_t, uint32_t> thread_index;
+  std::vector<ThreadState> threads;
+  int64_t last_tid = kNoTid;
+  uint32_t last_thread = 0;
+
+  std::vector<PyCall> py;
+  std::unordered_map<int64_t, uint32_t> py_index;
+
+  std::vector<GpuRec> gpu;
+  std::vector<std::pair<uint32_t, int64_t>> coll_kernel_ext;  // NCCL kernel fn -> External id
+  std::unordered_map<int64_t, CollArgs> coll_by_ext;
+
+  bool has_gpu = false;
+  double first_ts = kInf;
+  double last_end = -kInf;
+  uint64_t outside = 0;
+
+  size_t NumIters() const { return it_start.size(); }
+
+  void SetIterations(const std::vector<trace::Span>& spans, bool optimizer) {
+    // Markers on several threads (e.g. nested profilers): keep the thread with most of them.
+    std::unordered_map<int64_t, int> per_tid;
+    for (const auto& s : spans) ++per_tid[s.tid];
+    int64_t best = spans.front().tid;
+    for (const auto& s : spans) {
+      if (per_tid[s.tid] > per_tid[best]) best = s.tid;
+    }
+    std::vector<trace::Span> v;
+    for (const auto& s : spans) {
+      if (s.tid == best && std::isfinite(s.ts_us) && s.dur_us >= 0) v.push_back(s);
+    }
+    std::sort(v.begin(), v.end(),
+              [](const trace::Span& a, const trace::Span& b) { return a.ts_us < b.ts_us; });
+    step_tid = optimizer ? kNoTid : best;
+    double prev_end = -kInf;
+    for (const auto& s : v) {
+      const double end = s.ts_us + s.dur_us;
+      if (optimizer) {
+        if (end <= prev_end) continue;
+        it_start.push_back(prev_end);
+        it_end.push_back(end);
+        prev_end = end;
+      } else {
+        if (!it_start.empty() && s.ts_us < it_end.back()) continue;  // overlapping marker
+        it_start.push_back(s.ts_us);
+        it_end.push_back(end);
+        it_step.push_back(s.step);
+      }
+    }
+  }
+
+  void Begin(const trace::TraceMeta& m) {
+    meta = m;
+    if (!m.profiler_steps.empty()) {
+      iteration_source = "ProfilerStep";
+      SetIterations(m.profiler_steps, false);
+    } else if (!m.optimizer_steps.empty()) {
+      iteration_source = "optimizer";
+      SetIterations(m.optimizer_steps, true);
+    }
+    if (it_start.empty()) {
+      iteration_source = "window";
+      whole_window = true;
+      it_start.assign(1, -kInf);
+      it_end.assign(1, kInf);
+      it_step.clear();
+    }
+    corr_min.assign(NumIters(), std::numeric_limits<int64_t>::max());
+    corr_max.assign(NumIters(), std::numeric_limits<int64_t>::min());
+  }
+
+  int IterOf(double ts) const {
+    auto it = std::upper_bound(it_start.begin(), it_start.end(), ts);
+    if (it == it_start.begin()) return -1;
+    const auto i = static_cast<size_t>(it - it_start.begin() - 1);
+    return ts < it_end[i] ? static_cast<int>(i) : -1;
+  }
+
+  ThreadState& Thread(int64_t tid) {
+    if (tid == last_tid) return threads[last_thread];
+    auto [it, inserted] = thread_index.try_emplace(tid, static_cast<uint32_t>(threads.size()));
+    if (inserted) {
+      threads.emplace_back();
+      threads.back().tid = tid;
+    }
+    last_tid = tid;
+    last_thread = it->second;
+    return threads[last_thread];
+  }
+
+  uint32_t InternFn(EventKind kind, uint32_t name_id, uint32_t stack_id) {
+    const uint64_t key = static_cast<uint64_t>(kind) | (static_cast<uint64_t>(name_id) << 8) |
+                         (static_cast<uint64_t>(stack_id) << 36);
+    auto [it, inserted] = fn_index.try_emplace(key, static_cast<uint32_t>(fns.size()));
+    if (inserted) {
+      FnAcc& f = fns.emplace_back();
+      f.name_id = name_id;
+      f.stack_id = stack_id;
+      f.kind = kind;
+      f.fclass = ClassifyFunction(kind, names.Get(name_id));
+    }
+    return it->second;
+  }
+
+  uint32_t NameId(std::string_view name, EventKind kind) {
+    NormalizeNameInto(name, kind, &norm_buf);
+    return names.Intern(norm_buf);
+  }
+
+  // Legacy "Call stack": "file(line): fn;..." innermost first; stored outermost first.
+  uint32_t CallStackId(std::string_view raw) {
+    const uint32_t rid = raw_call_stacks.Intern(raw);
+    if (rid < raw_call_stack_to_stack.size()) return raw_call_stack_to_stack[rid];
+    std::vector<std::string_view> frames;
+    size_t pos = 0;
+    while (pos < raw.size()) {
+      size_t semi = raw.find(';', pos);
+      if (semi == raw.npos) semi = raw.size();
+      if (semi > pos) frames.push_back(raw.substr(pos, semi - pos));
+      pos = semi + 1;
+    }
+    std::string stack, frame;
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      NormalizeNameInto(*it, EventKind::kPythonFunction, &frame);
+      if (!stack.empty()) stack.push_back(';');
+      stack += frame;
+    }
+    raw_call_stack_to_stack.resize(rid + 1, 0);
+    raw_call_stack_to_stack[rid] = stacks.Intern(stack);
+    return raw_call_stack_to_stack[rid];
+  }
+
+  void AddCall(uint32_t fn, double dur, int iter, int64_t tid) {
+    FnAcc& f = fns[fn];
+    ++f.count;
+    f.total += dur;
+    f.min = std::min(f.min, dur);
+    f.max = std::max(f.max, dur);
+    const double delta = dur - f.mean;
+    f.mean += delta / static_cast<double>(f.count);
+    f.m2 += delta * (dur - f.mean);
+    f.hist.Add(dur);
+    if (iter >= 0) {
+      if (f.iter_us.empty()) f.iter_us.assign(NumIters(), 0.0);
+      f.iter_us[static_cast<size_t>(iter)] += dur;
+      ++f.calls_in_iters;
+    }
+    if (tid != kNoTid) {
+      auto it = std::find_if(f.thread_us.begin(), f.thread_us.end(),
+                             [tid](const auto& p) { return p.first == tid; });
+      if (it == f.thread_us.end()) {
+        f.thread_us.emplace_back(tid, dur);
+      } else {
+        it->second += dur;
+      }
+    }
+  }
+
+  CollArgs CollArgsOf(const Event& e) {
+    CollArgs a;
+    const int64_t nelems = std::max(e.in_msg_nelems, e.out_msg_nelems);
+    const int dsz = DtypeBytes(e.dtype);
+    // max(in, out) is the nccl-tests "size": the full buffer for all_gather / reduce_scatter,
+    // the one buffer for the others.
+    if (nelems >= 0 && dsz > 0) a.bytes = static_cast<double>(nelems) * dsz;
+    a.group_size = e.group_size;
+    a.group_id = misc.Intern(!e.pg_ranks.empty() ? e.pg_ranks : e.pg_name);
+    a.dtype_id = misc.Intern(e.dtype);
+    if (!e.collective_name.empty()) a.op_id = misc.Intern(CollectiveOp(e.collective_name));
+    return a;
+  }
+
+  void AddColl(uint32_t fn, const CollArgs& a) {
+    FnAcc& f = fns[fn];
+    if (a.bytes >= 0) {
+      f.coll_bytes += a.bytes;
+      ++f.coll_bytes_n;
+    }
+    if (a.group_size > 0) f.group_size = a.group_size;
+    if (a.group_id != 0) f.group_id = a.group_id;
+    if (a.dtype_id != 0) f.dtype_id = a.dtype_id;
+    if (a.op_id != 0 && !misc.Get(a.op_id).empty()) f.op_id = a.op_id;
+  }
+
+  static bool HasCollArgs(const Event& e) {
+    return !e.collective_name.empty() || e.in_msg_nelems >= 0 || e.out_msg_nelems >= 0;
+  }
+
+  void OnEvent(const Event& e) {
+    if (e.kind == EventKind::kOther) return;
+    if (!std::isfinite(e.ts_us) || !std::isfinite(e.dur_us) || e.dur_us < 0) return;
+    if (IsStepMarker(e.name)) return;  // iteration markers are not functions
+    first_ts = std::min(first_ts, e.ts_us);
+    last_end = std::max(last_end, e.ts_us + e.dur_us);
+
+    if (IsGpuEventKind(e.kind)) {
+      has_gpu = true;
+      const uint32_t fn = InternFn(e.kind, NameId(e.name, e.kind), 0);
+      FnAcc& f = fns[fn];
+      if (f.device < 0) f.device = e.device;
+      if (f.stream < 0) f.stream = e.stream;
+      gpu.push_back({e.ts_us, e.correlation, static_cast<float>(e.dur_us), fn});
+      if (f.fclass == FunctionClass::kCollective) {
+        if (HasCollArgs(e)) {
+          AddColl(fn, CollArgsOf(e));
+        } else if (e.external_id >= 0) {
+          coll_kernel_ext.emplace_back(fn, e.external_id);
+        }
+      }
+      return;
+    }
+
+    const int iter = IterOf(e.ts_us);
+    if (iter < 0) ++outside;
+    ThreadState& t = Thread(e.tid);
+    if (e.kind == EventKind::kPythonFunction && e.python_id >= 0 && py.size() < kPyTag) {
+      const auto idx = static_cast<uint32_t>(py.size());
+      py.push_back({e.ts_us, e.dur_us, e.python_parent_id, e.tid, NameId(e.name, e.kind), iter,
+                    e.dur_us, false});
+      py_index.try_emplace(e.python_id, idx);
+      t.recs.push_back({e.ts_us, e.dur_us, kPyTag | idx});
+      return;
+    }
+    const uint32_t stack = e.call_stack.empty() ? 0 : CallStackId(e.call_stack);
+    const uint32_t fn = InternFn(e.kind, NameId(e.name, e.kind), stack);
+    AddCall(fn, e.dur_us, iter, e.tid);
+    t.recs.push_back({e.ts_us, e.dur_us, fn});
+    if ((e.kind == EventKind::kCudaRuntime || e.kind == EventKind::kCudaDriver) &&
+        e.correlation >= 0 && iter >= 0) {
+      corr_min[static_cast<size_t>(iter)] =
+          std::min(corr_min[static_cast<size_t>(iter)], e.correlation);
+      corr_max[static_cast<size_t>(iter)] =
+          std::max(corr_max[static_cast<size_t>(iter)], e.correlation);
+    }
+    if (HasCollArgs(e)) {
+      const CollArgs a = CollArgsOf(e);
+      AddColl(fn, a);
+      if (e.external_id >= 0) coll_by_ext[e.external_id] = a;
+    }
+  }
+
+  // Sorts one thread's events into nesting order and walks them with a stack: exclusive time
+  // is the duration minus the (clipped) durations of direct children.
+  void ProcessThread(ThreadState& t) {
+    std::sort(t.recs.begin(), t.recs.end(), [](const CpuRec& a, const CpuRec& b) {
+      return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
+    });
+    struct Open {
+      double end;
+      double child;
+      uint32_t rec;
+    };
+    std::vector<Open> stack;
+    auto close = [&](const Open& o) {
+      const CpuRec& r = t.recs[o.rec];
+      const double self = std::max(0.0, r.dur - o.child);
+      const bool top = stack.empty();
+      EventKind kind;
+      if (r.ref & kPyTag) {
+        PyCall& p = py[r.ref & ~kPyTag];
+        p.self_us = self;
+        p.top = top;
+        kind = EventKind::kPythonFunction;
+      } else {
+        FnAcc& f = fns[r.ref];
+        if (IterOf(r.ts) >= 0) f.self_in_iters += self;
+        if (top) ++f.top_count;
+        kind = f.kind;
+      }
+      if (top && IsCpuWorkKind(kind)) {
+        t.top_us += r.dur;
+        t.top.push_back({r.ts, r.ts + r.dur});
+      }
+    };
+    for (uint32_t i = 0; i < t.recs.size(); ++i) {
+      const CpuRec& r = t.recs[i];
+      while (!stack.empty() && stack.back().end <= r.ts) {
+        Open o = stack.back();
+        stack.pop_back();
+        close(o);
+      }
+      double end = r.ts + r.dur;
+      if (!stack.empty()) {
+        end = std::min(end, stack.back().end);  // a child never outlives its parent
+        stack.back().child += end - r.ts;
+      }
+      stack.push_back({end, 0.0, i});
+    }
+    while (!stack.empty()) {
+      Open o = stack.back();
+      stack.pop_back();
+      close(o);
+    }
+    std::vector<CpuRec>().swap(t.recs);
+    MergeIntervals(&t.top);
+  }
+
+  // Stack id of the context a Python call creates for its children: its ancestors' names and
+  // its own, outermost first. Memoized per call; iterative so deep stacks do not recurse.
+  uint32_t ContextOf(uint32_t idx, std::vector<uint32_t>* memo) {
+    constexpr uint32_t kUnset = std::numeric_limits<uint32_t>::max();
+    std::vector<uint32_t> chain;
+    uint32_t cur = idx;
+    uint32_t base = 0;
+    while (true) {
+      if ((*memo)[cur] != kUnset) {
+        base = (*memo)[cur];
+        break;
+      }
+      chain.push_back(cur);
+      if (chain.size() > kMaxStackDepth) break;  // cycle or absurd depth: cut it
+      auto it = py_index.find(py[cur].parent);
+      if (py[cur].parent < 0 || it == py_index.end()) break;
+      cur = it->second;
+    }
+    std::string s;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      s = stacks.Get(base);
+      if (!s.empty()) s.push_back(';');
+      s += names.Get(py[*it].name_id);
+      base = stacks.Intern(s);
+      (*memo)[*it] = base;
+    }
+    return (*memo)[idx] != kUnset ? (*memo)[idx] : base;
+  }
+
+  void ResolvePython() {
+    std::vector<uint32_t> memo(py.size(), std::numeric_limits<uint32_t>::max());
+    for (uint32_t i = 0; i < py.size(); ++i) {
+      const PyCall& p = py[i];
+      uint32_t stack = 0;
+      auto it = py_index.find(p.parent);
+      if (p.parent >= 0 && it != py_index.end() && it->second != i) {
+        stack = ContextOf(it->second, &memo);
+      }
+      const uint32_t fn = InternFn(EventKind::kPythonFunction, p.name_id, stack);
+      AddCall(fn, p.dur, p.iter, p.tid);
+      FnAcc& f = fns[fn];
+      if (p.iter >= 0) f.self_in_iters += p.self_us;
+      if (p.top) ++f.top_count;
+    }
+    std::vector<PyCall>().swap(py);
+    py_index.clear();
+  }
+
+  int IterByCorr(int64_t c, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                 const std::vector<int>& range_iter) const {
+    if (c < 0 || ranges.empty()) return -1;
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), c,
+                               [](int64_t v, const auto& r) { return v < r.first; });
+    if (it == ranges.begin()) return -1;
+    --it;
+    return c <= it->second ? range_iter[static_cast<size_t>(it - ranges.begin())] : -1;
+  }
+
+  RankSummary Build() {
+    RankSummary s;
+    s.rank = meta.rank;
+    s.world_size = meta.world_size;
+    s.host = meta.host;
+    s.source = meta.path;
+    s.legacy_format = meta.legacy_format;
+    s.process_groups = meta.process_groups;
+    s.devices = meta.devices;
+    s.read_stats = stats;
+    s.iteration_source = iteration_source;
+    s.whole_window = whole_window;
+    s.iteration_steps = it_step;
+    s.events_outside_iterations = outside;
+    s.has_gpu = has_gpu;
+
+    const bool any = first_ts <= last_end;
+    if (any) s.window_ms = (last_end - first_ts) / 1000.0;
+    if (whole_window) {
+      it_start[0] = any ? first_ts : 0;
+      it_end[0] = any ? last_end : 0;
+    } else if (iteration_source == "optimizer") {
+      it_start[0] = std::min(any ? first_ts : it_end[0], it_end[0]);
+    }
+    const size_t n = NumIters();
+    double iter_total_us = 0;
+    for (size_t i = 0; i < n; ++i) {
+      s.iteration_ms.push_back((it_end[i] - it_start[i]) / 1000.0);
+      iter_total_us += it_end[i] - it_start[i];
+    }
+    const double mean_iter_us = n ? iter_total_us / static_cast<double>(n) : 0;
+
+    // CPU threads: self time, top-level flags, main thread.
+    for (ThreadState& t : threads) ProcessThread(t);
+    ResolvePython();
+    const ThreadState* main = nullptr;
+    for (const ThreadState& t : threads) {
+      if (step_tid != kNoTid && t.tid == step_tid && t.top_us > 0) {
+        main = &t;
+        break;
+      }
+      if (main == nullptr || t.top_us > main->top_us) main = &t;
+    }
+    if (main != nullptr) s.main_tid = main->tid;
+
+    // GPU: launch-linked iteration, then the busy / overlap breakdown by time.
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    std::vector<int> range_iter;
+    for (size_t i = 0; i < n; ++i) {
+      if (corr_min[i] <= corr_max[i]) {
+        ranges.emplace_back(corr_min[i], corr_max[i]);
+        range_iter.push_back(static_cast<int>(i));
+      }
+    }
+    const bool ordered = std::is_sorted(ranges.begin(), ranges.end());
+    struct DeviceLanes {
+      std::vector<Interval> busy, compute, comm, copy;
+    };
+    std::unordered_map<int32_t, DeviceLanes> lanes;
+    for (const GpuRec& g : gpu) {
+      int iter = ordered ? IterByCorr(g.corr, ranges, range_iter) : -1;
+      if (iter < 0) iter = IterOf(g.ts);
+      AddCall(g.fn, g.dur, iter, kNoTid);
+      FnAcc& f = fns[g.fn];
+      if (iter >= 0) f.self_in_iters += g.dur;
+      if (f.kind == EventKind::kGpuUserAnnotation) continue;
+      DeviceLanes& d = lanes[f.device];
+      const Interval iv{g.ts, g.ts + g.dur};
+      d.busy.push_back(iv);
+      if (f.fclass == FunctionClass::kCollective) {
+        d.comm.push_back(iv);
+      } else if (f.fclass == FunctionClass::kMemcpy) {
+        d.copy.push_back(iv);
+      } else {
+        d.compute.push_back(iv);
+      }
+    }
+    std::vector<GpuRec>().swap(gpu);
+    for (const auto& [fn, ext] : coll_kernel_ext) {
+      auto it = coll_by_ext.find(ext);
+      if (it != coll_by_ext.end()) AddColl(fn, it->second);
+    }
+
+    if (!lanes.empty() && n > 0) {
+      std::vector<Interval> all_busy;
+      double busy = 0, compute = 0, comm = 0, copy = 0, overlap = 0;
+      for (auto& [dev, d] : lanes) {
+        MergeIntervals(&d.busy);
+        MergeIntervals(&d.compute);
+        MergeIntervals(&d.comm);
+        MergeIntervals(&d.copy);
+        const std::vector<Interval> both = IntersectIntervals(d.comm, d.compute);
+        for (size_t i = 0; i < n; ++i) {
+          busy += CoveredIn(d.busy, it_start[i], it_end[i]);
+          compute += CoveredIn(d.compute, it_start[i], it_end[i]);
+          comm += CoveredIn(d.comm, it_start[i], it_end[i]);
+          copy += CoveredIn(d.copy, it_start[i], it_end[i]);
+          overlap += CoveredIn(both, it_start[i], it_end[i]);
+        }
+        all_busy.insert(all_busy.end(), d.busy.begin(), d.busy.end());
+      }
+      // Means over iterations and over the rank's devices.
+      const double div = static_cast<double>(n * lanes.size());
+      s.gpu_busy_us = busy / div;
+      s.gpu_idle_us = std::max(0.0, mean_iter_us - s.gpu_busy_us);
+      s.compute_us = compute / div;
+      s.comm_us = comm / div;
+      s.memcpy_us = copy / div;
+      s.comm_compute_overlap_us = overlap / div;
+      if (main != nullptr) {
+        MergeIntervals(&all_busy);
+        const std::vector<Interval> cpu_and_gpu = IntersectIntervals(main->top, all_busy);
+        double critical = 0;
+        for (size_t i = 0; i < n; ++i) {
+          critical += CoveredIn(main->top, it_start[i], it_end[i]) -
+                      CoveredIn(cpu_and_gpu, it_start[i], it_end[i]);
+        }
+        s.cpu_critical_us = std::max(0.0, critical / static_cast<double>(n));
+      }
+    }
+
+    const double dn = n ? static_cast<double>(n) : 1.0;
+    s.functions.reserve(fns.size());
+    for (const FnAcc& f : fns) {
+      if (f.count == 0) continue;
+      FunctionPattern& p = s.functions.emplace_back();
+      p.name = names.Get(f.name_id);
+      p.kind = f.kind;
+      p.fclass = f.fclass;
+      p.stack = stacks.Get(f.stack_id);
+      p.device = f.device;
+      p.stream = f.stream;
+      const bool gpu_side = IsGpuEventKind(f.kind);
+      if (!gpu_side && main != nullptr) {
+        for (const auto& [tid, us] : f.thread_us) {
+          if (tid == main->tid && 2 * us >= f.total) p.main_thread = true;
+        }
+      }
+      p.top_level = !gpu_side && 2 * f.top_count >= f.count;
+      p.count = f.count;
+      p.total_us = f.total;
+      p.mean_us = f.mean;
+      p.min_us = f.min;
+      p.max_us = f.max;
+      p.p50_us = f.hist.Quantile(0.50, f.min, f.max);
+      p.p99_us = f.hist.Quantile(0.99, f.min, f.max);
+      p.cv = f.mean > 0 ? std::sqrt(f.m2 / static_cast<double>(f.count)) / f.mean : 0;
+      p.calls_per_iter = static_cast<double>(f.calls_in_iters) / dn;
+      double in_iters = 0;
+      p.iter_us.assign(n, 0.0f);
+      for (size_t i = 0; i < f.iter_us.size(); ++i) {
+        in_iters += f.iter_us[i];
+        p.iter_us[i] = static_cast<float>(f.iter_us[i]);
+      }
+      p.per_iter_us = in_iters / dn;
+      p.share = mean_iter_us > 0 ? p.per_iter_us / mean_iter_us : 0;
+      p.self_per_iter_us = f.self_in_iters / dn;
+      if (f.fclass == FunctionClass::kCollective) {
+        CollectiveInfo& c = p.coll;
+        c.op = f.op_id != 0 ? misc.Get(f.op_id) : CollectiveOp(p.name);
+        c.msg_bytes = f.coll_bytes_n ? f.coll_bytes / static_cast<double>(f.coll_bytes_n) : 0;
+        c.dtype = misc.Get(f.dtype_id);
+        c.group_size = f.group_size;
+        c.group = misc.Get(f.group_id);
+        if (c.group_size <= 0 && meta.process_groups.size() == 1) {
+          c.group_size = meta.process_groups[0].size;
+        }
+        if (c.group_size <= 0 && meta.world_size > 0) c.group_size = meta.world_size;
+        if (c.group_size < 0) c.group_size = 0;
+        if (c.msg_bytes > 0 && p.mean_us > 0) {
+          c.algbw_gbps = c.msg_bytes / (p.mean_us * 1e3);  // bytes/us -> GB/s is 1e-3
+          c.busbw_gbps = c.algbw_gbps * BusFactor(c.op, c.group_size);
+        }
+      }
+    }
+    std::sort(s.functions.begin(), s.functions.end(),
+              [](const FunctionPattern& a, const FunctionPattern& b) {
+                if (a.per_iter_us != b.per_iter_us) return a.per_iter_us > b.per_iter_us;
+                if (a.total_us != b.total_us) return a.total_us > b.total_us;
+                return a.Key() < b.Key();
+              });
+    return s;
+  }
+};
+
+Summarizer::Summarizer() : impl_(std::make_unique<Impl>()) {}
+Summarizer::~Summarizer() = default;
+
+void Summarizer::OnBegin(const trace::TraceMeta& meta) { impl_->Begin(meta); }
+
+void Summarizer::OnEvent(const trace::Event& event) {
+  if (impl_->it_start.empty()) impl_->Begin(trace::TraceMeta{});  // no OnBegin: window mode
+  impl_->OnEvent(event);
+}
+
+void Summarizer::OnEnd(const trace::ReadStats& stats) { impl_->stats = stats; }
+
+RankSummary Summarizer::Finish() {
+  if (impl_->it_start.empty()) impl_->Begin(trace::TraceMeta{});
+  if (impl_->finished) return RankSummary{};
+  impl_->finished = true;
+  return impl_->Build();
+}
+
+}  // namespace perftracker::pattern

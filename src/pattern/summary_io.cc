@@ -1,0 +1,383 @@
+// Layout: "PTSUMMRY", u32 LE major version, then a string table (varint count, varint-length
+// strings) and the body. Integers are LEB128 varints (signed ones zigzag), doubles / floats are
+// raw little-endian IEEE. Every string in the body is an index into the table, so repeated
+// names, stacks and groups cost one varint. Readers ignore bytes after the body, which leaves
+// room for additions within a major version.
+#include "pattern/summary_io.h"
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <unordered_map>
+
+#include "pattern/names.h"
+
+namespace perftracker::pattern {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'T', 'S', 'U', 'M', 'M', 'R', 'Y'};
+constexpr size_t kHeaderSize = 12;
+
+class Writer {
+ public:
+  void U(uint64_t v) {
+    while (v >= 0x80) {
+      body_.push_back(static_cast<char>(v | 0x80));
+      v >>= 7;
+    }
+    body_.push_back(static_cast<char>(v));
+  }
+  void S(int64_t v) { U((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63)); }
+  void B(bool v) { U(v ? 1 : 0); }
+  void D(double v) { Raw(std::bit_cast<uint64_t>(v), 8); }
+  void F(float v) { Raw(std::bit_cast<uint32_t>(v), 4); }
+  void Str(const std::string& s) {
+    auto [it, inserted] = index_.try_emplace(s, static_cast<uint64_t>(table_.size()));
+    if (inserted) table_.push_back(&it->first);
+    U(it->second);
+  }
+
+  std::string Finish() {
+    std::string out(kMagic, sizeof(kMagic));
+    const uint32_t version = RankSummary::kVersion;
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((version >> (8 * i)) & 0xff));
+    std::string body = std::move(body_);
+    body_.clear();
+    U(table_.size());
+    for (const std::string* s : table_) {
+      U(s->size());
+      body_ += *s;
+    }
+    out += body_;
+    out += body;
+    return out;
+  }
+
+ private:
+  void Raw(uint64_t bits, int n) {
+    for (int i = 0; i < n; ++i) body_.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  }
+  std::string body_;
+  std::unordered_map<std::string, uint64_t> index_;
+  std::vector<const std::string*> table_;
+};
+
+class Reader {
+ public:
+  Reader(std::string_view b, size_t pos) : b_(b), pos_(pos) {}
+
+  bool failed() const { return failed_; }
+  bool corrupt() const { return corrupt_; }
+  size_t fail_pos() const { return fail_pos_; }
+  size_t remaining() const { return b_.size() - pos_; }
+
+  uint64_t U() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (!Need(1)) return 0;
+      const auto byte = static_cast<uint8_t>(b_[pos_++]);
+      v |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if (!(byte & 0x80)) return v;
+    }
+    Corrupt();
+    return 0;
+  }
+  int64_t S() {
+    const uint64_t u = U();
+    return static_cast<int64_t>((u >> 1) ^ (~(u & 1) + 1));
+  }
+  int32_t S32() {
+    const int64_t v = S();
+    if (v < INT32_MIN || v > INT32_MAX) Corrupt();
+    return static_cast<int32_t>(v);
+  }
+  bool B() {
+    const uint64_t v = U();
+    if (v > 1) Corrupt();
+    return v == 1;
+  }
+  double D() { return std::bit_cast<double>(Raw(8)); }
+  float F() { return std::bit_cast<float>(static_cast<uint32_t>(Raw(4))); }
+  // A count of elements that each take at least one byte: larger counts are impossible, and
+  // checking them first keeps garbage from asking for huge allocations.
+  size_t Count() {
+    const uint64_t n = U();
+    if (!failed_ && n > remaining()) Truncated();
+    return failed_ ? 0 : static_cast<size_t>(n);
+  }
+  std::string RawString() {
+    const size_t n = Count();
+    if (failed_) return "";
+    std::string s(b_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  const std::string& Str(const std::vector<std::string>& table) {
+    static const std::string kEmpty;
+    const uint64_t i = U();
+    if (failed_) return kEmpty;
+    if (i >= table.size()) {
+      Corrupt();
+      return kEmpty;
+    }
+    return table[i];
+  }
+  void Corrupt() {
+    if (!failed_) {
+      failed_ = true;
+      corrupt_ = true;
+      fail_pos_ = pos_;
+    }
+  }
+
+ private:
+  bool Need(size_t n) {
+    if (failed_) return false;
+    if (remaining() < n) {
+      Truncated();
+      return false;
+    }
+    return true;
+  }
+  void Truncated() {
+    if (!failed_) {
+      failed_ = true;
+      fail_pos_ = b_.size();
+    }
+  }
+  uint64_t Raw(int n) {
+    if (!Need(static_cast<size_t>(n))) return 0;
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(b_[pos_++])) << (8 * i);
+    return v;
+  }
+
+  std::string_view b_;
+  size_t pos_;
+  bool failed_ = false;
+  bool corrupt_ = false;
+  size_t fail_pos_ = 0;
+};
+
+std::string ErrnoText() { return std::strerror(errno); }
+
+}  // namespace
+
+std::string SerializeSummary(const RankSummary& s) {
+  Writer w;
+  w.S(s.rank);
+  w.S(s.world_size);
+  w.Str(s.host);
+  w.Str(s.source);
+  w.B(s.legacy_format);
+  w.B(s.has_gpu);
+  w.U(s.process_groups.size());
+  for (const auto& pg : s.process_groups) {
+    w.Str(pg.name);
+    w.Str(pg.desc);
+    w.Str(pg.backend);
+    w.S(pg.size);
+    w.U(pg.ranks.size());
+    for (int r : pg.ranks) w.S(r);
+  }
+  w.U(s.devices.size());
+  for (const auto& d : s.devices) {
+    w.S(d.id);
+    w.Str(d.name);
+    w.S(d.num_sms);
+    w.S(d.compute_major);
+    w.S(d.compute_minor);
+  }
+  w.Str(s.iteration_source);
+  w.B(s.whole_window);
+  w.U(s.iteration_ms.size());
+  for (double v : s.iteration_ms) w.D(v);
+  w.U(s.iteration_steps.size());
+  for (int64_t v : s.iteration_steps) w.S(v);
+  w.D(s.window_ms);
+  w.U(s.events_outside_iterations);
+  w.S(s.main_tid);
+  for (double v : {s.gpu_busy_us, s.gpu_idle_us, s.compute_us, s.comm_us, s.memcpy_us,
+                   s.comm_compute_overlap_us, s.cpu_critical_us}) {
+    w.D(v);
+  }
+  w.U(s.functions.size());
+  for (const FunctionPattern& f : s.functions) {
+    w.Str(f.name);
+    w.U(static_cast<uint64_t>(f.kind));
+    w.U(static_cast<uint64_t>(f.fclass));
+    w.Str(f.stack);
+    w.S(f.device);
+    w.S(f.stream);
+    w.U((f.main_thread ? 1u : 0u) | (f.top_level ? 2u : 0u));
+    w.U(f.count);
+    for (double v : {f.total_us, f.mean_us, f.p50_us, f.p99_us, f.max_us, f.min_us, f.cv,
+                     f.calls_per_iter, f.per_iter_us, f.share, f.self_per_iter_us}) {
+      w.D(v);
+    }
+    w.U(f.iter_us.size());
+    for (float v : f.iter_us) w.F(v);
+    const bool coll = f.fclass == FunctionClass::kCollective || !f.coll.op.empty();
+    w.B(coll);
+    if (coll) {
+      w.Str(f.coll.op);
+      w.D(f.coll.msg_bytes);
+      w.Str(f.coll.dtype);
+      w.S(f.coll.group_size);
+      w.Str(f.coll.group);
+      w.D(f.coll.algbw_gbps);
+      w.D(f.coll.busbw_gbps);
+    }
+  }
+  const trace::ReadStats& r = s.read_stats;
+  for (uint64_t v :
+       {r.bytes, r.events, r.flow_events, r.metadata_events, r.unknown_kind, r.malformed_events}) {
+    w.U(v);
+  }
+  w.U(r.unknown_cats.size());
+  for (const auto& [cat, n] : r.unknown_cats) {
+    w.Str(cat);
+    w.U(n);
+  }
+  return w.Finish();
+}
+
+StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& name) {
+  if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return InvalidArgument(name + ": not a perftracker summary");
+  }
+  if (bytes.size() < kHeaderSize) {
+    return DataLoss(name + ": truncated summary at byte " + std::to_string(bytes.size()));
+  }
+  uint32_t version = 0;
+  for (int i = 0; i < 4; ++i) {
+    version |= static_cast<uint32_t>(static_cast<uint8_t>(bytes[8 + i])) << (8 * i);
+  }
+  if (version > static_cast<uint32_t>(RankSummary::kVersion)) {
+    return InvalidArgument(name + ": summary version " + std::to_string(version) +
+                           " is newer than this perftracker (" +
+                           std::to_string(RankSummary::kVersion) + ")");
+  }
+  if (version == 0) return DataLoss(name + ": corrupt summary: version 0");
+
+  Reader r(bytes, kHeaderSize);
+  std::vector<std::string> table(r.Count());
+  for (auto& s : table) s = r.RawString();
+
+  RankSummary s;
+  s.rank = r.S32();
+  s.world_size = r.S32();
+  s.host = r.Str(table);
+  s.source = r.Str(table);
+  s.legacy_format = r.B();
+  s.has_gpu = r.B();
+  s.process_groups.resize(r.Count());
+  for (auto& pg : s.process_groups) {
+    pg.name = r.Str(table);
+    pg.desc = r.Str(table);
+    pg.backend = r.Str(table);
+    pg.size = r.S32();
+    pg.ranks.resize(r.Count());
+    for (int& x : pg.ranks) x = r.S32();
+  }
+  s.devices.resize(r.Count());
+  for (auto& d : s.devices) {
+    d.id = r.S32();
+    d.name = r.Str(table);
+    d.num_sms = r.S32();
+    d.compute_major = r.S32();
+    d.compute_minor = r.S32();
+  }
+  s.iteration_source = r.Str(table);
+  s.whole_window = r.B();
+  s.iteration_ms.resize(r.Count());
+  for (double& v : s.iteration_ms) v = r.D();
+  s.iteration_steps.resize(r.Count());
+  for (int64_t& v : s.iteration_steps) v = r.S();
+  s.window_ms = r.D();
+  s.events_outside_iterations = r.U();
+  s.main_tid = r.S();
+  for (double* v : {&s.gpu_busy_us, &s.gpu_idle_us, &s.compute_us, &s.comm_us, &s.memcpy_us,
+                    &s.comm_compute_overlap_us, &s.cpu_critical_us}) {
+    *v = r.D();
+  }
+  s.functions.resize(r.Count());
+  for (FunctionPattern& f : s.functions) {
+    if (r.failed()) break;
+    f.name = r.Str(table);
+    const uint64_t kind = r.U();
+    if (kind > static_cast<uint64_t>(trace::EventKind::kOther)) r.Corrupt();
+    f.kind = static_cast<trace::EventKind>(kind);
+    const uint64_t fclass = r.U();
+    if (fclass > static_cast<uint64_t>(FunctionClass::kOther)) r.Corrupt();
+    f.fclass = static_cast<FunctionClass>(fclass);
+    f.stack = r.Str(table);
+    f.device = r.S32();
+    f.stream = r.S32();
+    const uint64_t flags = r.U();
+    if (flags > 3) r.Corrupt();
+    f.main_thread = flags & 1;
+    f.top_level = flags & 2;
+    f.count = r.U();
+    for (double* v : {&f.total_us, &f.mean_us, &f.p50_us, &f.p99_us, &f.max_us, &f.min_us, &f.cv,
+                      &f.calls_per_iter, &f.per_iter_us, &f.share, &f.self_per_iter_us}) {
+      *v = r.D();
+    }
+    f.iter_us.resize(r.Count());
+    for (float& v : f.iter_us) v = r.F();
+    if (r.B()) {
+      f.coll.op = r.Str(table);
+      f.coll.msg_bytes = r.D();
+      f.coll.dtype = r.Str(table);
+      f.coll.group_size = r.S32();
+      f.coll.group = r.Str(table);
+      f.coll.algbw_gbps = r.D();
+      f.coll.busbw_gbps = r.D();
+    }
+  }
+  trace::ReadStats& st = s.read_stats;
+  for (uint64_t* v : {&st.bytes, &st.events, &st.flow_events, &st.metadata_events, &st.unknown_kind,
+                      &st.malformed_events}) {
+    *v = r.U();
+  }
+  const size_t cats = r.Count();
+  for (size_t i = 0; i < cats && !r.failed(); ++i) {
+    const std::string& cat = r.Str(table);
+    st.unknown_cats[cat] = r.U();
+  }
+  if (r.failed()) {
+    return DataLoss(name +
+                    (r.corrupt() ? ": corrupt summary at byte " : ": truncated summary at byte ") +
+                    std::to_string(r.fail_pos()));
+  }
+  return s;
+}
+
+Status WriteSummaryFile(const RankSummary& summary, const std::string& path) {
+  const std::string bytes = SerializeSummary(summary);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return Unavailable(path + ": cannot write summary: " + ErrnoText());
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) return Unavailable(path + ": cannot write summary: " + ErrnoText());
+  return Status::Ok();
+}
+
+StatusOr<RankSummary> ReadSummaryFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open summary: " + ErrnoText());
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return DataLoss(path + ": cannot read summary: " + ErrnoText());
+  return ParseSummary(bytes, path);
+}
+
+bool LooksLikeSummaryFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[sizeof(kMagic)] = {};
+  if (!in.read(head, sizeof(head))) return false;
+  return std::memcmp(head, kMagic, sizeof(kMagic)) == 0;
+}
+
+}  // namespace perftracker::pattern

@@ -1,0 +1,240 @@
+#include "pattern/summary_io.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <random>
+
+namespace perftracker::pattern {
+namespace {
+
+RankSummary Sample() {
+  RankSummary s;
+  s.rank = 5;
+  s.world_size = 8;
+  s.host = "node-3";
+  s.source = "/traces/rank5.json.gz";
+  s.legacy_format = false;
+  s.has_gpu = true;
+  s.process_groups.push_back({"0", "default_pg", "nccl", 8, {0, 1, 2, 3, 4, 5, 6, 7}});
+  s.devices.push_back({0, "NVIDIA A100", 108, 8, 0});
+  s.iteration_source = "ProfilerStep";
+  s.iteration_ms = {101.5, 99.25, 100.125};
+  s.iteration_steps = {10, 11, 12};
+  s.window_ms = 320.5;
+  s.events_outside_iterations = 17;
+  s.main_tid = 4242;
+  s.gpu_busy_us = 1;
+  s.gpu_idle_us = 2;
+  s.compute_us = 3;
+  s.comm_us = 4;
+  s.memcpy_us = 5;
+  s.comm_compute_overlap_us = 6;
+  s.cpu_critical_us = 7;
+  FunctionPattern f;
+  f.name = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)";
+  f.kind = trace::EventKind::kKernel;
+  f.fclass = FunctionClass::kCollective;
+  f.device = 0;
+  f.stream = 21;
+  f.count = 15;
+  f.total_us = 45000.5;
+  f.mean_us = 3000.0333;
+  f.p50_us = 2900;
+  f.p99_us = 6000;
+  f.max_us = 6100;
+  f.min_us = 1600;
+  f.cv = 0.4;
+  f.calls_per_iter = 5;
+  f.per_iter_us = 15000;
+  f.share = 0.15;
+  f.self_per_iter_us = 15000;
+  f.iter_us = {14000.5f, 15000.25f, 16000};
+  f.coll = {"all_reduce", 2.5e7, "Float", 8, "[0, 1, 2, 3, 4, 5, 6, 7]", 8.3, 14.5};
+  s.functions.push_back(f);
+  FunctionPattern g;
+  g.name = "c.py(3): g";
+  g.kind = trace::EventKind::kPythonFunction;
+  g.fclass = FunctionClass::kPython;
+  g.stack = "a.py(1): main;b.py(2): f";
+  g.main_thread = true;
+  g.top_level = false;
+  g.count = 3;
+  g.iter_us = {1, 2, 3};
+  s.functions.push_back(g);
+  FunctionPattern h = g;
+  h.stack = "a.py(1): main";
+  h.top_level = true;
+  s.functions.push_back(h);
+  s.read_stats.bytes = 123456789;
+  s.read_stats.events = 40000;
+  s.read_stats.flow_events = 12;
+  s.read_stats.metadata_events = 3;
+  s.read_stats.unknown_kind = 2;
+  s.read_stats.malformed_events = 1;
+  s.read_stats.unknown_cats = {{"weird", 2}};
+  return s;
+}
+
+void ExpectEqual(const RankSummary& a, const RankSummary& b) {
+  EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.world_size, b.world_size);
+  EXPECT_EQ(a.host, b.host);
+  EXPECT_EQ(a.source, b.source);
+  EXPECT_EQ(a.legacy_format, b.legacy_format);
+  EXPECT_EQ(a.has_gpu, b.has_gpu);
+  ASSERT_EQ(a.process_groups.size(), b.process_groups.size());
+  for (size_t i = 0; i < a.process_groups.size(); ++i) {
+    EXPECT_EQ(a.process_groups[i].name, b.process_groups[i].name);
+    EXPECT_EQ(a.process_groups[i].desc, b.process_groups[i].desc);
+    EXPECT_EQ(a.process_groups[i].backend, b.process_groups[i].backend);
+    EXPECT_EQ(a.process_groups[i].size, b.process_groups[i].size);
+    EXPECT_EQ(a.process_groups[i].ranks, b.process_groups[i].ranks);
+  }
+  ASSERT_EQ(a.devices.size(), b.devices.size());
+  for (size_t i = 0; i < a.devices.size(); ++i) {
+    EXPECT_EQ(a.devices[i].id, b.devices[i].id);
+    EXPECT_EQ(a.devices[i].name, b.devices[i].name);
+    EXPECT_EQ(a.devices[i].num_sms, b.devices[i].num_sms);
+    EXPECT_EQ(a.devices[i].compute_major, b.devices[i].compute_major);
+    EXPECT_EQ(a.devices[i].compute_minor, b.devices[i].compute_minor);
+  }
+  EXPECT_EQ(a.iteration_source, b.iteration_source);
+  EXPECT_EQ(a.whole_window, b.whole_window);
+  EXPECT_EQ(a.iteration_ms, b.iteration_ms);
+  EXPECT_EQ(a.iteration_steps, b.iteration_steps);
+  EXPECT_EQ(a.window_ms, b.window_ms);
+  EXPECT_EQ(a.events_outside_iterations, b.events_outside_iterations);
+  EXPECT_EQ(a.main_tid, b.main_tid);
+  EXPECT_EQ(a.gpu_busy_us, b.gpu_busy_us);
+  EXPECT_EQ(a.gpu_idle_us, b.gpu_idle_us);
+  EXPECT_EQ(a.compute_us, b.compute_us);
+  EXPECT_EQ(a.comm_us, b.comm_us);
+  EXPECT_EQ(a.memcpy_us, b.memcpy_us);
+  EXPECT_EQ(a.comm_compute_overlap_us, b.comm_compute_overlap_us);
+  EXPECT_EQ(a.cpu_critical_us, b.cpu_critical_us);
+  ASSERT_EQ(a.functions.size(), b.functions.size());
+  for (size_t i = 0; i < a.functions.size(); ++i) {
+    const FunctionPattern& x = a.functions[i];
+    const FunctionPattern& y = b.functions[i];
+    EXPECT_EQ(x.Key(), y.Key());
+    EXPECT_EQ(x.fclass, y.fclass);
+    EXPECT_EQ(x.device, y.device);
+    EXPECT_EQ(x.stream, y.stream);
+    EXPECT_EQ(x.main_thread, y.main_thread);
+    EXPECT_EQ(x.top_level, y.top_level);
+    EXPECT_EQ(x.count, y.count);
+    EXPECT_EQ(x.total_us, y.total_us);
+    EXPECT_EQ(x.mean_us, y.mean_us);
+    EXPECT_EQ(x.p50_us, y.p50_us);
+    EXPECT_EQ(x.p99_us, y.p99_us);
+    EXPECT_EQ(x.max_us, y.max_us);
+    EXPECT_EQ(x.min_us, y.min_us);
+    EXPECT_EQ(x.cv, y.cv);
+    EXPECT_EQ(x.calls_per_iter, y.calls_per_iter);
+    EXPECT_EQ(x.per_iter_us, y.per_iter_us);
+    EXPECT_EQ(x.share, y.share);
+    EXPECT_EQ(x.self_per_iter_us, y.self_per_iter_us);
+    EXPECT_EQ(x.iter_us, y.iter_us);
+    EXPECT_EQ(x.coll.op, y.coll.op);
+    EXPECT_EQ(x.coll.msg_bytes, y.coll.msg_bytes);
+    EXPECT_EQ(x.coll.dtype, y.coll.dtype);
+    EXPECT_EQ(x.coll.group_size, y.coll.group_size);
+    EXPECT_EQ(x.coll.group, y.coll.group);
+    EXPECT_EQ(x.coll.algbw_gbps, y.coll.algbw_gbps);
+    EXPECT_EQ(x.coll.busbw_gbps, y.coll.busbw_gbps);
+  }
+  EXPECT_EQ(a.read_stats.bytes, b.read_stats.bytes);
+  EXPECT_EQ(a.read_stats.events, b.read_stats.events);
+  EXPECT_EQ(a.read_stats.flow_events, b.read_stats.flow_events);
+  EXPECT_EQ(a.read_stats.metadata_events, b.read_stats.metadata_events);
+  EXPECT_EQ(a.read_stats.unknown_kind, b.read_stats.unknown_kind);
+  EXPECT_EQ(a.read_stats.malformed_events, b.read_stats.malformed_events);
+  EXPECT_EQ(a.read_stats.unknown_cats, b.read_stats.unknown_cats);
+}
+
+TEST(SummaryIoTest, RoundTrip) {
+  const RankSummary s = Sample();
+  const std::string bytes = SerializeSummary(s);
+  EXPECT_EQ(bytes.substr(0, 8), "PTSUMMRY");
+  StatusOr<RankSummary> back = ParseSummary(bytes, "x.summary");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectEqual(s, *back);
+  EXPECT_EQ(SerializeSummary(*back), bytes);
+}
+
+TEST(SummaryIoTest, EmptySummaryRoundTrips) {
+  StatusOr<RankSummary> back = ParseSummary(SerializeSummary(RankSummary{}), "e.summary");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectEqual(RankSummary{}, *back);
+}
+
+TEST(SummaryIoTest, FileRoundTrip) {
+  const std::string path = testing::TempDir() + "/pattern_io_test.summary";
+  ASSERT_TRUE(WriteSummaryFile(Sample(), path).ok());
+  EXPECT_TRUE(LooksLikeSummaryFile(path));
+  StatusOr<RankSummary> back = ReadSummaryFile(path);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ExpectEqual(Sample(), *back);
+  std::remove(path.c_str());
+  EXPECT_FALSE(LooksLikeSummaryFile(path));
+  StatusOr<RankSummary> missing = ReadSummaryFile(path);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), testing::StartsWith(path + ": "));
+}
+
+TEST(SummaryIoTest, NotASummary) {
+  for (std::string_view junk : {"", "PTSUM", "{\"traceEvents\": []}", "PTSUMMRX\x01\0\0\0"}) {
+    StatusOr<RankSummary> r = ParseSummary(junk, "x.summary");
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().message(), "x.summary: not a perftracker summary");
+  }
+}
+
+TEST(SummaryIoTest, NewerVersion) {
+  std::string bytes = SerializeSummary(Sample());
+  bytes[8] = 7;
+  StatusOr<RankSummary> r = ParseSummary(bytes, "x.summary");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "x.summary: summary version 7 is newer than this perftracker (1)");
+}
+
+TEST(SummaryIoTest, EveryTruncationFailsCleanly) {
+  const std::string bytes = SerializeSummary(Sample());
+  for (size_t n = 8; n < bytes.size(); ++n) {
+    StatusOr<RankSummary> r = ParseSummary(std::string_view(bytes).substr(0, n), "x.summary");
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.status().message(), "x.summary: truncated summary at byte " + std::to_string(n));
+  }
+}
+
+TEST(SummaryIoTest, GarbageNeverCrashes) {
+  const std::string good = SerializeSummary(Sample());
+  std::mt19937 rng(42);
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes = good;
+    const int flips = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < flips; ++k) {
+      const size_t pos = 12 + rng() % (bytes.size() - 12);
+      bytes[pos] = static_cast<char>(rng());
+    }
+    if (rng() % 4 == 0) bytes.resize(12 + rng() % (bytes.size() - 12));
+    StatusOr<RankSummary> r = ParseSummary(bytes, "g.summary");
+    if (!r.ok()) {
+      EXPECT_THAT(r.status().message(), testing::StartsWith("g.summary: "));
+      EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+    }
+  }
+  // Pure noise after a valid header.
+  for (int i = 0; i < 2000; ++i) {
+    std::string bytes = good.substr(0, 12);
+    const size_t n = rng() % 300;
+    for (size_t k = 0; k < n; ++k) bytes.push_back(static_cast<char>(rng()));
+    (void)ParseSummary(bytes, "g.summary").ok();
+  }
+}
+
+}  // namespace
+}  // namespace perftracker::pattern
