@@ -1,0 +1,275 @@
+#include "diagnose/diagnose.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "diagnose/analysis.h"
+#include "diagnose/testing.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+using pattern::FunctionClass;
+using pattern::RankSummary;
+using testing::Fn;
+using testing::Rank;
+using trace::EventKind;
+
+constexpr char kLoader[] = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__";
+
+// A small DDP step: forward/backward matmuls, a loader, an optimizer, one all-reduce.
+std::vector<pattern::FunctionPattern> Step(double mm_ms = 10, double mm_calls = 7,
+                                           double loader_ms = 1, double allreduce_ms = 5,
+                                           double addmm_ms = 8) {
+  return {
+      Fn("aten::mm", FunctionClass::kCompute, mm_ms, mm_calls),
+      Fn("aten::addmm", FunctionClass::kCompute, addmm_ms, 4),
+      Fn(kLoader, FunctionClass::kDataLoader, loader_ms, 1, EventKind::kUserAnnotation),
+      Fn("Optimizer.step#SGD.step", FunctionClass::kOptimizer, 2, 1, EventKind::kUserAnnotation),
+      Fn("gloo:all_reduce", FunctionClass::kCollective, allreduce_ms, 1)};
+}
+
+double MaxOtherFraction(const Diagnosis& d, size_t skip) {
+  double m = 0;
+  for (size_t i = 0; i < d.findings.size(); ++i)
+    if (i != skip) m = std::max(m, d.findings[i].impact_fraction);
+  return m;
+}
+
+std::string Dump(const Diagnosis& d) {
+  std::string s;
+  for (const auto& f : d.findings) s += f.category + ": " + f.summary + "\n";
+  return s;
+}
+
+TEST(DiagnoseTest, StragglerIsTheSlowRankNotTheWaiters) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    bool slow = r == 2;
+    // Rank 2 does 3x the matmul work (extra calls); the others wait 20 ms longer in all_reduce.
+    ranks.push_back(Rank(r, 4, Step(slow ? 30 : 10, slow ? 21 : 7, 1, slow ? 1 : 21), 46));
+  }
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.ranks, std::vector<int>{2}) << Dump(d);
+  EXPECT_EQ(f.category, "straggler");
+  EXPECT_EQ(f.finding_class, FindingClass::kSubset);
+  EXPECT_EQ(f.cause, Cause::kSoftware);  // extra calls
+  ASSERT_FALSE(f.functions.empty());
+  EXPECT_EQ(f.functions[0].name, "aten::mm");
+  EXPECT_EQ(f.functions[0].kind, "cpu_op");
+  EXPECT_NEAR(f.impact_ms, 20, 0.5);
+  EXPECT_NEAR(f.evidence.at("peers_extra_collective_wait_ms"), 20, 0.5);
+  EXPECT_NE(f.summary.find("rank 2"), std::string::npos);
+  EXPECT_NE(f.summary.find("aten::mm"), std::string::npos);
+  EXPECT_LT(MaxOtherFraction(d, 0), 0.03) << Dump(d);
+  EXPECT_EQ(d.job.world_size, 4);
+  EXPECT_EQ(d.job.iterations, 20);
+  EXPECT_NEAR(d.job.iteration_ms_median, 46, 1e-9);
+}
+
+TEST(DiagnoseTest, UniformSlowdownWithEqualCallsIsHardware) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    double k = r == 1 ? 1.5 : 1.0;
+    ranks.push_back(Rank(r, 4, Step(10 * k, 7, 1, r == 1 ? 1 : 10, 8 * k), 35));
+  }
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{1}) << Dump(d);
+  EXPECT_EQ(d.findings[0].category, "straggler");
+  EXPECT_EQ(d.findings[0].cause, Cause::kHardware) << d.findings[0].evidence_text.at("reasoning");
+  EXPECT_EQ(d.findings[0].functions.size(), 2u);
+}
+
+TEST(DiagnoseTest, OneSlowDataLoader) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    bool slow = r == 1;
+    ranks.push_back(Rank(r, 4, Step(10, 7, slow ? 20 : 1, slow ? 1 : 20), 45));
+  }
+  ranks[1].functions[2].stack = "train.py(40): train_step;train.py(12): next_batch";
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.ranks, std::vector<int>{1}) << Dump(d);
+  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.cause, Cause::kSoftware);
+  ASSERT_FALSE(f.functions.empty());
+  EXPECT_EQ(f.functions[0].name, kLoader);
+  EXPECT_EQ(f.functions[0].stack,
+            (std::vector<std::string>{"train.py(40): train_step", "train.py(12): next_batch"}));
+  EXPECT_EQ(f.hosts, std::vector<std::string>{"node0"});
+  EXPECT_LT(MaxOtherFraction(d, 0), 0.03) << Dump(d);
+}
+
+TEST(DiagnoseTest, EveryLoaderSlowIsAnAllRankFinding) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) ranks.push_back(Rank(r, 4, Step(10, 7, 12, 5), 40));
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.finding_class, FindingClass::kAll) << Dump(d);
+  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.cause, Cause::kSoftware);
+  EXPECT_EQ(f.ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NEAR(f.impact_ms, 12 - 0.4, 1e-6);
+  EXPECT_NEAR(f.impact_fraction, 11.6 / 40, 1e-6);
+  EXPECT_EQ(f.functions[0].name, kLoader);
+  EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
+}
+
+// Deterministic noise in [-amp, amp].
+double Noise(int i, double amp) { return amp * std::sin(i * 12.9898 + 78.233); }
+
+TEST(DiagnoseTest, HealthyNoisyRanksAreClean) {
+  for (int world : {4, 8, 64}) {
+    std::vector<RankSummary> ranks;
+    int k = world * 10;
+    for (int r = 0; r < world; ++r, k += 5) {
+      auto fns = Step(10 * (1 + Noise(k, 0.03)), 7, 1 * (1 + Noise(k + 1, 0.03)),
+                      5 * (1 + Noise(k + 2, 0.03)), 8 * (1 + Noise(k + 3, 0.03)));
+      ranks.push_back(
+          Rank(r, world, fns, 27 * (1 + Noise(k + 4, 0.01)), "node" + std::to_string(r / 8)));
+    }
+    Diagnosis d = Diagnose(ranks);
+    for (const auto& f : d.findings)
+      EXPECT_LE(f.impact_fraction, 0.03) << world << ": " << f.summary;
+  }
+}
+
+TEST(DiagnoseTest, SlowCollectiveWithNobodyLateIsCommunication) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    auto fns = Step(10, 7, 1, r == 3 ? 15 : 5);
+    fns[4].kind = EventKind::kKernel;
+    fns[4].name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL";
+    fns[4].coll.msg_bytes = 64 << 20;
+    fns[4].coll.busbw_gbps = r == 3 ? 4 : 12;
+    ranks.push_back(Rank(r, 4, fns, r == 3 ? 36 : 26));
+  }
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.ranks, std::vector<int>{3}) << Dump(d);
+  EXPECT_EQ(f.category, "communication");
+  EXPECT_EQ(f.cause, Cause::kHardware);
+  EXPECT_EQ(f.functions[0].kind, "kernel");
+  EXPECT_EQ(f.evidence.at("busbw_gbps"), 4);
+  EXPECT_EQ(f.evidence.at("peers_busbw_gbps"), 12);
+}
+
+TEST(DiagnoseTest, LateRankWithNothingProfiledIsStillBlamed) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) ranks.push_back(Rank(r, 4, Step(10, 7, 1, r == 0 ? 2 : 17), 42));
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{0}) << Dump(d);
+  EXPECT_EQ(d.findings[0].category, "straggler");
+  EXPECT_NEAR(d.findings[0].impact_ms, 15, 1e-6);
+}
+
+TEST(DiagnoseTest, MissingRankAndNoMarkersAreSaid) {
+  std::vector<RankSummary> ranks;
+  for (int r : {0, 1, 3}) ranks.push_back(Rank(r, 4, Step(), 27));
+  ranks[1].whole_window = true;
+  Diagnosis d = Diagnose(ranks);
+  EXPECT_EQ(d.job.world_size, 4);
+  EXPECT_EQ(d.job.ranks, (std::vector<int>{0, 1, 3}));
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].category, "missing_rank");
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{2});
+  bool no_markers = false, missing = false;
+  for (const auto& n : d.job.notes) {
+    no_markers |= n.find("rank 1: no ProfilerStep") != std::string::npos;
+    missing |= n.find("rank 2 of 4 missing") != std::string::npos;
+  }
+  EXPECT_TRUE(no_markers);
+  EXPECT_TRUE(missing);
+}
+
+TEST(DiagnoseTest, TwoRanksNeedALargeGapAndSayOneOfTwo) {
+  std::vector<RankSummary> ranks;
+  ranks.push_back(Rank(0, 2, Step(10, 7, 1, 21), 46));
+  ranks.push_back(Rank(1, 2, Step(30, 21, 1, 1), 46));
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{1}) << Dump(d);
+  EXPECT_NE(d.findings[0].summary.find("one of two"), std::string::npos);
+
+  std::vector<RankSummary> close;
+  close.push_back(Rank(0, 2, Step(10, 7, 1, 6), 27));
+  close.push_back(Rank(1, 2, Step(11.5, 7, 1, 5), 27));
+  EXPECT_TRUE(Diagnose(close).findings.empty()) << Dump(Diagnose(close));
+}
+
+TEST(DiagnoseTest, NodeLevelProblemIsOneFinding) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 16; ++r) {
+    bool slow = r >= 4 && r < 6;
+    double k = slow ? 1.6 : 1.0;
+    ranks.push_back(
+        Rank(r, 16, Step(10 * k, 7, 1, slow ? 1 : 10, 8 * k), 38, "node" + std::to_string(r / 4)));
+  }
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, (std::vector<int>{4, 5})) << Dump(d);
+  EXPECT_EQ(d.findings[0].hosts, std::vector<std::string>{"node1"});
+}
+
+TEST(DiagnoseTest, SyncOnEveryRankCostsOnlyTheGpuIdleItCauses) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    auto fns = Step();
+    fns.push_back(Fn("cudaDeviceSynchronize", FunctionClass::kSync, 6, 1, EventKind::kCudaRuntime));
+    ranks.push_back(Rank(r, 4, fns, 33));
+    ranks.back().has_gpu = true;
+    ranks.back().gpu_idle_us = 3000;
+    ranks.back().gpu_busy_us = 30000;
+  }
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty()) << Dump(d);
+  EXPECT_EQ(d.findings[0].category, "sync");
+  EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
+  EXPECT_NEAR(d.findings[0].impact_ms, 3, 1e-6);
+}
+
+TEST(DiffTest, DetectsASlowedFunctionAndANewOne) {
+  std::vector<RankSummary> base, test;
+  for (int r = 0; r < 4; ++r) {
+    base.push_back(Rank(r, 4, Step(), 27));
+    auto fns = Step(20, 7);
+    fns.push_back(Fn("aten::nonzero", FunctionClass::kCompute, 3, 2));
+    test.push_back(Rank(r, 4, fns, 40));
+  }
+  Diagnosis d = Diff(base, test);
+  ASSERT_GE(d.findings.size(), 2u) << Dump(d);
+  EXPECT_EQ(d.findings[0].category, "regression");
+  EXPECT_EQ(d.findings[0].functions[0].name, "aten::mm");
+  EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
+  EXPECT_NEAR(d.findings[0].impact_ms, 10, 1e-6);
+  EXPECT_NEAR(d.findings[0].evidence.at("ratio"), 2, 1e-9);
+  EXPECT_EQ(d.findings[1].functions[0].name, "aten::nonzero");
+  EXPECT_EQ(d.findings[1].evidence_text.at("change"), "new in TEST");
+  EXPECT_NEAR(d.job.iteration_ms_median, 40, 1e-9);
+
+  Diagnosis same = Diff(base, base);
+  EXPECT_TRUE(same.findings.empty()) << Dump(same);
+  Diagnosis faster = Diff(test, base);
+  ASSERT_FALSE(faster.findings.empty());
+  for (const auto& f : faster.findings) EXPECT_EQ(f.category, "improvement");
+  EXPECT_LT(faster.findings[0].impact_ms, 0);
+}
+
+TEST(AnalysisTest, RobustReferenceAndRankList) {
+  internal::Reference ref = internal::RobustReference({10, 10, 10, 40});
+  EXPECT_EQ(ref.median, 10);
+  EXPECT_EQ(ref.scale, 20);  // floored
+  EXPECT_EQ(internal::RankList({5, 0, 1, 2, 3, 7, 8}), "0-3,5,7,8");
+  EXPECT_EQ(internal::SplitStack("a;b;;c"), (std::vector<std::string>{"a", "b", "c"}));
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
