@@ -164,8 +164,11 @@ FunctionClass ClassifyFunction(EventKind kind, std::string_view name) {
     }
     return FunctionClass::kLaunch;
   }
-  // CPU side: cpu_op, user annotations (gpu ones too), python functions.
-  if (name == "record_param_comms") return FunctionClass::kCollective;
+  // GPU-side copies of CPU annotations (nccl:all_reduce, Optimizer.step#...) are annotations
+  // only: the kernels under them already carry the time.
+  if (kind == EventKind::kGpuUserAnnotation) return FunctionClass::kAnnotation;
+  // CPU side: cpu_op, user annotations, python functions.
+  if (StartsWith(name, "record_param_comms")) return FunctionClass::kCollective;
   if (StartsWith(name, "gloo:") || StartsWith(name, "nccl:")) return FunctionClass::kCollective;
   if (StartsWith(name, "c10d::") && !CollectiveOp(name.substr(6)).empty()) {
     return FunctionClass::kCollective;

@@ -393,7 +393,17 @@ struct Summarizer::Impl {
       return;
     }
     const uint32_t stack = e.call_stack.empty() ? 0 : CallStackId(e.call_stack);
-    const uint32_t fn = InternFn(e.kind, NameId(e.name, e.kind), stack);
+    uint32_t name_id;
+    if (!e.collective_name.empty() && e.name == "record_param_comms") {
+      // One record_param_comms op stands for every collective: split it by op so sizes and
+      // bandwidths of all_reduce and broadcast do not mix.
+      norm_buf.assign("record_param_comms:");
+      norm_buf += CollectiveOp(e.collective_name);
+      name_id = names.Intern(norm_buf);
+    } else {
+      name_id = NameId(e.name, e.kind);
+    }
+    const uint32_t fn = InternFn(e.kind, name_id, stack);
     AddCall(fn, e.dur_us, iter, e.tid);
     t.recs.push_back({e.ts_us, e.dur_us, fn});
     if ((e.kind == EventKind::kCudaRuntime || e.kind == EventKind::kCudaDriver) &&

@@ -221,7 +221,8 @@ TEST(SummarizerTest, CollectiveBytesAndBandwidth) {
   EXPECT_EQ(k->coll.dtype, "Float");
   EXPECT_DOUBLE_EQ(k->coll.algbw_gbps, 40);        // 4 MB / 100 us
   EXPECT_DOUBLE_EQ(k->coll.busbw_gbps, 40 * 1.5);  // 2(n-1)/n
-  const FunctionPattern* rpc = Find(r, "record_param_comms");
+  EXPECT_EQ(Find(r, "record_param_comms"), nullptr);
+  const FunctionPattern* rpc = Find(r, "record_param_comms:all_reduce");
   ASSERT_NE(rpc, nullptr);
   EXPECT_EQ(rpc->coll.op, "all_reduce");
   const FunctionPattern* g = Find(r, "gloo:all_gather", EventKind::kUserAnnotation);
@@ -399,6 +400,8 @@ TEST(NamesTest, Classify) {
   EXPECT_EQ(ClassifyFunction(EventKind::kCudaDriver, "cuLaunchKernel"), FunctionClass::kLaunch);
   EXPECT_EQ(ClassifyFunction(EventKind::kPythonFunction, "gc.collect"), FunctionClass::kGc);
   EXPECT_EQ(ClassifyFunction(EventKind::kPythonFunction, "x.py(1): f"), FunctionClass::kPython);
+  EXPECT_EQ(ClassifyFunction(EventKind::kGpuUserAnnotation, "nccl:all_reduce"),
+            FunctionClass::kAnnotation);
   EXPECT_EQ(ClassifyFunction(EventKind::kUserAnnotation, "## forward ##"),
             FunctionClass::kAnnotation);
   EXPECT_EQ(ClassifyFunction(EventKind::kCpuOp, "aten::conv2d"), FunctionClass::kCompute);
