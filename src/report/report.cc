@@ -1,0 +1,208 @@
+#include "report/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "base/json_writer.h"
+
+namespace perftracker::report {
+namespace {
+
+using diagnose::Diagnosis;
+using diagnose::Finding;
+
+void WriteFinding(const Finding& f, JsonWriter* w) {
+  w->BeginObject();
+  w->Key("class").String(diagnose::FindingClassName(f.finding_class));
+  w->Key("cause").String(diagnose::CauseName(f.cause));
+  w->Key("category").String(f.category);
+  w->Key("ranks").BeginArray();
+  std::vector<int> ranks = f.ranks;
+  std::sort(ranks.begin(), ranks.end());
+  for (int r : ranks) w->Int(r);
+  w->EndArray();
+  w->Key("hosts").BeginArray();
+  for (const auto& h : f.hosts) w->String(h);
+  w->EndArray();
+  w->Key("functions").BeginArray();
+  for (const auto& fn : f.functions) {
+    w->BeginObject().Key("name").String(fn.name).Key("kind").String(fn.kind);
+    w->Key("stack").BeginArray();
+    for (const auto& s : fn.stack) w->String(s);
+    w->EndArray().EndObject();
+  }
+  w->EndArray();
+  w->Key("impact").BeginObject();
+  w->Key("ms_per_iteration").Number(f.impact_ms);
+  w->Key("fraction_of_iteration").Number(f.impact_fraction);
+  w->EndObject();
+  // Numbers and texts share one object; a key in both keeps the number (texts are commentary).
+  w->Key("evidence").BeginObject();
+  for (const auto& [k, v] : f.evidence) w->Key(k).Number(v);
+  for (const auto& [k, v] : f.evidence_text)
+    if (!f.evidence.count(k)) w->Key(k).String(v);
+  w->EndObject();
+  w->Key("summary").String(f.summary);
+  w->Key("suggestion").String(f.suggestion);
+  w->EndObject();
+}
+
+std::string Num(double v, int precision = 1) { return fmt::format("{:.{}f}", v, precision); }
+
+// The last frames matter most (they are nearest the function); keep the outermost for context.
+std::string AbbreviateStack(const std::vector<std::string>& stack) {
+  constexpr size_t kMaxFrames = 4;
+  std::vector<std::string> frames;
+  if (stack.size() <= kMaxFrames) {
+    frames = stack;
+  } else {
+    frames.push_back(stack.front());
+    frames.push_back(fmt::format("... {} frames ...", stack.size() - kMaxFrames));
+    frames.insert(frames.end(), stack.end() - (kMaxFrames - 1), stack.end());
+  }
+  std::string out;
+  for (const auto& f : frames) {
+    if (!out.empty()) out += " > ";
+    out += f.size() > 80 ? f.substr(0, 77) + "..." : f;
+  }
+  return out;
+}
+
+std::string RankRange(std::vector<int> r) {
+  std::sort(r.begin(), r.end());
+  std::string out;
+  for (size_t i = 0; i < r.size();) {
+    size_t j = i;
+    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+    if (!out.empty()) out += ",";
+    out += j >= i + 2 ? fmt::format("{}-{}", r[i], r[j]) : std::to_string(r[i]);
+    if (j == i + 1) out += "," + std::to_string(r[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "-" : out;
+}
+
+void IterationTable(const diagnose::JobInfo& job, std::string* out) {
+  const auto& per = job.iteration_ms_per_rank;
+  if (per.empty()) return;
+  if (per.size() <= 32) {
+    *out += "iteration time per rank (mean, ms):\n";
+    int col = 0;
+    for (const auto& [rank, ms] : per) {
+      if (col == 0) *out += " ";
+      *out += fmt::format(" {:>5}:{:>8}", rank, Num(ms));
+      if (++col == 8) {
+        *out += "\n";
+        col = 0;
+      }
+    }
+    if (col != 0) *out += "\n";
+    return;
+  }
+  std::vector<std::pair<double, int>> v;
+  for (const auto& [rank, ms] : per) v.push_back({ms, rank});
+  std::sort(v.begin(), v.end());
+  const auto& med = v[v.size() / 2];
+  *out += fmt::format(
+      "iteration time per rank (mean, ms): min {} (rank {}), median {}, max {} (rank {})\n",
+      Num(v.front().first), v.front().second, Num(med.first), Num(v.back().first), v.back().second);
+  *out += "  slowest:";
+  for (size_t i = 0; i < 5 && i < v.size(); ++i) {
+    const auto& [ms, rank] = v[v.size() - 1 - i];
+    *out += fmt::format(" rank {} {}{}", rank, Num(ms), i + 1 < 5 && i + 1 < v.size() ? "," : "");
+  }
+  *out += "\n";
+}
+
+}  // namespace
+
+std::string RenderJson(const Diagnosis& d) {
+  JsonWriter w(2);
+  w.BeginObject();
+  w.Key("schema").String(kDiagnosisSchema);
+  w.Key("job").BeginObject();
+  w.Key("world_size").Int(d.job.world_size);
+  w.Key("ranks").BeginArray();
+  for (int r : d.job.ranks) w.Int(r);
+  w.EndArray();
+  w.Key("iterations").Int(d.job.iterations);
+  w.Key("iteration_ms").BeginObject();
+  w.Key("median").Number(d.job.iteration_ms_median);
+  w.Key("per_rank").BeginObject();
+  for (const auto& [rank, ms] : d.job.iteration_ms_per_rank) w.Key(std::to_string(rank)).Number(ms);
+  w.EndObject().EndObject();
+  w.Key("notes").BeginArray();
+  for (const auto& n : d.job.notes) w.String(n);
+  w.EndArray();
+  w.EndObject();
+  w.Key("findings").BeginArray();
+  for (const auto& f : d.findings) WriteFinding(f, &w);
+  w.EndArray();
+  w.EndObject();
+  std::string out = w.Take();
+  out.push_back('\n');
+  return out;
+}
+
+std::string RenderText(const Diagnosis& d) {
+  std::string out;
+  const auto& job = d.job;
+  out += fmt::format("job: {} rank{} (world size {}), {} iterations, median iteration {} ms\n",
+                     job.ranks.size(), job.ranks.size() == 1 ? "" : "s", job.world_size,
+                     job.iterations, Num(job.iteration_ms_median, 2));
+  IterationTable(job, &out);
+  for (const auto& n : job.notes) out += fmt::format("note: {}\n", n);
+  out += "\n";
+  if (d.findings.empty()) {
+    out += "no findings: nothing costs more than the thresholds\n";
+    return out;
+  }
+  out += fmt::format("{} finding{}, biggest first:\n", d.findings.size(),
+                     d.findings.size() == 1 ? "" : "s");
+  int i = 0;
+  for (const auto& f : d.findings) {
+    out +=
+        fmt::format("\n{}. {} ({}, {} cause): {} ms/iter, {}% of an iteration\n", ++i, f.category,
+                    diagnose::FindingClassName(f.finding_class), diagnose::CauseName(f.cause),
+                    Num(f.impact_ms, 2), Num(f.impact_fraction * 100));
+    out += fmt::format("   ranks: {}", RankRange(f.ranks));
+    if (!f.hosts.empty()) out += fmt::format("   hosts: {}", fmt::join(f.hosts, ", "));
+    out += "\n";
+    out += fmt::format("   {}\n", f.summary);
+    for (const auto& fn : f.functions) {
+      out += fmt::format("   - {} [{}]\n", fn.name, fn.kind);
+      if (!fn.stack.empty()) out += fmt::format("       at {}\n", AbbreviateStack(fn.stack));
+    }
+    if (auto it = f.evidence_text.find("reasoning"); it != f.evidence_text.end())
+      out += fmt::format("   why: {}\n", it->second);
+    if (!f.evidence.empty()) {
+      std::vector<std::string> parts;
+      for (const auto& [k, v] : f.evidence)
+        parts.push_back(fmt::format("{}={}", k, FormatJsonNumber(v)));
+      out += fmt::format("   evidence: {}\n", fmt::join(parts, " "));
+    }
+    for (const auto& [k, v] : f.evidence_text)
+      if (k != "reasoning") out += fmt::format("   {}: {}\n", k, v);
+    if (!f.suggestion.empty()) out += fmt::format("   suggestion: {}\n", f.suggestion);
+  }
+  return out;
+}
+
+Status WriteJsonFile(const Diagnosis& d, const std::string& path) {
+  std::string json = RenderJson(d);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return InvalidArgument(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+  size_t n = std::fwrite(json.data(), 1, json.size(), f);
+  bool ok = n == json.size();
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) return Internal(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
+  return Status::Ok();
+}
+
+}  // namespace perftracker::report
