@@ -273,9 +273,27 @@ struct Summarizer::Impl {
     return it->second;
   }
 
+  // Raw name -> normalized name id. Most events repeat a few thousand raw names, so this skips
+  // normalization on the hot path; capped because raw names may embed counters.
+  struct RawNameCache {
+    std::deque<std::string> store;
+    std::unordered_map<std::string_view, uint32_t> map;
+  };
+  static constexpr size_t kMaxRawNames = 1 << 16;
+  RawNameCache raw_kernel_names, raw_other_names;
+
   uint32_t NameId(std::string_view name, EventKind kind) {
+    // Only kernels normalize differently (template arguments), so two caches suffice.
+    RawNameCache& cache = kind == EventKind::kKernel ? raw_kernel_names : raw_other_names;
+    auto it = cache.map.find(name);
+    if (it != cache.map.end()) return it->second;
     NormalizeNameInto(name, kind, &norm_buf);
-    return names.Intern(norm_buf);
+    const uint32_t id = names.Intern(norm_buf);
+    if (cache.map.size() < kMaxRawNames) {
+      cache.store.emplace_back(name);
+      cache.map.emplace(cache.store.back(), id);
+    }
+    return id;
   }
 
   // Legacy "Call stack": "file(line): fn;..." innermost first; stored outermost first.
