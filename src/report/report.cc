@@ -183,8 +183,7 @@ std::string RenderText(const Diagnosis& d) {
       out += fmt::format("   why: {}\n", it->second);
     if (!f.evidence.empty()) {
       std::vector<std::string> parts;
-      for (const auto& [k, v] : f.evidence)
-        parts.push_back(fmt::format("{}={}", k, FormatJsonNumber(v)));
+      for (const auto& [k, v] : f.evidence) parts.push_back(fmt::format("{}={:.4g}", k, v));
       out += fmt::format("   evidence: {}\n", fmt::join(parts, " "));
     }
     for (const auto& [k, v] : f.evidence_text)
