@@ -263,6 +263,24 @@ TEST(DiffTest, DetectsASlowedFunctionAndANewOne) {
   EXPECT_LT(faster.findings[0].impact_ms, 0);
 }
 
+TEST(DiffTest, SmallNewFunctionsAreNamedButManyAreCapped) {
+  std::vector<RankSummary> base, test;
+  for (int r = 0; r < 2; ++r) {
+    base.push_back(Rank(r, 2, Step(), 27));
+    auto fns = Step();
+    fns.push_back(Fn("All2All_Pooled_Req", FunctionClass::kCompute, 0.15, 1));
+    for (int k = 0; k < 30; ++k)
+      fns.push_back(Fn("extra" + std::to_string(k), FunctionClass::kCompute, 0.05 + k * 0.001));
+    test.push_back(Rank(r, 2, fns, 27));
+  }
+  Diagnosis d = Diff(base, test);
+  ASSERT_EQ(d.findings.size(), 20u) << Dump(d);
+  EXPECT_EQ(d.findings[0].functions[0].name, "All2All_Pooled_Req");
+  EXPECT_LT(d.findings[0].impact_fraction, 0.03);
+  EXPECT_EQ(d.findings[1].functions[0].name, "extra29");
+  EXPECT_NE(d.job.notes.back().find("11 more functions"), std::string::npos);
+}
+
 TEST(AnalysisTest, RobustReferenceAndRankList) {
   internal::Reference ref = internal::RobustReference({10, 10, 10, 40});
   EXPECT_EQ(ref.median, 10);

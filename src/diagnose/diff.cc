@@ -90,6 +90,7 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   add(base, true);
   add(test, false);
 
+  constexpr double kNewFunctionFloorUs = 10;
   double explained = 0;
   std::vector<std::pair<double, const FunctionPattern*>> contributors;
   for (auto& [key, k] : keys) {
@@ -98,7 +99,12 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     double delta = t_self - b_self;
     contributors.push_back({delta, k.proto});
     double thr = internal::EffectThreshold(b_self, iter_us, o);
+    // A function that appears or disappears is a change of the program itself: worth naming
+    // even when small (the regression/improvement it causes is still sized by its time).
+    bool appeared_or_gone = k.base.by_rank.empty() || k.test.by_rank.empty();
+    if (appeared_or_gone) thr = std::max(kNewFunctionFloorUs, 0.001 * iter_us);
     if (std::fabs(delta) <= thr) continue;
+
     auto per_iter = [](const FunctionPattern& f) { return f.per_iter_us; };
     auto calls = [](const FunctionPattern& f) { return f.calls_per_iter; };
     double b_v = MedianField(k.base.by_rank, base_ranks, per_iter);
@@ -174,6 +180,29 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     d.findings.push_back(std::move(f));
   }
 
+  // Very different programs would list every function; keep the biggest appearances.
+  constexpr size_t kMaxNewOrGone = 20;
+  auto is_new_or_gone = [](const Finding& f) {
+    auto it = f.evidence_text.find("change");
+    return it != f.evidence_text.end() &&
+           (it->second == "new in TEST" || it->second == "gone in TEST");
+  };
+  std::vector<size_t> ng;
+  for (size_t i = 0; i < d.findings.size(); ++i)
+    if (is_new_or_gone(d.findings[i])) ng.push_back(i);
+  if (ng.size() > kMaxNewOrGone) {
+    std::sort(ng.begin(), ng.end(), [&](size_t a, size_t b) {
+      return std::fabs(d.findings[a].impact_ms) > std::fabs(d.findings[b].impact_ms);
+    });
+    std::vector<bool> drop(d.findings.size(), false);
+    for (size_t k = kMaxNewOrGone; k < ng.size(); ++k) drop[ng[k]] = true;
+    std::vector<Finding> kept;
+    for (size_t i = 0; i < d.findings.size(); ++i)
+      if (!drop[i]) kept.push_back(std::move(d.findings[i]));
+    d.findings = std::move(kept);
+    d.job.notes.push_back(
+        fmt::format("{} more functions appear in only one of the runs", ng.size() - kMaxNewOrGone));
+  }
   // A slowdown spread thinly over many functions passes no per-function threshold; name the
   // iteration itself with the biggest contributors.
   double iter_delta = iter_us - base_iter_us;

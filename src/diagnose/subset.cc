@@ -120,7 +120,10 @@ class GroupAnalysis {
   GroupAnalysis(const std::vector<RankSummary>& ranks, std::vector<size_t> members,
                 const JobInfo& job, const DiagnoseOptions& o)
       : o_(o), iter_us_(job.iteration_ms_median * 1000.0) {
-    for (size_t i : members) m_.push_back(Member{&ranks[i]});
+    for (size_t i : members) {
+      m_.emplace_back();
+      m_.back().r = &ranks[i];
+    }
     BuildRows();
     CompareMembers();
   }
