@@ -1,0 +1,210 @@
+#include "base/file_source.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace perftracker {
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_;
+};
+
+// read() that retries interrupted calls and fills as much of `n` as the file has.
+StatusOr<size_t> ReadFully(int fd, char* dst, size_t n) {
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = read(fd, dst + got, n - got);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return InvalidArgument(std::string("read failed: ") + std::strerror(errno));
+    }
+    if (r == 0) break;
+    got += static_cast<size_t>(r);
+  }
+  return got;
+}
+
+class PlainSource : public ByteSource {
+ public:
+  PlainSource(int fd, std::string head) : fd_(fd), head_(std::move(head)) {}
+  StatusOr<size_t> Read(char* dst, size_t n) override {
+    size_t got = 0;
+    // Bytes already consumed while sniffing the format come first.
+    if (head_pos_ < head_.size()) {
+      got = std::min(n, head_.size() - head_pos_);
+      std::memcpy(dst, head_.data() + head_pos_, got);
+      head_pos_ += got;
+      if (got == n) return got;
+    }
+    StatusOr<size_t> r = ReadFully(fd_.get(), dst + got, n - got);
+    if (!r.ok()) return r.status();
+    return got + *r;
+  }
+
+ private:
+  Fd fd_;
+  std::string head_;
+  size_t head_pos_ = 0;
+};
+
+class GzipSource : public ByteSource {
+ public:
+  GzipSource(int fd, std::string head) : fd_(fd), in_(kInBytes) {
+    std::memcpy(in_.data(), head.data(), head.size());
+    zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
+    zs_.avail_in = static_cast<uInt>(head.size());
+    in_total_ = head.size();
+    ok_ = inflateInit2(&zs_, 15 + 16) == Z_OK;
+  }
+  ~GzipSource() override { inflateEnd(&zs_); }
+  bool compressed() const override { return true; }
+
+  StatusOr<size_t> Read(char* dst, size_t n) override {
+    if (!ok_) return Internal("cannot initialise zlib");
+    zs_.next_out = reinterpret_cast<Bytef*>(dst);
+    zs_.avail_out = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    const uInt want = zs_.avail_out;
+    while (zs_.avail_out > 0 && !done_) {
+      if (zs_.avail_in == 0) {
+        StatusOr<size_t> r = ReadFully(fd_.get(), in_.data(), in_.size());
+        if (!r.ok()) return r.status();
+        if (*r == 0) {
+          if (member_ended_) {
+            done_ = true;
+            break;
+          }
+          return DataLoss(
+              "truncated gzip stream after " + std::to_string(in_total_) + " compressed bytes (" +
+              std::to_string(out_total_ + (want - zs_.avail_out)) + " bytes decompressed)");
+        }
+        in_total_ += *r;
+        zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
+        zs_.avail_in = static_cast<uInt>(*r);
+      }
+      if (member_ended_) {
+        // Another member follows only when it starts with the gzip magic; anything else is
+        // trailing garbage, which gzip(1) also ignores.
+        if (zs_.avail_in < 2) {
+          // Need two bytes to decide; pull more if the file has them.
+          if (!PullMore()) {
+            done_ = true;
+            break;
+          }
+          continue;
+        }
+        if (zs_.next_in[0] != 0x1f || zs_.next_in[1] != 0x8b) {
+          done_ = true;
+          break;
+        }
+        inflateReset(&zs_);
+        member_ended_ = false;
+      }
+      const int rc = inflate(&zs_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        member_ended_ = true;
+      } else if (rc == Z_BUF_ERROR) {
+        continue;  // needs more input; the loop refills
+      } else if (rc != Z_OK) {
+        const uint64_t at = in_total_ - zs_.avail_in;
+        return DataLoss("corrupt gzip data near compressed byte " + std::to_string(at) + ": " +
+                        (zs_.msg ? zs_.msg : "inflate error " + std::to_string(rc)));
+      }
+    }
+    const size_t got = want - zs_.avail_out;
+    out_total_ += got;
+    return got;
+  }
+
+ private:
+  static constexpr size_t kInBytes = 256 << 10;
+
+  // Appends file bytes behind the unread input; false at end of file.
+  bool PullMore() {
+    std::memmove(in_.data(), zs_.next_in, zs_.avail_in);
+    StatusOr<size_t> r = ReadFully(fd_.get(), in_.data() + zs_.avail_in, in_.size() - zs_.avail_in);
+    zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
+    if (!r.ok() || *r == 0) return false;
+    in_total_ += *r;
+    zs_.avail_in += static_cast<uInt>(*r);
+    return true;
+  }
+
+  Fd fd_;
+  std::vector<char> in_;
+  z_stream zs_{};
+  bool ok_ = false;
+  bool member_ended_ = false;
+  bool done_ = false;
+  uint64_t in_total_ = 0;
+  uint64_t out_total_ = 0;
+};
+
+class MemorySource : public ByteSource {
+ public:
+  explicit MemorySource(std::string_view data) : data_(data) {}
+  StatusOr<size_t> Read(char* dst, size_t n) override {
+    const size_t got = std::min(n, data_.size() - pos_);
+    std::memcpy(dst, data_.data() + pos_, got);
+    pos_ += got;
+    return got;
+  }
+
+ private:
+  std::string_view data_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
+  const int raw = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (raw < 0) {
+    const int e = errno;
+    std::string msg = std::string("cannot open: ") + std::strerror(e);
+    if (e == ENOENT) return NotFound(std::move(msg));
+    return InvalidArgument(std::move(msg));
+  }
+  Fd guard(raw);
+  struct stat st;
+  if (fstat(raw, &st) != 0)
+    return InvalidArgument(std::string("cannot stat: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return InvalidArgument("is a directory, expected a trace file");
+  char magic[2];
+  StatusOr<size_t> n = ReadFully(raw, magic, 2);
+  if (!n.ok()) return n.status();
+  std::string head(magic, *n);
+  const int owned = guard.release();  // the source owns it from here on
+  if (*n == 2 && static_cast<unsigned char>(magic[0]) == 0x1f &&
+      static_cast<unsigned char>(magic[1]) == 0x8b) {
+    return std::unique_ptr<ByteSource>(new GzipSource(owned, std::move(head)));
+  }
+  return std::unique_ptr<ByteSource>(new PlainSource(owned, std::move(head)));
+}
+
+std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data) {
+  return std::make_unique<MemorySource>(data);
+}
+
+}  // namespace perftracker

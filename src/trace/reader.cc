@@ -1,0 +1,1269 @@
+// Two streaming passes over the (possibly gzip) bytes of a trace, both with memory bounded by a
+// chunk buffer:
+//  1. A hand-written, quote/escape-aware structural scanner walks the whole text. It parses the
+//     small top-level values (distributedInfo, deviceProperties, baseTimeNanoseconds, host_name)
+//     wherever they sit, parses only the events whose strings contain '#' to collect
+//     ProfilerStep#N / Optimizer.step# spans, and records the byte offsets of one event start
+//     every `segment_bytes` inside the traceEvents array (or the top-level legacy list).
+//  2. Those offsets cut the event array into segments of whole events. Each segment is framed
+//     as "[ ... ]" in place in the padded read buffer and parsed as one simdjson on-demand
+//     document, so simdjson's SIMD stage 1 runs over megabytes at a time and events are decoded
+//     without any per-event allocation.
+// Timestamps stay as doubles in the trace's own (absolute) microseconds: a double holds
+// 1.7e15 us to within 0.25 us, well below what any diagnosis here needs, and keeping the
+// absolute clock lets ranks be compared without a per-file offset.
+#include "trace/reader.h"
+
+#include <dirent.h>
+#include <simdjson.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "base/file_source.h"
+#include "trace/reader_internal.h"
+
+namespace perftracker::trace {
+namespace {
+
+namespace od = simdjson::ondemand;
+using internal::ReaderTuning;
+
+constexpr size_t kPad = simdjson::SIMDJSON_PADDING;
+constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
+constexpr size_t kMaxDepth = 1024;
+constexpr size_t kMaxUnknownCats = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers.
+
+int64_t HashId(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across runs and builds
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return static_cast<int64_t>(h & 0x7fffffffffffffffull);  // never -1, never negative
+}
+
+char Lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (Lower(a[i]) != Lower(b[i])) return false;
+  }
+  return true;
+}
+
+bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+// Matches a raw (still quoted) simdjson key against a literal without unescaping it.
+template <size_t N>
+inline bool KeyIs(const char* raw, const char (&lit)[N]) {
+  return std::memcmp(raw, lit, N - 1) == 0 && raw[N - 1] == '"';
+}
+
+// Kineto "cat" to kind. Returns false for a category we do not know.
+bool KindFromCat(std::string_view cat, EventKind* kind) {
+  struct Entry {
+    std::string_view cat;
+    EventKind kind;
+  };
+  // Exact lowercase spellings first (torch 2.x), then older capitalised ones case-insensitively.
+  static constexpr Entry kTable[] = {
+      {"cpu_op", EventKind::kCpuOp},
+      {"kernel", EventKind::kKernel},
+      {"cuda_runtime", EventKind::kCudaRuntime},
+      {"python_function", EventKind::kPythonFunction},
+      {"user_annotation", EventKind::kUserAnnotation},
+      {"gpu_user_annotation", EventKind::kGpuUserAnnotation},
+      {"gpu_memcpy", EventKind::kMemcpy},
+      {"gpu_memset", EventKind::kMemset},
+      {"cuda_driver", EventKind::kCudaDriver},
+      {"cuda_sync", EventKind::kCudaSync},
+      {"operator", EventKind::kCpuOp},
+      {"runtime", EventKind::kCudaRuntime},
+      {"driver", EventKind::kCudaDriver},
+      {"memcpy", EventKind::kMemcpy},
+      {"memset", EventKind::kMemset},
+      {"record_function", EventKind::kUserAnnotation},
+      {"python", EventKind::kPythonFunction},
+      {"trace", EventKind::kOther},
+      {"overhead", EventKind::kOther},
+      {"cpu_instant_event", EventKind::kOther},
+      {"cuda_profiler_range", EventKind::kOther},
+      {"gpu_op", EventKind::kOther},
+      {"ac2g", EventKind::kOther},
+      {"fwdbwd", EventKind::kOther},
+  };
+  for (const Entry& e : kTable) {
+    if (cat == e.cat) {
+      *kind = e.kind;
+      return true;
+    }
+  }
+  for (const Entry& e : kTable) {
+    if (EqualsIgnoreCase(cat, e.cat)) {
+      *kind = e.kind;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Events without a cat (legacy torch 1.x traces): record_function markers by their names.
+EventKind KindFromName(std::string_view name) {
+  if (StartsWith(name, "ProfilerStep#") || StartsWith(name, "enumerate(DataLoader)") ||
+      StartsWith(name, "Optimizer.step#") || StartsWith(name, "Optimizer.zero_grad#")) {
+    return EventKind::kUserAnnotation;
+  }
+  return EventKind::kCpuOp;
+}
+
+bool IsValueError(simdjson::error_code e) {
+  return e == simdjson::INCORRECT_TYPE || e == simdjson::NUMBER_ERROR ||
+         e == simdjson::NUMBER_OUT_OF_RANGE || e == simdjson::NO_SUCH_FIELD;
+}
+
+// Integer from a JSON number (integers, or doubles truncated). False on any other type.
+bool ReadInt(od::value& v, int64_t* out) {
+  int64_t i;
+  if (v.get_int64().get(i) == simdjson::SUCCESS) {
+    *out = i;
+    return true;
+  }
+  double d;
+  if (v.get_double().get(d) == simdjson::SUCCESS && d > -9.2e18 && d < 9.2e18) {
+    *out = static_cast<int64_t>(d);
+    return true;
+  }
+  uint64_t u;
+  if (v.get_uint64().get(u) == simdjson::SUCCESS) {
+    *out = static_cast<int64_t>(u >> 1);  // beyond int64: keep something ordered
+    return true;
+  }
+  return false;
+}
+
+// pid / tid: a number, or a string hashed to a stable integer.
+bool ReadId(od::value& v, int64_t* out) {
+  if (ReadInt(v, out)) return true;
+  std::string_view s;
+  if (v.get_string().get(s) == simdjson::SUCCESS) {
+    *out = HashId(s);
+    return true;
+  }
+  return false;
+}
+
+// A string, or the raw text of a number (pg_name is "0" in some traces and 0 in others).
+bool ReadText(od::value& v, std::string* out) {
+  std::string_view s;
+  if (v.get_string().get(s) == simdjson::SUCCESS) {
+    out->assign(s);
+    return true;
+  }
+  if (v.type().error() == simdjson::SUCCESS) {
+    s = v.raw_json_token();
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' ||
+                          s.back() == '\t' || s.back() == ',')) {
+      s.remove_suffix(1);
+    }
+    out->assign(s);
+    return true;
+  }
+  return false;
+}
+
+// Rank lists: a JSON array of integers, or a string such as "[0, 1]".
+void ReadRanks(od::value& v, std::vector<int>* out) {
+  out->clear();
+  od::array arr;
+  if (v.get_array().get(arr) == simdjson::SUCCESS) {
+    for (auto el : arr) {
+      od::value ev;
+      int64_t r;
+      if (el.get(ev) == simdjson::SUCCESS && ReadInt(ev, &r)) out->push_back(static_cast<int>(r));
+    }
+    return;
+  }
+  std::string_view s;
+  if (v.get_string().get(s) != simdjson::SUCCESS) return;
+  int64_t cur = -1;
+  for (char c : s) {
+    if (c >= '0' && c <= '9') {
+      cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
+      if (cur > INT_MAX) cur = INT_MAX;
+    } else if (cur >= 0) {
+      out->push_back(static_cast<int>(cur));
+      cur = -1;
+    }
+  }
+  if (cur >= 0) out->push_back(static_cast<int>(cur));
+}
+
+// Invalid UTF-8 bytes become '?', so one bad name cannot fail a whole segment.
+void RepairUtf8(char* data, size_t len) {
+  auto* p = reinterpret_cast<unsigned char*>(data);
+  size_t i = 0;
+  while (i < len) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t n = 0;
+    uint32_t cp = 0;
+    if ((c & 0xe0) == 0xc0) {
+      n = 1;
+      cp = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      n = 2;
+      cp = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      p[i++] = '?';
+      continue;
+    }
+    bool ok = i + n < len;
+    for (size_t k = 1; ok && k <= n; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) ok = false;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if (ok) {
+      static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+      ok = cp >= kMin[n] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    }
+    if (!ok) {
+      p[i++] = '?';
+      continue;
+    }
+    i += n + 1;
+  }
+}
+
+const char* TypeName(unsigned char c) {
+  switch (c) {
+    case '"':
+      return "a string";
+    case 't':
+    case 'f':
+      return "a boolean";
+    case 'n':
+      return "null";
+    case '{':
+      return "an object";
+    case '[':
+      return "an array";
+    default:
+      if (c == '-' || (c >= '0' && c <= '9')) return "a number";
+      return nullptr;
+  }
+}
+
+// Character classes for the structural scanner.
+enum : uint8_t { kOrd = 0, kWs, kQuote, kOpen, kClose, kComma, kColon };
+
+struct Tables {
+  std::array<uint8_t, 256> cls{};   // slow path: every structural class
+  std::array<uint8_t, 256> fast{};  // inside a nested value: only quotes and brackets matter
+  std::array<uint8_t, 256> str{};   // inside a string: the bytes that stop a run
+  Tables() {
+    for (char c : {' ', '\t', '\n', '\r'}) cls[static_cast<uint8_t>(c)] = kWs;
+    cls['"'] = fast['"'] = kQuote;
+    cls['{'] = cls['['] = fast['{'] = fast['['] = kOpen;
+    cls['}'] = cls[']'] = fast['}'] = fast[']'] = kClose;
+    cls[','] = kComma;
+    cls[':'] = kColon;
+    str['"'] = str['\\'] = str['#'] = 1;
+  }
+};
+const Tables kTables;
+
+// ---------------------------------------------------------------------------------------------
+// Pass 1.
+
+struct Pass1Result {
+  TraceMeta meta;
+  bool rank_from_trace = false;
+  bool have_events = false;
+  std::vector<uint64_t> cuts;  // event starts that open each pass-2 segment
+  uint64_t events_end = 0;     // offset of the ']' closing the event array
+  uint64_t bytes = 0;
+};
+
+class Pass1 {
+ public:
+  Pass1(const std::string& name, const ReaderTuning& tuning, Pass1Result* out)
+      : name_(name), tuning_(tuning), out_(out) {}
+
+  Status Run(ByteSource* src) {
+    const size_t read = std::max<size_t>(tuning_.read_bytes, 1);
+    buf_.resize(read + kPad);
+    stack_.reserve(64);
+    for (;;) {
+      // Keep the bytes of whatever value is still being captured; drop the rest.
+      if (keep_from_ != kNone) {
+        const size_t drop = static_cast<size_t>(keep_from_ - base_);
+        std::memmove(buf_.data(), buf_.data() + drop, len_ - drop);
+        base_ += drop;
+        len_ -= drop;
+      } else {
+        base_ += len_;
+        len_ = 0;
+      }
+      if (len_ + read + kPad > buf_.size()) {
+        if (len_ > tuning_.max_value_bytes) {
+          return Error(base_, "a single value is larger than " +
+                                  std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
+        }
+        buf_.resize(std::max(buf_.size() * 2, len_ + read + kPad));
+      }
+      StatusOr<size_t> n = src->Read(buf_.data() + len_, read);
+      if (!n.ok()) return Status(n.status().code(), name_ + ": " + n.status().message());
+      if (*n == 0) break;
+      const size_t from = len_;
+      len_ += *n;
+      PT_RETURN_IF_ERROR(Scan(from));
+    }
+    const uint64_t total = base_ + len_;
+    out_->bytes = total;
+    if (top_ == kTopStart) return InvalidArgument(name_ + ": empty file");
+    if (top_ != kTopDone || in_string_) return Error(total, "unexpected end of input");
+    if (!out_->meta.legacy_format && !out_->have_events) {
+      return InvalidArgument(name_ + ": no traceEvents array");
+    }
+    out_->events_end = events_end_;
+    return Status::Ok();
+  }
+
+ private:
+  enum Top : uint8_t {
+    kTopStart,
+    kTopKey,
+    kTopColon,
+    kTopValue,
+    kTopInValue,
+    kTopAfterValue,
+    kTopDone
+  };
+
+  uint64_t Abs(size_t i) const { return base_ + i; }
+  const char* At(uint64_t abs) const { return buf_.data() + (abs - base_); }
+
+  Status Error(uint64_t at, const std::string& what) const {
+    return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " + what);
+  }
+
+  Status Push(char c, uint64_t at) {
+    if (stack_.size() >= kMaxDepth) return Error(at, "nesting deeper than 1024");
+    stack_.push_back(c == '{' ? '}' : ']');
+    return Status::Ok();
+  }
+  Status Pop(char c, uint64_t at) {
+    if (stack_.empty() || stack_.back() != c) {
+      return Error(at, std::string("unexpected '") + c + "'");
+    }
+    stack_.pop_back();
+    return Status::Ok();
+  }
+
+  Status Scan(size_t from) {
+    const auto* p = reinterpret_cast<const unsigned char*>(buf_.data()) + from;
+    const auto* const begin = reinterpret_cast<const unsigned char*>(buf_.data());
+    const auto* const end = begin + len_;
+    while (p < end) {
+      if (in_string_) {
+        if (escape_) {
+          escape_ = false;
+          ++p;
+          continue;
+        }
+        while (p < end && !kTables.str[*p]) ++p;
+        if (p == end) break;
+        const unsigned char c = *p++;
+        if (c == '\\') {
+          escape_ = true;
+        } else if (c == '#') {
+          if (events_active_ && stack_.size() > ev_depth_) candidate_ = true;
+        } else {
+          in_string_ = false;
+          if (stack_.size() <= fast_depth_) PT_RETURN_IF_ERROR(StringEnd(Abs(p - begin)));
+        }
+        continue;
+      }
+      if (stack_.size() > fast_depth_) {
+        // Inside an event or a nested top-level value: only strings and brackets matter here;
+        // simdjson validates the rest when it parses the value.
+        for (; p < end; ++p) {
+          const uint8_t k = kTables.fast[*p];
+          if (k == kOrd) continue;
+          if (k == kQuote) {
+            in_string_ = true;
+            ++p;
+            break;
+          }
+          if (k == kOpen) {
+            PT_RETURN_IF_ERROR(Push(static_cast<char>(*p), Abs(p - begin)));
+            continue;
+          }
+          PT_RETURN_IF_ERROR(Pop(static_cast<char>(*p), Abs(p - begin)));
+          if (stack_.size() == fast_depth_) {
+            ++p;
+            PT_RETURN_IF_ERROR(NestedEnd(Abs(p - begin)));
+            break;
+          }
+        }
+        continue;
+      }
+      PT_RETURN_IF_ERROR(Slow(*p, Abs(p - begin)));
+      ++p;
+    }
+    return Status::Ok();
+  }
+
+  // A string closed at a depth we track (`end` is just past its closing quote).
+  Status StringEnd(uint64_t end) {
+    if (events_active_) {
+      if (stack_.size() == ev_depth_) ElementEnd(end);  // a string as an event: pass 2 counts it
+      return Status::Ok();
+    }
+    if (top_ == kTopKey) {
+      key_.assign(At(key_start_), static_cast<size_t>(end - 1 - key_start_));
+      keep_from_ = kNone;
+      top_ = kTopColon;
+      return Status::Ok();
+    }
+    if (top_ == kTopInValue) return ValueEnd(end);
+    return Status::Ok();
+  }
+
+  // A nested object/array closed back to the depth we track.
+  Status NestedEnd(uint64_t end) {
+    if (events_active_) {
+      ElementEnd(end);
+      return Status::Ok();
+    }
+    return ValueEnd(end);
+  }
+
+  void ElementStart(uint64_t at, bool keep) {
+    expect_element_ = false;
+    ++elements_;
+    element_start_ = at;
+    if (keep) keep_from_ = at;  // scalars need no bytes kept: they never reach ElementEnd
+    candidate_ = false;
+    if (out_->cuts.empty() || at - out_->cuts.back() >= tuning_.segment_bytes) {
+      out_->cuts.push_back(at);
+    }
+  }
+
+  void ElementEnd(uint64_t end) {
+    keep_from_ = kNone;
+    if (candidate_) ParseCandidate(element_start_, end);
+    candidate_ = false;
+  }
+
+  // One byte at a depth where the top-level object or the event array is being walked.
+  Status Slow(unsigned char c, uint64_t at) {
+    const uint8_t k = kTables.cls[c];
+    if (events_active_) {
+      switch (k) {
+        case kWs:
+          return Status::Ok();
+        case kComma:
+          if (expect_element_) return Error(at, "unexpected ',' in the event array");
+          expect_element_ = true;
+          return Status::Ok();
+        case kClose:
+          if (c == ']' && expect_element_ && elements_ > 0) {
+            return Error(at, "trailing ',' in the event array");
+          }
+          PT_RETURN_IF_ERROR(Pop(static_cast<char>(c), at));
+          events_active_ = false;
+          events_end_ = at;
+          keep_from_ = kNone;
+          if (out_->meta.legacy_format) {
+            top_ = kTopDone;
+            fast_depth_ = 0;
+          } else {
+            top_ = kTopAfterValue;
+            fast_depth_ = 1;
+          }
+          return Status::Ok();
+        case kColon:
+          return Error(at, "unexpected ':' in the event array");
+        default:
+          if (!expect_element_) {
+            if (k == kOrd) return Status::Ok();  // rest of a scalar; simdjson judges it
+            return Error(at, "missing ',' between events");
+          }
+          ElementStart(at, k == kOpen || k == kQuote);
+          if (k == kOpen) return Push(static_cast<char>(c), at);
+          if (k == kQuote) in_string_ = true;
+          return Status::Ok();
+      }
+    }
+    if (stack_.empty()) {  // depth 0
+      if (k == kWs) return Status::Ok();
+      if (top_ == kTopDone) return Error(at, "unexpected data after the top-level value");
+      if (at == 0 && c == 0xef) {  // UTF-8 byte order mark
+        bom_ = 1;
+        return Status::Ok();
+      }
+      if (bom_ > 0 && bom_ < 3 && at == static_cast<uint64_t>(bom_)) {
+        ++bom_;
+        return Status::Ok();
+      }
+      top_ = kTopKey;  // anything but whitespace: the file is not empty
+      if (c == '{') return Push('{', at);
+      if (c == '[') {
+        out_->meta.legacy_format = true;
+        PT_RETURN_IF_ERROR(Push('[', at));
+        StartEvents();
+        return Status::Ok();
+      }
+      const char* type = TypeName(c);
+      if (type == nullptr) return Error(at, "unexpected character");
+      return InvalidArgument(name_ + ": top-level value is " + type +
+                             ", expected an object with traceEvents or a list of events");
+    }
+    // Depth 1 of a Kineto object.
+    switch (top_) {
+      case kTopKey:
+        if (k == kWs) return Status::Ok();
+        if (c == '"') {
+          in_string_ = true;
+          key_start_ = at + 1;
+          keep_from_ = at;
+          return Status::Ok();
+        }
+        if (c == '}') return CloseTop(at);
+        return Error(at, "expected a key");
+      case kTopColon:
+        if (k == kWs) return Status::Ok();
+        if (c == ':') {
+          top_ = kTopValue;
+          return Status::Ok();
+        }
+        return Error(at, "expected ':'");
+      case kTopValue:
+        if (k == kWs) return Status::Ok();
+        if (k == kClose || k == kComma || k == kColon) return Error(at, "expected a value");
+        if (key_ == "traceEvents") {
+          if (c != '[') {
+            return InvalidArgument(name_ + ": traceEvents is " +
+                                   (TypeName(c) ? TypeName(c) : "not a value") +
+                                   ", expected an array");
+          }
+          PT_RETURN_IF_ERROR(Push('[', at));
+          StartEvents();
+          top_ = kTopInValue;
+          return Status::Ok();
+        }
+        value_start_ = at;
+        capture_ = IsMetaKey(key_);
+        if (capture_) keep_from_ = at;
+        top_ = kTopInValue;
+        if (k == kQuote) in_string_ = true;
+        if (k == kOpen) return Push(static_cast<char>(c), at);
+        return Status::Ok();
+      case kTopInValue:  // a scalar at depth 1
+        if (k == kWs || k == kComma || c == '}') {
+          PT_RETURN_IF_ERROR(ValueEnd(at));
+          return Slow(c, at);
+        }
+        return Status::Ok();
+      case kTopAfterValue:
+        if (k == kWs) return Status::Ok();
+        if (c == ',') {
+          top_ = kTopKey;
+          return Status::Ok();
+        }
+        if (c == '}') return CloseTop(at);
+        return Error(at, "expected ',' or '}'");
+      default:
+        return Error(at, "unexpected character");
+    }
+  }
+
+  Status CloseTop(uint64_t at) {
+    PT_RETURN_IF_ERROR(Pop('}', at));
+    top_ = kTopDone;
+    fast_depth_ = 0;
+    return Status::Ok();
+  }
+
+  void StartEvents() {
+    out_->have_events = true;
+    events_active_ = true;
+    ev_depth_ = stack_.size();
+    fast_depth_ = ev_depth_;
+    expect_element_ = true;
+    elements_ = 0;
+  }
+
+  static bool IsMetaKey(const std::string& key) {
+    return key == "distributedInfo" || key == "deviceProperties" || key == "baseTimeNanoseconds" ||
+           key == "host_name" || key == "hostname";
+  }
+
+  Status ValueEnd(uint64_t end) {
+    top_ = kTopAfterValue;
+    if (!capture_) return Status::Ok();
+    capture_ = false;
+    keep_from_ = kNone;
+    return ParseMeta(value_start_, end);
+  }
+
+  // Copies [start, end) into a padded scratch buffer for simdjson.
+  std::string_view Scratch(uint64_t start, uint64_t end) {
+    const size_t n = static_cast<size_t>(end - start);
+    if (scratch_.size() < n + kPad) scratch_.resize(n + kPad);
+    std::memcpy(scratch_.data(), At(start), n);
+    std::memset(scratch_.data() + n, ' ', kPad);
+    return std::string_view(scratch_.data(), n);
+  }
+
+  Status MetaError(uint64_t start, simdjson::error_code e) {
+    return Error(start, std::string("in ") + key_ + ": " + simdjson::error_message(e));
+  }
+
+  Status ParseMeta(uint64_t start, uint64_t end) {
+    std::string_view text = Scratch(start, end);
+    od::document doc;
+    auto err = parser_.iterate(text.data(), text.size(), scratch_.size()).get(doc);
+    if (err) return MetaError(start, err);
+    TraceMeta& m = out_->meta;
+    if (key_ == "baseTimeNanoseconds") {
+      int64_t t;
+      uint64_t u;
+      double d;
+      if (doc.get_int64().get(t) == simdjson::SUCCESS) {
+        m.base_time_ns = t;
+      } else if (doc.get_uint64().get(u) == simdjson::SUCCESS) {
+        m.base_time_ns = static_cast<int64_t>(u >> 1);
+      } else if (doc.get_double().get(d) == simdjson::SUCCESS && d > -9.2e18 && d < 9.2e18) {
+        m.base_time_ns = static_cast<int64_t>(d);
+      }
+      return Status::Ok();
+    }
+    if (key_ == "host_name" || key_ == "hostname") {
+      std::string_view s;
+      if (doc.get_string().get(s) == simdjson::SUCCESS) m.host.assign(s);
+      return Status::Ok();
+    }
+    if (key_ == "deviceProperties") {
+      od::array arr;
+      if (doc.get_array().get(arr) != simdjson::SUCCESS) return Status::Ok();
+      m.devices.clear();
+      for (auto el : arr) {
+        od::object obj;
+        if (auto e = el.get_object().get(obj)) {
+          if (!IsValueError(e)) return MetaError(start, e);
+          continue;
+        }
+        DeviceInfo d;
+        for (auto f : obj) {
+          if (auto e = f.error()) return MetaError(start, e);
+          od::field& field = f.value_unsafe();
+          const char* k = field.key().raw();
+          od::value v = field.value();
+          int64_t i = 0;
+          if (KeyIs(k, "id")) {
+            if (ReadInt(v, &i)) d.id = static_cast<int>(i);
+          } else if (KeyIs(k, "name")) {
+            ReadText(v, &d.name);
+          } else if (KeyIs(k, "numSms")) {
+            if (ReadInt(v, &i)) d.num_sms = static_cast<int>(i);
+          } else if (KeyIs(k, "computeMajor")) {
+            if (ReadInt(v, &i)) d.compute_major = static_cast<int>(i);
+          } else if (KeyIs(k, "computeMinor")) {
+            if (ReadInt(v, &i)) d.compute_minor = static_cast<int>(i);
+          }
+        }
+        m.devices.push_back(std::move(d));
+      }
+      return Status::Ok();
+    }
+    // distributedInfo
+    od::object obj;
+    if (doc.get_object().get(obj) != simdjson::SUCCESS) return Status::Ok();
+    for (auto f : obj) {
+      if (auto e = f.error()) return MetaError(start, e);
+      od::field& field = f.value_unsafe();
+      const char* k = field.key().raw();
+      od::value v = field.value();
+      int64_t i = 0;
+      if (KeyIs(k, "rank")) {
+        if (ReadInt(v, &i)) {
+          m.rank = static_cast<int>(i);
+          out_->rank_from_trace = true;
+        }
+      } else if (KeyIs(k, "world_size")) {
+        if (ReadInt(v, &i)) m.world_size = static_cast<int>(i);
+      } else if (KeyIs(k, "backend")) {
+        ReadText(v, &m.backend);
+      } else if (KeyIs(k, "pg_config")) {
+        od::array arr;
+        if (v.get_array().get(arr) != simdjson::SUCCESS) continue;
+        m.process_groups.clear();
+        for (auto el : arr) {
+          od::object pg_obj;
+          if (auto e = el.get_object().get(pg_obj)) {
+            if (!IsValueError(e)) return MetaError(start, e);
+            continue;
+          }
+          ProcessGroup pg;
+          for (auto pf : pg_obj) {
+            if (auto e = pf.error()) return MetaError(start, e);
+            od::field& pfield = pf.value_unsafe();
+            const char* pk = pfield.key().raw();
+            od::value pv = pfield.value();
+            if (KeyIs(pk, "pg_name")) {
+              ReadText(pv, &pg.name);
+            } else if (KeyIs(pk, "pg_desc")) {
+              ReadText(pv, &pg.desc);
+            } else if (KeyIs(pk, "backend_config")) {
+              ReadText(pv, &pg.backend);
+            } else if (KeyIs(pk, "pg_size")) {
+              if (ReadInt(pv, &i)) pg.size = static_cast<int>(i);
+            } else if (KeyIs(pk, "ranks")) {
+              ReadRanks(pv, &pg.ranks);
+            }
+          }
+          if (pg.size == 0) pg.size = static_cast<int>(pg.ranks.size());
+          m.process_groups.push_back(std::move(pg));
+        }
+      }
+    }
+    return Status::Ok();
+  }
+
+  // An event with a '#' in one of its strings: is it a ProfilerStep#N or Optimizer.step# span?
+  // Parse errors are ignored here; pass 2 reports them.
+  void ParseCandidate(uint64_t start, uint64_t end) {
+    std::string_view text = Scratch(start, end);
+    od::document doc;
+    od::object obj;
+    if (parser_.iterate(text.data(), text.size(), scratch_.size()).get(doc) ||
+        doc.get_object().get(obj)) {
+      return;
+    }
+    std::string_view name, cat, ph;
+    bool has_name = false, has_cat = false, has_ts = false;
+    Span span;
+    for (auto f : obj) {
+      if (f.error()) return;
+      od::field& field = f.value_unsafe();
+      const char* k = field.key().raw();
+      od::value v = field.value();
+      if (KeyIs(k, "name")) {
+        has_name = v.get_string().get(name) == simdjson::SUCCESS;
+      } else if (KeyIs(k, "cat")) {
+        has_cat = v.get_string().get(cat) == simdjson::SUCCESS;
+      } else if (KeyIs(k, "ph")) {
+        if (v.get_string().get(ph)) return;
+      } else if (KeyIs(k, "ts")) {
+        has_ts = v.get_double().get(span.ts_us) == simdjson::SUCCESS;
+      } else if (KeyIs(k, "dur")) {
+        if (v.get_double().get(span.dur_us)) span.dur_us = 0;
+      } else if (KeyIs(k, "tid")) {
+        ReadId(v, &span.tid);
+      }
+    }
+    if (!has_name || !has_ts || ph != "X") return;
+    if (has_cat && !EqualsIgnoreCase(cat, "user_annotation") && !EqualsIgnoreCase(cat, "cpu_op") &&
+        !EqualsIgnoreCase(cat, "record_function") && !EqualsIgnoreCase(cat, "operator")) {
+      return;  // e.g. the gpu_user_annotation copy of ProfilerStep#N on the GPU timeline
+    }
+    if (StartsWith(name, "ProfilerStep#")) {
+      int64_t n = -1;
+      for (char c : name.substr(13)) {
+        if (c < '0' || c > '9' || n > (int64_t{1} << 50)) break;
+        n = (n < 0 ? 0 : n) * 10 + (c - '0');
+      }
+      if (n < 0) return;
+      span.step = n;
+      out_->meta.profiler_steps.push_back(span);
+    } else if (StartsWith(name, "Optimizer.step#")) {
+      out_->meta.optimizer_steps.push_back(span);
+    }
+  }
+
+  const std::string& name_;
+  const ReaderTuning& tuning_;
+  Pass1Result* out_;
+
+  std::vector<char> buf_;
+  uint64_t base_ = 0;  // offset of buf_[0] in the stream
+  size_t len_ = 0;
+  uint64_t keep_from_ = kNone;
+
+  std::vector<char> stack_;  // expected closing brackets
+  bool in_string_ = false;
+  bool escape_ = false;
+  int bom_ = 0;
+  Top top_ = kTopStart;
+  size_t fast_depth_ = 1;  // deeper than this, only strings and brackets are tracked
+
+  std::string key_;
+  uint64_t key_start_ = 0;
+  uint64_t value_start_ = 0;
+  bool capture_ = false;
+
+  bool events_active_ = false;
+  size_t ev_depth_ = 0;
+  bool expect_element_ = false;
+  uint64_t elements_ = 0;
+  uint64_t element_start_ = 0;
+  bool candidate_ = false;
+  uint64_t events_end_ = 0;
+
+  std::string scratch_;
+  od::parser parser_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Pass 2.
+
+class Pass2 {
+ public:
+  Pass2(const std::string& name, const ReaderTuning& tuning, EventSink* sink, ReadStats* stats)
+      : name_(name), tuning_(tuning), sink_(sink), stats_(stats) {}
+
+  Status Run(ByteSource* src, const Pass1Result& p1) {
+    src_ = src;
+    const auto& cuts = p1.cuts;
+    for (size_t i = 0; i < cuts.size(); ++i) {
+      const uint64_t s = cuts[i];
+      const uint64_t e = i + 1 < cuts.size() ? cuts[i + 1] : p1.events_end;
+      PT_RETURN_IF_ERROR(Fill(s, e));
+      PT_RETURN_IF_ERROR(ParseSegment(s, e));
+    }
+    for (const auto& [cat, n] : unknown_cats_) stats_->unknown_cats[cat] += n;
+    return Status::Ok();
+  }
+
+ private:
+  // Makes buf_[1..] hold stream bytes [s, e], plus room for padding. buf_[0] is kept free for
+  // the '[' that frames the segment.
+  Status Fill(uint64_t s, uint64_t e) {
+    const size_t read = std::max<size_t>(tuning_.read_bytes, 1);
+    if (base_ + len_ <= s) {
+      len_ = 0;
+      base_ = pos_;
+    } else if (s > base_) {
+      const size_t drop = static_cast<size_t>(s - base_);
+      std::memmove(buf_.data() + 1, buf_.data() + 1 + drop, len_ - drop);
+      base_ = s;
+      len_ -= drop;
+    }
+    const size_t need = static_cast<size_t>(e - s) + 2 + read + kPad;
+    if (buf_.size() < need) buf_.resize(std::max(need, buf_.size() * 2));
+    while (base_ + len_ <= e) {
+      StatusOr<size_t> n = src_->Read(buf_.data() + 1 + len_, read);
+      if (!n.ok()) return Status(n.status().code(), name_ + ": " + n.status().message());
+      if (*n == 0) return DataLoss(name_ + ": file changed while being read");
+      pos_ += *n;
+      len_ += *n;
+      if (base_ < s) {  // still before the segment: discard what was read
+        const size_t drop = static_cast<size_t>(std::min<uint64_t>(s - base_, len_));
+        std::memmove(buf_.data() + 1, buf_.data() + 1 + drop, len_ - drop);
+        base_ += drop;
+        len_ -= drop;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status JsonError(const char* where, simdjson::error_code e, uint64_t fallback) {
+    uint64_t at = fallback;
+    const char* loc = nullptr;
+    if (where != nullptr) loc = where;
+    if (loc != nullptr && loc >= buf_.data() + 1 && loc < buf_.data() + 1 + len_) {
+      at = base_ + static_cast<uint64_t>(loc - (buf_.data() + 1));
+    }
+    return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " +
+                           simdjson::error_message(e));
+  }
+
+  Status ParseSegment(uint64_t s, uint64_t e) {
+    char* const seg = buf_.data() + 1;
+    size_t t = static_cast<size_t>(e - s);
+    // Drop the separator before the next segment's first event.
+    while (t > 0 && kTables.cls[static_cast<uint8_t>(seg[t - 1])] == kWs) --t;
+    if (t > 0 && seg[t - 1] == ',') --t;
+    const size_t doc_len = t + 2;
+    const char saved = seg[t];
+    buf_[0] = '[';
+    seg[t] = ']';
+    Status st = ParseDocument(doc_len, s, /*repaired=*/false);
+    seg[t] = saved;
+    return st;
+  }
+
+  Status ParseDocument(size_t doc_len, uint64_t s, bool repaired) {
+    od::document doc;
+    od::array arr;
+    auto err = parser_.iterate(buf_.data(), doc_len, buf_.size()).get(doc);
+    if (!err) err = doc.get_array().get(arr);
+    if (err == simdjson::UTF8_ERROR && !repaired) {
+      RepairUtf8(buf_.data() + 1, doc_len - 2);
+      return ParseDocument(doc_len, s, true);
+    }
+    if (err) return JsonError(nullptr, err, s);
+    for (auto el : arr) {
+      od::value v;
+      if (auto e = el.get(v)) {
+        const char* loc = nullptr;
+        if (doc.current_location().get(loc)) loc = nullptr;
+        return JsonError(loc, e, s);
+      }
+      if (auto e = DecodeEvent(v)) {
+        const char* loc = nullptr;
+        if (doc.current_location().get(loc)) loc = nullptr;
+        return JsonError(loc, e, s);
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Decodes one element of the event array. Returns an error only when the JSON itself is broken;
+  // events of the wrong shape are counted.
+  simdjson::error_code DecodeEvent(od::value& v) {
+    od::object obj;
+    if (auto e = v.get_object().get(obj)) {
+      if (!IsValueError(e)) return e;
+      ++stats_->malformed_events;
+      return simdjson::SUCCESS;
+    }
+    trace::Event ev;
+    std::string_view ph, cat;
+    bool has_cat = false, has_ts = false, has_name = false, bad = false;
+    for (auto f : obj) {
+      if (auto e = f.error()) return e;
+      od::field& field = f.value_unsafe();
+      const char* k = field.key().raw();
+      od::value val = field.value();
+      simdjson::error_code e = simdjson::SUCCESS;
+      switch (k[0]) {
+        case 'p':
+          if (KeyIs(k, "ph")) {
+            e = val.get_string().get(ph);
+          } else if (KeyIs(k, "pid")) {
+            bad |= !ReadId(val, &ev.pid);
+          }
+          break;
+        case 't':
+          if (KeyIs(k, "ts")) {
+            e = val.get_double().get(ev.ts_us);
+            has_ts = e == simdjson::SUCCESS;
+          } else if (KeyIs(k, "tid")) {
+            bad |= !ReadId(val, &ev.tid);
+          }
+          break;
+        case 'd':
+          if (KeyIs(k, "dur")) e = val.get_double().get(ev.dur_us);
+          break;
+        case 'n':
+          if (KeyIs(k, "name")) {
+            e = val.get_string().get(ev.name);
+            has_name = e == simdjson::SUCCESS;
+          }
+          break;
+        case 'c':
+          if (KeyIs(k, "cat")) {
+            e = val.get_string().get(cat);
+            has_cat = e == simdjson::SUCCESS;
+          }
+          break;
+        case 'a':
+          if (KeyIs(k, "args")) {
+            od::object args;
+            e = val.get_object().get(args);
+            if (!e) e = Args(args, &ev);
+          }
+          break;
+        default:
+          break;
+      }
+      if (e) {
+        if (!IsValueError(e)) return e;
+        bad = true;
+      }
+    }
+    if (ph.size() != 1) {
+      ++stats_->malformed_events;
+      return simdjson::SUCCESS;
+    }
+    switch (ph[0]) {
+      case 'X':
+        break;
+      case 's':
+      case 'f':
+      case 't':
+        ++stats_->flow_events;
+        return simdjson::SUCCESS;
+      default:  // M, i, I, C and the rarer phases: metadata for a viewer, not work
+        ++stats_->metadata_events;
+        return simdjson::SUCCESS;
+    }
+    if (bad || !has_ts || !has_name) {
+      ++stats_->malformed_events;
+      return simdjson::SUCCESS;
+    }
+    if (has_cat) {
+      if (!KindFromCat(cat, &ev.kind)) {
+        ev.kind = EventKind::kOther;
+        ++stats_->unknown_kind;
+        CountUnknownCat(cat);
+      }
+    } else {
+      ev.kind = KindFromName(ev.name);
+    }
+    ++stats_->events;
+    sink_->OnEvent(ev);
+    return simdjson::SUCCESS;
+  }
+
+  void CountUnknownCat(std::string_view cat) {
+    for (auto& [c, n] : unknown_cats_) {
+      if (c == cat) {
+        ++n;
+        return;
+      }
+    }
+    if (unknown_cats_.size() < kMaxUnknownCats) {
+      unknown_cats_.emplace_back(std::string(cat), 1);
+    } else {
+      CountUnknownCat("(other)");
+    }
+  }
+
+  static simdjson::error_code Args(od::object& args, trace::Event* ev) {
+    for (auto f : args) {
+      if (auto e = f.error()) return e;
+      od::field& field = f.value_unsafe();
+      const char* k = field.key().raw();
+      od::value v = field.value();
+      int64_t i;
+      switch (k[0]) {
+        case 'E':
+          if (KeyIs(k, "External id") && ReadInt(v, &i)) ev->external_id = i;
+          break;
+        case 'c':
+          if (KeyIs(k, "correlation") && ReadInt(v, &i)) ev->correlation = i;
+          break;
+        case 's':
+          if (KeyIs(k, "stream") && ReadInt(v, &i)) ev->stream = static_cast<int32_t>(i);
+          break;
+        case 'd':
+          if (KeyIs(k, "device")) {
+            if (ReadInt(v, &i)) ev->device = static_cast<int32_t>(i);
+          } else if (KeyIs(k, "dtype")) {
+            if (v.get_string().get(ev->dtype)) {
+            }
+          }
+          break;
+        case 'C':
+          if (KeyIs(k, "Collective name")) {
+            if (v.get_string().get(ev->collective_name)) {
+            }
+          } else if (KeyIs(k, "Call stack")) {
+            if (v.get_string().get(ev->call_stack)) {
+            }
+          }
+          break;
+        case 'I':
+          if (KeyIs(k, "In msg nelems") && ReadInt(v, &i)) ev->in_msg_nelems = i;
+          break;
+        case 'O':
+          if (KeyIs(k, "Out msg nelems") && ReadInt(v, &i)) ev->out_msg_nelems = i;
+          break;
+        case 'G':
+          if (KeyIs(k, "Group size") && ReadInt(v, &i)) ev->group_size = static_cast<int32_t>(i);
+          break;
+        case 'P':
+          if (KeyIs(k, "Process Group Ranks")) {
+            if (v.get_string().get(ev->pg_ranks) != simdjson::SUCCESS) {
+              od::array arr;
+              if (v.get_array().get(arr) == simdjson::SUCCESS) {
+                if (arr.raw_json().get(ev->pg_ranks)) {
+                }
+              }
+            }
+          } else if (KeyIs(k, "Process Group Name")) {
+            if (v.get_string().get(ev->pg_name)) {
+            }
+          } else if (KeyIs(k, "Python id")) {
+            if (ReadInt(v, &i)) ev->python_id = i;
+          } else if (KeyIs(k, "Python parent id")) {
+            if (ReadInt(v, &i)) ev->python_parent_id = i;
+          }
+          break;
+        case 'b':
+          if (KeyIs(k, "bytes") && ReadInt(v, &i)) ev->bytes = i;
+          break;
+        default:
+          break;
+      }
+    }
+    return simdjson::SUCCESS;
+  }
+
+  const std::string& name_;
+  const ReaderTuning& tuning_;
+  EventSink* sink_;
+  ReadStats* stats_;
+  ByteSource* src_ = nullptr;
+
+  std::vector<char> buf_;
+  uint64_t base_ = 0;  // stream offset of buf_[1]
+  size_t len_ = 0;
+  uint64_t pos_ = 0;  // stream offset of the next byte the source yields
+  od::parser parser_;
+  std::vector<std::pair<std::string, uint64_t>> unknown_cats_;
+};
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool IsTraceFileName(const std::string& name) {
+  auto ends = [&](std::string_view suffix) {
+    return name.size() > suffix.size() &&
+           name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  return ends(".json") || ends(".json.gz");
+}
+
+}  // namespace
+
+namespace internal {
+
+StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& name,
+                                  EventSink* sink, const ReadOptions& options,
+                                  const ReaderTuning& tuning) {
+  auto opened = [&]() -> StatusOr<std::unique_ptr<ByteSource>> {
+    StatusOr<std::unique_ptr<ByteSource>> src = open();
+    if (!src.ok()) return Status(src.status().code(), name + ": " + src.status().message());
+    return src;
+  };
+  Pass1Result p1;
+  {
+    PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
+    Pass1 pass1(name, tuning, &p1);
+    PT_RETURN_IF_ERROR(pass1.Run(src.get()));
+  }
+  TraceMeta& meta = p1.meta;
+  meta.path = name;
+  if (p1.rank_from_trace) {
+    meta.rank_source = "distributedInfo";
+  } else if (const int r = RankFromFileName(name); r >= 0) {
+    meta.rank = r;
+    meta.rank_source = "file name";
+  } else if (options.rank_override >= 0) {
+    meta.rank = options.rank_override;
+    meta.rank_source = "override";
+  } else {
+    meta.rank = -1;
+  }
+  auto by_ts = [](const Span& a, const Span& b) { return a.ts_us < b.ts_us; };
+  std::stable_sort(meta.profiler_steps.begin(), meta.profiler_steps.end(), by_ts);
+  std::stable_sort(meta.optimizer_steps.begin(), meta.optimizer_steps.end(), by_ts);
+
+  ReadStats stats;
+  stats.bytes = p1.bytes;
+  sink->OnBegin(meta);
+  if (!p1.cuts.empty()) {
+    PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
+    Pass2 pass2(name, tuning, sink, &stats);
+    PT_RETURN_IF_ERROR(pass2.Run(src.get(), p1));
+  }
+  sink->OnEnd(stats);
+  return stats;
+}
+
+}  // namespace internal
+
+StatusOr<ReadStats> ReadTrace(const std::string& path, EventSink* sink,
+                              const ReadOptions& options) {
+  return internal::ReadTraceFrom([&] { return OpenFileSource(path); }, path, sink, options,
+                                 internal::ReaderTuning{});
+}
+
+StatusOr<ReadStats> ReadTraceBuffer(std::string_view json, const std::string& name, EventSink* sink,
+                                    const ReadOptions& options) {
+  return internal::ReadTraceFrom(
+      [&]() -> StatusOr<std::unique_ptr<ByteSource>> { return OpenMemorySource(json); }, name, sink,
+      options, internal::ReaderTuning{});
+}
+
+int RankFromFileName(const std::string& path) {
+  std::string base = BaseName(path);
+  for (char& c : base) c = Lower(c);
+  int found = -1;
+  size_t at = 0;
+  while ((at = base.find("rank", at)) != std::string::npos) {
+    size_t i = at + 4;
+    if (i < base.size() && (base[i] == '-' || base[i] == '_' || base[i] == '.')) ++i;
+    int64_t r = -1;
+    while (i < base.size() && base[i] >= '0' && base[i] <= '9' && r < 100000000) {
+      r = (r < 0 ? 0 : r) * 10 + (base[i] - '0');
+      ++i;
+    }
+    if (r >= 0) found = static_cast<int>(r);
+    at += 4;
+  }
+  return found;
+}
+
+StatusOr<std::vector<std::string>> ExpandTracePaths(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const std::string& path : paths) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return NotFound(path + ": " + std::strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      out.push_back(path);
+      continue;
+    }
+    DIR* dir = opendir(path.c_str());
+    if (dir == nullptr)
+      return InvalidArgument(path + ": cannot list folder: " + std::strerror(errno));
+    std::vector<std::string> found;
+    const std::string prefix = (!path.empty() && path.back() == '/') ? path : path + "/";
+    while (const dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (!IsTraceFileName(name)) continue;
+      const std::string full = prefix + name;
+      struct stat fst;
+      if (stat(full.c_str(), &fst) == 0 && S_ISREG(fst.st_mode)) found.push_back(full);
+    }
+    closedir(dir);
+    if (found.empty()) {
+      return NotFound(path + ": folder holds no trace files (*.json, *.json.gz)");
+    }
+    out.insert(out.end(), found.begin(), found.end());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace perftracker::trace

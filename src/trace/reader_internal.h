@@ -1,0 +1,33 @@
+// Internals of the trace reader exposed for tests and fuzzing: the reader over any ByteSource,
+// with its buffer sizes adjustable so tests can make every event straddle a chunk boundary.
+#ifndef PERFTRACKER_TRACE_READER_INTERNAL_H_
+#define PERFTRACKER_TRACE_READER_INTERNAL_H_
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/file_source.h"
+#include "base/status.h"
+#include "trace/event.h"
+#include "trace/reader.h"
+
+namespace perftracker::trace::internal {
+
+struct ReaderTuning {
+  size_t read_bytes = 1 << 20;         // bytes pulled from the source per read
+  size_t segment_bytes = 4 << 20;      // events parsed per simdjson document (pass 2)
+  size_t max_value_bytes = 256 << 20;  // largest single event / top-level value accepted
+};
+
+// Opens the data afresh; called once per pass.
+using SourceOpener = std::function<StatusOr<std::unique_ptr<ByteSource>>()>;
+
+StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& name,
+                                  EventSink* sink, const ReadOptions& options,
+                                  const ReaderTuning& tuning);
+
+}  // namespace perftracker::trace::internal
+
+#endif  // PERFTRACKER_TRACE_READER_INTERNAL_H_
