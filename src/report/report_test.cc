@@ -118,8 +118,9 @@ TEST(ReportTest, EmptyDiagnosisIsValidJsonAndClean) {
   std::string path = TempPath("empty.json");
   ASSERT_TRUE(WriteJsonFile(d, path).ok());
   std::string check = std::string(PT_SOURCE_DIR) + "/../shared/tools/check_diagnosis.py";
-  if (std::filesystem::exists(check))
+  if (std::filesystem::exists(check)) {
     EXPECT_EQ(Shell(std::string(kPython) + " " + check + " " + path + " clean >/dev/null"), 0);
+  }
   std::remove(path.c_str());
 }
 
