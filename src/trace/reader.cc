@@ -21,6 +21,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <climits>
 #include <cstring>
 #include <limits>
@@ -292,6 +295,54 @@ struct Tables {
 };
 const Tables kTables;
 
+// The scanner may look up to 16 bytes past `end`: its buffers keep kPad bytes of slack there.
+// Returns the first byte in [p, end) that is a quote or a bracket.
+inline const unsigned char* SkipOrdinary(const unsigned char* p, const unsigned char* end) {
+#if defined(__SSE2__)
+  const __m128i q = _mm_set1_epi8('"'), ob = _mm_set1_epi8('{'), cb = _mm_set1_epi8('}'),
+                os = _mm_set1_epi8('['), cs = _mm_set1_epi8(']');
+  while (p < end) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i m =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, q),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, ob), _mm_cmpeq_epi8(v, cb))),
+                     _mm_or_si128(_mm_cmpeq_epi8(v, os), _mm_cmpeq_epi8(v, cs)));
+    const int bits = _mm_movemask_epi8(m);
+    if (bits != 0) {
+      p += __builtin_ctz(static_cast<unsigned>(bits));
+      return p < end ? p : end;
+    }
+    p += 16;
+  }
+  return end;
+#else
+  while (p < end && !kTables.fast[*p]) ++p;
+  return p;
+#endif
+}
+
+// Returns the first quote, backslash or '#' in [p, end).
+inline const unsigned char* SkipInString(const unsigned char* p, const unsigned char* end) {
+#if defined(__SSE2__)
+  const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), h = _mm_set1_epi8('#');
+  while (p < end) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i m = _mm_or_si128(_mm_cmpeq_epi8(v, q),
+                                   _mm_or_si128(_mm_cmpeq_epi8(v, bs), _mm_cmpeq_epi8(v, h)));
+    const int bits = _mm_movemask_epi8(m);
+    if (bits != 0) {
+      p += __builtin_ctz(static_cast<unsigned>(bits));
+      return p < end ? p : end;
+    }
+    p += 16;
+  }
+  return end;
+#else
+  while (p < end && !kTables.str[*p]) ++p;
+  return p;
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pass 1.
 
@@ -391,7 +442,7 @@ class Pass1 {
           ++p;
           continue;
         }
-        while (p < end && !kTables.str[*p]) ++p;
+        p = SkipInString(p, end);
         if (p == end) break;
         const unsigned char c = *p++;
         if (c == '\\') {
@@ -406,22 +457,44 @@ class Pass1 {
       }
       if (stack_.size() > fast_depth_) {
         // Inside an event or a nested top-level value: only strings and brackets matter here;
-        // simdjson validates the rest when it parses the value.
-        for (; p < end; ++p) {
-          const uint8_t k = kTables.fast[*p];
-          if (k == kOrd) continue;
-          if (k == kQuote) {
-            in_string_ = true;
-            ++p;
-            break;
-          }
-          if (k == kOpen) {
-            PT_RETURN_IF_ERROR(Push(static_cast<char>(*p), Abs(p - begin)));
+        // simdjson validates the rest when it parses the value. Strings are skipped inline.
+        for (;;) {
+          p = SkipOrdinary(p, end);
+          if (p == end) break;
+          const unsigned char c = *p++;
+          if (c == '"') {
+            for (;;) {
+              p = SkipInString(p, end);
+              if (p == end) {
+                in_string_ = true;
+                break;
+              }
+              const unsigned char sc = *p++;
+              if (sc == '"') break;
+              if (sc == '#') {
+                if (events_active_ && stack_.size() > ev_depth_) candidate_ = true;
+                continue;
+              }
+              if (p == end) {  // a backslash ends the chunk: its escapee comes next time
+                in_string_ = true;
+                escape_ = true;
+                break;
+              }
+              ++p;
+            }
+            if (in_string_) break;
             continue;
           }
-          PT_RETURN_IF_ERROR(Pop(static_cast<char>(*p), Abs(p - begin)));
+          if (c == '{' || c == '[') {
+            if (stack_.size() >= kMaxDepth) return Error(Abs(p - 1 - begin), "nesting too deep");
+            stack_.push_back(c == '{' ? '}' : ']');
+            continue;
+          }
+          if (stack_.back() != c)
+            return Error(Abs(p - 1 - begin),
+                         std::string("unexpected '") + static_cast<char>(c) + "'");
+          stack_.pop_back();
           if (stack_.size() == fast_depth_) {
-            ++p;
             PT_RETURN_IF_ERROR(NestedEnd(Abs(p - begin)));
             break;
           }
@@ -1002,6 +1075,7 @@ class Pass2 {
       }
       if (e) {
         if (!IsValueError(e)) return e;
+        if (auto ce = CheckScalar(val)) return ce;  // `tru`, `1.2.3`: broken JSON, not a bad event
         bad = true;
       }
     }
@@ -1037,6 +1111,28 @@ class Pass2 {
     ++stats_->events;
     sink_->OnEvent(ev);
     return simdjson::SUCCESS;
+  }
+
+  // On-demand parsing reports a misspelt literal as a type mismatch; tell the two apart.
+  static simdjson::error_code CheckScalar(od::value& v) {
+    od::json_type t;
+    if (auto e = v.type().get(t)) return e;
+    switch (t) {
+      case od::json_type::boolean: {
+        bool b;
+        return v.get_bool().get(b) ? simdjson::T_ATOM_ERROR : simdjson::SUCCESS;
+      }
+      case od::json_type::null: {
+        bool n = false;
+        return (v.is_null().get(n) || !n) ? simdjson::N_ATOM_ERROR : simdjson::SUCCESS;
+      }
+      case od::json_type::number: {
+        double d;
+        return v.get_double().get(d) ? simdjson::NUMBER_ERROR : simdjson::SUCCESS;
+      }
+      default:
+        return simdjson::SUCCESS;
+    }
   }
 
   void CountUnknownCat(std::string_view cat) {

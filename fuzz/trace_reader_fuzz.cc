@@ -1,0 +1,33 @@
+// libFuzzer target: any bytes through the trace reader must give events or a Status, never a
+// crash. Runs both the default buffer sizes and tiny ones so chunk-boundary paths are covered.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "trace/reader.h"
+#include "trace/reader_internal.h"
+
+namespace {
+
+class NullSink : public perftracker::trace::EventSink {
+ public:
+  void OnEvent(const perftracker::trace::Event& e) override { sum_ += e.dur_us + e.name.size(); }
+  double sum_ = 0;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  namespace t = perftracker::trace;
+  const std::string_view json(reinterpret_cast<const char*>(data), size);
+  NullSink sink;
+  (void)t::ReadTraceBuffer(json, "fuzz.json", &sink);
+  t::internal::ReaderTuning tiny;
+  tiny.read_bytes = 5;
+  tiny.segment_bytes = 40;
+  auto open = [&]() -> perftracker::StatusOr<std::unique_ptr<perftracker::ByteSource>> {
+    return perftracker::OpenMemorySource(json);
+  };
+  (void)t::internal::ReadTraceFrom(open, "fuzz.json", &sink, {}, tiny);
+  return 0;
+}

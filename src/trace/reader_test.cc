@@ -1,0 +1,300 @@
+#include "trace/reader.h"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "trace/reader_internal.h"
+
+namespace perftracker::trace {
+namespace {
+
+const std::string kTraces = PT_SHARED_TRACES "/kineto/";
+
+struct CountingSink : EventSink {
+  TraceMeta meta;
+  int begins = 0;
+  std::map<EventKind, uint64_t> kinds;
+  double dur_sum = 0;
+  int64_t id_sum = 0;
+  std::vector<std::pair<std::string, int64_t>> collectives;  // Collective name, In msg nelems
+  std::vector<std::string> pg_ranks;
+  void OnBegin(const TraceMeta& m) override {
+    meta = m;
+    ++begins;
+  }
+  void OnEvent(const Event& e) override {
+    ++kinds[e.kind];
+    dur_sum += e.dur_us;
+    id_sum += e.external_id + e.correlation + e.tid;
+    if (!e.collective_name.empty()) {
+      collectives.emplace_back(std::string(e.collective_name), e.in_msg_nelems);
+      pg_ranks.emplace_back(e.pg_ranks);
+    }
+  }
+};
+
+std::string Slurp(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  std::string out;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, n);
+  gzclose(f);
+  return out;
+}
+
+std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+void WriteFile(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+TEST(ReaderTest, EverySharedTraceReads) {
+  auto files = ExpandTracePaths({kTraces, kTraces + "compare_pair"});
+  ASSERT_TRUE(files.ok()) << files.status().message();
+  EXPECT_EQ(files->size(), 9u);
+  for (const auto& f : *files) {
+    CountingSink sink;
+    auto st = ReadTrace(f, &sink);
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    EXPECT_GT(st->events, 0u) << f;
+    EXPECT_EQ(st->malformed_events, 0u) << f;
+    EXPECT_EQ(sink.begins, 1);
+  }
+}
+
+// Expected numbers computed independently with python3's json module.
+TEST(ReaderTest, GoldenNccl2Rank) {
+  CountingSink sink;
+  auto st = ReadTrace(kTraces + "nccl_2rank_rank0.json.gz", &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->events, 26933u);
+  EXPECT_EQ(st->flow_events, 13600u);
+  EXPECT_EQ(st->metadata_events, 40u);
+  EXPECT_EQ(sink.kinds[EventKind::kCpuOp], 14346u);
+  EXPECT_EQ(sink.kinds[EventKind::kUserAnnotation], 42u);
+  EXPECT_EQ(sink.kinds[EventKind::kCudaRuntime], 8740u);
+  EXPECT_EQ(sink.kinds[EventKind::kKernel], 2700u);
+  EXPECT_EQ(sink.kinds[EventKind::kMemset], 114u);
+  EXPECT_EQ(sink.kinds[EventKind::kMemcpy], 960u);
+  EXPECT_EQ(sink.kinds[EventKind::kGpuUserAnnotation], 30u);
+  EXPECT_EQ(sink.kinds[EventKind::kOther], 1u);
+  const TraceMeta& m = sink.meta;
+  EXPECT_EQ(m.rank, 0);
+  EXPECT_EQ(m.rank_source, "distributedInfo");
+  EXPECT_EQ(m.world_size, 2);
+  EXPECT_EQ(m.backend, "nccl");
+  ASSERT_EQ(m.process_groups.size(), 1u);
+  EXPECT_EQ(m.process_groups[0].size, 2);
+  EXPECT_EQ(m.process_groups[0].ranks, (std::vector<int>{0, 1}));
+  EXPECT_EQ(m.devices.size(), 8u);
+  EXPECT_EQ(m.devices[0].num_sms, 108);
+  EXPECT_EQ(m.base_time_ns, 1711964646000000000);  // written after traceEvents
+  ASSERT_EQ(m.profiler_steps.size(), 3u);
+  EXPECT_EQ(m.profiler_steps[0].step, 4);
+  EXPECT_EQ(m.profiler_steps[2].step, 6);
+  EXPECT_EQ(m.optimizer_steps.size(), 3u);
+  ASSERT_FALSE(sink.collectives.empty());
+  bool found = false;
+  for (size_t i = 0; i < sink.collectives.size(); ++i) {
+    if (sink.collectives[i].first == "allreduce" && sink.collectives[i].second == 2049000) {
+      found = true;
+      EXPECT_EQ(sink.pg_ranks[i], "[0, 1]");
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(ReaderTest, GoldenResnetAndCpuOnly) {
+  CountingSink sink;
+  auto st = ReadTrace(kTraces + "resnet_ns_rank-0.pt.trace.json.gz", &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->events, 45420u);
+  EXPECT_EQ(st->flow_events, 23234u);
+  EXPECT_EQ(sink.kinds[EventKind::kCpuOp], 23910u);
+  EXPECT_EQ(sink.kinds[EventKind::kKernel], 4350u);
+  ASSERT_EQ(sink.meta.profiler_steps.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(sink.meta.profiler_steps[i].step, 101 + i);
+  EXPECT_EQ(sink.meta.optimizer_steps.size(), 5u);
+  EXPECT_EQ(sink.meta.host, "twshared39868.02.pnb3.facebook.com");
+
+  CountingSink cpu;
+  st = ReadTrace(kTraces + "cpu_only_rank-34.pt.trace.json.gz", &cpu);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->events, 16u);
+  EXPECT_EQ(cpu.meta.rank, 34);
+  EXPECT_EQ(cpu.meta.world_size, 300);
+  EXPECT_EQ(cpu.meta.backend, "gloo");
+  ASSERT_EQ(cpu.meta.process_groups.size(), 11u);
+  EXPECT_EQ(cpu.meta.process_groups[0].size, 300);
+  EXPECT_EQ(cpu.meta.process_groups[0].ranks.size(), 300u);
+  EXPECT_EQ(cpu.meta.base_time_ns, 1719853884000000000);
+  ASSERT_EQ(cpu.meta.profiler_steps.size(), 1u);
+  EXPECT_EQ(cpu.meta.profiler_steps[0].step, 551);
+}
+
+TEST(ReaderTest, LegacyFormat) {
+  const std::string json = R"([
+    {"name":"ProfilerStep#7","ph":"X","ts":100,"dur":50,"tid":1,"pid":"CPU functions","args":{}},
+    {"name":"aten::zeros","ph":"X","ts":398.5,"dur":56,"tid":1,"pid":"CPU functions","args":{}},
+    {"name":"Optimizer.step#SGD.step","ph":"X","ts":120,"dur":5,"tid":1,"pid":"CPU functions"},
+    {"name":"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__","ph":"X","ts":101,"dur":1,"tid":1,"pid":"CPU functions"},
+    {"name":"gloo:all_reduce","ph":"X","ts":130,"dur":9,"tid":2,"pid":"CPU functions"},
+    {"name":"no_ts","ph":"X","dur":9,"tid":2,"pid":"CPU functions"}
+  ])";
+  CountingSink sink;
+  auto st = ReadTraceBuffer(json, "worker_rank_3.json", &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_TRUE(sink.meta.legacy_format);
+  EXPECT_EQ(st->events, 5u);
+  EXPECT_EQ(st->malformed_events, 1u);
+  EXPECT_EQ(sink.kinds[EventKind::kUserAnnotation], 3u);
+  EXPECT_EQ(sink.kinds[EventKind::kCpuOp], 2u);
+  EXPECT_EQ(sink.meta.rank, 3);
+  EXPECT_EQ(sink.meta.rank_source, "file name");
+  ASSERT_EQ(sink.meta.profiler_steps.size(), 1u);
+  EXPECT_EQ(sink.meta.profiler_steps[0].step, 7);
+  EXPECT_EQ(sink.meta.optimizer_steps.size(), 1u);
+
+  CountingSink over;
+  ReadOptions opt;
+  opt.rank_override = 5;
+  st = ReadTraceBuffer(json, "legacy.json", &over, opt);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(over.meta.rank, 5);
+}
+
+TEST(ReaderTest, KinetoOddShapes) {
+  const std::string json = R"({"traceEvents": [
+    {"ph": "X", "cat": "Kernel", "name": "k\"x", "pid": 0, "tid": "stream 7", "ts": 1682725898236567.5,
+     "dur": 2, "args": {"correlation": 9, "stream": 7, "device": 0, "Process Group Ranks": [0, 1],
+     "Collective name": "allreduce", "In msg nelems": 10}},
+    {"ph": "X", "cat": "weird_cat", "name": "w", "pid": 0, "tid": 0, "ts": 1, "dur": 1},
+    {"ph": "X", "cat": "cpu_op", "name": "bad", "pid": 0, "tid": 0, "ts": "x", "dur": 1},
+    {"ph": "s", "id": 1, "pid": 0, "tid": 0, "ts": 1, "cat": "ac2g", "name": "ac2g"},
+    {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "x"}},
+    5
+  ], "distributedInfo": {"rank": 1, "world_size": 4}, "baseTimeNanoseconds": 17})";
+  CountingSink sink;
+  auto st = ReadTraceBuffer(json, "x.json", &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->events, 2u);
+  EXPECT_EQ(st->unknown_kind, 1u);
+  EXPECT_EQ(st->unknown_cats.at("weird_cat"), 1u);
+  EXPECT_EQ(st->malformed_events, 2u);
+  EXPECT_EQ(st->flow_events, 1u);
+  EXPECT_EQ(st->metadata_events, 1u);
+  EXPECT_EQ(sink.kinds[EventKind::kKernel], 1u);
+  EXPECT_EQ(sink.meta.rank, 1);
+  EXPECT_EQ(sink.meta.world_size, 4);
+  EXPECT_EQ(sink.meta.base_time_ns, 17);
+  ASSERT_EQ(sink.pg_ranks.size(), 1u);
+  EXPECT_EQ(sink.pg_ranks[0], "[0, 1]");
+}
+
+TEST(ReaderTest, ChunkBoundaries) {
+  for (const char* f :
+       {"nccl_2rank_rank0.json.gz", "single_rank_triton.json.gz", "job128_rank-1.json.gz"}) {
+    const std::string text = Slurp(kTraces + f);
+    CountingSink big, small;
+    auto open = [&]() -> StatusOr<std::unique_ptr<ByteSource>> { return OpenMemorySource(text); };
+    internal::ReaderTuning tiny;
+    tiny.read_bytes = 7;
+    tiny.segment_bytes = 300;
+    auto a = internal::ReadTraceFrom(open, f, &big, {}, internal::ReaderTuning{});
+    auto b = internal::ReadTraceFrom(open, f, &small, {}, tiny);
+    ASSERT_TRUE(a.ok() && b.ok()) << f;
+    EXPECT_EQ(a->events, b->events);
+    EXPECT_EQ(a->flow_events, b->flow_events);
+    EXPECT_EQ(a->metadata_events, b->metadata_events);
+    EXPECT_EQ(big.kinds, small.kinds);
+    EXPECT_EQ(big.dur_sum, small.dur_sum);
+    EXPECT_EQ(big.id_sum, small.id_sum);
+    EXPECT_EQ(big.meta.profiler_steps.size(), small.meta.profiler_steps.size());
+    EXPECT_EQ(big.meta.devices.size(), small.meta.devices.size());
+    EXPECT_EQ(big.meta.base_time_ns, small.meta.base_time_ns);
+  }
+}
+
+void ExpectError(const std::string& path, const std::string& needle) {
+  CountingSink sink;
+  auto st = ReadTrace(path, &sink);
+  ASSERT_FALSE(st.ok()) << path;
+  EXPECT_NE(st.status().message().find(path), std::string::npos) << st.status().message();
+  EXPECT_NE(st.status().message().find(needle), std::string::npos) << st.status().message();
+  EXPECT_EQ(st.status().message().find('\n'), std::string::npos);
+}
+
+TEST(ReaderTest, BadInputs) {
+  std::string gz;
+  {
+    std::ifstream in(kTraces + "nccl_2rank_rank0.json.gz", std::ios::binary);
+    gz.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string cut = TempPath("cut.json.gz");
+  WriteFile(cut, gz.substr(0, gz.size() / 2));
+  ExpectError(cut, "truncated gzip stream");
+
+  const std::string malformed = TempPath("malformed.json");
+  WriteFile(malformed, R"({"traceEvents": [{"ph": "X", "name": tru}]})");
+  ExpectError(malformed, "malformed JSON at byte");
+
+  const std::string unbalanced = TempPath("unbalanced.json");
+  WriteFile(unbalanced, R"({"traceEvents": [{"ph": "X"]})");
+  ExpectError(unbalanced, "malformed JSON at byte");
+
+  const std::string str = TempPath("string.json");
+  WriteFile(str, R"("hello")");
+  ExpectError(str, "top-level value is a string");
+
+  const std::string empty = TempPath("empty.json");
+  WriteFile(empty, " \n");
+  ExpectError(empty, "empty file");
+
+  const std::string none = TempPath("noevents.json");
+  WriteFile(none, R"({"schemaVersion": 1})");
+  ExpectError(none, "no traceEvents array");
+
+  const std::string trunc = TempPath("trunc.json");
+  WriteFile(trunc, R"({"traceEvents": [{"ph": "X", "name": "a")");
+  ExpectError(trunc, "unexpected end of input");
+
+  ExpectError(TempPath("does_not_exist.json"), "cannot open");
+}
+
+TEST(ReaderTest, RankFromFileName) {
+  EXPECT_EQ(RankFromFileName("/a/rank-3.json"), 3);
+  EXPECT_EQ(RankFromFileName("rank3.json"), 3);
+  EXPECT_EQ(RankFromFileName("x_rank_12.pt.trace.json.gz"), 12);
+  EXPECT_EQ(RankFromFileName("RANK.4.json"), 4);
+  EXPECT_EQ(RankFromFileName("nccl_2rank_rank0.json.gz"), 0);
+  EXPECT_EQ(RankFromFileName("rank1_then_rank-7.json"), 7);
+  EXPECT_EQ(RankFromFileName("/rank9/trace.json"), -1);
+  EXPECT_EQ(RankFromFileName("trace.json"), -1);
+}
+
+TEST(ReaderTest, ExpandTracePaths) {
+  auto bad = ExpandTracePaths({"/nonexistent/path.json"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("/nonexistent/path.json"), std::string::npos);
+  auto empty = ExpandTracePaths({PT_SOURCE_DIR "/src/trace"});
+  EXPECT_FALSE(empty.ok());
+  auto ok = ExpandTracePaths({kTraces, kTraces + "alexnet_single.json.gz"});
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->size(), 7u);  // deduplicated, sorted
+  EXPECT_TRUE(std::is_sorted(ok->begin(), ok->end()));
+}
+
+TEST(EventTest, KindNames) {
+  EXPECT_STREQ(EventKindName(EventKind::kKernel), "kernel");
+  EXPECT_TRUE(IsGpuKind(EventKind::kMemcpy));
+  EXPECT_FALSE(IsGpuKind(EventKind::kCudaRuntime));
+}
+
+}  // namespace
+}  // namespace perftracker::trace
