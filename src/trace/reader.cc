@@ -991,7 +991,10 @@ class Pass2 {
   Status ParseDocument(size_t doc_len, uint64_t s, bool repaired) {
     od::document doc;
     od::array arr;
-    auto err = parser_.iterate(buf_.data(), doc_len, buf_.size()).get(doc);
+    // One parser per thread, kept across files: its index buffers are sized for a segment and
+    // reallocating (and page-faulting) them for every trace costs more than parsing a small one.
+    thread_local od::parser parser;
+    auto err = parser.iterate(buf_.data(), doc_len, buf_.size()).get(doc);
     if (!err) err = doc.get_array().get(arr);
     if (err == simdjson::UTF8_ERROR && !repaired) {
       RepairUtf8(buf_.data() + 1, doc_len - 2);
@@ -1230,7 +1233,6 @@ class Pass2 {
   uint64_t base_ = 0;  // stream offset of buf_[1]
   size_t len_ = 0;
   uint64_t pos_ = 0;  // stream offset of the next byte the source yields
-  od::parser parser_;
   std::vector<std::pair<std::string, uint64_t>> unknown_cats_;
 };
 
