@@ -102,6 +102,35 @@ int RunSummarize(const std::vector<std::string>& traces, const std::string& out)
   return 0;
 }
 
+// Prints what a rank's behaviour patterns hold: the top functions by time per iteration.
+int RunShow(const std::vector<std::string>& paths, int top) {
+  auto job = pt::pattern::LoadJob(paths);
+  if (!job.ok()) return Fail(job.status());
+  for (const pt::pattern::RankSummary& r : *job) {
+    std::printf("rank %d (%s): %zu iterations from %s, mean %.2f ms, %zu functions\n", r.rank,
+                r.source.c_str(), r.iteration_ms.size(), r.iteration_source.c_str(),
+                r.MeanIterationMs(), r.functions.size());
+    if (r.has_gpu) {
+      std::printf(
+          "  gpu per iteration: busy %.2f ms, idle %.2f ms, compute %.2f, comm %.2f, "
+          "memcpy %.2f, overlap %.2f, cpu-critical %.2f\n",
+          r.gpu_busy_us / 1e3, r.gpu_idle_us / 1e3, r.compute_us / 1e3, r.comm_us / 1e3,
+          r.memcpy_us / 1e3, r.comm_compute_overlap_us / 1e3, r.cpu_critical_us / 1e3);
+    }
+    std::printf("  %10s %10s %8s %7s %10s %-11s %s\n", "ms/iter", "self ms", "calls", "share",
+                "p99 us", "class", "function");
+    int shown = 0;
+    for (const auto& f : r.functions) {
+      if (shown++ >= top) break;
+      std::printf("  %10.3f %10.3f %8.1f %6.1f%% %10.1f %-11s %s%s%s\n", f.per_iter_us / 1e3,
+                  f.self_per_iter_us / 1e3, f.calls_per_iter, 100 * f.share, f.p99_us,
+                  pt::pattern::FunctionClassName(f.fclass), f.name.c_str(),
+                  f.stack.empty() ? "" : "  <- ", f.stack.c_str());
+    }
+  }
+  return 0;
+}
+
 int RunDiff(const std::string& base, const std::string& test, const OutputFlags& flags) {
   auto b = pt::pattern::LoadJob({base}, {.threads = flags.threads});
   if (!b.ok()) return Fail(b.status());
@@ -148,11 +177,19 @@ int main(int argc, char** argv) {
   diff->add_option("TEST", diff_test, "trace, summary or folder of the run to compare")->required();
   AddOutputFlags(diff, &diff_flags);
 
+  std::vector<std::string> show_paths;
+  int show_top = 25;
+  CLI::App* show =
+      app.add_subcommand("show", "print the behaviour patterns of traces or summaries");
+  show->add_option("PATH", show_paths, "trace or summary files, or folders")->required();
+  show->add_option("--top", show_top, "functions per rank");
+
   CLI11_PARSE(app, argc, argv);
 
   if (*analyze) return RunAnalyze(analyze_paths, analyze_flags);
   if (*summarize) return RunSummarize(summarize_paths, summarize_out);
   if (*diagnose) return RunAnalyze(diagnose_paths, diagnose_flags);
   if (*diff) return RunDiff(diff_base, diff_test, diff_flags);
+  if (*show) return RunShow(show_paths, show_top);
   return 0;
 }

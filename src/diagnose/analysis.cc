@@ -37,6 +37,8 @@ double EffectThreshold(double ref_us, double iteration_us, const DiagnoseOptions
   return std::max(o.min_relative * std::fabs(ref_us), MinImpactUs(iteration_us, o));
 }
 
+constexpr size_t kLeaveOneOutMax = 16;
+
 PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double iteration_us,
                             const DiagnoseOptions& o, const Reference* precomputed) {
   PeerComparison c;
@@ -52,7 +54,19 @@ PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double 
     c.low = -c.excess > thr;
     return c;
   }
-  Reference ref = precomputed ? *precomputed : RobustReference(values);
+  // In small groups the suspect itself drags the median and inflates the MAD (one straggler
+  // among four ranks moves both a lot), so it is compared with the others only. In large
+  // groups its influence is negligible and the shared reference saves O(n^2) work.
+  Reference ref;
+  if (values.size() <= kLeaveOneOutMax) {
+    std::vector<double> others;
+    others.reserve(values.size() - 1);
+    for (size_t j = 0; j < values.size(); ++j)
+      if (j != i) others.push_back(values[j]);
+    ref = RobustReference(others);
+  } else {
+    ref = precomputed ? *precomputed : RobustReference(values);
+  }
   c.reference = ref.median;
   c.excess = v - ref.median;
   double thr = EffectThreshold(ref.median, iteration_us, o);
