@@ -77,9 +77,13 @@ class CliErrors(unittest.TestCase):
         self.assertOneLineError(["analyze", a, b], ["world size", "x.json", "y.json"])
 
     def test_unplaced_legacy_trace(self):
-        p = self.path("legacy/trace.json", json.dumps([
-            {"name": "aten::mm", "ph": "X", "ts": 1, "dur": 2, "tid": 1, "pid": "CPU functions", "args": {}}]).encode())
-        self.assertOneLineError(["analyze", p], ["trace.json", "rank"])
+        body = json.dumps([
+            {"name": "aten::mm", "ph": "X", "ts": 1, "dur": 2, "tid": 1, "pid": "CPU functions", "args": {}}]).encode()
+        a = self.path("legacy/trace_a.json", body)
+        b = self.path("legacy/trace_b.json", body)
+        line = self.assertOneLineError(["analyze", a, b], ["trace_a.json", "trace_b.json", "rank"])
+        # A single file is a one-rank job: nothing to place.
+        self.assertEqual(ptest.run(["analyze", a]).returncode, 0)
 
     def test_garbage_summary(self):
         p = self.path("sum/rank-0.summary", b"PTSUMMRY\x01\x00\x00\x00garbage")

@@ -42,7 +42,8 @@ class SharedTraces(unittest.TestCase):
         p = ptest.run(["diff", os.path.join(ptest.KINETO, "compare_pair", "base.json.gz"),
                        os.path.join(ptest.KINETO, "compare_pair", "test.json.gz"), "--json", out])
         self.assertEqual(p.returncode, 0, p.stderr)
-        d = json.load(open(out))
+        with open(out) as f:
+            d = json.load(f)
         self.assertEqual(d["schema"], "perftracker.diagnosis/1")
         cats = {f["category"] for f in d["findings"]}
         self.assertTrue(cats & {"regression", "improvement"}, p.stdout)

@@ -146,6 +146,7 @@ class GroupAnalysis {
   std::vector<size_t> Candidates() const;
   bool StragglerFinding(size_t i, std::vector<Finding>* out) const;
   bool LateArrivalFinding(size_t i, std::vector<Finding>* out) const;
+  double CollectiveEffectUs(double reference_us) const;
   bool CommunicationFinding(size_t i, std::vector<Finding>* out) const;
   void FillCommon(size_t i, Finding* f) const;
   std::string PeersPhrase() const { return n() == 2 ? "the other rank (one of two)" : "its peers"; }
@@ -477,11 +478,18 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
 
 // A rank whose collectives are much shorter than its peers' while none of its profiled
 // functions is slower: it arrives late, doing work the profiler does not see.
+// Collective time is mostly waiting, so it carries every peer's noise (on a shared host a
+// healthy rank's all-reduce varies by 40% between ranks). Alone, without a slower function to
+// explain it, a collective difference must be large before it names a rank or a link.
+double GroupAnalysis::CollectiveEffectUs(double reference_us) const {
+  return std::max({0.5 * reference_us, 0.10 * iter_us_, MinImpactUs(iter_us_, o_)});
+}
+
 bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) const {
   const Member& mb = m_[i];
   if (n() < 3 || !mb.coll.low || mb.low_coll.empty()) return false;
   double wait = -mb.coll.excess;
-  if (wait < MinImpactUs(iter_us_, o_)) return false;
+  if (wait < CollectiveEffectUs(mb.coll.reference)) return false;
   Finding f;
   f.category = "straggler";
   f.cause = Cause::kUnknown;
@@ -518,8 +526,12 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   const Member& mb = m_[i];
   if (n() < 3 || (!mb.coll.high && mb.high_coll.empty())) return false;
   double excess = mb.coll.high ? mb.coll.excess : 0;
-  for (const auto& x : mb.high_coll) excess = std::max(excess, x.cmp.excess);
-  if (excess < MinImpactUs(iter_us_, o_)) return false;
+  double reference = mb.coll.reference;
+  for (const auto& x : mb.high_coll) {
+    if (x.cmp.excess > excess) reference = x.cmp.reference;
+    excess = std::max(excess, x.cmp.excess);
+  }
+  if (excess < CollectiveEffectUs(reference)) return false;
   std::vector<Outlier> highs = mb.high_coll;
   std::sort(highs.begin(), highs.end(),
             [](const Outlier& a, const Outlier& b) { return a.cmp.excess > b.cmp.excess; });

@@ -127,6 +127,11 @@ StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths
     local.skipped += r->read_stats.malformed_events + r->read_stats.unknown_kind;
     out.push_back(std::move(r).value());
   }
+  // One file is a one-rank job whatever it names; only a set needs every file placed.
+  if (out.size() == 1 && out[0].rank < 0) {
+    out[0].rank = 0;
+    if (out[0].world_size <= 0) out[0].world_size = 1;
+  }
   PT_RETURN_IF_ERROR(ValidateJob(out));
   std::sort(out.begin(), out.end(),
             [](const RankSummary& a, const RankSummary& b) { return a.rank < b.rank; });
