@@ -343,6 +343,91 @@ inline const unsigned char* SkipInString(const unsigned char* p, const unsigned 
 #endif
 }
 
+// 64-byte block classification for the structural scanner (simdjson's stage 1 in miniature):
+// one bit per byte for quotes, backslashes, opening and closing brackets and '#'.
+struct BlockMasks {
+  uint64_t quote = 0, backslash = 0, open = 0, close = 0, hash = 0;
+};
+
+static_assert(kPad >= 64, "the block scanner reads 64 bytes past any position before `end`");
+
+inline BlockMasks ClassifyBlock(const unsigned char* p) {
+  BlockMasks m;
+#if defined(__SSE2__)
+  const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), ob = _mm_set1_epi8('{'),
+                cb = _mm_set1_epi8('}'), h = _mm_set1_epi8('#'), x20 = _mm_set1_epi8(0x20);
+  for (int k = 0; k < 4; ++k) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
+    const __m128i folded = _mm_or_si128(v, x20);  // '[' -> '{', ']' -> '}'; nothing else maps there
+    auto bits = [&](__m128i eq) {
+      return static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(eq))) << (16 * k);
+    };
+    m.quote |= bits(_mm_cmpeq_epi8(v, q));
+    m.backslash |= bits(_mm_cmpeq_epi8(v, bs));
+    m.open |= bits(_mm_cmpeq_epi8(folded, ob));
+    m.close |= bits(_mm_cmpeq_epi8(folded, cb));
+    m.hash |= bits(_mm_cmpeq_epi8(v, h));
+  }
+#else
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t bit = uint64_t{1} << i;
+    switch (p[i]) {
+      case '"':
+        m.quote |= bit;
+        break;
+      case '\\':
+        m.backslash |= bit;
+        break;
+      case '{':
+      case '[':
+        m.open |= bit;
+        break;
+      case '}':
+      case ']':
+        m.close |= bit;
+        break;
+      case '#':
+        m.hash |= bit;
+        break;
+      default:
+        break;
+    }
+  }
+#endif
+  return m;
+}
+
+// Bit i of the result is the XOR of bits 0..i of x (the in-string mask from the quote mask).
+inline uint64_t PrefixXor(uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+
+// The bytes escaped by a backslash, given the backslashes of a block of `avail` (1..64) valid
+// bytes and whether its first byte is escaped by the block before. *next_escaped says whether
+// the byte just past the valid ones is escaped. (simdjson's odd-backslash-run trick.)
+inline uint64_t EscapedBytes(uint64_t backslash, uint64_t prev_escaped, size_t avail,
+                             uint64_t* next_escaped) {
+  if (backslash == 0 && prev_escaped == 0) {
+    *next_escaped = 0;
+    return 0;
+  }
+  constexpr uint64_t kEven = 0x5555555555555555ull;
+  backslash &= ~prev_escaped;
+  const uint64_t follows = (backslash << 1) | prev_escaped;
+  const uint64_t odd_starts = backslash & ~kEven & ~follows;
+  uint64_t seq;
+  const bool overflow = __builtin_add_overflow(odd_starts, backslash, &seq);
+  const uint64_t escaped = (kEven ^ (seq << 1)) & follows;
+  *next_escaped = avail >= 64 ? static_cast<uint64_t>(overflow) : (escaped >> avail) & 1;
+  return escaped;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pass 1.
 
@@ -436,6 +521,10 @@ class Pass1 {
     const auto* const begin = reinterpret_cast<const unsigned char*>(buf_.data());
     const auto* const end = begin + len_;
     while (p < end) {
+      if (stack_.size() > fast_depth_ && !slow_nested_) {
+        PT_RETURN_IF_ERROR(Nested(p, begin, end));
+        continue;
+      }
       if (in_string_) {
         if (escape_) {
           escape_ = false;
@@ -507,6 +596,64 @@ class Pass1 {
     return Status::Ok();
   }
 
+  // Inside an event or a nested top-level value (depth > fast_depth_), 64 bytes at a time: only
+  // strings and brackets matter here; simdjson validates the rest when it parses the value.
+  // Advances `p` to `end`, or to just past the bracket that closes the value (after handling
+  // it). A backslash outside a string (broken JSON) hands the rest of the value to the
+  // byte-at-a-time loop in Scan, which reports errors exactly as it always has.
+  Status Nested(const unsigned char*& p, const unsigned char* begin, const unsigned char* end) {
+    uint64_t in_str = in_string_ ? ~uint64_t{0} : 0;
+    uint64_t esc = escape_ ? 1 : 0;
+    const bool track_hash = events_active_;
+    while (p < end) {
+      const size_t avail = static_cast<size_t>(end - p);
+      const uint64_t valid = avail >= 64 ? ~uint64_t{0} : (uint64_t{1} << avail) - 1;
+      const BlockMasks m = ClassifyBlock(p);
+      const uint64_t backslash = m.backslash & valid;
+      uint64_t next_esc;
+      const uint64_t escaped = EscapedBytes(backslash, esc, avail, &next_esc);
+      const uint64_t quote = m.quote & valid & ~escaped;
+      const uint64_t str = PrefixXor(quote) ^ in_str;  // string bytes and opening quotes
+      if ((backslash & ~str) != 0) {
+        in_string_ = in_str != 0;
+        escape_ = esc != 0;
+        slow_nested_ = true;
+        return Status::Ok();
+      }
+      const uint64_t hash = track_hash ? (m.hash & valid & str & ~escaped) : 0;
+      uint64_t structural = (m.open | m.close) & valid & ~str;
+      while (structural != 0) {
+        const int i = __builtin_ctzll(structural);
+        structural &= structural - 1;
+        const unsigned char c = p[i];
+        if (c == '{' || c == '[') {
+          if (stack_.size() >= kMaxDepth) return Error(Abs(p + i - begin), "nesting too deep");
+          stack_.push_back(c == '{' ? '}' : ']');
+          continue;
+        }
+        if (stack_.back() != c) {
+          return Error(Abs(p + i - begin),
+                       std::string("unexpected '") + static_cast<char>(c) + "'");
+        }
+        stack_.pop_back();
+        if (stack_.size() == fast_depth_) {
+          if ((hash & ((uint64_t{2} << i) - 1)) != 0) candidate_ = true;
+          p += i + 1;
+          in_string_ = false;
+          escape_ = false;
+          return NestedEnd(Abs(p - begin));
+        }
+      }
+      if (hash != 0) candidate_ = true;
+      in_str = static_cast<uint64_t>(static_cast<int64_t>(str) >> 63);
+      esc = next_esc;
+      p += std::min<size_t>(avail, 64);
+    }
+    in_string_ = in_str != 0;
+    escape_ = esc != 0;
+    return Status::Ok();
+  }
+
   // A string closed at a depth we track (`end` is just past its closing quote).
   Status StringEnd(uint64_t end) {
     if (events_active_) {
@@ -525,6 +672,7 @@ class Pass1 {
 
   // A nested object/array closed back to the depth we track.
   Status NestedEnd(uint64_t end) {
+    slow_nested_ = false;
     if (events_active_) {
       ElementEnd(end);
       return Status::Ok();
@@ -888,6 +1036,7 @@ class Pass1 {
   std::vector<char> stack_;  // expected closing brackets
   bool in_string_ = false;
   bool escape_ = false;
+  bool slow_nested_ = false;  // the byte loop, not Nested, handles the value being walked
   int bom_ = 0;
   Top top_ = kTopStart;
   size_t fast_depth_ = 1;  // deeper than this, only strings and brackets are tracked

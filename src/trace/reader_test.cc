@@ -221,6 +221,66 @@ TEST(ReaderTest, ChunkBoundaries) {
   }
 }
 
+// Backslash runs of every length, escaped quotes and brackets inside strings, placed at every
+// offset so they straddle the scanner's 64-byte blocks, read through chunks of many sizes.
+TEST(ReaderTest, EscapesStraddlingBlocksAndChunks) {
+  struct NameSink : EventSink {
+    std::vector<std::string> names;
+    std::vector<std::string> stacks;
+    TraceMeta meta;
+    void OnBegin(const TraceMeta& m) override { meta = m; }
+    void OnEvent(const Event& e) override {
+      names.emplace_back(e.name);
+      stacks.emplace_back(e.call_stack);
+    }
+  };
+  std::string json = R"({"traceEvents": [)";
+  std::vector<std::string> want;
+  int step = 0;
+  for (int pad = 0; pad < 70; ++pad) {
+    for (int run = 0; run < 5; ++run) {
+      for (int quote = 0; quote < 2; ++quote) {
+        std::string raw(static_cast<size_t>(pad), 'a');
+        std::string name = raw;
+        raw.append(static_cast<size_t>(2 * run), '\\');
+        name.append(static_cast<size_t>(run), '\\');
+        if (quote) {
+          raw += "\\\"";
+          name += '"';
+        }
+        raw += "]}[{#";
+        name += "]}[{#";
+        json += R"({"ph": "X", "cat": "cpu_op", "name": ")" + raw +
+                R"(", "pid": 1, "tid": 2, "ts": 10, "dur": 1, "args": {"Call stack": ")" + raw +
+                R"("}}, )";
+        want.push_back(name);
+        if ((pad + run) % 9 == 0 && quote) {
+          json += R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#)" +
+                  std::to_string(step++) + R"(", "pid": 1, "tid": 2, "ts": 5, "dur": 9}, )";
+          want.push_back("ProfilerStep#" + std::to_string(step - 1));
+        }
+      }
+    }
+  }
+  json += R"({"ph": "X", "cat": "cpu_op", "name": "end", "pid": 1, "tid": 2, "ts": 1, "dur": 1}]})";
+  want.push_back("end");
+  auto open = [&]() -> StatusOr<std::unique_ptr<ByteSource>> { return OpenMemorySource(json); };
+  for (size_t read : {1, 2, 3, 5, 7, 13, 63, 64, 65, 127, 1000, 1 << 20}) {
+    internal::ReaderTuning tuning;
+    tuning.read_bytes = read;
+    tuning.segment_bytes = read < 100 ? 300 : 4 << 20;
+    NameSink sink;
+    auto st = internal::ReadTraceFrom(open, "esc.json", &sink, {}, tuning);
+    ASSERT_TRUE(st.ok()) << read << ": " << st.status().message();
+    EXPECT_EQ(st->malformed_events, 0u) << read;
+    ASSERT_EQ(sink.names, want) << read;
+    for (size_t i = 0; i + 1 < want.size(); ++i) {
+      if (!sink.stacks[i].empty()) EXPECT_EQ(sink.stacks[i], sink.names[i]) << read;
+    }
+    ASSERT_EQ(sink.meta.profiler_steps.size(), static_cast<size_t>(step)) << read;
+  }
+}
+
 void ExpectError(const std::string& path, const std::string& needle) {
   CountingSink sink;
   auto st = ReadTrace(path, &sink);
@@ -247,6 +307,10 @@ TEST(ReaderTest, BadInputs) {
   const std::string unbalanced = TempPath("unbalanced.json");
   WriteFile(unbalanced, R"({"traceEvents": [{"ph": "X"]})");
   ExpectError(unbalanced, "malformed JSON at byte");
+
+  const std::string stray = TempPath("stray_backslash.json");
+  WriteFile(stray, R"({"traceEvents": [{"ph": "X", "name": "a", \"x": 1}]})");
+  ExpectError(stray, "malformed JSON at byte");
 
   const std::string str = TempPath("string.json");
   WriteFile(str, R"("hello")");
