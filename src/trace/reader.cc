@@ -1080,32 +1080,45 @@ class Pass2 {
   }
 
  private:
-  // Makes buf_[1..] hold stream bytes [s, e], plus room for padding. buf_[0] is kept free for
-  // the '[' that frames the segment.
+  // Makes buf_[start_..] hold stream bytes [s, e], plus room for padding. buf_[start_ - 1] is
+  // free for the '[' that frames the segment (it held bytes of an earlier, finished segment).
+  // Bytes are moved only when the buffer's tail has no room for another read, so a segment much
+  // smaller than a read costs no copying.
   Status Fill(uint64_t s, uint64_t e) {
     const size_t read = std::max<size_t>(tuning_.read_bytes, 1);
     if (base_ + len_ <= s) {
       len_ = 0;
       base_ = pos_;
+      start_ = 1;
     } else if (s > base_) {
       const size_t drop = static_cast<size_t>(s - base_);
-      std::memmove(buf_.data() + 1, buf_.data() + 1 + drop, len_ - drop);
+      start_ += drop;
       base_ = s;
       len_ -= drop;
     }
-    const size_t need = static_cast<size_t>(e - s) + 2 + read + kPad;
-    if (buf_.size() < need) buf_.resize(std::max(need, buf_.size() * 2));
     while (base_ + len_ <= e) {
-      StatusOr<size_t> n = src_->Read(buf_.data() + 1 + len_, read);
+      if (start_ + len_ + read + kPad > buf_.size()) {
+        if (start_ > 1) {
+          std::memmove(buf_.data() + 1, buf_.data() + start_, len_);
+          start_ = 1;
+        }
+        const size_t need = 1 + len_ + read + kPad;
+        if (buf_.size() < need) {
+          buf_.resize(
+              std::max({need, buf_.size() * 2, static_cast<size_t>(e - s) + 2 + read + kPad}));
+        }
+      }
+      StatusOr<size_t> n = src_->Read(buf_.data() + start_ + len_, read);
       if (!n.ok()) return Status(n.status().code(), name_ + ": " + n.status().message());
       if (*n == 0) return DataLoss(name_ + ": file changed while being read");
       pos_ += *n;
       len_ += *n;
       if (base_ < s) {  // still before the segment: discard what was read
         const size_t drop = static_cast<size_t>(std::min<uint64_t>(s - base_, len_));
-        std::memmove(buf_.data() + 1, buf_.data() + 1 + drop, len_ - drop);
+        start_ += drop;
         base_ += drop;
         len_ -= drop;
+        if (len_ == 0) start_ = 1;
       }
     }
     return Status::Ok();
@@ -1115,22 +1128,23 @@ class Pass2 {
     uint64_t at = fallback;
     const char* loc = nullptr;
     if (where != nullptr) loc = where;
-    if (loc != nullptr && loc >= buf_.data() + 1 && loc < buf_.data() + 1 + len_) {
-      at = base_ + static_cast<uint64_t>(loc - (buf_.data() + 1));
+    const char* const data = buf_.data() + start_;
+    if (loc != nullptr && loc >= data && loc < data + len_) {
+      at = base_ + static_cast<uint64_t>(loc - data);
     }
     return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " +
                            simdjson::error_message(e));
   }
 
   Status ParseSegment(uint64_t s, uint64_t e) {
-    char* const seg = buf_.data() + 1;
+    char* const seg = buf_.data() + start_;
     size_t t = static_cast<size_t>(e - s);
     // Drop the separator before the next segment's first event.
     while (t > 0 && kTables.cls[static_cast<uint8_t>(seg[t - 1])] == kWs) --t;
     if (t > 0 && seg[t - 1] == ',') --t;
     const size_t doc_len = t + 2;
     const char saved = seg[t];
-    buf_[0] = '[';
+    seg[-1] = '[';
     seg[t] = ']';
     Status st = ParseDocument(doc_len, s, /*repaired=*/false);
     seg[t] = saved;
@@ -1143,10 +1157,11 @@ class Pass2 {
     // One parser per thread, kept across files: its index buffers are sized for a segment and
     // reallocating (and page-faulting) them for every trace costs more than parsing a small one.
     thread_local od::parser parser;
-    auto err = parser.iterate(buf_.data(), doc_len, buf_.size()).get(doc);
+    char* const doc_start = buf_.data() + start_ - 1;
+    auto err = parser.iterate(doc_start, doc_len, buf_.size() - (start_ - 1)).get(doc);
     if (!err) err = doc.get_array().get(arr);
     if (err == simdjson::UTF8_ERROR && !repaired) {
-      RepairUtf8(buf_.data() + 1, doc_len - 2);
+      RepairUtf8(doc_start + 1, doc_len - 2);
       return ParseDocument(doc_len, s, true);
     }
     if (err) return JsonError(nullptr, err, s);
@@ -1379,7 +1394,8 @@ class Pass2 {
   ByteSource* src_ = nullptr;
 
   std::vector<char> buf_;
-  uint64_t base_ = 0;  // stream offset of buf_[1]
+  size_t start_ = 1;   // buf_[start_] holds stream byte base_
+  uint64_t base_ = 0;  // stream offset of buf_[start_]
   size_t len_ = 0;
   uint64_t pos_ = 0;  // stream offset of the next byte the source yields
   std::vector<std::pair<std::string, uint64_t>> unknown_cats_;

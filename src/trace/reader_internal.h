@@ -17,7 +17,7 @@ namespace perftracker::trace::internal {
 
 struct ReaderTuning {
   size_t read_bytes = 1 << 20;         // bytes pulled from the source per read
-  size_t segment_bytes = 4 << 20;      // events parsed per simdjson document (pass 2)
+  size_t segment_bytes = 512 << 10;    // events parsed per simdjson document (pass 2)
   size_t max_value_bytes = 256 << 20;  // largest single event / top-level value accepted
 };
 
