@@ -1192,17 +1192,21 @@ class Pass2 {
     }
     trace::Event ev;
     std::string_view ph, cat;
-    bool has_cat = false, has_ts = false, has_name = false, bad = false;
+    bool has_cat = false, has_ts = false, has_name = false, bad = false, skip = false;
     for (auto f : obj) {
       if (auto e = f.error()) return e;
       od::field& field = f.value_unsafe();
       const char* k = field.key().raw();
       od::value val = field.value();
       simdjson::error_code e = simdjson::SUCCESS;
+      // Once "ph" (usually the first key) says this is not a complete event, nothing else of it
+      // is needed: its values are skipped unread, like unknown keys.
+      if (skip && !KeyIs(k, "ph")) continue;
       switch (k[0]) {
         case 'p':
           if (KeyIs(k, "ph")) {
             e = val.get_string().get(ph);
+            skip = e == simdjson::SUCCESS && ph.size() == 1 && ph[0] != 'X';
           } else if (KeyIs(k, "pid")) {
             bad |= !ReadId(val, &ev.pid);
           }
