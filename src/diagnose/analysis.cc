@@ -117,25 +117,6 @@ std::string Ms(double us) {
 
 std::string Percent(double fraction) { return fmt::format("{:.0f}%", fraction * 100); }
 
-std::string RankList(const std::vector<int>& ranks) {
-  std::vector<int> r = ranks;
-  std::sort(r.begin(), r.end());
-  std::string out;
-  for (size_t i = 0; i < r.size();) {
-    size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    if (j >= i + 2) {
-      out += fmt::format("{}-{}", r[i], r[j]);
-    } else {
-      out += std::to_string(r[i]);
-      if (j == i + 1) out += "," + std::to_string(r[j]);
-    }
-    i = j + 1;
-  }
-  return out;
-}
-
 std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks) {
   std::set<std::string> hosts;
   for (const auto* r : ranks)

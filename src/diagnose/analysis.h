@@ -55,7 +55,6 @@ FunctionRef MakeFunctionRef(const pattern::FunctionPattern& f);
 // Microseconds as a short millisecond string: "41.2 ms".
 std::string Ms(double us);
 std::string Percent(double fraction);
-std::string RankList(const std::vector<int>& ranks);  // "2", "0,1,3", "0-7"
 
 std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks);
 double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseconds

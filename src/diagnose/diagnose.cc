@@ -8,8 +8,6 @@
 
 namespace perftracker::diagnose {
 
-using internal::RankList;
-
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks, const DiagnoseOptions& options) {
   Diagnosis d;
   d.job = internal::BuildJobInfo(ranks);

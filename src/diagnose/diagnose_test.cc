@@ -285,7 +285,7 @@ TEST(AnalysisTest, RobustReferenceAndRankList) {
   internal::Reference ref = internal::RobustReference({10, 10, 10, 40});
   EXPECT_EQ(ref.median, 10);
   EXPECT_EQ(ref.scale, 20);  // floored
-  EXPECT_EQ(internal::RankList({5, 0, 1, 2, 3, 7, 8}), "0-3,5,7,8");
+  EXPECT_EQ(RankList({5, 0, 1, 2, 3, 7, 8}), "0-3,5,7,8");
   EXPECT_EQ(internal::SplitStack("a;b;;c"), (std::vector<std::string>{"a", "b", "c"}));
 }
 

@@ -165,7 +165,7 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     f.evidence_text["change"] = what;
     std::string where = f.finding_class == FindingClass::kAll
                             ? "on all ranks"
-                            : fmt::format("on ranks {}", internal::RankList(f.ranks));
+                            : fmt::format("on ranks {}", RankList(f.ranks));
     f.summary = fmt::format(
         "{} is {} in TEST ({}): {}/iter vs {} in BASE {}; {}{}/iter ({} of "
         "the iteration)",

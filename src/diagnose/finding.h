@@ -16,9 +16,12 @@ enum class Cause { kHardware, kSoftware, kConfiguration, kUnknown };
 const char* FindingClassName(FindingClass c);  // "subset", "all"
 const char* CauseName(Cause c);                // "hardware", "software", "configuration", "unknown"
 
+// Ranks as a short list with runs folded: "2", "0,1,3", "0-7,9".
+std::string RankList(const std::vector<int>& ranks);
+
 struct FunctionRef {
   std::string name;
-  std::string kind;   // event kind: cpu_op, kernel, python_function, ...
+  std::string kind;                // event kind: cpu_op, kernel, python_function, ...
   std::vector<std::string> stack;  // Python call stack where known, outermost first
 };
 
@@ -45,7 +48,7 @@ struct JobInfo {
   int iterations = 0;  // median over ranks
   double iteration_ms_median = 0;
   std::map<int, double> iteration_ms_per_rank;  // mean per rank
-  std::vector<std::string> notes;              // flagged conditions (no markers, ...)
+  std::vector<std::string> notes;               // flagged conditions (no markers, ...)
 };
 
 struct Diagnosis {

@@ -56,34 +56,6 @@ bool IsGpuEventKind(EventKind kind) {
          kind == EventKind::kGpuUserAnnotation;
 }
 
-const char* KindTag(EventKind kind) {
-  switch (kind) {
-    case EventKind::kCpuOp:
-      return "cpu_op";
-    case EventKind::kUserAnnotation:
-      return "user_annotation";
-    case EventKind::kGpuUserAnnotation:
-      return "gpu_user_annotation";
-    case EventKind::kPythonFunction:
-      return "python_function";
-    case EventKind::kCudaRuntime:
-      return "cuda_runtime";
-    case EventKind::kCudaDriver:
-      return "cuda_driver";
-    case EventKind::kCudaSync:
-      return "cuda_sync";
-    case EventKind::kKernel:
-      return "kernel";
-    case EventKind::kMemcpy:
-      return "gpu_memcpy";
-    case EventKind::kMemset:
-      return "gpu_memset";
-    case EventKind::kOther:
-      return "other";
-  }
-  return "other";
-}
-
 void NormalizeNameInto(std::string_view name, EventKind kind, std::string* out) {
   out->clear();
   const bool kernel = kind == EventKind::kKernel;

@@ -30,7 +30,6 @@ double BusFactor(std::string_view op, int n);
 
 // Kinds the pattern layer treats as GPU-side (kernel, memcpy, memset, gpu annotation).
 bool IsGpuEventKind(trace::EventKind kind);
-const char* KindTag(trace::EventKind kind);  // stable short name, used in keys
 
 }  // namespace perftracker::pattern
 

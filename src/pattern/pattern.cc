@@ -37,7 +37,7 @@ const char* FunctionClassName(FunctionClass c) {
 
 std::string FunctionPattern::Key() const {
   // '\x1f' (unit separator) never occurs in names, so distinct triples give distinct keys.
-  std::string key = KindTag(kind);
+  std::string key = trace::EventKindName(kind);
   key.push_back('\x1f');
   key += name;
   key.push_back('\x1f');

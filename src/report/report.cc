@@ -74,20 +74,6 @@ std::string AbbreviateStack(const std::vector<std::string>& stack) {
   return out;
 }
 
-std::string RankRange(std::vector<int> r) {
-  std::sort(r.begin(), r.end());
-  std::string out;
-  for (size_t i = 0; i < r.size();) {
-    size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    if (!out.empty()) out += ",";
-    out += j >= i + 2 ? fmt::format("{}-{}", r[i], r[j]) : std::to_string(r[i]);
-    if (j == i + 1) out += "," + std::to_string(r[j]);
-    i = j + 1;
-  }
-  return out.empty() ? "-" : out;
-}
-
 void IterationTable(const diagnose::JobInfo& job, std::string* out) {
   const auto& per = job.iteration_ms_per_rank;
   if (per.empty()) return;
@@ -171,7 +157,7 @@ std::string RenderText(const Diagnosis& d) {
         fmt::format("\n{}. {} ({}, {} cause): {} ms/iter, {}% of an iteration\n", ++i, f.category,
                     diagnose::FindingClassName(f.finding_class), diagnose::CauseName(f.cause),
                     Num(f.impact_ms, 2), Num(f.impact_fraction * 100));
-    out += fmt::format("   ranks: {}", RankRange(f.ranks));
+    out += fmt::format("   ranks: {}", diagnose::RankList(f.ranks));
     if (!f.hosts.empty()) out += fmt::format("   hosts: {}", fmt::join(f.hosts, ", "));
     out += "\n";
     out += fmt::format("   {}\n", f.summary);
