@@ -1,0 +1,123 @@
+// Always-on iteration detector for the in-worker collector (PerfTracker's online trigger).
+//
+// It is fed two kinds of events from the training thread -- a DataLoader iterator's next() and
+// an optimizer's step() -- and knows nothing about Python. It learns the repeating sequence of
+// those events (the iteration), reports each completed iteration, and raises two triggers:
+// a slowdown (the mean of the last `window` iterations is more than `slowdown_ratio` above the
+// best such mean seen since the sequence was learned) and a hang (no event for `hang_factor`
+// times the mean iteration). After `relearn_after` events that do not fit the learned sequence
+// it forgets it and learns again.
+//
+// Not thread-safe: the caller serializes OnEvent and CheckHang (the extension holds a mutex).
+// Memory is bounded by the config (learning history and the duration window), never by the
+// length of the run.
+#ifndef PERFTRACKER_WORKER_ITERATION_DETECTOR_H_
+#define PERFTRACKER_WORKER_ITERATION_DETECTOR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace perftracker::worker {
+
+enum class EventKind : uint8_t { kLoaderNext = 0, kOptimizerStep = 1 };
+
+struct DetectorConfig {
+  int learn_repeats = 10;        // M: identical repeats before a sequence is adopted
+  int window = 50;               // N: iterations in the slowdown mean
+  double slowdown_ratio = 0.05;  // fire when mean > best * (1 + slowdown_ratio)
+  double hang_factor = 5.0;      // hang when silent for hang_factor x mean iteration
+  int relearn_after = 200;       // K: unmatched events before re-learning
+  int max_period = 64;           // longest event sequence considered one iteration
+
+  // Checks the numbers are usable (positive, bounded).
+  Status Validate() const;
+};
+
+struct Iteration {
+  int64_t index = 0;     // 0-based, counted since the sequence was (re)learned
+  int64_t start_ns = 0;  // the iteration's first DataLoader next()
+  int64_t end_ns = 0;    // its last optimizer step()
+  bool clean = true;     // no unmatched event inside it (only clean ones feed the triggers)
+  int64_t duration_ns() const { return end_ns - start_ns; }
+};
+
+// What one event changed. Several flags can be set at once.
+struct DetectorUpdate {
+  bool learned = false;         // the sequence was adopted on this event
+  bool relearning = false;      // the sequence was dropped on this event
+  bool iteration_done = false;  // `iteration` holds a completed iteration
+  bool slowdown = false;        // the slowdown trigger fired on this iteration
+  Iteration iteration;
+  double window_mean_ns = 0;  // with slowdown: the mean that fired
+  double best_mean_ns = 0;    // with slowdown: the best mean it was compared with
+};
+
+class IterationDetector {
+ public:
+  explicit IterationDetector(DetectorConfig config = {});
+
+  DetectorUpdate OnEvent(EventKind kind, int64_t ts_ns);
+
+  // True once per silent gap: the sequence is learned and nothing arrived for
+  // hang_factor x the mean iteration (mean of the last `window` iterations).
+  bool CheckHang(int64_t now_ns);
+
+  bool learned() const { return learned_; }
+  // The learned sequence, rotated to start at the iteration's first DataLoader next().
+  const std::vector<EventKind>& pattern() const { return pattern_; }
+  // "DO", "DDOO", ...: the pattern as letters (D = loader next, O = optimizer step).
+  std::string PatternString() const;
+  int64_t iterations() const { return iterations_; }
+  int64_t unmatched() const { return unmatched_total_; }
+  int64_t relearn_count() const { return relearns_; }
+  int64_t slowdown_count() const { return slowdowns_; }
+  int64_t hang_count() const { return hangs_; }
+  double mean_ns() const;  // mean of the last up-to-`window` iterations, 0 before any
+  double best_mean_ns() const { return best_mean_ns_; }
+  const DetectorConfig& config() const { return config_; }
+
+ private:
+  void Learn(EventKind kind, int64_t ts_ns, DetectorUpdate* up);
+  void Track(EventKind kind, int64_t ts_ns, DetectorUpdate* up);
+  void Record(const Iteration& it, DetectorUpdate* up);
+  void Reset();
+
+  DetectorConfig config_;
+
+  // Learning: a bounded history of kinds, and for each candidate period P the length of the
+  // current run of events equal to the event P before them.
+  std::vector<EventKind> history_;  // ring of the last learn_repeats * max_period kinds
+  int64_t seen_ = 0;                // events since learning started
+  std::vector<int64_t> run_;        // run_[P]
+
+  // Tracking the learned sequence.
+  bool learned_ = false;
+  std::vector<EventKind> pattern_;
+  size_t pos_ = 0;  // next expected index into pattern_
+  int64_t cur_start_ns_ = 0;
+  bool cur_valid_ = false;  // cur_start_ns_ is known
+  bool cur_clean_ = true;
+  int64_t unmatched_since_clean_ = 0;
+  int64_t unmatched_total_ = 0;
+  int64_t last_event_ns_ = 0;
+  bool hang_reported_ = false;
+
+  // Iteration statistics since (re)learning.
+  int64_t iterations_ = 0;
+  std::vector<int64_t> durations_;  // ring of the last `window` clean iteration durations
+  size_t dur_next_ = 0;
+  int64_t dur_sum_ = 0;
+  double best_mean_ns_ = 0;   // best full-window mean since (re)learning; 0 = none yet
+  bool slow_active_ = false;  // fired and not yet back under the threshold
+
+  int64_t relearns_ = 0;
+  int64_t slowdowns_ = 0;
+  int64_t hangs_ = 0;
+};
+
+}  // namespace perftracker::worker
+
+#endif  // PERFTRACKER_WORKER_ITERATION_DETECTOR_H_
