@@ -1,0 +1,15 @@
+"""perftracker's in-worker collector.
+
+`perftracker._worker` (C++) holds the iteration detector and the Python tracer; `hooks` feeds it
+from torch's DataLoader and optimizers and talks to the node agent. `sitecustomize` turns it on
+in every Python process when PERFTRACKER_AGENT_SOCKET or PERFTRACKER_ENABLE is set.
+"""
+# The compiled module is built into build/python/perftracker while the sources live in
+# python/perftracker: let either directory complete the package.
+__path__ = __import__("pkgutil").extend_path(__path__, __name__)
+
+
+def enable(config=None):
+    """Installs the collector in this process (what sitecustomize does). Returns True if on."""
+    from . import hooks
+    return hooks.enable(config)

@@ -1,0 +1,438 @@
+"""Feeds perftracker._worker from torch and talks to the node agent (see src/worker/protocol.md).
+
+Rules (the collector must never harm training):
+  * the training thread only calls the C++ fast entry points; messages, files and the socket are
+    handled by one daemon thread;
+  * the socket is non-blocking; when the agent is absent or slow, messages are dropped and the
+    connection is retried now and then;
+  * any internal error turns the collector off and prints one line to stderr.
+"""
+import functools
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+_w = None            # perftracker._worker once enabled
+_client = None       # AgentClient
+_off = False         # set on the first internal error
+_tls = threading.local()
+_profiler = None     # torch profiler of the current window, if any
+_window_out = None   # python-trace path of the current window
+
+ENV_CONFIG = {  # environment variable -> _worker.install key
+    "PERFTRACKER_LEARN_REPEATS": "learn_repeats",
+    "PERFTRACKER_WINDOW": "window",
+    "PERFTRACKER_SLOWDOWN_RATIO": "slowdown_ratio",
+    "PERFTRACKER_HANG_FACTOR": "hang_factor",
+    "PERFTRACKER_RELEARN_AFTER": "relearn_after",
+    "PERFTRACKER_TRACER_BUFFER_CALLS": "tracer_buffer_calls",
+}
+
+
+def _turn_off(err):
+    global _off
+    if _off:
+        return
+    _off = True
+    try:
+        sys.stderr.write(f"perftracker: worker collector turned off: {err!r}\n")
+        if _w is not None:
+            _w._inject_failure()  # the C++ side stops too (and disarms its tracer)
+    except Exception:
+        pass
+
+
+# ---- events from the training thread ----
+
+def _edge(code):
+    """1: the C++ side armed a profiling window on this thread; 2: it ended one."""
+    global _profiler
+    torch = sys.modules.get("torch")
+    if code == 1 and torch is not None and _profiler is None:
+        try:
+            kineto = getattr(torch.autograd, "kineto_available", lambda: False)()
+            if kineto:
+                _profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            else:
+                _profiler = torch.autograd.profiler.profile()
+            _profiler.__enter__()
+        except Exception as e:
+            _profiler = None
+            sys.stderr.write(f"perftracker: torch profiler not started: {e!r}\n")
+    elif code == 2 and _profiler is not None:
+        prof, _profiler = _profiler, None
+        try:
+            prof.__exit__(None, None, None)
+        except Exception as e:
+            sys.stderr.write(f"perftracker: torch profiler stop failed: {e!r}\n")
+            return
+        out = (_window_out or f"/tmp/perftracker-{os.getpid()}") + ".torch.json"
+        # Exporting is slow: not on the training thread.
+        threading.Thread(target=_export, args=(prof, out), daemon=True).start()
+
+
+def _export(prof, out):
+    try:
+        prof.export_chrome_trace(out + ".tmp")
+        os.replace(out + ".tmp", out)
+        if _client is not None:
+            _client.send({"type": "torch_trace", "path": out})
+    except Exception as e:
+        sys.stderr.write(f"perftracker: torch trace export failed: {e!r}\n")
+
+
+def on_loader_next():
+    if _off:
+        return
+    try:
+        code = _w.on_loader_next()
+        if code:
+            _edge(code)
+    except Exception as e:
+        _turn_off(e)
+
+
+def on_optimizer_step():
+    if _off:
+        return
+    try:
+        code = _w.on_optimizer_step()
+        if code:
+            _edge(code)
+    except Exception as e:
+        _turn_off(e)
+
+
+# ---- torch patches (applied when torch's modules are imported) ----
+
+def _patch_dataloader(mod):
+    cls = getattr(mod, "_BaseDataLoaderIter", None)
+    if cls is None or getattr(cls.__next__, "_perftracker", False):
+        return
+    orig = cls.__next__
+
+    @functools.wraps(orig)
+    def __next__(self):
+        on_loader_next()
+        return orig(self)
+
+    __next__._perftracker = True
+    cls.__next__ = __next__
+
+
+def _wrap_step(cls):
+    step = cls.__dict__.get("step")
+    if step is None or getattr(step, "_perftracker", False):
+        return
+
+    @functools.wraps(step)
+    def wrapped(self, *args, **kwargs):
+        # A subclass's step calling super().step() is one optimizer step, not two.
+        if getattr(_tls, "in_step", False):
+            return step(self, *args, **kwargs)
+        _tls.in_step = True
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            _tls.in_step = False
+            on_optimizer_step()
+
+    wrapped._perftracker = True
+    cls.step = wrapped
+
+
+def _patch_optimizer(mod):
+    opt = getattr(mod, "Optimizer", None)
+    if opt is None or getattr(opt, "_perftracker", False):
+        return
+    opt._perftracker = True
+    register = getattr(mod, "register_optimizer_step_post_hook", None)
+    if register is not None:  # torch >= 2.0
+        register(lambda o, a, k: on_optimizer_step())
+        return
+    orig_init = opt.__init__
+
+    @functools.wraps(orig_init)
+    def __init__(self, *args, **kwargs):
+        orig_init(self, *args, **kwargs)
+        # torch 1.13 wraps the class's step for its profiler in __init__; wrap after it. Wrap the
+        # class that defines step (a subclass may inherit it).
+        for c in type(self).__mro__:
+            if "step" in c.__dict__ and c is not opt:
+                try:
+                    _wrap_step(c)
+                except Exception as e:
+                    _turn_off(e)
+                break
+
+    opt.__init__ = __init__
+
+
+_TARGETS = {"torch.utils.data.dataloader": _patch_dataloader, "torch.optim.optimizer": _patch_optimizer}
+
+
+class _PostImportFinder:
+    """Applies the patches right after torch's modules load (sitecustomize runs before torch)."""
+
+    def find_spec(self, name, path, target=None):
+        patch = _TARGETS.get(name)
+        if patch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                orig_exec = spec.loader.exec_module
+
+                def exec_module(module, _orig=orig_exec, _patch=patch):
+                    _orig(module)
+                    try:
+                        _patch(module)
+                    except Exception as e:
+                        _turn_off(e)
+
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
+def _install_patches():
+    for name, patch in _TARGETS.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    if not any(isinstance(f, _PostImportFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImportFinder())
+
+
+# ---- agent client and log ----
+
+class AgentClient:
+    """One daemon thread: drains the detector's news, batches iteration times, sends newline-
+    delimited JSON to the agent over a non-blocking Unix socket, and reads its commands. Also
+    appends every message to PERFTRACKER_WORKER_LOG when set (tests, or running without an agent).
+    """
+
+    MAX_OUT = 1 << 20  # bytes waiting for the socket; beyond that, messages are dropped
+
+    def __init__(self, sock_path, log_path, period_s=0.5):
+        self.sock_path = sock_path
+        self.log_path = log_path
+        self.period_s = period_s
+        self.sock = None
+        self.next_connect = 0.0
+        self.out = bytearray()
+        self.inbuf = bytearray()
+        self.dropped = 0
+        self.lock = threading.Lock()
+        self.extra = []  # messages from other threads (send())
+        self.pending_profile = None  # (command, time received)
+        self.stop = threading.Event()
+        self.ident = {"pid": os.getpid(), "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"),
+                      "world_size": _env_int("WORLD_SIZE"), "host": socket.gethostname()}
+        self.thread = threading.Thread(target=self._run, name="perftracker-agent", daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def send(self, msg):
+        with self.lock:
+            if len(self.extra) < 1000:
+                self.extra.append(msg)
+
+    def _run(self):
+        while not self.stop.wait(self.period_s):
+            try:
+                self.tick()
+            except Exception as e:
+                _turn_off(e)
+                return
+
+    def tick(self):
+        """Drains and ships everything pending; also called once at exit."""
+        if self.ident["rank"] is None:
+            self.ident["rank"] = _rank()
+        self._start_profile()
+        msgs = self._messages()
+        if self.log_path and msgs:
+            with open(self.log_path, "a") as f:
+                for m in msgs:
+                    f.write(json.dumps(m) + "\n")
+        if self.sock_path:
+            self._io(msgs)
+
+    def _messages(self):
+        news = _w.drain()
+        with self.lock:
+            msgs, self.extra = self.extra, []
+        iters = []
+        for n in news:
+            if n[0] == "iter":
+                iters.append([n[1], n[2], n[3], bool(n[4])])
+            elif n[0] == "learned":
+                msgs.append({"type": "learned", "pattern": n[1]})
+            elif n[0] == "relearn":
+                msgs.append({"type": "relearn"})
+            elif n[0] == "slowdown":
+                msgs.append({"type": "trigger", "kind": "slowdown", "iteration": n[1], "mean_ns": n[2],
+                             "best_ns": n[3]})
+            elif n[0] == "hang":
+                msgs.append({"type": "trigger", "kind": "hang", "iteration": n[1], "now_ns": n[2],
+                             "mean_ns": n[3]})
+            elif n[0] == "window_done":
+                msgs.append({"type": "python_trace", "path": n[1]})
+        if iters:
+            msgs.insert(0, {"type": "iterations", "items": iters})
+        for m in msgs:
+            m.update(self.ident)
+        return msgs
+
+    def _io(self, msgs):
+        if self.sock is None and time.monotonic() >= self.next_connect:
+            self._connect()
+        if self.sock is None:
+            self.dropped += len(msgs)
+            return
+        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in msgs)
+        if len(self.out) + len(data) > self.MAX_OUT:
+            self.dropped += len(msgs)
+        else:
+            self.out += data
+        try:
+            while self.out:
+                n = self.sock.send(self.out)
+                del self.out[:n]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close()
+            return
+        try:
+            while True:
+                chunk = self.sock.recv(65536)
+                if not chunk:
+                    self._close()
+                    return
+                self.inbuf += chunk
+                if len(self.inbuf) > self.MAX_OUT:
+                    self.inbuf.clear()  # a runaway peer: forget it rather than grow
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close()
+            return
+        while b"\n" in self.inbuf:
+            line, _, rest = bytes(self.inbuf).partition(b"\n")
+            self.inbuf = bytearray(rest)
+            self._command(line)
+
+    def _connect(self):
+        self.next_connect = time.monotonic() + 2.0
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(self.sock_path)
+        except OSError:
+            s.close()
+            return
+        self.sock = s
+        self.out.clear()
+        hello = {"type": "hello", "v": 1, "clock_offset_ns": time.time_ns() - time.monotonic_ns(), **self.ident}
+        self.out += json.dumps(hello).encode() + b"\n"
+
+    def _close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.sock = None
+        self.out.clear()
+        self.inbuf.clear()
+
+    def _start_profile(self):
+        """Starts the pending window once the trace file can be named after the rank (a command
+        that arrives before torch.distributed is initialized waits, up to 30 s, then uses the pid).
+        """
+        global _window_out
+        if self.pending_profile is None:
+            return
+        cmd, since = self.pending_profile
+        rank = self.ident["rank"]
+        if rank is None and not cmd.get("path") and time.monotonic() - since < 30:
+            return
+        self.pending_profile = None
+        tag = f"rank-{rank}" if rank is not None else f"pid-{os.getpid()}"
+        out = str(cmd.get("path") or os.path.join(str(cmd.get("dir") or "/tmp"), f"{tag}.python.json"))
+        _window_out = out
+        ok = _w.start_window(int(cmd.get("iters", 10)), float(cmd.get("max_s", 20.0)), out,
+                             int(cmd.get("start_iter", -1)))
+        self.send({"type": "profile_ack", "accepted": bool(ok), "path": out})
+
+    def _command(self, line):
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(cmd, dict):
+            return
+        if cmd.get("type") == "profile":
+            self.pending_profile = (cmd, time.monotonic())
+            self._start_profile()
+        elif cmd.get("type") == "stop":
+            _w.stop_window()
+
+
+def _rank():
+    """RANK from the launcher, else torch.distributed's once initialized (mp.spawn sets no env)."""
+    r = _env_int("RANK")
+    if r is not None:
+        return r
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_rank()
+    except Exception:
+        pass
+    return None
+
+
+def _env_int(name):
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _at_exit():
+    try:
+        if _client is not None and not _off:
+            _client.tick()
+    except Exception:
+        pass
+
+
+def enable(config=None):
+    """Installs the detector, the torch patches and the agent client. Idempotent."""
+    global _w, _client
+    if _w is not None:
+        return not _off
+    from perftracker import _worker
+    cfg = {}
+    for env, key in ENV_CONFIG.items():
+        if os.environ.get(env):
+            cfg[key] = float(os.environ[env])
+    cfg.update(config or {})
+    _worker.install(cfg)
+    _w = _worker
+    _install_patches()
+    log = os.environ.get("PERFTRACKER_WORKER_LOG", "")
+    if log:
+        log = log.replace("{pid}", str(os.getpid()))
+    _client = AgentClient(os.environ.get("PERFTRACKER_AGENT_SOCKET", ""), log)
+    _client.start()
+    import atexit
+    atexit.register(_at_exit)
+    return True

@@ -1,0 +1,231 @@
+"""The in-worker collector (perftracker._worker + python/perftracker) on a real torch DDP job:
+it learns the iteration, counts it right, stays quiet on a clean run, fires on a straggler,
+profiles a window when the agent asks, and never changes the job's result when the agent is
+missing or dies."""
+import glob
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+BUILD = os.path.dirname(os.path.abspath(ptest.BIN))
+PYDIR = os.path.join(BUILD, "python")
+ITERS = 80
+M = 10  # learn_repeats: iterations before the sequence is adopted (not reported)
+
+
+def built():
+    return os.path.isdir(os.path.join(PYDIR, "perftracker")) and \
+        glob.glob(os.path.join(PYDIR, "perftracker", "_worker*.so"))
+
+
+def env_with(**kw):
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith("PERFTRACKER_")]:
+        if k != "PERFTRACKER_BIN":
+            del env[k]
+    env["PYTHONPATH"] = os.pathsep.join([PYDIR, os.path.join(ptest.SOURCE, "python")])
+    env.update(kw)
+    return env
+
+
+def train(env, *args, timeout=120):
+    cmd = [ptest.TORCH_PYTHON, os.path.join(ptest.SOURCE, "examples", "train_ddp.py"), "--nproc", "2",
+           "--iters", str(ITERS), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def read_logs(pattern):
+    """Per worker process (rank) log: (messages, iteration items)."""
+    out = {}
+    for path in glob.glob(pattern):
+        with open(path) as f:
+            msgs = [json.loads(line) for line in f]
+        iters = [i for m in msgs if m["type"] == "iterations" for i in m["items"]]
+        if iters:  # the launcher process sees no iterations
+            out[msgs[-1]["rank"] if msgs[-1]["rank"] is not None else path] = (msgs, iters)
+    return out
+
+
+class FakeAgent(threading.Thread):
+    """Accepts workers, asks each for a profiling window, then dies mid-run."""
+
+    def __init__(self, path, trace_dir, die_after_s):
+        super().__init__(daemon=True)
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(path)
+        self.srv.listen(8)
+        self.srv.settimeout(0.2)
+        self.trace_dir = trace_dir
+        self.die_after_s = die_after_s
+        self.received = []
+        self.conns = []
+
+    def run(self):
+        import time
+        end = time.monotonic() + self.die_after_s
+        while time.monotonic() < end:
+            try:
+                c, _ = self.srv.accept()
+            except socket.timeout:
+                pass
+            else:
+                c.settimeout(0.2)
+                cmd = {"type": "profile", "iters": 5, "max_s": 20, "start_iter": 20, "dir": self.trace_dir}
+                c.sendall((json.dumps(cmd) + "\n").encode())
+                self.conns.append([c, b""])
+            for conn in self.conns:
+                try:
+                    conn[1] += conn[0].recv(65536)
+                except (socket.timeout, OSError):
+                    continue
+                *lines, conn[1] = conn[1].split(b"\n")
+                self.received += [json.loads(x) for x in lines if x.strip()]
+        for c, _ in self.conns:  # the agent dies: connections drop, the socket disappears
+            c.close()
+        self.srv.close()
+
+
+@unittest.skipUnless(ptest.torch_available(), "needs /usr/bin/python3 with torch")
+@unittest.skipUnless(built(), "perftracker._worker not built (build dir python/)")
+class WorkerDetector(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pt_worker_")
+        cls.baseline = train(env_with())
+        assert cls.baseline.returncode == 0, cls.baseline.stderr[-2000:]
+
+    def test_a_clean_run_learns_counts_and_stays_quiet(self):
+        log = os.path.join(self.tmp, "clean-{pid}.jsonl")
+        p = train(env_with(PERFTRACKER_ENABLE="1", PERFTRACKER_WORKER_LOG=log,
+                           PERFTRACKER_AGENT_SOCKET=os.path.join(self.tmp, "nowhere", "agent.sock")))
+        # The agent socket points nowhere: training's result and output are unchanged.
+        self.assertEqual(p.returncode, self.baseline.returncode, p.stderr[-2000:])
+        self.assertEqual(p.stdout, self.baseline.stdout)
+        self.assertNotIn("perftracker", p.stderr)
+        logs = read_logs(os.path.join(self.tmp, "clean-*.jsonl"))
+        self.assertEqual(sorted(logs), [0, 1], logs.keys())
+        for rank, (msgs, iters) in logs.items():
+            learned = [m for m in msgs if m["type"] == "learned"]
+            self.assertEqual([m["pattern"] for m in learned], ["DO"], rank)
+            self.assertEqual(len(iters), ITERS - M, rank)
+            self.assertEqual([i[0] for i in iters], list(range(ITERS - M)))
+            self.assertTrue(all(i[2] > i[1] for i in iters))
+            self.assertEqual([m for m in msgs if m["type"] == "trigger"], [], rank)
+
+    def test_b_straggler_fires_and_a_dying_agent_gets_a_window(self):
+        log = os.path.join(self.tmp, "slow-{pid}.jsonl")
+        sock = os.path.join(self.tmp, "agent.sock")
+        traces = os.path.join(self.tmp, "traces")
+        os.makedirs(traces)
+        agent = FakeAgent(sock, traces, die_after_s=6.0)
+        agent.start()
+        p = train(env_with(PERFTRACKER_ENABLE="1", PERFTRACKER_WORKER_LOG=log, PERFTRACKER_AGENT_SOCKET=sock),
+                  "--fault", "straggler", "--fault-start", "40", "--fault-rank", "0")
+        agent.join()
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual(p.stdout, self.baseline.stdout)
+        self.assertNotIn("perftracker", p.stderr)
+        logs = read_logs(os.path.join(self.tmp, "slow-*.jsonl"))
+        self.assertEqual(sorted(logs), [0, 1])
+        for rank, (msgs, iters) in logs.items():
+            trig = [m for m in msgs if m["type"] == "trigger" and m["kind"] == "slowdown"]
+            # DDP keeps the ranks in step, so every rank's detector sees the straggler.
+            self.assertTrue(trig, f"rank {rank}: no slowdown trigger")
+            self.assertGreaterEqual(trig[0]["iteration"], 40 - M, trig)
+            self.assertGreater(trig[0]["mean_ns"], trig[0]["best_ns"] * 1.05)
+        # The agent heard from both workers before it died and asked each for a window.
+        self.assertTrue({m["pid"] for m in agent.received if m["type"] == "iterations"}, agent.received[:3])
+        acks = [m for m in agent.received if m["type"] == "profile_ack"]
+        self.assertTrue(acks and all(a["accepted"] for a in acks), agent.received[-5:])
+        files = sorted(glob.glob(os.path.join(traces, "rank-*.python.json")))
+        self.assertEqual([os.path.basename(f) for f in files], ["rank-0.python.json", "rank-1.python.json"])
+        d = ptest.analyze(files)
+        self.assertIn("2 ranks", d["_text"].replace("(world size 2)", ""), d["_text"])
+        self.assertTrue(glob.glob(os.path.join(traces, "rank-*.python.json.torch.json")))
+
+
+@unittest.skipUnless(built(), "perftracker._worker not built (build dir python/)")
+class WorkerModule(unittest.TestCase):
+    """The extension alone, without torch: tracer window file, containment."""
+
+    def run_py(self, code):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_with(), timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p
+
+    def test_window_writes_a_trace_analyze_reads(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
+        self.run_py(f"""
+import time
+from perftracker import _worker as w
+assert w.install({{"window": 5}})
+def leaf(i): return i * i
+def work(n): return sum(leaf(i) for i in range(n))
+for it in range(30):
+    w.on_loader_next()
+    if it == 12:
+        assert w.start_window(5, 10.0, {out!r})
+    work(300)
+    w.on_optimizer_step()
+for _ in range(100):
+    if w.stats()["files_written"]: break
+    time.sleep(0.05)
+s = w.stats()
+assert s["windows_done"] == 1 and s["files_written"] == 1 and not s["window_armed"], s
+w.uninstall()
+""")
+        with open(out) as f:
+            doc = json.load(f)
+        ev = doc["traceEvents"]
+        steps = [e for e in ev if e["name"].startswith("ProfilerStep#")]
+        self.assertEqual(len(steps), 5)
+        py = [e for e in ev if e["cat"] == "python_function"]
+        leaf = [e for e in py if e["name"].endswith(": leaf")]
+        self.assertEqual(len(leaf), 5 * 300)
+        ids = {e["args"]["Python id"]: e for e in py}
+        # Identity is the call stack: leaf's parent is the generator inside work.
+        parent = ids[leaf[0]["args"]["Python parent id"]]
+        self.assertIn("genexpr", parent["name"])
+        self.assertTrue(all(e["args"]["Python parent id"] in ids or e["args"]["Python parent id"] == 0 for e in py))
+        d = ptest.analyze([out])
+        self.assertIn("5 iterations", d["_text"])
+
+    def test_internal_error_turns_it_off_quietly(self):
+        p = self.run_py("""
+from perftracker import _worker as w
+w.install({})
+for _ in range(20):
+    w.on_loader_next(); w.on_optimizer_step()
+w._inject_failure()
+w._inject_failure()
+for _ in range(20):
+    assert w.on_loader_next() == 0 and w.on_optimizer_step() == 0
+s = w.stats()
+assert s["failed"] and s["iterations"] == 10, s
+print("ok")
+""")
+        self.assertEqual(p.stdout, "ok\n")
+        self.assertEqual(p.stderr.count("perftracker: worker collector turned off"), 1, p.stderr)
+
+    def test_bad_config_is_refused(self):
+        self.run_py("""
+from perftracker import _worker as w
+try:
+    w.install({"window": 0})
+except ValueError:
+    pass
+else:
+    raise SystemExit("accepted window=0")
+""")
+
+
+if __name__ == "__main__":
+    unittest.main()
