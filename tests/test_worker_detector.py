@@ -157,7 +157,7 @@ class WorkerModule(unittest.TestCase):
     """The extension alone, without torch: tracer window file, containment."""
 
     def run_py(self, code):
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_with(), timeout=60)
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", code], capture_output=True, text=True, env=env_with(), timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
         return p
 
