@@ -17,6 +17,15 @@
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "report/report.h"
+#ifdef PT_ONLINE
+#include <unistd.h>
+
+#include <csignal>
+#include <thread>
+
+#include "agent/agent.h"
+#include "server/collector.h"
+#endif
 
 namespace pt = perftracker;
 
@@ -139,6 +148,108 @@ int RunDiff(const std::string& base, const std::string& test, const OutputFlags&
   return Emit(pt::diagnose::Diff(*b, *t), flags);
 }
 
+#ifdef PT_ONLINE
+// The online path: one server, one agent per node; both stop on SIGINT/SIGTERM (a signal
+// thread, so shutdown work does not run inside a signal handler).
+struct OnlineFlags {
+  std::string listen = "127.0.0.1:50551";
+  std::string server = "127.0.0.1:50551";
+  std::string report_dir;
+  std::string token_file;
+  std::string watch_dir;
+  std::vector<int> ranks;
+  double max_seconds = 20;
+  double grace_seconds = 30;
+  int iterations = 10;
+};
+
+pt::StatusOr<std::string> Token(const OnlineFlags& f) {
+  if (f.token_file.empty()) return std::string();
+  return pt::server::ReadTokenFile(f.token_file);
+}
+
+// Blocks SIGINT/SIGTERM in every thread and returns a thread that calls STOP on the first one.
+template <typename F>
+std::thread SignalThread(F stop) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return std::thread([set, stop] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    stop();
+  });
+}
+
+int RunServer(const OnlineFlags& f) {
+  auto token = Token(f);
+  if (!token.ok()) return Fail(token.status());
+  pt::server::ServerOptions o;
+  o.listen = f.listen;
+  o.report_dir = f.report_dir;
+  o.token = *token;
+  o.max_seconds = f.max_seconds;
+  o.upload_grace_seconds = f.grace_seconds;
+  o.default_iterations = f.iterations;
+  std::thread sig;
+  auto server = [&]() -> pt::StatusOr<std::unique_ptr<pt::server::CollectorServer>> {
+    return pt::server::CollectorServer::Start(o);
+  };
+  // Signals are blocked before gRPC starts its threads, so only the signal thread sees them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto s = server();
+  if (!s.ok()) return Fail(s.status());
+  pt::server::CollectorServer* raw = s->get();
+  std::fprintf(stderr, "perftracker server: listening on %s (port %d)\n", f.listen.c_str(),
+               raw->port());
+  sig = std::thread([set, raw] {
+    int signo = 0;
+    sigwait(&set, &signo);
+    raw->Shutdown();
+  });
+  raw->Wait();
+  sig.join();
+  s->reset();
+  return 0;
+}
+
+int RunAgent(const OnlineFlags& f) {
+  auto token = Token(f);
+  if (!token.ok()) return Fail(token.status());
+  if (f.watch_dir.empty() || !std::filesystem::is_directory(f.watch_dir))
+    return Fail(pt::InvalidArgument(fmt::format("{}: --watch needs a folder", f.watch_dir)));
+  pt::agent::Agent agent(
+      {.server = f.server, .token = *token, .host = "", .ranks = f.ranks, .poll_seconds = 0.2},
+      std::make_unique<pt::agent::FolderSink>(f.watch_dir));
+  std::thread sig = SignalThread([&agent] { agent.Stop(); });
+  pt::Status st = agent.Run();
+  if (!st.ok()) {
+    // Run returned by itself: wake the signal thread so it can be joined.
+    kill(getpid(), SIGTERM);
+    sig.join();
+    return Fail(st);
+  }
+  sig.join();
+  return 0;
+}
+
+int RunClient(const OnlineFlags& f, bool trigger) {
+  auto token = Token(f);
+  if (!token.ok()) return Fail(token.status());
+  auto out = trigger ? pt::agent::TriggerNow(f.server, *token, "user")
+                     : pt::agent::ServerStatus(f.server, *token);
+  if (!out.ok()) return Fail(out.status());
+  std::fputs(out->c_str(), stdout);
+  return 0;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,7 +295,39 @@ int main(int argc, char** argv) {
   show->add_option("PATH", show_paths, "trace or summary files, or folders")->required();
   show->add_option("--top", show_top, "functions per rank");
 
+#ifdef PT_ONLINE
+  OnlineFlags online;
+  CLI::App* server = app.add_subcommand("server", "the central collector of the online path");
+  server->add_option("--listen", online.listen, "address:port (non-loopback needs --token-file)");
+  server->add_option("--report-dir", online.report_dir, "where diagnoses and the database go")
+      ->required();
+  server->add_option("--token-file", online.token_file, "shared token agents must present");
+  server->add_option("--max-seconds", online.max_seconds, "profiling time limit of a window");
+  server->add_option("--grace-seconds", online.grace_seconds,
+                     "how long after that missing ranks are waited for");
+  server->add_option("--iterations", online.iterations, "iterations per window");
+  CLI::App* agent_cmd = app.add_subcommand("agent", "the node agent: relays and uploads windows");
+  agent_cmd->add_option("--server", online.server, "server address:port")->required();
+  agent_cmd->add_option("--token-file", online.token_file, "shared token file");
+  agent_cmd->add_option("--watch", online.watch_dir, "folder where workers' traces appear")
+      ->required();
+  agent_cmd->add_option("--ranks", online.ranks, "local ranks (when known)")->delimiter(',');
+  CLI::App* trigger = app.add_subcommand("trigger", "profile every rank now");
+  trigger->add_option("--server", online.server, "server address:port")->required();
+  trigger->add_option("--token-file", online.token_file, "shared token file");
+  CLI::App* status = app.add_subcommand("status", "ranks, iteration times and windows");
+  status->add_option("--server", online.server, "server address:port")->required();
+  status->add_option("--token-file", online.token_file, "shared token file");
+#endif
+
   CLI11_PARSE(app, argc, argv);
+
+#ifdef PT_ONLINE
+  if (*server) return RunServer(online);
+  if (*agent_cmd) return RunAgent(online);
+  if (*trigger) return RunClient(online, true);
+  if (*status) return RunClient(online, false);
+#endif
 
   if (*analyze) return RunAnalyze(analyze_paths, analyze_flags);
   if (*summarize) return RunSummarize(summarize_paths, summarize_out);

@@ -1,0 +1,294 @@
+#include "agent/agent.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "agent/nvml_sampler.h"
+#include "agent/proc_sampler.h"
+#include "pattern/summarizer.h"
+#include "pattern/summary_io.h"
+#include "perftracker.grpc.pb.h"
+
+namespace perftracker::agent {
+
+namespace fs = std::filesystem;
+namespace v1 = ::perftracker::v1;
+
+namespace {
+
+bool IsTrace(const fs::path& p) {
+  std::string name = p.filename().string();
+  auto ends = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends(".json") || ends(".json.gz");
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+void AddToken(grpc::ClientContext* ctx, const std::string& token) {
+  if (!token.empty()) ctx->AddMetadata("x-perftracker-token", token);
+}
+
+Status FromGrpc(const grpc::Status& st, const std::string& what) {
+  if (st.ok()) return Status::Ok();
+  if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED)
+    return InvalidArgument(fmt::format("{}: refused by the server: {}", what, st.error_message()));
+  return Unavailable(fmt::format("{}: {}", what, st.error_message()));
+}
+
+std::unique_ptr<v1::Collector::Stub> MakeStub(const std::string& server) {
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(64 << 20);
+  return v1::Collector::NewStub(
+      grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+}
+
+}  // namespace
+
+FolderSink::FolderSink(std::string dir) : dir_(std::move(dir)) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) seen_.insert(e.path().string());
+}
+
+Status FolderSink::StartWindow(const WindowCommand&) { return Status::Ok(); }
+
+std::vector<WorkerTrace> FolderSink::PollFinished() {
+  std::vector<WorkerTrace> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    std::string p = e.path().string();
+    if (seen_.count(p) || !e.is_regular_file(ec) || !IsTrace(e.path())) continue;
+    uintmax_t size = e.file_size(ec);
+    if (ec) continue;
+    auto it = sizes_.find(p);
+    // Stable across two polls: the writer is done (writers should still rename into place).
+    if (it != sizes_.end() && it->second == size && size > 0) {
+      seen_.insert(p);
+      sizes_.erase(it);
+      out.push_back({p, -1, 0});
+    } else {
+      sizes_[p] = size;
+    }
+  }
+  return out;
+}
+
+struct Agent::Impl {
+  AgentOptions options;
+  std::unique_ptr<AgentLocalSink> sink;
+  std::unique_ptr<v1::Collector::Stub> stub;
+  std::string agent_id;
+  NvmlSampler nvml;
+  ProcSampler proc;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  grpc::ClientContext* watch_ctx = nullptr;
+  std::optional<WindowCommand> window;  // the window being profiled
+  bool window_started = false;
+
+  void WatchLoop() {
+    while (true) {
+      grpc::ClientContext ctx;
+      AddToken(&ctx, options.token);
+      {
+        std::lock_guard lk(mu);
+        if (stopping) return;
+        watch_ctx = &ctx;
+      }
+      v1::WatchRequest req;
+      req.set_agent_id(agent_id);
+      auto reader = stub->WatchCommands(&ctx, req);
+      v1::Command cmd;
+      while (reader->Read(&cmd)) {
+        if (!cmd.has_profile()) continue;
+        WindowCommand w{cmd.profile().window_id(), cmd.profile().start_iteration(),
+                        cmd.profile().iterations(), cmd.profile().max_seconds()};
+        std::fprintf(stderr, "perftracker agent: profile window %lld from iteration %lld\n",
+                     static_cast<long long>(w.window_id),
+                     static_cast<long long>(w.start_iteration));
+        if (Status st = sink->StartWindow(w); !st.ok())
+          std::fprintf(stderr, "perftracker agent: %s\n", st.message().c_str());
+        std::lock_guard lk(mu);
+        window = w;
+        window_started = false;
+        cv.notify_all();
+      }
+      grpc::Status st = reader->Finish();
+      std::unique_lock lk(mu);
+      watch_ctx = nullptr;
+      if (stopping) return;
+      // The server went away or restarted the stream: retry after a pause.
+      cv.wait_for(lk, std::chrono::seconds(1), [&] { return stopping; });
+    }
+  }
+
+  void UploadTrace(const WindowCommand& w, const WorkerTrace& t,
+                   const std::map<std::string, double>& hw) {
+    auto summary = pattern::SummarizeTrace(t.path);
+    if (!summary.ok()) {
+      std::fprintf(stderr, "perftracker agent: %s\n", summary.status().message().c_str());
+      return;
+    }
+    int rank = t.rank >= 0 ? t.rank : summary->rank;
+    if (rank < 0 && options.ranks.size() == 1) rank = options.ranks[0];
+    summary->rank = rank;
+    if (summary->host.empty()) summary->host = options.host;
+    std::string bytes = pattern::SerializeSummary(*summary);
+    v1::UploadWindowRequest req;
+    req.set_window_id(w.window_id);
+    req.set_rank(rank);
+    req.set_host(options.host);
+    req.set_summary(bytes);
+    req.mutable_hardware()->mutable_values()->insert(hw.begin(), hw.end());
+    req.mutable_hardware()->set_nvml(nvml.status());
+    grpc::ClientContext ctx;
+    AddToken(&ctx, options.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::UploadWindowReply reply;
+    grpc::Status st = stub->UploadWindow(&ctx, req, &reply);
+    std::fprintf(stderr,
+                 "perftracker agent: window %lld rank %d: summary %zu bytes (%s), upload %s%s\n",
+                 static_cast<long long>(w.window_id), rank, bytes.size(),
+                 bytes.size() <= 100 * 1024 ? "under 100 KB" : "over 100 KB",
+                 st.ok() && reply.accepted() ? "accepted" : "refused: ",
+                 st.ok() ? reply.message().c_str() : st.error_message().c_str());
+  }
+};
+
+Agent::Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink)
+    : impl_(std::make_unique<Impl>()) {
+  if (options.host.empty()) options.host = Hostname();
+  impl_->options = std::move(options);
+  impl_->sink = std::move(sink);
+}
+
+Agent::~Agent() { Stop(); }
+
+Status Agent::Run() {
+  Impl& m = *impl_;
+  m.stub = MakeStub(m.options.server);
+  v1::RegisterRequest req;
+  req.set_host(m.options.host);
+  for (int r : m.options.ranks) req.add_ranks(r);
+  v1::RegisterReply reply;
+  // The server may start after the agent: retry until it answers, refuses, or Stop.
+  while (true) {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, m.options.token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::Status st = m.stub->Register(&ctx, req, &reply);
+    if (st.ok()) break;
+    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED)
+      return FromGrpc(st, fmt::format("agent: {}", m.options.server));
+    std::unique_lock lk(m.mu);
+    if (m.cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return m.stopping; }))
+      return Status::Ok();
+  }
+  m.agent_id = reply.agent_id();
+  std::fprintf(stderr, "perftracker agent: registered with %s as %s; nvml %s\n",
+               m.options.server.c_str(), m.agent_id.c_str(), m.nvml.status().c_str());
+  std::thread watcher([&m] { m.WatchLoop(); });
+
+  std::unique_lock lk(m.mu);
+  while (!m.stopping) {
+    m.cv.wait_for(lk, std::chrono::duration<double>(m.options.poll_seconds));
+    if (m.stopping) break;
+    std::optional<WindowCommand> w = m.window;
+    bool begin = w && !m.window_started;
+    if (begin) m.window_started = true;
+    lk.unlock();
+    std::vector<IterationReport> iters = m.sink->PollIterations();
+    if (!iters.empty()) {
+      v1::ReportIterationsRequest ir;
+      ir.set_agent_id(m.agent_id);
+      std::map<int, v1::IterationBatch*> by_rank;
+      for (const auto& it : iters) {
+        auto& b = by_rank[it.rank];
+        if (!b) {
+          b = ir.add_batches();
+          b->set_rank(it.rank);
+        }
+        b->add_steps(it.step);
+        b->add_iteration_ms(it.iteration_ms);
+      }
+      grpc::ClientContext ctx;
+      AddToken(&ctx, m.options.token);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      v1::ReportIterationsReply rr;
+      (void)m.stub->ReportIterations(&ctx, ir, &rr);  // best effort: the next batch follows
+    }
+    if (begin) m.proc.Begin(m.sink->WorkerPids());
+    if (w) {
+      for (const WorkerTrace& t : m.sink->PollFinished()) {
+        std::map<std::string, double> hw = m.proc.End();
+        for (const auto& [k, v] : m.nvml.Sample()) hw[k] = v;
+        m.UploadTrace(*w, t, hw);
+      }
+    }
+    lk.lock();
+  }
+  lk.unlock();
+  watcher.join();
+  return Status::Ok();
+}
+
+void Agent::Stop() {
+  std::lock_guard lk(impl_->mu);
+  impl_->stopping = true;
+  if (impl_->watch_ctx) impl_->watch_ctx->TryCancel();
+  impl_->cv.notify_all();
+}
+
+StatusOr<std::string> TriggerNow(const std::string& server, const std::string& token,
+                                 const std::string& reason) {
+  auto stub = MakeStub(server);
+  grpc::ClientContext ctx;
+  AddToken(&ctx, token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::TriggerRequest req;
+  req.set_reason(reason);
+  v1::TriggerReply reply;
+  PT_RETURN_IF_ERROR(FromGrpc(stub->Trigger(&ctx, req, &reply), "trigger"));
+  return fmt::format("window {} {} at iteration {}\n", reply.window_id(),
+                     reply.already_open() ? "already open" : "opened", reply.start_iteration());
+}
+
+StatusOr<std::string> ServerStatus(const std::string& server, const std::string& token) {
+  auto stub = MakeStub(server);
+  grpc::ClientContext ctx;
+  AddToken(&ctx, token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::StatusRequest req;
+  v1::StatusReply reply;
+  PT_RETURN_IF_ERROR(FromGrpc(stub->Status(&ctx, req, &reply), "status"));
+  std::string out = fmt::format("agents: {}\n", reply.agents());
+  for (const auto& r : reply.ranks())
+    out += fmt::format("rank {} on {}: last step {}, last {:.2f} ms, mean {:.2f} ms\n", r.rank(),
+                       r.host(), r.last_step(), r.last_iteration_ms(), r.mean_iteration_ms());
+  for (const auto& w : reply.windows()) {
+    std::vector<int> rep(w.reported_ranks().begin(), w.reported_ranks().end());
+    std::vector<int> mis(w.missing_ranks().begin(), w.missing_ranks().end());
+    out += fmt::format("window {} {}: iterations {}..+{}, reported [{}], missing [{}]\n",
+                       w.window_id(), w.state(), w.start_iteration(), w.iterations(),
+                       fmt::join(rep, ","), fmt::join(mis, ","));
+  }
+  return out;
+}
+
+}  // namespace perftracker::agent

@@ -1,0 +1,98 @@
+// The node agent: registers with the server, watches for profile commands, relays them to the
+// local workers through an AgentLocalSink, summarizes each worker's window into behaviour
+// patterns in this process (never in the training process), adds hardware metrics sampled
+// during the window, and uploads the summary.
+#ifndef PERFTRACKER_AGENT_AGENT_H_
+#define PERFTRACKER_AGENT_AGENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace perftracker::agent {
+
+struct WindowCommand {
+  int64_t window_id = 0;
+  int64_t start_iteration = 0;
+  int iterations = 0;
+  double max_seconds = 0;
+};
+
+struct IterationReport {
+  int rank = -1;
+  int64_t step = 0;
+  double iteration_ms = 0;
+};
+
+// A trace a worker finished for the current window.
+struct WorkerTrace {
+  std::string path;
+  int rank = -1;  // -1: take it from the trace
+  int pid = 0;    // 0: unknown
+};
+
+// How the agent reaches local workers. The worker side (a Unix-socket interface) plugs in here;
+// FolderSink is the stand-in that picks up trace files dropped into a folder.
+class AgentLocalSink {
+ public:
+  virtual ~AgentLocalSink() = default;
+  // Tells every local worker to profile the window.
+  virtual Status StartWindow(const WindowCommand& command) = 0;
+  // Traces finished since the last call.
+  virtual std::vector<WorkerTrace> PollFinished() = 0;
+  // Iterations the workers completed since the last call.
+  virtual std::vector<IterationReport> PollIterations() { return {}; }
+  // Worker processes whose CPU time and context switches are sampled.
+  virtual std::vector<int> WorkerPids() { return {}; }
+};
+
+// Trace files (*.json, *.json.gz) appearing in DIR while a window is open belong to it. Files
+// there before the agent started are ignored; a file counts once it stopped growing.
+class FolderSink : public AgentLocalSink {
+ public:
+  explicit FolderSink(std::string dir);
+  Status StartWindow(const WindowCommand& command) override;
+  std::vector<WorkerTrace> PollFinished() override;
+
+ private:
+  std::string dir_;
+  std::set<std::string> seen_;
+  std::map<std::string, uintmax_t> sizes_;  // size at the previous poll
+};
+
+struct AgentOptions {
+  std::string server;  // host:port
+  std::string token;
+  std::string host;        // this node's name (default: hostname)
+  std::vector<int> ranks;  // local ranks, where known
+  double poll_seconds = 0.2;
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink);
+  ~Agent();
+  // Registers (UNAUTHENTICATED comes back as an error: the token is missing or wrong) and
+  // serves until Stop.
+  Status Run();
+  void Stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Client-side calls for the CLI: open a window now, and print the server's view.
+StatusOr<std::string> TriggerNow(const std::string& server, const std::string& token,
+                                 const std::string& reason);
+StatusOr<std::string> ServerStatus(const std::string& server, const std::string& token);
+
+}  // namespace perftracker::agent
+
+#endif  // PERFTRACKER_AGENT_AGENT_H_

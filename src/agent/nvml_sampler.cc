@@ -1,0 +1,89 @@
+#include "agent/nvml_sampler.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+namespace perftracker::agent {
+
+// The NVML ABI subset we call (nvml.h): handles are opaque pointers, results 0 on success.
+using nvmlDevice_t = void*;
+using nvmlReturn_t = int;
+constexpr int kNvmlClockSm = 1;         // NVML_CLOCK_SM
+constexpr int kNvmlTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
+constexpr int kNvmlPcieTx = 0;          // NVML_PCIE_UTIL_TX_BYTES
+constexpr int kNvmlPcieRx = 1;          // NVML_PCIE_UTIL_RX_BYTES
+
+struct NvmlSampler::Api {
+  nvmlReturn_t (*init)();
+  nvmlReturn_t (*shutdown)();
+  nvmlReturn_t (*count)(unsigned*);
+  nvmlReturn_t (*handle)(unsigned, nvmlDevice_t*);
+  nvmlReturn_t (*clock)(nvmlDevice_t, int, unsigned*);
+  nvmlReturn_t (*reasons)(nvmlDevice_t, unsigned long long*);
+  nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*);
+  nvmlReturn_t (*power)(nvmlDevice_t, unsigned*);
+  nvmlReturn_t (*pcie)(nvmlDevice_t, int, unsigned*);
+};
+
+NvmlSampler::NvmlSampler(const char* library) {
+  lib_ = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (!lib_) {
+    status_ = fmt::format("unavailable: cannot load {}", library);
+    return;
+  }
+  api_ = new Api{};
+  bool all = true;
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib_, name));
+    if (!fn) all = false;
+  };
+  sym(api_->init, "nvmlInit_v2");
+  sym(api_->shutdown, "nvmlShutdown");
+  sym(api_->count, "nvmlDeviceGetCount_v2");
+  sym(api_->handle, "nvmlDeviceGetHandleByIndex_v2");
+  sym(api_->clock, "nvmlDeviceGetClockInfo");
+  sym(api_->reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  sym(api_->temperature, "nvmlDeviceGetTemperature");
+  sym(api_->power, "nvmlDeviceGetPowerUsage");
+  sym(api_->pcie, "nvmlDeviceGetPcieThroughput");
+  if (!all) {
+    status_ = "unavailable: NVML lacks an entry point we use";
+    return;
+  }
+  if (int rc = api_->init(); rc != 0) {
+    status_ = fmt::format("unavailable: nvmlInit failed ({})", rc);
+    return;
+  }
+  ok_ = true;
+  status_ = "ok";
+}
+
+NvmlSampler::~NvmlSampler() {
+  if (ok_) api_->shutdown();
+  delete api_;
+  if (lib_) dlclose(lib_);
+}
+
+std::map<std::string, double> NvmlSampler::Sample() const {
+  std::map<std::string, double> m;
+  if (!ok_) return m;
+  unsigned n = 0;
+  if (api_->count(&n) != 0) return m;
+  for (unsigned i = 0; i < n; ++i) {
+    nvmlDevice_t dev = nullptr;
+    if (api_->handle(i, &dev) != 0) continue;
+    std::string p = fmt::format("gpu{}.", i);
+    unsigned v = 0;
+    unsigned long long reasons = 0;
+    if (api_->clock(dev, kNvmlClockSm, &v) == 0) m[p + "sm_clock_mhz"] = v;
+    if (api_->reasons(dev, &reasons) == 0)
+      m[p + "clock_event_reasons"] = static_cast<double>(reasons);
+    if (api_->temperature(dev, kNvmlTemperatureGpu, &v) == 0) m[p + "temperature_c"] = v;
+    if (api_->power(dev, &v) == 0) m[p + "power_w"] = v / 1000.0;
+    if (api_->pcie(dev, kNvmlPcieTx, &v) == 0) m[p + "pcie_tx_kbps"] = v;
+    if (api_->pcie(dev, kNvmlPcieRx, &v) == 0) m[p + "pcie_rx_kbps"] = v;
+  }
+  return m;
+}
+
+}  // namespace perftracker::agent

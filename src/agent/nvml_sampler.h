@@ -1,0 +1,37 @@
+// GPU metrics through NVML, loaded with dlopen("libnvidia-ml.so.1") so the agent runs (and
+// says "unavailable") on machines without a driver. Only the few NVML entry points used here
+// are declared: SM clock, clock-event (throttle) reasons, temperature, power, PCIe throughput.
+#ifndef PERFTRACKER_AGENT_NVML_SAMPLER_H_
+#define PERFTRACKER_AGENT_NVML_SAMPLER_H_
+
+#include <map>
+#include <string>
+
+namespace perftracker::agent {
+
+class NvmlSampler {
+ public:
+  explicit NvmlSampler(const char* library = "libnvidia-ml.so.1");
+  ~NvmlSampler();
+  NvmlSampler(const NvmlSampler&) = delete;
+  NvmlSampler& operator=(const NvmlSampler&) = delete;
+
+  bool available() const { return ok_; }
+  // "ok", or "unavailable: <why>".
+  const std::string& status() const { return status_; }
+  // One sample of every GPU: "gpu<i>.sm_clock_mhz", "gpu<i>.clock_event_reasons",
+  // "gpu<i>.temperature_c", "gpu<i>.power_w", "gpu<i>.pcie_tx_kbps", "gpu<i>.pcie_rx_kbps".
+  // NVLink counters are not sampled yet. Empty when unavailable.
+  std::map<std::string, double> Sample() const;
+
+ private:
+  struct Api;
+  void* lib_ = nullptr;
+  Api* api_ = nullptr;
+  bool ok_ = false;
+  std::string status_;
+};
+
+}  // namespace perftracker::agent
+
+#endif  // PERFTRACKER_AGENT_NVML_SAMPLER_H_

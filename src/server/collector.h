@@ -1,0 +1,66 @@
+// The central server of the online path: a gRPC Collector service that registers node agents,
+// fans profile commands out to all of them (every rank profiles the same iterations), collects
+// each window's per-rank summaries, diagnoses the window, stores it in SQLite and writes
+// DIR/windows/<n>/diagnosis.json and DIR/diagnosis.json (the latest).
+//
+// Security: it listens on 127.0.0.1 unless told otherwise, and any other listen address needs a
+// shared token; calls without it are refused with UNAUTHENTICATED.
+#ifndef PERFTRACKER_SERVER_COLLECTOR_H_
+#define PERFTRACKER_SERVER_COLLECTOR_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+
+namespace perftracker::server {
+
+struct ServerOptions {
+  std::string listen = "127.0.0.1:0";  // port 0: any free port (see CollectorServer::port)
+  std::string report_dir;              // required
+  std::string token;                   // required when listen is not 127.0.0.1 / [::1]
+  int default_iterations = 10;         // W
+  double max_seconds = 20;             // a window's profiling time limit
+  double upload_grace_seconds = 30;    // after max_seconds, how long to wait for uploads
+  int start_lead = 5;                  // the window starts this many iterations ahead
+  bool print = true;                   // print each diagnosis to stdout
+};
+
+// True for 127.0.0.1:P, localhost:P and [::1]:P (a token is optional there).
+bool IsLoopbackListen(const std::string& listen);
+// Equal-length-independent comparison whose time does not depend on where inputs differ.
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+// Reads a token file: its first line, whitespace trimmed; empty files are an error.
+StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+struct TriggerResult {
+  int64_t window_id = 0;
+  int64_t start_iteration = 0;
+  bool already_open = false;
+};
+
+class CollectorServer {
+ public:
+  static StatusOr<std::unique_ptr<CollectorServer>> Start(const ServerOptions& options);
+  ~CollectorServer();  // calls Shutdown
+
+  int port() const;
+  // Opens a window (or joins the one in progress) and sends it to every agent.
+  TriggerResult Trigger(const std::string& reason, int iterations);
+  // Blocks until Shutdown is called from another thread or a signal handler's thread.
+  void Wait();
+  // Stops serving; closes the window in progress with what arrived; makes sure
+  // DIR/diagnosis.json exists. Idempotent.
+  void Shutdown();
+
+  struct Impl;
+
+ private:
+  explicit CollectorServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace perftracker::server
+
+#endif  // PERFTRACKER_SERVER_COLLECTOR_H_

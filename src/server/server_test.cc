@@ -1,0 +1,237 @@
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "pattern/summarizer.h"
+#include "pattern/summary_io.h"
+#include "perftracker.grpc.pb.h"
+#include "server/collector.h"
+#include "server/store.h"
+#include "server/window.h"
+
+namespace perftracker::server {
+namespace {
+
+namespace fs = std::filesystem;
+namespace v1 = ::perftracker::v1;
+
+pattern::RankSummary Synthetic(int rank, int world, double ms) {
+  pattern::RankSummary s;
+  s.rank = rank;
+  s.world_size = world;
+  s.host = "h" + std::to_string(rank);
+  s.iteration_source = "ProfilerStep";
+  s.iteration_ms = {ms, ms, ms, ms};
+  s.window_ms = 4 * ms;
+  return s;
+}
+
+std::string TempDir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("pt_server_test_" + name + std::to_string(getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(Auth, ConstantTimeEqualsAndLoopback) {
+  EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
+  EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
+  EXPECT_FALSE(ConstantTimeEquals("", "x"));
+  EXPECT_TRUE(IsLoopbackListen("127.0.0.1:0"));
+  EXPECT_TRUE(IsLoopbackListen("[::1]:80"));
+  EXPECT_FALSE(IsLoopbackListen("0.0.0.0:80"));
+  EXPECT_FALSE(IsLoopbackListen("127.0.0.2:80"));
+}
+
+TEST(Server, NonLoopbackNeedsToken) {
+  ServerOptions o;
+  o.listen = "127.0.0.2:0";
+  o.report_dir = TempDir("tok");
+  auto s = CollectorServer::Start(o);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("token"), std::string::npos);
+}
+
+TEST(Window, MissingRankIsAFinding) {
+  Window w({1, 0, 4, 1}, {}, Window::Clock::now());
+  RankUpload u;
+  u.rank = 0;
+  u.summary_bytes = pattern::SerializeSummary(Synthetic(0, 3, 10));
+  ASSERT_TRUE(w.AddUpload(u).ok());
+  EXPECT_FALSE(w.AddUpload(u).ok());  // twice
+  EXPECT_FALSE(w.Complete());
+  EXPECT_EQ(w.Missing(), (std::vector<int>{1, 2}));  // world size 3 from the summary
+  diagnose::Diagnosis d = w.Close();
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].category, "missing_rank");
+  EXPECT_EQ(d.findings[0].ranks, (std::vector<int>{1, 2}));
+}
+
+TEST(Store, KeepsWindowsAndFindings) {
+  auto store = Store::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  auto job = (*store)->AddJob("/tmp/x");
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE((*store)->AddWindow(*job, 1, 100, 10, "user").ok());
+  ASSERT_TRUE((*store)->AddRankSummary({1, 0, "h", 1234, 10, 5.0, "{}"}).ok());
+  diagnose::Diagnosis d;
+  diagnose::Finding f;
+  f.category = "missing_rank";
+  f.ranks = {3};
+  d.findings.push_back(f);
+  ASSERT_TRUE((*store)->FinishWindow(1, d, "{}").ok());
+  EXPECT_EQ(*(*store)->QueryColumn("SELECT state FROM windows"), std::vector<std::string>{"done"});
+  EXPECT_EQ(*(*store)->QueryColumn("SELECT category || ':' || ranks FROM findings"),
+            std::vector<std::string>{"missing_rank:3"});
+  EXPECT_EQ(*(*store)->QueryColumn("SELECT summary_bytes FROM rank_summaries"),
+            std::vector<std::string>{"1234"});
+}
+
+class Client {
+ public:
+  Client(int port, std::string token = "")
+      : token_(std::move(token)),
+        stub_(v1::Collector::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                         grpc::InsecureChannelCredentials()))) {}
+  template <typename Req, typename Reply, typename Fn>
+  grpc::Status Call(Fn fn, const Req& req, Reply* reply) {
+    grpc::ClientContext ctx;
+    if (!token_.empty()) ctx.AddMetadata("x-perftracker-token", token_);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return (stub_.get()->*fn)(&ctx, req, reply);
+  }
+  v1::Collector::Stub* stub() { return stub_.get(); }
+
+ private:
+  std::string token_;
+  std::unique_ptr<v1::Collector::Stub> stub_;
+};
+
+TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
+  ServerOptions o;
+  o.report_dir = TempDir("full");
+  o.print = false;
+  o.max_seconds = 5;
+  o.upload_grace_seconds = 5;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+
+  v1::RegisterRequest reg;
+  reg.set_host("node-a");
+  reg.add_ranks(0);
+  reg.add_ranks(1);
+  v1::RegisterReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+
+  // Iterations reported before the trigger set the common start iteration.
+  v1::ReportIterationsRequest it;
+  it.set_agent_id(rr.agent_id());
+  auto* b = it.add_batches();
+  b->set_rank(0);
+  b->add_steps(41);
+  b->add_iteration_ms(12.5);
+  v1::ReportIterationsReply itr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+
+  grpc::ClientContext wctx;
+  v1::WatchRequest wreq;
+  wreq.set_agent_id(rr.agent_id());
+  auto reader = c.stub()->WatchCommands(&wctx, wreq);
+
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  EXPECT_EQ(tr.window_id(), 1);
+  EXPECT_EQ(tr.start_iteration(), 41 + o.start_lead);
+  v1::Command cmd;
+  ASSERT_TRUE(reader->Read(&cmd));
+  EXPECT_EQ(cmd.profile().window_id(), 1);
+  EXPECT_EQ(cmd.profile().start_iteration(), tr.start_iteration());
+
+  for (int r = 0; r < 2; ++r) {
+    auto s = pattern::SummarizeTrace(std::string(PT_SHARED_TRACES) + "/kineto/job128_rank-" +
+                                     std::to_string(r) + ".json.gz");
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    v1::UploadWindowRequest up;
+    up.set_window_id(1);
+    up.set_rank(r);
+    up.set_host("node-a");
+    up.set_summary(pattern::SerializeSummary(*s));
+    EXPECT_LT(up.summary().size(), 100u * 1024);
+    (*up.mutable_hardware()->mutable_values())["host.cpu_util"] = 0.5;
+    v1::UploadWindowReply ur;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+    EXPECT_TRUE(ur.accepted()) << ur.message();
+  }
+  std::string latest = o.report_dir + "/diagnosis.json";
+  ASSERT_TRUE(fs::exists(latest));
+  ASSERT_TRUE(fs::exists(o.report_dir + "/windows/1/diagnosis.json"));
+  EXPECT_NE(Slurp(latest).find("perftracker.diagnosis/1"), std::string::npos);
+
+  v1::StatusReply st;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Status, v1::StatusRequest(), &st).ok());
+  ASSERT_EQ(st.windows_size(), 1);
+  EXPECT_EQ(st.windows(0).state(), "done");
+  EXPECT_EQ(st.windows(0).reported_ranks_size(), 2);
+  wctx.TryCancel();
+  (*server)->Shutdown();
+}
+
+TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
+  ServerOptions o;
+  o.report_dir = TempDir("deadline");
+  o.print = false;
+  o.max_seconds = 0.2;
+  o.upload_grace_seconds = 0.3;
+  o.token = "s3cret";
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client bad((*server)->port(), "wrong");
+  v1::RegisterRequest reg;
+  reg.add_ranks(0);
+  reg.add_ranks(1);
+  v1::RegisterReply rr;
+  EXPECT_EQ(bad.Call(&v1::Collector::Stub::Register, reg, &rr).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  Client c((*server)->port(), "s3cret");
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  TriggerResult t = (*server)->Trigger("test", 4);
+  v1::UploadWindowRequest up;
+  up.set_window_id(t.window_id);
+  up.set_rank(0);
+  up.set_summary(pattern::SerializeSummary(Synthetic(0, 2, 10)));
+  v1::UploadWindowReply ur;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  EXPECT_TRUE(ur.accepted());
+  std::string latest = o.report_dir + "/diagnosis.json";
+  for (int i = 0; i < 50 && !fs::exists(latest); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(latest));
+  EXPECT_NE(Slurp(latest).find("missing_rank"), std::string::npos);
+  (*server)->Shutdown();
+}
+
+TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
+  ServerOptions o;
+  o.report_dir = TempDir("empty");
+  o.print = false;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  (*server)->Shutdown();
+  EXPECT_TRUE(fs::exists(o.report_dir + "/diagnosis.json"));
+}
+
+}  // namespace
+}  // namespace perftracker::server

@@ -1,0 +1,178 @@
+#include "server/store.h"
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <chrono>
+#include <memory>
+
+#include "diagnose/finding.h"
+
+namespace perftracker::server {
+namespace {
+
+// Statement wrapper: finalizes on every return path.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const std::string& sql) {
+    rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void Bind(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
+  void Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Status Step(sqlite3* db, Stmt& stmt) {
+  if (!stmt.ok()) return Internal(fmt::format("sqlite: {}", sqlite3_errmsg(db)));
+  int rc = sqlite3_step(stmt.get());
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    return Internal(fmt::format("sqlite: {}", sqlite3_errmsg(db)));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Store::~Store() { sqlite3_close(db_); }
+
+StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Internal(fmt::format("{}: cannot open database: {}", path, msg));
+  }
+  std::unique_ptr<Store> store(new Store(db));
+  PT_RETURN_IF_ERROR(store->Exec(R"sql(
+    PRAGMA journal_mode=WAL;
+    CREATE TABLE IF NOT EXISTS jobs(
+      id INTEGER PRIMARY KEY AUTOINCREMENT, report_dir TEXT, started_at REAL);
+    CREATE TABLE IF NOT EXISTS windows(
+      job_id INTEGER, window_id INTEGER, start_iteration INTEGER, iterations INTEGER,
+      reason TEXT, state TEXT, opened_at REAL, closed_at REAL, diagnosis_json TEXT,
+      PRIMARY KEY(job_id, window_id));
+    CREATE TABLE IF NOT EXISTS rank_summaries(
+      job_id INTEGER, window_id INTEGER, rank INTEGER, host TEXT, summary_bytes INTEGER,
+      iterations INTEGER, mean_iteration_ms REAL, hardware_json TEXT);
+    CREATE TABLE IF NOT EXISTS findings(
+      job_id INTEGER, window_id INTEGER, idx INTEGER, category TEXT, class TEXT, cause TEXT,
+      ranks TEXT, impact_ms REAL, summary TEXT);
+  )sql"));
+  return store;
+}
+
+Status Store::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Internal(fmt::format("sqlite: {}", msg));
+  }
+  return Status::Ok();
+}
+
+StatusOr<int64_t> Store::AddJob(const std::string& report_dir) {
+  Stmt s(db_, "INSERT INTO jobs(report_dir, started_at) VALUES(?, ?)");
+  if (s.ok()) {
+    s.Bind(1, report_dir);
+    s.Bind(2, NowSeconds());
+  }
+  PT_RETURN_IF_ERROR(Step(db_, s));
+  job_id_ = sqlite3_last_insert_rowid(db_);
+  return job_id_;
+}
+
+Status Store::AddWindow(int64_t job_id, int64_t window_id, int64_t start_iteration, int iterations,
+                        const std::string& reason) {
+  Stmt s(db_,
+         "INSERT INTO windows(job_id, window_id, start_iteration, iterations, reason, state, "
+         "opened_at) VALUES(?, ?, ?, ?, ?, 'open', ?)");
+  if (s.ok()) {
+    s.Bind(1, job_id);
+    s.Bind(2, window_id);
+    s.Bind(3, start_iteration);
+    s.Bind(4, static_cast<int64_t>(iterations));
+    s.Bind(5, reason);
+    s.Bind(6, NowSeconds());
+  }
+  return Step(db_, s);
+}
+
+Status Store::AddRankSummary(const RankSummaryRow& row) {
+  Stmt s(db_,
+         "INSERT INTO rank_summaries(job_id, window_id, rank, host, summary_bytes, iterations, "
+         "mean_iteration_ms, hardware_json) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+  if (s.ok()) {
+    s.Bind(1, job_id_);
+    s.Bind(2, row.window_id);
+    s.Bind(3, static_cast<int64_t>(row.rank));
+    s.Bind(4, row.host);
+    s.Bind(5, row.summary_bytes);
+    s.Bind(6, static_cast<int64_t>(row.iterations));
+    s.Bind(7, row.mean_iteration_ms);
+    s.Bind(8, row.hardware_json);
+  }
+  return Step(db_, s);
+}
+
+Status Store::FinishWindow(int64_t window_id, const diagnose::Diagnosis& diagnosis,
+                           const std::string& diagnosis_json) {
+  {
+    Stmt s(db_,
+           "UPDATE windows SET state='done', closed_at=?, diagnosis_json=? "
+           "WHERE job_id=? AND window_id=?");
+    if (s.ok()) {
+      s.Bind(1, NowSeconds());
+      s.Bind(2, diagnosis_json);
+      s.Bind(3, job_id_);
+      s.Bind(4, window_id);
+    }
+    PT_RETURN_IF_ERROR(Step(db_, s));
+  }
+  int64_t idx = 0;
+  for (const diagnose::Finding& f : diagnosis.findings) {
+    Stmt s(db_,
+           "INSERT INTO findings(job_id, window_id, idx, category, class, cause, ranks, "
+           "impact_ms, summary) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    if (s.ok()) {
+      s.Bind(1, job_id_);
+      s.Bind(2, window_id);
+      s.Bind(3, idx++);
+      s.Bind(4, f.category);
+      s.Bind(5, std::string(diagnose::FindingClassName(f.finding_class)));
+      s.Bind(6, std::string(diagnose::CauseName(f.cause)));
+      s.Bind(7, diagnose::RankList(f.ranks));
+      s.Bind(8, f.impact_ms);
+      s.Bind(9, f.summary);
+    }
+    PT_RETURN_IF_ERROR(Step(db_, s));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::string>> Store::QueryColumn(const std::string& sql) {
+  Stmt s(db_, sql);
+  if (!s.ok()) return Internal(fmt::format("sqlite: {}", sqlite3_errmsg(db_)));
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(s.get(), 0);
+    out.emplace_back(text ? reinterpret_cast<const char*>(text) : "");
+  }
+  if (rc != SQLITE_DONE) return Internal(fmt::format("sqlite: {}", sqlite3_errmsg(db_)));
+  return out;
+}
+
+}  // namespace perftracker::server

@@ -1,0 +1,58 @@
+// The server's SQLite store: jobs, windows, per-rank summary metadata and findings. libsqlite3
+// directly (one connection, callers serialize), so the server has no ORM or extra dependency.
+#ifndef PERFTRACKER_SERVER_STORE_H_
+#define PERFTRACKER_SERVER_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "diagnose/finding.h"
+
+struct sqlite3;
+
+namespace perftracker::server {
+
+struct RankSummaryRow {
+  int64_t window_id = 0;
+  int rank = -1;
+  std::string host;
+  int64_t summary_bytes = 0;
+  int iterations = 0;
+  double mean_iteration_ms = 0;
+  std::string hardware_json;
+};
+
+class Store {
+ public:
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Opens (creating when absent) the database at PATH; ":memory:" for tests.
+  static StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+
+  StatusOr<int64_t> AddJob(const std::string& report_dir);
+  // Windows, summaries and findings below belong to the last job added.
+  Status AddWindow(int64_t job_id, int64_t window_id, int64_t start_iteration, int iterations,
+                   const std::string& reason);
+  Status AddRankSummary(const RankSummaryRow& row);
+  // Marks the window done and stores its findings and the full diagnosis JSON.
+  Status FinishWindow(int64_t window_id, const diagnose::Diagnosis& diagnosis,
+                      const std::string& diagnosis_json);
+
+  // For tests and status: one column of one query as text.
+  StatusOr<std::vector<std::string>> QueryColumn(const std::string& sql);
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  Status Exec(const std::string& sql);
+  sqlite3* db_;
+  int64_t job_id_ = 0;
+};
+
+}  // namespace perftracker::server
+
+#endif  // PERFTRACKER_SERVER_STORE_H_

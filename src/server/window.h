@@ -1,0 +1,72 @@
+// One profiling window on the server: opened by a trigger, it collects each rank's summary until
+// every expected rank reported or its deadline passed, then closes into a diagnosis. A rank that
+// never reports is itself a finding ("missing_rank"): a hung or dead rank is often the problem.
+#ifndef PERFTRACKER_SERVER_WINDOW_H_
+#define PERFTRACKER_SERVER_WINDOW_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "diagnose/diagnose.h"
+#include "pattern/pattern.h"
+
+namespace perftracker::server {
+
+struct WindowSpec {
+  int64_t id = 0;
+  int64_t start_iteration = 0;
+  int iterations = 0;
+  double max_seconds = 0;
+};
+
+struct RankUpload {
+  int rank = -1;
+  std::string host;
+  std::string summary_bytes;  // pattern::SerializeSummary
+  std::map<std::string, double> hardware;
+  std::string nvml;
+};
+
+class Window {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // EXPECTED: ranks registered by agents when the window opened; when empty, it grows to
+  // 0..world-1 once an upload names its world size.
+  Window(WindowSpec spec, std::set<int> expected, Clock::time_point deadline);
+
+  const WindowSpec& spec() const { return spec_; }
+  // Parses and keeps one rank's summary; a second upload for a rank, or one after the window
+  // closed, is refused.
+  StatusOr<pattern::RankSummary> AddUpload(RankUpload upload);
+
+  // All expected ranks reported (and at least one did).
+  bool Complete() const;
+  bool Expired(Clock::time_point now) const { return now >= deadline_; }
+  bool closed() const { return closed_; }
+
+  std::vector<int> Reported() const;
+  std::vector<int> Missing() const;
+  const std::map<int, RankUpload>& uploads() const { return uploads_; }
+
+  // Diagnoses what arrived and adds a missing_rank finding for the ranks that did not.
+  diagnose::Diagnosis Close(const diagnose::DiagnoseOptions& options = {});
+
+ private:
+  WindowSpec spec_;
+  std::set<int> expected_;
+  bool declared_;  // agents named the ranks
+  Clock::time_point deadline_;
+  bool closed_ = false;
+  std::map<int, RankUpload> uploads_;
+  std::map<int, pattern::RankSummary> summaries_;
+};
+
+}  // namespace perftracker::server
+
+#endif  // PERFTRACKER_SERVER_WINDOW_H_

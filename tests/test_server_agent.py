@@ -1,0 +1,139 @@
+"""Online path end to end on loopback: a server, two agents, a trigger, real traces dropped into
+the agents' folders, and DIR/diagnosis.json with both ranks; token refusal off 127.0.0.1."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def online_built():
+    p = ptest.run(["server", "--help"])
+    return p.returncode == 0
+
+
+def wait_for(pred, timeout=30):
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@unittest.skipUnless(online_built(), "built without gRPC (server/agent)")
+class ServerAgent(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="pt_online_")
+        self.procs = []
+        self.logs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        for f in self.logs:
+            f.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, *args):
+        log = open(os.path.join(self.tmp, f"log{len(self.procs)}.txt"), "w")
+        self.logs.append(log)
+        p = subprocess.Popen([ptest.BIN, *args], stdout=log, stderr=subprocess.STDOUT, text=True)
+        self.procs.append(p)
+        return p
+
+    def log(self):
+        out = ""
+        for i in range(len(self.procs)):
+            with open(os.path.join(self.tmp, f"log{i}.txt")) as f:
+                out += f"--- process {i}\n" + f.read()
+        return out
+
+    def test_trigger_collects_both_ranks(self):
+        port = free_port()
+        addr = f"127.0.0.1:{port}"
+        report = os.path.join(self.tmp, "report")
+        server = self.start("server", "--listen", addr, "--report-dir", report)
+        folders = []
+        for r in range(2):
+            d = os.path.join(self.tmp, f"node{r}")
+            os.makedirs(d)
+            folders.append(d)
+            self.start("agent", "--server", addr, "--watch", d, "--ranks", str(r))
+        # Both agents registered before the trigger, so the window waits for both ranks.
+        self.assertTrue(wait_for(lambda: "agents: 2" in ptest.run(["status", "--server", addr]).stdout),
+                        self.log())
+        t = ptest.run(["trigger", "--server", addr])
+        self.assertEqual(t.returncode, 0, t.stderr)
+        self.assertIn("window 1", t.stdout)
+        time.sleep(0.5)  # the agents receive the command
+        for r, d in enumerate(folders):
+            src = os.path.join(ptest.KINETO, f"job128_rank-{r}.json.gz")
+            tmp = os.path.join(d, f".rank-{r}.part")
+            shutil.copy(src, tmp)
+            os.rename(tmp, os.path.join(d, f"job128_rank-{r}.json.gz"))
+        latest = os.path.join(report, "diagnosis.json")
+        self.assertTrue(wait_for(lambda: os.path.exists(latest), 60), self.log())
+        with open(latest) as f:
+            d = json.load(f)
+        self.assertEqual(d["schema"], "perftracker.diagnosis/1")
+        self.assertEqual(sorted(d["job"]["ranks"]), [0, 1], self.log())
+        self.assertTrue(os.path.exists(os.path.join(report, "windows", "1", "diagnosis.json")))
+        st = ptest.run(["status", "--server", addr])
+        self.assertIn("window 1 done", st.stdout)
+        self.assertIn("summary", self.log())
+        server.send_signal(signal.SIGTERM)
+        self.assertEqual(server.wait(timeout=15), 0, self.log())
+        self.assertTrue(os.path.exists(latest))
+
+    def test_non_loopback_requires_token(self):
+        port = free_port()
+        addr = f"127.0.0.2:{port}"  # still loopback traffic, but not 127.0.0.1
+        report = os.path.join(self.tmp, "report")
+        p = ptest.run(["server", "--listen", addr, "--report-dir", report])
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("token", p.stderr)
+        token = os.path.join(self.tmp, "token")
+        with open(token, "w") as f:
+            f.write("correct horse battery staple\n")
+        wrong = os.path.join(self.tmp, "wrong")
+        with open(wrong, "w") as f:
+            f.write("nope\n")
+        self.start("server", "--listen", addr, "--report-dir", report, "--token-file", token)
+        self.assertTrue(wait_for(lambda: ptest.run(
+            ["status", "--server", addr, "--token-file", token]).returncode == 0), self.log())
+        for args in ([], ["--token-file", wrong]):
+            s = ptest.run(["status", "--server", addr, *args])
+            self.assertNotEqual(s.returncode, 0)
+            self.assertIn("refused", s.stderr)
+        d = os.path.join(self.tmp, "w")
+        os.makedirs(d)
+        a = subprocess.run([ptest.BIN, "agent", "--server", addr, "--watch", d], capture_output=True,
+                           text=True, timeout=30)
+        self.assertNotEqual(a.returncode, 0)
+        self.assertIn("refused", a.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
