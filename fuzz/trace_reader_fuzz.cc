@@ -29,5 +29,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return perftracker::OpenMemorySource(json);
   };
   (void)t::internal::ReadTraceFrom(open, "fuzz.json", &sink, {}, tiny);
+  // The mapped path (plain files): the input read in place, pages released as they pass.
+  tiny.release_bytes = 1;
+  auto open_mapped = [&]() -> perftracker::StatusOr<std::unique_ptr<perftracker::ByteSource>> {
+    return perftracker::OpenMemorySource(json, /*mappable=*/true);
+  };
+  (void)t::internal::ReadTraceFrom(open_mapped, "fuzz.json", &sink, {}, tiny);
   return 0;
 }

@@ -1,10 +1,12 @@
 #include "base/file_source.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -49,6 +51,44 @@ StatusOr<size_t> ReadFully(int fd, char* dst, size_t n) {
 class PlainSource : public ByteSource {
  public:
   PlainSource(int fd, std::string head) : fd_(fd), head_(std::move(head)) {}
+  ~PlainSource() override {
+    if (map_ != nullptr) munmap(map_, map_span_);
+  }
+
+  // The file is mapped copy-on-write over an anonymous reservation that extends `pad` bytes past
+  // its last page, so the bytes after the end read as zeros and never fault.
+  char* Map(size_t pad, size_t* size) override {
+    if (map_ == nullptr) {
+      struct stat st;
+      if (fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) return nullptr;
+      const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+      const size_t n = static_cast<size_t>(st.st_size);
+      const size_t file_span = (n + page - 1) / page * page;
+      const size_t span = file_span + (pad + page - 1) / page * page;
+      void* base = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) return nullptr;
+      if (mmap(base, file_span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd_.get(), 0) ==
+          MAP_FAILED) {
+        munmap(base, span);
+        return nullptr;
+      }
+      madvise(base, file_span, MADV_SEQUENTIAL);
+      map_ = static_cast<char*>(base);
+      map_span_ = span;
+      map_size_ = n;
+      page_ = page;
+    }
+    *size = map_size_;
+    return map_;
+  }
+
+  void Release(size_t from, size_t to) override {
+    if (map_ == nullptr) return;
+    from = (from + page_ - 1) / page_ * page_;
+    to = std::min(to, map_size_) / page_ * page_;
+    if (from < to) madvise(map_ + from, to - from, MADV_DONTNEED);
+  }
+
   StatusOr<size_t> Read(char* dst, size_t n) override {
     size_t got = 0;
     // Bytes already consumed while sniffing the format come first.
@@ -67,6 +107,10 @@ class PlainSource : public ByteSource {
   Fd fd_;
   std::string head_;
   size_t head_pos_ = 0;
+  char* map_ = nullptr;
+  size_t map_span_ = 0;
+  size_t map_size_ = 0;
+  size_t page_ = 4096;
 };
 
 class GzipSource : public ByteSource {
@@ -163,7 +207,16 @@ class GzipSource : public ByteSource {
 
 class MemorySource : public ByteSource {
  public:
-  explicit MemorySource(std::string_view data) : data_(data) {}
+  MemorySource(std::string_view data, bool mappable) : data_(data), mappable_(mappable) {}
+  char* Map(size_t pad, size_t* size) override {
+    if (!mappable_ || data_.empty()) return nullptr;
+    if (copy_.empty()) {
+      copy_.assign(data_.size() + pad, '\0');
+      std::memcpy(copy_.data(), data_.data(), data_.size());
+    }
+    *size = data_.size();
+    return copy_.data();
+  }
   StatusOr<size_t> Read(char* dst, size_t n) override {
     const size_t got = std::min(n, data_.size() - pos_);
     std::memcpy(dst, data_.data() + pos_, got);
@@ -174,6 +227,8 @@ class MemorySource : public ByteSource {
  private:
   std::string_view data_;
   size_t pos_ = 0;
+  bool mappable_;
+  std::vector<char> copy_;
 };
 
 }  // namespace
@@ -203,8 +258,8 @@ StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
   return std::unique_ptr<ByteSource>(new PlainSource(owned, std::move(head)));
 }
 
-std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data) {
-  return std::make_unique<MemorySource>(data);
+std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data, bool mappable) {
+  return std::make_unique<MemorySource>(data, mappable);
 }
 
 }  // namespace perftracker

@@ -22,14 +22,26 @@ class ByteSource {
   // Copies up to `n` bytes into `dst`; returns 0 only at the end of the data.
   virtual StatusOr<size_t> Read(char* dst, size_t n) = 0;
   virtual bool compressed() const { return false; }
+  // Sources that can show all their bytes at once (a plain file, through mmap) return them here,
+  // followed by at least `pad` more bytes; *size is the data's length. Every byte may be
+  // written: writes stay private to this source. Null when the source can only be read (gzip,
+  // pipes, an empty file); then Read is the way in. Do not mix Map and Read on one source.
+  // A mapped file that shrinks while mapped faults the process (SIGBUS); traces are complete
+  // files by the time they are read.
+  virtual char* Map(size_t pad, size_t* size) { return nullptr; }
+  // Lets the system drop the mapped bytes in [from, to) from memory (whole pages inside the
+  // range only). They stay readable: reading them again pages them back in, and bytes written
+  // there revert to the file's.
+  virtual void Release(size_t from, size_t to) {}
 };
 
 // Opens `path` for reading; gzip when it starts with 1f 8b. Errors: kNotFound when the file does
 // not exist, kInvalidArgument when it cannot be read (a folder, no permission).
 StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path);
 
-// Reads `data`, which must outlive the source. No decompression.
-std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data);
+// Reads `data`, which must outlive the source. No decompression. A `mappable` source also
+// supports Map, over a private padded copy of `data` (for tests of the mapped path).
+std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data, bool mappable = false);
 
 }  // namespace perftracker
 

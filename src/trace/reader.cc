@@ -445,10 +445,35 @@ class Pass1 {
   Pass1(const std::string& name, const ReaderTuning& tuning, Pass1Result* out)
       : name_(name), tuning_(tuning), out_(out) {}
 
-  Status Run(ByteSource* src) {
+  // `map` (with `map_size` bytes and kPad more after them) is the whole input when the source is
+  // mapped; null to stream it through Read.
+  Status Run(ByteSource* src, const char* map, size_t map_size) {
     const size_t read = std::max<size_t>(tuning_.read_bytes, 1);
-    buf_.resize(read + kPad);
     stack_.reserve(64);
+    if (map != nullptr) {
+      // The bytes are all there: scan them a read's worth at a time, handing back pages once
+      // they are behind the scan and no value being captured still needs them.
+      data_ = map;
+      size_t released = 0;
+      while (len_ < map_size) {
+        if (keep_from_ != kNone && len_ - keep_from_ > tuning_.max_value_bytes) {
+          return Error(keep_from_, "a single value is larger than " +
+                                       std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
+        }
+        const size_t from = len_;
+        len_ = std::min(map_size, len_ + read);
+        PT_RETURN_IF_ERROR(Scan(from));
+        const size_t done = keep_from_ == kNone ? len_ : static_cast<size_t>(keep_from_);
+        if (done - released >= tuning_.release_bytes) {
+          src->Release(released, done);
+          released = done;
+        }
+      }
+      src->Release(released, len_);
+      return Finish();
+    }
+    buf_.resize(read + kPad);
+    data_ = buf_.data();
     for (;;) {
       // Keep the bytes of whatever value is still being captured; drop the rest.
       if (keep_from_ != kNone) {
@@ -466,6 +491,7 @@ class Pass1 {
                                   std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
         }
         buf_.resize(std::max(buf_.size() * 2, len_ + read + kPad));
+        data_ = buf_.data();
       }
       StatusOr<size_t> n = src->Read(buf_.data() + len_, read);
       if (!n.ok()) return Status(n.status().code(), name_ + ": " + n.status().message());
@@ -474,6 +500,11 @@ class Pass1 {
       len_ += *n;
       PT_RETURN_IF_ERROR(Scan(from));
     }
+    return Finish();
+  }
+
+ private:
+  Status Finish() {
     const uint64_t total = base_ + len_;
     out_->bytes = total;
     if (top_ == kTopStart) return InvalidArgument(name_ + ": empty file");
@@ -485,7 +516,6 @@ class Pass1 {
     return Status::Ok();
   }
 
- private:
   enum Top : uint8_t {
     kTopStart,
     kTopKey,
@@ -497,7 +527,7 @@ class Pass1 {
   };
 
   uint64_t Abs(size_t i) const { return base_ + i; }
-  const char* At(uint64_t abs) const { return buf_.data() + (abs - base_); }
+  const char* At(uint64_t abs) const { return data_ + (abs - base_); }
 
   Status Error(uint64_t at, const std::string& what) const {
     return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " + what);
@@ -517,8 +547,8 @@ class Pass1 {
   }
 
   Status Scan(size_t from) {
-    const auto* p = reinterpret_cast<const unsigned char*>(buf_.data()) + from;
-    const auto* const begin = reinterpret_cast<const unsigned char*>(buf_.data());
+    const auto* p = reinterpret_cast<const unsigned char*>(data_) + from;
+    const auto* const begin = reinterpret_cast<const unsigned char*>(data_);
     const auto* const end = begin + len_;
     while (p < end) {
       if (stack_.size() > fast_depth_ && !slow_nested_) {
@@ -1028,8 +1058,9 @@ class Pass1 {
   const ReaderTuning& tuning_;
   Pass1Result* out_;
 
-  std::vector<char> buf_;
-  uint64_t base_ = 0;  // offset of buf_[0] in the stream
+  std::vector<char> buf_;       // streamed input
+  const char* data_ = nullptr;  // buf_.data(), or the mapped input
+  uint64_t base_ = 0;           // offset of data_[0] in the stream
   size_t len_ = 0;
   uint64_t keep_from_ = kNone;
 
@@ -1066,15 +1097,36 @@ class Pass2 {
   Pass2(const std::string& name, const ReaderTuning& tuning, EventSink* sink, ReadStats* stats)
       : name_(name), tuning_(tuning), sink_(sink), stats_(stats) {}
 
-  Status Run(ByteSource* src, const Pass1Result& p1) {
+  // `map` (with `map_size` bytes and kPad more after them) is the whole input when the source is
+  // mapped; null to stream it through Read. Segments are then framed and parsed in place.
+  Status Run(ByteSource* src, const Pass1Result& p1, char* map, size_t map_size) {
     src_ = src;
     const auto& cuts = p1.cuts;
+    size_t released = 0;
     for (size_t i = 0; i < cuts.size(); ++i) {
       const uint64_t s = cuts[i];
       const uint64_t e = i + 1 < cuts.size() ? cuts[i + 1] : p1.events_end;
-      PT_RETURN_IF_ERROR(Fill(s, e));
+      if (map != nullptr) {
+        // Pass 1 checked that the events lie inside the input and start after its first byte.
+        win_ = map;
+        win_base_ = 0;
+        win_len_ = map_size;
+        seg_ = map + s;
+        seg_cap_ = map_size + kPad - static_cast<size_t>(s - 1);
+      } else {
+        PT_RETURN_IF_ERROR(Fill(s, e));
+        win_ = seg_ = buf_.data() + start_;
+        win_base_ = base_;
+        win_len_ = len_;
+        seg_cap_ = buf_.size() - (start_ - 1);
+      }
       PT_RETURN_IF_ERROR(ParseSegment(s, e));
+      if (map != nullptr && e - released >= tuning_.release_bytes) {
+        src->Release(released, e);
+        released = e;
+      }
     }
+    if (map != nullptr) src->Release(released, map_size);
     for (const auto& [cat, n] : unknown_cats_) stats_->unknown_cats[cat] += n;
     return Status::Ok();
   }
@@ -1128,16 +1180,15 @@ class Pass2 {
     uint64_t at = fallback;
     const char* loc = nullptr;
     if (where != nullptr) loc = where;
-    const char* const data = buf_.data() + start_;
-    if (loc != nullptr && loc >= data && loc < data + len_) {
-      at = base_ + static_cast<uint64_t>(loc - data);
+    if (loc != nullptr && loc >= win_ && loc < win_ + win_len_) {
+      at = win_base_ + static_cast<uint64_t>(loc - win_);
     }
     return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " +
                            simdjson::error_message(e));
   }
 
   Status ParseSegment(uint64_t s, uint64_t e) {
-    char* const seg = buf_.data() + start_;
+    char* const seg = seg_;
     size_t t = static_cast<size_t>(e - s);
     // Drop the separator before the next segment's first event.
     while (t > 0 && kTables.cls[static_cast<uint8_t>(seg[t - 1])] == kWs) --t;
@@ -1157,8 +1208,8 @@ class Pass2 {
     // One parser per thread, kept across files: its index buffers are sized for a segment and
     // reallocating (and page-faulting) them for every trace costs more than parsing a small one.
     thread_local od::parser parser;
-    char* const doc_start = buf_.data() + start_ - 1;
-    auto err = parser.iterate(doc_start, doc_len, buf_.size() - (start_ - 1)).get(doc);
+    char* const doc_start = seg_ - 1;
+    auto err = parser.iterate(doc_start, doc_len, seg_cap_).get(doc);
     if (!err) err = doc.get_array().get(arr);
     if (err == simdjson::UTF8_ERROR && !repaired) {
       RepairUtf8(doc_start + 1, doc_len - 2);
@@ -1402,6 +1453,14 @@ class Pass2 {
   uint64_t base_ = 0;  // stream offset of buf_[start_]
   size_t len_ = 0;
   uint64_t pos_ = 0;  // stream offset of the next byte the source yields
+  // The segment being parsed: seg_ holds its first byte, seg_[-1] its framing '['; seg_cap_
+  // bytes from seg_ - 1 are usable by simdjson. win_ holds stream bytes [win_base_,
+  // win_base_ + win_len_), for locating errors.
+  char* seg_ = nullptr;
+  size_t seg_cap_ = 0;
+  const char* win_ = nullptr;
+  uint64_t win_base_ = 0;
+  size_t win_len_ = 0;
   std::vector<std::pair<std::string, uint64_t>> unknown_cats_;
 };
 
@@ -1431,10 +1490,16 @@ StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& n
     return src;
   };
   Pass1Result p1;
+  // A mappable source (a plain file) is opened once and read in place by both passes.
+  std::unique_ptr<ByteSource> mapped;
+  char* map = nullptr;
+  size_t map_size = 0;
   {
     PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
+    if (tuning.map) map = src->Map(kPad, &map_size);
     Pass1 pass1(name, tuning, &p1);
-    PT_RETURN_IF_ERROR(pass1.Run(src.get()));
+    PT_RETURN_IF_ERROR(pass1.Run(src.get(), map, map_size));
+    if (map != nullptr) mapped = std::move(src);
   }
   TraceMeta& meta = p1.meta;
   meta.path = name;
@@ -1457,9 +1522,13 @@ StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& n
   stats.bytes = p1.bytes;
   sink->OnBegin(meta);
   if (!p1.cuts.empty()) {
-    PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
     Pass2 pass2(name, tuning, sink, &stats);
-    PT_RETURN_IF_ERROR(pass2.Run(src.get(), p1));
+    if (mapped != nullptr) {
+      PT_RETURN_IF_ERROR(pass2.Run(mapped.get(), p1, map, map_size));
+    } else {
+      PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
+      PT_RETURN_IF_ERROR(pass2.Run(src.get(), p1, nullptr, 0));
+    }
   }
   sink->OnEnd(stats);
   return stats;

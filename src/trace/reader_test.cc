@@ -221,6 +221,77 @@ TEST(ReaderTest, ChunkBoundaries) {
   }
 }
 
+// Mapped input (plain files) gives what streaming gives, whatever the chunk, segment and release
+// sizes, through a real file mapping and through a mappable memory copy.
+TEST(ReaderTest, MappedMatchesStreamed) {
+  for (const char* f :
+       {"nccl_2rank_rank0.json.gz", "single_rank_triton.json.gz", "job128_rank-1.json.gz"}) {
+    const std::string text = Slurp(kTraces + f);
+    const std::string plain = TempPath(std::string("mapped_") + f + ".json");
+    WriteFile(plain, text);
+    CountingSink want;
+    auto streamed = internal::ReadTraceFrom(
+        [&]() -> StatusOr<std::unique_ptr<ByteSource>> { return OpenMemorySource(text); }, f, &want,
+        {}, internal::ReaderTuning{});
+    ASSERT_TRUE(streamed.ok()) << f;
+    for (int variant = 0; variant < 4; ++variant) {
+      internal::ReaderTuning tuning;
+      if (variant & 1) {
+        tuning.read_bytes = 7;
+        tuning.segment_bytes = 300;
+        tuning.release_bytes = 1;
+      }
+      CountingSink got;
+      auto open = [&]() -> StatusOr<std::unique_ptr<ByteSource>> {
+        if (variant & 2) return OpenMemorySource(text, /*mappable=*/true);
+        return OpenFileSource(plain);
+      };
+      auto st = internal::ReadTraceFrom(open, f, &got, {}, tuning);
+      ASSERT_TRUE(st.ok()) << f << " " << variant << ": " << st.status().message();
+      EXPECT_EQ(st->bytes, streamed->bytes);
+      EXPECT_EQ(st->events, streamed->events);
+      EXPECT_EQ(st->flow_events, streamed->flow_events);
+      EXPECT_EQ(st->metadata_events, streamed->metadata_events);
+      EXPECT_EQ(got.kinds, want.kinds);
+      EXPECT_EQ(got.dur_sum, want.dur_sum);
+      EXPECT_EQ(got.id_sum, want.id_sum);
+      EXPECT_EQ(got.collectives, want.collectives);
+      EXPECT_EQ(got.meta.profiler_steps.size(), want.meta.profiler_steps.size());
+      EXPECT_EQ(got.meta.devices.size(), want.meta.devices.size());
+      EXPECT_EQ(got.meta.base_time_ns, want.meta.base_time_ns);
+    }
+    std::remove(plain.c_str());
+  }
+}
+
+// Errors read the same mapped or streamed, including at the very end of a mapping.
+TEST(ReaderTest, MappedErrorsMatchStreamed) {
+  for (const std::string& text : std::vector<std::string>{
+           R"({"traceEvents": [{"ph": "X", "name": tru}]})", R"({"traceEvents": [{"ph": "X"]})",
+           R"({"traceEvents": [{"ph": "X")",
+           R"({"traceEvents": [{"ph": "X", "name": "a"}, {"ph": "X", "name": "b\)",
+           R"({"traceEvents": [{"ph": "X", "name": "a", "ts": 1)", std::string(4096, ' ') + "[",
+           "{\"traceEvents\": [1,2,3]}  x"}) {
+    for (size_t read : {size_t{1} << 20, size_t{3}}) {
+      internal::ReaderTuning streamed_tuning, mapped_tuning;
+      streamed_tuning.read_bytes = mapped_tuning.read_bytes = read;
+      streamed_tuning.segment_bytes = mapped_tuning.segment_bytes = 10;
+      mapped_tuning.release_bytes = 1;
+      CountingSink a, b;
+      auto sa = internal::ReadTraceFrom(
+          [&]() -> StatusOr<std::unique_ptr<ByteSource>> { return OpenMemorySource(text); }, "t",
+          &a, {}, streamed_tuning);
+      auto sb = internal::ReadTraceFrom(
+          [&]() -> StatusOr<std::unique_ptr<ByteSource>> { return OpenMemorySource(text, true); },
+          "t", &b, {}, mapped_tuning);
+      ASSERT_EQ(sa.ok(), sb.ok()) << text;
+      if (!sa.ok()) {
+        EXPECT_EQ(sa.status().message(), sb.status().message()) << text;
+      }
+    }
+  }
+}
+
 // Backslash runs of every length, escaped quotes and brackets inside strings, placed at every
 // offset so they straddle the scanner's 64-byte blocks, read through chunks of many sizes.
 TEST(ReaderTest, EscapesStraddlingBlocksAndChunks) {
@@ -275,7 +346,9 @@ TEST(ReaderTest, EscapesStraddlingBlocksAndChunks) {
     EXPECT_EQ(st->malformed_events, 0u) << read;
     ASSERT_EQ(sink.names, want) << read;
     for (size_t i = 0; i + 1 < want.size(); ++i) {
-      if (!sink.stacks[i].empty()) EXPECT_EQ(sink.stacks[i], sink.names[i]) << read;
+      if (!sink.stacks[i].empty()) {
+        EXPECT_EQ(sink.stacks[i], sink.names[i]) << read;
+      }
     }
     ASSERT_EQ(sink.meta.profiler_steps.size(), static_cast<size_t>(step)) << read;
   }
