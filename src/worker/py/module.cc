@@ -25,6 +25,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -34,6 +36,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -507,6 +510,21 @@ void WatchdogLoop() {
   }
 }
 
+// A forked child (DataLoader workers, subprocess helpers) has this state but not the watchdog
+// thread, and the mutex may have been held at the fork: the child starts over with a fresh mutex
+// and the collector off. The old std::thread object is abandoned, not destroyed (destroying a
+// joinable thread terminates the process).
+void AtForkChild() {
+  if (g == nullptr) return;
+  new (&g->mu) std::mutex();
+  new (&g->cv) std::condition_variable();
+  new (&g->watchdog) std::thread();
+  g->installed = false;
+  g->armed = false;
+  g->win_pending = false;
+  t_buf = nullptr;
+}
+
 // ---- Python functions ----
 
 bool GetNum(PyObject* cfg, const char* key, double* v) {
@@ -720,6 +738,9 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
 
 PyMODINIT_FUNC PyInit__worker() {
   using perftracker::worker::g;
-  if (g == nullptr) g = new perftracker::worker::State();
+  if (g == nullptr) {
+    g = new perftracker::worker::State();
+    pthread_atfork(nullptr, nullptr, perftracker::worker::AtForkChild);
+  }
   return PyModule_Create(&perftracker::worker::kModule);
 }
