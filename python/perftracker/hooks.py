@@ -40,7 +40,7 @@ def _turn_off(err):
     try:
         sys.stderr.write(f"perftracker: worker collector turned off: {err!r}\n")
         if _w is not None:
-            _w._inject_failure()  # the C++ side stops too (and disarms its tracer)
+            _w.disable()  # the C++ side stops too (and disarms its tracer), without a 2nd line
     except Exception:
         pass
 

@@ -710,6 +710,13 @@ PyObject* InjectFailure(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// Turns the collector off without a message (Python already logged its own one line).
+PyObject* Disable(PyObject*, PyObject*) {
+  g->failed = true;
+  if (g->armed && t_buf != nullptr) PyEval_SetProfile(nullptr, nullptr);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
     {"install", Install, METH_VARARGS, "install(config: dict = {}) -> bool"},
     {"uninstall", Uninstall, METH_NOARGS, "uninstall()"},
@@ -721,6 +728,7 @@ PyMethodDef kMethods[] = {
     {"drain", Drain, METH_NOARGS, "news since the last drain, oldest first"},
     {"stats", Stats, METH_NOARGS, "counters as a dict"},
     {"_inject_failure", InjectFailure, METH_NOARGS, "test hook"},
+    {"disable", Disable, METH_NOARGS, "turn the collector off for good, silently"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
