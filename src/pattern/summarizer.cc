@@ -441,9 +441,34 @@ struct Summarizer::Impl {
   // Sorts one thread's events into nesting order and walks them with a stack: exclusive time
   // is the duration minus the (clipped) durations of direct children.
   void ProcessThread(ThreadState& t) {
-    std::sort(t.recs.begin(), t.recs.end(), [](const CpuRec& a, const CpuRec& b) {
+    auto nesting_order = [](const CpuRec& a, const CpuRec& b) {
       return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
-    });
+    };
+    // Traces list a thread's events in a few long sorted runs (one per flush of the profiler's
+    // buffers): merge those runs pairwise, O(n log runs), instead of sorting from scratch.
+    // Many runs: sort everything.
+    std::vector<CpuRec>& recs = t.recs;
+    std::vector<size_t> runs = {0};  // run starts, then the end
+    for (size_t i = 1; i < recs.size(); ++i) {
+      if (nesting_order(recs[i], recs[i - 1])) runs.push_back(i);
+    }
+    runs.push_back(recs.size());
+    if (runs.size() - 1 > 64) {
+      std::sort(recs.begin(), recs.end(), nesting_order);
+    } else {
+      const auto at = [&](size_t k) { return recs.begin() + static_cast<std::ptrdiff_t>(k); };
+      while (runs.size() > 2) {
+        std::vector<size_t> merged;
+        size_t r = 0;
+        for (; r + 2 < runs.size(); r += 2) {
+          std::inplace_merge(at(runs[r]), at(runs[r + 1]), at(runs[r + 2]), nesting_order);
+          merged.push_back(runs[r]);
+        }
+        if (r + 1 < runs.size()) merged.push_back(runs[r]);  // an odd run out
+        merged.push_back(recs.size());
+        runs.swap(merged);
+      }
+    }
     struct Open {
       double end;
       double child;

@@ -153,6 +153,31 @@ TEST(SummarizerTest, SelfTimeFromOutOfOrderEvents) {
   EXPECT_FALSE(Find(r, "other_thread")->main_thread);
 }
 
+// A thread's events arrive in a few sorted runs (merged) or in many (sorted): same nesting.
+TEST(SummarizerTest, SelfTimeFromSortedRunsAndManyRuns) {
+  for (int order = 0; order < 3; ++order) {
+    std::vector<Event> evs;
+    for (int i = 0; i < 200; ++i) {
+      evs.push_back(Cpu("child", i * 100 + 10, 10));
+      evs.push_back(Cpu("parent", i * 100, 50));
+    }
+    if (order == 1) {  // two runs: every child, then every parent
+      std::stable_partition(evs.begin(), evs.end(),
+                            [](const Event& e) { return e.name == "child"; });
+    } else if (order == 2) {  // three runs: the last parents first
+      std::rotate(evs.begin(), evs.begin() + 300, evs.end());
+    }
+    Summarizer s;
+    s.OnBegin({});
+    for (const Event& e : evs) s.OnEvent(e);
+    RankSummary r = s.Finish();
+    EXPECT_DOUBLE_EQ(Find(r, "parent")->self_per_iter_us, 200 * 40) << order;
+    EXPECT_DOUBLE_EQ(Find(r, "child")->self_per_iter_us, 200 * 10) << order;
+    EXPECT_TRUE(Find(r, "parent")->top_level) << order;
+    EXPECT_FALSE(Find(r, "child")->top_level) << order;
+  }
+}
+
 TEST(SummarizerTest, PercentilesWithinTwoPercent) {
   Summarizer s;
   s.OnBegin({});
