@@ -307,6 +307,29 @@ print("ok")
         self.assertEqual(p.stdout, "ok\n")
         self.assertEqual(p.stderr.count("perftracker"), 1, p.stderr)
 
+    def test_tracer_memory_is_bounded(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "b.json")
+        self.run_py(f"""
+import time
+from perftracker import _worker as w
+assert w.install({{"tracer_buffer_calls": 1024}})
+def leaf(i): return i
+for it in range(15):
+    w.on_loader_next()
+    if it == 11: w.start_window(2, 10.0, {out!r})
+    for i in range(5000): leaf(i)
+    w.on_optimizer_step()
+for _ in range(100):
+    if w.stats()["files_written"]: break
+    time.sleep(0.05)
+s = w.stats()
+assert s["tracer_calls"] >= 10000 and s["tracer_overwritten"] == s["tracer_calls"] - 1024, s
+""")
+        with open(out) as f:
+            py = [e for e in json.load(f)["traceEvents"] if e["cat"] == "python_function"]
+        self.assertLessEqual(len(py), 1024)
+        self.assertGreater(len(py), 1000)
+
     def test_bad_config_is_refused(self):
         self.run_py("""
 from perftracker import _worker as w

@@ -684,23 +684,40 @@ PyObject* Drain(PyObject*, PyObject*) {
 }
 
 PyObject* Stats(PyObject*, PyObject*) {
-  std::lock_guard<std::mutex> l(g->mu);
-  const IterationDetector* d = g->det.get();
+  // Copied under the lock, built outside it: building Python objects may run the GC, and no
+  // Python code may run while the detector's lock is held.
+  bool learned = false;
+  std::string pattern;
+  long long iters = 0, unmatched = 0, relearns = 0, slowdowns = 0, hangs = 0;
+  double mean = 0, best = 0;
+  unsigned long long news_dropped = 0;
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    if (const IterationDetector* d = g->det.get()) {
+      learned = d->learned();
+      pattern = d->PatternString();
+      iters = d->iterations();
+      unmatched = d->unmatched();
+      relearns = d->relearn_count();
+      slowdowns = d->slowdown_count();
+      hangs = d->hang_count();
+      mean = d->mean_ns();
+      best = d->best_mean_ns();
+    }
+    news_dropped = g->news_dropped;
+  }
+  auto b = [](bool v) { return v ? Py_True : Py_False; };
   return Py_BuildValue(
       "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "installed",
-      g->installed ? Py_True : Py_False, "failed", g->failed ? Py_True : Py_False, "learned",
-      d && d->learned() ? Py_True : Py_False, "pattern", d ? d->PatternString().c_str() : "",
-      "iterations", (long long)(d ? d->iterations() : 0), "unmatched",
-      (long long)(d ? d->unmatched() : 0), "relearns", (long long)(d ? d->relearn_count() : 0),
-      "slowdowns", (long long)(d ? d->slowdown_count() : 0), "hangs",
-      (long long)(d ? d->hang_count() : 0), "mean_ns", d ? d->mean_ns() : 0.0, "best_mean_ns",
-      d ? d->best_mean_ns() : 0.0, "window_armed", g->armed ? Py_True : Py_False, "windows_done",
-      (unsigned long long)g->windows_done, "files_written",
+      b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern", pattern.c_str(),
+      "iterations", iters, "unmatched", unmatched, "relearns", relearns, "slowdowns", slowdowns,
+      "hangs", hangs, "mean_ns", mean, "best_mean_ns", best, "window_armed", b(g->armed),
+      "windows_done", (unsigned long long)g->windows_done, "files_written",
       (unsigned long long)g->files_written.load(), "write_errors",
       (unsigned long long)g->write_errors.load(), "tracer_calls",
       (unsigned long long)g->tracer_calls, "tracer_overwritten",
       (unsigned long long)g->tracer_overwritten, "tracer_dropped",
-      (unsigned long long)g->tracer_dropped, "news_dropped", (unsigned long long)g->news_dropped);
+      (unsigned long long)g->tracer_dropped, "news_dropped", news_dropped);
 }
 
 // Test hook: behaves like an internal error so that containment can be tested for real.
