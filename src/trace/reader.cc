@@ -356,6 +356,7 @@ inline BlockMasks ClassifyBlock(const unsigned char* p) {
 #if defined(__SSE2__)
   const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), ob = _mm_set1_epi8('{'),
                 cb = _mm_set1_epi8('}'), h = _mm_set1_epi8('#'), x20 = _mm_set1_epi8(0x20);
+#pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * k));
     const __m128i folded = _mm_or_si128(v, x20);  // '[' -> '{', ']' -> '}'; nothing else maps there
@@ -650,7 +651,8 @@ class Pass1 {
         slow_nested_ = true;
         return Status::Ok();
       }
-      const uint64_t hash = track_hash ? (m.hash & valid & str & ~escaped) : 0;
+      uint64_t hash = track_hash ? (m.hash & valid & str & ~escaped) : 0;
+      const size_t in_block = std::min<size_t>(avail, 64);
       uint64_t structural = (m.open | m.close) & valid & ~str;
       while (structural != 0) {
         const int i = __builtin_ctzll(structural);
@@ -667,7 +669,23 @@ class Pass1 {
         }
         stack_.pop_back();
         if (stack_.size() == fast_depth_) {
-          if ((hash & ((uint64_t{2} << i) - 1)) != 0) candidate_ = true;
+          const uint64_t upto = (uint64_t{2} << i) - 1;  // bits 0..i (all of them for i = 63)
+          if ((hash & upto) != 0) candidate_ = true;
+          if (events_active_) {
+            // The common case between events, `}, {` with whitespace around the comma inside
+            // this block: end this event and start the next one right here, keeping the block's
+            // masks (nothing between the two brackets is a quote or a bracket).
+            const size_t j = NextObjectInBlock(p, static_cast<size_t>(i) + 1, in_block);
+            if (j != 0) {
+              hash &= ~upto;
+              PT_RETURN_IF_ERROR(NestedEnd(Abs(p + i + 1 - begin)));
+              expect_element_ = true;
+              ElementStart(Abs(p + j - begin), true);
+              stack_.push_back('}');         // back to the depth just closed, which was allowed
+              structural &= structural - 1;  // that '{' is bit j, the next one set
+              continue;
+            }
+          }
           p += i + 1;
           in_string_ = false;
           escape_ = false;
@@ -682,6 +700,17 @@ class Pass1 {
     in_string_ = in_str != 0;
     escape_ = esc != 0;
     return Status::Ok();
+  }
+
+  // With p[k - 1] the '}' closing an event, the position of the '{' opening the next one when
+  // only whitespace, one ',' and whitespace lie between them, all before p[n]; 0 otherwise.
+  static size_t NextObjectInBlock(const unsigned char* p, size_t k, size_t n) {
+    while (k < n && kTables.cls[p[k]] == kWs) ++k;
+    if (k >= n || p[k] != ',') return 0;
+    ++k;
+    while (k < n && kTables.cls[p[k]] == kWs) ++k;
+    if (k >= n || p[k] != '{') return 0;
+    return k;
   }
 
   // A string closed at a depth we track (`end` is just past its closing quote).

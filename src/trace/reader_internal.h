@@ -20,7 +20,7 @@ struct ReaderTuning {
   size_t segment_bytes = 512 << 10;    // events parsed per simdjson document (pass 2)
   size_t max_value_bytes = 256 << 20;  // largest single event / top-level value accepted
   bool map = true;                     // read mappable sources (plain files) through Map
-  size_t release_bytes = 16 << 20;     // mapped input: bytes passed between Release calls
+  size_t release_bytes = 4 << 20;      // mapped input: bytes passed between Release calls
 };
 
 // Opens the data afresh; called once per pass.

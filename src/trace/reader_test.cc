@@ -1,5 +1,6 @@
 #include "trace/reader.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -261,6 +262,32 @@ TEST(ReaderTest, MappedMatchesStreamed) {
       EXPECT_EQ(got.meta.base_time_ns, want.meta.base_time_ns);
     }
     std::remove(plain.c_str());
+  }
+}
+
+// Pass 1 steps from one event to the next inside a 64-byte block when only `,` and whitespace
+// separate them; markers right after such a step are still found, and anything else between
+// events is still reported.
+TEST(ReaderTest, EventToEventInsideABlock) {
+  const std::string good =
+      R"({"traceEvents": [{"ph":"X","name":"a","ts":1}, {"ph":"X","cat":"user_annotation",)"
+      R"("name":"ProfilerStep#1","ts":1,"dur":5},{"ph":"X","name":"b","ts":2})"
+      "\n ,\t{\"ph\":\"X\",\"name\":\"Optimizer.step#x\",\"ts\":3}]}";
+  CountingSink sink;
+  auto st = ReadTraceBuffer(good, "good.json", &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->events, 4u);
+  EXPECT_EQ(sink.meta.profiler_steps.size(), 1u);
+  EXPECT_EQ(sink.meta.optimizer_steps.size(), 1u);
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"traceEvents": [{"a":1}, ,{"b":2}]})", "byte 26: unexpected ',' in the event"},
+           {R"({"traceEvents": [{"a":1} {"b":2}]})", "byte 25: missing ',' between events"},
+           {R"({"traceEvents": [{"a":1},{"b":2},]})", "byte 33: trailing ','"},
+           {R"({"traceEvents": [{"a":1}:{"b":2}]})", "byte 24: unexpected ':'"}}) {
+    CountingSink bad;
+    auto e = ReadTraceBuffer(text, "bad.json", &bad);
+    ASSERT_FALSE(e.ok()) << text;
+    EXPECT_THAT(e.status().message(), ::testing::HasSubstr(want)) << text;
   }
 }
 
