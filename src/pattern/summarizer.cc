@@ -24,6 +24,7 @@
 #include "pattern/summarizer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <limits>
@@ -282,6 +283,24 @@ struct Summarizer::Impl {
   static constexpr size_t kMaxRawNames = 1 << 16;
   RawNameCache raw_kernel_names, raw_other_names;
 
+  // Raw name -> function of the events without a call stack, one map per kind: one lookup per
+  // event instead of NameId's and InternFn's. Functions are still interned on first sight.
+  static constexpr size_t kKinds = static_cast<size_t>(EventKind::kOther) + 1;
+  std::array<std::unordered_map<std::string_view, uint32_t>, kKinds> raw_fns;
+  std::deque<std::string> raw_fn_store;
+
+  uint32_t FnOf(std::string_view name, EventKind kind) {
+    auto& map = raw_fns[static_cast<size_t>(kind)];
+    auto it = map.find(name);
+    if (it != map.end()) return it->second;
+    const uint32_t fn = InternFn(kind, NameId(name, kind), 0);
+    if (raw_fn_store.size() < kMaxRawNames) {
+      raw_fn_store.emplace_back(name);
+      map.emplace(raw_fn_store.back(), fn);
+    }
+    return fn;
+  }
+
   uint32_t NameId(std::string_view name, EventKind kind) {
     // Only kernels normalize differently (template arguments), so two caches suffice.
     RawNameCache& cache = kind == EventKind::kKernel ? raw_kernel_names : raw_other_names;
@@ -384,7 +403,7 @@ struct Summarizer::Impl {
 
     if (IsGpuEventKind(e.kind)) {
       has_gpu = true;
-      const uint32_t fn = InternFn(e.kind, NameId(e.name, e.kind), 0);
+      const uint32_t fn = FnOf(e.name, e.kind);
       FnAcc& f = fns[fn];
       if (f.device < 0) f.device = e.device;
       if (f.stream < 0) f.stream = e.stream;
@@ -411,17 +430,18 @@ struct Summarizer::Impl {
       return;
     }
     const uint32_t stack = e.call_stack.empty() ? 0 : CallStackId(e.call_stack);
-    uint32_t name_id;
+    uint32_t fn;
     if (!e.collective_name.empty() && e.name == "record_param_comms") {
       // One record_param_comms op stands for every collective: split it by op so sizes and
       // bandwidths of all_reduce and broadcast do not mix.
       norm_buf.assign("record_param_comms:");
       norm_buf += CollectiveOp(e.collective_name);
-      name_id = names.Intern(norm_buf);
+      fn = InternFn(e.kind, names.Intern(norm_buf), stack);
+    } else if (stack == 0) {
+      fn = FnOf(e.name, e.kind);
     } else {
-      name_id = NameId(e.name, e.kind);
+      fn = InternFn(e.kind, NameId(e.name, e.kind), stack);
     }
-    const uint32_t fn = InternFn(e.kind, name_id, stack);
     AddCall(fn, e.dur_us, iter, e.tid);
     t.recs.push_back({e.ts_us, e.dur_us, fn});
     if ((e.kind == EventKind::kCudaRuntime || e.kind == EventKind::kCudaDriver) &&
