@@ -82,6 +82,16 @@ class PlainSource : public ByteSource {
     return map_;
   }
 
+  void WillRead(size_t from, size_t to) override {
+#if !defined(MADV_POPULATE_READ)
+    constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older kernels answer EINVAL
+#endif
+    if (map_ == nullptr) return;
+    from = from / page_ * page_;
+    to = std::min(to, map_size_);
+    if (from < to) madvise(map_ + from, to - from, MADV_POPULATE_READ);
+  }
+
   void Release(size_t from, size_t to) override {
     if (map_ == nullptr) return;
     from = (from + page_ - 1) / page_ * page_;

@@ -33,6 +33,9 @@ class ByteSource {
   // range only). They stay readable: reading them again pages them back in, and bytes written
   // there revert to the file's.
   virtual void Release(size_t from, size_t to) {}
+  // Hints that the mapped bytes in [from, to) are read next: a plain file maps them in one go
+  // instead of page fault by page fault.
+  virtual void WillRead(size_t from, size_t to) {}
 };
 
 // Opens `path` for reading; gzip when it starts with 1f 8b. Errors: kNotFound when the file does

@@ -24,6 +24,10 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define PT_HAVE_AVX2_PATH 1
+#endif
 #include <climits>
 #include <cstring>
 #include <limits>
@@ -398,6 +402,46 @@ inline BlockMasks ClassifyBlock(const unsigned char* p) {
   return m;
 }
 
+// Classifies `n` consecutive 64-byte blocks from `p` (the structural scanner reads blocks in
+// runs, so the vector width of the machine pays off), with AVX2 where the CPU has it.
+constexpr size_t kBatchBlocks = 8;
+using ClassifyFn = void (*)(const unsigned char* p, size_t n, BlockMasks* out);
+
+void ClassifyBlocksBase(const unsigned char* p, size_t n, BlockMasks* out) {
+  for (size_t b = 0; b < n; ++b) out[b] = ClassifyBlock(p + 64 * b);
+}
+
+#if defined(PT_HAVE_AVX2_PATH)
+#define PT_AVX2_BITS(l, u)                                                 \
+  (static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(l))) | \
+   static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(u))) << 32)
+__attribute__((target("avx2"))) void ClassifyBlocksAvx2(const unsigned char* p, size_t n,
+                                                        BlockMasks* out) {
+  const __m256i q = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'), ob = _mm256_set1_epi8('{'),
+                cb = _mm256_set1_epi8('}'), h = _mm256_set1_epi8('#'), x20 = _mm256_set1_epi8(0x20);
+  for (size_t b = 0; b < n; ++b, p += 64) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
+
+    const __m256i flo = _mm256_or_si256(lo, x20), fhi = _mm256_or_si256(hi, x20);
+    out[b].quote = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, q), _mm256_cmpeq_epi8(hi, q));
+    out[b].backslash = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, bs), _mm256_cmpeq_epi8(hi, bs));
+    out[b].open = PT_AVX2_BITS(_mm256_cmpeq_epi8(flo, ob), _mm256_cmpeq_epi8(fhi, ob));
+    out[b].close = PT_AVX2_BITS(_mm256_cmpeq_epi8(flo, cb), _mm256_cmpeq_epi8(fhi, cb));
+    out[b].hash = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, h), _mm256_cmpeq_epi8(hi, h));
+  }
+}
+
+ClassifyFn PickClassifier() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") ? ClassifyBlocksAvx2 : ClassifyBlocksBase;
+}
+#else
+ClassifyFn PickClassifier() { return ClassifyBlocksBase; }
+#endif
+
+const ClassifyFn kClassifyBlocks = PickClassifier();
+
 // Bit i of the result is the XOR of bits 0..i of x (the in-string mask from the quote mask).
 inline uint64_t PrefixXor(uint64_t x) {
   x ^= x << 1;
@@ -456,7 +500,12 @@ class Pass1 {
       // they are behind the scan and no value being captured still needs them.
       data_ = map;
       size_t released = 0;
+      size_t ahead = 0;  // bytes hinted to the source as read next
       while (len_ < map_size) {
+        if (len_ >= ahead) {
+          ahead = std::min(map_size, len_ + std::max(tuning_.release_bytes, read));
+          src->WillRead(len_, ahead);
+        }
         if (keep_from_ != kNone && len_ - keep_from_ > tuning_.max_value_bytes) {
           return Error(keep_from_, "a single value is larger than " +
                                        std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
@@ -548,6 +597,7 @@ class Pass1 {
   }
 
   Status Scan(size_t from) {
+    batch_n_ = 0;  // the bytes past the last scan's end were not there yet
     const auto* p = reinterpret_cast<const unsigned char*>(data_) + from;
     const auto* const begin = reinterpret_cast<const unsigned char*>(data_);
     const auto* const end = begin + len_;
@@ -639,7 +689,13 @@ class Pass1 {
     while (p < end) {
       const size_t avail = static_cast<size_t>(end - p);
       const uint64_t valid = avail >= 64 ? ~uint64_t{0} : (uint64_t{1} << avail) - 1;
-      const BlockMasks m = ClassifyBlock(p);
+      // Masks come from a batch classified ahead from where this run of blocks started.
+      if (p < batch_p_ || p >= batch_p_ + 64 * batch_n_ || (p - batch_p_) % 64 != 0) {
+        batch_n_ = std::min(kBatchBlocks, (avail + 63) / 64);
+        batch_p_ = p;
+        kClassifyBlocks(p, batch_n_, batch_);
+      }
+      const BlockMasks m = batch_[(p - batch_p_) / 64];
       const uint64_t backslash = m.backslash & valid;
       uint64_t next_esc;
       const uint64_t escaped = EscapedBytes(backslash, esc, avail, &next_esc);
@@ -1093,6 +1149,11 @@ class Pass1 {
   size_t len_ = 0;
   uint64_t keep_from_ = kNone;
 
+  // Block masks classified ahead by Nested: batch_[k] describes the 64 bytes at batch_p_ + 64k.
+  BlockMasks batch_[kBatchBlocks];
+  const unsigned char* batch_p_ = nullptr;
+  size_t batch_n_ = 0;
+
   std::vector<char> stack_;  // expected closing brackets
   bool in_string_ = false;
   bool escape_ = false;
@@ -1132,10 +1193,15 @@ class Pass2 {
     src_ = src;
     const auto& cuts = p1.cuts;
     size_t released = 0;
+    uint64_t ahead = 0;  // bytes hinted to the source as read next
     for (size_t i = 0; i < cuts.size(); ++i) {
       const uint64_t s = cuts[i];
       const uint64_t e = i + 1 < cuts.size() ? cuts[i + 1] : p1.events_end;
       if (map != nullptr) {
+        if (e + kPad > ahead) {
+          ahead = std::max<uint64_t>(e + kPad, s + tuning_.release_bytes);
+          src->WillRead(static_cast<size_t>(s - 1), static_cast<size_t>(ahead));
+        }
         // Pass 1 checked that the events lie inside the input and start after its first byte.
         win_ = map;
         win_base_ = 0;
