@@ -82,14 +82,21 @@ class PlainSource : public ByteSource {
     return map_;
   }
 
-  void WillRead(size_t from, size_t to) override {
+  // The file's size is checked before each window, and the population itself fails with EFAULT
+  // when a page lies past the end of the file (it would raise SIGBUS when touched).
+  bool WillRead(size_t from, size_t to) override {
 #if !defined(MADV_POPULATE_READ)
     constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older kernels answer EINVAL
 #endif
-    if (map_ == nullptr) return;
+    if (map_ == nullptr) return true;
     from = from / page_ * page_;
     to = std::min(to, map_size_);
-    if (from < to) madvise(map_ + from, to - from, MADV_POPULATE_READ);
+    if (from >= to) return true;
+    struct stat st;
+    if (fstat(fd_.get(), &st) != 0 || st.st_size < 0 || static_cast<size_t>(st.st_size) < to) {
+      return false;
+    }
+    return madvise(map_ + from, to - from, MADV_POPULATE_READ) == 0 || errno != EFAULT;
   }
 
   void Release(size_t from, size_t to) override {

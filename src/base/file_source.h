@@ -26,16 +26,18 @@ class ByteSource {
   // followed by at least `pad` more bytes; *size is the data's length. Every byte may be
   // written: writes stay private to this source. Null when the source can only be read (gzip,
   // pipes, an empty file); then Read is the way in. Do not mix Map and Read on one source.
-  // A mapped file that shrinks while mapped faults the process (SIGBUS); traces are complete
-  // files by the time they are read.
+  // A mapped file that shrinks while mapped: WillRead notices it before the bytes are read
+  // (false), but a file cut between that check and the read of the bytes still faults the
+  // process (SIGBUS); traces are complete files by the time they are read.
   virtual char* Map(size_t pad, size_t* size) { return nullptr; }
   // Lets the system drop the mapped bytes in [from, to) from memory (whole pages inside the
   // range only). They stay readable: reading them again pages them back in, and bytes written
   // there revert to the file's.
   virtual void Release(size_t from, size_t to) {}
   // Hints that the mapped bytes in [from, to) are read next: a plain file maps them in one go
-  // instead of page fault by page fault.
-  virtual void WillRead(size_t from, size_t to) {}
+  // instead of page fault by page fault. False when the file no longer holds all of them (it
+  // was cut since Map): reading them would fault, so the caller stops with an error instead.
+  virtual bool WillRead(size_t from, size_t to) { return true; }
 };
 
 // Opens `path` for reading; gzip when it starts with 1f 8b. Errors: kNotFound when the file does

@@ -504,7 +504,8 @@ class Pass1 {
       while (len_ < map_size) {
         if (len_ >= ahead) {
           ahead = std::min(map_size, len_ + std::max(tuning_.release_bytes, read));
-          src->WillRead(len_, ahead);
+          if (!src->WillRead(len_, ahead))
+            return DataLoss(name_ + ": file changed while being read");
         }
         if (keep_from_ != kNone && len_ - keep_from_ > tuning_.max_value_bytes) {
           return Error(keep_from_, "a single value is larger than " +
@@ -1200,7 +1201,9 @@ class Pass2 {
       if (map != nullptr) {
         if (e + kPad > ahead) {
           ahead = std::max<uint64_t>(e + kPad, s + tuning_.release_bytes);
-          src->WillRead(static_cast<size_t>(s - 1), static_cast<size_t>(ahead));
+          if (!src->WillRead(static_cast<size_t>(s - 1), static_cast<size_t>(ahead))) {
+            return DataLoss(name_ + ": file changed while being read");
+          }
         }
         // Pass 1 checked that the events lie inside the input and start after its first byte.
         win_ = map;

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -263,6 +264,33 @@ TEST(ReaderTest, MappedMatchesStreamed) {
     }
     std::remove(plain.c_str());
   }
+}
+
+// A mapped file cut between the passes (pass 1 has handed its pages back) is an error, not a
+// SIGBUS when pass 2 touches bytes the file no longer has.
+TEST(ReaderTest, MappedFileTruncatedBetweenPasses) {
+  const std::string text = Slurp(kTraces + "nccl_2rank_rank0.json.gz");
+  const std::string plain = TempPath("truncated_between_passes.json");
+  struct TruncatingSink : CountingSink {
+    std::string path;
+    void OnBegin(const TraceMeta& m) override {
+      CountingSink::OnBegin(m);
+      ASSERT_EQ(truncate(path.c_str(), 100), 0);
+    }
+  };
+  for (size_t release : {size_t{1}, size_t{4} << 20}) {
+    WriteFile(plain, text);
+    TruncatingSink sink;
+    sink.path = plain;
+    internal::ReaderTuning tuning;
+    tuning.release_bytes = release;
+    tuning.segment_bytes = 4096;
+    auto st =
+        internal::ReadTraceFrom([&] { return OpenFileSource(plain); }, "t", &sink, {}, tuning);
+    ASSERT_FALSE(st.ok()) << release;
+    EXPECT_EQ(st.status().message(), "t: file changed while being read");
+  }
+  std::remove(plain.c_str());
 }
 
 // Pass 1 steps from one event to the next inside a 64-byte block when only `,` and whitespace
