@@ -1,9 +1,9 @@
 #include "base/json_writer.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
-
-#include <gtest/gtest.h>
 
 namespace perftracker {
 namespace {
@@ -35,10 +35,14 @@ TEST(JsonWriterTest, EscapesQuotesBackslashAndControls) {
 }
 
 TEST(JsonWriterTest, KeepsValidUtf8ReplacesInvalid) {
-  EXPECT_EQ(Quote("h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80"), "\"h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80\"");
-  EXPECT_EQ(Quote("a\xFF" "b"), "\"a\xEF\xBF\xBD" "b\"");
-  EXPECT_EQ(Quote("\xC3"), "\"\xEF\xBF\xBD\"");              // truncated
-  EXPECT_EQ(Quote("\xC0\xAF"), "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // overlong
+  EXPECT_EQ(Quote("h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80"),
+            "\"h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80\"");
+  EXPECT_EQ(Quote("a\xFF"
+                  "b"),
+            "\"a\xEF\xBF\xBD"
+            "b\"");
+  EXPECT_EQ(Quote("\xC3"), "\"\xEF\xBF\xBD\"");                                  // truncated
+  EXPECT_EQ(Quote("\xC0\xAF"), "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");                  // overlong
   EXPECT_EQ(Quote("\xED\xA0\x80"), "\"\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\"");  // surrogate
 }
 

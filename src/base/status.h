@@ -28,7 +28,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
@@ -55,15 +57,16 @@ class [[nodiscard]] StatusOr {
   std::optional<T> value_;
 };
 
-#define PT_RETURN_IF_ERROR(expr)           \
-  do {                                     \
-    ::perftracker::Status _st = (expr);    \
-    if (!_st.ok()) return _st;             \
+#define PT_RETURN_IF_ERROR(expr)        \
+  do {                                  \
+    ::perftracker::Status _st = (expr); \
+    if (!_st.ok()) return _st;          \
   } while (0)
 
 #define PT_CONCAT_INNER(a, b) a##b
 #define PT_CONCAT(a, b) PT_CONCAT_INNER(a, b)
-#define PT_ASSIGN_OR_RETURN(lhs, expr) PT_ASSIGN_OR_RETURN_IMPL(PT_CONCAT(_so_, __LINE__), lhs, expr)
+#define PT_ASSIGN_OR_RETURN(lhs, expr) \
+  PT_ASSIGN_OR_RETURN_IMPL(PT_CONCAT(_so_, __LINE__), lhs, expr)
 #define PT_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                             \
   if (!tmp.ok()) return tmp.status();            \

@@ -14,35 +14,35 @@ namespace perftracker::pattern {
 
 // Coarse role of a function, used by diagnosis rules.
 enum class FunctionClass : uint8_t {
-  kCompute,      // CPU ops, GPU compute kernels
-  kCollective,   // NCCL kernels, gloo/c10d collectives, record_param_comms
-  kMemcpy,       // GPU copies / memsets
-  kDataLoader,   // enumerate(DataLoader)#..., __next__ of loaders
-  kOptimizer,    // Optimizer.step / zero_grad
-  kSync,         // cudaDeviceSynchronize, cudaStreamSynchronize, aten::item, .cpu() waits
-  kLaunch,       // cudaLaunchKernel and other runtime calls
-  kPython,       // python_function
-  kGc,           // Python garbage collection
-  kAnnotation,   // user annotations (ProfilerStep excluded)
+  kCompute,     // CPU ops, GPU compute kernels
+  kCollective,  // NCCL kernels, gloo/c10d collectives, record_param_comms
+  kMemcpy,      // GPU copies / memsets
+  kDataLoader,  // enumerate(DataLoader)#..., __next__ of loaders
+  kOptimizer,   // Optimizer.step / zero_grad
+  kSync,        // cudaDeviceSynchronize, cudaStreamSynchronize, aten::item, .cpu() waits
+  kLaunch,      // cudaLaunchKernel and other runtime calls
+  kPython,      // python_function
+  kGc,          // Python garbage collection
+  kAnnotation,  // user annotations (ProfilerStep excluded)
   kOther,
 };
 const char* FunctionClassName(FunctionClass c);
 
 struct CollectiveInfo {
-  std::string op;          // all_reduce, all_gather, reduce_scatter, broadcast, send, recv...
-  double msg_bytes = 0;    // mean message size
+  std::string op;        // all_reduce, all_gather, reduce_scatter, broadcast, send, recv...
+  double msg_bytes = 0;  // mean message size
   std::string dtype;
   int group_size = 0;
-  std::string group;       // process group ranks or name
-  double algbw_gbps = 0;   // msg_bytes / mean duration
-  double busbw_gbps = 0;   // algbw scaled by the op's bus factor (nccl-tests convention)
+  std::string group;      // process group ranks or name
+  double algbw_gbps = 0;  // msg_bytes / mean duration
+  double busbw_gbps = 0;  // algbw scaled by the op's bus factor (nccl-tests convention)
 };
 
 struct FunctionPattern {
-  std::string name;        // normalized name
+  std::string name;  // normalized name
   trace::EventKind kind = trace::EventKind::kCpuOp;
   FunctionClass fclass = FunctionClass::kOther;
-  std::string stack;       // Python call stack, outermost first, ";"-joined; may be empty
+  std::string stack;  // Python call stack, outermost first, ";"-joined; may be empty
   int32_t device = -1;
   int32_t stream = -1;
   bool main_thread = false;  // ran on the thread that owns the iterations (critical path)
@@ -51,14 +51,14 @@ struct FunctionPattern {
   uint64_t count = 0;
   double total_us = 0;
   double mean_us = 0, p50_us = 0, p99_us = 0, max_us = 0, min_us = 0;
-  double cv = 0;                // coefficient of variation of single-call durations
+  double cv = 0;  // coefficient of variation of single-call durations
   double calls_per_iter = 0;
   double per_iter_us = 0;       // mean time per iteration
   double share = 0;             // per_iter_us / mean iteration time
   double self_per_iter_us = 0;  // exclusive time per iteration (minus nested same-thread events)
   std::vector<float> iter_us;   // time in each iteration (bounded by the window's iterations)
 
-  CollectiveInfo coll;          // set when fclass == kCollective
+  CollectiveInfo coll;  // set when fclass == kCollective
 
   // Stable identity used to match functions across ranks.
   std::string Key() const;
@@ -69,15 +69,15 @@ struct RankSummary {
   int rank = -1;
   int world_size = -1;
   std::string host;
-  std::string source;          // trace file path or worker id
+  std::string source;  // trace file path or worker id
   bool legacy_format = false;
   bool has_gpu = false;
   std::vector<trace::ProcessGroup> process_groups;
   std::vector<trace::DeviceInfo> devices;
 
   // Iterations.
-  std::string iteration_source;    // "ProfilerStep", "optimizer", "window"
-  bool whole_window = false;       // no markers: the window is one iteration (flagged)
+  std::string iteration_source;  // "ProfilerStep", "optimizer", "window"
+  bool whole_window = false;     // no markers: the window is one iteration (flagged)
   std::vector<double> iteration_ms;
   std::vector<int64_t> iteration_steps;  // N of each ProfilerStep#N; empty for other sources
   double window_ms = 0;

@@ -16,17 +16,17 @@ namespace perftracker::trace {
 // What an event is, from Kineto's "cat" (legacy traces have no cat: everything is kCpuOp,
 // except what the reader recognises by name).
 enum class EventKind : uint8_t {
-  kCpuOp,             // cpu_op, operator
-  kUserAnnotation,    // user_annotation, record_function (ProfilerStep#N lives here)
-  kGpuUserAnnotation, // gpu_user_annotation
-  kPythonFunction,    // python_function
-  kCudaRuntime,       // cuda_runtime
-  kCudaDriver,        // cuda_driver
-  kCudaSync,          // cuda_sync
-  kKernel,            // kernel (compute or NCCL)
-  kMemcpy,            // gpu_memcpy
-  kMemset,            // gpu_memset
-  kOther,             // a known but uninteresting complete event (Trace, overhead, ...)
+  kCpuOp,              // cpu_op, operator
+  kUserAnnotation,     // user_annotation, record_function (ProfilerStep#N lives here)
+  kGpuUserAnnotation,  // gpu_user_annotation
+  kPythonFunction,     // python_function
+  kCudaRuntime,        // cuda_runtime
+  kCudaDriver,         // cuda_driver
+  kCudaSync,           // cuda_sync
+  kKernel,             // kernel (compute or NCCL)
+  kMemcpy,             // gpu_memcpy
+  kMemset,             // gpu_memset
+  kOther,              // a known but uninteresting complete event (Trace, overhead, ...)
 };
 
 const char* EventKindName(EventKind kind);
@@ -109,12 +109,12 @@ struct TraceMeta {
 
 // Counters for everything a reader skipped or could not use. Bad data is counted, not fatal.
 struct ReadStats {
-  uint64_t bytes = 0;             // uncompressed JSON bytes
-  uint64_t events = 0;            // complete events delivered
-  uint64_t flow_events = 0;       // ac2g / fwdbwd flows (s/f/t), counted and skipped
-  uint64_t metadata_events = 0;   // ph M / i / C
-  uint64_t unknown_kind = 0;      // complete events with an unknown cat
-  uint64_t malformed_events = 0;  // events missing ts/name or with wrong types
+  uint64_t bytes = 0;                            // uncompressed JSON bytes
+  uint64_t events = 0;                           // complete events delivered
+  uint64_t flow_events = 0;                      // ac2g / fwdbwd flows (s/f/t), counted and skipped
+  uint64_t metadata_events = 0;                  // ph M / i / C
+  uint64_t unknown_kind = 0;                     // complete events with an unknown cat
+  uint64_t malformed_events = 0;                 // events missing ts/name or with wrong types
   std::map<std::string, uint64_t> unknown_cats;  // cat -> count, bounded
 };
 

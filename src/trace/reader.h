@@ -23,8 +23,8 @@ StatusOr<ReadStats> ReadTrace(const std::string& path, EventSink* sink,
 
 // The same over an in-memory (uncompressed) buffer; `name` is used in messages. For fuzzing
 // and tests.
-StatusOr<ReadStats> ReadTraceBuffer(std::string_view json, const std::string& name,
-                                    EventSink* sink, const ReadOptions& options = {});
+StatusOr<ReadStats> ReadTraceBuffer(std::string_view json, const std::string& name, EventSink* sink,
+                                    const ReadOptions& options = {});
 
 // Rank from a file name: rank-3, rank3, rank_3, _rank_3, rank.3 (case-insensitive); -1 if none.
 int RankFromFileName(const std::string& path);
