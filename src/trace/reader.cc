@@ -299,18 +299,17 @@ struct Tables {
 };
 const Tables kTables;
 
-// The scanner may look up to 16 bytes past `end`: its buffers keep kPad bytes of slack there.
-// Returns the first byte in [p, end) that is a quote or a bracket.
-inline const unsigned char* SkipOrdinary(const unsigned char* p, const unsigned char* end) {
+// Returns the first byte in [p, end) that is one of `Stops` (`table` marks the same bytes, for
+// builds without SSE2). The scanner may look up to 16 bytes past `end`: its buffers keep kPad
+// bytes of slack there.
+template <char... Stops>
+inline const unsigned char* FindFirstOf(const unsigned char* p, const unsigned char* end,
+                                        const std::array<uint8_t, 256>& table) {
 #if defined(__SSE2__)
-  const __m128i q = _mm_set1_epi8('"'), ob = _mm_set1_epi8('{'), cb = _mm_set1_epi8('}'),
-                os = _mm_set1_epi8('['), cs = _mm_set1_epi8(']');
   while (p < end) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i m =
-        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, q),
-                                  _mm_or_si128(_mm_cmpeq_epi8(v, ob), _mm_cmpeq_epi8(v, cb))),
-                     _mm_or_si128(_mm_cmpeq_epi8(v, os), _mm_cmpeq_epi8(v, cs)));
+    __m128i m = _mm_setzero_si128();
+    ((m = _mm_or_si128(m, _mm_cmpeq_epi8(v, _mm_set1_epi8(Stops)))), ...);
     const int bits = _mm_movemask_epi8(m);
     if (bits != 0) {
       p += __builtin_ctz(static_cast<unsigned>(bits));
@@ -320,31 +319,19 @@ inline const unsigned char* SkipOrdinary(const unsigned char* p, const unsigned 
   }
   return end;
 #else
-  while (p < end && !kTables.fast[*p]) ++p;
+  while (p < end && !table[*p]) ++p;
   return p;
 #endif
 }
 
-// Returns the first quote, backslash or '#' in [p, end).
+// The first quote or bracket: where a nested value's structure continues.
+inline const unsigned char* SkipOrdinary(const unsigned char* p, const unsigned char* end) {
+  return FindFirstOf<'"', '{', '}', '[', ']'>(p, end, kTables.fast);
+}
+
+// The first quote, backslash or '#': where a string ends, escapes, or may hold a marker.
 inline const unsigned char* SkipInString(const unsigned char* p, const unsigned char* end) {
-#if defined(__SSE2__)
-  const __m128i q = _mm_set1_epi8('"'), bs = _mm_set1_epi8('\\'), h = _mm_set1_epi8('#');
-  while (p < end) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i m = _mm_or_si128(_mm_cmpeq_epi8(v, q),
-                                   _mm_or_si128(_mm_cmpeq_epi8(v, bs), _mm_cmpeq_epi8(v, h)));
-    const int bits = _mm_movemask_epi8(m);
-    if (bits != 0) {
-      p += __builtin_ctz(static_cast<unsigned>(bits));
-      return p < end ? p : end;
-    }
-    p += 16;
-  }
-  return end;
-#else
-  while (p < end && !kTables.str[*p]) ++p;
-  return p;
-#endif
+  return FindFirstOf<'"', '\\', '#'>(p, end, kTables.str);
 }
 
 // 64-byte block classification for the structural scanner (simdjson's stage 1 in miniature):
