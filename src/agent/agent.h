@@ -10,9 +10,11 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
+#include "diagnose/hang.h"
 
 namespace perftracker::agent {
 
@@ -29,11 +31,22 @@ struct IterationReport {
   double iteration_ms = 0;
 };
 
-// A trace a worker finished for the current window.
+// The traces a worker finished for the current window: the first path owns the iterations (the
+// Python tracer's file with ProfilerStep markers), the others (torch.profiler's) are merged into
+// it (pattern/merge.h).
 struct WorkerTrace {
-  std::string path;
+  std::vector<std::string> paths;
   int rank = -1;  // -1: take it from the trace
   int pid = 0;    // 0: unknown
+};
+
+// A worker's iteration detector fired.
+struct WorkerTrigger {
+  int rank = -1;
+  std::string kind;  // "slowdown" or "hang"
+  int64_t iteration = 0;
+  double mean_ms = 0;
+  double best_ms = 0;  // slowdown: the best mean since learning
 };
 
 // How the agent reaches local workers. The worker side (a Unix-socket interface) plugs in here;
@@ -49,6 +62,12 @@ class AgentLocalSink {
   virtual std::vector<IterationReport> PollIterations() { return {}; }
   // Worker processes whose CPU time and context switches are sampled.
   virtual std::vector<int> WorkerPids() { return {}; }
+  // Detector triggers since the last call (forwarded to the server, which opens the window).
+  virtual std::vector<WorkerTrigger> PollTriggers() { return {}; }
+  // Asks every local worker for its Python stacks and last collective (a hang).
+  virtual Status RequestStacks(int64_t request_id) { return Status::Ok(); }
+  // Stack replies since the last call, with the request id they answer.
+  virtual std::vector<std::pair<int64_t, diagnose::RankStacks>> PollStacks() { return {}; }
 };
 
 // Trace files (*.json, *.json.gz) appearing in DIR while a window is open belong to it. Files

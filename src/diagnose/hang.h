@@ -1,0 +1,62 @@
+// Hang diagnosis: when a job stops making progress, every rank's Python stacks and its last
+// Python-level collective are collected; this module decides which ranks did not arrive at the
+// collective the others wait in, and where they are (file:line). Waiting ranks sit in
+// communication (torch.distributed, DDP's backward all-reduce, a Work.wait); a rank that is
+// elsewhere, or whose stack differs from the majority's, is the one the job waits for.
+#ifndef PERFTRACKER_DIAGNOSE_HANG_H_
+#define PERFTRACKER_DIAGNOSE_HANG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "diagnose/finding.h"
+
+namespace perftracker::diagnose {
+
+struct StackFrame {
+  std::string file;
+  int line = 0;
+  std::string function;
+};
+
+struct ThreadStack {
+  int64_t tid = 0;
+  std::string name;
+  bool main = false;               // the thread that runs the training loop
+  std::vector<StackFrame> frames;  // outermost first
+};
+
+// The last collective the rank entered through torch.distributed's Python API.
+struct LastCollective {
+  std::string op;  // empty: none seen
+  int64_t count = 0;  // collectives entered so far
+  std::string file;   // the caller's file:line
+  int line = 0;
+  bool in_progress = false;
+  double seconds = 0;  // since it was entered
+};
+
+struct RankStacks {
+  int rank = -1;
+  int pid = 0;
+  std::string host;
+  int64_t iteration = -1;  // the worker's last completed iteration index
+  std::vector<ThreadStack> threads;
+  LastCollective last_collective;
+};
+
+// One "hang" finding (class subset): ranks that did not arrive, with their location as
+// functions (name "file:line in function", stack outermost first) and in evidence_text;
+// ranks in EXPECTED that sent no stacks are named too (dead, or stuck holding the GIL).
+// Returns a Diagnosis with job filled from the replies; no finding only when no rank was given.
+Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector<int>& expected,
+                       double stalled_seconds);
+
+// True when the frame is inside communication or a wait on it (torch.distributed, DDP,
+// autograd's backward that runs the all-reduce hooks, Work.wait, barrier).
+bool IsCommunicationFrame(const StackFrame& frame);
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_HANG_H_
