@@ -79,7 +79,7 @@ std::vector<WorkerTrace> FolderSink::PollFinished() {
     if (it != sizes_.end() && it->second == size && size > 0) {
       seen_.insert(p);
       sizes_.erase(it);
-      out.push_back({p, -1, 0});
+      out.push_back({{p}, -1, 0});
     } else {
       sizes_[p] = size;
     }
@@ -140,7 +140,7 @@ struct Agent::Impl {
 
   void UploadTrace(const WindowCommand& w, const WorkerTrace& t,
                    const std::map<std::string, double>& hw) {
-    auto summary = pattern::SummarizeTrace(t.path);
+    auto summary = pattern::SummarizeTrace(t.paths.at(0));
     if (!summary.ok()) {
       std::fprintf(stderr, "perftracker agent: %s\n", summary.status().message().c_str());
       return;
