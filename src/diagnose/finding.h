@@ -4,6 +4,7 @@
 #ifndef PERFTRACKER_DIAGNOSE_FINDING_H_
 #define PERFTRACKER_DIAGNOSE_FINDING_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -42,6 +43,12 @@ struct Finding {
   std::string suggestion;
 };
 
+// Iteration times of a whole online run, per rank (not just a window's).
+struct IterationStats {
+  int64_t count = 0;
+  double mean_ms = 0, p50_ms = 0, p99_ms = 0, min_ms = 0, max_ms = 0;
+};
+
 struct JobInfo {
   int world_size = 0;
   std::vector<int> ranks;
@@ -49,6 +56,7 @@ struct JobInfo {
   double iteration_ms_median = 0;
   std::map<int, double> iteration_ms_per_rank;  // mean per rank
   std::vector<std::string> notes;               // flagged conditions (no markers, ...)
+  std::map<int, IterationStats> run_iterations;  // online: the whole run, per rank
 };
 
 struct Diagnosis {

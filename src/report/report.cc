@@ -126,6 +126,16 @@ std::string RenderJson(const Diagnosis& d) {
   w.Key("notes").BeginArray();
   for (const auto& n : d.job.notes) w.String(n);
   w.EndArray();
+  if (!d.job.run_iterations.empty()) {
+    w.Key("run_iteration_ms").BeginObject().Key("per_rank").BeginObject();
+    for (const auto& [rank, s] : d.job.run_iterations) {
+      w.Key(std::to_string(rank)).BeginObject();
+      w.Key("count").Int(s.count).Key("mean").Number(s.mean_ms).Key("p50").Number(s.p50_ms);
+      w.Key("p99").Number(s.p99_ms).Key("min").Number(s.min_ms).Key("max").Number(s.max_ms);
+      w.EndObject();
+    }
+    w.EndObject().EndObject();
+  }
   w.EndObject();
   w.Key("findings").BeginArray();
   for (const auto& f : d.findings) WriteFinding(f, &w);
@@ -143,6 +153,12 @@ std::string RenderText(const Diagnosis& d) {
                      job.ranks.size(), job.ranks.size() == 1 ? "" : "s", job.world_size,
                      job.iterations, Num(job.iteration_ms_median, 2));
   IterationTable(job, &out);
+  if (!job.run_iterations.empty()) {
+    out += "whole run, iteration time per rank (ms): count mean p50 p99 max\n";
+    for (const auto& [rank, s] : job.run_iterations)
+      out += fmt::format("  rank {:>4}: {:>6} {:>8} {:>8} {:>8} {:>8}\n", rank, s.count,
+                         Num(s.mean_ms), Num(s.p50_ms), Num(s.p99_ms), Num(s.max_ms));
+  }
   for (const auto& n : job.notes) out += fmt::format("note: {}\n", n);
   out += "\n";
   if (d.findings.empty()) {

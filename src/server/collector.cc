@@ -12,10 +12,12 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "base/json_writer.h"
+#include "diagnose/hang.h"
 #include "perftracker.grpc.pb.h"
 #include "report/report.h"
 #include "server/store.h"
@@ -91,6 +93,55 @@ struct RankState {
   double last_ms = 0;
   double sum_ms = 0;
   int64_t count = 0;
+  double min_ms = 0, max_ms = 0;
+  // Every iteration time up to a bound (percentiles at job end); beyond it a reservoir sample
+  // keeps memory flat on long runs.
+  std::vector<float> samples;
+  uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+  static constexpr size_t kMaxSamples = 1 << 18;
+  void Add(double ms) {
+    if (count == 0 || ms < min_ms) min_ms = ms;
+    if (count == 0 || ms > max_ms) max_ms = ms;
+    last_ms = ms;
+    sum_ms += ms;
+    ++count;
+    if (samples.size() < kMaxSamples) {
+      samples.push_back(static_cast<float>(ms));
+    } else {
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
+      uint64_t j = rng % static_cast<uint64_t>(count);
+      if (j < kMaxSamples) samples[j] = static_cast<float>(ms);
+    }
+  }
+  diagnose::IterationStats Stats() const {
+    diagnose::IterationStats s;
+    s.count = count;
+    if (count == 0) return s;
+    s.mean_ms = sum_ms / count;
+    s.min_ms = min_ms;
+    s.max_ms = max_ms;
+    std::vector<float> v = samples;
+    std::sort(v.begin(), v.end());
+    auto at = [&](double q) {
+      return v.empty() ? 0.0 : static_cast<double>(v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))]);
+    };
+    s.p50_ms = at(0.5);
+    s.p99_ms = at(0.99);
+    return s;
+  }
+};
+
+// A hang: every rank's stacks, collected until all expected ranks replied or a deadline.
+struct HangCollection {
+  int64_t id = 0;  // shares the window numbering (DIR/windows/<id>/)
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point since;  // when the first hang trigger arrived
+  double stalled_seconds = 0;
+  std::set<int> expected;
+  std::map<int, diagnose::RankStacks> replies;
 };
 
 struct CollectorServer::Impl final : public v1::Collector::Service {
@@ -111,6 +162,13 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
   int64_t open_window = 0;  // 0: none
   int64_t last_window = 0;
   bool wrote_latest = false;
+  std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
+  std::chrono::steady_clock::time_point last_closed{};
+  std::optional<HangCollection> hang;  // collecting stacks
+  bool hang_reported = false;          // until iterations progress again
+  int64_t hang_step = -1;              // the furthest step when the hang was reported
+  std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
+  int64_t profile_at = -1;                            // --profile-at-iteration
   std::thread timer;
 
   grpc::Status Authorize(grpc::ServerContext* ctx) {
@@ -135,9 +193,19 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     spec.max_seconds = options.max_seconds;
     // A common future iteration, so every rank profiles the same steps; 0 when no rank has
     // reported iterations yet (workers read it as "the next iteration").
-    int64_t latest = -1;
-    for (const auto& [r, st] : ranks) latest = std::max(latest, st.last_step);
-    spec.start_iteration = latest >= 0 ? latest + options.start_lead : 0;
+    int64_t latest_step = -1;
+    double sum = 0;
+    int64_t n = 0;
+    for (const auto& [r, st] : ranks) {
+      latest_step = std::max(latest_step, st.last_step);
+      sum += st.sum_ms;
+      n += st.count;
+    }
+    int64_t lead = options.start_lead;
+    if (n > 0 && sum > 0)
+      lead = std::max<int64_t>(
+          lead, static_cast<int64_t>(std::ceil(options.lead_seconds * 1e3 / (sum / n))));
+    spec.start_iteration = latest_step >= 0 ? latest_step + lead : 0;
     std::set<int> expected;
     for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
     auto deadline =
@@ -171,6 +239,12 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     if (w.closed()) return;
     diagnose::Diagnosis d = w.Close();
     if (open_window == id) open_window = 0;
+    last_closed = std::chrono::steady_clock::now();
+    Publish(id, d, "window");
+  }
+
+  // Writes DIR/windows/<id>/diagnosis.json and DIR/diagnosis.json, stores and prints D.
+  void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what) {
     std::string json = report::RenderJson(d);
     fs::path dir = fs::path(options.report_dir) / "windows" / std::to_string(id);
     std::error_code ec;
@@ -181,11 +255,56 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     if (!st.ok()) std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
     if (::perftracker::Status s2 = store->FinishWindow(id, d, json); !s2.ok())
       std::fprintf(stderr, "perftracker server: %s\n", s2.message().c_str());
+    latest = d;
     if (options.print) {
-      std::printf("== window %lld ==\n%s", static_cast<long long>(id),
+      std::printf("== perftracker: %s %lld ==\n%s", what, static_cast<long long>(id),
                   report::RenderText(d).c_str());
       std::fflush(stdout);
     }
+  }
+
+  // Called with mu held.
+  void StartHangLocked(int rank, double mean_ms) {
+    if (hang || hang_reported) return;
+    // A profiling window in progress cannot finish while ranks are stuck: report what it has.
+    if (open_window) CloseWindowLocked(open_window);
+    HangCollection h;
+    h.id = ++last_window;
+    h.since = std::chrono::steady_clock::now();
+    h.deadline = h.since + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               std::chrono::duration<double>(options.stacks_seconds));
+    // How long the job has been stuck: the detector fires after hang_factor x the mean.
+    h.stalled_seconds = mean_ms > 0 ? 5 * mean_ms / 1e3 : 0;
+    for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
+    for (const auto& [r, st] : ranks) h.expected.insert(r);
+    if (::perftracker::Status st = store->AddWindow(job_id, h.id, -1, 0, "hang"); !st.ok())
+      std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+    v1::Command cmd;
+    cmd.mutable_stacks()->set_request_id(h.id);
+    for (auto& [id, a] : agents) a.queue.push_back(cmd);
+    hang_step = -1;
+    for (const auto& [r, st] : ranks) hang_step = std::max(hang_step, st.last_step);
+    std::fprintf(stderr,
+                 "perftracker server: hang reported by rank %d: collecting stacks from %zu "
+                 "rank(s)\n",
+                 rank, h.expected.size());
+    hang = std::move(h);
+    cv.notify_all();
+  }
+
+  // Called with mu held.
+  void FinishHangLocked() {
+    HangCollection h = std::move(*hang);
+    hang.reset();
+    hang_reported = true;
+    std::vector<diagnose::RankStacks> replies;
+    for (auto& [r, s] : h.replies) replies.push_back(s);
+    double stalled = h.stalled_seconds +
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
+    diagnose::Diagnosis d = diagnose::DiagnoseHang(
+        replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
+    Publish(h.id, d, "hang");
+    if (options.on_hang) hang_callback = d;
   }
 
   void TimerLoop() {
@@ -194,6 +313,14 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       cv.wait_for(lk, std::chrono::milliseconds(100));
       if (open_window && windows[open_window]->Expired(Window::Clock::now()))
         CloseWindowLocked(open_window);
+      if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
+      if (hang_callback) {
+        diagnose::Diagnosis d = std::move(*hang_callback);
+        hang_callback.reset();
+        lk.unlock();
+        options.on_hang(d);
+        lk.lock();
+      }
     }
   }
 
@@ -223,9 +350,13 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       int n = std::min(b.steps_size(), b.iteration_ms_size());
       for (int i = 0; i < n; ++i) {
         r.last_step = std::max(r.last_step, b.steps(i));
-        r.last_ms = b.iteration_ms(i);
-        r.sum_ms += b.iteration_ms(i);
-        ++r.count;
+        r.Add(b.iteration_ms(i));
+      }
+      // Iterations again after a reported hang: the next hang is a new one.
+      if (hang_reported && r.last_step > hang_step) hang_reported = false;
+      if (profile_at >= 0 && r.last_step >= profile_at) {
+        profile_at = -1;
+        OpenWindowLocked("--profile-at-iteration", 0);
       }
     }
     return grpc::Status::OK;
@@ -290,11 +421,10 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
     RankState& rs = ranks[summary->rank];
     if (rs.host.empty()) rs.host = summary->host;
-    if (rs.count == 0 && !summary->iteration_ms.empty()) {
-      rs.last_ms = summary->iteration_ms.back();
-      rs.sum_ms = summary->MeanIterationMs() * summary->iteration_ms.size();
-      rs.count = static_cast<int64_t>(summary->iteration_ms.size());
-    }
+    // Without iteration reports (a folder-watching agent), the window's iterations are all the
+    // server knows of the rank's pace.
+    if (rs.count == 0)
+      for (double ms : summary->iteration_ms) rs.Add(ms);
     std::fprintf(stderr, "perftracker server: window %lld: rank %d from %s, summary %zu bytes\n",
                  static_cast<long long>(req->window_id()), summary->rank, row.host.c_str(),
                  req->summary().size());
@@ -303,12 +433,64 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status UploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
+                            v1::UploadStacksReply* reply) override {
+    if (auto st = Authorize(ctx); !st.ok()) return st;
+    std::lock_guard lk(mu);
+    if (!hang || hang->id != req->request_id() || req->rank() < 0) {
+      reply->set_accepted(false);
+      return grpc::Status::OK;
+    }
+    diagnose::RankStacks s;
+    s.rank = req->rank();
+    s.pid = req->pid();
+    s.host = req->host();
+    s.iteration = req->iteration();
+    for (const auto& t : req->threads()) {
+      diagnose::ThreadStack ts;
+      ts.tid = t.tid();
+      ts.name = t.name();
+      ts.main = t.main();
+      for (const auto& f : t.frames()) ts.frames.push_back({f.file(), f.line(), f.function()});
+      s.threads.push_back(std::move(ts));
+    }
+    const auto& lc = req->last_collective();
+    s.last_collective = {lc.op(), lc.count(), lc.file(), lc.line(), lc.in_progress(), lc.seconds()};
+    hang->replies[s.rank] = std::move(s);
+    hang->expected.insert(req->rank());
+    reply->set_accepted(true);
+    if (std::all_of(hang->expected.begin(), hang->expected.end(),
+                    [&](int r) { return hang->replies.count(r) > 0; }))
+      FinishHangLocked();
+    cv.notify_all();
+    return grpc::Status::OK;
+  }
+
   grpc::Status Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
                        v1::TriggerReply* reply) override {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
-    TriggerResult r =
-        OpenWindowLocked(req->reason().empty() ? "trigger" : req->reason(), req->iterations());
+    const std::string& kind = req->kind();
+    if (kind == "hang") {
+      StartHangLocked(req->rank(), req->mean_ms());
+      reply->set_window_id(hang ? hang->id : 0);
+      reply->set_already_open(true);
+      return grpc::Status::OK;
+    }
+    std::string reason = req->reason().empty() ? "trigger" : req->reason();
+    if (kind == "slowdown") {
+      reason = fmt::format("slowdown on rank {}: mean of recent iterations {:.1f} ms vs best "
+                           "{:.1f} ms",
+                           req->rank(), req->mean_ms(), req->best_ms());
+      bool cooling = last_closed.time_since_epoch().count() != 0 &&
+                     std::chrono::steady_clock::now() - last_closed <
+                         std::chrono::duration<double>(options.cooldown_seconds);
+      if (!open_window && (cooling || hang || hang_reported)) {
+        reply->set_already_open(true);
+        return grpc::Status::OK;
+      }
+    }
+    TriggerResult r = OpenWindowLocked(reason, req->iterations());
     reply->set_window_id(r.window_id);
     reply->set_start_iteration(r.start_iteration);
     reply->set_already_open(r.already_open);
@@ -398,14 +580,40 @@ void CollectorServer::Shutdown() {
   if (impl_->timer.joinable()) impl_->timer.join();
   std::lock_guard lk(impl_->mu);
   if (impl_->open_window) impl_->CloseWindowLocked(impl_->open_window);
-  // The job ended: DIR/diagnosis.json always exists, even when no window ever completed.
-  fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
-  if (!impl_->wrote_latest && !fs::exists(latest)) {
-    diagnose::Diagnosis empty;
-    empty.job.notes.push_back("no profiling window completed before the server stopped");
-    if (::perftracker::Status st = WriteReport(empty, latest.string()); !st.ok())
-      std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+  if (impl_->hang) impl_->FinishHangLocked();
+  // The job ended: DIR/diagnosis.json always exists: the latest diagnosis, or no findings,
+  // with the whole run's iteration statistics per rank.
+  diagnose::Diagnosis final_d;
+  if (impl_->latest) {
+    final_d = *impl_->latest;
+  } else {
+    final_d.job.notes.push_back("no profiling window fired or completed during the run");
   }
+  std::vector<double> means;
+  for (const auto& [r, st] : impl_->ranks) {
+    if (st.count == 0) continue;
+    diagnose::IterationStats s = st.Stats();
+    final_d.job.run_iterations[r] = s;
+    if (!impl_->latest) {
+      final_d.job.ranks.push_back(r);
+      final_d.job.iteration_ms_per_rank[r] = s.mean_ms;
+      final_d.job.iterations = std::max<int>(final_d.job.iterations, static_cast<int>(s.count));
+      means.push_back(s.p50_ms);
+    }
+  }
+  if (!means.empty()) {
+    std::sort(means.begin(), means.end());
+    final_d.job.iteration_ms_median = means[means.size() / 2];
+    final_d.job.world_size = std::max<int>(final_d.job.world_size, impl_->ranks.rbegin()->first + 1);
+  }
+  fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
+  if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())
+    std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+}
+
+void CollectorServer::TriggerAtIteration(int64_t iteration) {
+  std::lock_guard lk(impl_->mu);
+  impl_->profile_at = iteration;
 }
 
 }  // namespace perftracker::server

@@ -9,10 +9,12 @@
 #define PERFTRACKER_SERVER_COLLECTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "base/status.h"
+#include "diagnose/finding.h"
 
 namespace perftracker::server {
 
@@ -23,8 +25,15 @@ struct ServerOptions {
   int default_iterations = 10;         // W
   double max_seconds = 20;             // a window's profiling time limit
   double upload_grace_seconds = 30;    // after max_seconds, how long to wait for uploads
-  int start_lead = 5;                  // the window starts this many iterations ahead
-  bool print = true;                   // print each diagnosis to stdout
+  int start_lead = 5;                  // the window starts at least this many iterations ahead...
+  double lead_seconds = 2.0;           // ...and at least this long ahead (commands travel)
+  // After a window closes, workers' slowdown triggers are ignored this long (a lasting slowdown
+  // fires on every rank, one after another); user triggers always open a window.
+  double cooldown_seconds = 60;
+  double stacks_seconds = 10;  // a hang: how long to wait for every rank's stacks
+  bool print = true;           // print each diagnosis to stdout
+  // Called (on a server thread, without locks held) after a hang was diagnosed and reported.
+  std::function<void(const diagnose::Diagnosis&)> on_hang;
 };
 
 // True for 127.0.0.1:P, localhost:P and [::1]:P (a token is optional there).
@@ -48,10 +57,13 @@ class CollectorServer {
   int port() const;
   // Opens a window (or joins the one in progress) and sends it to every agent.
   TriggerResult Trigger(const std::string& reason, int iterations);
+  // Opens a window once any rank has completed ITERATION (--profile-at-iteration).
+  void TriggerAtIteration(int64_t iteration);
   // Blocks until Shutdown is called from another thread or a signal handler's thread.
   void Wait();
-  // Stops serving; closes the window in progress with what arrived; makes sure
-  // DIR/diagnosis.json exists. Idempotent.
+  // Stops serving; closes the window in progress with what arrived; writes DIR/diagnosis.json:
+  // the latest diagnosis (or none) with the whole run's iteration statistics per rank.
+  // Idempotent.
   void Shutdown();
 
   struct Impl;

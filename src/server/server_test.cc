@@ -1,6 +1,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -154,7 +155,8 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   v1::TriggerReply tr;
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
   EXPECT_EQ(tr.window_id(), 1);
-  EXPECT_EQ(tr.start_iteration(), 41 + o.start_lead);
+  // At least lead_seconds ahead: 2 s of 12.5 ms iterations.
+  EXPECT_EQ(tr.start_iteration(), 41 + 160);
   v1::Command cmd;
   ASSERT_TRUE(reader->Read(&cmd));
   EXPECT_EQ(cmd.profile().window_id(), 1);
@@ -231,6 +233,130 @@ TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   ASSERT_TRUE(server.ok());
   (*server)->Shutdown();
   EXPECT_TRUE(fs::exists(o.report_dir + "/diagnosis.json"));
+}
+
+v1::UploadStacksRequest Stacks(int64_t id, int rank, std::vector<std::pair<std::string, int>> at) {
+  v1::UploadStacksRequest s;
+  s.set_request_id(id);
+  s.set_rank(rank);
+  s.set_host("node-a");
+  auto* t = s.add_threads();
+  t->set_name("MainThread");
+  t->set_main(true);
+  for (const auto& [file, line] : at) {
+    auto* f = t->add_frames();
+    f->set_file(file);
+    f->set_line(line);
+    f->set_function(file.find("torch") != std::string::npos ? "backward" : "train_step");
+  }
+  return s;
+}
+
+TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
+  ServerOptions o;
+  o.report_dir = TempDir("hang");
+  o.print = false;
+  std::atomic<int> hangs{0};
+  o.on_hang = [&](const diagnose::Diagnosis& d) { ++hangs; };
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  v1::RegisterRequest reg;
+  reg.add_ranks(0);
+  reg.add_ranks(1);
+  reg.add_ranks(2);
+  v1::RegisterReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  grpc::ClientContext wctx;
+  v1::WatchRequest wreq;
+  wreq.set_agent_id(rr.agent_id());
+  auto reader = c.stub()->WatchCommands(&wctx, wreq);
+
+  v1::TriggerRequest hang;
+  hang.set_kind("hang");
+  hang.set_rank(0);
+  hang.set_mean_ms(100);
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  // A second rank's hang trigger joins the same collection.
+  hang.set_rank(2);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  v1::Command cmd;
+  ASSERT_TRUE(reader->Read(&cmd));
+  ASSERT_TRUE(cmd.has_stacks());
+  int64_t id = cmd.stacks().request_id();
+  const std::string torch = "/usr/lib/python3/dist-packages/torch/_tensor.py";
+  v1::UploadStacksReply ur;
+  for (int r : {0, 2})
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
+                       Stacks(id, r, {{"/job/train.py", 150}, {torch, 487}}), &ur)
+                    .ok());
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
+                     Stacks(id, 1, {{"/job/train.py", 150}, {"/job/train.py", 120}}), &ur)
+                  .ok());
+  EXPECT_TRUE(ur.accepted());
+  std::string latest = o.report_dir + "/diagnosis.json";
+  for (int i = 0; i < 50 && hangs == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(hangs, 1);
+  std::string json = Slurp(latest);
+  EXPECT_NE(json.find("\"hang\""), std::string::npos) << json;
+  EXPECT_NE(json.find("/job/train.py:120"), std::string::npos) << json;
+  EXPECT_TRUE(fs::exists(o.report_dir + "/windows/" + std::to_string(id) + "/diagnosis.json"));
+  // Stacks for a request that is over are refused.
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
+                     Stacks(id, 1, {{"/job/train.py", 150}}), &ur)
+                  .ok());
+  EXPECT_FALSE(ur.accepted());
+  wctx.TryCancel();
+  (*server)->Shutdown();
+}
+
+TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
+  ServerOptions o;
+  o.report_dir = TempDir("cool");
+  o.print = false;
+  o.max_seconds = 0.1;
+  o.upload_grace_seconds = 0.1;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  v1::RegisterRequest reg;
+  reg.add_ranks(0);
+  v1::RegisterReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  v1::ReportIterationsRequest it;
+  auto* b = it.add_batches();
+  b->set_rank(0);
+  for (int i = 0; i < 100; ++i) {
+    b->add_steps(i);
+    b->add_iteration_ms(i < 99 ? 10 : 50);
+  }
+  v1::ReportIterationsReply itr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+
+  v1::TriggerRequest slow;
+  slow.set_kind("slowdown");
+  slow.set_rank(0);
+  slow.set_mean_ms(12);
+  slow.set_best_ms(10);
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  EXPECT_EQ(tr.window_id(), 1);
+  EXPECT_FALSE(tr.already_open());
+  // The window expires (nobody uploads); a slowdown trigger right after is ignored.
+  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/1/diagnosis.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  EXPECT_EQ(tr.window_id(), 0);
+  // A user's trigger is never ignored.
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  EXPECT_EQ(tr.window_id(), 2);
+  (*server)->Shutdown();
+  std::string json = Slurp(o.report_dir + "/diagnosis.json");
+  EXPECT_NE(json.find("run_iteration_ms"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"count\": 100"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"max\": 50"), std::string::npos) << json;
 }
 
 }  // namespace
