@@ -1,0 +1,104 @@
+#include "pattern/merge.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_set>
+
+namespace perftracker::pattern {
+
+namespace {
+
+// The summarizer divides by one iteration when it found none (the whole window); so do we.
+double Divisor(size_t iterations) { return iterations ? static_cast<double>(iterations) : 1.0; }
+
+// Per-iteration figures from totals: the secondary trace covers the same window, so all of a
+// function's time belongs to the primary's iterations (there is no clock to cut it by).
+void Rebase(FunctionPattern* f, size_t old_iterations, size_t new_iterations, double mean_iter_us) {
+  const double old_per_iter = f->per_iter_us;
+  const double old_self = f->self_per_iter_us;
+  const double n = Divisor(new_iterations);
+  f->per_iter_us = f->total_us / n;
+  f->calls_per_iter = static_cast<double>(f->count) / n;
+  // Keep the function's exclusive fraction: self time was only counted inside the secondary's
+  // iterations, which need not cover all of total_us.
+  if (old_per_iter > 0) {
+    f->self_per_iter_us = std::min(f->per_iter_us, old_self * f->per_iter_us / old_per_iter);
+  } else {
+    f->self_per_iter_us = old_self * Divisor(old_iterations) / n;
+  }
+  f->share = mean_iter_us > 0 ? f->per_iter_us / mean_iter_us : 0;
+  if (old_iterations != new_iterations || new_iterations == 0) f->iter_us.clear();
+}
+
+void SumReadStats(trace::ReadStats* into, const trace::ReadStats& from) {
+  into->bytes += from.bytes;
+  into->events += from.events;
+  into->flow_events += from.flow_events;
+  into->metadata_events += from.metadata_events;
+  into->unknown_kind += from.unknown_kind;
+  into->malformed_events += from.malformed_events;
+  for (const auto& [cat, n] : from.unknown_cats) into->unknown_cats[cat] += n;
+}
+
+}  // namespace
+
+void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
+  RankSummary& p = *primary;
+  if (p.iteration_ms.empty() && !secondary.iteration_ms.empty()) {
+    // Nothing to re-base on: the secondary's iterations become the window's, and the primary's
+    // own functions (counted against no iteration) are re-based on them below.
+    p.iteration_source = secondary.iteration_source;
+    p.whole_window = secondary.whole_window;
+    p.iteration_ms = secondary.iteration_ms;
+    p.iteration_steps = secondary.iteration_steps;
+    if (p.window_ms <= 0) p.window_ms = secondary.window_ms;
+    const double mean_us = p.MeanIterationMs() * 1000.0;
+    for (FunctionPattern& f : p.functions) Rebase(&f, 0, p.iteration_ms.size(), mean_us);
+  }
+  const size_t n_primary = p.iteration_ms.size();
+  const size_t n_secondary = secondary.iteration_ms.size();
+  const double mean_iter_us = p.MeanIterationMs() * 1000.0;
+
+  if (p.rank < 0) p.rank = secondary.rank;
+  if (p.world_size < 0) p.world_size = secondary.world_size;
+  if (p.host.empty()) p.host = secondary.host;
+  if (p.devices.empty()) p.devices = secondary.devices;
+  if (p.process_groups.empty()) p.process_groups = secondary.process_groups;
+
+  if (!p.has_gpu && secondary.has_gpu) {
+    // The secondary's GPU figures are means over its own iterations: back to window totals,
+    // then over the primary's.
+    const double scale = Divisor(n_secondary) / Divisor(n_primary);
+    p.has_gpu = true;
+    p.gpu_busy_us = secondary.gpu_busy_us * scale;
+    p.compute_us = secondary.compute_us * scale;
+    p.comm_us = secondary.comm_us * scale;
+    p.memcpy_us = secondary.memcpy_us * scale;
+    p.comm_compute_overlap_us = secondary.comm_compute_overlap_us * scale;
+    p.cpu_critical_us = secondary.cpu_critical_us * scale;
+    // Idle is defined against the iteration time, which is the primary's now.
+    p.gpu_idle_us = mean_iter_us > 0 ? std::max(0.0, mean_iter_us - p.gpu_busy_us)
+                                     : secondary.gpu_idle_us * scale;
+  }
+
+  std::unordered_set<std::string> keys;
+  keys.reserve(p.functions.size());
+  for (const FunctionPattern& f : p.functions) keys.insert(f.Key());
+  for (const FunctionPattern& f : secondary.functions) {
+    if (!keys.insert(f.Key()).second) continue;
+    FunctionPattern& added = p.functions.emplace_back(f);
+    Rebase(&added, n_secondary, n_primary, mean_iter_us);
+  }
+
+  SumReadStats(&p.read_stats, secondary.read_stats);
+
+  // The summarizer's order, so that merged and unmerged summaries compare alike.
+  std::sort(p.functions.begin(), p.functions.end(),
+            [](const FunctionPattern& a, const FunctionPattern& b) {
+              if (a.per_iter_us != b.per_iter_us) return a.per_iter_us > b.per_iter_us;
+              if (a.total_us != b.total_us) return a.total_us > b.total_us;
+              return a.Key() < b.Key();
+            });
+}
+
+}  // namespace perftracker::pattern

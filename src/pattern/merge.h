@@ -1,0 +1,21 @@
+// Merges two summaries of one rank's one window: the Python tracer's trace (whose ProfilerStep
+// markers own the iterations) and torch.profiler's trace of the same window, written side by
+// side by the worker. The two profilers keep separate clocks, so nothing is aligned in time:
+// the secondary trace's functions and GPU figures are re-based on the primary's iterations.
+#ifndef PERFTRACKER_PATTERN_MERGE_H_
+#define PERFTRACKER_PATTERN_MERGE_H_
+
+#include "pattern/pattern.h"
+
+namespace perftracker::pattern {
+
+// Adds to PRIMARY every function of SECONDARY whose Key() PRIMARY lacks (PRIMARY's figures win
+// where both saw a function), with per-iteration figures over PRIMARY's iterations; takes
+// SECONDARY's GPU breakdown when PRIMARY has none, rank-level facts PRIMARY lacks, and its
+// iterations when PRIMARY has none. read_stats are summed; functions stay sorted by
+// per_iter_us, descending.
+void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary);
+
+}  // namespace perftracker::pattern
+
+#endif  // PERFTRACKER_PATTERN_MERGE_H_
