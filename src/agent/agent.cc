@@ -14,6 +14,7 @@
 
 #include "agent/nvml_sampler.h"
 #include "agent/proc_sampler.h"
+#include "pattern/merge.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
@@ -116,6 +117,12 @@ struct Agent::Impl {
       auto reader = stub->WatchCommands(&ctx, req);
       v1::Command cmd;
       while (reader->Read(&cmd)) {
+        if (cmd.has_stacks()) {
+          std::fprintf(stderr, "perftracker agent: hang: asking workers for their stacks\n");
+          if (Status st = sink->RequestStacks(cmd.stacks().request_id()); !st.ok())
+            std::fprintf(stderr, "perftracker agent: %s\n", st.message().c_str());
+          continue;
+        }
         if (!cmd.has_profile()) continue;
         WindowCommand w{cmd.profile().window_id(), cmd.profile().start_iteration(),
                         cmd.profile().iterations(), cmd.profile().max_seconds()};
@@ -138,14 +145,30 @@ struct Agent::Impl {
     }
   }
 
+  void ForwardTrigger(const WorkerTrigger& t);
+  void UploadStacks(int64_t request_id, const diagnose::RankStacks& s);
+
   void UploadTrace(const WindowCommand& w, const WorkerTrace& t,
                    const std::map<std::string, double>& hw) {
-    auto summary = pattern::SummarizeTrace(t.paths.at(0));
-    if (!summary.ok()) {
-      std::fprintf(stderr, "perftracker agent: %s\n", summary.status().message().c_str());
-      return;
+    if (t.paths.empty()) return;
+    // The first trace that reads owns the iterations; the others are merged into it.
+    std::optional<pattern::RankSummary> merged;
+    for (const std::string& path : t.paths) {
+      auto s = pattern::SummarizeTrace(path);
+      if (!s.ok()) {
+        std::fprintf(stderr, "perftracker agent: %s\n", s.status().message().c_str());
+        continue;
+      }
+      if (!merged) {
+        merged = std::move(*s);
+      } else {
+        pattern::MergeWindowSummary(&*merged, *s);
+      }
     }
+    if (!merged) return;
+    pattern::RankSummary* summary = &*merged;
     int rank = t.rank >= 0 ? t.rank : summary->rank;
+    if (summary->source.empty() || t.paths.size() > 1) summary->source = t.paths[0];
     if (rank < 0 && options.ranks.size() == 1) rank = options.ranks[0];
     summary->rank = rank;
     if (summary->host.empty()) summary->host = options.host;
@@ -170,6 +193,63 @@ struct Agent::Impl {
                  st.ok() ? reply.message().c_str() : st.error_message().c_str());
   }
 };
+
+void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
+  v1::TriggerRequest req;
+  req.set_kind(t.kind);
+  req.set_rank(t.rank);
+  req.set_iteration(t.iteration);
+  req.set_mean_ms(t.mean_ms);
+  req.set_best_ms(t.best_ms);
+  req.set_reason(t.kind == "user" ? fmt::format("--profile-at-iteration {}", t.iteration)
+                                  : fmt::format("{} on rank {}", t.kind, t.rank));
+  grpc::ClientContext ctx;
+  AddToken(&ctx, options.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::TriggerReply reply;
+  grpc::Status st = stub->Trigger(&ctx, req, &reply);
+  std::fprintf(stderr, "perftracker agent: rank %d detector: %s (mean %.1f ms%s)%s%s\n", t.rank,
+               t.kind.c_str(), t.mean_ms,
+               t.best_ms > 0 ? fmt::format(", best {:.1f} ms", t.best_ms).c_str() : "",
+               st.ok() ? "" : ": server unreachable: ", st.ok() ? "" : st.error_message().c_str());
+}
+
+void Agent::Impl::UploadStacks(int64_t request_id, const diagnose::RankStacks& s) {
+  v1::UploadStacksRequest req;
+  req.set_request_id(request_id);
+  req.set_rank(s.rank);
+  req.set_host(s.host.empty() ? options.host : s.host);
+  req.set_pid(s.pid);
+  req.set_iteration(s.iteration);
+  for (const auto& t : s.threads) {
+    v1::ThreadStack* ts = req.add_threads();
+    ts->set_tid(t.tid);
+    ts->set_name(t.name);
+    ts->set_main(t.main);
+    for (const auto& f : t.frames) {
+      v1::StackFrame* fr = ts->add_frames();
+      fr->set_file(f.file);
+      fr->set_line(f.line);
+      fr->set_function(f.function);
+    }
+  }
+  const diagnose::LastCollective& lc = s.last_collective;
+  v1::LastCollective* out = req.mutable_last_collective();
+  out->set_op(lc.op);
+  out->set_count(lc.count);
+  out->set_file(lc.file);
+  out->set_line(lc.line);
+  out->set_in_progress(lc.in_progress);
+  out->set_seconds(lc.seconds);
+  grpc::ClientContext ctx;
+  AddToken(&ctx, options.token);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::UploadStacksReply reply;
+  grpc::Status st = stub->UploadStacks(&ctx, req, &reply);
+  if (!st.ok())
+    std::fprintf(stderr, "perftracker agent: stacks of rank %d not delivered: %s\n", s.rank,
+                 st.error_message().c_str());
+}
 
 Agent::Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink)
     : impl_(std::make_unique<Impl>()) {
@@ -219,6 +299,10 @@ Status Agent::Run() {
       ir.set_agent_id(m.agent_id);
       std::map<int, v1::IterationBatch*> by_rank;
       for (const auto& it : iters) {
+        if (m.options.profile_at_iteration >= 0 && it.step >= m.options.profile_at_iteration) {
+          m.options.profile_at_iteration = -1;
+          m.ForwardTrigger({it.rank, "user", it.step, it.iteration_ms, 0});
+        }
         auto& b = by_rank[it.rank];
         if (!b) {
           b = ir.add_batches();
@@ -233,6 +317,8 @@ Status Agent::Run() {
       v1::ReportIterationsReply rr;
       (void)m.stub->ReportIterations(&ctx, ir, &rr);  // best effort: the next batch follows
     }
+    for (const WorkerTrigger& t : m.sink->PollTriggers()) m.ForwardTrigger(t);
+    for (const auto& [id, stacks] : m.sink->PollStacks()) m.UploadStacks(id, stacks);
     if (begin) m.proc.Begin(m.sink->WorkerPids());
     if (w) {
       for (const WorkerTrace& t : m.sink->PollFinished()) {

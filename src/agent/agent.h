@@ -90,6 +90,9 @@ struct AgentOptions {
   std::string host;        // this node's name (default: hostname)
   std::vector<int> ranks;  // local ranks, where known
   double poll_seconds = 0.2;
+  // Asks the server for a window once a local rank completed this iteration (scripted use;
+  // -1: never).
+  int64_t profile_at_iteration = -1;
 };
 
 class Agent {

@@ -168,7 +168,6 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
   bool hang_reported = false;          // until iterations progress again
   int64_t hang_step = -1;              // the furthest step when the hang was reported
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
-  int64_t profile_at = -1;                            // --profile-at-iteration
   std::thread timer;
 
   grpc::Status Authorize(grpc::ServerContext* ctx) {
@@ -354,10 +353,6 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       }
       // Iterations again after a reported hang: the next hang is a new one.
       if (hang_reported && r.last_step > hang_step) hang_reported = false;
-      if (profile_at >= 0 && r.last_step >= profile_at) {
-        profile_at = -1;
-        OpenWindowLocked("--profile-at-iteration", 0);
-      }
     }
     return grpc::Status::OK;
   }
@@ -611,9 +606,5 @@ void CollectorServer::Shutdown() {
     std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
 }
 
-void CollectorServer::TriggerAtIteration(int64_t iteration) {
-  std::lock_guard lk(impl_->mu);
-  impl_->profile_at = iteration;
-}
 
 }  // namespace perftracker::server

@@ -57,8 +57,6 @@ class CollectorServer {
   int port() const;
   // Opens a window (or joins the one in progress) and sends it to every agent.
   TriggerResult Trigger(const std::string& reason, int iterations);
-  // Opens a window once any rank has completed ITERATION (--profile-at-iteration).
-  void TriggerAtIteration(int64_t iteration);
   // Blocks until Shutdown is called from another thread or a signal handler's thread.
   void Wait();
   // Stops serving; closes the window in progress with what arrived; writes DIR/diagnosis.json:
