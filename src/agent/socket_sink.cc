@@ -1,0 +1,796 @@
+#include "agent/socket_sink.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <simdjson.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string_view>
+#include <thread>
+
+#include "base/json_writer.h"
+
+namespace perftracker::agent {
+
+namespace fs = std::filesystem;
+namespace dom = simdjson::dom;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxConnections = 1024;
+constexpr size_t kMaxQueuedIterations = 200000;  // the agent polls every 0.2 s; this is minutes
+constexpr size_t kMaxQueued = 10000;             // triggers, stack replies, finished traces
+constexpr size_t kMaxPendingTraces = 4096;
+constexpr size_t kMaxRemembered = 1024;  // uploaded Python traces a late torch trace may follow
+constexpr size_t kReadChunk = 64 << 10;
+constexpr int kReadRoundsPerWakeup = 16;  // then let the other connections have a turn
+
+void Log(const std::string& line) { std::fprintf(stderr, "perftracker agent: %s\n", line.c_str()); }
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// JSON numbers arrive as int64, uint64 or double depending on the writer; null and absent are
+// "unknown".
+std::optional<double> GetDouble(dom::element obj, std::string_view key) {
+  dom::element v;
+  double d = 0;
+  if (obj[key].get(v) != simdjson::SUCCESS || v.get_double().get(d) != simdjson::SUCCESS ||
+      !std::isfinite(d)) {
+    return std::nullopt;
+  }
+  return d;
+}
+
+std::optional<int64_t> GetInt(dom::element obj, std::string_view key) {
+  dom::element v;
+  if (obj[key].get(v) != simdjson::SUCCESS) return std::nullopt;
+  int64_t i = 0;
+  if (v.get_int64().get(i) == simdjson::SUCCESS) return i;
+  double d = 0;
+  if (v.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d) && std::fabs(d) < 9e18) {
+    return static_cast<int64_t>(std::llround(d));
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string_view> GetString(dom::element obj, std::string_view key) {
+  std::string_view s;
+  if (obj[key].get_string().get(s) != simdjson::SUCCESS) return std::nullopt;
+  return s;
+}
+
+std::optional<bool> GetBool(dom::element obj, std::string_view key) {
+  bool b = false;
+  if (obj[key].get_bool().get(b) != simdjson::SUCCESS) return std::nullopt;
+  return b;
+}
+
+int ToInt(int64_t v) { return static_cast<int>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX)); }
+
+std::string RankName(int rank) { return rank >= 0 ? std::to_string(rank) : "?"; }
+
+}  // namespace
+
+struct SocketSink::Impl {
+  struct Conn {
+    int fd = -1;
+    std::string in;           // the current line, up to kMaxLineBytes
+    bool discarding = false;  // inside an oversized line: skip to its newline
+    std::string out;
+    size_t out_off = 0;
+    // Identity, from the worker's messages (every message carries it).
+    int pid = 0;
+    int rank = -1;
+    int local_rank = -1;
+    int world_size = -1;
+    std::string host;
+    int64_t clock_offset_ns = 0;
+    std::optional<int64_t> window_sent;  // the last window whose profile command it got
+    std::deque<IterationReport> unranked;
+  };
+
+  // One worker's window traces, until both are in or the wait is over.
+  struct Pending {
+    int pid = 0;
+    int rank = -1;
+    std::optional<int64_t> window;
+    bool have_python = false;
+    std::string python_path;
+    bool torch_expected = true;
+    bool torch_done = false;
+    std::string torch_path;  // empty: the torch trace failed
+    Clock::time_point python_at, torch_at;
+  };
+
+  struct Uploaded {
+    int pid = 0;
+    std::optional<int64_t> window;
+    std::string python_path;
+  };
+
+  std::string socket_path;
+  std::string trace_dir;
+  Options options;
+
+  mutable std::mutex mu;
+  bool running = false;
+  bool stopping = false;
+  bool bound = false;  // the socket file is ours to remove
+  int listen_fd = -1;
+  int wake_read = -1, wake_write = -1;
+  std::thread thread;
+  std::map<int, Conn> conns;  // by fd
+  Counters counters;
+  std::deque<IterationReport> iterations;
+  std::vector<WorkerTrigger> triggers;
+  std::vector<std::pair<int64_t, diagnose::RankStacks>> stacks;
+  std::vector<WorkerTrace> finished;
+  std::vector<Pending> pending;
+  std::deque<Uploaded> uploaded;
+  std::optional<WindowCommand> window;
+  std::string window_line;  // the profile command, as sent
+  Clock::time_point window_since;
+  std::set<int> window_done_pids;  // workers whose trace for the window arrived
+
+  dom::parser parser;  // I/O thread only
+
+  void Wake() {
+    if (wake_write < 0) return;
+    const char b = 1;
+    // A full pipe already means "wake up".
+    [[maybe_unused]] ssize_t r = write(wake_write, &b, 1);
+  }
+
+  void CloseAll() {
+    for (auto& [fd, c] : conns) {
+      counters.dropped_iterations += c.unranked.size();
+      close(fd);
+    }
+    conns.clear();
+    for (int* fd : {&listen_fd, &wake_read, &wake_write}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+    if (bound) unlink(socket_path.c_str());
+    bound = false;
+  }
+
+  // ---- output ----
+
+  void Send(Conn& c, const std::string& line) {
+    if (c.out.size() - c.out_off + line.size() + 1 > kMaxOutputBytes) {
+      ++counters.dropped_commands;  // the worker is not reading; it reconnects in time
+      return;
+    }
+    if (c.out_off > 0 && c.out_off == c.out.size()) {
+      c.out.clear();
+      c.out_off = 0;
+    }
+    c.out += line;
+    c.out.push_back('\n');
+  }
+
+  // False: the connection is dead.
+  bool Flush(Conn& c) {
+    while (c.out_off < c.out.size()) {
+      ssize_t n = send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.out_off += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      return false;
+    }
+    if (c.out_off == c.out.size()) {
+      c.out.clear();
+      c.out_off = 0;
+    } else if (c.out_off > (kMaxOutputBytes / 2)) {
+      c.out.erase(0, c.out_off);
+      c.out_off = 0;
+    }
+    return true;
+  }
+
+  // A worker that appears while a window is open and has not delivered its trace for it (a late
+  // rank, or one whose connection dropped the command) gets the command too.
+  void MaybeSendWindow(Conn& c) {
+    if (!window || c.pid <= 0 || c.window_sent == window->window_id) return;
+    if (window_done_pids.count(c.pid)) return;
+    const double open_s = std::max(window->max_seconds, 20.0) + options.late_join_seconds;
+    if (Seconds(Clock::now() - window_since) > open_s) return;
+    Send(c, window_line);
+    c.window_sent = window->window_id;
+  }
+
+  // ---- input ----
+
+  // False: the connection is closed or broken.
+  bool ReadFrom(Conn& c) {
+    char buf[kReadChunk];
+    for (int round = 0; round < kReadRoundsPerWakeup; ++round) {
+      ssize_t n = recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) {
+        Consume(c, buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) return false;
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK;
+    }
+    return true;
+  }
+
+  void Consume(Conn& c, const char* data, size_t n) {
+    size_t pos = 0;
+    while (pos < n) {
+      const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', n - pos));
+      const size_t end = nl ? static_cast<size_t>(nl - data) : n;
+      if (c.discarding) {
+        if (nl) c.discarding = false;
+      } else if (c.in.size() + (end - pos) > kMaxLineBytes) {
+        // A runaway line: forget it rather than grow, and skip the rest of it.
+        ++counters.oversized_lines;
+        std::string().swap(c.in);
+        c.discarding = nl == nullptr;
+      } else {
+        c.in.append(data + pos, end - pos);
+        if (nl) {
+          HandleLine(c, c.in);
+          c.in.clear();
+          if (c.in.capacity() > (64 << 10)) std::string().swap(c.in);
+        }
+      }
+      pos = end + 1;
+    }
+  }
+
+  void HandleLine(Conn& c, std::string_view line) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+    if (line.empty()) return;
+    ++counters.lines;
+    dom::element doc;
+    if (parser.parse(line.data(), line.size()).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
+      ++counters.malformed;
+      return;
+    }
+    std::optional<std::string_view> type = GetString(doc, "type");
+    if (!type) {
+      ++counters.malformed;
+      return;
+    }
+    UpdateIdentity(c, doc);
+    if (*type == "hello") {
+      c.clock_offset_ns = GetInt(doc, "clock_offset_ns").value_or(0);
+      Log(fmt::format("worker pid {} rank {} (local {}, world {}) on {} connected, protocol v{}",
+                      c.pid, RankName(c.rank), c.local_rank, c.world_size, c.host,
+                      GetInt(doc, "v").value_or(0)));
+    } else if (*type == "iterations") {
+      OnIterations(c, doc);
+    } else if (*type == "trigger") {
+      OnTrigger(c, doc);
+    } else if (*type == "python_trace") {
+      OnPythonTrace(c, doc);
+    } else if (*type == "torch_trace") {
+      OnTorchTrace(c, doc);
+    } else if (*type == "stacks") {
+      OnStacks(c, doc);
+    } else if (*type == "learned") {
+      Log(fmt::format("rank {} (pid {}) learned iteration pattern {}", RankName(c.rank), c.pid,
+                      GetString(doc, "pattern").value_or("?")));
+    } else if (*type == "relearn") {
+      Log(fmt::format("rank {} (pid {}) relearning its iteration pattern", RankName(c.rank),
+                      c.pid));
+    } else if (*type == "profile_ack") {
+      Log(fmt::format("rank {} (pid {}) {} the window, writing {}", RankName(c.rank), c.pid,
+                      GetBool(doc, "accepted").value_or(false) ? "accepted" : "refused",
+                      GetString(doc, "path").value_or("?")));
+    } else {
+      ++counters.unknown_type;
+    }
+    MaybeSendWindow(c);
+  }
+
+  void UpdateIdentity(Conn& c, dom::element doc) {
+    if (auto pid = GetInt(doc, "pid"); pid && *pid > 0) c.pid = ToInt(*pid);
+    if (auto v = GetInt(doc, "local_rank")) c.local_rank = ToInt(*v);
+    if (auto v = GetInt(doc, "world_size")) c.world_size = ToInt(*v);
+    if (auto v = GetString(doc, "host")) c.host = std::string(*v);
+    auto rank = GetInt(doc, "rank");
+    if (!rank || *rank < 0) return;
+    c.rank = ToInt(*rank);
+    // The iterations that came before torch.distributed knew the rank.
+    for (IterationReport& r : c.unranked) {
+      r.rank = c.rank;
+      PushIteration(r);
+    }
+    c.unranked.clear();
+  }
+
+  void PushIteration(const IterationReport& r) {
+    if (iterations.size() >= kMaxQueuedIterations) {
+      iterations.pop_front();
+      ++counters.dropped_iterations;
+    }
+    iterations.push_back(r);
+  }
+
+  void OnIterations(Conn& c, dom::element doc) {
+    dom::array items;
+    if (doc["items"].get_array().get(items) != simdjson::SUCCESS) {
+      ++counters.malformed;
+      return;
+    }
+    for (dom::element item : items) {
+      dom::array a;
+      if (item.get_array().get(a) != simdjson::SUCCESS || a.size() < 3) continue;
+      int64_t index = 0;
+      double start = 0, end = 0;
+      if (a.at(0).get_int64().get(index) != simdjson::SUCCESS ||
+          a.at(1).get_double().get(start) != simdjson::SUCCESS ||
+          a.at(2).get_double().get(end) != simdjson::SUCCESS) {
+        continue;
+      }
+      IterationReport r{c.rank, index, (end - start) / 1e6};
+      if (c.rank >= 0) {
+        PushIteration(r);
+        continue;
+      }
+      if (c.unranked.size() >= kMaxUnrankedIterations) {
+        c.unranked.pop_front();
+        ++counters.dropped_iterations;
+      }
+      c.unranked.push_back(r);
+    }
+  }
+
+  void OnTrigger(Conn& c, dom::element doc) {
+    WorkerTrigger t;
+    t.rank = c.rank;
+    t.kind = std::string(GetString(doc, "kind").value_or(""));
+    t.iteration = GetInt(doc, "iteration").value_or(0);
+    t.mean_ms = GetDouble(doc, "mean_ns").value_or(0) / 1e6;
+    t.best_ms = GetDouble(doc, "best_ns").value_or(0) / 1e6;
+    if (t.kind != "slowdown" && t.kind != "hang") {
+      ++counters.unknown_type;
+      return;
+    }
+    Log(fmt::format("rank {} (pid {}): {} at iteration {} (mean {:.2f} ms{})", RankName(t.rank),
+                    c.pid, t.kind, t.iteration, t.mean_ms,
+                    t.kind == "slowdown" ? fmt::format(", best {:.2f} ms", t.best_ms) : ""));
+    if (triggers.size() < kMaxQueued) triggers.push_back(std::move(t));
+  }
+
+  // The window a trace belongs to: its own "window" field, else the last command this
+  // connection got.
+  std::optional<int64_t> TraceWindow(const Conn& c, dom::element doc) const {
+    if (auto w = GetInt(doc, "window")) return w;
+    return c.window_sent;
+  }
+
+  static bool SameWindow(const std::optional<int64_t>& a, const std::optional<int64_t>& b) {
+    return a && b && *a == *b;
+  }
+
+  static bool IsTorchOf(const std::string& torch_path, const std::string& python_path) {
+    return !python_path.empty() && torch_path == python_path + ".torch.json";
+  }
+
+  Pending& NewPending() {
+    if (pending.size() >= kMaxPendingTraces) pending.erase(pending.begin());
+    return pending.emplace_back();
+  }
+
+  void OnPythonTrace(Conn& c, dom::element doc) {
+    std::optional<std::string_view> path = GetString(doc, "path");
+    if (!path || path->empty()) {
+      ++counters.malformed;
+      return;
+    }
+    const std::optional<int64_t> w = TraceWindow(c, doc);
+    const std::string p(*path);
+    Pending* entry = nullptr;
+    for (Pending& e : pending) {
+      if (e.pid == c.pid && !e.have_python &&
+          (IsTorchOf(e.torch_path, p) || SameWindow(e.window, w))) {
+        entry = &e;
+        break;
+      }
+    }
+    if (entry == nullptr) entry = &NewPending();
+    entry->pid = c.pid;
+    entry->rank = c.rank;
+    if (w) entry->window = w;
+    entry->have_python = true;
+    entry->python_path = p;
+    // An older worker does not say: expect a torch trace, and wait for it at most a while.
+    entry->torch_expected = GetBool(doc, "torch").value_or(true);
+    entry->python_at = Clock::now();
+    if (window && (!w || *w == window->window_id)) window_done_pids.insert(c.pid);
+    Reap(Clock::now());
+  }
+
+  void OnTorchTrace(Conn& c, dom::element doc) {
+    const std::string p(GetString(doc, "path").value_or(""));
+    std::optional<std::string_view> error = GetString(doc, "error");
+    if (p.empty() && !error) {
+      ++counters.malformed;
+      return;
+    }
+    if (error) {
+      Log(fmt::format("rank {} (pid {}): no torch trace: {}", RankName(c.rank), c.pid, *error));
+    }
+    const std::optional<int64_t> w = TraceWindow(c, doc);
+    for (const Uploaded& u : uploaded) {
+      if (u.pid == c.pid && (IsTorchOf(p, u.python_path) || SameWindow(u.window, w))) {
+        Log(fmt::format("rank {} (pid {}): torch trace {} came after its window was uploaded",
+                        RankName(c.rank), c.pid, p));
+        return;
+      }
+    }
+    Pending* entry = nullptr;
+    for (Pending& e : pending) {
+      if (e.pid == c.pid && e.have_python && !e.torch_done &&
+          (IsTorchOf(p, e.python_path) || SameWindow(e.window, w))) {
+        entry = &e;
+        break;
+      }
+    }
+    if (entry == nullptr) {
+      entry = &NewPending();
+      entry->pid = c.pid;
+      entry->rank = c.rank;
+      entry->window = w;
+    }
+    entry->torch_done = true;
+    entry->torch_path = error ? "" : p;
+    entry->torch_at = Clock::now();
+    Reap(Clock::now());
+  }
+
+  int RankOfPid(int pid) const {
+    for (const auto& [fd, c] : conns) {
+      if (c.pid == pid && c.rank >= 0) return c.rank;
+    }
+    return -1;
+  }
+
+  void Finish(const Pending& e, std::vector<std::string> paths) {
+    if (paths.empty() || finished.size() >= kMaxQueued) return;
+    WorkerTrace t;
+    t.paths = std::move(paths);
+    t.pid = e.pid;
+    t.rank = e.rank >= 0 ? e.rank : RankOfPid(e.pid);
+    finished.push_back(std::move(t));
+  }
+
+  // Moves the windows that are complete, or waited for long enough, to `finished`.
+  void Reap(Clock::time_point now) {
+    auto done = [&](const Pending& e) {
+      if (e.have_python) {
+        if (e.torch_expected && !e.torch_done &&
+            Seconds(now - e.python_at) < options.torch_wait_seconds) {
+          return false;
+        }
+        std::vector<std::string> paths{e.python_path};
+        if (e.torch_done && !e.torch_path.empty()) paths.push_back(e.torch_path);
+        Finish(e, std::move(paths));
+        if (!e.torch_done) {
+          // Its torch trace may still come: it is dropped then, not uploaded alone.
+          if (uploaded.size() >= kMaxRemembered) uploaded.pop_front();
+          uploaded.push_back({e.pid, e.window, e.python_path});
+        }
+        return true;
+      }
+      if (Seconds(now - e.torch_at) < options.orphan_torch_seconds) return false;
+      if (!e.torch_path.empty()) Finish(e, {e.torch_path});
+      return true;
+    };
+    pending.erase(std::remove_if(pending.begin(), pending.end(), done), pending.end());
+  }
+
+  void OnStacks(Conn& c, dom::element doc) {
+    std::optional<int64_t> request_id = GetInt(doc, "request_id");
+    if (!request_id) {
+      ++counters.malformed;
+      return;
+    }
+    diagnose::RankStacks s;
+    s.rank = c.rank;
+    s.pid = c.pid;
+    s.host = c.host;
+    s.iteration = GetInt(doc, "iteration").value_or(-1);
+    dom::array threads;
+    if (doc["threads"].get_array().get(threads) == simdjson::SUCCESS) {
+      for (dom::element t : threads) {
+        if (!t.is_object()) continue;
+        diagnose::ThreadStack& ts = s.threads.emplace_back();
+        ts.tid = GetInt(t, "tid").value_or(0);
+        ts.name = std::string(GetString(t, "name").value_or(""));
+        ts.main = GetBool(t, "main").value_or(false);
+        dom::array frames;
+        if (t["frames"].get_array().get(frames) != simdjson::SUCCESS) continue;
+        for (dom::element f : frames) {
+          if (!f.is_object()) continue;
+          ts.frames.push_back({std::string(GetString(f, "file").value_or("")),
+                               ToInt(GetInt(f, "line").value_or(0)),
+                               std::string(GetString(f, "function").value_or(""))});
+        }
+      }
+    }
+    dom::element lc;
+    if (doc["last_collective"].get(lc) == simdjson::SUCCESS && lc.is_object()) {
+      diagnose::LastCollective& l = s.last_collective;
+      l.op = std::string(GetString(lc, "op").value_or(""));
+      l.count = GetInt(lc, "count").value_or(0);
+      l.file = std::string(GetString(lc, "file").value_or(""));
+      l.line = ToInt(GetInt(lc, "line").value_or(0));
+      l.in_progress = GetBool(lc, "in_progress").value_or(false);
+      l.seconds = GetDouble(lc, "seconds").value_or(0);
+    }
+    if (stacks.size() < kMaxQueued) stacks.emplace_back(*request_id, std::move(s));
+  }
+
+  // ---- the I/O thread ----
+
+  void AcceptAll() {
+    while (true) {
+      int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        return;  // EAGAIN, or out of descriptors: the next wakeup tries again
+      }
+      if (conns.size() >= kMaxConnections) {
+        close(fd);
+        continue;
+      }
+      ++counters.connections;
+      conns[fd].fd = fd;
+    }
+  }
+
+  void Loop() {
+    std::vector<pollfd> fds;
+    std::unique_lock lk(mu);
+    while (!stopping) {
+      fds.clear();
+      fds.push_back({wake_read, POLLIN, 0});
+      fds.push_back({listen_fd, POLLIN, 0});
+      for (const auto& [fd, c] : conns) {
+        const short want = c.out_off < c.out.size() ? (POLLIN | POLLOUT) : POLLIN;
+        fds.push_back({fd, want, 0});
+      }
+      lk.unlock();
+      int n = poll(fds.data(), fds.size(), 1000);
+      const int poll_errno = errno;
+      lk.lock();
+      if (stopping) break;
+      if (n < 0) {
+        if (poll_errno != EINTR) {
+          Log(fmt::format("poll on {}: {}", socket_path, std::strerror(poll_errno)));
+          lk.unlock();
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          lk.lock();
+        }
+        continue;
+      }
+      if (fds[0].revents) {
+        char buf[256];
+        while (read(wake_read, buf, sizeof(buf)) > 0) {
+        }
+      }
+      if (fds[1].revents & POLLIN) AcceptAll();
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        auto it = conns.find(fds[i].fd);
+        if (it == conns.end()) continue;
+        Conn& c = it->second;
+        bool alive = true;
+        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) alive = ReadFrom(c);
+        if (alive && (fds[i].revents & POLLOUT)) alive = Flush(c);
+        if (!alive) Drop(it);
+      }
+      // Commands queued by StartWindow / RequestStacks, or answers to what was just read.
+      for (auto it = conns.begin(); it != conns.end();) {
+        auto next = std::next(it);
+        if (it->second.out_off < it->second.out.size() && !Flush(it->second)) Drop(it);
+        it = next;
+      }
+    }
+  }
+
+  void Drop(std::map<int, Conn>::iterator it) {
+    Conn& c = it->second;
+    if (c.pid > 0) {
+      Log(fmt::format("worker pid {} rank {} disconnected", c.pid, RankName(c.rank)));
+    }
+    counters.dropped_iterations += c.unranked.size();
+    close(it->first);
+    conns.erase(it);
+  }
+};
+
+SocketSink::SocketSink(std::string socket_path, std::string trace_dir, Options options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->socket_path = std::move(socket_path);
+  impl_->trace_dir = std::move(trace_dir);
+  impl_->options = options;
+}
+
+SocketSink::~SocketSink() { Stop(); }
+
+Status SocketSink::Start() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  if (m.running) return InvalidArgument(fmt::format("agent: {}: already listening", m.socket_path));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (m.socket_path.empty() || m.socket_path.size() >= sizeof(addr.sun_path)) {
+    return InvalidArgument(fmt::format("agent: socket path '{}' is empty or longer than {} bytes",
+                                       m.socket_path, sizeof(addr.sun_path) - 1));
+  }
+  std::memcpy(addr.sun_path, m.socket_path.c_str(), m.socket_path.size() + 1);
+  const auto* sa = reinterpret_cast<const sockaddr*>(&addr);
+
+  struct stat st {};
+  if (lstat(m.socket_path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return InvalidArgument(
+          fmt::format("agent: {} exists and is not a socket; not replacing it", m.socket_path));
+    }
+    // A live agent answers; a stale file (a crashed agent) does not.
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0) {
+      const bool live = connect(probe, sa, sizeof(addr)) == 0;
+      close(probe);
+      if (live) {
+        return Unavailable(fmt::format("agent: another process listens on {}", m.socket_path));
+      }
+    }
+    unlink(m.socket_path.c_str());
+  }
+
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0)
+    return Internal(fmt::format("agent: socket for {}: {}", m.socket_path, strerror(errno)));
+  if (bind(fd, sa, sizeof(addr)) != 0 || listen(fd, 128) != 0) {
+    Status err = Unavailable(
+        fmt::format("agent: cannot listen on {}: {}", m.socket_path, std::strerror(errno)));
+    close(fd);
+    return err;
+  }
+  m.listen_fd = fd;
+  m.bound = true;
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
+    Status err =
+        Internal(fmt::format("agent: wake pipe for {}: {}", m.socket_path, std::strerror(errno)));
+    m.CloseAll();
+    return err;
+  }
+  m.wake_read = pipe_fds[0];
+  m.wake_write = pipe_fds[1];
+  m.stopping = false;
+  m.running = true;
+  m.thread = std::thread([&m] { m.Loop(); });
+  return Status::Ok();
+}
+
+void SocketSink::Stop() {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lk(m.mu);
+    if (!m.running) return;
+    m.stopping = true;
+    m.Wake();
+  }
+  m.thread.join();
+  std::lock_guard lk(m.mu);
+  m.CloseAll();
+  m.running = false;
+}
+
+std::string SocketSink::WindowDir(int64_t window_id) const {
+  return (fs::path(impl_->trace_dir) / fmt::format("window-{}", window_id)).string();
+}
+
+Status SocketSink::StartWindow(const WindowCommand& command) {
+  Impl& m = *impl_;
+  const std::string dir = WindowDir(command.window_id);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return Internal(fmt::format("agent: cannot create {}: {}", dir, ec.message()));
+  JsonWriter w;
+  w.BeginObject();
+  w.Key("type").String("profile");
+  w.Key("window").Int(command.window_id);
+  // Zero means "not set" in the server's command: the protocol's defaults, not an empty window.
+  w.Key("iters").Int(command.iterations > 0 ? command.iterations : 10);
+  w.Key("max_s").Number(command.max_seconds > 0 ? command.max_seconds : 20);
+  w.Key("start_iter").Int(command.start_iteration);
+  w.Key("dir").String(dir);
+  w.EndObject();
+  std::lock_guard lk(m.mu);
+  m.window = command;
+  m.window_line = w.Take();
+  m.window_since = Clock::now();
+  m.window_done_pids.clear();
+  for (auto& [fd, c] : m.conns) {
+    m.Send(c, m.window_line);
+    c.window_sent = command.window_id;
+  }
+  m.Wake();
+  return Status::Ok();
+}
+
+Status SocketSink::RequestStacks(int64_t request_id) {
+  Impl& m = *impl_;
+  const std::string line = fmt::format(R"({{"type":"stacks","request_id":{}}})", request_id);
+  std::lock_guard lk(m.mu);
+  for (auto& [fd, c] : m.conns) m.Send(c, line);
+  m.Wake();
+  return Status::Ok();
+}
+
+std::vector<WorkerTrace> SocketSink::PollFinished() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  m.Reap(Clock::now());
+  return std::exchange(m.finished, {});
+}
+
+std::vector<IterationReport> SocketSink::PollIterations() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  std::vector<IterationReport> out(m.iterations.begin(), m.iterations.end());
+  m.iterations.clear();
+  return out;
+}
+
+std::vector<int> SocketSink::WorkerPids() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  std::set<int> pids;
+  for (const auto& [fd, c] : m.conns) {
+    if (c.pid > 0) pids.insert(c.pid);
+  }
+  return {pids.begin(), pids.end()};
+}
+
+std::vector<WorkerTrigger> SocketSink::PollTriggers() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  return std::exchange(m.triggers, {});
+}
+
+std::vector<std::pair<int64_t, diagnose::RankStacks>> SocketSink::PollStacks() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  return std::exchange(m.stacks, {});
+}
+
+SocketSink::Counters SocketSink::counters() const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->counters;
+}
+
+}  // namespace perftracker::agent

@@ -1,0 +1,83 @@
+// The agent's side of the worker protocol (src/worker/protocol.md): listens on a Unix stream
+// socket, reads each worker's newline-delimited JSON (iterations, triggers, finished traces,
+// stack replies), and sends profile and stacks commands. Owns the socket file, one I/O thread
+// (poll(), non-blocking, bounded buffers), each connected worker's identity, and the pairing of
+// a worker's Python trace with its torch.profiler trace. The stream is lossy by design: bad
+// lines are counted and skipped, never fatal.
+#ifndef PERFTRACKER_AGENT_SOCKET_SINK_H_
+#define PERFTRACKER_AGENT_SOCKET_SINK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/agent.h"
+#include "base/status.h"
+#include "diagnose/hang.h"
+
+namespace perftracker::agent {
+
+class SocketSink : public AgentLocalSink {
+ public:
+  struct Options {
+    // A Python trace announced with torch: true is uploaded without its torch trace after this.
+    double torch_wait_seconds = 30;
+    // A torch trace whose Python trace never came is uploaded alone after this.
+    double orphan_torch_seconds = 60;
+    // A worker that connects this long after StartWindow no longer gets that window's command
+    // (on top of the window's max_seconds: the worker may wait 30 s for its rank first).
+    double late_join_seconds = 60;
+  };
+
+  // What the I/O thread dropped or skipped, for logs and tests.
+  struct Counters {
+    uint64_t connections = 0;       // accepted so far
+    uint64_t lines = 0;             // complete lines read
+    uint64_t malformed = 0;         // not a JSON object with a string "type"
+    uint64_t unknown_type = 0;      // well-formed, but a type this agent does not know
+    uint64_t oversized_lines = 0;   // longer than kMaxLineBytes: dropped
+    uint64_t dropped_commands = 0;  // a worker's output buffer was full
+    uint64_t dropped_iterations = 0;
+  };
+
+  static constexpr size_t kMaxLineBytes = 1 << 20;
+  static constexpr size_t kMaxOutputBytes = 1 << 20;       // per connection
+  static constexpr size_t kMaxUnrankedIterations = 10000;  // per connection, until rank is known
+
+  SocketSink(std::string socket_path, std::string trace_dir, Options options);
+  SocketSink(std::string socket_path, std::string trace_dir)
+      : SocketSink(std::move(socket_path), std::move(trace_dir), Options()) {}
+  ~SocketSink() override;
+  SocketSink(const SocketSink&) = delete;
+  SocketSink& operator=(const SocketSink&) = delete;
+
+  // Binds and listens (a stale socket file is replaced) and starts the I/O thread.
+  Status Start();
+  // Joins the I/O thread, closes every connection and removes the socket file. Idempotent.
+  void Stop();
+
+  // Sends every connected worker a profile command writing under
+  // <trace_dir>/window-<id>; workers connecting later while the window is open get it too.
+  Status StartWindow(const WindowCommand& command) override;
+  std::vector<WorkerTrace> PollFinished() override;
+  std::vector<IterationReport> PollIterations() override;
+  std::vector<int> WorkerPids() override;
+  std::vector<WorkerTrigger> PollTriggers() override;
+  Status RequestStacks(int64_t request_id) override;
+  std::vector<std::pair<int64_t, diagnose::RankStacks>> PollStacks() override;
+
+  Counters counters() const;
+  // The folder a window's traces are written to.
+  std::string WindowDir(int64_t window_id) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace perftracker::agent
+
+#endif  // PERFTRACKER_AGENT_SOCKET_SINK_H_

@@ -1,0 +1,433 @@
+#include "agent/socket_sink.h"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+
+namespace perftracker::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// Polls COND until it holds or 5 s pass (the I/O thread runs on its own schedule).
+bool WaitFor(const std::function<bool()>& cond) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return cond();
+}
+
+// Collects what a Poll* call returns until there are N items (or 5 s pass).
+template <typename T>
+std::vector<T> Collect(size_t n, const std::function<std::vector<T>()>& poll) {
+  std::vector<T> all;
+  WaitFor([&] {
+    for (auto& x : poll()) all.push_back(std::move(x));
+    return all.size() >= n;
+  });
+  return all;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    // Short, under /tmp: a Unix socket path is limited to 107 bytes.
+    char tmpl[] = "/tmp/pt-sink-XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A worker as hooks.py behaves: one Unix stream connection, newline-delimited JSON.
+class FakeWorker {
+ public:
+  explicit FakeWorker(const std::string& path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~FakeWorker() { Close(); }
+  bool connected() const { return connected_; }
+
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+  bool Send(const std::string& data) {
+    size_t off = 0;
+    while (off < data.size()) {
+      ssize_t n = send(fd_, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  bool Line(const std::string& json) { return Send(json + "\n"); }
+
+  // The next line from the agent, or "" after TIMEOUT_MS.
+  std::string ReadLine(int timeout_ms = 5000) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (true) {
+      if (size_t nl = buf_.find('\n'); nl != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) return "";
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) return "";
+      char chunk[4096];
+      ssize_t n = recv(fd_, chunk, sizeof(chunk), 0);
+      if (n <= 0) return "";
+      buf_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buf_;
+};
+
+std::string Ident(int pid, const std::string& rank) {
+  return fmt::format(R"("pid":{},"rank":{},"local_rank":0,"world_size":2,"host":"node1")", pid,
+                     rank);
+}
+
+std::string Hello(int pid, const std::string& rank = "null") {
+  return fmt::format(R"({{"type":"hello","v":1,"clock_offset_ns":1000,{}}})", Ident(pid, rank));
+}
+
+class SocketSinkTest : public testing::Test {
+ protected:
+  void SetUp() override { StartSink({}); }
+
+  void StartSink(SocketSink::Options options) {
+    sink_.reset();
+    sink_ = std::make_unique<SocketSink>(SocketPath(), dir_.path() + "/traces", options);
+    Status st = sink_->Start();
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+
+  std::string SocketPath() const { return dir_.path() + "/agent.sock"; }
+
+  // A connected worker whose hello the sink has seen.
+  std::unique_ptr<FakeWorker> Connect(int pid, const std::string& rank = "null") {
+    auto w = std::make_unique<FakeWorker>(SocketPath());
+    EXPECT_TRUE(w->connected());
+    EXPECT_TRUE(w->Line(Hello(pid, rank)));
+    EXPECT_TRUE(WaitFor([&] {
+      for (int p : sink_->WorkerPids()) {
+        if (p == pid) return true;
+      }
+      return false;
+    }));
+    return w;
+  }
+
+  std::vector<WorkerTrace> Finished(size_t n) {
+    return Collect<WorkerTrace>(n, [&] { return sink_->PollFinished(); });
+  }
+
+  TempDir dir_;
+  std::unique_ptr<SocketSink> sink_;
+};
+
+TEST_F(SocketSinkTest, StartRefusesAPathItCannotUse) {
+  SocketSink nowhere(dir_.path() + "/missing/dir/agent.sock", dir_.path());
+  Status st = nowhere.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), testing::HasSubstr(dir_.path() + "/missing/dir/agent.sock"));
+
+  const std::string file = dir_.path() + "/not-a-socket";
+  {
+    std::FILE* f = std::fopen(file.c_str(), "w");
+    std::fclose(f);
+  }
+  SocketSink onto_file(file, dir_.path());
+  st = onto_file.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), testing::HasSubstr(file));
+  EXPECT_TRUE(fs::exists(file));  // never removed
+
+  // The running sink's socket is live: a second agent must not steal it.
+  SocketSink second(SocketPath(), dir_.path());
+  st = second.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), testing::HasSubstr(SocketPath()));
+}
+
+TEST_F(SocketSinkTest, ReplacesAStaleSocketFileAndRemovesItOnStop) {
+  sink_->Stop();
+  EXPECT_FALSE(fs::exists(SocketPath()));
+  // A crashed agent's socket file: bound, never unlinked, nobody listening.
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, SocketPath().c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(fd);
+  ASSERT_TRUE(fs::is_socket(SocketPath()));
+  StartSink({});
+  auto w = Connect(11, "0");
+  EXPECT_THAT(sink_->WorkerPids(), testing::ElementsAre(11));
+}
+
+TEST_F(SocketSinkTest, IterationsWaitForTheRank) {
+  auto w = Connect(42);
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"iterations","items":[[0,1000000,3500000,true],[1,3500000,5500000,false]],{}}})",
+      Ident(42, "null"))));
+  // Not reported while the rank is unknown; a later message carries it.
+  ASSERT_TRUE(w->Line(fmt::format(R"({{"type":"learned","pattern":"DO",{}}})", Ident(42, "1"))));
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"iterations","items":[[2,5500000,6500000,true]],{}}})", Ident(42, "1"))));
+  std::vector<IterationReport> got =
+      Collect<IterationReport>(3, [&] { return sink_->PollIterations(); });
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].rank, 1);
+  EXPECT_EQ(got[0].step, 0);
+  EXPECT_DOUBLE_EQ(got[0].iteration_ms, 2.5);
+  EXPECT_EQ(got[1].step, 1);
+  EXPECT_DOUBLE_EQ(got[1].iteration_ms, 2.0);
+  EXPECT_EQ(got[2].rank, 1);
+  EXPECT_EQ(got[2].step, 2);
+  EXPECT_DOUBLE_EQ(got[2].iteration_ms, 1.0);
+  EXPECT_TRUE(sink_->PollIterations().empty());
+}
+
+TEST_F(SocketSinkTest, Triggers) {
+  auto w = Connect(42, "3");
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"trigger","kind":"slowdown","iteration":120,"mean_ns":12000000,"best_ns":10000000,{}}})",
+      Ident(42, "3"))));
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"trigger","kind":"hang","iteration":130,"now_ns":99,"mean_ns":11000000,{}}})",
+      Ident(42, "3"))));
+  std::vector<WorkerTrigger> got = Collect<WorkerTrigger>(2, [&] { return sink_->PollTriggers(); });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].rank, 3);
+  EXPECT_EQ(got[0].kind, "slowdown");
+  EXPECT_EQ(got[0].iteration, 120);
+  EXPECT_DOUBLE_EQ(got[0].mean_ms, 12);
+  EXPECT_DOUBLE_EQ(got[0].best_ms, 10);
+  EXPECT_EQ(got[1].kind, "hang");
+  EXPECT_EQ(got[1].iteration, 130);
+  EXPECT_DOUBLE_EQ(got[1].mean_ms, 11);
+}
+
+TEST_F(SocketSinkTest, PythonTraceThenTorchTrace) {
+  auto w = Connect(42, "0");
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"python_trace","path":"/t/rank-0.python.json","torch":true,"window":5,{}}})",
+      Ident(42, "0"))));
+  // Waiting for the torch trace: nothing yet.
+  ASSERT_TRUE(w->Line(fmt::format(R"({{"type":"relearn",{}}})", Ident(42, "0"))));
+  ASSERT_TRUE(WaitFor([&] { return sink_->counters().lines >= 3; }));
+  EXPECT_TRUE(sink_->PollFinished().empty());
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"torch_trace","path":"/t/rank-0.python.json.torch.json","window":5,{}}})",
+      Ident(42, "0"))));
+  std::vector<WorkerTrace> got = Finished(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_THAT(got[0].paths,
+              testing::ElementsAre("/t/rank-0.python.json", "/t/rank-0.python.json.torch.json"));
+  EXPECT_EQ(got[0].rank, 0);
+  EXPECT_EQ(got[0].pid, 42);
+}
+
+TEST_F(SocketSinkTest, TorchTraceThenPythonTrace) {
+  auto w = Connect(43, "1");
+  // No window ids: the paths pair them (hooks.py names the torch trace after the Python one).
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"torch_trace","path":"/t/rank-1.python.json.torch.json",{}}})", Ident(43, "1"))));
+  ASSERT_TRUE(w->Line(fmt::format(R"({{"type":"python_trace","path":"/t/rank-1.python.json",{}}})",
+                                  Ident(43, "1"))));
+  std::vector<WorkerTrace> got = Finished(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_THAT(got[0].paths,
+              testing::ElementsAre("/t/rank-1.python.json", "/t/rank-1.python.json.torch.json"));
+  EXPECT_EQ(got[0].rank, 1);
+}
+
+TEST_F(SocketSinkTest, PythonTraceWithoutTorchIsFinishedAtOnce) {
+  auto w = Connect(44, "2");
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"python_trace","path":"/t/rank-2.python.json","torch":false,"window":1,{}}})",
+      Ident(44, "2"))));
+  std::vector<WorkerTrace> got = Finished(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/rank-2.python.json"));
+}
+
+TEST_F(SocketSinkTest, TorchTraceErrorFinishesThePythonTrace) {
+  auto w = Connect(44, "2");
+  ASSERT_TRUE(w->Line(
+      fmt::format(R"({{"type":"python_trace","path":"/t/a.json","torch":true,"window":3,{}}})",
+                  Ident(44, "2"))));
+  ASSERT_TRUE(w->Line(
+      fmt::format(R"({{"type":"torch_trace","path":"","window":3,"error":"export failed",{}}})",
+                  Ident(44, "2"))));
+  std::vector<WorkerTrace> got = Finished(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/a.json"));
+}
+
+TEST_F(SocketSinkTest, WaitsForTheTorchTraceOnlySoLong) {
+  SocketSink::Options options;
+  options.torch_wait_seconds = 0.2;
+  options.orphan_torch_seconds = 0.3;
+  StartSink(options);
+  auto w = Connect(45, "4");
+  ASSERT_TRUE(w->Line(
+      fmt::format(R"({{"type":"python_trace","path":"/t/p.json","torch":true,"window":8,{}}})",
+                  Ident(45, "4"))));
+  std::vector<WorkerTrace> got = Finished(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/p.json"));
+  // Its torch trace after the upload is not uploaded alone; an orphan one (no Python trace) is.
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"torch_trace","path":"/t/p.json.torch.json","window":8,{}}})", Ident(45, "4"))));
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"torch_trace","path":"/t/q.json.torch.json","window":9,{}}})", Ident(45, "4"))));
+  got = Finished(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/q.json.torch.json"));
+  EXPECT_EQ(got[0].rank, 4);
+}
+
+TEST_F(SocketSinkTest, GarbageAndOversizedLinesAreSkipped) {
+  auto w = Connect(46, "5");
+  ASSERT_TRUE(w->Line("this is not json"));
+  ASSERT_TRUE(w->Line("[1,2,3]"));
+  ASSERT_TRUE(w->Line(R"({"no_type":1})"));
+  ASSERT_TRUE(w->Line(R"({"type":"from_the_future","pid":46})"));
+  ASSERT_TRUE(w->Line(R"({"type":"iterations","items":"nope","pid":46})"));
+  ASSERT_TRUE(w->Line(R"({"type":"iterations","items":[["x",1,2,true],[7,1,2]],"pid":46})"));
+  // Over 1 MiB without a newline, sent in pieces, then the rest of that line.
+  const std::string big(SocketSink::kMaxLineBytes + 1000, 'x');
+  ASSERT_TRUE(w->Send(R"({"type":"iterations","items":[)"));
+  ASSERT_TRUE(w->Send(big));
+  ASSERT_TRUE(w->Line(R"(]})"));
+  ASSERT_TRUE(w->Line(
+      fmt::format(R"({{"type":"iterations","items":[[9,0,4000000,true]],{}}})", Ident(46, "5"))));
+  std::vector<IterationReport> got =
+      Collect<IterationReport>(2, [&] { return sink_->PollIterations(); });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].step, 7);  // the well-formed item of a partly bad batch
+  EXPECT_EQ(got[1].step, 9);
+  EXPECT_DOUBLE_EQ(got[1].iteration_ms, 4);
+  SocketSink::Counters c = sink_->counters();
+  EXPECT_EQ(c.malformed, 4u);
+  EXPECT_EQ(c.unknown_type, 1u);
+  EXPECT_EQ(c.oversized_lines, 1u);
+  EXPECT_THAT(sink_->WorkerPids(), testing::ElementsAre(46));  // still connected
+}
+
+TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
+  auto early = Connect(50, "0");
+  WindowCommand cmd{7, 120, 10, 20};
+  ASSERT_TRUE(sink_->StartWindow(cmd).ok());
+  const std::string dir = dir_.path() + "/traces/window-7";
+  EXPECT_TRUE(fs::is_directory(dir));
+  const std::string expected = fmt::format(
+      R"({{"type":"profile","window":7,"iters":10,"max_s":20,"start_iter":120,"dir":"{}"}})", dir);
+  EXPECT_EQ(early->ReadLine(), expected);
+
+  // A rank that connects while the window is open.
+  auto late = Connect(51);
+  EXPECT_EQ(late->ReadLine(), expected);
+
+  // A worker that delivered its trace and reconnects does not profile the window again.
+  ASSERT_TRUE(early->Line(fmt::format(
+      R"({{"type":"python_trace","path":"{}/rank-0.python.json","torch":false,"window":7,{}}})",
+      dir, Ident(50, "0"))));
+  ASSERT_EQ(Finished(1).size(), 1u);
+  early->Close();
+  ASSERT_TRUE(WaitFor([&] { return sink_->WorkerPids() == std::vector<int>{51}; }));
+  auto again = Connect(50, "0");
+  ASSERT_TRUE(sink_->RequestStacks(3).ok());
+  EXPECT_EQ(again->ReadLine(), R"({"type":"stacks","request_id":3})");
+}
+
+TEST_F(SocketSinkTest, StacksRequestAndReply) {
+  auto w = Connect(60, "1");
+  ASSERT_TRUE(sink_->RequestStacks(7).ok());
+  EXPECT_EQ(w->ReadLine(), R"({"type":"stacks","request_id":7})");
+  ASSERT_TRUE(w->Line(
+      R"({"type":"stacks","request_id":7,"pid":60,"rank":1,"local_rank":1,"world_size":2,)"
+      R"("host":"node1","iteration":41,"threads":[{"tid":123,"name":"MainThread","main":true,)"
+      R"("frames":[{"file":"/x/train.py","line":10,"function":"main"},)"
+      R"({"file":"/x/model.py","line":20,"function":"forward"}]},)"
+      R"({"tid":124,"name":"pt_autograd","main":false,"frames":[]}],)"
+      R"("last_collective":{"op":"all_reduce","count":12,"file":"/x/train.py","line":99,)"
+      R"("in_progress":true,"seconds":3.2}})"));
+  ASSERT_TRUE(
+      w->Line(R"({"type":"stacks","request_id":7,"pid":60,"rank":1,"host":"node1","iteration":-1,)"
+              R"("threads":[],"last_collective":null})"));
+  auto got =
+      Collect<std::pair<int64_t, diagnose::RankStacks>>(2, [&] { return sink_->PollStacks(); });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].first, 7);
+  const diagnose::RankStacks& s = got[0].second;
+  EXPECT_EQ(s.rank, 1);
+  EXPECT_EQ(s.pid, 60);
+  EXPECT_EQ(s.host, "node1");
+  EXPECT_EQ(s.iteration, 41);
+  ASSERT_EQ(s.threads.size(), 2u);
+  EXPECT_EQ(s.threads[0].tid, 123);
+  EXPECT_EQ(s.threads[0].name, "MainThread");
+  EXPECT_TRUE(s.threads[0].main);
+  ASSERT_EQ(s.threads[0].frames.size(), 2u);
+  EXPECT_EQ(s.threads[0].frames[0].file, "/x/train.py");
+  EXPECT_EQ(s.threads[0].frames[0].line, 10);
+  EXPECT_EQ(s.threads[0].frames[1].function, "forward");
+  EXPECT_FALSE(s.threads[1].main);
+  EXPECT_EQ(s.last_collective.op, "all_reduce");
+  EXPECT_EQ(s.last_collective.count, 12);
+  EXPECT_EQ(s.last_collective.line, 99);
+  EXPECT_TRUE(s.last_collective.in_progress);
+  EXPECT_DOUBLE_EQ(s.last_collective.seconds, 3.2);
+  EXPECT_EQ(got[1].second.iteration, -1);
+  EXPECT_TRUE(got[1].second.last_collective.op.empty());
+}
+
+TEST_F(SocketSinkTest, StopWithAConnectedWorkerIsPrompt) {
+  auto w = Connect(70, "0");
+  const auto t0 = Clock::now();
+  sink_->Stop();
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+  EXPECT_FALSE(fs::exists(SocketPath()));
+  EXPECT_EQ(w->ReadLine(1000), "");  // the connection was closed
+  sink_->Stop();                     // idempotent
+}
+
+}  // namespace
+}  // namespace perftracker::agent
