@@ -321,8 +321,9 @@ Status Agent::Run() {
     for (const auto& [id, stacks] : m.sink->PollStacks()) m.UploadStacks(id, stacks);
     if (begin) m.proc.Begin(m.sink->WorkerPids());
     if (w) {
+      m.proc.Tick();
       for (const WorkerTrace& t : m.sink->PollFinished()) {
-        std::map<std::string, double> hw = m.proc.End();
+        std::map<std::string, double> hw = m.proc.End(t.pid);
         for (const auto& [k, v] : m.nvml.Sample()) hw[k] = v;
         m.UploadTrace(*w, t, hw);
       }

@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -93,6 +97,93 @@ StatusOr<std::map<std::string, NicBytes>> ParseNetDev(std::string_view text) {
   return out;
 }
 
+namespace {
+
+// /proc/net/tcp writes addresses as the kernel's 32-bit words in host byte order, in hex.
+std::string Ipv4(std::string_view hex) {
+  uint32_t v = static_cast<uint32_t>(std::stoul(std::string(hex), nullptr, 16));
+  return fmt::format("{}.{}.{}.{}", v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24);
+}
+
+std::string Ipv6(std::string_view hex) {
+  std::string out;
+  for (int w = 0; w < 4; ++w) {
+    uint32_t v = static_cast<uint32_t>(std::stoul(std::string(hex.substr(w * 8, 8)), nullptr, 16));
+    for (int b = 0; b < 4; b += 2) {
+      if (!out.empty()) out += ":";
+      out += fmt::format("{:x}", ((v >> (8 * b)) & 0xff) << 8 | ((v >> (8 * (b + 1))) & 0xff));
+    }
+  }
+  // IPv4-mapped addresses read as the IPv4 form, so both tables name a peer alike.
+  if (out.rfind("0:0:0:0:0:ffff:", 0) == 0) {
+    uint32_t v = static_cast<uint32_t>(std::stoul(std::string(hex.substr(24, 8)), nullptr, 16));
+    return fmt::format("{}.{}.{}.{}", v & 0xff, (v >> 8) & 0xff, (v >> 16) & 0xff, v >> 24);
+  }
+  return "[" + out + "]";
+}
+
+bool Endpoint(std::string_view field, bool ipv6, std::string* out) {
+  size_t colon = field.find(':');
+  size_t want = ipv6 ? 32 : 8;
+  if (colon != want || field.size() < colon + 2) return false;
+  try {
+    std::string ip = ipv6 ? Ipv6(field.substr(0, colon)) : Ipv4(field.substr(0, colon));
+    *out = fmt::format("{}:{}", ip, std::stoul(std::string(field.substr(colon + 1)), nullptr, 16));
+  } catch (...) {  // std::stoul on garbage: not a row
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<TcpSocket> ParseProcNetTcp(std::string_view text, bool ipv6) {
+  std::vector<TcpSocket> out;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string sl, local, remote, st, queues, timer, retr, uid, timeout, inode;
+    if (!(f >> sl >> local >> remote >> st >> queues >> timer >> retr >> uid >> timeout >> inode))
+      continue;
+    if (st != "01") continue;  // ESTABLISHED
+    TcpSocket s;
+    if (!Endpoint(local, ipv6, &s.local) || !Endpoint(remote, ipv6, &s.remote)) continue;
+    size_t colon = queues.find(':');
+    if (colon == std::string::npos) continue;
+    try {
+      s.send_queue = std::stoull(queues.substr(0, colon), nullptr, 16);
+      s.inode = std::stoull(inode);
+    } catch (...) {
+      continue;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc) {
+  std::set<uint64_t> inodes;
+  std::error_code ec;
+  std::string fd_dir = fmt::format("{}/{}/fd", proc, pid);
+  for (const auto& e : std::filesystem::directory_iterator(fd_dir, ec)) {
+    std::error_code ec2;
+    std::string target = std::filesystem::read_symlink(e.path(), ec2).string();
+    if (ec2 || target.rfind("socket:[", 0) != 0) continue;
+    inodes.insert(std::strtoull(target.c_str() + 8, nullptr, 10));
+  }
+  std::vector<TcpSocket> out;
+  if (inodes.empty()) return out;
+  for (bool v6 : {false, true}) {
+    auto text = ReadAll(fmt::format("{}/{}/net/tcp{}", proc, pid, v6 ? "6" : ""));
+    if (!text.ok()) continue;
+    for (TcpSocket& s : ParseProcNetTcp(*text, v6))
+      if (inodes.count(s.inode)) out.push_back(std::move(s));
+  }
+  return out;
+}
+
 StatusOr<PidCpu> ReadPidCpu(int pid, const std::string& proc) {
   PT_ASSIGN_OR_RETURN(std::string stat, ReadAll(fmt::format("{}/{}/stat", proc, pid)));
   PT_ASSIGN_OR_RETURN(PidCpu cpu, ParsePidStat(stat));
@@ -114,6 +205,9 @@ StatusOr<std::map<std::string, NicBytes>> ReadNetDev(const std::string& proc) {
 void ProcSampler::Begin(const std::vector<int>& pids) {
   begin_s_ = NowSeconds();
   pids_.clear();
+  conns_.clear();
+  ticks_.clear();
+  for (int pid : pids) ticks_[pid] = 0;
   for (int pid : pids)
     if (auto c = ReadPidCpu(pid, proc_); c.ok()) pids_[pid] = *c;
   auto h = ReadHostCpu(proc_);
@@ -123,20 +217,46 @@ void ProcSampler::Begin(const std::vector<int>& pids) {
   nics_ = n.ok() ? *n : std::map<std::string, NicBytes>{};
 }
 
-std::map<std::string, double> ProcSampler::End() {
+void ProcSampler::Tick() {
+  for (auto& [pid, n] : ticks_) {
+    if (n < 0) continue;  // ended
+    ++n;
+    auto& conns = conns_[pid];
+    for (const TcpSocket& s : ReadPidTcp(pid, proc_)) {
+      Conn& c = conns[{s.local, s.remote}];
+      c.sum += static_cast<double>(s.send_queue);
+      ++c.n;
+    }
+    // A connection is bounded by the job's peers; still, never let a runaway table grow.
+    if (conns.size() > 4096) conns.clear();
+  }
+}
+
+std::map<std::string, double> ProcSampler::End(int pid) {
   std::map<std::string, double> m;
   double elapsed = NowSeconds() - begin_s_;
   m["window.seconds"] = elapsed;
   static const double kTick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  for (const auto& [pid, b] : pids_) {
-    auto e = ReadPidCpu(pid, proc_);
-    if (!e.ok()) continue;  // the worker exited; its absence is visible elsewhere
-    std::string p = fmt::format("pid.{}.", pid);
-    m[p + "cpu_s"] = (e->utime_ticks + e->stime_ticks - b.utime_ticks - b.stime_ticks) / kTick;
-    m[p + "voluntary_ctxt_switches"] =
-        static_cast<double>(e->voluntary_ctxt_switches - b.voluntary_ctxt_switches);
-    m[p + "nonvoluntary_ctxt_switches"] =
-        static_cast<double>(e->nonvoluntary_ctxt_switches - b.nonvoluntary_ctxt_switches);
+  if (auto b = pids_.find(pid); b != pids_.end()) {
+    if (auto e = ReadPidCpu(pid, proc_); e.ok()) {
+      const PidCpu& c = b->second;
+      m["proc.cpu_s"] = (e->utime_ticks + e->stime_ticks - c.utime_ticks - c.stime_ticks) / kTick;
+      m["proc.voluntary_ctxt_switches"] =
+          static_cast<double>(e->voluntary_ctxt_switches - c.voluntary_ctxt_switches);
+      m["proc.nonvoluntary_ctxt_switches"] =
+          static_cast<double>(e->nonvoluntary_ctxt_switches - c.nonvoluntary_ctxt_switches);
+    }
+  }
+  if (auto t = ticks_.find(pid); t != ticks_.end() && t->second > 0) {
+    // Mean over all ticks (a connection absent in a tick had nothing queued then).
+    std::vector<std::pair<double, std::string>> v;
+    for (const auto& [ends, c] : conns_[pid])
+      v.push_back({c.sum / t->second, fmt::format("tcp.sendq.{}>{}", ends.first, ends.second)});
+    std::sort(v.rbegin(), v.rend());
+    for (size_t i = 0; i < v.size() && i < 16; ++i) m[v[i].second] = v[i].first;
+    m["proc.tcp_samples"] = t->second;
+    t->second = -1;
+    conns_.erase(pid);
   }
   if (have_host_) {
     if (auto h = ReadHostCpu(proc_); h.ok() && h->total > host_.total)

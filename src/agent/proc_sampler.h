@@ -1,7 +1,8 @@
 // Hardware and OS metrics a node agent samples while a window runs, read from /proc (text
 // parsers are separate so tests can feed them fixed text): per-process CPU time and context
-// switches, host CPU busy/total jiffies, NIC byte counters. Deltas over the window are what
-// reach the server.
+// switches, host CPU busy/total jiffies, NIC byte counters, and each worker's TCP connections'
+// send queues (bytes written but not yet acknowledged: a connection that backs up crosses a
+// slow link). Deltas and means over the window are what reach the server.
 #ifndef PERFTRACKER_AGENT_PROC_SAMPLER_H_
 #define PERFTRACKER_AGENT_PROC_SAMPLER_H_
 
@@ -29,6 +30,12 @@ struct NicBytes {
   uint64_t rx_bytes = 0;
   uint64_t tx_bytes = 0;
 };
+// One TCP connection of /proc/<pid>/net/tcp{,6} (the process's own network namespace).
+struct TcpSocket {
+  std::string local, remote;  // "ip:port" ("[v6]:port" for IPv6)
+  uint64_t inode = 0;
+  uint64_t send_queue = 0;  // tx_queue: unacknowledged + unsent bytes
+};
 
 // /proc/<pid>/stat: the command name is in parentheses and may hold spaces or ')'.
 StatusOr<PidCpu> ParsePidStat(std::string_view text);
@@ -36,23 +43,37 @@ StatusOr<PidCpu> ParsePidStat(std::string_view text);
 Status ParsePidStatus(std::string_view text, PidCpu* cpu);
 StatusOr<HostCpu> ParseHostCpu(std::string_view proc_stat);
 StatusOr<std::map<std::string, NicBytes>> ParseNetDev(std::string_view text);
+// Established connections only; IPV6 selects the tcp6 address form.
+std::vector<TcpSocket> ParseProcNetTcp(std::string_view text, bool ipv6);
 
 StatusOr<PidCpu> ReadPidCpu(int pid, const std::string& proc = "/proc");
 StatusOr<HostCpu> ReadHostCpu(const std::string& proc = "/proc");
 StatusOr<std::map<std::string, NicBytes>> ReadNetDev(const std::string& proc = "/proc");
 
-// Samples at Begin and End and reports deltas as named metrics ("host.cpu_util",
-// "pid.<P>.cpu_s", "pid.<P>.voluntary_ctxt_switches", "nic.<dev>.rx_bytes", ...).
+// The TCP connections a process owns (its socket fds matched against its namespace's table).
+std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc = "/proc");
+
+// Samples at Begin, every Tick and at End, and reports named metrics: "host.cpu_util",
+// "nic.<dev>.rx_bytes", ... for the node, and for one worker (End(pid)) "proc.cpu_s",
+// "proc.voluntary_ctxt_switches", "proc.nonvoluntary_ctxt_switches" and, per connection,
+// "tcp.sendq.<local>><remote>" = mean send-queue bytes over the ticks (the 16 largest).
 class ProcSampler {
  public:
   explicit ProcSampler(std::string proc = "/proc") : proc_(std::move(proc)) {}
   void Begin(const std::vector<int>& pids);
-  std::map<std::string, double> End();
+  void Tick();  // samples the connections of workers not ended yet
+  std::map<std::string, double> End(int pid);
 
  private:
+  struct Conn {
+    double sum = 0;
+    int n = 0;
+  };
   std::string proc_;
   double begin_s_ = 0;
   std::map<int, PidCpu> pids_;
+  std::map<int, std::map<std::pair<std::string, std::string>, Conn>> conns_;
+  std::map<int, int> ticks_;
   HostCpu host_;
   bool have_host_ = false;
   std::map<std::string, NicBytes> nics_;

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "agent/nvml_sampler.h"
 
@@ -50,10 +55,69 @@ TEST(ProcSampler, SamplesThisMachine) {
   s.Begin({getpid()});
   volatile double x = 0;
   for (int i = 0; i < 20000000; ++i) x = x + i * 0.5;
-  auto m = s.End();
+  auto m = s.End(getpid());
   EXPECT_TRUE(m.count("host.cpu_util"));
-  EXPECT_TRUE(m.count(fmt::format("pid.{}.cpu_s", getpid())));
-  EXPECT_GE(m[fmt::format("pid.{}.cpu_s", getpid())], 0.0);
+  EXPECT_TRUE(m.count("proc.cpu_s"));
+  EXPECT_GE(m["proc.cpu_s"], 0.0);
+}
+
+TEST(ProcSampler, ParsesProcNetTcp) {
+  const char* v4 =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode\n"
+      "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  0 0 111 1\n"
+      "   1: 0200E70A:9C75 0100E70A:A144 01 0001E240:00000000 01:00000C05 00000000  0 0 222 3\n"
+      "   2: garbage\n";
+  auto socks = ParseProcNetTcp(v4, false);
+  ASSERT_EQ(socks.size(), 1u);  // the listener is not ESTABLISHED
+  EXPECT_EQ(socks[0].local, "10.231.0.2:40053");
+  EXPECT_EQ(socks[0].remote, "10.231.0.1:41284");
+  EXPECT_EQ(socks[0].send_queue, 123456u);
+  EXPECT_EQ(socks[0].inode, 222u);
+  const char* v6 =
+      "  sl  local_address                         remote_address                        st "
+      "tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 0000000000000000FFFF00000100007F:1F90 0000000000000000FFFF00000100007F:D431 01 "
+      "00000010:00000000 00:00000000 00000000     0        0 333 1\n";
+  socks = ParseProcNetTcp(v6, true);
+  ASSERT_EQ(socks.size(), 1u);
+  EXPECT_EQ(socks[0].local, "127.0.0.1:8080");
+  EXPECT_EQ(socks[0].send_queue, 16u);
+}
+
+TEST(ProcSampler, SeesABackedUpConnectionOfThisProcess) {
+  int srv = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(srv, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(listen(srv, 1), 0);
+  ASSERT_EQ(getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  int cli = socket(AF_INET, SOCK_STREAM, 0);
+  int small = 4096;
+  ASSERT_EQ(connect(cli, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  int peer = accept(srv, nullptr, nullptr);
+  ASSERT_GE(peer, 0);
+  // The peer never reads: what the client writes stays queued on its side.
+  setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  fcntl(cli, F_SETFL, O_NONBLOCK);
+  std::string chunk(1 << 16, 'x');
+  for (int i = 0; i < 64; ++i)
+    if (write(cli, chunk.data(), chunk.size()) < 0) break;
+  ProcSampler s;
+  s.Begin({getpid()});
+  s.Tick();
+  s.Tick();
+  auto m = s.End(getpid());
+  double queued = 0;
+  for (const auto& [k, v] : m)
+    if (k.rfind("tcp.sendq.127.0.0.1:", 0) == 0) queued = std::max(queued, v);
+  EXPECT_GT(queued, 1000.0);
+  EXPECT_EQ(m["proc.tcp_samples"], 2.0);
+  close(cli);
+  close(peer);
+  close(srv);
 }
 
 TEST(NvmlSampler, ReportsUnavailableCleanly) {

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "cli/launcher.h"
 #include "server/collector.h"
 #endif
 
@@ -312,6 +313,30 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--watch", online.watch_dir, "folder where workers' traces appear")
       ->required();
   agent_cmd->add_option("--ranks", online.ranks, "local ranks (when known)")->delimiter(',');
+  pt::cli::RunOptions run_opts;
+  std::string on_hang = "keep";
+  CLI::App* run = app.add_subcommand(
+      "run", "run a training job with the online collector: perftracker run --nproc N -- CMD");
+  run->add_option("--nproc", run_opts.nproc,
+                  "ranks to start on this node (0: run CMD once; it starts the ranks, e.g. "
+                  "torchrun)");
+  run->add_option("--nnodes", run_opts.nnodes, "nodes in the job (with --nproc)");
+  run->add_option("--node-rank", run_opts.node_rank, "this node's index (with --nproc)");
+  run->add_option("--master-addr", run_opts.master_addr, "MASTER_ADDR for the ranks");
+  run->add_option("--master-port", run_opts.master_port, "MASTER_PORT (default: a free port)");
+  run->add_option("--report-dir", run_opts.report_dir,
+                  "where diagnosis.json, windows/ and the traces go");
+  run->add_option("--server", run_opts.server,
+                  "a running perftracker server (default: one inside this launcher)");
+  run->add_option("--listen", run_opts.listen, "the embedded server's address");
+  run->add_option("--token-file", run_opts.token_file, "shared token file");
+  run->add_option("--iterations", run_opts.iterations, "iterations per profiling window");
+  run->add_option("--max-seconds", run_opts.max_seconds, "a window's profiling time limit");
+  run->add_option("--profile-at-iteration", run_opts.profile_at_iteration,
+                  "profile a window once a rank completed iteration K");
+  run->add_option("--on-hang", on_hang, "keep (default) or kill the job after a hang report")
+      ->check(CLI::IsMember({"keep", "kill"}));
+  run->add_option("CMD", run_opts.command, "the training command, after --")->required();
   CLI::App* trigger = app.add_subcommand("trigger", "profile every rank now");
   trigger->add_option("--server", online.server, "server address:port")->required();
   trigger->add_option("--token-file", online.token_file, "shared token file");
@@ -323,6 +348,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
 #ifdef PT_ONLINE
+  if (*run) {
+    run_opts.kill_on_hang = on_hang == "kill";
+    return pt::cli::RunJob(run_opts);
+  }
   if (*server) return RunServer(online);
   if (*agent_cmd) return RunAgent(online);
   if (*trigger) return RunClient(online, true);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "diagnose/link.h"
 #include "pattern/summary_io.h"
 
 namespace perftracker::server {
@@ -62,6 +63,9 @@ diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
   for (auto& [r, s] : summaries_) ranks.push_back(s);
   diagnose::Diagnosis diagnosis;
   if (!ranks.empty()) diagnosis = diagnose::Diagnose(ranks, options);
+  diagnose::RankMetrics metrics;
+  for (const auto& [r, u] : uploads_) metrics[r] = u.hardware;
+  diagnose::AddMetricFindings(metrics, ranks, &diagnosis);
   std::vector<int> missing = Missing();
   if (!missing.empty()) {
     diagnose::Finding f;

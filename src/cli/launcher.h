@@ -1,0 +1,40 @@
+// `perftracker run`: launches an unmodified training job with the online collector. It starts
+// the central server (unless --server names one) and this node's agent inside the launcher,
+// spawns the ranks like torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT) or runs the given launcher once (torchrun, srun), and puts the worker package on
+// PYTHONPATH so sitecustomize turns the in-worker collector on in every Python process. The job's
+// exit code is the launcher's; Ctrl-C stops every rank.
+#ifndef PERFTRACKER_CLI_LAUNCHER_H_
+#define PERFTRACKER_CLI_LAUNCHER_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace perftracker::cli {
+
+struct RunOptions {
+  int nproc = 0;  // ranks to spawn on this node; 0: run COMMAND once, it launches the ranks
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;      // 0: a free port (single node)
+  std::string report_dir = "perftracker-report";
+  std::string server;       // external server; empty: embedded
+  std::string listen = "127.0.0.1:0";  // the embedded server's address
+  std::string token_file;
+  int iterations = 10;      // per window
+  double max_seconds = 20;  // per window
+  int64_t profile_at_iteration = -1;
+  bool kill_on_hang = false;
+  double stop_grace_seconds = 10;  // after SIGINT / a failed rank, before SIGKILL
+  std::vector<std::string> command;
+};
+
+// Runs the job to its end and returns the exit code to leave with; launcher errors are printed
+// as one line and give 1 (or 2 for a command that cannot start).
+int RunJob(const RunOptions& options);
+
+}  // namespace perftracker::cli
+
+#endif  // PERFTRACKER_CLI_LAUNCHER_H_

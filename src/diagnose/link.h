@@ -1,0 +1,37 @@
+// Slow-link localization from the node agents' connection samples. When one rank's link is
+// slow, every rank's collectives slow down alike (they all wait for the slow hop), so timing
+// cannot name it. The connections can: the agents sample each worker's TCP send queues
+// ("tcp.sendq.<local>><remote>", mean bytes queued during the window); a slow endpoint's own
+// sends back up, and so do its peers' sends to it (their acknowledgements queue behind its
+// traffic). The rank that is an endpoint of the backed-up connections to several peers, while
+// each other rank's backed-up connections lead only to it, is the slow link (C4's idea: the
+// slow hop names the link).
+#ifndef PERFTRACKER_DIAGNOSE_LINK_H_
+#define PERFTRACKER_DIAGNOSE_LINK_H_
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diagnose/finding.h"
+#include "pattern/pattern.h"
+
+namespace perftracker::diagnose {
+
+// Metrics per rank, as agents upload them (agent/proc_sampler.h names).
+using RankMetrics = std::map<int, std::map<std::string, double>>;
+
+// A finding (category "communication", cause hardware) naming the rank whose connections back
+// up, or nothing. RANKS give hosts and the time collectives take (the impact).
+std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
+                                        const std::vector<pattern::RankSummary>& ranks);
+
+// Adds the metric-based findings to D: a slow link replaces the all-rank communication
+// findings it explains; findings stay sorted by impact.
+void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::RankSummary>& ranks,
+                       Diagnosis* d);
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_LINK_H_

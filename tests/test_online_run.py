@@ -1,0 +1,186 @@
+"""The online path end to end: `perftracker run --nproc 4 -- python examples/train_ddp.py` with a
+real fault that switches on after the detector learned the baseline. The in-worker detector
+fires, the embedded server opens one window on every rank, the agent summarizes and uploads,
+and DIR/diagnosis.json must name the fault. Real torch (Debian python3-torch), gloo, 4 ranks.
+
+Detector numbers for a 2-core machine running 4 ranks: the slowdown mean is over 20 iterations
+(not 50: shorter runs) and fires at 20% (not 5%): CPU sharing alone moves a 20-iteration mean of
+a healthy rank by up to ~15% here. The faults below cost 40% or more.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
+ENV = {"PERFTRACKER_WINDOW": "20", "PERFTRACKER_SLOWDOWN_RATIO": "0.2"}
+
+
+def online_built():
+    return ptest.run(["run", "--help"]).returncode == 0
+
+
+def run_job(report, train_args, run_args=(), timeout=400, env=None):
+    cmd = [ptest.BIN, "run", "--nproc", "4", "--report-dir", report, *run_args, "--",
+           ptest.TORCH_PYTHON, TRAIN, *train_args]
+    e = dict(os.environ, **ENV, **(env or {}))
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+    p.seconds = time.time() - t0
+    return p
+
+
+def load(report):
+    with open(os.path.join(report, "diagnosis.json")) as f:
+        return json.load(f)
+
+
+def windows(report):
+    d = os.path.join(report, "windows")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+@unittest.skipUnless(online_built() and ptest.torch_available(), "needs the online build and torch")
+class OnlineRun(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pt_run_")
+
+    def job(self, name, *train_args, run_args=(), expect_rc=0, **kw):
+        report = os.path.join(self.tmp, name)
+        p = run_job(report, list(train_args), run_args, **kw)
+        out = f"--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}"
+        if expect_rc is not None:
+            self.assertEqual(p.returncode, expect_rc, out)
+        self.assertTrue(os.path.exists(os.path.join(report, "diagnosis.json")), out)
+        d = load(report)
+        d["_out"] = out
+        d["_path"] = os.path.join(report, "diagnosis.json")
+        d["_report"] = report
+        print(f"{name}: {p.seconds:.1f} s, windows {windows(report)}", file=sys.stderr)
+        return d
+
+    def assertCheck(self, d, expect):
+        ok, msg = ptest.check(d["_path"], expect)
+        self.assertTrue(ok, msg + "\n" + d["_out"])
+
+    def assertFired(self, d):
+        self.assertTrue(windows(d["_report"]), "no window fired\n" + d["_out"])
+        # The whole run's iteration statistics are there, per rank.
+        per = d["job"]["run_iteration_ms"]["per_rank"]
+        self.assertEqual(sorted(per), ["0", "1", "2", "3"], d["_out"])
+        self.assertGreater(per["0"]["count"], 50)
+
+    def test_1_straggler(self):
+        d = self.job("straggler", "--iters", "220", "--fault", "straggler", "--fault-rank", "2",
+                     "--fault-start", "60", "--fault-work", "25")
+        self.assertFired(d)
+        f = d["findings"][0]
+        self.assertEqual(f["ranks"], [2], d["_out"])
+        self.assertNotEqual(f["cause"], "unknown", d["_out"])
+        self.assertCheck(d, "rank=2")
+
+    def test_2_one_slow_loader(self):
+        d = self.job("loader1", "--iters", "220", "--fault", "slow-loader", "--fault-rank", "1",
+                     "--fault-start", "60", "--fault-ms", "40")
+        self.assertFired(d)
+        self.assertCheck(d, "rank=1,function~dataloader|collate|loader")
+
+    def test_3_every_loader_slow(self):
+        d = self.job("loader_all", "--iters", "220", "--fault", "slow-loader", "--fault-rank", "all",
+                     "--fault-start", "60", "--fault-ms", "40")
+        self.assertFired(d)
+        f = d["findings"][0]
+        self.assertEqual(f["cause"], "software", d["_out"])
+        self.assertCheck(d, "all,function~dataloader|collate|loader")
+
+    def test_5_hang_names_the_rank_and_its_line(self):
+        d = self.job("hang", "--iters", "400", "--fault", "hang", "--fault-rank", "2",
+                     "--fault-start", "60", run_args=["--on-hang", "kill"], expect_rc=None)
+        self.assertCheck(d, "hang=2")
+        f = [x for x in d["findings"] if x["category"] == "hang"][0]
+        where = " ".join(x["name"] for x in f["functions"])
+        self.assertIn("train_ddp.py:", where, d["_out"])
+
+    def test_6_gc(self):
+        d = self.job("gc", "--iters", "220", "--fault", "gc", "--fault-rank", "3",
+                     "--fault-start", "60")
+        self.assertFired(d)
+        self.assertCheck(d, "rank=3,category~gc")
+
+    def test_7_clean(self):
+        d = self.job("clean", "--iters", "220")
+        self.assertEqual(windows(d["_report"]), [], "a window fired on a clean run\n" + d["_out"])
+        self.assertEqual(d["findings"], [], d["_out"])
+        self.assertEqual(len(d["job"]["run_iteration_ms"]["per_rank"]), 4, d["_out"])
+        self.assertCheck(d, "clean")
+
+    def test_8_exit_code_is_the_jobs(self):
+        report = os.path.join(self.tmp, "exit")
+        p = run_job(report, ["--iters", "5", "--no-such-flag"])
+        self.assertEqual(p.returncode, 2, p.stderr[-2000:])  # argparse's usage error
+        self.assertTrue(os.path.exists(os.path.join(report, "diagnosis.json")))
+
+    def test_9_ctrl_c_stops_every_rank(self):
+        report = os.path.join(self.tmp, "sigint")
+        cmd = [ptest.BIN, "run", "--nproc", "4", "--report-dir", report, "--", ptest.TORCH_PYTHON,
+               TRAIN, "--iters", "100000"]
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, **ENV))
+        time.sleep(12)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, err[-3000:])
+        self.assertIn("stopping every rank", err)
+        left = subprocess.run(["pgrep", "-f", "train_ddp.py --iters 100000"], capture_output=True,
+                              text=True).stdout.strip()
+        self.assertEqual(left, "", "ranks left running")
+        self.assertTrue(os.path.exists(os.path.join(report, "diagnosis.json")))
+
+    def test_10_server_killed_mid_window_training_finishes(self):
+        port = ptest_free_port()
+        addr = f"127.0.0.1:{port}"
+        report = os.path.join(self.tmp, "killed")
+        log = open(os.path.join(self.tmp, "killed_server.txt"), "w")
+        server = subprocess.Popen([ptest.BIN, "server", "--listen", addr, "--report-dir", report],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        try:
+            job = subprocess.Popen(
+                [ptest.BIN, "run", "--nproc", "4", "--server", addr, "--report-dir", report,
+                 "--profile-at-iteration", "20", "--", ptest.TORCH_PYTHON, TRAIN, "--iters", "200"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **ENV))
+            opened = False
+            for _ in range(600):
+                with open(log.name) as f:
+                    if "window 1 opened" in f.read():
+                        opened = True
+                        break
+                time.sleep(0.1)
+            self.assertTrue(opened, "no window opened")
+            time.sleep(1.0)
+            server.send_signal(signal.SIGKILL)
+            out, err = job.communicate(timeout=300)
+            self.assertEqual(job.returncode, 0, err[-3000:])
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+            log.close()
+
+
+def ptest_free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
