@@ -65,7 +65,7 @@ struct FunctionPattern {
 };
 
 struct RankSummary {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;  // 2: deflated payload; 1 still reads
   int rank = -1;
   int world_size = -1;
   std::string host;

@@ -1,5 +1,7 @@
-// Layout: "PTSUMMRY", u32 LE major version, then a string table (varint count, varint-length
-// strings) and the body. Integers are LEB128 varints (signed ones zigzag), doubles / floats are
+// Layout: "PTSUMMRY", u32 LE major version, then (version 2) a varint with the payload's size
+// and the payload deflated with zlib; the payload (version 1: stored as is) is a string table
+// (varint count, varint-length strings) and the body. Python stacks repeat long paths, so
+// deflate shrinks a summary several times over (agents upload one per rank and window). Integers are LEB128 varints (signed ones zigzag), doubles / floats are
 // raw little-endian IEEE. Every string in the body is an index into the table, so repeated
 // names, stacks and groups cost one varint. Readers ignore bytes after the body, which leaves
 // room for additions within a major version.
@@ -10,6 +12,8 @@
 #include <cstring>
 #include <fstream>
 #include <unordered_map>
+
+#include <zlib.h>
 
 #include "pattern/names.h"
 
@@ -49,9 +53,22 @@ class Writer {
       U(s->size());
       body_ += *s;
     }
+    std::string payload = std::move(body_);
+    payload += body;
+    body_.clear();
+    U(payload.size());
     out += body_;
-    out += body;
-    return out;
+    uLongf n = compressBound(payload.size());
+    std::string z(n, '\0');
+    if (compress2(reinterpret_cast<Bytef*>(z.data()), &n,
+                  reinterpret_cast<const Bytef*>(payload.data()), payload.size(), 6) != Z_OK) {
+      // Cannot happen with a compressBound-sized buffer; stay readable if it ever does.
+      out[8] = 1;
+      out.resize(kHeaderSize);
+      return out + payload;
+    }
+    z.resize(n);
+    return out + z;
   }
 
  private:
@@ -262,7 +279,37 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
   }
   if (version == 0) return DataLoss(name + ": corrupt summary: version 0");
 
-  Reader r(bytes, kHeaderSize);
+  std::string inflated;
+  size_t start = kHeaderSize;
+  if (version >= 2) {
+    Reader h(bytes, kHeaderSize);
+    uint64_t size = h.U();
+    constexpr uint64_t kMaxPayload = 1ull << 30;
+    const std::string truncated =
+        name + ": truncated summary at byte " + std::to_string(bytes.size());
+    if (h.failed()) return DataLoss(truncated);
+    if (size > kMaxPayload) return DataLoss(name + ": corrupt summary: bad payload size");
+    inflated.resize(size);
+    uLongf n = size;
+    size_t zpos = bytes.size() - h.remaining();
+    z_stream z{};
+    if (inflateInit(&z) != Z_OK) return Internal(name + ": zlib: cannot start inflating");
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data() + zpos));
+    z.avail_in = static_cast<uInt>(bytes.size() - zpos);
+    z.next_out = reinterpret_cast<Bytef*>(inflated.data());
+    z.avail_out = static_cast<uInt>(size);
+    int rc = inflate(&z, Z_FINISH);
+    n = size - z.avail_out;
+    const bool input_ended = z.avail_in == 0;
+    inflateEnd(&z);
+    // A stream that ends early stops for want of input: that is a truncated file.
+    if (rc != Z_STREAM_END && rc != Z_DATA_ERROR && input_ended) return DataLoss(truncated);
+    if (rc != Z_STREAM_END || n != size)
+      return DataLoss(name + ": corrupt summary: the compressed payload does not inflate");
+    bytes = inflated;
+    start = 0;
+  }
+  Reader r(bytes, start);
   std::vector<std::string> table(r.Count());
   for (auto& s : table) s = r.RawString();
 

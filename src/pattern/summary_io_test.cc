@@ -198,7 +198,7 @@ TEST(SummaryIoTest, NewerVersion) {
   StatusOr<RankSummary> r = ParseSummary(bytes, "x.summary");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "x.summary: summary version 7 is newer than this perftracker (1)");
+            "x.summary: summary version 7 is newer than this perftracker (2)");
 }
 
 TEST(SummaryIoTest, EveryTruncationFailsCleanly) {
