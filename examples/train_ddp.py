@@ -10,13 +10,15 @@ Under a launcher that sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER
 Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
   straggler      extra matrix multiplies every step on the faulty rank(s)
   slow-loader    the DataLoader's collate sleeps --fault-ms per batch
-  gc             cyclic garbage every step and a forced gc.collect()
-  hang           the rank blocks forever before its next collective
+  gc             the rank spends its time in Python's automatic GC: a large long-lived heap of
+                 GC-tracked objects (--gc-heap) and cyclic garbage every step (--gc-garbage)
+  hang           the rank blocks forever (hang_forever()) before its next collective: the
+                 gradient all-reduce in loss.backward(), or the explicit all-reduce of the loss
+                 on a --log-every step
   cpu-contention a busy process competes for the rank's CPU
   sync           (GPU) needless torch.cuda.synchronize() and .item() every step
 """
 import argparse
-import gc
 import os
 import sys
 import time
@@ -38,6 +40,10 @@ def parse_args(argv=None):
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
     p.add_argument("--fault-ms", type=float, default=15.0, help="loader sleep per batch (ms)")
     p.add_argument("--fault-work", type=int, default=3, help="extra matmuls per step (straggler)")
+    p.add_argument("--gc-heap", type=int, default=500000, help="long-lived GC-tracked objects (gc fault)")
+    p.add_argument("--gc-garbage", type=int, default=40000, help="reference cycles per step (gc fault)")
+    p.add_argument("--log-every", type=int, default=0,
+                   help="all-reduce the loss (dist.all_reduce) and print it every K steps (0 = never)")
     p.add_argument("--profile-dir", default="", help="write one profiler trace per rank here")
     p.add_argument("--profile-iters", default="", help="A:B, iterations to profile (default: all)")
     p.add_argument("--port", type=int, default=0, help="MASTER_PORT when spawning (0 = pick one)")
@@ -69,6 +75,31 @@ def faulty(args, rank):
 def busy_loop(stop_at):
     while time.time() < stop_at:
         pass
+
+
+def hang_forever(rank):
+    """--fault hang: the rank never reaches its next collective (the others wait in it)."""
+    print(f"rank {rank}: hanging before its next collective", flush=True)
+    while True:
+        time.sleep(3600)
+
+
+def build_gc_heap(n):
+    """--fault gc: long-lived GC-tracked containers; every full collection traverses them all."""
+    return [[i] for i in range(n)]
+
+
+def make_cyclic_garbage(n):
+    """--fault gc: n self-referencing lists, alive until the step ends. Only the cyclic collector
+    frees them; the young collections they trigger traverse and promote them, so full
+    collections over the long-lived heap come every few steps. (No calls in the loop: the time
+    goes to the collector, not to building the garbage.)"""
+    junk = [None] * n
+    for i in range(n):
+        a = [i, None]
+        a[1] = a
+        junk[i] = a
+    return n
 
 
 def worker(rank, world, args):
@@ -105,6 +136,7 @@ def worker(rank, world, args):
         lo, hi = int(a), int(b)
     prof = None
     contention = None
+    gc_heap = None
     is_faulty = faulty(args, rank)
     it = iter(loader)
 
@@ -126,21 +158,17 @@ def worker(rank, world, args):
                 for _ in range(args.fault_work):
                     torch.mm(extra, extra)
             elif args.fault == "gc":
-                junk = []
-                for i in range(20000):
-                    a, b = [i], [i]
-                    a.append(b)
-                    b.append(a)
-                    junk.append(a)
-                del junk
-                gc.collect()
+                make_cyclic_garbage(args.gc_garbage)
             elif args.fault == "hang":
-                print(f"rank {rank}: hanging before the gradient all-reduce", flush=True)
-                while True:
-                    time.sleep(3600)
+                hang_forever(rank)
             elif args.fault == "sync" and device.type == "cuda":
                 torch.cuda.synchronize()
                 loss.item()
+        if args.log_every > 0 and (step + 1) % args.log_every == 0:
+            total = loss.detach().clone()
+            dist.all_reduce(total)
+            if rank == 0:
+                print(f"step {step} loss {total.item() / world:.4f}", flush=True)
         loss.backward()
         opt.step()
         return loss
@@ -149,6 +177,8 @@ def worker(rank, world, args):
         if is_faulty and step == args.fault_start:
             if args.fault == "slow-loader":
                 collate.sleep_s = collate.armed_s
+            elif args.fault == "gc":
+                gc_heap = build_gc_heap(args.gc_heap)
             elif args.fault == "cpu-contention":
                 import multiprocessing as mp
                 contention = mp.get_context("fork").Process(target=busy_loop, args=(time.time() + 3600,), daemon=True)
@@ -171,6 +201,7 @@ def worker(rank, world, args):
         stop_profiler(prof, args, rank)
     if contention is not None:
         contention.terminate()
+    del gc_heap
     dist.barrier()
     dist.destroy_process_group()
 

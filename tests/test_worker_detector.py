@@ -83,7 +83,8 @@ class FakeAgent(threading.Thread):
                 pass
             else:
                 c.settimeout(0.2)
-                cmd = {"type": "profile", "iters": 5, "max_s": 20, "start_iter": 5, "dir": self.trace_dir}
+                cmd = {"type": "profile", "iters": 5, "max_s": 20, "start_iter": 5, "dir": self.trace_dir,
+                       "window": 3}
                 c.sendall((json.dumps(cmd) + "\n").encode())
                 self.conns.append([c, b""])
             for conn in self.conns:
@@ -97,6 +98,187 @@ class FakeAgent(threading.Thread):
         for c, _ in self.conns:  # the agent dies: connections drop, the socket disappears
             c.close()
         self.srv.close()
+
+
+class StacksAgent(threading.Thread):
+    """Accepts workers and, on request(), asks each for its stacks."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(path)
+        self.srv.listen(8)
+        self.srv.settimeout(0.1)
+        self.received = []
+        self.conns = []
+        self.asks = []
+        self.stop = False
+
+    def request(self, request_id):
+        self.asks.append(request_id)
+
+    def run(self):
+        while not self.stop:
+            try:
+                c, _ = self.srv.accept()
+                c.settimeout(0.05)
+                self.conns.append([c, b""])
+            except socket.timeout:
+                pass
+            while self.asks:
+                line = (json.dumps({"type": "stacks", "request_id": self.asks.pop(0)}) + "\n").encode()
+                for c, _ in self.conns:
+                    try:
+                        c.sendall(line)
+                    except OSError:
+                        pass
+            for conn in self.conns:
+                try:
+                    conn[1] += conn[0].recv(1 << 20)
+                except (socket.timeout, OSError):
+                    continue
+                *lines, conn[1] = conn[1].split(b"\n")
+                self.received += [json.loads(x) for x in lines if x.strip()]
+        for c, _ in self.conns:
+            c.close()
+        self.srv.close()
+
+
+# One process, a gloo group of world size 1: collectives through the wrappers, their results
+# and errors, a stacks request while the main thread waits at a known line, the wrapper's cost.
+COLLECTIVE_SCRIPT = """
+import json, os, sys, time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
+out = {}
+t = torch.arange(4.0)
+dist.all_reduce(t)  # ALL_REDUCE_LINE
+out["all_reduce"] = t.tolist()
+g = [torch.zeros(4)]
+dist.all_gather(g, t * 2)
+out["all_gather"] = g[0].tolist()
+b = torch.ones(3)
+dist.broadcast(b, 0)
+out["broadcast"] = b.tolist()
+dist.barrier()
+try:
+    dist.all_reduce([1, 2])
+except Exception as e:
+    out["error"] = [type(e).__name__, str(e)]
+out["name"] = [dist.all_reduce.__name__, dist.all_reduce.__module__, dist.all_reduce.__doc__ is not None]
+out["wrapped"] = bool(getattr(dist.all_reduce, "_perftracker", False))
+out["same_in_c10d"] = dist.all_reduce is dist.distributed_c10d.all_reduce
+if out["wrapped"]:
+    from perftracker import hooks
+    w = dist.all_reduce
+    hooks._patch_distributed(dist.distributed_c10d)  # idempotent
+    out["idempotent"] = dist.all_reduce is w and dist.distributed_c10d.all_reduce is w
+    x = torch.zeros(1)
+    raw = w.__wrapped__
+    for f in (raw, w):
+        f(x)
+    n = 3000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        raw(x)
+    t1 = time.perf_counter()
+    for _ in range(n):
+        w(x)
+    t2 = time.perf_counter()
+    out["wrapper_us"] = ((t2 - t1) - (t1 - t0)) / n * 1e6
+    out["call_us"] = (t1 - t0) / n * 1e6
+    dist.all_reduce(t)  # LAST_LINE
+print(json.dumps(out), flush=True)
+
+
+def wait_for_the_agent(flag):
+    while not os.path.exists(flag):
+        time.sleep(0.02)  # WAIT_LINE
+
+
+if len(sys.argv) > 2:
+    wait_for_the_agent(sys.argv[2])
+dist.destroy_process_group()
+"""
+
+
+@unittest.skipUnless(ptest.torch_available(), "needs /usr/bin/python3 with torch")
+@unittest.skipUnless(built(), "perftracker._worker not built (build dir python/)")
+class Collectives(unittest.TestCase):
+    def test_wrappers_keep_results_and_stacks_show_the_script(self):
+        import time
+        tmp = tempfile.mkdtemp(prefix="pt_coll_")
+        script = os.path.join(tmp, "coll.py")
+        with open(script, "w") as f:
+            f.write(COLLECTIVE_SCRIPT)
+        lines = COLLECTIVE_SCRIPT.splitlines()
+
+        def line_of(tag):
+            return [i for i, x in enumerate(lines) if tag in x][0] + 1
+
+        def run(env, *extra):
+            return subprocess.Popen([ptest.TORCH_PYTHON, script, os.path.join(tmp, "init-%d" % len(extra)), *extra],
+                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+        plain = run(env_with())
+        out, err = plain.communicate(timeout=60)
+        self.assertEqual(plain.returncode, 0, err)
+        base = json.loads(out)
+        self.assertFalse(base["wrapped"])
+
+        sock = os.path.join(tmp, "agent.sock")
+        flag = os.path.join(tmp, "go")
+        agent = StacksAgent(sock)
+        agent.start()
+        p = run(env_with(PERFTRACKER_ENABLE="1", PERFTRACKER_AGENT_SOCKET=sock), flag)
+        try:
+            got = json.loads(p.stdout.readline())
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not agent.conns:
+                time.sleep(0.05)
+            agent.request(9)
+            reply = None
+            while time.monotonic() < deadline and reply is None:
+                time.sleep(0.05)
+                reply = next((m for m in agent.received if m["type"] == "stacks"), None)
+        finally:
+            open(flag, "w").close()
+            out, err = p.communicate(timeout=30)
+            agent.stop = True
+            agent.join()
+        self.assertEqual(p.returncode, 0, err)
+        self.assertNotIn("perftracker", err)
+        # The wrappers change nothing: results, errors, names; and they are in place everywhere.
+        self.assertTrue(got["wrapped"] and got["same_in_c10d"] and got["idempotent"], got)
+        for k in ("all_reduce", "all_gather", "broadcast", "error", "name"):
+            self.assertEqual(got[k], base[k], k)
+        self.assertLess(got["wrapper_us"], 20, got)
+        print(f"\ncollective wrapper: {got['wrapper_us']:.2f} us per call "
+              f"(an unwrapped world-size-1 all_reduce: {got['call_us']:.1f} us)", file=sys.stderr)
+
+        self.assertIsNotNone(reply, agent.received)
+        self.assertEqual(reply["request_id"], 9)
+        self.assertEqual(reply["pid"], p.pid)
+        self.assertEqual(reply["iteration"], -1)
+        for k in ("rank", "local_rank", "world_size", "host"):
+            self.assertIn(k, reply)
+        main = [t for t in reply["threads"] if t["main"]]
+        self.assertEqual(len(main), 1, reply["threads"])
+        self.assertEqual(main[0]["name"], "MainThread")
+        self.assertEqual([t["name"] for t in reply["threads"]].count("perftracker-agent"), 0)
+        frames = [(os.path.realpath(f["file"]), f["line"], f["function"]) for f in main[0]["frames"]]
+        self.assertEqual(frames[-1][0], os.path.realpath(script))
+        self.assertEqual(frames[-1][2], "wait_for_the_agent")
+        self.assertEqual(frames[-1][1], line_of("WAIT_LINE"))
+        self.assertEqual(frames[-2][:2], (os.path.realpath(script), line_of("wait_for_the_agent(sys.argv[2])")))
+        lc = reply["last_collective"]
+        self.assertEqual((lc["op"], os.path.realpath(lc["file"]), lc["line"], lc["in_progress"]),
+                         ("all_reduce", os.path.realpath(script), line_of("LAST_LINE"), False))
+        # 5 wrapped calls before the timing (the failing one and the barrier included), 1 + n in
+        # it (the unwrapped function is not counted), then the last one.
+        self.assertEqual(lc["count"], 5 + 1 + 3000 + 1)
+        self.assertGreaterEqual(lc["seconds"], 0)
 
 
 @unittest.skipUnless(ptest.torch_available(), "needs /usr/bin/python3 with torch")
@@ -177,7 +359,14 @@ class WorkerDetector(unittest.TestCase):
         # The agent heard from both workers before it died and asked each for a window.
         self.assertTrue({m["pid"] for m in agent.received if m["type"] == "iterations"}, agent.received[:3])
         acks = [m for m in agent.received if m["type"] == "profile_ack"]
-        self.assertTrue(acks and all(a["accepted"] for a in acks), agent.received[-5:])
+        self.assertTrue(acks and all(a["accepted"] and a["window"] == 3 for a in acks), agent.received[-5:])
+        # python_trace echoes the window and says a torch trace follows; the torch trace (in the
+        # worker's log: the agent may be gone by then) names the window too.
+        for rank, (msgs, _) in logs.items():
+            pt = [m for m in msgs if m["type"] == "python_trace"]
+            self.assertEqual([(m["window"], m["torch"]) for m in pt], [(3, True)], rank)
+            tt = [m for m in msgs if m["type"] == "torch_trace"]
+            self.assertEqual([(m["window"], m["path"]) for m in tt], [(3, pt[0]["path"] + ".torch.json")], rank)
         files = sorted(glob.glob(os.path.join(traces, "rank-*.python.json")))
         self.assertEqual([os.path.basename(f) for f in files], ["rank-0.python.json", "rank-1.python.json"])
         d = ptest.analyze(files)
@@ -189,11 +378,18 @@ class WorkerDetector(unittest.TestCase):
         import signal
         import time
         log = os.path.join(self.tmp, "hang-{pid}.jsonl")
+        sock = os.path.join(self.tmp, "hang.sock")
+        agent = StacksAgent(sock)
+        agent.start()
+        # --log-every 1: rank 1 waits in the script's explicit dist.all_reduce of the loss.
         cmd = [ptest.TORCH_PYTHON, os.path.join(ptest.SOURCE, "examples", "train_ddp.py"), "--nproc", "2",
-               "--iters", str(ITERS), "--fault", "hang", "--fault-start", "30", "--fault-rank", "0"]
-        p = subprocess.Popen(cmd, env=env_with(PERFTRACKER_ENABLE="1", PERFTRACKER_WORKER_LOG=log),
+               "--iters", str(ITERS), "--fault", "hang", "--fault-start", "30", "--fault-rank", "0",
+               "--log-every", "1"]
+        p = subprocess.Popen(cmd, env=env_with(PERFTRACKER_ENABLE="1", PERFTRACKER_WORKER_LOG=log,
+                                               PERFTRACKER_AGENT_SOCKET=sock),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         hung = {}
+        stacks = {}
         try:
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and len(hung) < 2:
@@ -205,13 +401,45 @@ class WorkerDetector(unittest.TestCase):
                     h = [m for m in h if m["iteration"] == 30 - M]
                     if h:
                         hung[rank] = h[0]
+            # While the job hangs, the agent asks every worker for its stacks.
+            agent.request(1)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and len(stacks) < 2:
+                time.sleep(0.2)
+                # The launcher process (mp.spawn's parent, rank None) answers too.
+                stacks = {m["rank"]: m for m in agent.received
+                          if m["type"] == "stacks" and m["request_id"] == 1 and m["rank"] is not None}
         finally:
             os.killpg(p.pid, signal.SIGKILL)  # the job's own process group (start_new_session)
             p.wait()
+            agent.stop = True
+            agent.join()
         # Both ranks stop: rank 0 sleeps, rank 1 waits in the all-reduce.
         self.assertEqual(sorted(hung), [0, 1], hung)
         for h in hung.values():
             self.assertGreater(h["now_ns"], 0)
+        self.assertEqual(sorted(stacks), [0, 1], agent.received[-4:])
+        script = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
+        for rank, s in stacks.items():
+            self.assertEqual(s["iteration"], 30 - M - 1, rank)  # the last one that completed
+            main = [t for t in s["threads"] if t["main"]]
+            self.assertEqual(len(main), 1, s["threads"])
+            self.assertNotIn("perftracker-agent", [t["name"] for t in s["threads"]])
+            fns = [(os.path.realpath(f["file"]), f["function"]) for f in main[0]["frames"]]
+            self.assertIn((script, "train_step"), fns, rank)
+            self.assertEqual(fns[0][1], "<module>")  # outermost first
+        # Rank 0 blocks in hang_forever(); rank 1 waits in the all-reduce the script called.
+        f0 = stacks[0]["threads"][[t["main"] for t in stacks[0]["threads"]].index(True)]["frames"]
+        self.assertEqual(f0[-1]["function"], "hang_forever", f0[-3:])
+        lc0, lc1 = stacks[0]["last_collective"], stacks[1]["last_collective"]
+        self.assertFalse(lc0["in_progress"])
+        self.assertEqual(lc1["op"], "all_reduce")
+        self.assertTrue(lc1["in_progress"])
+        self.assertEqual(lc1["count"], lc0["count"] + 1)
+        self.assertEqual(os.path.realpath(lc1["file"]), script)
+        with open(script) as f:
+            self.assertIn("dist.all_reduce(", f.read().splitlines()[lc1["line"] - 1])
+        self.assertGreater(lc1["seconds"], 0.5)
 
 
 @unittest.skipUnless(built(), "perftracker._worker not built (build dir python/)")
@@ -276,6 +504,9 @@ t0 = time.monotonic()
 while time.monotonic() - t0 < 0.3:
     work(100)  # no detector event: the profile callback itself ends the window at max_s
 assert not w.stats()["window_armed"], w.stats()
+# The window ended inside the profile callback: the next event reports the end (2) once, so that
+# torch.profiler stops there.
+assert w.on_loader_next() == 2 and w.on_optimizer_step() == 0
 for _ in range(100):
     if w.stats()["files_written"]: break
     time.sleep(0.05)
@@ -293,6 +524,64 @@ print("ok")
         with open(out) as f:
             ev = json.load(f)["traceEvents"]
         self.assertTrue(any(e["name"].endswith(": work") for e in ev))
+
+    def test_gc_spans_in_the_window(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
+        code = f"""
+import gc, time
+from perftracker import hooks
+w = hooks._w
+assert w.gc_event in gc.callbacks and gc.callbacks.count(w.gc_event) == 1
+hooks.enable()  # idempotent: one callback
+assert gc.callbacks.count(w.gc_event) == 1
+def cycles(n):
+    junk = [None] * n
+    for i in range(n):
+        a = [i, None]
+        a[1] = a
+        junk[i] = a
+def step(n):
+    cycles(n)
+for it in range(30):
+    hooks.on_loader_next()
+    if it == 5:
+        gc.collect()
+        assert w.stats()["gc_spans"] == 0  # not armed: nothing recorded
+    if it == 12:
+        assert w.start_window(5, 10.0, {out!r})
+    step(3000)
+    if it == 14:
+        gc.collect(1)
+    hooks.on_optimizer_step()
+for _ in range(100):
+    if w.stats()["files_written"]: break
+    time.sleep(0.05)
+s = w.stats()
+assert s["files_written"] == 1 and s["gc_spans"] > 5, s
+print("ok")
+"""
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", code], capture_output=True, text=True,
+                           env=env_with(PERFTRACKER_ENABLE="1"), timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "ok\n")
+        with open(out) as f:
+            ev = json.load(f)["traceEvents"]
+        gcs = [e for e in ev if e["name"] == "<gc>"]
+        self.assertGreater(len(gcs), 5)
+        # One function wherever the collection was triggered: one stack, no parent.
+        self.assertEqual({e["args"]["Python stack id"] for e in gcs}.__len__(), 1)
+        self.assertTrue(all(e["args"]["Python parent id"] == 0 and e["cat"] == "python_function" for e in gcs))
+        self.assertIn(1, {e["args"].get("gc generation") for e in gcs})  # the explicit gc.collect(1)
+        py = [e for e in ev if e["cat"] == "python_function" and e["name"] != "<gc>"]
+        # A collection triggered inside cycles() lies within it in time.
+        inner = [c for c in py if c["name"].endswith(": cycles")]
+        self.assertTrue(any(c["ts"] <= e["ts"] and e["ts"] + e["dur"] <= c["ts"] + c["dur"] + 0.01
+                            for e in gcs for c in inner))
+        show = ptest.run(["show", out, "--top", "50"])
+        self.assertEqual(show.returncode, 0, show.stderr)
+        row = [x for x in show.stdout.splitlines() if x.rstrip().endswith("<gc>")]
+        self.assertEqual(len(row), 1, show.stdout)
+        self.assertIn(" gc ", row[0])
 
     def test_internal_error_turns_it_off_quietly(self):
         p = self.run_py("""

@@ -7,7 +7,9 @@ Rules (the collector must never harm training):
     connection is retried now and then;
   * any internal error turns the collector off and prints one line to stderr.
 """
+import collections
 import functools
+import gc
 import json
 import os
 import socket
@@ -21,6 +23,14 @@ _off = False         # set on the first internal error
 _tls = threading.local()
 _profiler = None     # torch profiler of the current window, if any
 _window_out = None   # python-trace path of the current window
+_window_rec = None   # the current window's record in _windows: {"path", "window", "torch"}
+_windows = collections.deque(maxlen=16)  # windows whose python_trace message is still due
+_train_tid = None    # threading.get_ident() of the thread that calls the loader/optimizer hooks
+_last_coll = None    # [op, count, file, line, start_monotonic, end_monotonic or None]
+_coll_count = 0      # wrapped collective calls so far (outermost ones)
+_profiler_rec = None  # the window record of the running torch profiler
+MAX_STACK_THREADS = 64
+MAX_STACK_FRAMES = 100
 
 ENV_CONFIG = {  # environment variable -> _worker.install key
     "PERFTRACKER_LEARN_REPEATS": "learn_repeats",
@@ -48,10 +58,15 @@ def _turn_off(err):
 # ---- events from the training thread ----
 
 def _edge(code):
-    """1: the C++ side armed a profiling window on this thread; 2: it ended one."""
-    global _profiler
+    """1: the C++ side armed a profiling window on this thread; 2: it ended one.
+
+    A window whose torch.profiler started says "torch": true in its python_trace message, and
+    then always gets a torch_trace message: the trace's path, or path null and the error.
+    """
+    global _profiler, _profiler_rec
     torch = sys.modules.get("torch")
     if code == 1 and torch is not None and _profiler is None:
+        rec = _profiler_rec = _window_rec
         try:
             kineto = getattr(torch.autograd, "kineto_available", lambda: False)()
             if kineto:
@@ -59,34 +74,49 @@ def _edge(code):
             else:
                 _profiler = torch.autograd.profiler.profile()
             _profiler.__enter__()
+            if rec is not None:
+                rec["torch"] = True
         except Exception as e:
-            _profiler = None
+            _profiler = _profiler_rec = None
             sys.stderr.write(f"perftracker: torch profiler not started: {e!r}\n")
     elif code == 2 and _profiler is not None:
         prof, _profiler = _profiler, None
+        rec, _profiler_rec = _profiler_rec, None
+        path = rec.get("path") if rec is not None else None
+        out = (path or _window_out or f"/tmp/perftracker-{os.getpid()}") + ".torch.json"
+        window = rec.get("window") if rec is not None else None
         try:
             prof.__exit__(None, None, None)
         except Exception as e:
             sys.stderr.write(f"perftracker: torch profiler stop failed: {e!r}\n")
+            _torch_failed(window, f"torch profiler stop failed: {e!r}")
             return
-        out = (_window_out or f"/tmp/perftracker-{os.getpid()}") + ".torch.json"
         # Exporting is slow: not on the training thread.
-        threading.Thread(target=_export, args=(prof, out), daemon=True).start()
+        threading.Thread(target=_export, args=(prof, out, window), daemon=True).start()
 
 
-def _export(prof, out):
+def _torch_failed(window, error):
+    if _client is not None:
+        _client.send({"type": "torch_trace", "path": None, "window": window, "error": error[:500]})
+
+
+def _export(prof, out, window=None):
     try:
         prof.export_chrome_trace(out + ".tmp")
         os.replace(out + ".tmp", out)
         if _client is not None:
-            _client.send({"type": "torch_trace", "path": out})
+            _client.send({"type": "torch_trace", "path": out, "window": window})
     except Exception as e:
         sys.stderr.write(f"perftracker: torch trace export failed: {e!r}\n")
+        _torch_failed(window, f"torch trace export failed: {e!r}")
 
 
 def on_loader_next():
+    global _train_tid
     if _off:
         return
+    if _train_tid is None:
+        _train_tid = threading.get_ident()
     try:
         code = _w.on_loader_next()
         if code:
@@ -96,8 +126,11 @@ def on_loader_next():
 
 
 def on_optimizer_step():
+    global _train_tid
     if _off:
         return
+    if _train_tid is None:
+        _train_tid = threading.get_ident()
     try:
         code = _w.on_optimizer_step()
         if code:
@@ -171,7 +204,111 @@ def _patch_optimizer(mod):
     opt.__init__ = __init__
 
 
-_TARGETS = {"torch.utils.data.dataloader": _patch_dataloader, "torch.optim.optimizer": _patch_optimizer}
+# torch.distributed's Python-level collectives (whichever the torch version has). DDP's gradient
+# all-reduce runs from C++ inside backward() and is not seen here.
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+               "broadcast", "reduce", "barrier", "all_to_all", "all_to_all_single", "send", "recv", "isend",
+               "irecv", "gather", "scatter", "monitored_barrier")
+
+
+def _caller(torch_dir):
+    """(file, line) of the first frame outside torch's own package."""
+    f = sys._getframe(2)
+    while f is not None and f.f_code.co_filename.startswith(torch_dir):
+        f = f.f_back
+    if f is None:
+        return "?", 0
+    return f.f_code.co_filename, f.f_lineno
+
+
+def _wrap_collective(name, fn, torch_dir):
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        global _last_coll, _coll_count
+        if _off or getattr(_tls, "in_coll", False):  # nested: the outermost call is the one
+            return fn(*args, **kwargs)
+        rec = None
+        try:
+            _coll_count += 1
+            file, line = _caller(torch_dir)
+            rec = [name, _coll_count, file, line, time.monotonic(), None]
+            _last_coll = rec
+        except Exception as e:
+            _turn_off(e)
+        _tls.in_coll = True
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _tls.in_coll = False
+            if rec is not None:
+                rec[5] = time.monotonic()
+
+    wrapped._perftracker = True
+    return wrapped
+
+
+def _patch_distributed(mod):
+    """Wraps the collectives of torch.distributed.distributed_c10d, and the names torch.distributed
+    re-exported from it when that was already imported."""
+    torch_dir = os.path.dirname(os.path.dirname(os.path.abspath(mod.__file__))) + os.sep
+    pub = sys.modules.get("torch.distributed")
+    for name in COLLECTIVES:
+        fn = getattr(mod, name, None)
+        if fn is None or not callable(fn) or getattr(fn, "_perftracker", False):
+            continue
+        w = _wrap_collective(name, fn, torch_dir)
+        setattr(mod, name, w)
+        if pub is not None and getattr(pub, name, None) is fn:
+            setattr(pub, name, w)
+
+
+def last_collective():
+    """The last collective called through torch.distributed's Python API, as the stacks reply
+    carries it, or None."""
+    rec = _last_coll
+    if rec is None:
+        return None
+    op, count, file, line, start, end = tuple(rec)
+    return {"op": op, "count": count, "file": file, "line": line, "in_progress": end is None,
+            "seconds": round((time.monotonic() if end is None else end) - start, 6)}
+
+
+def thread_stacks(skip=()):
+    """Every Python thread's stack, outermost frame first, the training thread first."""
+    frames = sys._current_frames()
+    try:
+        main = _train_tid if _train_tid is not None else threading.main_thread().ident
+        by_ident = {t.ident: t for t in threading.enumerate()}
+        out = []
+        for ident in sorted(frames, key=lambda i: (i != main, i)):
+            if ident in skip:
+                continue
+            if len(out) >= MAX_STACK_THREADS:
+                break
+            f = frames[ident]
+            stack = []
+            dropped = 0
+            while f is not None:
+                if len(stack) < MAX_STACK_FRAMES:
+                    stack.append({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name})
+                else:
+                    dropped += 1  # the innermost frames are kept: that is where a thread waits
+                f = f.f_back
+            stack.reverse()
+            t = by_ident.get(ident)
+            native = getattr(t, "native_id", None) if t is not None else None
+            entry = {"tid": native if native is not None else ident, "name": t.name if t is not None else "",
+                     "main": ident == main, "frames": stack}
+            if dropped:
+                entry["frames_dropped"] = dropped
+            out.append(entry)
+        return out
+    finally:
+        del frames
+
+
+_TARGETS = {"torch.utils.data.dataloader": _patch_dataloader, "torch.optim.optimizer": _patch_optimizer,
+            "torch.distributed.distributed_c10d": _patch_distributed}
 
 
 class _PostImportFinder:
@@ -230,6 +367,8 @@ class AgentClient:
         self.lock = threading.Lock()
         self.extra = []  # messages from other threads (send())
         self.pending_profile = None  # (command, time received)
+        self.replies = []  # answers to commands, shipped in the same tick
+        self.last_iteration = -1  # the last completed iteration index the detector reported
         self.stop = threading.Event()
         self.ident = {"pid": os.getpid(), "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"),
                       "world_size": _env_int("WORLD_SIZE"), "host": socket.gethostname()}
@@ -257,12 +396,15 @@ class AgentClient:
             self.ident["rank"] = _rank()
         self._start_profile()
         msgs = self._messages()
+        self._log(msgs)
+        if self.sock_path:
+            self._io(msgs)
+
+    def _log(self, msgs):
         if self.log_path and msgs:
             with open(self.log_path, "a") as f:
                 for m in msgs:
                     f.write(json.dumps(m) + "\n")
-        if self.sock_path:
-            self._io(msgs)
 
     def _messages(self):
         news = _w.drain()
@@ -272,6 +414,7 @@ class AgentClient:
         for n in news:
             if n[0] == "iter":
                 iters.append([n[1], n[2], n[3], bool(n[4])])
+                self.last_iteration = n[1]
             elif n[0] == "learned":
                 msgs.append({"type": "learned", "pattern": n[1]})
             elif n[0] == "relearn":
@@ -282,8 +425,13 @@ class AgentClient:
             elif n[0] == "hang":
                 msgs.append({"type": "trigger", "kind": "hang", "iteration": n[1], "now_ns": n[2],
                              "mean_ns": n[3]})
-            elif n[0] == "window_done":
-                msgs.append({"type": "python_trace", "path": n[1]})
+            elif n[0] in ("window_done", "window_failed"):
+                rec = _pop_window(n[1])
+                m = {"type": "python_trace", "path": n[1] if n[0] == "window_done" else None,
+                     "window": rec.get("window"), "torch": bool(rec.get("torch"))}
+                if n[0] == "window_failed":
+                    m["error"] = f"could not write {n[1]}"
+                msgs.append(m)
         if iters:
             msgs.insert(0, {"type": "iterations", "items": iters})
         for m in msgs:
@@ -296,19 +444,7 @@ class AgentClient:
         if self.sock is None:
             self.dropped += len(msgs)
             return
-        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in msgs)
-        if len(self.out) + len(data) > self.MAX_OUT:
-            self.dropped += len(msgs)
-        else:
-            self.out += data
-        try:
-            while self.out:
-                n = self.sock.send(self.out)
-                del self.out[:n]
-        except (BlockingIOError, InterruptedError):
-            pass
-        except OSError:
-            self._close()
+        if not self._ship(msgs):
             return
         try:
             while True:
@@ -328,6 +464,31 @@ class AgentClient:
             line, _, rest = bytes(self.inbuf).partition(b"\n")
             self.inbuf = bytearray(rest)
             self._command(line)
+        if self.replies and self.sock is not None:
+            replies, self.replies = self.replies, []
+            for m in replies:
+                m.update(self.ident)
+            self._log(replies)
+            self._ship(replies)
+
+    def _ship(self, msgs):
+        """Queues msgs (dropped beyond MAX_OUT) and sends what the socket takes now; False when
+        the connection broke."""
+        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in msgs)
+        if len(self.out) + len(data) > self.MAX_OUT:
+            self.dropped += len(msgs)
+        else:
+            self.out += data
+        try:
+            while self.out:
+                n = self.sock.send(self.out)
+                del self.out[:n]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close()
+            return False
+        return True
 
     def _connect(self):
         self.next_connect = time.monotonic() + 2.0
@@ -351,12 +512,13 @@ class AgentClient:
         self.sock = None
         self.out.clear()
         self.inbuf.clear()
+        self.replies = []
 
     def _start_profile(self):
         """Starts the pending window once the trace file can be named after the rank (a command
         that arrives before torch.distributed is initialized waits, up to 30 s, then uses the pid).
         """
-        global _window_out
+        global _window_out, _window_rec
         if self.pending_profile is None:
             return
         cmd, since = self.pending_profile
@@ -366,10 +528,19 @@ class AgentClient:
         self.pending_profile = None
         tag = f"rank-{rank}" if rank is not None else f"pid-{os.getpid()}"
         out = str(cmd.get("path") or os.path.join(str(cmd.get("dir") or "/tmp"), f"{tag}.python.json"))
-        _window_out = out
+        window = cmd.get("window")
+        if not isinstance(window, int) or isinstance(window, bool):
+            window = None
+        rec = {"path": out, "window": window, "torch": False}
+        prev = (_window_out, _window_rec)
+        _window_out, _window_rec = out, rec  # before the training thread can arm it
         ok = _w.start_window(int(cmd.get("iters", 10)), float(cmd.get("max_s", 20.0)), out,
                              int(cmd.get("start_iter", -1)))
-        self.send({"type": "profile_ack", "accepted": bool(ok), "path": out})
+        if ok:
+            _windows.append(rec)
+        else:
+            _window_out, _window_rec = prev  # refused: another window is pending or open
+        self.send({"type": "profile_ack", "accepted": bool(ok), "path": out, "window": window})
 
     def _command(self, line):
         try:
@@ -383,6 +554,21 @@ class AgentClient:
             self._start_profile()
         elif cmd.get("type") == "stop":
             _w.stop_window()
+        elif cmd.get("type") == "stacks":
+            self.replies.append(self.stacks_reply(cmd.get("request_id")))
+
+    def stacks_reply(self, request_id):
+        return {"type": "stacks", "request_id": request_id, "iteration": self.last_iteration,
+                "threads": thread_stacks(skip=(threading.get_ident(),)), "last_collective": last_collective()}
+
+
+def _pop_window(path):
+    """The record of the window whose file is `path` (the oldest such), or {} when unknown."""
+    for rec in _windows:
+        if rec["path"] == path:
+            _windows.remove(rec)
+            return rec
+    return {}
 
 
 def _rank():
@@ -428,6 +614,9 @@ def enable(config=None):
     _worker.install(cfg)
     _w = _worker
     _install_patches()
+    if _worker.gc_event not in gc.callbacks:
+        # A C function: costs one thread-local read per collection unless a window is armed.
+        gc.callbacks.append(_worker.gc_event)
     log = os.environ.get("PERFTRACKER_WORKER_LOG", "")
     if log:
         log = log.replace("{pid}", str(os.getpid()))

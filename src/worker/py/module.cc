@@ -22,6 +22,11 @@
 // window end the rings are handed to a writer thread that writes a Chrome-trace JSON with
 // python_function events (Python id / Python parent id) and ProfilerStep#N markers, which
 // `perftracker analyze` reads like a profiler trace, to PATH.tmp and renames it to PATH.
+//
+// Python's garbage collector is invisible to PyEval_SetProfile: gc_event(), installed by
+// hooks.py as a gc.callbacks entry, records each collection on an armed thread as a call of its
+// own function "<gc>" (stack: root -> "<gc>", Python parent id 0, wherever the collection was
+// triggered). Finalizers that run Python code during the collection nest under it.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
@@ -57,21 +62,25 @@ int64_t NowNs() {
 // ---- news queue (detector -> Python) ----
 
 struct News {
-  enum Kind { kIter, kSlowdown, kHang, kLearned, kRelearn, kWindowDone } kind;
+  enum Kind { kIter, kSlowdown, kHang, kLearned, kRelearn, kWindowDone, kWindowFailed } kind;
   int64_t a = 0, b = 0;  // iter: start, end; slowdown: mean, best; hang: now, mean
   int64_t index = 0;
   bool clean = true;
-  std::string text;  // learned: pattern; window done: path
+  std::string text;  // learned: pattern; window done / failed: path
 };
+
+constexpr int8_t kNotGc = -1;
 
 struct Call {  // a finished (or, at window end, still open) Python call
   uint32_t stack = 0;
+  int8_t gc_gen = kNotGc;  // a "<gc>" span: the collected generation (0-2; 3 = unknown)
   uint64_t id = 0, parent = 0;
   int64_t start = 0, end = 0;
 };
 
 struct Frame {
   uint32_t stack = 0;
+  int8_t gc_gen = kNotGc;  // an open "<gc>" span
   uint64_t id = 0;
   int64_t start = 0;
 };
@@ -121,6 +130,8 @@ struct State {
   std::string win_path;
   std::atomic<bool> win_stop{false};
   bool armed = false;
+  bool end_edge_pending = false;   // a window ended outside OnEvent: report 2 at the next event
+  unsigned long armed_thread = 0;  // PyThread_get_thread_ident() of the armed thread
   int64_t armed_at_iter = 0, armed_ns = 0, deadline_ns = 0;
   std::vector<Marker> markers;
   size_t ring_capacity = 1 << 18;
@@ -139,6 +150,7 @@ struct State {
   std::vector<std::unique_ptr<ThreadBuf>> bufs;
   uint64_t next_call_id = 1;
   uint64_t tracer_calls = 0, tracer_overwritten = 0, tracer_dropped = 0;
+  uint64_t gc_spans = 0;
 };
 
 State* g = nullptr;  // created at module init, never freed (threads may outlive finalization)
@@ -198,6 +210,18 @@ std::string CFuncName(PyObject* o) {
   return std::string("<built-in method ") + n + ">";
 }
 
+void RecordCall(ThreadBuf* b, const Call& c) {  // GIL held
+  if (b->ring.size() < g->ring_capacity) {
+    b->ring.push_back(c);
+  } else {
+    b->ring[b->next] = c;
+    b->next = (b->next + 1) % b->ring.size();
+    ++g->tracer_overwritten;
+  }
+  ++b->total;
+  ++g->tracer_calls;
+}
+
 uint32_t StackId(uint32_t parent, uint32_t name) {
   const uint64_t key = (static_cast<uint64_t>(parent) << 32) | name;
   auto it = g->stack_ids.find(key);
@@ -228,7 +252,7 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         if (static_cast<int>(b->stack.size()) >= g->max_depth ||
             g->stacks.size() >= g->max_stacks) {
           ++g->tracer_dropped;
-          b->stack.push_back({0, 0, now});  // placeholder keeps returns balanced
+          b->stack.push_back({0, kNotGc, 0, now});  // placeholder keeps returns balanced
           break;
         }
         uint32_t name;
@@ -239,7 +263,7 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
           Py_DECREF(code);
         } else {
           if (!PyCFunction_Check(arg)) {
-            b->stack.push_back({0, 0, now});
+            b->stack.push_back({0, kNotGc, 0, now});
             break;
           }
           name = NameId(reinterpret_cast<PyCFunctionObject*>(arg)->m_ml, nullptr, CFuncName, arg);
@@ -251,13 +275,17 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
             break;
           }
         }
-        b->stack.push_back({StackId(parent, name), g->next_call_id++, now});
+        b->stack.push_back({StackId(parent, name), kNotGc, g->next_call_id++, now});
         break;
       }
       case PyTrace_RETURN:
       case PyTrace_C_RETURN:
       case PyTrace_C_EXCEPTION: {
         if (b->stack.empty()) break;  // a call that began before the window
+        // An open "<gc>" span is closed by gc_event(stop), never by a return (a return that
+        // would pop it belongs to a call that began before the collection: impossible, but
+        // harmless to ignore).
+        if (b->stack.back().gc_gen != kNotGc) break;
         Frame f = b->stack.back();
         b->stack.pop_back();
         if (f.id == 0) break;
@@ -268,16 +296,7 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
             break;
           }
         }
-        Call c{f.stack, f.id, parent_id, f.start, now};
-        if (b->ring.size() < g->ring_capacity) {
-          b->ring.push_back(c);
-        } else {
-          b->ring[b->next] = c;
-          b->next = (b->next + 1) % b->ring.size();
-          ++g->tracer_overwritten;
-        }
-        ++b->total;
-        ++g->tracer_calls;
+        RecordCall(b, Call{f.stack, kNotGc, f.id, parent_id, f.start, now});
         break;
       }
       default:
@@ -294,6 +313,8 @@ void WriteWindow(std::shared_ptr<WindowOut> w);
 
 void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
   g->armed = true;
+  g->end_edge_pending = false;
+  g->armed_thread = PyThread_get_thread_ident();
   g->armed_at_iter = iter;
   g->armed_ns = now;
   g->deadline_ns = now + static_cast<int64_t>(g->win_max_s * 1e9);
@@ -318,6 +339,7 @@ void Disarm(int64_t now) {  // training thread (the armed one), GIL held
   PyEval_SetProfile(nullptr, nullptr);
   if (!g->armed) return;
   g->armed = false;
+  g->end_edge_pending = true;  // OnEvent reports the end (torch.profiler stops there)
   t_buf = nullptr;
   auto w = std::make_shared<WindowOut>();
   {
@@ -332,14 +354,14 @@ void Disarm(int64_t now) {  // training thread (the armed one), GIL held
       const Frame& f = b->stack[i];
       if (f.id == 0) continue;
       uint64_t parent_id = 0;
-      for (size_t j = i; j-- > 0;) {
+      for (size_t j = i; f.gc_gen == kNotGc && j-- > 0;) {
         if (b->stack[j].id != 0) {
           parent_id = b->stack[j].id;
           break;
         }
       }
       if (b->ring.size() < g->ring_capacity)
-        b->ring.push_back({f.stack, f.id, parent_id, f.start, now});
+        b->ring.push_back({f.stack, f.gc_gen, f.id, parent_id, f.start, now});
     }
     b->stack.clear();
   }
@@ -391,6 +413,10 @@ void WriteWindow(std::shared_ptr<WindowOut> w) {
     FILE* f = std::fopen(tmp.c_str(), "w");
     if (f == nullptr) {
       ++g->write_errors;
+      std::lock_guard<std::mutex> l(g->mu);
+      News n{News::kWindowFailed, 0, 0, 0, false, {}};
+      n.text = w->path;
+      PushNews(std::move(n));
       return;
     }
     std::string out = "{\"traceEvents\":[\n";
@@ -421,7 +447,11 @@ void WriteWindow(std::shared_ptr<WindowOut> w) {
         AppendUs(&out, c.end - c.start);
         out += ",\"args\":{\"Python id\":" + std::to_string(c.id) +
                ",\"Python parent id\":" + std::to_string(c.parent) +
-               ",\"Python stack id\":" + std::to_string(c.stack) + "}}";
+               ",\"Python stack id\":" + std::to_string(c.stack);
+        if (c.gc_gen != kNotGc && c.gc_gen < 3) {
+          out += ",\"gc generation\":" + std::to_string(c.gc_gen);
+        }
+        out += "}}";
         if (out.size() > (1 << 20)) {
           std::fwrite(out.data(), 1, out.size(), f);
           out.clear();
@@ -434,6 +464,11 @@ void WriteWindow(std::shared_ptr<WindowOut> w) {
     std::fclose(f);
     if (!ok || std::rename(tmp.c_str(), w->path.c_str()) != 0) {
       ++g->write_errors;
+      std::remove(tmp.c_str());
+      std::lock_guard<std::mutex> l(g->mu);
+      News n{News::kWindowFailed, 0, 0, 0, false, {}};
+      n.text = w->path;
+      PushNews(std::move(n));
       return;
     }
     ++g->files_written;
@@ -455,6 +490,9 @@ int OnEvent(EventKind kind) {
   int ret = 0;
   bool arm = false;
   int64_t iters = 0;
+  // The previous window's end is reported before a new window arms (one edge per event).
+  const bool end_first =
+      g->end_edge_pending && !g->armed && PyThread_get_thread_ident() == g->armed_thread;
   {
     std::lock_guard<std::mutex> l(g->mu);
     IterationDetector& d = *g->det;
@@ -475,7 +513,7 @@ int OnEvent(EventKind kind) {
                 {}});
     }
     iters = d.iterations();
-    if (g->win_pending && kind == EventKind::kLoaderNext && d.learned() &&
+    if (g->win_pending && !end_first && kind == EventKind::kLoaderNext && d.learned() &&
         iters >= g->win_start_iter) {
       g->win_pending = false;
       arm = true;
@@ -488,6 +526,11 @@ int OnEvent(EventKind kind) {
   if (g->armed && t_buf != nullptr &&
       (g->win_stop || now >= g->deadline_ns || iters - g->armed_at_iter >= g->win_iters)) {
     Disarm(now);
+  }
+  // The end of a window, wherever it happened (here, in the profile callback at max_s, or on
+  // stop), is reported once to the thread that armed it.
+  if (g->end_edge_pending && !g->armed && PyThread_get_thread_ident() == g->armed_thread) {
+    g->end_edge_pending = false;
     ret = 2;
   }
   return ret;
@@ -521,6 +564,7 @@ void AtForkChild() {
   new (&g->watchdog) std::thread();
   g->installed = false;
   g->armed = false;
+  g->end_edge_pending = false;
   g->win_pending = false;
   t_buf = nullptr;
 }
@@ -608,6 +652,66 @@ PyObject* EventEntry(EventKind kind) {
   }
 }
 
+// gc.callbacks entry: gc_event(phase, info=None); phase "start"/"stop" (as the gc module calls
+// it) or 0/1. Records only on an armed thread; elsewhere it returns after one thread-local read.
+// Never raises (a gc callback's exception would be printed by the interpreter).
+PyObject* GcEvent(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  ThreadBuf* b = t_buf;
+  if (b == nullptr || nargs < 1 || g->failed.load(std::memory_order_relaxed)) Py_RETURN_NONE;
+  try {
+    const int64_t now = NowNs();
+    int phase = -1;
+    PyObject* p = args[0];
+    if (PyUnicode_Check(p)) {
+      if (PyUnicode_CompareWithASCIIString(p, "start") == 0) {
+        phase = 0;
+      } else if (PyUnicode_CompareWithASCIIString(p, "stop") == 0) {
+        phase = 1;
+      }
+    } else if (PyLong_Check(p)) {
+      phase = static_cast<int>(PyLong_AsLong(p));
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (phase == 0) {
+      int gen = 3;
+      if (nargs >= 2 && PyDict_Check(args[1])) {
+        PyObject* v = PyDict_GetItemString(args[1], "generation");  // borrowed
+        if (v != nullptr && PyLong_Check(v)) {
+          const long n = PyLong_AsLong(v);
+          if (n >= 0 && n <= 2) gen = static_cast<int>(n);
+        }
+        if (PyErr_Occurred()) PyErr_Clear();
+      }
+      if (static_cast<int>(b->stack.size()) >= g->max_depth || g->stacks.size() >= g->max_stacks) {
+        ++g->tracer_dropped;
+        b->stack.push_back({0, static_cast<int8_t>(gen), 0, now});  // placeholder, closed by stop
+        Py_RETURN_NONE;
+      }
+      static const char kGcKey = 0;
+      const uint32_t name = NameId(
+          &kGcKey, nullptr, [](PyObject*) { return std::string("<gc>"); }, nullptr);
+      b->stack.push_back({StackId(0, name), static_cast<int8_t>(gen), g->next_call_id++, now});
+    } else if (phase == 1) {
+      // The innermost open span; frames above it (none, unless a finalizer left the tracer
+      // unbalanced) are dropped with it.
+      for (size_t i = b->stack.size(); i-- > 0;) {
+        if (b->stack[i].gc_gen == kNotGc) continue;
+        const Frame f = b->stack[i];
+        b->stack.resize(i);
+        if (f.id != 0) {
+          RecordCall(b, Call{f.stack, f.gc_gen, f.id, 0, f.start, now});
+          ++g->gc_spans;
+        }
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    Fail(e.what());
+    PyEval_SetProfile(nullptr, nullptr);
+  }
+  Py_RETURN_NONE;
+}
+
 PyObject* OnLoaderNext(PyObject*, PyObject*) { return EventEntry(EventKind::kLoaderNext); }
 PyObject* OnOptimizerStep(PyObject*, PyObject*) { return EventEntry(EventKind::kOptimizerStep); }
 
@@ -672,6 +776,9 @@ PyObject* Drain(PyObject*, PyObject*) {
       case News::kWindowDone:
         t = Py_BuildValue("(ss)", "window_done", n.text.c_str());
         break;
+      case News::kWindowFailed:
+        t = Py_BuildValue("(ss)", "window_failed", n.text.c_str());
+        break;
     }
     if (t == nullptr || PyList_Append(list, t) != 0) {
       Py_XDECREF(t);
@@ -708,16 +815,17 @@ PyObject* Stats(PyObject*, PyObject*) {
   }
   auto b = [](bool v) { return v ? Py_True : Py_False; };
   return Py_BuildValue(
-      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K}", "installed",
-      b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern", pattern.c_str(),
-      "iterations", iters, "unmatched", unmatched, "relearns", relearns, "slowdowns", slowdowns,
-      "hangs", hangs, "mean_ns", mean, "best_mean_ns", best, "window_armed", b(g->armed),
-      "windows_done", (unsigned long long)g->windows_done, "files_written",
+      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
+      "installed", b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern",
+      pattern.c_str(), "iterations", iters, "unmatched", unmatched, "relearns", relearns,
+      "slowdowns", slowdowns, "hangs", hangs, "mean_ns", mean, "best_mean_ns", best, "window_armed",
+      b(g->armed), "windows_done", (unsigned long long)g->windows_done, "files_written",
       (unsigned long long)g->files_written.load(), "write_errors",
       (unsigned long long)g->write_errors.load(), "tracer_calls",
       (unsigned long long)g->tracer_calls, "tracer_overwritten",
       (unsigned long long)g->tracer_overwritten, "tracer_dropped",
-      (unsigned long long)g->tracer_dropped, "news_dropped", news_dropped);
+      (unsigned long long)g->tracer_dropped, "news_dropped", news_dropped, "gc_spans",
+      (unsigned long long)g->gc_spans);
 }
 
 // Test hook: behaves like an internal error so that containment can be tested for real.
@@ -739,6 +847,8 @@ PyMethodDef kMethods[] = {
     {"uninstall", Uninstall, METH_NOARGS, "uninstall()"},
     {"on_loader_next", OnLoaderNext, METH_NOARGS, "a DataLoader iterator's next(); 0/1/2"},
     {"on_optimizer_step", OnOptimizerStep, METH_NOARGS, "an optimizer's step(); 0/1/2"},
+    {"gc_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(GcEvent)),
+     METH_FASTCALL, "gc.callbacks entry: gc_event(phase, info=None); phase 'start'/'stop' or 0/1"},
     {"start_window", StartWindow, METH_VARARGS,
      "start_window(n_iters, max_s, out_path, start_iter=-1) -> bool"},
     {"stop_window", StopWindow, METH_NOARGS, "stop_window()"},
