@@ -164,6 +164,13 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
   bool wrote_latest = false;
   std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
   std::chrono::steady_clock::time_point last_closed{};
+  struct PendingHang {
+    std::chrono::steady_clock::time_point since;
+    int rank = -1;
+    double mean_ms = 0;
+    int64_t step = -1;  // the furthest step of any rank when it fired
+  };
+  std::optional<PendingHang> pending_hang;  // fired, not confirmed yet
   std::optional<HangCollection> hang;  // collecting stacks
   bool hang_reported = false;          // until iterations progress again
   int64_t hang_step = -1;              // the furthest step when the hang was reported
@@ -263,14 +270,22 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
   }
 
   // Called with mu held.
-  void StartHangLocked(int rank, double mean_ms) {
+  int64_t FurthestStepLocked() const {
+    int64_t step = -1;
+    for (const auto& [r, st] : ranks) step = std::max(step, st.last_step);
+    return step;
+  }
+
+  // Called with mu held.
+  void StartHangLocked(int rank, double mean_ms, std::chrono::steady_clock::time_point since) {
     if (hang || hang_reported) return;
     // A profiling window in progress cannot finish while ranks are stuck: report what it has.
     if (open_window) CloseWindowLocked(open_window);
     HangCollection h;
     h.id = ++last_window;
-    h.since = std::chrono::steady_clock::now();
-    h.deadline = h.since + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+    h.since = since;
+    h.deadline = std::chrono::steady_clock::now() +
+                 std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                std::chrono::duration<double>(options.stacks_seconds));
     // How long the job has been stuck: the detector fires after hang_factor x the mean.
     h.stalled_seconds = mean_ms > 0 ? 5 * mean_ms / 1e3 : 0;
@@ -281,8 +296,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     v1::Command cmd;
     cmd.mutable_stacks()->set_request_id(h.id);
     for (auto& [id, a] : agents) a.queue.push_back(cmd);
-    hang_step = -1;
-    for (const auto& [r, st] : ranks) hang_step = std::max(hang_step, st.last_step);
+    hang_step = FurthestStepLocked();
     std::fprintf(stderr,
                  "perftracker server: hang reported by rank %d: collecting stacks from %zu "
                  "rank(s)\n",
@@ -312,6 +326,12 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       cv.wait_for(lk, std::chrono::milliseconds(100));
       if (open_window && windows[open_window]->Expired(Window::Clock::now()))
         CloseWindowLocked(open_window);
+      if (pending_hang && std::chrono::steady_clock::now() - pending_hang->since >=
+                              std::chrono::duration<double>(options.hang_confirm_seconds)) {
+        PendingHang p = *pending_hang;
+        pending_hang.reset();
+        StartHangLocked(p.rank, p.mean_ms, p.since);
+      }
       if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
       if (hang_callback) {
         diagnose::Diagnosis d = std::move(*hang_callback);
@@ -353,6 +373,11 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       }
       // Iterations again after a reported hang: the next hang is a new one.
       if (hang_reported && r.last_step > hang_step) hang_reported = false;
+      if (pending_hang && r.last_step > pending_hang->step) {
+        std::fprintf(stderr, "perftracker server: rank %d's hang trigger cleared: iterations "
+                     "resumed\n", pending_hang->rank);
+        pending_hang.reset();
+      }
     }
     return grpc::Status::OK;
   }
@@ -467,7 +492,14 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     std::lock_guard lk(mu);
     const std::string& kind = req->kind();
     if (kind == "hang") {
-      StartHangLocked(req->rank(), req->mean_ms());
+      if (!hang && !hang_reported && !pending_hang) {
+        pending_hang = PendingHang{std::chrono::steady_clock::now(), req->rank(), req->mean_ms(),
+                                   FurthestStepLocked()};
+        if (options.hang_confirm_seconds <= 0) {
+          pending_hang.reset();
+          StartHangLocked(req->rank(), req->mean_ms(), std::chrono::steady_clock::now());
+        }
+      }
       reply->set_window_id(hang ? hang->id : 0);
       reply->set_already_open(true);
       return grpc::Status::OK;
@@ -575,7 +607,12 @@ void CollectorServer::Shutdown() {
   if (impl_->timer.joinable()) impl_->timer.join();
   std::lock_guard lk(impl_->mu);
   if (impl_->open_window) impl_->CloseWindowLocked(impl_->open_window);
-  if (impl_->hang) impl_->FinishHangLocked();
+  // The job ended: a silence not yet reported was its exit, not a hang.
+  if (impl_->pending_hang || impl_->hang)
+    std::fprintf(stderr, "perftracker server: a hang trigger was pending when the job ended; "
+                         "not reported\n");
+  impl_->pending_hang.reset();
+  impl_->hang.reset();
   // The job ended: DIR/diagnosis.json always exists: the latest diagnosis, or no findings,
   // with the whole run's iteration statistics per rank.
   diagnose::Diagnosis final_d;

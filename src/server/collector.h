@@ -30,6 +30,9 @@ struct ServerOptions {
   // After a window closes, workers' slowdown triggers are ignored this long (a lasting slowdown
   // fires on every rank, one after another); user triggers always open a window.
   double cooldown_seconds = 60;
+  // A worker's hang trigger is confirmed when no rank progressed for this long after it (an
+  // epoch boundary, a checkpoint or the job's own exit are pauses, not hangs).
+  double hang_confirm_seconds = 5;
   double stacks_seconds = 10;  // a hang: how long to wait for every rank's stacks
   bool print = true;           // print each diagnosis to stdout
   // Called (on a server thread, without locks held) after a hang was diagnosed and reported.

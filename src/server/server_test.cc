@@ -258,6 +258,7 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   o.print = false;
   std::atomic<int> hangs{0};
   o.on_hang = [&](const diagnose::Diagnosis& d) { ++hangs; };
+  o.hang_confirm_seconds = 0.3;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
@@ -310,6 +311,47 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   EXPECT_FALSE(ur.accepted());
   wctx.TryCancel();
   (*server)->Shutdown();
+}
+
+TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
+  ServerOptions o;
+  o.report_dir = TempDir("pause");
+  o.print = false;
+  o.hang_confirm_seconds = 0.5;
+  std::atomic<int> hangs{0};
+  o.on_hang = [&](const diagnose::Diagnosis&) { ++hangs; };
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  v1::RegisterRequest reg;
+  reg.add_ranks(0);
+  v1::RegisterReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  auto report = [&](int64_t step) {
+    v1::ReportIterationsRequest it;
+    auto* b = it.add_batches();
+    b->set_rank(0);
+    b->add_steps(step);
+    b->add_iteration_ms(10);
+    v1::ReportIterationsReply itr;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+  };
+  report(1);
+  v1::TriggerRequest hang;
+  hang.set_kind("hang");
+  hang.set_rank(0);
+  hang.set_mean_ms(10);
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  report(2);  // a pause (an epoch boundary), then progress
+  std::this_thread::sleep_for(std::chrono::milliseconds(900));
+  EXPECT_EQ(hangs, 0);
+  EXPECT_FALSE(fs::exists(o.report_dir + "/windows"));
+  // At the job's end the workers go silent; the server stops before confirming.
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  (*server)->Shutdown();
+  EXPECT_EQ(hangs, 0);
+  EXPECT_EQ(Slurp(o.report_dir + "/diagnosis.json").find("\"hang\""), std::string::npos);
 }
 
 TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
