@@ -21,6 +21,7 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  limit on the rank's own link, inside its network namespace)
 """
 import argparse
+import json
 import os
 import sys
 import time
@@ -38,6 +39,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd"])
+    p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
@@ -176,7 +178,9 @@ def worker(rank, world, args):
         opt.step()
         return loss
 
+    step_times = []
     for step in range(args.iters):
+        t_step = time.perf_counter()
         if is_faulty and step == args.fault_start:
             # Tests measure the time from here to the diagnosis.
             print(f"rank {rank}: fault {args.fault} on at step {step} (unix {time.time():.3f})",
@@ -206,6 +210,10 @@ def worker(rank, world, args):
         if prof is not None and step == hi - 1:
             stop_profiler(prof, args, rank)
             prof = None
+        step_times.append(time.perf_counter() - t_step)
+    if args.times and rank == 0:
+        with open(args.times, "w") as f:
+            json.dump({"step_s": step_times}, f)
     if prof is not None:
         stop_profiler(prof, args, rank)
     if contention is not None:

@@ -211,6 +211,24 @@ class OnlineRun(unittest.TestCase):
         self.assertEqual(left, "", "ranks left running")
         self.assertTrue(os.path.exists(os.path.join(report, "diagnosis.json")))
 
+    def test_11_command_launches_the_ranks(self):
+        # Without --nproc the command starts the ranks (torchrun, srun, a script); they find the
+        # agent through the environment. Debian's torch 1.13 torchrun fails on Python 3.11 by
+        # itself (torch.distributed.elastic's to_map), so a shell stands in for the launcher.
+        report = os.path.join(self.tmp, "launched")
+        port = ptest_free_port()
+        script = (f"for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+                  f"MASTER_PORT={port} {ptest.TORCH_PYTHON} {TRAIN} --iters 120 & done; wait")
+        cmd = [ptest.BIN, "run", "--report-dir", report, "--profile-at-iteration", "20", "--",
+               "sh", "-c", script]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=dict(os.environ, **ENV))
+        self.assertEqual(p.returncode, 0, p.stderr[-4000:])
+        self.assertEqual(windows(report), ["1"], p.stderr[-4000:])
+        with open(os.path.join(report, "windows", "1", "diagnosis.json")) as f:
+            w = json.load(f)
+        self.assertEqual(w["job"]["ranks"], [0, 1], p.stderr[-4000:])
+        self.assertEqual(w["job"]["world_size"], 2)
+
     def test_10_server_killed_mid_window_training_finishes(self):
         port = ptest_free_port()
         addr = f"127.0.0.1:{port}"

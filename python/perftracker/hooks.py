@@ -70,7 +70,13 @@ def _edge(code):
         try:
             kineto = getattr(torch.autograd, "kineto_available", lambda: False)()
             if kineto:
-                _profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+                acts = [torch.profiler.ProfilerActivity.CPU]
+                # GPU kernels, copies and NCCL only where this process already uses CUDA (never
+                # initialize CUDA from the collector).
+                cuda = getattr(torch, "cuda", None)
+                if cuda is not None and cuda.is_available() and cuda.is_initialized():
+                    acts.append(torch.profiler.ProfilerActivity.CUDA)
+                _profiler = torch.profiler.profile(activities=acts)
             else:
                 _profiler = torch.autograd.profiler.profile()
             _profiler.__enter__()
@@ -394,6 +400,8 @@ class AgentClient:
         """Drains and ships everything pending; also called once at exit."""
         if self.ident["rank"] is None:
             self.ident["rank"] = _rank()
+        if self.ident["world_size"] is None:
+            self.ident["world_size"] = _world_size()
         self._start_profile()
         msgs = self._messages()
         self._log(msgs)
@@ -580,6 +588,20 @@ def _rank():
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
             return dist.get_rank()
+    except Exception:
+        pass
+    return None
+
+
+def _world_size():
+    """WORLD_SIZE from the launcher, else torch.distributed's once initialized."""
+    w = _env_int("WORLD_SIZE")
+    if w is not None:
+        return w
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return dist.get_world_size()
     except Exception:
         pass
     return None

@@ -171,6 +171,9 @@ struct Agent::Impl {
     if (summary->source.empty() || t.paths.size() > 1) summary->source = t.paths[0];
     if (rank < 0 && options.ranks.size() == 1) rank = options.ranks[0];
     summary->rank = rank;
+    // The server needs the world size to know whom a window waits for when the agent could not
+    // declare its ranks (the command launched them).
+    if (summary->world_size <= 0 && t.world_size > 0) summary->world_size = t.world_size;
     if (summary->host.empty()) summary->host = options.host;
     std::string bytes = pattern::SerializeSummary(*summary);
     v1::UploadWindowRequest req;

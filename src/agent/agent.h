@@ -36,8 +36,9 @@ struct IterationReport {
 // it (pattern/merge.h).
 struct WorkerTrace {
   std::vector<std::string> paths;
-  int rank = -1;  // -1: take it from the trace
-  int pid = 0;    // 0: unknown
+  int rank = -1;        // -1: take it from the trace
+  int pid = 0;          // 0: unknown
+  int world_size = -1;  // the worker's WORLD_SIZE, where known (traces may not say)
 };
 
 // A worker's iteration detector fired.

@@ -474,12 +474,20 @@ struct SocketSink::Impl {
     return -1;
   }
 
+  int WorldSizeOfPid(int pid) const {
+    for (const auto& [fd, c] : conns) {
+      if (c.pid == pid && c.world_size > 0) return c.world_size;
+    }
+    return -1;
+  }
+
   void Finish(const Pending& e, std::vector<std::string> paths) {
     if (paths.empty() || finished.size() >= kMaxQueued) return;
     WorkerTrace t;
     t.paths = std::move(paths);
     t.pid = e.pid;
     t.rank = e.rank >= 0 ? e.rank : RankOfPid(e.pid);
+    t.world_size = WorldSizeOfPid(e.pid);
     finished.push_back(std::move(t));
   }
 

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One command for a machine with a GPU (torch 2.x): builds perftracker against the python3 that
+# has torch, then runs the online path end to end on the GPU and the offline path on its Kineto
+# traces. Results (reports, logs, a summary line per check) go to $OUT (default out/gpu-check).
+#
+#   1. online, clean: 2 ranks share the GPU (gloo), a window forced at iteration 30
+#      (--profile-at-iteration): the window's diagnosis must hold both ranks and GPU kernels;
+#   2. online, GPU-side fault on every rank: needless torch.cuda.synchronize() + .item() each
+#      step from iteration 60: expect an all-rank "sync" finding;
+#   3. offline: torch.profiler (Kineto, CUDA activity) traces of 2 ranks -> perftracker analyze,
+#      GPU busy/idle breakdown present.
+#
+# It installs nothing (the GPU machine may be offline): the build needs cmake, a C++20 compiler,
+# simdjson, fmt, CLI11, zlib, GoogleTest; gRPC/protobuf/SQLite for the online checks.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-out/gpu-check}
+mkdir -p "$OUT"
+PY=${PYTHON:-$(command -v python3)}
+log() { echo "gpu-check: $*" | tee -a "$OUT/summary.txt"; }
+
+"$PY" -c "import torch; assert torch.cuda.is_available(); print('torch', torch.__version__, torch.cuda.get_device_name(0))" \
+  2>&1 | tee -a "$OUT/summary.txt" || { log "FAIL: no CUDA torch under $PY"; exit 1; }
+
+BUILD=${BUILD:-build-gpu}
+if ! { cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$PY" \
+         >"$OUT/cmake.log" 2>&1 && cmake --build "$BUILD" -j"$(nproc)" >"$OUT/build.log" 2>&1; }; then
+  log "FAIL: build (see $OUT/cmake.log, $OUT/build.log)"
+  tail -20 "$OUT/build.log"
+  exit 1
+fi
+PT="$BUILD/perftracker"
+"$PT" run --help >/dev/null 2>&1 || { log "FAIL: built without the online path (gRPC/protobuf/SQLite missing)"; exit 1; }
+log "built $PT"
+
+status=0
+check() {  # name, python assertion over the diagnosis d (and window w when present)
+  local name=$1 report=$2 expr=$3
+  if "$PY" - "$report" "$expr" <<'EOF'
+import json, os, sys
+report, expr = sys.argv[1], sys.argv[2]
+d = json.load(open(os.path.join(report, "diagnosis.json")))
+wins = sorted(os.listdir(os.path.join(report, "windows"))) if os.path.isdir(os.path.join(report, "windows")) else []
+w = json.load(open(os.path.join(report, "windows", wins[-1], "diagnosis.json"))) if wins else None
+top = d["findings"][0] if d["findings"] else {}
+ok = eval(expr)
+print(("PASS" if ok else "FAIL"), expr, "| top:", top.get("summary", "(none)")[:200])
+sys.exit(0 if ok else 1)
+EOF
+  then log "$name: PASS"; else log "$name: FAIL"; status=1; fi
+}
+
+# 1. online, clean, forced window.
+R1="$OUT/online-clean"; rm -rf "$R1"
+PERFTRACKER_SLOWDOWN_RATIO=1.0 timeout 300 "$PT" run --nproc 2 --report-dir "$R1" --profile-at-iteration 30 -- \
+  "$PY" examples/train_ddp.py --device cuda --iters 150 >"$OUT/online-clean.log" 2>&1
+echo "exit $?" >>"$OUT/online-clean.log"
+check online-clean "$R1" 'w is not None and w["job"]["ranks"] == [0, 1]'
+"$PT" show "$R1/traces/window-1" --top 15 >"$OUT/online-clean-show.txt" 2>&1
+
+# 2. online, needless sync on every rank.
+R2="$OUT/online-sync"; rm -rf "$R2"
+PERFTRACKER_SLOWDOWN_RATIO=${PERFTRACKER_SLOWDOWN_RATIO:-0.2} timeout 300 "$PT" run --nproc 2 --report-dir "$R2" -- \
+  "$PY" examples/train_ddp.py --device cuda --iters 300 --fault sync --fault-rank all --fault-start 60 \
+  >"$OUT/online-sync.log" 2>&1
+echo "exit $?" >>"$OUT/online-sync.log"
+check online-sync "$R2" 'any(f["category"] == "sync" for f in d["findings"])'
+
+# 3. offline on Kineto traces with CUDA activity.
+T3="$OUT/offline-traces"; rm -rf "$T3"
+timeout 300 "$PY" examples/train_ddp.py --device cuda --nproc 2 --iters 30 --profile-dir "$T3" --profile-iters 10:30 \
+  >"$OUT/offline.log" 2>&1
+"$PT" analyze "$T3" --json "$OUT/offline-diagnosis.json" --stats >>"$OUT/offline.log" 2>&1
+"$PT" show "$T3" --top 15 >"$OUT/offline-show.txt" 2>&1
+if grep -q "gpu per iteration" "$OUT/offline-show.txt"; then log "offline-gpu: PASS"; else log "offline-gpu: FAIL"; status=1; fi
+exit $status
