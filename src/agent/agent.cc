@@ -322,7 +322,10 @@ Status Agent::Run() {
     }
     for (const WorkerTrigger& t : m.sink->PollTriggers()) m.ForwardTrigger(t);
     for (const auto& [id, stacks] : m.sink->PollStacks()) m.UploadStacks(id, stacks);
-    if (begin) m.proc.Begin(m.sink->WorkerPids());
+    if (begin) {
+      m.proc.Begin(m.sink->WorkerPids());
+      m.nvml.Begin();
+    }
     if (w) {
       m.proc.Tick();
       for (const WorkerTrace& t : m.sink->PollFinished()) {

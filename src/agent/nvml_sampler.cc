@@ -8,10 +8,25 @@ namespace perftracker::agent {
 // The NVML ABI subset we call (nvml.h): handles are opaque pointers, results 0 on success.
 using nvmlDevice_t = void*;
 using nvmlReturn_t = int;
-constexpr int kNvmlClockSm = 1;         // NVML_CLOCK_SM
-constexpr int kNvmlTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
-constexpr int kNvmlPcieTx = 0;          // NVML_PCIE_UTIL_TX_BYTES
-constexpr int kNvmlPcieRx = 1;          // NVML_PCIE_UTIL_RX_BYTES
+constexpr int kNvmlClockSm = 1;              // NVML_CLOCK_SM
+constexpr int kNvmlTemperatureGpu = 0;       // NVML_TEMPERATURE_GPU
+constexpr int kNvmlPcieTx = 0;               // NVML_PCIE_UTIL_TX_BYTES
+constexpr int kNvmlPcieRx = 1;               // NVML_PCIE_UTIL_RX_BYTES
+constexpr unsigned kNvlinkDataTx = 138;      // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (KiB)
+constexpr unsigned kNvlinkDataRx = 139;      // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (KiB)
+constexpr unsigned kAllLinks = 0xffffffffu;  // scopeId: the sum over links
+
+// nvmlFieldValue_t (nvml.h): value is a union of 8 bytes; counters read as unsigned long long.
+struct NvmlFieldValue {
+  unsigned field_id;
+  unsigned scope_id;
+  long long timestamp;
+  long long latency_us;
+  int value_type;
+  int nvml_return;
+  unsigned long long value;
+};
+static_assert(sizeof(NvmlFieldValue) == 40);
 
 struct NvmlSampler::Api {
   nvmlReturn_t (*init)();
@@ -23,7 +38,15 @@ struct NvmlSampler::Api {
   nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned*);
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned*);
   nvmlReturn_t (*pcie)(nvmlDevice_t, int, unsigned*);
+  nvmlReturn_t (*fields)(nvmlDevice_t, int, NvmlFieldValue*);  // optional
 };
+
+namespace {
+
+// Cumulative NVLink data counters per GPU, "gpu<i>.nvlink_tx_kib" / "..._rx_kib".
+std::map<std::string, double> NvlinkCounters(const NvmlSampler::Api& api);
+
+}  // namespace
 
 NvmlSampler::NvmlSampler(const char* library) {
   lib_ = dlopen(library, RTLD_NOW | RTLD_LOCAL);
@@ -46,6 +69,8 @@ NvmlSampler::NvmlSampler(const char* library) {
   sym(api_->temperature, "nvmlDeviceGetTemperature");
   sym(api_->power, "nvmlDeviceGetPowerUsage");
   sym(api_->pcie, "nvmlDeviceGetPcieThroughput");
+  // Not in every driver; the rest works without it.
+  api_->fields = reinterpret_cast<decltype(api_->fields)>(dlsym(lib_, "nvmlDeviceGetFieldValues"));
   if (!all) {
     status_ = "unavailable: NVML lacks an entry point we use";
     return;
@@ -64,9 +89,41 @@ NvmlSampler::~NvmlSampler() {
   if (lib_) dlclose(lib_);
 }
 
+namespace {
+
+std::map<std::string, double> NvlinkCounters(const NvmlSampler::Api& api) {
+  std::map<std::string, double> m;
+  unsigned n = 0;
+  if (api.fields == nullptr || api.count(&n) != 0) return m;
+  for (unsigned i = 0; i < n; ++i) {
+    nvmlDevice_t dev = nullptr;
+    if (api.handle(i, &dev) != 0) continue;
+    NvmlFieldValue v[2] = {};
+    v[0].field_id = kNvlinkDataTx;
+    v[1].field_id = kNvlinkDataRx;
+    v[0].scope_id = v[1].scope_id = kAllLinks;
+    if (api.fields(dev, 2, v) != 0) continue;
+    if (v[0].nvml_return == 0)
+      m[fmt::format("gpu{}.nvlink_tx_kib", i)] = static_cast<double>(v[0].value);
+    if (v[1].nvml_return == 0)
+      m[fmt::format("gpu{}.nvlink_rx_kib", i)] = static_cast<double>(v[1].value);
+  }
+  return m;
+}
+
+}  // namespace
+
+void NvmlSampler::Begin() {
+  if (ok_) nvlink_begin_ = NvlinkCounters(*api_);
+}
+
 std::map<std::string, double> NvmlSampler::Sample() const {
   std::map<std::string, double> m;
   if (!ok_) return m;
+  for (const auto& [k, v] : NvlinkCounters(*api_)) {
+    auto b = nvlink_begin_.find(k);
+    if (b != nvlink_begin_.end() && v >= b->second) m[k] = v - b->second;
+  }
   unsigned n = 0;
   if (api_->count(&n) != 0) return m;
   for (unsigned i = 0; i < n; ++i) {

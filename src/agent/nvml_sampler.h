@@ -1,6 +1,7 @@
 // GPU metrics through NVML, loaded with dlopen("libnvidia-ml.so.1") so the agent runs (and
 // says "unavailable") on machines without a driver. Only the few NVML entry points used here
-// are declared: SM clock, clock-event (throttle) reasons, temperature, power, PCIe throughput.
+// are declared: SM clock, clock-event (throttle) reasons, temperature, power, PCIe throughput,
+// and NVLink data counters through nvmlDeviceGetFieldValues (optional: older drivers lack it).
 #ifndef PERFTRACKER_AGENT_NVML_SAMPLER_H_
 #define PERFTRACKER_AGENT_NVML_SAMPLER_H_
 
@@ -19,17 +20,22 @@ class NvmlSampler {
   bool available() const { return ok_; }
   // "ok", or "unavailable: <why>".
   const std::string& status() const { return status_; }
+  // Remembers the NVLink counters at the window's start.
+  void Begin();
   // One sample of every GPU: "gpu<i>.sm_clock_mhz", "gpu<i>.clock_event_reasons",
-  // "gpu<i>.temperature_c", "gpu<i>.power_w", "gpu<i>.pcie_tx_kbps", "gpu<i>.pcie_rx_kbps".
-  // NVLink counters are not sampled yet. Empty when unavailable.
+  // "gpu<i>.temperature_c", "gpu<i>.power_w", "gpu<i>.pcie_tx_kbps", "gpu<i>.pcie_rx_kbps", and
+  // since Begin "gpu<i>.nvlink_tx_kib" / "gpu<i>.nvlink_rx_kib" (all links; where NVLink
+  // exists). Empty when unavailable.
   std::map<std::string, double> Sample() const;
 
+  struct Api;  // the entry points, resolved by dlsym
+
  private:
-  struct Api;
   void* lib_ = nullptr;
   Api* api_ = nullptr;
   bool ok_ = false;
   std::string status_;
+  std::map<std::string, double> nvlink_begin_;
 };
 
 }  // namespace perftracker::agent

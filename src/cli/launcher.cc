@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -17,8 +18,6 @@
 #include <map>
 #include <memory>
 #include <thread>
-
-#include <netinet/in.h>
 
 #include "agent/agent.h"
 #include "agent/socket_sink.h"
@@ -44,7 +43,8 @@ std::string WorkerPythonDir() {
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
-  for (fs::path dir : {exe.parent_path() / "python", exe.parent_path() / ".." / "lib" / "perftracker"}) {
+  for (fs::path dir :
+       {exe.parent_path() / "python", exe.parent_path() / ".." / "lib" / "perftracker"}) {
     if (fs::exists(dir / "sitecustomize.py", ec) && fs::exists(dir / "perftracker", ec))
       return fs::weakly_canonical(dir, ec).string();
   }
@@ -135,15 +135,16 @@ int RunJob(const RunOptions& o) {
         "PERFTRACKER_PYTHONPATH");
   std::error_code ec;
   fs::create_directories(o.report_dir, ec);
-  if (ec) return Error(fmt::format("{}: cannot create report folder: {}", o.report_dir, ec.message()));
+  if (ec)
+    return Error(fmt::format("{}: cannot create report folder: {}", o.report_dir, ec.message()));
   std::string report_dir = fs::absolute(o.report_dir, ec).string();
   std::string trace_dir = (fs::path(report_dir) / "traces").string();
   fs::create_directories(trace_dir, ec);
   // Unix socket paths are short (108 bytes): a private folder under /tmp, not the report dir.
   char tmpl[] = "/tmp/perftracker-XXXXXX";
   if (mkdtemp(tmpl) == nullptr)
-    return Error(fmt::format("/tmp: cannot create a folder for the agent socket: {}",
-                             std::strerror(errno)));
+    return Error(
+        fmt::format("/tmp: cannot create a folder for the agent socket: {}", std::strerror(errno)));
   std::string sock_dir = tmpl;
   std::string sock_path = sock_dir + "/agent.sock";
 
@@ -271,15 +272,15 @@ int RunJob(const RunOptions& o) {
         if (c.code != 0 && first_failure == 0 && !stopping) {
           first_failure = c.code;
           std::fprintf(stderr, "perftracker: %s exited with code %d; stopping the others\n",
-                       c.rank >= 0 ? fmt::format("rank {}", c.rank).c_str() : "the job",
-                       c.code);
+                       c.rank >= 0 ? fmt::format("rank {}", c.rank).c_str() : "the job", c.code);
           begin_stop(SIGTERM);
         }
       }
     }
     if (hang_kill && !stopping) {
-      std::fprintf(stderr, "perftracker: the job hangs (see the report); --on-hang kill: "
-                           "stopping every rank\n");
+      std::fprintf(stderr,
+                   "perftracker: the job hangs (see the report); --on-hang kill: "
+                   "stopping every rank\n");
       hang_stop = true;
       begin_stop(SIGTERM);
     }

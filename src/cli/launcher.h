@@ -18,9 +18,9 @@ struct RunOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;      // 0: a free port (single node)
+  int master_port = 0;  // 0: a free port (single node)
   std::string report_dir = "perftracker-report";
-  std::string server;       // external server; empty: embedded
+  std::string server;                  // external server; empty: embedded
   std::string listen = "127.0.0.1:0";  // the embedded server's address
   std::string token_file;
   int iterations = 10;      // per window

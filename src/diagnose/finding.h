@@ -54,8 +54,8 @@ struct JobInfo {
   std::vector<int> ranks;
   int iterations = 0;  // median over ranks
   double iteration_ms_median = 0;
-  std::map<int, double> iteration_ms_per_rank;  // mean per rank
-  std::vector<std::string> notes;               // flagged conditions (no markers, ...)
+  std::map<int, double> iteration_ms_per_rank;   // mean per rank
+  std::vector<std::string> notes;                // flagged conditions (no markers, ...)
   std::map<int, IterationStats> run_iterations;  // online: the whole run, per rank
 };
 

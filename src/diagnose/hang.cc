@@ -37,8 +37,8 @@ std::string Where(const StackFrame& f) {
 struct RankView {
   const RankStacks* r = nullptr;
   const ThreadStack* main = nullptr;
-  bool waiting = false;    // in communication
-  std::string signature;   // innermost frame's location
+  bool waiting = false;              // in communication
+  std::string signature;             // innermost frame's location
   const StackFrame* user = nullptr;  // innermost frame of the user's own code
 };
 
@@ -71,10 +71,19 @@ bool IsCommunicationFrame(const StackFrame& f) {
   // barriers wait on the other ranks.
   if (Contains(f.file, "torch/autograd/") && f.function == "backward") return true;
   if (Contains(f.file, "torch/_tensor.py") && f.function == "backward") return true;
-  static const std::set<std::string> kWaits = {
-      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "monitored_barrier",
-      "all_to_all", "all_to_all_single", "all_gather_into_tensor", "reduce_scatter_tensor",
-      "recv", "irecv", "wait"};
+  static const std::set<std::string> kWaits = {"all_reduce",
+                                               "all_gather",
+                                               "reduce_scatter",
+                                               "broadcast",
+                                               "barrier",
+                                               "monitored_barrier",
+                                               "all_to_all",
+                                               "all_to_all_single",
+                                               "all_gather_into_tensor",
+                                               "reduce_scatter_tensor",
+                                               "recv",
+                                               "irecv",
+                                               "wait"};
   return kWaits.count(f.function) > 0 && Contains(f.file, "torch/");
 }
 
@@ -101,9 +110,8 @@ Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector
   // not split the ranks (all wait, or none does), the ranks whose stack differs from the
   // majority's innermost location.
   std::vector<const RankView*> culprits;
-  size_t waiting = std::count_if(views.begin(), views.end(), [](const RankView& v) {
-    return v.waiting;
-  });
+  size_t waiting =
+      std::count_if(views.begin(), views.end(), [](const RankView& v) { return v.waiting; });
   std::string how;
   if (waiting > 0 && waiting < views.size()) {
     for (const auto& v : views)
@@ -161,7 +169,8 @@ Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector
   std::string waits;
   if (waiter != nullptr && waiter->user != nullptr) {
     waits = Where(*waiter->user);
-    f.evidence_text["others_wait_at"] = fmt::format("{}:{}", waiter->user->file, waiter->user->line);
+    f.evidence_text["others_wait_at"] =
+        fmt::format("{}:{}", waiter->user->file, waiter->user->line);
     const LastCollective& lc = waiter->r->last_collective;
     if (!lc.op.empty())
       f.evidence_text["others_last_collective"] =
@@ -182,8 +191,7 @@ Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector
     if (!places.empty()) who = fmt::format("{}", fmt::join(places, "; "));
     if (!silent.empty())
       who += fmt::format("{}rank{} {} sent no stacks (dead, or stuck holding the GIL)",
-                         who.empty() ? "" : "; ", silent.size() == 1 ? "" : "s",
-                         RankList(silent));
+                         who.empty() ? "" : "; ", silent.size() == 1 ? "" : "s", RankList(silent));
     f.summary = fmt::format("hang ({}): {}{}{}", stalled, who,
                             culprits.empty() ? "" : fmt::format(": {}", how),
                             waits.empty() ? "" : fmt::format("; the others wait at {}", waits));

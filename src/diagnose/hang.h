@@ -29,7 +29,7 @@ struct ThreadStack {
 
 // The last collective the rank entered through torch.distributed's Python API.
 struct LastCollective {
-  std::string op;  // empty: none seen
+  std::string op;     // empty: none seen
   int64_t count = 0;  // collectives entered so far
   std::string file;   // the caller's file:line
   int line = 0;

@@ -30,10 +30,9 @@ const StackFrame kEngine{"/usr/lib/python3/dist-packages/torch/autograd/__init__
 const StackFrame kHang{"/job/train.py", 120, "hang_forever"};
 
 TEST(Hang, NamesTheRankOutsideCommunication) {
-  std::vector<RankStacks> replies = {Rank(0, {kMain, kStep, kBackward, kEngine}),
-                                     Rank(1, {kMain, kStep, kBackward, kEngine}),
-                                     Rank(2, {kMain, kStep, kHang}),
-                                     Rank(3, {kMain, kStep, kBackward, kEngine})};
+  std::vector<RankStacks> replies = {
+      Rank(0, {kMain, kStep, kBackward, kEngine}), Rank(1, {kMain, kStep, kBackward, kEngine}),
+      Rank(2, {kMain, kStep, kHang}), Rank(3, {kMain, kStep, kBackward, kEngine})};
   Diagnosis d = DiagnoseHang(replies, {0, 1, 2, 3}, 12.5);
   ASSERT_EQ(d.findings.size(), 1u);
   const Finding& f = d.findings[0];
@@ -51,7 +50,8 @@ TEST(Hang, NamesTheRankOutsideCommunication) {
 TEST(Hang, ExplicitCollectiveInProgressCountsAsWaiting) {
   StackFrame user_allreduce{"/job/train.py", 160, "train_step"};
   std::vector<RankStacks> replies = {Rank(0, {kMain, user_allreduce}, true),
-                                     Rank(1, {kMain, kHang}), Rank(2, {kMain, user_allreduce}, true)};
+                                     Rank(1, {kMain, kHang}),
+                                     Rank(2, {kMain, user_allreduce}, true)};
   Diagnosis d = DiagnoseHang(replies, {0, 1, 2}, 3);
   ASSERT_EQ(d.findings.size(), 1u);
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>({1}));
@@ -85,9 +85,7 @@ TEST(Hang, EveryRankAtTheSamePlaceIsAnAllRankFinding) {
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>({0, 1}));
 }
 
-TEST(Hang, NoRanksNoFinding) {
-  EXPECT_TRUE(DiagnoseHang({}, {}, 1).findings.empty());
-}
+TEST(Hang, NoRanksNoFinding) { EXPECT_TRUE(DiagnoseHang({}, {}, 1).findings.empty()); }
 
 }  // namespace
 }  // namespace perftracker::diagnose

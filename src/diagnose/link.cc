@@ -84,13 +84,13 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
     if (r.rank == slow) {
       std::vector<std::pair<double, const pattern::FunctionPattern*>> colls;
       for (const auto& fn : r.functions)
-        if (fn.fclass == pattern::FunctionClass::kCollective) colls.push_back({fn.per_iter_us, &fn});
+        if (fn.fclass == pattern::FunctionClass::kCollective)
+          colls.push_back({fn.per_iter_us, &fn});
       std::sort(colls.begin(), colls.end(),
                 [](const auto& a, const auto& b) { return a.first > b.first; });
       for (size_t i = 0; i < colls.size() && i < 3; ++i)
-        f.functions.push_back({colls[i].second->name,
-                               std::string(trace::EventKindName(colls[i].second->kind)),
-                               {}});
+        f.functions.push_back(
+            {colls[i].second->name, std::string(trace::EventKindName(colls[i].second->kind)), {}});
     }
   }
   double median_iter = Median(iter);

@@ -279,8 +279,7 @@ struct Summarizer::Impl {
       f.kind = kind;
       f.fclass = ClassifyFunction(kind, names.Get(name_id));
       // Python code the DataLoader's next() runs (collate, transforms, reads) is data loading.
-      if (f.fclass == FunctionClass::kPython && stack_id != 0 &&
-          InDataLoader(stacks.Get(stack_id)))
+      if (f.fclass == FunctionClass::kPython && stack_id != 0 && InDataLoader(stacks.Get(stack_id)))
         f.fclass = FunctionClass::kDataLoader;
     }
     return it->second;

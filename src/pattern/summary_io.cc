@@ -1,19 +1,20 @@
 // Layout: "PTSUMMRY", u32 LE major version, then (version 2) a varint with the payload's size
 // and the payload deflated with zlib; the payload (version 1: stored as is) is a string table
 // (varint count, varint-length strings) and the body. Python stacks repeat long paths, so
-// deflate shrinks a summary several times over (agents upload one per rank and window). Integers are LEB128 varints (signed ones zigzag), doubles / floats are
-// raw little-endian IEEE. Every string in the body is an index into the table, so repeated
-// names, stacks and groups cost one varint. Readers ignore bytes after the body, which leaves
-// room for additions within a major version.
+// deflate shrinks a summary several times over (agents upload one per rank and window). Integers
+// are LEB128 varints (signed ones zigzag), doubles / floats are raw little-endian IEEE. Every
+// string in the body is an index into the table, so repeated names, stacks and groups cost one
+// varint. Readers ignore bytes after the body, which leaves room for additions within a major
+// version.
 #include "pattern/summary_io.h"
+
+#include <zlib.h>
 
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <unordered_map>
-
-#include <zlib.h>
 
 #include "pattern/names.h"
 

@@ -126,7 +126,9 @@ struct RankState {
     std::vector<float> v = samples;
     std::sort(v.begin(), v.end());
     auto at = [&](double q) {
-      return v.empty() ? 0.0 : static_cast<double>(v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))]);
+      return v.empty() ? 0.0
+                       : static_cast<double>(
+                             v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))]);
     };
     s.p50_ms = at(0.5);
     s.p99_ms = at(0.99);
@@ -170,10 +172,10 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     double mean_ms = 0;
     int64_t step = -1;  // the furthest step of any rank when it fired
   };
-  std::optional<PendingHang> pending_hang;  // fired, not confirmed yet
-  std::optional<HangCollection> hang;  // collecting stacks
-  bool hang_reported = false;          // until iterations progress again
-  int64_t hang_step = -1;              // the furthest step when the hang was reported
+  std::optional<PendingHang> pending_hang;           // fired, not confirmed yet
+  std::optional<HangCollection> hang;                // collecting stacks
+  bool hang_reported = false;                        // until iterations progress again
+  int64_t hang_step = -1;                            // the furthest step when the hang was reported
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
   std::thread timer;
 
@@ -262,11 +264,11 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     if (::perftracker::Status s2 = store->FinishWindow(id, d, json); !s2.ok())
       std::fprintf(stderr, "perftracker server: %s\n", s2.message().c_str());
     latest = d;
-    std::fprintf(stderr, "perftracker server: %s %lld diagnosed (unix %.3f): %zu finding(s)\n",
-                 what, static_cast<long long>(id),
-                 std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-                     .count(),
-                 d.findings.size());
+    std::fprintf(
+        stderr, "perftracker server: %s %lld diagnosed (unix %.3f): %zu finding(s)\n", what,
+        static_cast<long long>(id),
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
+        d.findings.size());
     if (options.print) {
       std::printf("== perftracker: %s %lld ==\n%s", what, static_cast<long long>(id),
                   report::RenderText(d).c_str());
@@ -291,7 +293,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     h.since = since;
     h.deadline = std::chrono::steady_clock::now() +
                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                               std::chrono::duration<double>(options.stacks_seconds));
+                     std::chrono::duration<double>(options.stacks_seconds));
     // How long the job has been stuck: the detector fires after hang_factor x the mean.
     h.stalled_seconds = mean_ms > 0 ? 5 * mean_ms / 1e3 : 0;
     for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
@@ -317,8 +319,9 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     hang_reported = true;
     std::vector<diagnose::RankStacks> replies;
     for (auto& [r, s] : h.replies) replies.push_back(s);
-    double stalled = h.stalled_seconds +
-                     std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
+    double stalled =
+        h.stalled_seconds +
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
     diagnose::Diagnosis d = diagnose::DiagnoseHang(
         replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
     Publish(h.id, d, "hang");
@@ -379,8 +382,10 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       // Iterations again after a reported hang: the next hang is a new one.
       if (hang_reported && r.last_step > hang_step) hang_reported = false;
       if (pending_hang && r.last_step > pending_hang->step) {
-        std::fprintf(stderr, "perftracker server: rank %d's hang trigger cleared: iterations "
-                     "resumed\n", pending_hang->rank);
+        std::fprintf(stderr,
+                     "perftracker server: rank %d's hang trigger cleared: iterations "
+                     "resumed\n",
+                     pending_hang->rank);
         pending_hang.reset();
       }
     }
@@ -511,9 +516,10 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     }
     std::string reason = req->reason().empty() ? "trigger" : req->reason();
     if (kind == "slowdown") {
-      reason = fmt::format("slowdown on rank {}: mean of recent iterations {:.1f} ms vs best "
-                           "{:.1f} ms",
-                           req->rank(), req->mean_ms(), req->best_ms());
+      reason = fmt::format(
+          "slowdown on rank {}: mean of recent iterations {:.1f} ms vs best "
+          "{:.1f} ms",
+          req->rank(), req->mean_ms(), req->best_ms());
       bool cooling = last_closed.time_since_epoch().count() != 0 &&
                      std::chrono::steady_clock::now() - last_closed <
                          std::chrono::duration<double>(options.cooldown_seconds);
@@ -614,8 +620,9 @@ void CollectorServer::Shutdown() {
   if (impl_->open_window) impl_->CloseWindowLocked(impl_->open_window);
   // The job ended: a silence not yet reported was its exit, not a hang.
   if (impl_->pending_hang || impl_->hang)
-    std::fprintf(stderr, "perftracker server: a hang trigger was pending when the job ended; "
-                         "not reported\n");
+    std::fprintf(stderr,
+                 "perftracker server: a hang trigger was pending when the job ended; "
+                 "not reported\n");
   impl_->pending_hang.reset();
   impl_->hang.reset();
   // The job ended: DIR/diagnosis.json always exists: the latest diagnosis, or no findings,
@@ -641,12 +648,12 @@ void CollectorServer::Shutdown() {
   if (!means.empty()) {
     std::sort(means.begin(), means.end());
     final_d.job.iteration_ms_median = means[means.size() / 2];
-    final_d.job.world_size = std::max<int>(final_d.job.world_size, impl_->ranks.rbegin()->first + 1);
+    final_d.job.world_size =
+        std::max<int>(final_d.job.world_size, impl_->ranks.rbegin()->first + 1);
   }
   fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
   if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())
     std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
 }
-
 
 }  // namespace perftracker::server

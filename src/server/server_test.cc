@@ -305,9 +305,9 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   EXPECT_NE(json.find("/job/train.py:120"), std::string::npos) << json;
   EXPECT_TRUE(fs::exists(o.report_dir + "/windows/" + std::to_string(id) + "/diagnosis.json"));
   // Stacks for a request that is over are refused.
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
-                     Stacks(id, 1, {{"/job/train.py", 150}}), &ur)
-                  .ok());
+  ASSERT_TRUE(
+      c.Call(&v1::Collector::Stub::UploadStacks, Stacks(id, 1, {{"/job/train.py", 150}}), &ur)
+          .ok());
   EXPECT_FALSE(ur.accepted());
   wctx.TryCancel();
   (*server)->Shutdown();

@@ -1,0 +1,91 @@
+#include "diagnose/link.h"
+
+#include <gtest/gtest.h>
+
+namespace perftracker::diagnose {
+namespace {
+
+// Rank r listens/binds on 10.0.0.1:(1000 + 10 r + k) towards peer k.
+std::string End(int r, int k) { return "10.0.0.1:" + std::to_string(1000 + 10 * r + k); }
+
+void Conn(RankMetrics* m, int from, int to, double bytes) {
+  (*m)[from]["tcp.sendq." + End(from, to) + ">" + End(to, from)] = bytes;
+  // The peer owns the other end (with nothing queued on its side).
+  (*m)[to].try_emplace("tcp.sendq." + End(to, from) + ">" + End(from, to), 0.0);
+}
+
+std::vector<pattern::RankSummary> Ranks(int n) {
+  std::vector<pattern::RankSummary> out;
+  for (int r = 0; r < n; ++r) {
+    pattern::RankSummary s;
+    s.rank = r;
+    s.host = "node-" + std::to_string(r);
+    s.iteration_ms = {100, 100};
+    pattern::FunctionPattern f;
+    f.name = "gloo:all_reduce";
+    f.fclass = pattern::FunctionClass::kCollective;
+    f.top_level = true;
+    f.per_iter_us = 60000;
+    s.functions.push_back(f);
+    out.push_back(s);
+  }
+  return out;
+}
+
+TEST(SlowLink, TheRankAtTheEndOfEveryBackedUpConnection) {
+  RankMetrics m;
+  // A ring 0->1->2->3->0: rank 2's sends back up (its link), and so do rank 1's sends to it
+  // (acknowledgements queue behind rank 2's traffic); 3->0 and 0->1 drain.
+  Conn(&m, 2, 3, 90000);
+  Conn(&m, 1, 2, 50000);
+  Conn(&m, 3, 0, 800);
+  Conn(&m, 0, 1, 500);
+  auto f = DiagnoseSlowLink(m, Ranks(4));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->ranks, std::vector<int>({2}));
+  EXPECT_EQ(f->category, "communication");
+  EXPECT_EQ(f->cause, Cause::kHardware);
+  EXPECT_EQ(f->hosts, std::vector<std::string>({"node-2"}));
+  EXPECT_DOUBLE_EQ(f->impact_ms, 60);
+  EXPECT_EQ(f->evidence.at("backed_up_peers"), 2);
+  ASSERT_FALSE(f->functions.empty());
+  EXPECT_EQ(f->functions[0].name, "gloo:all_reduce");
+}
+
+TEST(SlowLink, NothingBackedUpNoFinding) {
+  RankMetrics m;
+  Conn(&m, 0, 1, 1000);
+  Conn(&m, 1, 2, 2000);
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(3)).has_value());
+  EXPECT_FALSE(DiagnoseSlowLink({}, Ranks(3)).has_value());
+}
+
+TEST(SlowLink, TwoSeparateBackedUpPairsAreNotOneLink) {
+  RankMetrics m;
+  Conn(&m, 0, 1, 90000);
+  Conn(&m, 2, 3, 90000);
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(4)).has_value());
+}
+
+TEST(SlowLink, ReplacesTheAllRankCommunicationFindingsItExplains) {
+  RankMetrics m;
+  Conn(&m, 2, 3, 90000);
+  Conn(&m, 1, 2, 50000);
+  Diagnosis d;
+  Finding low;
+  low.finding_class = FindingClass::kAll;
+  low.category = "low_bandwidth";
+  low.impact_ms = 80;
+  Finding other;
+  other.category = "data_loader";
+  other.impact_ms = 5;
+  d.findings = {low, other};
+  AddMetricFindings(m, Ranks(4), &d);
+  ASSERT_EQ(d.findings.size(), 2u);
+  EXPECT_EQ(d.findings[0].category, "communication");
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>({2}));
+  EXPECT_EQ(d.findings[1].category, "data_loader");
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
