@@ -579,32 +579,27 @@ def _pop_window(path):
     return {}
 
 
-def _rank():
-    """RANK from the launcher, else torch.distributed's once initialized (mp.spawn sets no env)."""
-    r = _env_int("RANK")
-    if r is not None:
-        return r
+def _from_env_or_dist(env, getter):
+    """ENV from the launcher, else torch.distributed's value once initialized (mp.spawn sets no
+    env)."""
+    v = _env_int(env)
+    if v is not None:
+        return v
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_rank()
+            return getattr(dist, getter)()
     except Exception:
         pass
     return None
+
+
+def _rank():
+    return _from_env_or_dist("RANK", "get_rank")
 
 
 def _world_size():
-    """WORLD_SIZE from the launcher, else torch.distributed's once initialized."""
-    w = _env_int("WORLD_SIZE")
-    if w is not None:
-        return w
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return dist.get_world_size()
-    except Exception:
-        pass
-    return None
+    return _from_env_or_dist("WORLD_SIZE", "get_world_size")
 
 
 def _env_int(name):
