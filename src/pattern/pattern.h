@@ -69,7 +69,8 @@ struct RankSummary {
   int rank = -1;
   int world_size = -1;
   std::string host;
-  std::string source;  // trace file path or worker id
+  std::string network_switch;  // the switch above the host, where known ("switch-3")
+  std::string source;          // trace file path or worker id
   bool legacy_format = false;
   bool has_gpu = false;
   std::vector<trace::ProcessGroup> process_groups;

@@ -259,6 +259,8 @@ std::string SerializeSummary(const RankSummary& s) {
     w.Str(cat);
     w.U(n);
   }
+  // Optional trailing fields (older summaries end before them).
+  w.Str(s.network_switch);
   return w.Finish();
 }
 
@@ -395,6 +397,7 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
     const std::string& cat = r.Str(table);
     st.unknown_cats[cat] = r.U();
   }
+  if (!r.failed() && r.remaining() > 0) s.network_switch = r.Str(table);
   if (r.failed()) {
     return DataLoss(name +
                     (r.corrupt() ? ": corrupt summary at byte " : ": truncated summary at byte ") +

@@ -14,6 +14,7 @@ RankSummary Sample() {
   s.rank = 5;
   s.world_size = 8;
   s.host = "node-3";
+  s.network_switch = "switch-1";
   s.source = "/traces/rank5.json.gz";
   s.legacy_format = false;
   s.has_gpu = true;
@@ -81,6 +82,7 @@ void ExpectEqual(const RankSummary& a, const RankSummary& b) {
   EXPECT_EQ(a.rank, b.rank);
   EXPECT_EQ(a.world_size, b.world_size);
   EXPECT_EQ(a.host, b.host);
+  EXPECT_EQ(a.network_switch, b.network_switch);
   EXPECT_EQ(a.source, b.source);
   EXPECT_EQ(a.legacy_format, b.legacy_format);
   EXPECT_EQ(a.has_gpu, b.has_gpu);
