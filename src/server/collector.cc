@@ -447,6 +447,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     row.iterations = static_cast<int>(summary->iteration_ms.size());
     row.mean_iteration_ms = summary->MeanIterationMs();
     row.hardware_json = hw;
+    row.summary = req->summary();
     if (::perftracker::Status st = store->AddRankSummary(row); !st.ok())
       std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
     RankState& rs = ranks[summary->rank];

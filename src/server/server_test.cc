@@ -86,7 +86,7 @@ TEST(Store, KeepsWindowsAndFindings) {
   auto job = (*store)->AddJob("/tmp/x");
   ASSERT_TRUE(job.ok());
   ASSERT_TRUE((*store)->AddWindow(*job, 1, 100, 10, "user").ok());
-  ASSERT_TRUE((*store)->AddRankSummary({1, 0, "h", 1234, 10, 5.0, "{}"}).ok());
+  ASSERT_TRUE((*store)->AddRankSummary({1, 0, "h", 1234, 10, 5.0, "{}", "PTSUMMRY..."}).ok());
   diagnose::Diagnosis d;
   diagnose::Finding f;
   f.category = "missing_rank";
@@ -98,6 +98,8 @@ TEST(Store, KeepsWindowsAndFindings) {
             std::vector<std::string>{"missing_rank:3"});
   EXPECT_EQ(*(*store)->QueryColumn("SELECT summary_bytes FROM rank_summaries"),
             std::vector<std::string>{"1234"});
+  EXPECT_EQ(*(*store)->QueryColumn("SELECT length(summary) FROM rank_summaries"),
+            std::vector<std::string>{"11"});
 }
 
 class Client {

@@ -25,6 +25,9 @@ class Stmt {
   void Bind(int i, const std::string& v) {
     sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
   }
+  void BindBlob(int i, const std::string& v) {
+    sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
 
  private:
   sqlite3_stmt* stmt_ = nullptr;
@@ -57,6 +60,7 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
   std::unique_ptr<Store> store(new Store(db));
   PT_RETURN_IF_ERROR(store->Exec(R"sql(
     PRAGMA journal_mode=WAL;
+    PRAGMA synchronous=NORMAL;
     CREATE TABLE IF NOT EXISTS jobs(
       id INTEGER PRIMARY KEY AUTOINCREMENT, report_dir TEXT, started_at REAL);
     CREATE TABLE IF NOT EXISTS windows(
@@ -65,11 +69,13 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
       PRIMARY KEY(job_id, window_id));
     CREATE TABLE IF NOT EXISTS rank_summaries(
       job_id INTEGER, window_id INTEGER, rank INTEGER, host TEXT, summary_bytes INTEGER,
-      iterations INTEGER, mean_iteration_ms REAL, hardware_json TEXT);
+      iterations INTEGER, mean_iteration_ms REAL, hardware_json TEXT, summary BLOB);
     CREATE TABLE IF NOT EXISTS findings(
       job_id INTEGER, window_id INTEGER, idx INTEGER, category TEXT, class TEXT, cause TEXT,
       ranks TEXT, impact_ms REAL, summary TEXT);
   )sql"));
+  // A database from before the summary column: add it (an error only says it exists).
+  (void)store->Exec("ALTER TABLE rank_summaries ADD COLUMN summary BLOB");
   return store;
 }
 
@@ -113,7 +119,7 @@ Status Store::AddWindow(int64_t job_id, int64_t window_id, int64_t start_iterati
 Status Store::AddRankSummary(const RankSummaryRow& row) {
   Stmt s(db_,
          "INSERT INTO rank_summaries(job_id, window_id, rank, host, summary_bytes, iterations, "
-         "mean_iteration_ms, hardware_json) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+         "mean_iteration_ms, hardware_json, summary) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)");
   if (s.ok()) {
     s.Bind(1, job_id_);
     s.Bind(2, row.window_id);
@@ -123,6 +129,7 @@ Status Store::AddRankSummary(const RankSummaryRow& row) {
     s.Bind(6, static_cast<int64_t>(row.iterations));
     s.Bind(7, row.mean_iteration_ms);
     s.Bind(8, row.hardware_json);
+    s.BindBlob(9, row.summary);
   }
   return Step(db_, s);
 }

@@ -23,6 +23,7 @@ struct RankSummaryRow {
   int iterations = 0;
   double mean_iteration_ms = 0;
   std::string hardware_json;
+  std::string summary;  // the uploaded summary itself (pattern/summary_io.h)
 };
 
 class Store {
