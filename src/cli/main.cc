@@ -17,6 +17,7 @@
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "report/report.h"
+#include "sim/simulator.h"
 #ifdef PT_ONLINE
 #include <unistd.h>
 
@@ -251,6 +252,45 @@ int RunClient(const OnlineFlags& f, bool trigger) {
 }
 #endif
 
+struct SimulateFlags {
+  int workers = 0;
+  std::string layout;
+  int gpus_per_node = 8;
+  int nodes_per_switch = 4;
+  std::vector<std::string> faults;
+  int iterations = 20;
+  bool traces = false;
+  uint64_t seed = 0;
+  std::string out;
+  int threads = 2;
+};
+
+int RunSimulate(const SimulateFlags& f) {
+  pt::sim::Config config;
+  config.workers = f.workers;
+  if (f.workers < 1) return Fail(pt::InvalidArgument("--workers: must be at least 1"));
+  auto layout = pt::sim::ParseLayout(f.layout, f.workers);
+  if (!layout.ok()) return Fail(layout.status());
+  config.layout = *layout;
+  config.gpus_per_node = f.gpus_per_node;
+  config.nodes_per_switch = f.nodes_per_switch;
+  config.iterations = f.iterations;
+  config.traces = f.traces;
+  config.seed = f.seed;
+  config.threads = f.threads;
+  for (const std::string& text : f.faults) {
+    auto fault = pt::sim::ParseFault(text);
+    if (!fault.ok()) return Fail(fault.status());
+    config.faults.push_back(*fault);
+  }
+  auto stats = pt::sim::Run(config, f.out);
+  if (!stats.ok()) return Fail(stats.status());
+  std::fprintf(stderr, "perftracker: simulated %d workers (%d written) to %s: %.1f MB, %.2f s\n",
+               f.workers, stats->ranks_written, f.out.c_str(), stats->bytes / 1e6,
+               stats->seconds);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,6 +335,21 @@ int main(int argc, char** argv) {
       app.add_subcommand("show", "print the behaviour patterns of traces or summaries");
   show->add_option("PATH", show_paths, "trace or summary files, or folders")->required();
   show->add_option("--top", show_top, "functions per rank");
+
+  SimulateFlags sim;
+  CLI::App* simulate = app.add_subcommand(
+      "simulate", "simulate a job's summaries (and small jobs' traces) with injected faults");
+  simulate->add_option("--workers", sim.workers, "ranks in the job")->required();
+  simulate->add_option("--layout", sim.layout, "tp=T,pp=P[,dp=D][,ep=E]")->required();
+  simulate->add_option("--gpus-per-node", sim.gpus_per_node, "ranks per node (default 8)");
+  simulate->add_option("--nodes-per-switch", sim.nodes_per_switch,
+                       "nodes under one switch (default 4)");
+  simulate->add_option("--fault", sim.faults, "KIND@PLACE (repeatable), e.g. slow-gpu@rank=5");
+  simulate->add_option("--iterations", sim.iterations, "iterations per rank (default 20)");
+  simulate->add_flag("--traces", sim.traces, "also write Kineto JSON traces (up to 64 workers)");
+  simulate->add_option("--seed", sim.seed, "random seed")->required();
+  simulate->add_option("-o,--output", sim.out, "output folder")->required();
+  simulate->add_option("--threads", sim.threads, "writer threads (default 2)");
 
 #ifdef PT_ONLINE
   OnlineFlags online;
@@ -363,5 +418,6 @@ int main(int argc, char** argv) {
   if (*diagnose) return RunAnalyze(diagnose_paths, diagnose_flags);
   if (*diff) return RunDiff(diff_base, diff_test, diff_flags);
   if (*show) return RunShow(show_paths, show_top);
+  if (*simulate) return RunSimulate(sim);
   return 0;
 }
