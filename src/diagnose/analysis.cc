@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <set>
+#include <thread>
+#include <unordered_map>
 
 namespace perftracker::diagnose::internal {
 
@@ -132,6 +135,56 @@ void SortFindings(std::vector<Finding>* findings) {
     if (ga != gb) return ga;
     return std::fabs(a.impact_ms) > std::fabs(b.impact_ms);
   });
+}
+
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < n; i = next++) fn(i);
+  };
+  if (n < 2) {
+    work();
+    return;
+  }
+  std::thread helper(work);
+  work();
+  helper.join();
+}
+
+FunctionIds InternFunctions(const std::vector<pattern::RankSummary>& ranks) {
+  // Each half interns into its own table; the second table is then remapped onto the first.
+  struct Part {
+    std::unordered_map<std::string, uint32_t> table;
+    std::vector<std::string> names;
+  };
+  FunctionIds ids;
+  ids.of.resize(ranks.size());
+  Part parts[2];
+  size_t half = ranks.size() / 2;
+  ParallelFor(2, [&](size_t p) {
+    size_t begin = p == 0 ? 0 : half, end = p == 0 ? half : ranks.size();
+    Part& part = parts[p];
+    for (size_t i = begin; i < end; ++i) {
+      auto& out = ids.of[i];
+      out.reserve(ranks[i].functions.size());
+      for (const auto& f : ranks[i].functions) {
+        auto [it, added] = part.table.emplace(f.Key(), static_cast<uint32_t>(part.names.size()));
+        if (added) part.names.push_back(it->first);
+        out.push_back(it->second);
+      }
+    }
+  });
+  std::vector<uint32_t> remap(parts[1].names.size());
+  for (size_t k = 0; k < parts[1].names.size(); ++k) {
+    auto [it, added] =
+        parts[0].table.emplace(parts[1].names[k], static_cast<uint32_t>(parts[0].names.size()));
+    if (added) parts[0].names.push_back(it->first);
+    remap[k] = it->second;
+  }
+  for (size_t i = half; i < ranks.size(); ++i)
+    for (auto& id : ids.of[i]) id = remap[id];
+  ids.count = static_cast<uint32_t>(parts[0].names.size());
+  return ids;
 }
 
 JobInfo BuildJobInfo(const std::vector<pattern::RankSummary>& ranks) {

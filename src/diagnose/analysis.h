@@ -4,6 +4,9 @@
 #ifndef PERFTRACKER_DIAGNOSE_ANALYSIS_H_
 #define PERFTRACKER_DIAGNOSE_ANALYSIS_H_
 
+#include <cstdint>
+#include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +65,17 @@ double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseco
 // Regressions and problems first by impact; improvements (negative impact) after, biggest first.
 void SortFindings(std::vector<Finding>* findings);
 
+// Function identities (Key()) interned once per job: ids[i][k] is the id of ranks[i].functions[k].
+// Building key strings is the costliest step at 100,000 ranks; done once, on two threads.
+struct FunctionIds {
+  std::vector<std::vector<uint32_t>> of;
+  uint32_t count = 0;
+};
+FunctionIds InternFunctions(const std::vector<pattern::RankSummary>& ranks);
+
+// Runs fn(0..n-1) on up to two threads (the machines this runs on have two cores to spare).
+void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+
 JobInfo BuildJobInfo(const std::vector<pattern::RankSummary>& ranks);
 
 // The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
@@ -69,6 +83,21 @@ void FindSubsetProblems(const std::vector<pattern::RankSummary>& ranks, const Jo
                         const DiagnoseOptions& o, std::vector<Finding>* out);
 void FindAllRankProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
                          const DiagnoseOptions& o, std::vector<Finding>* out);
+
+// What the collective-group instances say about ranks, beyond the link findings.
+struct CollectiveEvidence {
+  std::set<int> covered;    // member of a group instance that had others of its kind to compare
+  std::set<int> explained;  // member of a group slowed by a link that a finding names
+  std::set<int> late;       // the member a slowed group waited for
+  std::set<int> waiting;    // the other members of such a group: victims, not causes
+};
+// Slow links localized from collective-group instances (topology.cc): NVLink of a node, NIC of
+// a node, or a switch; EV says whose collective outliers are explained, so that the per-rank
+// comparison does not also blame them.
+void FindLinkProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
+                      const DiagnoseOptions& o, std::vector<Finding>* out, CollectiveEvidence* ev);
+// Node-level findings of the same kind on every node of a switch become one switch finding.
+void FoldBySwitch(const std::vector<pattern::RankSummary>& ranks, std::vector<Finding>* findings);
 
 }  // namespace perftracker::diagnose::internal
 

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "diagnose/analysis.h"
@@ -25,55 +26,117 @@ bool IsWait(FunctionClass c) { return IsWaitClass(c); }
 constexpr double kGroupSimilarity = 0.85;
 constexpr double kMergeSimilarity = 0.75;
 
-std::set<std::string> SignificantKeys(const RankSummary& r) {
-  std::set<std::string> keys;
-  double it = IterationUs(r);
-  for (const auto& f : r.functions)
-    if (it <= 0 || f.per_iter_us >= 0.01 * it) keys.insert(f.Key());
-  return keys;
+// Size of the intersection of two sorted id lists.
+size_t Shared(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+  size_t n = 0;
+  auto i = a.begin(), j = b.begin();
+  while (i != a.end() && j != b.end()) {
+    if (*i < *j) {
+      ++i;
+    } else if (*j < *i) {
+      ++j;
+    } else {
+      ++n, ++i, ++j;
+    }
+  }
+  return n;
 }
 
-std::set<std::string> AllKeys(const RankSummary& r) {
-  std::set<std::string> keys;
-  for (const auto& f : r.functions) keys.insert(f.Key());
-  return keys;
+// What a rank runs, as sorted function ids: the significant ones (>= 1% of its iteration) and
+// all of them.
+struct Signature {
+  int role = -1;  // stage from process-group membership; -1 when unknown
+  std::vector<uint32_t> sig, all;
+  bool operator==(const Signature& o) const {
+    return role == o.role && sig == o.sig && all == o.all;
+  }
+};
+
+uint64_t HashOf(const Signature& s) {
+  uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(s.role + 1);
+  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (uint32_t v : s.sig) mix(v);
+  mix(0xffffffffull);
+  for (uint32_t v : s.all) mix(v);
+  return h;
 }
 
 // How much of what matters on each rank the other runs at all: significant functions of A
 // found anywhere in B, and of B in A. A function that is significant on one rank and merely
 // cheaper on another (a sleeping loader's stack, a Python call path taken more often) is shared
 // work, not a different role; only functions the other rank never runs set ranks apart.
-double Similarity(const std::set<std::string>& sig_a, const std::set<std::string>& all_a,
-                  const std::set<std::string>& sig_b, const std::set<std::string>& all_b) {
-  double n = static_cast<double>(sig_a.size() + sig_b.size());
+double Similarity(const Signature& a, const Signature& b) {
+  double n = static_cast<double>(a.sig.size() + b.sig.size());
   if (n <= 0) return 1.0;
-  double shared = 0;
-  for (const auto& k : sig_a) shared += all_b.count(k);
-  for (const auto& k : sig_b) shared += all_a.count(k);
-  return shared / n;
+  return static_cast<double>(Shared(a.sig, b.all) + Shared(b.sig, a.all)) / n;
 }
 
-// Ranks of one role run (nearly) the same significant functions. Greedy grouping against each
-// group's first member; then a rank left in a group too small to vote joins the big group it
-// resembles most, if it resembles it enough.
-std::vector<std::vector<size_t>> PeerGroups(const std::vector<RankSummary>& ranks) {
-  std::vector<std::set<std::string>> sig, all;
-  for (const auto& r : ranks) {
-    sig.push_back(SignificantKeys(r));
-    all.push_back(AllKeys(r));
+// The pipeline stage of a rank: its position in its "pp" process group (Megatron order). Ranks
+// of different stages run different layers and are never peers, even when their function sets
+// look alike (middle stages).
+int RoleOf(const RankSummary& r) {
+  for (const auto& pg : r.process_groups) {
+    if (pg.name != "pp" || pg.ranks.size() < 2) continue;
+    auto it = std::find(pg.ranks.begin(), pg.ranks.end(), r.rank);
+    if (it != pg.ranks.end()) return static_cast<int>(it - pg.ranks.begin());
   }
-  auto sim = [&](size_t a, size_t b) { return Similarity(sig[a], all[a], sig[b], all[b]); };
-  std::vector<std::vector<size_t>> groups;
+  return -1;
+}
+
+// Ranks of one role run (nearly) the same significant functions. Ranks with identical
+// signatures are bucketed by hash first (near-linear: at 100,000 ranks there are a handful of
+// distinct signatures plus the odd ones), then buckets are grouped greedily against each
+// group's first member within a role; a rank left in a group too small to vote joins the big
+// group of its role it resembles most, if it resembles it enough. Buckets only merge identical
+// ranks, so on small jobs the result is the rank-by-rank greedy grouping.
+std::vector<std::vector<size_t>> PeerGroups(const std::vector<RankSummary>& ranks,
+                                            const FunctionIds& ids) {
+  std::vector<Signature> sigs(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
+    const RankSummary& r = ranks[i];
+    Signature& s = sigs[i];
+    s.role = RoleOf(r);
+    double it = IterationUs(r);
+    for (size_t k = 0; k < r.functions.size(); ++k) {
+      s.all.push_back(ids.of[i][k]);
+      if (it <= 0 || r.functions[k].per_iter_us >= 0.01 * it) s.sig.push_back(ids.of[i][k]);
+    }
+    for (auto* v : {&s.sig, &s.all}) {
+      std::sort(v->begin(), v->end());
+      v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+  }
+  // Buckets of identical signatures, in order of first appearance.
+  std::vector<std::vector<size_t>> buckets;
+  std::unordered_map<uint64_t, std::vector<size_t>> by_hash;  // hash -> bucket indices
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    auto& cands = by_hash[HashOf(sigs[i])];
+    bool placed = false;
+    for (size_t b : cands)
+      if (sigs[buckets[b][0]] == sigs[i]) {
+        buckets[b].push_back(i);
+        placed = true;
+        break;
+      }
+    if (!placed) {
+      cands.push_back(buckets.size());
+      buckets.push_back({i});
+    }
+  }
+  auto sim = [&](size_t a, size_t b) {
+    return sigs[a].role == sigs[b].role ? Similarity(sigs[a], sigs[b]) : 0.0;
+  };
+  std::vector<std::vector<size_t>> groups;
+  for (auto& bucket : buckets) {
     bool placed = false;
     for (auto& g : groups) {
-      if (sim(g[0], i) >= kGroupSimilarity) {
-        g.push_back(i);
+      if (sim(g[0], bucket[0]) >= kGroupSimilarity) {
+        g.insert(g.end(), bucket.begin(), bucket.end());
         placed = true;
         break;
       }
     }
-    if (!placed) groups.push_back({i});
+    if (!placed) groups.push_back(std::move(bucket));
   }
   std::vector<std::vector<size_t>> out;
   std::vector<std::vector<size_t>> small;
@@ -124,12 +187,13 @@ struct Member {
 
 class GroupAnalysis {
  public:
-  GroupAnalysis(const std::vector<RankSummary>& ranks, std::vector<size_t> members,
-                const JobInfo& job, const DiagnoseOptions& o)
-      : o_(o), iter_us_(job.iteration_ms_median * 1000.0) {
+  GroupAnalysis(const std::vector<RankSummary>& ranks, const FunctionIds& ids,
+                std::vector<size_t> members, const JobInfo& job, const DiagnoseOptions& o)
+      : o_(o), iter_us_(job.iteration_ms_median * 1000.0), ids_(ids) {
     for (size_t i : members) {
       m_.emplace_back();
       m_.back().r = &ranks[i];
+      index_.push_back(i);
     }
     BuildRows();
     CompareMembers();
@@ -160,22 +224,27 @@ class GroupAnalysis {
 
   const DiagnoseOptions& o_;
   double iter_us_;
+  const FunctionIds& ids_;
   std::vector<Member> m_;
+  std::vector<size_t> index_;  // member -> position in the job's ranks
   std::vector<Row> rows_;
   std::vector<double> own_cpu_, own_gpu_, coll_;
 };
 
 void GroupAnalysis::BuildRows() {
-  std::map<std::string, size_t> index;
+  // Function id -> row; ids are interned once per job, so no key strings are built here.
+  std::vector<int32_t> row_of(ids_.count, -1);
   own_cpu_.assign(n(), 0);
   own_gpu_.assign(n(), 0);
   coll_.assign(n(), 0);
   for (size_t i = 0; i < n(); ++i) {
     const RankSummary& r = *m_[i].r;
     bool has_self = HasSelfTimes(r);
-    for (const auto& f : r.functions) {
-      auto [it, added] = index.emplace(f.Key(), rows_.size());
-      if (added) {
+    for (size_t k = 0; k < r.functions.size(); ++k) {
+      const FunctionPattern& f = r.functions[k];
+      int32_t& slot = row_of[ids_.of[index_[i]][k]];
+      if (slot < 0) {
+        slot = static_cast<int32_t>(rows_.size());
         rows_.emplace_back();
         Row& row = rows_.back();
         row.proto = &f;
@@ -184,7 +253,7 @@ void GroupAnalysis::BuildRows() {
         row.self.assign(n(), 0);
         row.calls.assign(n(), 0);
       }
-      Row& row = rows_[it->second];
+      Row& row = rows_[slot];
       double self = SelfUs(f, has_self);
       // A duplicate key within one rank (should not happen) is summed, not dropped.
       if (!row.f[i]) row.f[i] = &f;
@@ -642,15 +711,43 @@ void MergeByHost(std::vector<Finding>* findings) {
 
 void FindSubsetProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
                         const DiagnoseOptions& o, std::vector<Finding>* out) {
+  FunctionIds ids = InternFunctions(ranks);
+  std::vector<std::vector<size_t>> groups = PeerGroups(ranks, ids);
+  // Groups are independent: analyzed on two threads, findings kept in group order so the
+  // result does not depend on scheduling.
+  std::vector<std::vector<Finding>> per_group(groups.size());
+  ParallelFor(groups.size(), [&](size_t k) {
+    GroupAnalysis g(ranks, ids, std::move(groups[k]), job, o);
+    g.Run(&per_group[k]);
+  });
   std::vector<Finding> found;
-  for (auto& members : PeerGroups(ranks)) {
-    GroupAnalysis g(ranks, std::move(members), job, o);
-    g.Run(&found);
-  }
+  for (auto& v : per_group)
+    for (auto& f : v) found.push_back(std::move(f));
   // Only a job that spans hosts has node-level problems; on one host a merge would hide ranks.
+  // Slow links found from the groups explain the collective outliers of their members: a
+  // victim's longer collectives (communication) and a healthy peer's shorter ones (late
+  // arrival, cause unknown) are not findings of their own.
+  // Likewise a rank whose longer collectives are waiting for a late member of its group (often
+  // in another pipeline stage, so not among its peers), and a "late arrival" that no group
+  // instance saw arrive late.
+  std::vector<Finding> links;
+  CollectiveEvidence ev;
+  FindLinkProblems(ranks, job, o, &links, &ev);
+  auto all_in = [](const Finding& f, auto pred) {
+    return !f.ranks.empty() && std::all_of(f.ranks.begin(), f.ranks.end(), pred);
+  };
+  std::erase_if(found, [&](const Finding& f) {
+    if (f.category == "communication")
+      return all_in(f, [&](int r) { return ev.explained.count(r) || ev.waiting.count(r); });
+    if (f.category == "straggler" && f.cause == Cause::kUnknown)
+      return all_in(f, [&](int r) { return ev.covered.count(r) && !ev.late.count(r); });
+    return false;
+  });
   std::set<std::string> hosts;
   for (const auto& r : ranks) hosts.insert(r.host);
   if (hosts.size() >= 2) MergeByHost(&found);
+  for (auto& f : links) found.push_back(std::move(f));
+  FoldBySwitch(ranks, &found);
   for (auto& f : found) out->push_back(std::move(f));
 }
 

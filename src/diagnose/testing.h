@@ -2,6 +2,8 @@
 #ifndef PERFTRACKER_DIAGNOSE_TESTING_H_
 #define PERFTRACKER_DIAGNOSE_TESTING_H_
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,118 @@ inline pattern::RankSummary Rank(int rank, int world, std::vector<pattern::Funct
   for (auto& f : fns) f.share = iteration_ms > 0 ? f.per_iter_us / (iteration_ms * 1000) : 0;
   r.functions = std::move(fns);
   return r;
+}
+
+// A Megatron-style job (rank = pp_idx*(dp*tp) + dp_idx*tp + tp_idx, node = rank / gpus_per_node,
+// host "node-<n>", switch "switch-<node / nodes_per_switch>") with the faults the simulator
+// injects, modelled as the contract says: a collective's time is the rank's own transfer plus
+// the wait for the group's slowest arrival.
+struct JobSpec {
+  int tp = 2, pp = 2, dp = 4;
+  int gpus_per_node = 8;
+  int nodes_per_switch = 0;  // 0: no switch names
+  int functions = 12;        // compute functions per rank (besides the stage's own)
+  int slow_gpu = -1;         // rank whose compute is 40% slower
+  int slow_loader = -1;      // rank whose data loader is slow
+  int slow_nvlink = -1;      // node whose TP collectives are slow
+  int slow_nic = -1;         // node whose cross-node collectives are slow
+  int slow_switch = -1;      // switch whose nodes' cross-node collectives are slow
+  int missing = -1;          // rank left out
+};
+
+inline std::vector<pattern::RankSummary> MakeJob(const JobSpec& s) {
+  using pattern::FunctionClass;
+  const int world = s.tp * s.pp * s.dp;
+  auto node = [&](int r) { return r / s.gpus_per_node; };
+  auto sw = [&](int r) { return s.nodes_per_switch > 0 ? node(r) / s.nodes_per_switch : -1; };
+  auto stage = [&](int r) { return r / (s.dp * s.tp); };
+  auto dpi = [&](int r) { return (r / s.tp) % s.dp; };
+  auto tpi = [&](int r) { return r % s.tp; };
+  auto rank_of = [&](int p, int d, int t) { return p * s.dp * s.tp + d * s.tp + t; };
+  // Members of each group kind for rank r.
+  auto members = [&](const std::string& kind, int r) {
+    std::vector<int> m;
+    if (kind == "tp")
+      for (int t = 0; t < s.tp; ++t) m.push_back(rank_of(stage(r), dpi(r), t));
+    if (kind == "dp")
+      for (int d = 0; d < s.dp; ++d) m.push_back(rank_of(stage(r), d, tpi(r)));
+    if (kind == "pp")
+      for (int p = 0; p < s.pp; ++p) m.push_back(rank_of(p, dpi(r), tpi(r)));
+    return m;
+  };
+  const double compute_ms = 60, slow_extra = 24, link_extra = 20;
+  const std::vector<std::pair<std::string, std::string>> colls = {
+      {"tp", "all_reduce"}, {"pp", "send_recv"}, {"dp", "reduce_scatter"}};
+  const std::map<std::string, double> base = {{"tp", 5}, {"pp", 2}, {"dp", 8}};
+  auto crosses_link = [&](const std::string& kind, const std::vector<int>& m) {
+    for (int r : m) {
+      if (kind == "tp" && node(r) == s.slow_nvlink) return true;
+      if (kind != "tp" && node(r) == s.slow_nic) return true;
+      if (kind != "tp" && s.slow_switch >= 0 && sw(r) == s.slow_switch) return true;
+    }
+    return false;
+  };
+  std::vector<pattern::RankSummary> out;
+  for (int r = 0; r < world; ++r) {
+    if (r == s.missing) continue;
+    std::vector<pattern::FunctionPattern> fns;
+    double k = r == s.slow_gpu ? 1.4 : 1.0;
+    int n = std::max(s.functions, 1);
+    for (int i = 0; i < n; ++i)
+      fns.push_back(Fn("layer_op_" + std::to_string(i), FunctionClass::kCompute, k * compute_ms / n,
+                       2, trace::EventKind::kKernel));
+    if (stage(r) == 0) {
+      fns.push_back(Fn("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+                       FunctionClass::kDataLoader, r == s.slow_loader ? 30 : 0.5, 1,
+                       trace::EventKind::kUserAnnotation));
+      fns.push_back(
+          Fn("embedding_fwd", FunctionClass::kCompute, k * 3, 1, trace::EventKind::kKernel));
+    }
+    if (stage(r) == s.pp - 1)
+      fns.push_back(
+          Fn("cross_entropy_loss", FunctionClass::kCompute, k * 2, 1, trace::EventKind::kKernel));
+    double total = 0;
+    for (const auto& f : fns) total += f.per_iter_us / 1000;
+    for (const auto& [kind, op] : colls) {
+      std::vector<int> m = members(kind, r);
+      if (m.size() < 2) continue;
+      double t = base.at(kind);
+      if (crosses_link(kind, m)) t += link_extra;
+      // Waiting for the latest member: the slow GPU, or a rank held up by its node's slow
+      // NVLink (in the cross-node collectives that follow).
+      auto late = [&](int x) {
+        double l = x == s.slow_gpu ? slow_extra : 0;
+        if (kind != "tp" && node(x) == s.slow_nvlink) l = std::max(l, link_extra);
+        return l;
+      };
+      double latest = 0;
+      for (int x : m) latest = std::max(latest, late(x));
+      t += latest - late(r);
+      auto f =
+          Fn("ncclDevKernel_" + op, FunctionClass::kCollective, t, 1, trace::EventKind::kKernel);
+      f.coll.op = op;
+      f.coll.group = kind + ":" + std::to_string(m[0]);
+      f.coll.group_size = static_cast<int>(m.size());
+      f.coll.msg_bytes = 1 << 30;
+      f.coll.busbw_gbps = f.coll.msg_bytes / (t * 1e6);
+      fns.push_back(f);
+      total += t;
+    }
+    auto rs = Rank(r, world, std::move(fns), total, "node-" + std::to_string(node(r)));
+    if (sw(r) >= 0) rs.network_switch = "switch-" + std::to_string(sw(r));
+    rs.has_gpu = true;
+    for (const auto& [kind, op] : colls) {
+      trace::ProcessGroup pg;
+      pg.ranks = members(kind, r);
+      pg.name = kind;
+      pg.desc = kind + ":" + std::to_string(pg.ranks[0]);
+      pg.backend = "nccl";
+      pg.size = static_cast<int>(pg.ranks.size());
+      rs.process_groups.push_back(pg);
+    }
+    out.push_back(std::move(rs));
+  }
+  return out;
 }
 
 }  // namespace perftracker::diagnose::testing

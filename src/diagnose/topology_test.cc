@@ -1,0 +1,190 @@
+// Diagnosis of Megatron-layout jobs: peer groups by stage, node and switch folding, slow links
+// localized from collective groups, two faults at once, and a scale benchmark run by hand.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "diagnose/diagnose.h"
+#include "diagnose/testing.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+using testing::JobSpec;
+using testing::MakeJob;
+
+std::string Dump(const Diagnosis& d) {
+  std::string s;
+  for (const auto& f : d.findings)
+    s += fmt::format("{} [{}] {} ms: {}\n", f.category, RankList(f.ranks), f.impact_ms, f.summary);
+  return s;
+}
+
+std::vector<int> Range(int a, int b) {
+  std::vector<int> v;
+  for (int i = a; i < b; ++i) v.push_back(i);
+  return v;
+}
+
+TEST(TopologyTest, HealthyJobWithStagesIsClean) {
+  // Stage 0 has the loader and embedding, stage 1 the loss: different roles, no findings.
+  Diagnosis d = Diagnose(MakeJob({}));
+  EXPECT_TRUE(d.findings.empty()) << Dump(d);
+}
+
+TEST(TopologyTest, StagesAreNeverPeersEvenWhenTheyLookAlike) {
+  // Four stages; the middle two run identical function sets and differ only in pipeline
+  // position. A slow GPU in stage 2 is compared with stage 2 alone and named.
+  JobSpec s;
+  s.pp = 4;
+  s.slow_gpu = 21;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].category, "straggler") << Dump(d);
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{21}) << Dump(d);
+  EXPECT_EQ(d.findings[0].cause, Cause::kHardware) << Dump(d);
+}
+
+TEST(TopologyTest, SlowGpuIsAStragglerNotALink) {
+  JobSpec s;
+  s.slow_gpu = 5;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "straggler") << Dump(d);
+  EXPECT_EQ(f.cause, Cause::kHardware);
+  EXPECT_EQ(f.ranks, std::vector<int>{5});
+  for (const auto& g : d.findings) EXPECT_NE(g.category, "communication") << Dump(d);
+}
+
+TEST(TopologyTest, SlowNvlinkIsTheNode) {
+  // 4 nodes of 4 GPUs; node 1's TP groups (ranks 4-7) are slow.
+  JobSpec s;
+  s.gpus_per_node = 4;
+  s.slow_nvlink = 1;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.cause, Cause::kHardware);
+  EXPECT_EQ(f.ranks, Range(4, 8)) << Dump(d);
+  EXPECT_EQ(f.hosts, std::vector<std::string>{"node-1"});
+  EXPECT_EQ(f.evidence_text.at("link"), "nvlink");
+  EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
+}
+
+TEST(TopologyTest, SlowNicIsTheNode) {
+  // Node 0 (ranks 0-3) is in both stage-0 DP groups (with node 1) and in PP groups with node 2:
+  // only node 0 has every cross-node group slow.
+  JobSpec s;
+  s.gpus_per_node = 4;
+  s.slow_nic = 0;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.cause, Cause::kHardware);
+  EXPECT_EQ(f.ranks, Range(0, 4)) << Dump(d);
+  EXPECT_EQ(f.hosts, std::vector<std::string>{"node-0"});
+  EXPECT_EQ(f.evidence_text.at("link"), "nic");
+  EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
+}
+
+TEST(TopologyTest, SlowSwitchIsAllItsNodes) {
+  // 8 nodes of 2 GPUs, 2 nodes per switch; dp=4 groups span 2 switches, pp=2.
+  JobSpec s;
+  s.gpus_per_node = 2;
+  s.nodes_per_switch = 2;
+  s.slow_switch = 0;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.ranks, Range(0, 4)) << Dump(d);
+  EXPECT_EQ(f.hosts, (std::vector<std::string>{"node-0", "node-1"}));
+  EXPECT_EQ(f.evidence_text.at("switch"), "switch-0");
+}
+
+TEST(TopologyTest, LoaderSlowOnEveryRankOfANodeIsOneNodeFinding) {
+  // A slow loader on two stage-0 ranks of node 0: one node finding listing both.
+  JobSpec s;
+  s.gpus_per_node = 4;
+  s.tp = 1;
+  s.dp = 8;
+  auto ranks = MakeJob(s);
+  for (auto& r : ranks)
+    if (r.host == "node-0")
+      for (auto& f : r.functions)
+        if (f.fclass == pattern::FunctionClass::kDataLoader)
+          f.per_iter_us = f.self_per_iter_us = 30000;
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].category, "data_loader") << Dump(d);
+  EXPECT_EQ(d.findings[0].ranks, Range(0, 4)) << Dump(d);
+  EXPECT_EQ(d.findings[0].hosts, std::vector<std::string>{"node-0"});
+}
+
+TEST(TopologyTest, TwoFaultsAreBothReported) {
+  JobSpec s;
+  s.gpus_per_node = 4;
+  s.slow_gpu = 13;    // node 3
+  s.slow_nvlink = 1;  // ranks 4-7
+  Diagnosis d = Diagnose(MakeJob(s));
+  bool gpu = false, link = false;
+  for (const auto& f : d.findings) {
+    gpu |= f.category == "straggler" && f.ranks == std::vector<int>{13};
+    link |= f.category == "communication" && f.ranks == Range(4, 8) &&
+            f.evidence_text.count("link") && f.evidence_text.at("link") == "nvlink";
+  }
+  EXPECT_TRUE(gpu) << Dump(d);
+  EXPECT_TRUE(link) << Dump(d);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].category, "straggler") << Dump(d);  // 24 ms beats 20 ms
+}
+
+TEST(TopologyTest, MissingRankIsNamed) {
+  JobSpec s;
+  s.missing = 9;
+  Diagnosis d = Diagnose(MakeJob(s));
+  bool found = false;
+  for (const auto& f : d.findings)
+    found |= f.category == "missing_rank" && f.ranks == std::vector<int>{9};
+  EXPECT_TRUE(found) << Dump(d);
+}
+
+// Run by hand: PT_SCALE_RANKS=10000 build-dx/pt_diagnose_test
+// --gtest_also_run_disabled_tests --gtest_filter='*Scale*'
+TEST(TopologyTest, DISABLED_Scale) {
+  const char* env = std::getenv("PT_SCALE_RANKS");
+  int n = env ? std::atoi(env) : 1000;
+  JobSpec s;
+  s.tp = 8;
+  s.pp = 4;
+  s.dp = std::max(1, n / 32);
+  s.gpus_per_node = 8;
+  s.nodes_per_switch = 16;
+  s.functions = 500;
+  s.slow_gpu = 77;
+  auto t0 = std::chrono::steady_clock::now();
+  auto ranks = MakeJob(s);
+  auto t1 = std::chrono::steady_clock::now();
+  Diagnosis d = Diagnose(ranks);
+  auto t2 = std::chrono::steady_clock::now();
+  long rss_kb = 0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) rss_kb = std::atol(line.c_str() + 6);
+  std::printf("ranks %zu: build %.2f s, diagnose %.2f s, peak RSS %.2f GB\n%s", ranks.size(),
+              std::chrono::duration<double>(t1 - t0).count(),
+              std::chrono::duration<double>(t2 - t1).count(), rss_kb / 1048576.0,
+              Dump(d).substr(0, 600).c_str());
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{77});
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
