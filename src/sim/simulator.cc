@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -201,12 +202,11 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
   std::vector<Spec> s;
   const std::string top = "train.py(241): <module>;train.py(120): train_step";
   const std::string fwd = top + ";megatron/core/pipeline_parallel/schedules.py(196): forward_step";
-  const std::string bwd =
-      top + ";megatron/core/pipeline_parallel/schedules.py(302): backward_step";
+  const std::string bwd = top + ";megatron/core/pipeline_parallel/schedules.py(302): backward_step";
 
   // Python and the main loop.
-  Spec step = MakeSpec("train.py(120): train_step", EventKind::kPythonFunction, Role::kTrainStep,
-                       0, 1, "train.py(241): <module>");
+  Spec step = MakeSpec("train.py(120): train_step", EventKind::kPythonFunction, Role::kTrainStep, 0,
+                       1, "train.py(241): <module>");
   step.self_frac = 0.01;
   s.push_back(step);
   Spec fs_ = MakeSpec("megatron/core/pipeline_parallel/schedules.py(196): forward_step",
@@ -225,19 +225,21 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
                          Role::kPython, 60, m, fwd));
     s.push_back(MakeSpec("aten::embedding", EventKind::kCpuOp, Role::kCpuOp, 35, m,
                          fwd + ";nn.Module: VocabParallelEmbedding_0"));
-    s.push_back(MakeSpec("void at::native::(anonymous namespace)::indexSelectLargeIndex<"
-                         "c10::BFloat16, long, unsigned int, 2, 2, -2, true>("
-                         "at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, "
-                         "at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, "
-                         "at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, "
-                         "unsigned int, unsigned int, long)",
-                         EventKind::kKernel, Role::kComputeKernel, 150, m));
-    s.push_back(MakeSpec("void at::native::(anonymous namespace)::embedding_backward_feature_"
-                         "kernel<c10::BFloat16, float, long>(long const*, c10::BFloat16 const*, "
-                         "c10::BFloat16*, int, long, int)",
-                         EventKind::kKernel, Role::kComputeKernel, 400, m));
-    s.push_back(MakeSpec("Memcpy HtoD (Pinned -> Device)", EventKind::kMemcpy, Role::kMemcpy, 90,
-                         2));
+    s.push_back(
+        MakeSpec("void at::native::(anonymous namespace)::indexSelectLargeIndex<"
+                 "c10::BFloat16, long, unsigned int, 2, 2, -2, true>("
+                 "at::cuda::detail::TensorInfo<c10::BFloat16, unsigned int>, "
+                 "at::cuda::detail::TensorInfo<c10::BFloat16 const, unsigned int>, "
+                 "at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, "
+                 "unsigned int, unsigned int, long)",
+                 EventKind::kKernel, Role::kComputeKernel, 150, m));
+    s.push_back(
+        MakeSpec("void at::native::(anonymous namespace)::embedding_backward_feature_"
+                 "kernel<c10::BFloat16, float, long>(long const*, c10::BFloat16 const*, "
+                 "c10::BFloat16*, int, long, int)",
+                 EventKind::kKernel, Role::kComputeKernel, 400, m));
+    s.push_back(
+        MakeSpec("Memcpy HtoD (Pinned -> Device)", EventKind::kMemcpy, Role::kMemcpy, 90, 2));
     s.push_back(MakeSpec("aten::to", EventKind::kCpuOp, Role::kCpuOp, 40, 2, top));
     s.push_back(MakeSpec("cudaMemcpyAsync", EventKind::kCudaRuntime, Role::kLaunch, 12, 2));
   }
@@ -321,11 +323,12 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
   kernel(kLayerNormGrad, 45, per * 2);
   kernel(kGeluBwd, 60, per);
   kernel(kMul, 15, per * 2);
-  kernel("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<c10::BFloat16, float, "
-         "int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile*, "
-         "TensorListMetadata<4>&, AdamFunctor<c10::BFloat16, float, int>, float, float, float, "
-         "float, float, float, adamMode_t, float)",
-         60, 40);
+  kernel(
+      "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<c10::BFloat16, float, "
+      "int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile*, "
+      "TensorListMetadata<4>&, AdamFunctor<c10::BFloat16, float, int>, float, float, float, "
+      "float, float, float, adamMode_t, float)",
+      60, 40);
   if (last) {
     const std::string head = fwd + ";nn.Module: GPTModel_0";
     s.push_back(MakeSpec("nn.Module: ParallelLMHead_0", EventKind::kPythonFunction, Role::kPython,
@@ -334,14 +337,16 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
                          EventKind::kPythonFunction, Role::kPython, 140, m, head));
     s.push_back(MakeSpec("aten::_log_softmax", EventKind::kCpuOp, Role::kCpuOp, 30, m,
                          head + ";megatron/core/tensor_parallel/cross_entropy.py(27): forward"));
-    kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, "
-           "float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(c10::BFloat16*, "
-           "c10::BFloat16 const*, int)",
-           300, m);
-    kernel("void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, c10::BFloat16, "
-           "float, float, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>("
-           "c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, int)",
-           320, m);
+    kernel(
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, "
+        "float, at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>(c10::BFloat16*, "
+        "c10::BFloat16 const*, int)",
+        300, m);
+    kernel(
+        "void at::native::(anonymous namespace)::cunn_SoftMaxBackward<4, c10::BFloat16, "
+        "float, float, at::native::(anonymous namespace)::LogSoftMaxBackwardEpilogue>("
+        "c10::BFloat16*, c10::BFloat16 const*, c10::BFloat16 const*, int)",
+        320, m);
   }
   if (tiny) {
     // Per-parameter work launched one tensor at a time: launch-bound.
@@ -351,8 +356,8 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
     kernels += kTinyKernels;
   }
   if (sync) {
-    Spec a = MakeSpec("cudaDeviceSynchronize", EventKind::kCudaRuntime, Role::kSync, 0,
-                      kSyncCalls, top);
+    Spec a =
+        MakeSpec("cudaDeviceSynchronize", EventKind::kCudaRuntime, Role::kSync, 0, kSyncCalls, top);
     s.push_back(a);
     s.push_back(MakeSpec("aten::item", EventKind::kCpuOp, Role::kSync, 0, kSyncCalls,
                          top + ";train.py(151): report_loss"));
@@ -364,8 +369,8 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
   s.push_back(
       MakeSpec("cudaStreamWaitEvent", EventKind::kCudaRuntime, Role::kLaunch, 3, per * 2 + 8));
   s.push_back(MakeSpec("cudaEventRecord", EventKind::kCudaRuntime, Role::kLaunch, 3, per * 2 + 8));
-  Spec opt = MakeSpec("Optimizer.step#FusedAdam.step", EventKind::kUserAnnotation,
-                      Role::kOptimizer, 4000, 1, top);
+  Spec opt = MakeSpec("Optimizer.step#FusedAdam.step", EventKind::kUserAnnotation, Role::kOptimizer,
+                      4000, 1, top);
   opt.self_frac = 0.3;
   s.push_back(opt);
   s.push_back(MakeSpec("Optimizer.zero_grad#FusedAdam.zero_grad", EventKind::kUserAnnotation,
@@ -387,8 +392,7 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
   }
   if (l.pp > 1) {
     const int neighbours = (first ? 0 : 1) + (last ? 0 : 1);
-    coll("ncclDevKernel_SendRecv", Role::kCollPp, "send_recv", kPpMsgBytes, 2 * m * neighbours,
-         17);
+    coll("ncclDevKernel_SendRecv", Role::kCollPp, "send_recv", kPpMsgBytes, 2 * m * neighbours, 17);
   }
   if (l.dp > 1) {
     coll("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", Role::kCollDp, "reduce_scatter",
@@ -517,8 +521,9 @@ StatusOr<Layout> ParseLayout(std::string_view text, int workers) {
     l.dp = workers / (l.tp * l.pp);
   }
   if (int64_t(l.tp) * l.pp * l.dp != workers) {
-    return InvalidArgument(fmt::format("--layout: tp={} x pp={} x dp={} is {} ranks, not {} workers",
-                                       l.tp, l.pp, l.dp, int64_t(l.tp) * l.pp * l.dp, workers));
+    return InvalidArgument(
+        fmt::format("--layout: tp={} x pp={} x dp={} is {} ranks, not {} workers", l.tp, l.pp, l.dp,
+                    int64_t(l.tp) * l.pp * l.dp, workers));
   }
   if (l.dp % l.ep != 0) {
     return InvalidArgument(fmt::format("--layout: ep={} does not divide dp={}", l.ep, l.dp));
@@ -529,16 +534,16 @@ StatusOr<Layout> ParseLayout(std::string_view text, int workers) {
 StatusOr<Fault> ParseFault(std::string_view text) {
   size_t at = text.find('@');
   if (at == std::string_view::npos) {
-    return InvalidArgument(fmt::format("--fault: '{}' is not KIND@PLACE (e.g. slow-gpu@rank=5)",
-                                       text));
+    return InvalidArgument(
+        fmt::format("--fault: '{}' is not KIND@PLACE (e.g. slow-gpu@rank=5)", text));
   }
   std::string_view kind = text.substr(0, at), place = text.substr(at + 1);
   Fault f;
-  static const FaultKind kKinds[] = {
-      FaultKind::kSlowGpu,       FaultKind::kSlowNvlink, FaultKind::kSlowNic,
-      FaultKind::kSlowSwitch,    FaultKind::kSlowLoader, FaultKind::kCpuContention,
-      FaultKind::kGc,            FaultKind::kTinyKernels, FaultKind::kSync,
-      FaultKind::kHang};
+  static const FaultKind kKinds[] = {FaultKind::kSlowGpu,    FaultKind::kSlowNvlink,
+                                     FaultKind::kSlowNic,    FaultKind::kSlowSwitch,
+                                     FaultKind::kSlowLoader, FaultKind::kCpuContention,
+                                     FaultKind::kGc,         FaultKind::kTinyKernels,
+                                     FaultKind::kSync,       FaultKind::kHang};
   bool found = false;
   for (FaultKind k : kKinds) {
     if (kind == FaultKindName(k)) f.kind = k, found = true;
@@ -555,12 +560,12 @@ StatusOr<Fault> ParseFault(std::string_view text) {
   } else {
     size_t eq = place.find('=');
     std::string_view key = place.substr(0, std::min(eq, place.size()));
-    if (eq == std::string_view::npos || !ParseInt(place.substr(eq + 1), &f.index) ||
-        f.index < 0 || (key != "rank" && key != "node" && key != "switch")) {
+    if (eq == std::string_view::npos || !ParseInt(place.substr(eq + 1), &f.index) || f.index < 0 ||
+        (key != "rank" && key != "node" && key != "switch")) {
       return InvalidArgument(fmt::format(
           "--fault: '{}': place '{}' is not rank=R, node=N, switch=S or all", text, place));
     }
-    f.place_kind = key == "rank" ? PlaceKind::kRank
+    f.place_kind = key == "rank"   ? PlaceKind::kRank
                    : key == "node" ? PlaceKind::kNode
                                    : PlaceKind::kSwitch;
   }
@@ -686,8 +691,8 @@ Status Validate(const Config& c) {
   for (const Fault& f : c.faults) {
     std::string what = fmt::format("--fault: '{}@{}'", FaultKindName(f.kind), f.place);
     if (f.place_kind == PlaceKind::kRank && f.index >= c.workers) {
-      return InvalidArgument(fmt::format("{}: rank {} is not below {} workers", what, f.index,
-                                         c.workers));
+      return InvalidArgument(
+          fmt::format("{}: rank {} is not below {} workers", what, f.index, c.workers));
     }
     if (f.place_kind == PlaceKind::kNode && f.index >= nodes) {
       return InvalidArgument(
@@ -773,7 +778,8 @@ std::string TruthJson(const Config& c) {
       for (int n : nodes) w.String(fmt::format("node-{}", n));
     }
     w.EndArray();
-    if (f.place_kind == PlaceKind::kSwitch) w.Key("switch").String(fmt::format("switch-{}", f.index));
+    if (f.place_kind == PlaceKind::kSwitch)
+      w.Key("switch").String(fmt::format("switch-{}", f.index));
     w.Key("category").String(FaultCategory(f.kind));
     w.Key("class").String(FaultClass(f.kind));
     w.EndObject();
@@ -820,7 +826,8 @@ struct Simulator::Impl {
       delay[r] = local_faults ? static_cast<float>(Own(r, true) - nominal) : 0.0f;
       max_delay_us = std::max(max_delay_us, double(delay[r]));
     }
-    const double bubble = c.layout.pp > 1 ? double(c.layout.pp - 1) / (kMicrobatches + c.layout.pp - 1) * 0.5 : 0.02;
+    const double bubble =
+        c.layout.pp > 1 ? double(c.layout.pp - 1) / (kMicrobatches + c.layout.pp - 1) * 0.5 : 0.02;
     base_iteration_us = busiest * (1 + bubble);
   }
 
@@ -866,8 +873,7 @@ struct Simulator::Impl {
       case Role::kCollDp:
         return a.tp == b.tp && a.pp == b.pp;
       case Role::kCollEp:
-        return a.tp == b.tp && a.pp == b.pp &&
-               a.dp / cfg.layout.ep == b.dp / cfg.layout.ep;
+        return a.tp == b.tp && a.pp == b.pp && a.dp / cfg.layout.ep == b.dp / cfg.layout.ep;
       default:
         return false;
     }
@@ -1122,7 +1128,7 @@ pattern::RankSummary Simulator::SimulateRank(int rank) const {
   out.main_tid = 1;
   double window = 0;
   for (int i = 0; i < config_.iterations; ++i) {
-    out.iteration_ms.push_back(st.iteration_us * st.iter_factor[i] / 1000);
+    out.iteration_ms.push_back((st.iteration_us * st.iter_factor[i] / 1000));
     out.iteration_steps.push_back(100 + i);
     window += out.iteration_ms.back();
   }
@@ -1153,20 +1159,20 @@ pattern::RankSummary Simulator::SimulateRank(int rank) const {
                   s.role == Role::kOptimizer || s.role == Role::kGc || s.gpu;
     f.count = static_cast<uint64_t>(calls) * iters;
     f.calls_per_iter = calls;
-    f.mean_us = call_us;
-    f.cv = cv;
-    f.p50_us = call_us * (1 - 0.2 * cv);
-    f.p99_us = call_us * (1 + 2.33 * cv);
-    f.max_us = call_us * (1 + 3.5 * cv);
-    f.min_us = call_us * std::max(0.1, 1 - 2 * cv);
-    f.per_iter_us = call_us * calls;
-    f.total_us = f.per_iter_us * iters;
-    f.share = f.per_iter_us / mean_iter;
-    f.self_per_iter_us = f.per_iter_us * self_frac;
+    f.mean_us = (call_us);
+    f.cv = (cv);
+    f.p50_us = (call_us * (1 - 0.2 * cv));
+    f.p99_us = (call_us * (1 + 2.33 * cv));
+    f.max_us = (call_us * (1 + 3.5 * cv));
+    f.min_us = (call_us * std::max(0.1, 1 - 2 * cv));
+    f.per_iter_us = (call_us * calls);
+    f.total_us = (f.per_iter_us * iters);
+    f.share = (f.per_iter_us / mean_iter);
+    f.self_per_iter_us = (f.per_iter_us * self_frac);
     f.iter_us.reserve(iters);
     for (int i = 0; i < iters; ++i) {
-      f.iter_us.push_back(static_cast<float>(f.per_iter_us * st.iter_factor[i] *
-                                             (1 + 0.01 * std::clamp(z(rng), -3.0, 3.0))));
+      f.iter_us.push_back((static_cast<float>(f.per_iter_us * st.iter_factor[i] *
+                                              (1 + 0.01 * std::clamp(z(rng), -3.0, 3.0)))));
     }
     if (fclass == FunctionClass::kCollective) {
       f.coll.op = s.op;
@@ -1243,8 +1249,9 @@ std::string Simulator::TraceJson(int rank) const {
     first_event = false;
     o += fmt::format("{{\"ph\": \"X\", \"cat\": \"{}\", \"name\": ", cat);
     AppendJsonString(name, &o);
-    o += fmt::format(", \"pid\": {}, \"tid\": {}, \"ts\": {:.3f}, \"dur\": {:.3f}, \"args\": {{{}}}}}",
-                     p, tid, ts, dur, args);
+    o += fmt::format(
+        ", \"pid\": {}, \"tid\": {}, \"ts\": {:.3f}, \"dur\": {:.3f}, \"args\": {{{}}}}}", p, tid,
+        ts, dur, args);
   };
   std::mt19937_64 rng(SplitMix(config_.seed ^ SplitMix(rank + 0x1234)));
   std::normal_distribution<double> z(0, 1);
@@ -1294,8 +1301,8 @@ std::string Simulator::TraceJson(int rank) const {
                   s.role == Role::kCollPp ? 2 : pg.size, pg.name, pg.desc, ranks);
             }
           }
-          ev(s.kind == EventKind::kMemcpy ? "gpu_memcpy" : "kernel", s.raw, device, s.stream,
-             start, dur, args);
+          ev(s.kind == EventKind::kMemcpy ? "gpu_memcpy" : "kernel", s.raw, device, s.stream, start,
+             dur, args);
           gpu = start + dur;
           cpu += launch + 1;
           ++corr;
