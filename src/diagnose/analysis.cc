@@ -137,6 +137,18 @@ void SortFindings(std::vector<Finding>* findings) {
   });
 }
 
+// The pipeline stage of a rank: its position in its "pp" process group (Megatron order). Ranks
+// of different stages run different layers and are never peers, even when their function sets
+// look alike (middle stages).
+int RoleOf(const pattern::RankSummary& r) {
+  for (const auto& pg : r.process_groups) {
+    if (pg.name != "pp" || pg.ranks.size() < 2) continue;
+    auto it = std::find(pg.ranks.begin(), pg.ranks.end(), r.rank);
+    if (it != pg.ranks.end()) return static_cast<int>(it - pg.ranks.begin());
+  }
+  return -1;
+}
+
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   std::atomic<size_t> next{0};
   auto work = [&] {

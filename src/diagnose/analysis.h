@@ -73,6 +73,9 @@ struct FunctionIds {
 };
 FunctionIds InternFunctions(const std::vector<pattern::RankSummary>& ranks);
 
+// The pipeline stage of a rank: its position in its "pp" process group; -1 when unknown.
+int RoleOf(const pattern::RankSummary& r);
+
 // Runs fn(0..n-1) on up to two threads (the machines this runs on have two cores to spare).
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
@@ -92,10 +95,12 @@ struct CollectiveEvidence {
   std::set<int> waiting;    // the other members of such a group: victims, not causes
 };
 // Slow links localized from collective-group instances (topology.cc): NVLink of a node, NIC of
-// a node, or a switch; EV says whose collective outliers are explained, so that the per-rank
-// comparison does not also blame them.
+// a node, or a switch. OWN_CAUSE: ranks the peer comparison found late for a reason of their own
+// (their groups' waiting is not a link's doing). EV says whose collective outliers are explained,
+// so that the per-rank comparison does not also blame them.
 void FindLinkProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
-                      const DiagnoseOptions& o, std::vector<Finding>* out, CollectiveEvidence* ev);
+                      const DiagnoseOptions& o, const std::set<int>& own_cause,
+                      std::vector<Finding>* out, CollectiveEvidence* ev);
 // Node-level findings of the same kind on every node of a switch become one switch finding.
 void FoldBySwitch(const std::vector<pattern::RankSummary>& ranks, std::vector<Finding>* findings);
 

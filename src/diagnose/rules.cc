@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -332,9 +333,29 @@ void Rules::Run(std::vector<Finding>* out) {
 
   // Large collectives far below the expected bus bandwidth, with little variation (a capped
   // link rather than waiting, which fluctuates).
-  RuleResult lowbw = Measure([this](const RankSummary& r, RankValue* rv) {
+  // The expected bandwidth is NVLink-scale: a group known to span hosts (its ranks, from the
+  // summary's process groups, live on several) runs at network speed and is not judged by it;
+  // slow cross-node links are found by comparing groups (topology.cc).
+  std::map<int, const std::string*> host_of;
+  for (const auto& r : ranks_) host_of[r.rank] = &r.host;
+  auto cross_node = [&](const RankSummary& r, const std::string& group) {
+    if (group.empty()) return false;
+    for (const auto& pg : r.process_groups) {
+      if (pg.desc != group && pg.name != group) continue;
+      const std::string* first = nullptr;
+      for (int m : pg.ranks) {
+        auto it = host_of.find(m);
+        if (it == host_of.end() || it->second->empty()) continue;
+        if (first && *first != *it->second) return true;
+        first = it->second;
+      }
+    }
+    return false;
+  };
+  RuleResult lowbw = Measure([&](const RankSummary& r, RankValue* rv) {
     for (const auto& f : r.functions) {
       if (f.fclass != FunctionClass::kCollective || !trace::IsGpuKind(f.kind)) continue;
+      if (cross_node(r, f.coll.group)) continue;
       if (f.coll.msg_bytes < kLargeMessage || f.coll.busbw_gbps <= 0) continue;
       if (f.coll.busbw_gbps >= kFarBelow * o_.expected_busbw_gbps || f.cv > kFlatCv) continue;
       rv->functions.push_back(&f);

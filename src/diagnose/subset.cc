@@ -71,18 +71,6 @@ double Similarity(const Signature& a, const Signature& b) {
   return static_cast<double>(Shared(a.sig, b.all) + Shared(b.sig, a.all)) / n;
 }
 
-// The pipeline stage of a rank: its position in its "pp" process group (Megatron order). Ranks
-// of different stages run different layers and are never peers, even when their function sets
-// look alike (middle stages).
-int RoleOf(const RankSummary& r) {
-  for (const auto& pg : r.process_groups) {
-    if (pg.name != "pp" || pg.ranks.size() < 2) continue;
-    auto it = std::find(pg.ranks.begin(), pg.ranks.end(), r.rank);
-    if (it != pg.ranks.end()) return static_cast<int>(it - pg.ranks.begin());
-  }
-  return -1;
-}
-
 // Ranks of one role run (nearly) the same significant functions. Ranks with identical
 // signatures are bucketed by hash first (near-linear: at 100,000 ranks there are a handful of
 // distinct signatures plus the odd ones), then buckets are grouped greedily against each
@@ -732,7 +720,11 @@ void FindSubsetProblems(const std::vector<RankSummary>& ranks, const JobInfo& jo
   // instance saw arrive late.
   std::vector<Finding> links;
   CollectiveEvidence ev;
-  FindLinkProblems(ranks, job, o, &links, &ev);
+  std::set<int> own_cause;
+  for (const auto& f : found)
+    if (f.category != "communication" && !(f.category == "straggler" && f.cause == Cause::kUnknown))
+      own_cause.insert(f.ranks.begin(), f.ranks.end());
+  FindLinkProblems(ranks, job, o, own_cause, &links, &ev);
   auto all_in = [](const Finding& f, auto pred) {
     return !f.ranks.empty() && std::all_of(f.ranks.begin(), f.ranks.end(), pred);
   };

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <string>
@@ -30,6 +31,9 @@ constexpr double kNvlinkShare = 0.5;  // of a node's intra-node groups that must
 struct Member {
   const RankSummary* r;
   double us;
+  int64_t shape;  // calls per iteration and message size: members of one shape are comparable
+  int role;
+  double ex = 0;  // us minus the median of the same collective on ranks of the same shape
 };
 
 // One collective (function) of one group instance.
@@ -37,11 +41,20 @@ struct Instance {
   std::string group, kind, fn;
   double msg_bytes = 0;
   std::vector<Member> m;
-  double value = 0;  // the group's time: median over members
-  bool slow = false;
+  double value = 0;   // the group's excess: median over members
+  double ref_us = 0;  // what the collective takes on healthy ranks of the members' roles
+  bool slow = false;  // slowed with every member alike
+  const RankSummary* late = nullptr;  // or slowed waiting for this member
   double excess = 0;
   std::set<std::string> hosts;
 };
+
+double LowQuartile(std::vector<double> v) {
+  if (v.empty()) return 0;
+  size_t k = v.size() / 4;
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
 
 std::string KindOf(const std::string& group) {
   size_t colon = group.find(':');
@@ -51,7 +64,8 @@ std::string KindOf(const std::string& group) {
 }  // namespace
 
 void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
-                      const DiagnoseOptions& o, std::vector<Finding>* out, CollectiveEvidence* ev) {
+                      const DiagnoseOptions& o, const std::set<int>& own_cause,
+                      std::vector<Finding>* out, CollectiveEvidence* ev) {
   std::set<int>* explained = &ev->explained;
   const double iter_us = job.iteration_ms_median * 1000.0;
   if (iter_us <= 0) return;
@@ -60,6 +74,7 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
   std::map<std::string, std::vector<int>> ranks_of_host;
   for (const auto& r : ranks) {
     if (!r.host.empty()) ranks_of_host[r.host].push_back(r.rank);
+    int role = RoleOf(r);
     for (const auto& f : r.functions) {
       if (f.fclass != FunctionClass::kCollective || f.coll.group.empty()) continue;
       std::string key = f.coll.group + '\x1f' + f.Key();
@@ -71,51 +86,116 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
         inst.back().fn = f.Key();
         inst.back().msg_bytes = f.coll.msg_bytes;
       }
-      inst[it->second].m.push_back({&r, f.per_iter_us});
+      int64_t shape =
+          std::llround(f.calls_per_iter * 10) * 1000003 + std::llround(f.coll.msg_bytes / 1024);
+      inst[it->second].m.push_back({&r, f.per_iter_us, shape, role});
       if (!r.host.empty()) inst[it->second].hosts.insert(r.host);
     }
   }
   if (ranks_of_host.size() < 2) return;  // one host: nothing to localize between
-  // Instances of one kind running the same collective with the same message size are peers.
-  std::map<std::tuple<std::string, std::string, int64_t>, std::vector<size_t>> peers;
+  // Members of one group may legitimately differ (a pipeline group spans stages with different
+  // call counts), so each member is measured against every rank running the same collective
+  // as often with the same message size (across stages: a fault confined to one stage's groups
+  // must not become that stage's norm), and an instance by the median of its members' excesses.
+  // A group whose members have different roles (a pipeline group) does different work on each
+  // (first and last stages send one way): there members compare with their own stage.
+  for (Instance& x : inst) {
+    bool mixed = false;
+    for (const auto& m : x.m) mixed |= m.role != x.m[0].role;
+    for (auto& m : x.m)
+      if (mixed) m.shape = m.shape * 131 + m.role + 1;
+  }
+  std::map<std::pair<std::string, int64_t>, std::vector<double>> role_times;
+  for (const Instance& x : inst)
+    for (const auto& m : x.m) role_times[{x.fn, m.shape}].push_back(m.us);
+  std::map<std::pair<std::string, int64_t>, double> role_ref;
+  for (auto& [key, v] : role_times) role_ref[key] = LowQuartile(std::move(v));
+  role_times.clear();
+  // Instances of one kind running the same collective are peers.
+  std::map<std::pair<std::string, std::string>, std::vector<size_t>> peers;
   for (size_t k = 0; k < inst.size(); ++k) {
     Instance& x = inst[k];
     if (x.m.size() < 2) continue;
-    std::vector<double> v;
-    for (const auto& m : x.m) v.push_back(m.us);
+    std::vector<double> v, refs;
+    for (auto& m : x.m) {
+      double ref = role_ref[{x.fn, m.shape}];
+      m.ex = m.us - ref;
+      v.push_back(m.ex);
+      refs.push_back(ref);
+    }
     x.value = Median(v);
-    peers[{x.kind, x.fn, std::llround(x.msg_bytes / 1024)}].push_back(k);
+    x.ref_us = Median(refs);
+    peers[{x.kind, x.fn}].push_back(k);
   }
   std::vector<bool> counted(inst.size(), false);
   for (const auto& [key, idx] : peers) {
     if (idx.size() < 3) continue;
     std::vector<double> v;
     for (size_t k : idx) v.push_back(inst[k].value);
-    Reference ref = RobustReference(v);
+    // Faults only slow collectives down and may slow half the groups of a kind (a switch under
+    // half of the data-parallel replicas): the healthy level is the lower quartile, and the
+    // spread is measured on the lower half.
+    Reference ref;
+    ref.median = LowQuartile(v);
+    {
+      double mid = Median(v);
+      std::vector<double> dev;
+      for (double x : v)
+        if (x <= mid) dev.push_back(std::fabs(x - ref.median));
+      ref.scale = std::max(1.4826 * Median(std::move(dev)), 20.0);
+    }
     for (size_t j = 0; j < idx.size(); ++j) {
       Instance& x = inst[idx[j]];
       counted[idx[j]] = true;
       for (const auto& m : x.m) ev->covered.insert(m.r->rank);
-      PeerComparison c = ComparePeers(v, j, iter_us, o, &ref);
-      if (!c.high) continue;
-      double min_us = x.value;
-      for (const auto& m : x.m) min_us = std::min(min_us, m.us);
-      // A member that barely waits arrived last: its peers wait for it, the link is fine.
-      if (min_us < c.reference + 0.5 * c.excess) {
-        for (const auto& m : x.m) (m.us == min_us ? ev->late : ev->waiting).insert(m.r->rank);
+      // The group's median member damps single-rank noise, so an instance needs less than a
+      // single function (5% of the step) to count: the node's findings add its instances up.
+      const Reference& r = ref;
+      PeerComparison c;
+      c.reference = r.median;
+      c.excess = v[j] - r.median;
+      double thr = std::max({0.02 * x.ref_us, 0.01 * iter_us, o.min_abs_ms * 1000});
+      if (c.excess < thr || c.excess < o.mad_k * r.scale) continue;
+      double min_ex = x.value;
+      for (const auto& m : x.m) min_ex = std::min(min_ex, m.ex);
+      x.excess = c.excess;
+      // A member that barely waits arrived last: its peers wait for it. Late for a reason of
+      // its own (a slow GPU, its data loader, GC: named by the peer comparison) or because its
+      // link is slow: a rank whose NIC is slow finishes its sends last, and its peers wait.
+      if (min_ex < c.reference + 0.5 * c.excess) {
+        for (const auto& m : x.m) {
+          if (m.ex != min_ex) {
+            ev->waiting.insert(m.r->rank);
+          } else if (x.late == nullptr) {
+            ev->late.insert(m.r->rank);
+            x.late = m.r;
+          }
+        }
         continue;
       }
       x.slow = true;
-      x.excess = c.excess;
     }
   }
   // Per host: its intra-node and cross-node instances, and how many are slow.
   struct HostCount {
     int intra = 0, intra_slow = 0, inter = 0, inter_slow = 0;
     std::vector<double> intra_excess, inter_excess;
-    std::set<std::string> fns_intra, fns_inter;
   };
   std::map<std::string, HostCount> hc;
+  // A node with slow NVLink is late to its cross-node groups: that lateness is its NVLink's.
+  std::set<std::string> nvlink_hosts;
+  {
+    std::map<std::string, std::pair<int, int>> intra;  // slow, total
+    for (size_t k = 0; k < inst.size(); ++k) {
+      const Instance& x = inst[k];
+      if (!counted[k] || x.hosts.size() != 1) continue;
+      auto& c = intra[*x.hosts.begin()];
+      c.first += x.slow;
+      c.second++;
+    }
+    for (const auto& [h, c] : intra)
+      if (c.first > 0 && c.first >= kNvlinkShare * c.second) nvlink_hosts.insert(h);
+  }
   for (size_t k = 0; k < inst.size(); ++k) {
     const Instance& x = inst[k];
     if (!counted[k] || x.hosts.empty()) continue;
@@ -123,10 +203,13 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
     for (const auto& h : x.hosts) {
       HostCount& c = hc[h];
       (intra ? c.intra : c.inter)++;
-      if (!x.slow) continue;
+      // A cross-node group that waited for a member counts against that member's link only,
+      // unless the member is late for a reason of its own.
+      bool by_late = !intra && x.late && x.late->host == h && !own_cause.count(x.late->rank) &&
+                     !nvlink_hosts.count(h);
+      if (!x.slow && !by_late) continue;
       (intra ? c.intra_slow : c.inter_slow)++;
       (intra ? c.intra_excess : c.inter_excess).push_back(x.excess);
-      (intra ? c.fns_intra : c.fns_inter).insert(x.m[0].r->functions.empty() ? "" : x.fn);
     }
   }
   std::vector<std::string> nvlink, nic;
@@ -150,7 +233,7 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
     std::vector<FunctionRef> refs;
     std::set<std::string> seen;
     for (const Instance& x : inst) {
-      if (!x.slow || (x.hosts.size() == 1) != intra) continue;
+      if (!(x.slow || x.late) || (x.hosts.size() == 1) != intra) continue;
       bool touches = false;
       for (const auto& h : hosts) touches |= x.hosts.count(h) > 0;
       if (!touches || !seen.insert(x.fn).second) continue;
@@ -182,9 +265,13 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
     // Every member of a slowed group waits on the link; the ranks under it also lose each slowed
     // collective they run, so the median excess is the per-iteration loss.
     double impact = Median(excess);
-    for (const Instance& x : inst)
-      if (x.slow)
-        for (const auto& m : x.m) explained->insert(m.r->rank);
+    std::set<std::string> here(hosts.begin(), hosts.end());
+    for (const Instance& x : inst) {
+      bool named = x.slow || (x.late && here.count(x.late->host) && link != "nvlink");
+      if (!named) continue;
+      for (const auto& m : x.m) explained->insert(m.r->rank);
+      if (x.late) ev->late.erase(x.late->rank);  // named by this finding, not late on its own
+    }
     f.impact_ms = impact / 1000.0;
     f.impact_fraction = impact / iter_us;
     f.functions = function_refs(hosts, link == "nvlink");
