@@ -61,7 +61,10 @@ struct JobSpec {
   int slow_nvlink = -1;      // node whose TP collectives are slow
   int slow_nic = -1;         // node whose cross-node collectives are slow
   int slow_switch = -1;      // switch whose nodes' cross-node collectives are slow
-  int missing = -1;          // rank left out
+  // The slow NIC's own ranks finish their sends last and wait least (C4's late, slow hop):
+  // their cross-node collectives grow by a third of what their peers' grow.
+  bool nic_sender_late = false;
+  int missing = -1;  // rank left out
 };
 
 inline std::vector<pattern::RankSummary> MakeJob(const JobSpec& s) {
@@ -121,7 +124,8 @@ inline std::vector<pattern::RankSummary> MakeJob(const JobSpec& s) {
       std::vector<int> m = members(kind, r);
       if (m.size() < 2) continue;
       double t = base.at(kind);
-      if (crosses_link(kind, m)) t += link_extra;
+      if (crosses_link(kind, m))
+        t += s.nic_sender_late && node(r) == s.slow_nic ? link_extra / 3 : link_extra;
       // Waiting for the latest member: the slow GPU, or a rank held up by its node's slow
       // NVLink (in the cross-node collectives that follow).
       auto late = [&](int x) {

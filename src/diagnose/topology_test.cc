@@ -94,8 +94,37 @@ TEST(TopologyTest, SlowNicIsTheNode) {
   EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
 }
 
+TEST(TopologyTest, SlowNicWhoseRanksArriveLastIsTheNode) {
+  // Its groups wait for node 0's ranks, which look late but do no more own work.
+  JobSpec s;
+  s.gpus_per_node = 4;
+  s.slow_nic = 0;
+  s.nic_sender_late = true;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.ranks, Range(0, 4)) << Dump(d);
+  EXPECT_EQ(f.evidence_text.count("link") ? f.evidence_text.at("link") : "", "nic") << Dump(d);
+  EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
+}
+
+TEST(TopologyTest, GroupsSpanningEveryNodeAreNotLocalized) {
+  // One pipeline stage, DP groups across all 8 nodes: a slow switch slows every group alike, so
+  // nothing tells its nodes from the others, and no node or switch may be named.
+  JobSpec s;
+  s.gpus_per_node = 2;
+  s.nodes_per_switch = 4;
+  s.dp = 8;
+  s.pp = 1;
+  s.slow_switch = 1;
+  Diagnosis d = Diagnose(MakeJob(s));
+  for (const auto& f : d.findings) EXPECT_EQ(f.evidence_text.count("link"), 0u) << Dump(d);
+}
+
 TEST(TopologyTest, SlowSwitchIsAllItsNodes) {
-  // 8 nodes of 2 GPUs, 2 nodes per switch; dp=4 groups span 2 switches, pp=2.
+  // 8 nodes of 2 GPUs, 2 nodes per switch; dp=4 groups span 2 switches, pp=2. Switch 0 is in
+  // half of the DP and PP groups, so the median group is not healthy; the lower quartile is.
   JobSpec s;
   s.gpus_per_node = 2;
   s.nodes_per_switch = 2;
