@@ -44,7 +44,7 @@ struct Instance {
   double value = 0;   // the group's excess: median over members
   double ref_us = 0;  // what the collective takes on healthy ranks of the members' roles
   bool slow = false;  // slowed with every member alike
-  const RankSummary* late = nullptr;  // or slowed waiting for this member
+  std::vector<const RankSummary*> late;  // or slowed waiting for these members
   double excess = 0;
   std::set<std::string> hosts;
 };
@@ -162,13 +162,15 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
       // A member that barely waits arrived last: its peers wait for it. Late for a reason of
       // its own (a slow GPU, its data loader, GC: named by the peer comparison) or because its
       // link is slow: a rank whose NIC is slow finishes its sends last, and its peers wait.
-      if (min_ex < c.reference + 0.5 * c.excess) {
+      // Several members may be late together (all ranks under a slow switch).
+      double barely = c.reference + 0.5 * c.excess;
+      if (min_ex < barely) {
         for (const auto& m : x.m) {
-          if (m.ex != min_ex) {
+          if (m.ex >= barely) {
             ev->waiting.insert(m.r->rank);
-          } else if (x.late == nullptr) {
+          } else {
             ev->late.insert(m.r->rank);
-            x.late = m.r;
+            x.late.push_back(m.r);
           }
         }
         continue;
@@ -205,8 +207,13 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
       (intra ? c.intra : c.inter)++;
       // A cross-node group that waited for a member counts against that member's link only,
       // unless the member is late for a reason of its own.
-      bool by_late = !intra && x.late && x.late->host == h && !own_cause.count(x.late->rank) &&
-                     !nvlink_hosts.count(h);
+      bool by_late = false;
+      if (!intra && !nvlink_hosts.count(h))
+        for (const RankSummary* l : x.late)
+          by_late |= l->host == h && !own_cause.count(l->rank) &&
+                     // A rank that waits for someone elsewhere arrives late downstream because
+                     // of it: the lateness is that other link's.
+                     !ev->waiting.count(l->rank);
       if (!x.slow && !by_late) continue;
       (intra ? c.intra_slow : c.inter_slow)++;
       (intra ? c.intra_excess : c.inter_excess).push_back(x.excess);
@@ -233,7 +240,7 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
     std::vector<FunctionRef> refs;
     std::set<std::string> seen;
     for (const Instance& x : inst) {
-      if (!(x.slow || x.late) || (x.hosts.size() == 1) != intra) continue;
+      if (!(x.slow || !x.late.empty()) || (x.hosts.size() == 1) != intra) continue;
       bool touches = false;
       for (const auto& h : hosts) touches |= x.hosts.count(h) > 0;
       if (!touches || !seen.insert(x.fn).second) continue;
@@ -267,10 +274,12 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
     double impact = Median(excess);
     std::set<std::string> here(hosts.begin(), hosts.end());
     for (const Instance& x : inst) {
-      bool named = x.slow || (x.late && here.count(x.late->host) && link != "nvlink");
+      bool named = x.slow;
+      if (link != "nvlink")
+        for (const RankSummary* l : x.late) named |= here.count(l->host) > 0;
       if (!named) continue;
       for (const auto& m : x.m) explained->insert(m.r->rank);
-      if (x.late) ev->late.erase(x.late->rank);  // named by this finding, not late on its own
+      for (const RankSummary* l : x.late) ev->late.erase(l->rank);  // named here, not late alone
     }
     f.impact_ms = impact / 1000.0;
     f.impact_fraction = impact / iter_us;
