@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -102,17 +104,17 @@ RankSummary Synthetic(int rank, int world, int functions) {
 }
 
 int FreePort() {
-  for (int port = 20000 + getpid() % 20000;; ++port) {
-    std::string addr = fmt::format("127.0.0.1:{}", port);
-    grpc::ServerBuilder b;
-    int got = 0;
-    b.AddListeningPort(addr, grpc::InsecureServerCredentials(), &got);
-    auto s = b.BuildAndStart();
-    if (s && got) {
-      s->Shutdown();
-      return port;
-    }
-  }
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
 }
 
 double PeakRssMb(pid_t pid) {
