@@ -157,6 +157,7 @@ class OnlineRun(unittest.TestCase):
         finally:
             ns.close()
         self.assertFired(d)
+        self.assertTrue(d["findings"], "no finding\n" + d["_out"])
         f = d["findings"][0]
         self.assertEqual(f["ranks"], [2], d["_out"])
         self.assertEqual(f["category"], "communication", d["_out"])
@@ -218,7 +219,7 @@ class OnlineRun(unittest.TestCase):
         report = os.path.join(self.tmp, "launched")
         port = ptest_free_port()
         script = (f"for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
-                  f"MASTER_PORT={port} {ptest.TORCH_PYTHON} {TRAIN} --iters 120 & done; wait")
+                  f"MASTER_PORT={port} {ptest.TORCH_PYTHON} {TRAIN} --iters 400 & done; wait")
         cmd = [ptest.BIN, "run", "--report-dir", report, "--profile-at-iteration", "20", "--",
                "sh", "-c", script]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=dict(os.environ, **ENV))

@@ -63,10 +63,17 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
   std::sort(order.rbegin(), order.rend());
   const auto [n_peers, slow] = order[0];
   size_t second = order.size() > 1 ? order[1].first : 0;
-  // Several peers, twice as many as any other rank, and every backed-up connection leads to it.
+  // Several peers, twice as many as any other rank, and nearly all the queued bytes are on
+  // connections that lead to it (a stray backed-up connection elsewhere does not hide it).
   if (n_peers < 2 || n_peers < 2 * second) return std::nullopt;
-  for (const auto& [r, p] : peers)
-    if (r != slow && (p.size() != 1 || !p.count(slow))) return std::nullopt;
+  double touching = 0;
+  for (const Conn& c : conns) {
+    if (c.bytes < heavy) continue;
+    auto it = owner.find(c.remote);
+    if (it == owner.end() || it->second == c.rank) continue;
+    if (c.rank == slow || it->second == slow) touching += c.bytes;
+  }
+  if (touching < 0.8 * total) return std::nullopt;
 
   Finding f;
   f.finding_class = FindingClass::kSubset;
