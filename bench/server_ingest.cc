@@ -6,13 +6,13 @@
 //
 //   build/server_ingest [--agents 10000] [--functions 500] [--threads 32] [--channels 16]
 //                      [--bin build/perftracker]
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,7 +42,9 @@ using perftracker::pattern::FunctionPattern;
 using perftracker::pattern::RankSummary;
 using perftracker::trace::EventKind;
 
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // One rank's window: ~FUNCTIONS functions of the kinds a GPU job has, with per-rank noise.
 RankSummary Synthetic(int rank, int world, int functions) {
@@ -130,7 +132,8 @@ int64_t Count(const std::string& db_path, const char* sql) {
   int64_t n = -1;
   if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
     sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
       n = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
   }
@@ -145,11 +148,16 @@ int main(int argc, char** argv) {
   std::string bin = "build/perftracker";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--agents") agents = std::atoi(argv[i + 1]);
-    else if (k == "--functions") functions = std::atoi(argv[i + 1]);
-    else if (k == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (k == "--channels") channels = std::atoi(argv[i + 1]);
-    else if (k == "--bin") bin = argv[i + 1];
+    if (k == "--agents")
+      agents = std::atoi(argv[i + 1]);
+    else if (k == "--functions")
+      functions = std::atoi(argv[i + 1]);
+    else if (k == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else if (k == "--channels")
+      channels = std::atoi(argv[i + 1]);
+    else if (k == "--bin")
+      bin = argv[i + 1];
   }
   std::string dir = fmt::format("/tmp/pt_ingest_{}", getpid());
   fs::remove_all(dir);
@@ -160,8 +168,8 @@ int main(int argc, char** argv) {
     int devnull = ::open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
     dup2(devnull, 2);
-    execl(bin.c_str(), bin.c_str(), "server", "--listen", addr.c_str(), "--report-dir",
-          dir.c_str(), "--max-seconds", "600", "--grace-seconds", "600", nullptr);
+    execl(bin.c_str(), bin.c_str(), "server", "--listen", addr.c_str(), "--report-dir", dir.c_str(),
+          "--max-seconds", "600", "--grace-seconds", "600", nullptr);
     _exit(127);
   }
   grpc::ChannelArguments args;

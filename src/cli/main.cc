@@ -286,8 +286,7 @@ int RunSimulate(const SimulateFlags& f) {
   auto stats = pt::sim::Run(config, f.out);
   if (!stats.ok()) return Fail(stats.status());
   std::fprintf(stderr, "perftracker: simulated %d workers (%d written) to %s: %.1f MB, %.2f s\n",
-               f.workers, stats->ranks_written, f.out.c_str(), stats->bytes / 1e6,
-               stats->seconds);
+               f.workers, stats->ranks_written, f.out.c_str(), stats->bytes / 1e6, stats->seconds);
   return 0;
 }
 
