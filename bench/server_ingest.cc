@@ -9,10 +9,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sqlite3.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/net.h"
 #include "pattern/pattern.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
@@ -105,20 +104,6 @@ RankSummary Synthetic(int rank, int world, int functions) {
   return s;
 }
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 double PeakRssMb(pid_t pid) {
   std::ifstream in(fmt::format("/proc/{}/status", pid));
   std::string line;
@@ -161,7 +146,7 @@ int main(int argc, char** argv) {
   }
   std::string dir = fmt::format("/tmp/pt_ingest_{}", getpid());
   fs::remove_all(dir);
-  int port = FreePort();
+  int port = perftracker::FreeLoopbackPort();
   std::string addr = fmt::format("127.0.0.1:{}", port);
   pid_t server = fork();
   if (server == 0) {

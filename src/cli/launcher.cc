@@ -2,10 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 
 #include "agent/agent.h"
 #include "agent/socket_sink.h"
+#include "base/net.h"
 #include "server/collector.h"
 
 extern char** environ;
@@ -49,21 +48,6 @@ std::string WorkerPythonDir() {
       return fs::weakly_canonical(dir, ec).string();
   }
   return "";
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
 }
 
 struct Child {
@@ -210,7 +194,7 @@ int RunJob(const RunOptions& o) {
     c.pid = Spawn(o.command, ChildEnv(common), old_mask);
     children.push_back(c);
   } else {
-    int port = o.master_port ? o.master_port : FreePort();
+    int port = o.master_port ? o.master_port : FreeLoopbackPort();
     int world = o.nproc * o.nnodes;
     for (int i = 0; i < o.nproc; ++i) {
       auto env = common;
