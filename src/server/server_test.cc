@@ -117,6 +117,29 @@ class Client {
   }
   v1::Collector::Stub* stub() { return stub_.get(); }
 
+  // Registers an agent with RANKS; its id in *ID.
+  bool Register(const std::vector<int>& ranks, std::string* id, const std::string& host = "") {
+    v1::RegisterRequest req;
+    req.set_host(host);
+    for (int r : ranks) req.add_ranks(r);
+    v1::RegisterReply reply;
+    bool ok = Call(&v1::Collector::Stub::Register, req, &reply).ok();
+    *id = reply.agent_id();
+    return ok;
+  }
+  // Reports one rank's iterations STEPS, each taking MS[i].
+  bool Report(int rank, const std::vector<int64_t>& steps, const std::vector<double>& ms) {
+    v1::ReportIterationsRequest req;
+    auto* b = req.add_batches();
+    b->set_rank(rank);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      b->add_steps(steps[i]);
+      b->add_iteration_ms(ms[i]);
+    }
+    v1::ReportIterationsReply reply;
+    return Call(&v1::Collector::Stub::ReportIterations, req, &reply).ok();
+  }
+
  private:
   std::string token_;
   std::unique_ptr<v1::Collector::Stub> stub_;
@@ -264,15 +287,11 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
-  v1::RegisterRequest reg;
-  reg.add_ranks(0);
-  reg.add_ranks(1);
-  reg.add_ranks(2);
-  v1::RegisterReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0, 1, 2}, &agent));
   grpc::ClientContext wctx;
   v1::WatchRequest wreq;
-  wreq.set_agent_id(rr.agent_id());
+  wreq.set_agent_id(agent);
   auto reader = c.stub()->WatchCommands(&wctx, wreq);
 
   v1::TriggerRequest hang;
@@ -325,27 +344,16 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
-  v1::RegisterRequest reg;
-  reg.add_ranks(0);
-  v1::RegisterReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
-  auto report = [&](int64_t step) {
-    v1::ReportIterationsRequest it;
-    auto* b = it.add_batches();
-    b->set_rank(0);
-    b->add_steps(step);
-    b->add_iteration_ms(10);
-    v1::ReportIterationsReply itr;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
-  };
-  report(1);
+  std::string agent;
+  ASSERT_TRUE(c.Register({0}, &agent));
+  ASSERT_TRUE(c.Report(0, {1}, {10}));
   v1::TriggerRequest hang;
   hang.set_kind("hang");
   hang.set_rank(0);
   hang.set_mean_ms(10);
   v1::TriggerReply tr;
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
-  report(2);  // a pause (an epoch boundary), then progress
+  ASSERT_TRUE(c.Report(0, {2}, {10}));  // a pause (an epoch boundary), then progress
   std::this_thread::sleep_for(std::chrono::milliseconds(900));
   EXPECT_EQ(hangs, 0);
   EXPECT_FALSE(fs::exists(o.report_dir + "/windows"));
@@ -365,19 +373,15 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
-  v1::RegisterRequest reg;
-  reg.add_ranks(0);
-  v1::RegisterReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
-  v1::ReportIterationsRequest it;
-  auto* b = it.add_batches();
-  b->set_rank(0);
+  std::string agent;
+  ASSERT_TRUE(c.Register({0}, &agent));
+  std::vector<int64_t> steps;
+  std::vector<double> ms;
   for (int i = 0; i < 100; ++i) {
-    b->add_steps(i);
-    b->add_iteration_ms(i < 99 ? 10 : 50);
+    steps.push_back(i);
+    ms.push_back(i < 99 ? 10 : 50);
   }
-  v1::ReportIterationsReply itr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+  ASSERT_TRUE(c.Report(0, steps, ms));
 
   v1::TriggerRequest slow;
   slow.set_kind("slowdown");
