@@ -30,6 +30,19 @@ std::vector<int> Range(int a, int b) {
   return v;
 }
 
+// The top finding is a hardware link problem of one node: all its RANKS, HOST, and LINK.
+void ExpectNodeLink(const Diagnosis& d, const std::vector<int>& ranks, const std::string& host,
+                    const std::string& link) {
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.cause, Cause::kHardware);
+  EXPECT_EQ(f.ranks, ranks) << Dump(d);
+  EXPECT_EQ(f.hosts, std::vector<std::string>{host});
+  ASSERT_TRUE(f.evidence_text.count("link")) << Dump(d);
+  EXPECT_EQ(f.evidence_text.at("link"), link);
+}
+
 TEST(TopologyTest, HealthyJobWithStagesIsClean) {
   // Stage 0 has the loader and embedding, stage 1 the loss: different roles, no findings.
   Diagnosis d = Diagnose(MakeJob({}));
@@ -67,13 +80,7 @@ TEST(TopologyTest, SlowNvlinkIsTheNode) {
   s.gpus_per_node = 4;
   s.slow_nvlink = 1;
   Diagnosis d = Diagnose(MakeJob(s));
-  ASSERT_FALSE(d.findings.empty());
-  const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "communication") << Dump(d);
-  EXPECT_EQ(f.cause, Cause::kHardware);
-  EXPECT_EQ(f.ranks, Range(4, 8)) << Dump(d);
-  EXPECT_EQ(f.hosts, std::vector<std::string>{"node-1"});
-  EXPECT_EQ(f.evidence_text.at("link"), "nvlink");
+  ExpectNodeLink(d, Range(4, 8), "node-1", "nvlink");
   EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
 }
 
@@ -84,13 +91,7 @@ TEST(TopologyTest, SlowNicIsTheNode) {
   s.gpus_per_node = 4;
   s.slow_nic = 0;
   Diagnosis d = Diagnose(MakeJob(s));
-  ASSERT_FALSE(d.findings.empty());
-  const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "communication") << Dump(d);
-  EXPECT_EQ(f.cause, Cause::kHardware);
-  EXPECT_EQ(f.ranks, Range(0, 4)) << Dump(d);
-  EXPECT_EQ(f.hosts, std::vector<std::string>{"node-0"});
-  EXPECT_EQ(f.evidence_text.at("link"), "nic");
+  ExpectNodeLink(d, Range(0, 4), "node-0", "nic");
   EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
 }
 
