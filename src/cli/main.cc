@@ -81,7 +81,7 @@ void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
 int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) {
   auto start = std::chrono::steady_clock::now();
   pt::pattern::LoadStats stats;
-  auto job = pt::pattern::LoadJob(paths, {.threads = flags.threads}, &stats);
+  auto job = pt::pattern::LoadCompactJob(paths, {.threads = flags.threads}, &stats);
   if (!job.ok()) return Fail(job.status());
   pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

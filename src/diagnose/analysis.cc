@@ -107,8 +107,9 @@ std::vector<std::string> SplitStack(const std::string& stack) {
   return out;
 }
 
-FunctionRef MakeFunctionRef(const pattern::FunctionPattern& f) {
-  return FunctionRef{f.name, trace::EventKindName(f.kind), SplitStack(f.stack)};
+FunctionRef MakeFunctionRef(const std::string& name, trace::EventKind kind,
+                            const std::string& stack) {
+  return FunctionRef{name, trace::EventKindName(kind), SplitStack(stack)};
 }
 
 std::string Ms(double us) {
@@ -137,18 +138,6 @@ void SortFindings(std::vector<Finding>* findings) {
   });
 }
 
-// The pipeline stage of a rank: its position in its "pp" process group (Megatron order). Ranks
-// of different stages run different layers and are never peers, even when their function sets
-// look alike (middle stages).
-int RoleOf(const pattern::RankSummary& r) {
-  for (const auto& pg : r.process_groups) {
-    if (pg.name != "pp" || pg.ranks.size() < 2) continue;
-    auto it = std::find(pg.ranks.begin(), pg.ranks.end(), r.rank);
-    if (it != pg.ranks.end()) return static_cast<int>(it - pg.ranks.begin());
-  }
-  return -1;
-}
-
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   std::atomic<size_t> next{0};
   auto work = [&] {
@@ -163,48 +152,25 @@ void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   helper.join();
 }
 
-FunctionIds InternFunctions(const std::vector<pattern::RankSummary>& ranks) {
-  // Each half interns into its own table; the second table is then remapped onto the first.
-  struct Part {
-    std::unordered_map<std::string, uint32_t> table;
-    std::vector<std::string> names;
-  };
-  FunctionIds ids;
-  ids.of.resize(ranks.size());
-  Part parts[2];
-  size_t half = ranks.size() / 2;
-  ParallelFor(2, [&](size_t p) {
-    size_t begin = p == 0 ? 0 : half, end = p == 0 ? half : ranks.size();
-    Part& part = parts[p];
-    for (size_t i = begin; i < end; ++i) {
-      auto& out = ids.of[i];
-      out.reserve(ranks[i].functions.size());
-      for (const auto& f : ranks[i].functions) {
-        auto [it, added] = part.table.emplace(f.Key(), static_cast<uint32_t>(part.names.size()));
-        if (added) part.names.push_back(it->first);
-        out.push_back(it->second);
-      }
-    }
-  });
-  std::vector<uint32_t> remap(parts[1].names.size());
-  for (size_t k = 0; k < parts[1].names.size(); ++k) {
-    auto [it, added] =
-        parts[0].table.emplace(parts[1].names[k], static_cast<uint32_t>(parts[0].names.size()));
-    if (added) parts[0].names.push_back(it->first);
-    remap[k] = it->second;
-  }
-  for (size_t i = half; i < ranks.size(); ++i)
-    for (auto& id : ids.of[i]) id = remap[id];
-  ids.count = static_cast<uint32_t>(parts[0].names.size());
-  return ids;
+std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::RankSummary>& ranks) {
+  std::vector<const pattern::RankSummary*> out;
+  for (const auto& r : ranks) out.push_back(&r);
+  return out;
 }
 
-JobInfo BuildJobInfo(const std::vector<pattern::RankSummary>& ranks) {
+std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::CompactRank>& ranks) {
+  std::vector<const pattern::RankSummary*> out;
+  for (const auto& r : ranks) out.push_back(&r);
+  return out;
+}
+
+JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {
   JobInfo job;
   std::vector<double> iters, medians;
   std::set<int> seen;
   int max_rank = -1;
-  for (const auto& r : ranks) {
+  for (const pattern::RankSummary* rp : ranks) {
+    const pattern::RankSummary& r = *rp;
     job.ranks.push_back(r.rank);
     job.world_size = std::max(job.world_size, r.world_size);
     max_rank = std::max(max_rank, r.rank);

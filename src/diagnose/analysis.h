@@ -12,6 +12,7 @@
 
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
+#include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::diagnose::internal {
@@ -51,9 +52,19 @@ bool IsWaitClass(pattern::FunctionClass c);
 // True when the summary carries exclusive times (older summaries leave self_per_iter_us 0).
 bool HasSelfTimes(const pattern::RankSummary& r);
 double SelfUs(const pattern::FunctionPattern& f, bool has_self);
+inline double SelfUs(const pattern::CompactFunction& f, bool has_self) {
+  return has_self ? f.self_per_iter_us : f.per_iter_us;
+}
 
 std::vector<std::string> SplitStack(const std::string& stack);
-FunctionRef MakeFunctionRef(const pattern::FunctionPattern& f);
+FunctionRef MakeFunctionRef(const std::string& name, trace::EventKind kind,
+                            const std::string& stack);
+inline FunctionRef MakeFunctionRef(const pattern::FunctionPattern& f) {
+  return MakeFunctionRef(f.name, f.kind, f.stack);
+}
+inline FunctionRef MakeFunctionRef(const pattern::FunctionInfo& f) {
+  return MakeFunctionRef(f.name, f.kind, f.stack);
+}
 
 // Microseconds as a short millisecond string: "41.2 ms".
 std::string Ms(double us);
@@ -65,26 +76,17 @@ double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseco
 // Regressions and problems first by impact; improvements (negative impact) after, biggest first.
 void SortFindings(std::vector<Finding>* findings);
 
-// Function identities (Key()) interned once per job: ids[i][k] is the id of ranks[i].functions[k].
-// Building key strings is the costliest step at 100,000 ranks; done once, on two threads.
-struct FunctionIds {
-  std::vector<std::vector<uint32_t>> of;
-  uint32_t count = 0;
-};
-FunctionIds InternFunctions(const std::vector<pattern::RankSummary>& ranks);
-
-// The pipeline stage of a rank: its position in its "pp" process group; -1 when unknown.
-int RoleOf(const pattern::RankSummary& r);
-
 // Runs fn(0..n-1) on up to two threads (the machines this runs on have two cores to spare).
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
-JobInfo BuildJobInfo(const std::vector<pattern::RankSummary>& ranks);
+JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks);
+std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::RankSummary>& ranks);
+std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::CompactRank>& ranks);
 
 // The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
-void FindSubsetProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
-                        const DiagnoseOptions& o, std::vector<Finding>* out);
-void FindAllRankProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
+void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
+                        std::vector<Finding>* out);
+void FindAllRankProblems(const pattern::CompactJob& cj, const JobInfo& job,
                          const DiagnoseOptions& o, std::vector<Finding>* out);
 
 // What the collective-group instances say about ranks, beyond the link findings.
@@ -98,11 +100,11 @@ struct CollectiveEvidence {
 // a node, or a switch. OWN_CAUSE: ranks the peer comparison found late for a reason of their own
 // (their groups' waiting is not a link's doing). EV says whose collective outliers are explained,
 // so that the per-rank comparison does not also blame them.
-void FindLinkProblems(const std::vector<pattern::RankSummary>& ranks, const JobInfo& job,
-                      const DiagnoseOptions& o, const std::set<int>& own_cause,
-                      std::vector<Finding>* out, CollectiveEvidence* ev);
+void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
+                      const std::set<int>& own_cause, std::vector<Finding>* out,
+                      CollectiveEvidence* ev);
 // Node-level findings of the same kind on every node of a switch become one switch finding.
-void FoldBySwitch(const std::vector<pattern::RankSummary>& ranks, std::vector<Finding>* findings);
+void FoldBySwitch(const std::vector<pattern::CompactRank>& ranks, std::vector<Finding>* findings);
 
 }  // namespace perftracker::diagnose::internal
 

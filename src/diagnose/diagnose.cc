@@ -9,9 +9,16 @@
 namespace perftracker::diagnose {
 
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks, const DiagnoseOptions& options) {
+  pattern::CompactJob job;
+  for (const auto& r : ranks) job.Add(r);
+  job.SortByRank();
+  return Diagnose(job, options);
+}
+
+Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options) {
   Diagnosis d;
-  d.job = internal::BuildJobInfo(ranks);
-  if (ranks.empty()) {
+  d.job = internal::BuildJobInfo(internal::Pointers(job.ranks()));
+  if (job.ranks().empty()) {
     d.job.notes.push_back("no ranks to diagnose");
     return d;
   }
@@ -40,8 +47,8 @@ Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks, const Diagnos
         "whether those processes crashed or hung).";
     d.findings.push_back(std::move(f));
   }
-  internal::FindSubsetProblems(ranks, d.job, options, &d.findings);
-  internal::FindAllRankProblems(ranks, d.job, options, &d.findings);
+  internal::FindSubsetProblems(job, d.job, options, &d.findings);
+  internal::FindAllRankProblems(job, d.job, options, &d.findings);
   internal::SortFindings(&d.findings);
   return d;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "diagnose/finding.h"
+#include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::diagnose {
@@ -26,6 +27,9 @@ struct DiagnoseOptions {
   double expected_busbw_gbps = 50.0;
 };
 
+Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options = {});
+// The same on full summaries (copied into a CompactJob first; in the order given, unsorted
+// ranks are sorted).
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks,
                    const DiagnoseOptions& options = {});
 

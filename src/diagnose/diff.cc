@@ -58,8 +58,8 @@ std::vector<int> RanksOf(const std::vector<RankSummary>& side) {
 Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
                const std::vector<pattern::RankSummary>& test, const DiagnoseOptions& o) {
   Diagnosis d;
-  d.job = internal::BuildJobInfo(test);
-  JobInfo base_job = internal::BuildJobInfo(base);
+  d.job = internal::BuildJobInfo(internal::Pointers(test));
+  JobInfo base_job = internal::BuildJobInfo(internal::Pointers(base));
   d.job.notes.push_back(fmt::format("BASE: {} ranks, {} iterations, median iteration {:.3f} ms",
                                     base_job.ranks.size(), base_job.iterations,
                                     base_job.iteration_ms_median));

@@ -14,9 +14,9 @@
 namespace perftracker::diagnose::internal {
 namespace {
 
+using pattern::CompactFunction;
+using pattern::CompactRank;
 using pattern::FunctionClass;
-using pattern::FunctionPattern;
-using pattern::RankSummary;
 
 constexpr double kLoaderShare = 0.10;      // a loader above this share of the step is too slow
 constexpr double kLoaderAllowance = 0.01;  // what a healthy loader may cost
@@ -30,12 +30,6 @@ constexpr double kLargeMessage = 1 << 20;
 constexpr double kFarBelow = 0.25;  // busbw under this fraction of expected is "far below"
 constexpr double kFlatCv = 0.5;
 
-bool AnyMainThread(const RankSummary& r) {
-  for (const auto& f : r.functions)
-    if (f.main_thread) return true;
-  return false;
-}
-
 bool ContainsNoCase(const std::string& s, const std::string& word) {
   auto it = std::search(s.begin(), s.end(), word.begin(), word.end(), [](char a, char b) {
     return std::tolower(static_cast<unsigned char>(a)) ==
@@ -46,10 +40,10 @@ bool ContainsNoCase(const std::string& s, const std::string& word) {
 
 // One rule's per-rank measurement.
 struct RankValue {
-  const RankSummary* r = nullptr;
+  const CompactRank* r = nullptr;
   double value = 0;  // us per iteration
   bool affected = false;
-  std::vector<const FunctionPattern*> functions;  // what carries the value, biggest first
+  std::vector<const CompactFunction*> functions;  // what carries the value, biggest first
 };
 
 struct RuleResult {
@@ -59,8 +53,8 @@ struct RuleResult {
 
 class Rules {
  public:
-  Rules(const std::vector<RankSummary>& ranks, const JobInfo& job, const DiagnoseOptions& o)
-      : ranks_(ranks), o_(o), iter_us_(job.iteration_ms_median * 1000.0) {}
+  Rules(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o)
+      : cj_(cj), ranks_(cj.ranks()), o_(o), iter_us_(job.iteration_ms_median * 1000.0) {}
 
   void Run(std::vector<Finding>* out);
 
@@ -92,7 +86,8 @@ class Rules {
   Finding Make(const RuleResult& res, const std::string& category, Cause cause, double impact_us,
                size_t max_functions) const;
 
-  const std::vector<RankSummary>& ranks_;
+  const pattern::CompactJob& cj_;
+  const std::vector<CompactRank>& ranks_;
   const DiagnoseOptions& o_;
   double iter_us_;
 };
@@ -115,7 +110,7 @@ Finding Rules::Make(const RuleResult& res, const std::string& category, Cause ca
   f.finding_class = FindingClass::kAll;
   f.category = category;
   f.cause = cause;
-  std::vector<const RankSummary*> affected;
+  std::vector<const pattern::RankSummary*> affected;
   for (const auto& rv : res.per_rank)
     if (rv.affected) {
       f.ranks.push_back(rv.r->rank);
@@ -125,7 +120,7 @@ Finding Rules::Make(const RuleResult& res, const std::string& category, Cause ca
   f.hosts = HostsOf(affected);
   const RankValue& t = Typical(res);
   for (size_t k = 0; k < t.functions.size() && k < max_functions; ++k)
-    f.functions.push_back(MakeFunctionRef(*t.functions[k]));
+    f.functions.push_back(MakeFunctionRef(*t.functions[k]->info));
   f.impact_ms = impact_us / 1000.0;
   f.impact_fraction = iter_us_ > 0 ? impact_us / iter_us_ : 0;
   std::vector<double> vals;
@@ -144,8 +139,8 @@ std::string RanksPhrase(const Finding& f, size_t total) {
   return fmt::format("ranks {}", RankList(f.ranks));
 }
 
-void SortBy(std::vector<const FunctionPattern*>* fs, bool self, bool has_self) {
-  std::sort(fs->begin(), fs->end(), [&](const FunctionPattern* a, const FunctionPattern* b) {
+void SortBy(std::vector<const CompactFunction*>* fs, bool self, bool has_self) {
+  std::sort(fs->begin(), fs->end(), [&](const CompactFunction* a, const CompactFunction* b) {
     return (self ? SelfUs(*a, has_self) : a->per_iter_us) >
            (self ? SelfUs(*b, has_self) : b->per_iter_us);
   });
@@ -158,13 +153,13 @@ void Rules::Run(std::vector<Finding>* out) {
   double attributed_idle = 0;  // GPU idle already explained by a more specific rule
 
   // Data loading on the critical path.
-  RuleResult loader = Measure([](const RankSummary& r, RankValue* rv) {
-    bool any_main = AnyMainThread(r);
-    for (const auto& f : r.functions) {
-      if (f.fclass != FunctionClass::kDataLoader || (any_main && !f.main_thread)) continue;
+  RuleResult loader = Measure([](const CompactRank& r, RankValue* rv) {
+    bool any_main = r.any_main;
+    for (const auto& f : r.compact) {
+      if (f.fclass() != FunctionClass::kDataLoader || (any_main && !f.main_thread)) continue;
       rv->functions.push_back(&f);
       // Loader functions nest (enumerate(DataLoader) around __next__): the outermost counts.
-      rv->value = std::max(rv->value, f.per_iter_us);
+      rv->value = std::max<double>(rv->value, f.per_iter_us);
     }
     SortBy(&rv->functions, false, false);
     double it = IterationUs(r);
@@ -192,10 +187,10 @@ void Rules::Run(std::vector<Finding>* out) {
   }
 
   // Synchronizing calls stall the CPU until the GPU drains; they cost only the GPU idle they cause.
-  RuleResult sync = Measure([](const RankSummary& r, RankValue* rv) {
-    bool has_self = HasSelfTimes(r);
-    for (const auto& f : r.functions) {
-      if (f.fclass != FunctionClass::kSync) continue;
+  RuleResult sync = Measure([](const CompactRank& r, RankValue* rv) {
+    bool has_self = r.has_self;
+    for (const auto& f : r.compact) {
+      if (f.fclass() != FunctionClass::kSync) continue;
       rv->functions.push_back(&f);
       rv->value += SelfUs(f, has_self);
     }
@@ -223,10 +218,10 @@ void Rules::Run(std::vector<Finding>* out) {
   }
 
   // Pageable host-to-device copies are staged through a bounce buffer and block the host.
-  RuleResult pageable = Measure([](const RankSummary& r, RankValue* rv) {
-    for (const auto& f : r.functions) {
-      bool copy = f.fclass == FunctionClass::kMemcpy || f.kind == trace::EventKind::kMemcpy;
-      if (!copy || !ContainsNoCase(f.name, "pageable")) continue;
+  RuleResult pageable = Measure([](const CompactRank& r, RankValue* rv) {
+    for (const auto& f : r.compact) {
+      bool copy = f.fclass() == FunctionClass::kMemcpy || f.kind() == trace::EventKind::kMemcpy;
+      if (!copy || !ContainsNoCase(f.name(), "pageable")) continue;
       rv->functions.push_back(&f);
       rv->value += f.per_iter_us;
     }
@@ -251,11 +246,12 @@ void Rules::Run(std::vector<Finding>* out) {
   }
 
   // Launch-bound: many tiny kernels, GPU mostly idle; the CPU cannot launch fast enough.
-  RuleResult launch = Measure([](const RankSummary& r, RankValue* rv) {
+  RuleResult launch = Measure([](const CompactRank& r, RankValue* rv) {
     if (!r.has_gpu) return;
     double calls = 0, all_calls = 0;
-    for (const auto& f : r.functions) {
-      if (f.kind != trace::EventKind::kKernel || f.fclass == FunctionClass::kCollective) continue;
+    for (const auto& f : r.compact) {
+      if (f.kind() != trace::EventKind::kKernel || f.fclass() == FunctionClass::kCollective)
+        continue;
       all_calls += f.calls_per_iter;
       if (f.mean_us >= kTinyKernelUs) continue;
       calls += f.calls_per_iter;
@@ -294,14 +290,14 @@ void Rules::Run(std::vector<Finding>* out) {
   }
 
   // GPU idle behind CPU work not explained above.
-  RuleResult idle = Measure([](const RankSummary& r, RankValue* rv) {
+  RuleResult idle = Measure([](const CompactRank& r, RankValue* rv) {
     if (!r.has_gpu) return;
     rv->value = r.cpu_critical_us > 0 ? r.cpu_critical_us : r.gpu_idle_us;
-    bool has_self = HasSelfTimes(r);
-    bool any_main = AnyMainThread(r);
-    for (const auto& f : r.functions) {
-      if (trace::IsGpuKind(f.kind) || (any_main && !f.main_thread)) continue;
-      if (IsWaitClass(f.fclass) || f.fclass == FunctionClass::kAnnotation) continue;
+    bool has_self = r.has_self;
+    bool any_main = r.any_main;
+    for (const auto& f : r.compact) {
+      if (trace::IsGpuKind(f.kind()) || (any_main && !f.main_thread)) continue;
+      if (IsWaitClass(f.fclass()) || f.fclass() == FunctionClass::kAnnotation) continue;
       rv->functions.push_back(&f);
     }
     SortBy(&rv->functions, true, has_self);
@@ -338,12 +334,12 @@ void Rules::Run(std::vector<Finding>* out) {
   // slow cross-node links are found by comparing groups (topology.cc).
   std::map<int, const std::string*> host_of;
   for (const auto& r : ranks_) host_of[r.rank] = &r.host;
-  auto cross_node = [&](const RankSummary& r, const std::string& group) {
+  auto cross_node = [&](const CompactRank& r, const std::string& group) {
     if (group.empty()) return false;
-    for (const auto& pg : r.process_groups) {
-      if (pg.desc != group && pg.name != group) continue;
+    for (const trace::ProcessGroup* pg : r.groups) {
+      if (pg->desc != group && pg->name != group) continue;
       const std::string* first = nullptr;
-      for (int m : pg.ranks) {
+      for (int m : pg->ranks) {
         auto it = host_of.find(m);
         if (it == host_of.end() || it->second->empty()) continue;
         if (first && *first != *it->second) return true;
@@ -352,14 +348,14 @@ void Rules::Run(std::vector<Finding>* out) {
     }
     return false;
   };
-  RuleResult lowbw = Measure([&](const RankSummary& r, RankValue* rv) {
-    for (const auto& f : r.functions) {
-      if (f.fclass != FunctionClass::kCollective || !trace::IsGpuKind(f.kind)) continue;
-      if (cross_node(r, f.coll.group)) continue;
-      if (f.coll.msg_bytes < kLargeMessage || f.coll.busbw_gbps <= 0) continue;
-      if (f.coll.busbw_gbps >= kFarBelow * o_.expected_busbw_gbps || f.cv > kFlatCv) continue;
+  RuleResult lowbw = Measure([&](const CompactRank& r, RankValue* rv) {
+    for (const auto& f : r.compact) {
+      if (f.fclass() != FunctionClass::kCollective || !trace::IsGpuKind(f.kind())) continue;
+      if (cross_node(r, cj_.Group(f.group))) continue;
+      if (f.msg_bytes < kLargeMessage || f.busbw_gbps <= 0) continue;
+      if (f.busbw_gbps >= kFarBelow * o_.expected_busbw_gbps || f.cv > kFlatCv) continue;
       rv->functions.push_back(&f);
-      rv->value += f.per_iter_us * (1.0 - f.coll.busbw_gbps / o_.expected_busbw_gbps);
+      rv->value += f.per_iter_us * (1.0 - f.busbw_gbps / o_.expected_busbw_gbps);
     }
     SortBy(&rv->functions, false, false);
     rv->affected = !rv->functions.empty();
@@ -370,10 +366,10 @@ void Rules::Run(std::vector<Finding>* out) {
     if (impact >= min_impact) {
       Finding f = Make(lowbw, "low_bandwidth", Cause::kHardware, impact, 3);
       const RankValue& t = Typical(lowbw);
-      const FunctionPattern* top = t.functions.front();
-      f.evidence["busbw_gbps"] = top->coll.busbw_gbps;
+      const CompactFunction* top = t.functions.front();
+      f.evidence["busbw_gbps"] = top->busbw_gbps;
       f.evidence["expected_busbw_gbps"] = o_.expected_busbw_gbps;
-      f.evidence["msg_bytes"] = top->coll.msg_bytes;
+      f.evidence["msg_bytes"] = top->msg_bytes;
       f.evidence["cv"] = top->cv;
       f.evidence_text["uncertainty"] =
           "the expected bandwidth is an assumption (NVLink-scale single node); PCIe-only or "
@@ -384,7 +380,7 @@ void Rules::Run(std::vector<Finding>* out) {
       f.summary = fmt::format(
           "collective bandwidth is low on {}: {} reaches {:.1f} GB/s bus bandwidth for {:.1f} MB "
           "messages (expected about {:.0f}); about {}/iter ({})",
-          RanksPhrase(f, total), top->name, top->coll.busbw_gbps, top->coll.msg_bytes / 1e6,
+          RanksPhrase(f, total), top->name(), top->busbw_gbps, top->msg_bytes / 1e6,
           o_.expected_busbw_gbps, Ms(impact), Percent(f.impact_fraction));
       f.suggestion =
           "Check the interconnect: nvidia-smi topo -m and nvlink -s, NIC speed (ibstat), "
@@ -397,9 +393,9 @@ void Rules::Run(std::vector<Finding>* out) {
 
 }  // namespace
 
-void FindAllRankProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
+void FindAllRankProblems(const pattern::CompactJob& cj, const JobInfo& job,
                          const DiagnoseOptions& o, std::vector<Finding>* out) {
-  Rules(ranks, job, o).Run(out);
+  Rules(cj, job, o).Run(out);
 }
 
 }  // namespace perftracker::diagnose::internal

@@ -16,9 +16,10 @@
 namespace perftracker::diagnose::internal {
 namespace {
 
+using pattern::CompactFunction;
+using pattern::CompactRank;
 using pattern::FunctionClass;
-using pattern::FunctionPattern;
-using pattern::RankSummary;
+using pattern::FunctionInfo;
 
 // Waiting never makes a rank a straggler on its own.
 bool IsWait(FunctionClass c) { return IsWaitClass(c); }
@@ -77,17 +78,16 @@ double Similarity(const Signature& a, const Signature& b) {
 // group's first member within a role; a rank left in a group too small to vote joins the big
 // group of its role it resembles most, if it resembles it enough. Buckets only merge identical
 // ranks, so on small jobs the result is the rank-by-rank greedy grouping.
-std::vector<std::vector<size_t>> PeerGroups(const std::vector<RankSummary>& ranks,
-                                            const FunctionIds& ids) {
+std::vector<std::vector<size_t>> PeerGroups(const std::vector<CompactRank>& ranks) {
   std::vector<Signature> sigs(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) {
-    const RankSummary& r = ranks[i];
+    const CompactRank& r = ranks[i];
     Signature& s = sigs[i];
-    s.role = RoleOf(r);
+    s.role = r.role;
     double it = IterationUs(r);
-    for (size_t k = 0; k < r.functions.size(); ++k) {
-      s.all.push_back(ids.of[i][k]);
-      if (it <= 0 || r.functions[k].per_iter_us >= 0.01 * it) s.sig.push_back(ids.of[i][k]);
+    for (const CompactFunction& f : r.compact) {
+      s.all.push_back(f.id());
+      if (it <= 0 || f.per_iter_us >= 0.01 * it) s.sig.push_back(f.id());
     }
     for (auto* v : {&s.sig, &s.all}) {
       std::sort(v->begin(), v->end());
@@ -152,9 +152,9 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<RankSummary>& rank
 
 // One function identity across the members of a group.
 struct Row {
-  const FunctionPattern* proto = nullptr;  // first member that has it: name, kind, class
-  std::vector<const FunctionPattern*> f;   // per member, nullptr when absent
-  std::vector<double> v, self, calls;      // per member; 0 when absent
+  const FunctionInfo* proto = nullptr;    // name, kind, class
+  std::vector<const CompactFunction*> f;  // per member, nullptr when absent
+  std::vector<double> v, self, calls;     // per member; 0 when absent
   Reference ref_v, ref_self, ref_calls;
 };
 
@@ -164,7 +164,7 @@ struct Outlier {
 };
 
 struct Member {
-  const RankSummary* r = nullptr;
+  const CompactRank* r = nullptr;
   std::vector<Outlier> high_own;   // non-wait functions above their peers
   std::vector<Outlier> high_wait;  // sync / launch functions above their peers
   std::vector<Outlier> high_coll;
@@ -175,13 +175,13 @@ struct Member {
 
 class GroupAnalysis {
  public:
-  GroupAnalysis(const std::vector<RankSummary>& ranks, const FunctionIds& ids,
-                std::vector<size_t> members, const JobInfo& job, const DiagnoseOptions& o)
-      : o_(o), iter_us_(job.iteration_ms_median * 1000.0), ids_(ids) {
+  GroupAnalysis(const pattern::CompactJob& cj, std::vector<size_t> members, const JobInfo& job,
+                const DiagnoseOptions& o)
+      : o_(o), iter_us_(job.iteration_ms_median * 1000.0), functions_(cj.function_count()) {
+    const auto& ranks = cj.ranks();
     for (size_t i : members) {
       m_.emplace_back();
       m_.back().r = &ranks[i];
-      index_.push_back(i);
     }
     BuildRows();
     CompareMembers();
@@ -212,30 +212,28 @@ class GroupAnalysis {
 
   const DiagnoseOptions& o_;
   double iter_us_;
-  const FunctionIds& ids_;
+  size_t functions_;  // in the job: function ids are below
   std::vector<Member> m_;
-  std::vector<size_t> index_;  // member -> position in the job's ranks
   std::vector<Row> rows_;
   std::vector<double> own_cpu_, own_gpu_, coll_;
 };
 
 void GroupAnalysis::BuildRows() {
   // Function id -> row; ids are interned once per job, so no key strings are built here.
-  std::vector<int32_t> row_of(ids_.count, -1);
+  std::vector<int32_t> row_of(functions_, -1);
   own_cpu_.assign(n(), 0);
   own_gpu_.assign(n(), 0);
   coll_.assign(n(), 0);
   for (size_t i = 0; i < n(); ++i) {
-    const RankSummary& r = *m_[i].r;
-    bool has_self = HasSelfTimes(r);
-    for (size_t k = 0; k < r.functions.size(); ++k) {
-      const FunctionPattern& f = r.functions[k];
-      int32_t& slot = row_of[ids_.of[index_[i]][k]];
+    const CompactRank& r = *m_[i].r;
+    bool has_self = r.has_self;
+    for (const CompactFunction& f : r.compact) {
+      int32_t& slot = row_of[f.id()];
       if (slot < 0) {
         slot = static_cast<int32_t>(rows_.size());
         rows_.emplace_back();
         Row& row = rows_.back();
-        row.proto = &f;
+        row.proto = f.info;
         row.f.assign(n(), nullptr);
         row.v.assign(n(), 0);
         row.self.assign(n(), 0);
@@ -248,10 +246,10 @@ void GroupAnalysis::BuildRows() {
       row.v[i] += f.per_iter_us;
       row.self[i] += self;
       row.calls[i] += f.calls_per_iter;
-      bool gpu = trace::IsGpuKind(f.kind);
-      if (f.fclass == FunctionClass::kCollective) {
+      bool gpu = trace::IsGpuKind(f.kind());
+      if (f.fclass() == FunctionClass::kCollective) {
         coll_[i] += gpu ? f.per_iter_us : self;
-      } else if (!IsWait(f.fclass)) {
+      } else if (!IsWait(f.fclass())) {
         (gpu ? own_gpu_ : own_cpu_)[i] += gpu ? f.per_iter_us : self;
       }
     }
@@ -323,7 +321,7 @@ std::vector<size_t> GroupAnalysis::Candidates() const {
 }
 
 void GroupAnalysis::FillCommon(size_t i, Finding* f) const {
-  const RankSummary& r = *m_[i].r;
+  const CompactRank& r = *m_[i].r;
   f->finding_class = FindingClass::kSubset;
   f->ranks = {r.rank};
   if (!r.host.empty()) f->hosts = {r.host};
@@ -398,7 +396,7 @@ std::string Suggestion(const std::string& category, Cause cause, int rank, const
 
 bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const {
   const Member& mb = m_[i];
-  const RankSummary& r = *mb.r;
+  const CompactRank& r = *mb.r;
   bool sync_only = mb.high_own.empty() && !mb.own_cpu.high && !mb.own_gpu.high;
 
   struct Culprit {
@@ -454,7 +452,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   f.impact_ms = impact / 1000.0;
 
   const Culprit& top = culprits[0];
-  const FunctionPattern* tf = top.row->f[i] ? top.row->f[i] : top.row->proto;
+  const FunctionInfo* tf = top.row->proto;
   double top_v = top.row->v[i];
   double top_ref = Compare(top.row->v, i, top.row->ref_v).reference;
   double calls = top.row->calls[i];
@@ -514,10 +512,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
                     Ms(peers_wait));
   f.evidence_text["reasoning"] = reasoning;
 
-  for (const auto& c : culprits) {
-    const FunctionPattern* fp = c.row->f[i] ? c.row->f[i] : c.row->proto;
-    f.functions.push_back(MakeFunctionRef(*fp));
-  }
+  for (const auto& c : culprits) f.functions.push_back(MakeFunctionRef(*c.row->proto));
   f.evidence["rank_ms"] = top_v / 1000.0;
   f.evidence["peers_ms"] = top_ref / 1000.0;
   if (top_ref > 0) f.evidence["ratio"] = top_v / top_ref;
@@ -563,7 +558,7 @@ bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) cons
             [](const Outlier& a, const Outlier& b) { return a.cmp.excess < b.cmp.excess; });
   for (size_t k = 0; k < lows.size() && k < 3; ++k) {
     const Row* row = lows[k].row;
-    f.functions.push_back(MakeFunctionRef(row->f[i] ? *row->f[i] : *row->proto));
+    f.functions.push_back(MakeFunctionRef(*row->proto));
   }
   f.evidence["rank_collective_ms"] = coll_[i] / 1000.0;
   f.evidence["peers_collective_ms"] = mb.coll.reference / 1000.0;
@@ -605,26 +600,25 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   f.impact_ms = excess / 1000.0;
   for (size_t k = 0; k < highs.size() && k < 3; ++k) {
     const Row* row = highs[k].row;
-    f.functions.push_back(MakeFunctionRef(row->f[i] ? *row->f[i] : *row->proto));
+    f.functions.push_back(MakeFunctionRef(*row->proto));
   }
   std::string fn = "its collectives";
   std::string bw;
   if (!highs.empty()) {
     const Row* row = highs[0].row;
-    const FunctionPattern* fp = row->f[i] ? row->f[i] : row->proto;
-    fn = fp->name;
+    const CompactFunction* fp = row->f[i];
+    fn = row->proto->name;
     f.evidence["rank_ms"] = row->v[i] / 1000.0;
     f.evidence["peers_ms"] = highs[0].cmp.reference / 1000.0;
     if (highs[0].cmp.reference > 0) f.evidence["ratio"] = row->v[i] / highs[0].cmp.reference;
     std::vector<double> peer_bw;
     for (size_t k = 0; k < n(); ++k)
-      if (k != i && row->f[k]) peer_bw.push_back(row->f[k]->coll.busbw_gbps);
-    if (row->f[i] && fp->coll.msg_bytes > 0) {
-      f.evidence["busbw_gbps"] = fp->coll.busbw_gbps;
+      if (k != i && row->f[k]) peer_bw.push_back(row->f[k]->busbw_gbps);
+    if (fp && fp->msg_bytes > 0) {
+      f.evidence["busbw_gbps"] = fp->busbw_gbps;
       f.evidence["peers_busbw_gbps"] = Median(peer_bw);
-      f.evidence["msg_bytes"] = fp->coll.msg_bytes;
-      bw = fmt::format(" (bus bandwidth {:.1f} vs {:.1f} GB/s)", fp->coll.busbw_gbps,
-                       Median(peer_bw));
+      f.evidence["msg_bytes"] = fp->msg_bytes;
+      bw = fmt::format(" (bus bandwidth {:.1f} vs {:.1f} GB/s)", fp->busbw_gbps, Median(peer_bw));
     }
   }
   f.evidence["rank_collective_ms"] = coll_[i] / 1000.0;
@@ -697,15 +691,15 @@ void MergeByHost(std::vector<Finding>* findings) {
 
 }  // namespace
 
-void FindSubsetProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
-                        const DiagnoseOptions& o, std::vector<Finding>* out) {
-  FunctionIds ids = InternFunctions(ranks);
-  std::vector<std::vector<size_t>> groups = PeerGroups(ranks, ids);
+void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
+                        std::vector<Finding>* out) {
+  const std::vector<CompactRank>& ranks = cj.ranks();
+  std::vector<std::vector<size_t>> groups = PeerGroups(ranks);
   // Groups are independent: analyzed on two threads, findings kept in group order so the
   // result does not depend on scheduling.
   std::vector<std::vector<Finding>> per_group(groups.size());
   ParallelFor(groups.size(), [&](size_t k) {
-    GroupAnalysis g(ranks, ids, std::move(groups[k]), job, o);
+    GroupAnalysis g(cj, std::move(groups[k]), job, o);
     g.Run(&per_group[k]);
   });
   std::vector<Finding> found;
@@ -724,7 +718,7 @@ void FindSubsetProblems(const std::vector<RankSummary>& ranks, const JobInfo& jo
   for (const auto& f : found)
     if (f.category != "communication" && !(f.category == "straggler" && f.cause == Cause::kUnknown))
       own_cause.insert(f.ranks.begin(), f.ranks.end());
-  FindLinkProblems(ranks, job, o, own_cause, &links, &ev);
+  FindLinkProblems(cj, job, o, own_cause, &links, &ev);
   auto all_in = [](const Finding& f, auto pred) {
     return !f.ranks.empty() && std::all_of(f.ranks.begin(), f.ranks.end(), pred);
   };

@@ -22,14 +22,14 @@
 namespace perftracker::diagnose::internal {
 namespace {
 
+using pattern::CompactRank;
 using pattern::FunctionClass;
-using pattern::RankSummary;
 
 constexpr double kNicShare = 0.8;     // of a node's cross-node groups that must be slow
 constexpr double kNvlinkShare = 0.5;  // of a node's intra-node groups that must be slow
 
 struct Member {
-  const RankSummary* r;
+  const CompactRank* r;
   double us;
   int64_t shape;  // calls per iteration and message size: members of one shape are comparable
   int role;
@@ -38,13 +38,14 @@ struct Member {
 
 // One collective (function) of one group instance.
 struct Instance {
-  std::string group, kind, fn;
+  std::string group, kind;
+  uint32_t fn = 0;  // function id
   double msg_bytes = 0;
   std::vector<Member> m;
   double value = 0;   // the group's excess: median over members
   double ref_us = 0;  // what the collective takes on healthy ranks of the members' roles
   bool slow = false;  // slowed with every member alike
-  std::vector<const RankSummary*> late;  // or slowed waiting for these members
+  std::vector<const CompactRank*> late;  // or slowed waiting for these members
   double excess = 0;
   std::set<std::string> hosts;
 };
@@ -63,32 +64,32 @@ std::string KindOf(const std::string& group) {
 
 }  // namespace
 
-void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
-                      const DiagnoseOptions& o, const std::set<int>& own_cause,
-                      std::vector<Finding>* out, CollectiveEvidence* ev) {
+void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
+                      const std::set<int>& own_cause, std::vector<Finding>* out,
+                      CollectiveEvidence* ev) {
   std::set<int>* explained = &ev->explained;
   const double iter_us = job.iteration_ms_median * 1000.0;
   if (iter_us <= 0) return;
-  std::unordered_map<std::string, size_t> index;
+  const std::vector<CompactRank>& ranks = cj.ranks();
+  std::unordered_map<uint64_t, size_t> index;  // (group id, function id) -> instance
   std::vector<Instance> inst;
   std::map<std::string, std::vector<int>> ranks_of_host;
   for (const auto& r : ranks) {
     if (!r.host.empty()) ranks_of_host[r.host].push_back(r.rank);
-    int role = RoleOf(r);
-    for (const auto& f : r.functions) {
-      if (f.fclass != FunctionClass::kCollective || f.coll.group.empty()) continue;
-      std::string key = f.coll.group + '\x1f' + f.Key();
+    for (const auto& f : r.compact) {
+      if (f.fclass() != FunctionClass::kCollective || f.group == f.kNoGroup) continue;
+      uint64_t key = static_cast<uint64_t>(f.group) << 32 | f.id();
       auto [it, added] = index.emplace(key, inst.size());
       if (added) {
         inst.emplace_back();
-        inst.back().group = f.coll.group;
-        inst.back().kind = KindOf(f.coll.group);
-        inst.back().fn = f.Key();
-        inst.back().msg_bytes = f.coll.msg_bytes;
+        inst.back().group = cj.Group(f.group);
+        inst.back().kind = KindOf(inst.back().group);
+        inst.back().fn = f.id();
+        inst.back().msg_bytes = f.msg_bytes;
       }
       int64_t shape =
-          std::llround(f.calls_per_iter * 10) * 1000003 + std::llround(f.coll.msg_bytes / 1024);
-      inst[it->second].m.push_back({&r, f.per_iter_us, shape, role});
+          std::llround(f.calls_per_iter * 10) * 1000003 + std::llround(f.msg_bytes / 1024);
+      inst[it->second].m.push_back({&r, f.per_iter_us, shape, r.role});
       if (!r.host.empty()) inst[it->second].hosts.insert(r.host);
     }
   }
@@ -105,14 +106,14 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
     for (auto& m : x.m)
       if (mixed) m.shape = m.shape * 131 + m.role + 1;
   }
-  std::map<std::pair<std::string, int64_t>, std::vector<double>> role_times;
+  std::map<std::pair<uint32_t, int64_t>, std::vector<double>> role_times;
   for (const Instance& x : inst)
     for (const auto& m : x.m) role_times[{x.fn, m.shape}].push_back(m.us);
-  std::map<std::pair<std::string, int64_t>, double> role_ref;
+  std::map<std::pair<uint32_t, int64_t>, double> role_ref;
   for (auto& [key, v] : role_times) role_ref[key] = LowQuartile(std::move(v));
   role_times.clear();
   // Instances of one kind running the same collective are peers.
-  std::map<std::pair<std::string, std::string>, std::vector<size_t>> peers;
+  std::map<std::pair<std::string, uint32_t>, std::vector<size_t>> peers;
   for (size_t k = 0; k < inst.size(); ++k) {
     Instance& x = inst[k];
     if (x.m.size() < 2) continue;
@@ -209,7 +210,7 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
       // unless the member is late for a reason of its own.
       bool by_late = false;
       if (!intra && !nvlink_hosts.count(h))
-        for (const RankSummary* l : x.late)
+        for (const CompactRank* l : x.late)
           by_late |= l->host == h && !own_cause.count(l->rank) &&
                      // A rank that waits for someone elsewhere arrives late downstream because
                      // of it: the lateness is that other link's.
@@ -238,14 +239,13 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
 
   auto function_refs = [&](const std::vector<std::string>& hosts, bool intra) {
     std::vector<FunctionRef> refs;
-    std::set<std::string> seen;
+    std::set<uint32_t> seen;
     for (const Instance& x : inst) {
       if (!(x.slow || !x.late.empty()) || (x.hosts.size() == 1) != intra) continue;
       bool touches = false;
       for (const auto& h : hosts) touches |= x.hosts.count(h) > 0;
       if (!touches || !seen.insert(x.fn).second) continue;
-      for (const auto& f : x.m[0].r->functions)
-        if (f.Key() == x.fn) refs.push_back(MakeFunctionRef(f));
+      refs.push_back(MakeFunctionRef(cj.function(x.fn)));
       if (refs.size() >= 3) break;
     }
     return refs;
@@ -276,10 +276,10 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
     for (const Instance& x : inst) {
       bool named = x.slow;
       if (link != "nvlink")
-        for (const RankSummary* l : x.late) named |= here.count(l->host) > 0;
+        for (const CompactRank* l : x.late) named |= here.count(l->host) > 0;
       if (!named) continue;
       for (const auto& m : x.m) explained->insert(m.r->rank);
-      for (const RankSummary* l : x.late) ev->late.erase(l->rank);  // named here, not late alone
+      for (const CompactRank* l : x.late) ev->late.erase(l->rank);  // named here, not late alone
     }
     f.impact_ms = impact / 1000.0;
     f.impact_fraction = impact / iter_us;
@@ -353,7 +353,7 @@ void FindLinkProblems(const std::vector<RankSummary>& ranks, const JobInfo& job,
 // Several ranks of one host with the same problem are one node-level finding; several nodes
 // under one switch with the same problem, covering all of the switch's nodes, one switch-level
 // finding.
-void FoldBySwitch(const std::vector<RankSummary>& ranks, std::vector<Finding>* findings) {
+void FoldBySwitch(const std::vector<CompactRank>& ranks, std::vector<Finding>* findings) {
   std::map<std::string, std::string> switch_of;
   std::map<std::string, std::set<std::string>> hosts_of_switch;
   for (const auto& r : ranks)

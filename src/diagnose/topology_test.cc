@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "diagnose/diagnose.h"
@@ -184,36 +182,6 @@ TEST(TopologyTest, MissingRankIsNamed) {
   for (const auto& f : d.findings)
     found |= f.category == "missing_rank" && f.ranks == std::vector<int>{9};
   EXPECT_TRUE(found) << Dump(d);
-}
-
-// Run by hand: PT_SCALE_RANKS=10000 build-dx/pt_diagnose_test
-// --gtest_also_run_disabled_tests --gtest_filter='*Scale*'
-TEST(TopologyTest, DISABLED_Scale) {
-  const char* env = std::getenv("PT_SCALE_RANKS");
-  int n = env ? std::atoi(env) : 1000;
-  JobSpec s;
-  s.tp = 8;
-  s.pp = 4;
-  s.dp = std::max(1, n / 32);
-  s.gpus_per_node = 8;
-  s.nodes_per_switch = 16;
-  s.functions = 500;
-  s.slow_gpu = 77;
-  auto t0 = std::chrono::steady_clock::now();
-  auto ranks = MakeJob(s);
-  auto t1 = std::chrono::steady_clock::now();
-  Diagnosis d = Diagnose(ranks);
-  auto t2 = std::chrono::steady_clock::now();
-  long rss_kb = 0;
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind("VmHWM:", 0) == 0) rss_kb = std::atol(line.c_str() + 6);
-  std::printf("ranks %zu: build %.2f s, diagnose %.2f s, peak RSS %.2f GB\n%s", ranks.size(),
-              std::chrono::duration<double>(t1 - t0).count(),
-              std::chrono::duration<double>(t2 - t1).count(), rss_kb / 1048576.0,
-              Dump(d).substr(0, 600).c_str());
-  ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{77});
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "pattern/merge.h"
@@ -55,12 +56,11 @@ StatusOr<std::vector<std::string>> ExpandPaths(const std::vector<std::string>& p
   return out;
 }
 
-}  // namespace
-
-Status ValidateJob(const std::vector<RankSummary>& ranks) {
+template <typename R>
+Status Validate(const std::vector<R>& ranks) {
   std::vector<std::string> unplaced;
   std::map<int, std::string> by_rank;
-  for (const RankSummary& r : ranks) {
+  for (const auto& r : ranks) {
     if (r.rank < 0) {
       unplaced.push_back(r.source);
       continue;
@@ -79,8 +79,8 @@ Status ValidateJob(const std::vector<RankSummary>& ranks) {
         "name, e.g. rank-3.json)",
         unplaced.size(), list));
   }
-  const RankSummary* first_ws = nullptr;
-  for (const RankSummary& r : ranks) {
+  const R* first_ws = nullptr;
+  for (const auto& r : ranks) {
     if (r.world_size <= 0) continue;
     if (first_ws == nullptr) {
       first_ws = &r;
@@ -92,21 +92,20 @@ Status ValidateJob(const std::vector<RankSummary>& ranks) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths,
-                                           const LoadOptions& options, LoadStats* stats) {
-  PT_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPaths(paths));
-  if (files.empty()) return InvalidArgument("no trace or summary files given");
+bool IsSummaryFile(const std::string& f) {
+  return HasSummaryExtension(f) || LooksLikeSummaryFile(f);
+}
 
-  std::vector<std::optional<StatusOr<RankSummary>>> results(files.size());
+// Reads (summary) or summarizes (trace) every file on a pool of threads; consume(i, result) is
+// called from the thread that produced file i's result.
+template <typename Consume>
+void ForEachFile(const std::vector<std::string>& files, const LoadOptions& options,
+                 Consume consume) {
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < files.size(); i = next++) {
       const std::string& f = files[i];
-      if (HasSummaryExtension(f) || LooksLikeSummaryFile(f)) {
-        results[i].emplace(ReadSummaryFile(f));
-      } else {
-        results[i].emplace(SummarizeTrace(f));
-      }
+      consume(i, IsSummaryFile(f) ? ReadSummaryFile(f) : SummarizeTrace(f));
     }
   };
   size_t n_threads = options.threads > 0 ? options.threads : std::thread::hardware_concurrency();
@@ -115,17 +114,43 @@ StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths
   for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+}
+
+constexpr std::string_view kTorch = ".torch.json";
+
+bool IsTorchSidecar(const std::string& f) {
+  return f.size() > kTorch.size() &&
+         f.compare(f.size() - kTorch.size(), kTorch.size(), kTorch) == 0;
+}
+
+void Count(const RankSummary& r, bool new_file, LoadStats* stats) {
+  stats->files += new_file;
+  stats->json_bytes += r.read_stats.bytes;
+  stats->events += r.read_stats.events;
+  if (new_file) stats->skipped += r.read_stats.malformed_events + r.read_stats.unknown_kind;
+}
+
+}  // namespace
+
+Status ValidateJob(const std::vector<RankSummary>& ranks) { return Validate(ranks); }
+
+StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths,
+                                           const LoadOptions& options, LoadStats* stats) {
+  PT_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPaths(paths));
+  if (files.empty()) return InvalidArgument("no trace or summary files given");
+
+  std::vector<std::optional<StatusOr<RankSummary>>> results(files.size());
+  ForEachFile(files, options,
+              [&](size_t i, StatusOr<RankSummary>&& r) { results[i].emplace(std::move(r)); });
 
   // The online collector writes a window's Python trace X and torch.profiler's X.torch.json
   // side by side: one rank, merged (pattern/merge.h), as the agent does.
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < files.size(); ++i) index[files[i]] = i;
   std::vector<bool> merged(files.size(), false);
-  constexpr std::string_view kTorch = ".torch.json";
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string& f = files[i];
-    if (f.size() <= kTorch.size() || f.compare(f.size() - kTorch.size(), kTorch.size(), kTorch))
-      continue;
+    if (!IsTorchSidecar(f)) continue;
     auto it = index.find(f.substr(0, f.size() - kTorch.size()));
     if (it == index.end()) continue;
     StatusOr<RankSummary>& primary = *results[it->second];
@@ -141,16 +166,8 @@ StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths
   for (size_t i = 0; i < files.size(); ++i) {
     StatusOr<RankSummary>& r = *results[i];
     if (!r.ok()) return r.status();
-    if (merged[i]) {
-      local.json_bytes += r->read_stats.bytes;
-      local.events += r->read_stats.events;
-      continue;
-    }
-    local.files++;
-    local.json_bytes += r->read_stats.bytes;
-    local.events += r->read_stats.events;
-    local.skipped += r->read_stats.malformed_events + r->read_stats.unknown_kind;
-    out.push_back(std::move(r).value());
+    Count(*r, !merged[i], &local);
+    if (!merged[i]) out.push_back(std::move(r).value());
   }
   // One file is a one-rank job whatever it names; only a set needs every file placed.
   if (out.size() == 1 && out[0].rank < 0) {
@@ -162,6 +179,45 @@ StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths
             [](const RankSummary& a, const RankSummary& b) { return a.rank < b.rank; });
   if (stats != nullptr) *stats = local;
   return out;
+}
+
+StatusOr<CompactJob> LoadCompactJob(const std::vector<std::string>& paths,
+                                    const LoadOptions& options, LoadStats* stats) {
+  PT_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandPaths(paths));
+  if (files.empty()) return InvalidArgument("no trace or summary files given");
+  CompactJob job;
+  // Window traces in pairs need merging first; a job of summaries (the large case) streams.
+  if (std::any_of(files.begin(), files.end(), IsTorchSidecar)) {
+    PT_ASSIGN_OR_RETURN(std::vector<RankSummary> ranks, LoadJob(paths, options, stats));
+    for (auto& r : ranks) job.Add(std::move(r));
+    return job;
+  }
+  std::mutex mu;
+  Status first_error = Status::Ok();
+  size_t first_error_file = files.size();
+  LoadStats local;
+  ForEachFile(files, options, [&](size_t i, StatusOr<RankSummary>&& r) {
+    if (r.ok()) {
+      // One file is a one-rank job whatever it names; only a set needs every file placed.
+      if (files.size() == 1 && r->rank < 0) {
+        r->rank = 0;
+        if (r->world_size <= 0) r->world_size = 1;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        Count(*r, true, &local);
+      }
+      job.Add(std::move(r).value());
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (i < first_error_file) first_error = r.status(), first_error_file = i;
+  });
+  PT_RETURN_IF_ERROR(first_error);
+  job.SortByRank();  // first: the checks then name files in a stable order
+  PT_RETURN_IF_ERROR(Validate(job.ranks()));
+  if (stats != nullptr) *stats = local;
+  return job;
 }
 
 }  // namespace perftracker::pattern

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::pattern {
@@ -27,6 +28,11 @@ struct LoadStats {
 StatusOr<std::vector<RankSummary>> LoadJob(const std::vector<std::string>& paths,
                                            const LoadOptions& options = {},
                                            LoadStats* stats = nullptr);
+
+// The same, streamed into the compact job form: summaries are added as they are read and
+// dropped, so memory holds one compact job, not every summary.
+StatusOr<CompactJob> LoadCompactJob(const std::vector<std::string>& paths,
+                                    const LoadOptions& options = {}, LoadStats* stats = nullptr);
 
 // Checks a set of summaries: unplaced files, duplicate ranks, mixed world sizes.
 Status ValidateJob(const std::vector<RankSummary>& ranks);

@@ -1,0 +1,105 @@
+// The compact, job-wide form of many ranks' patterns that diagnosis works on. A RankSummary
+// spends ~340 bytes per function on strings and statistics that only one rank needs; 100,000
+// ranks of 500 functions would take 17 GB. Here every function identity (kind, name, stack,
+// class) is stored once per job and each rank keeps, per function, only the numbers diagnosis
+// compares (48 bytes); process groups, shared by their members, are stored once too. Summaries
+// are added one at a time and dropped, so a job streams in from disk or the network.
+#ifndef PERFTRACKER_PATTERN_COMPACT_JOB_H_
+#define PERFTRACKER_PATTERN_COMPACT_JOB_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "pattern/pattern.h"
+
+namespace perftracker::pattern {
+
+// A function's identity: the same on every rank that runs it.
+struct FunctionInfo {
+  uint32_t id = 0;  // dense, per job
+  std::string key;  // FunctionPattern::Key()
+  std::string name;
+  trace::EventKind kind = trace::EventKind::kCpuOp;
+  FunctionClass fclass = FunctionClass::kOther;
+  std::string stack;
+};
+
+// One function of one rank: its identity and the statistics diagnosis compares.
+struct CompactFunction {
+  static constexpr uint32_t kNoGroup = UINT32_MAX;
+  const FunctionInfo* info = nullptr;
+  float per_iter_us = 0;
+  float self_per_iter_us = 0;
+  float calls_per_iter = 0;
+  float mean_us = 0;
+  float cv = 0;
+  float msg_bytes = 0;        // collectives
+  float busbw_gbps = 0;       // collectives
+  uint32_t group = kNoGroup;  // collectives: the process group, an id of CompactJob::Group()
+  bool main_thread = false;
+  bool top_level = false;
+
+  uint32_t id() const { return info->id; }
+  const std::string& name() const { return info->name; }
+  trace::EventKind kind() const { return info->kind; }
+  FunctionClass fclass() const { return info->fclass; }
+};
+
+// A rank: its summary without functions (iterations, GPU time split, host, ...) plus its
+// functions in compact form, sorted as the summary had them (per_iter_us, descending).
+struct CompactRank : RankSummary {
+  std::vector<CompactFunction> compact;
+  // The summary's process groups, stored once per job (RankSummary::process_groups is empty).
+  std::vector<const trace::ProcessGroup*> groups;
+  int role = -1;          // pipeline stage: position in the rank's "pp" group; -1 when unknown
+  bool has_self = false;  // the summary carries exclusive times
+  bool any_main = false;  // some function is marked as running on the iteration thread
+};
+
+class CompactJob {
+ public:
+  // Adds one rank. Safe to call from several threads; ranks keep the order of the calls until
+  // SortByRank() (by rank, then source).
+  void Add(RankSummary&& r);
+  void Add(const RankSummary& r);
+  void SortByRank();
+
+  const std::vector<CompactRank>& ranks() const { return ranks_; }
+  size_t function_count() const { return infos_.size(); }
+  const FunctionInfo& function(uint32_t id) const { return infos_[id]; }
+  // The function identity with this key (FunctionPattern::Key()), or nullptr.
+  const FunctionInfo* FindFunction(std::string_view key) const;
+  // Collective group names (CollectiveInfo::group) by id.
+  const std::string& Group(uint32_t id) const;
+
+ private:
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  using Index = std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>>;
+
+  const FunctionInfo* Intern(const FunctionPattern& f, std::string* key_buf);
+  uint32_t InternGroup(const std::string& g);
+  const trace::ProcessGroup* InternProcessGroup(trace::ProcessGroup&& pg);
+  void AddLocked(RankSummary&& r, std::vector<CompactFunction>&& fns);
+
+  std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();
+  std::deque<FunctionInfo> infos_;  // a deque: CompactFunction points into it
+  Index by_key_;
+  std::vector<std::string> groups_;
+  Index group_ids_;
+  std::deque<trace::ProcessGroup> pgs_;
+  std::unordered_map<std::string, const trace::ProcessGroup*> pg_index_;
+  std::vector<CompactRank> ranks_;
+};
+
+}  // namespace perftracker::pattern
+
+#endif  // PERFTRACKER_PATTERN_COMPACT_JOB_H_
