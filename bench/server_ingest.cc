@@ -1,16 +1,22 @@
-// Server ingestion at scale: N simulated node agents (default 10,000, one rank each) register
-// with a `perftracker server` process, a window is triggered, and every agent uploads its
-// window summary (~500 functions, the real format) concurrently over loopback gRPC. Prints the
-// upload time, how many uploads were accepted / refused / failed, how many summaries the SQLite
-// store holds, the time until the window's diagnosis is written, and the server's peak memory.
+// Server ingestion at scale: N simulated node agents (default 10,000, one rank each, each on a
+// connection of its own by default) register with a `perftracker server` process, a window is
+// triggered, and every agent uploads its window summary (~500 functions, the real format) over
+// loopback gRPC, all at once (--inflight: at most that many in flight), with the real agent's
+// 30 s deadline and the server's default window deadlines. Checks and prints: agents registered
+// (the server's count), uploads accepted / refused / failed, the summaries the SQLite store holds
+// (rows and bytes read back and compared with what was sent), how many were lost, the upload wall
+// time, the time from the first upload to the window's diagnosis, the server's peak memory
+// (VmHWM) and threads, and the store's size on disk. Exits 1 if any summary was lost.
 //
-//   build/server_ingest [--agents 10000] [--functions 500] [--threads 32] [--channels 16]
-//                      [--bin build/perftracker]
+//   build/server_ingest [--agents 10000] [--functions 500] [--channels AGENTS] [--inflight AGENTS]
+//                      [--threads 32] [--deadline 30] [--bin build/perftracker]
+//                      [--max-seconds 20 --grace-seconds 30] [--keep]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
@@ -104,66 +111,184 @@ RankSummary Synthetic(int rank, int world, int functions) {
   return s;
 }
 
-double PeakRssMb(pid_t pid) {
+// A field of /proc/PID/status in its own unit (kB for memory), or -1.
+double ProcStatus(pid_t pid, const char* field) {
   std::ifstream in(fmt::format("/proc/{}/status", pid));
   std::string line;
+  size_t n = std::strlen(field);
   while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) / 1024;
-  return 0;
+    if (line.compare(0, n, field) == 0 && line.size() > n && line[n] == ':')
+      return std::atof(line.c_str() + n + 1);
+  return -1;
 }
 
-int64_t Count(const std::string& db_path, const char* sql) {
+uint64_t FileSize(const std::string& path) {
+  std::error_code ec;
+  uintmax_t n = fs::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
+// What the store holds for one window, read back from the database file.
+struct StoreReadback {
+  bool opened = false;
+  int64_t rows = 0;
+  int64_t bytes = 0;       // summary blob bytes read back
+  int64_t matching = 0;    // ranks whose stored blob equals what was sent
+  int64_t mismatched = 0;  // stored for a known rank, but different bytes
+  int64_t duplicates = 0;  // second row for a rank
+  int64_t unknown = 0;     // a rank nobody sent
+};
+
+StoreReadback ReadBack(const std::string& db_path, int64_t window,
+                       const std::vector<std::string>& sent) {
+  StoreReadback out;
   sqlite3* db = nullptr;
-  int64_t n = -1;
-  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-      n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return out;
   }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT rank, summary FROM rank_summaries WHERE window_id = ?", -1,
+                         &st, nullptr) == SQLITE_OK) {
+    out.opened = true;
+    sqlite3_bind_int64(st, 1, window);
+    std::vector<char> seen(sent.size(), 0);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      ++out.rows;
+      int64_t rank = sqlite3_column_int64(st, 0);
+      const void* blob = sqlite3_column_blob(st, 1);
+      int n = sqlite3_column_bytes(st, 1);
+      out.bytes += n;
+      if (rank < 0 || rank >= static_cast<int64_t>(sent.size())) {
+        ++out.unknown;
+      } else if (seen[rank]) {
+        ++out.duplicates;
+      } else {
+        seen[rank] = 1;
+        const std::string& want = sent[rank];
+        if (static_cast<size_t>(n) == want.size() &&
+            (n == 0 || std::memcmp(blob, want.data(), n) == 0))
+          ++out.matching;
+        else
+          ++out.mismatched;
+      }
+    }
+  }
+  sqlite3_finalize(st);
   sqlite3_close(db);
-  return n;
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int agents = 10000, functions = 500, threads = 32, channels = 16;
+  int agents = 10000, functions = 500, threads = 32, channels = 0, inflight = 0;
+  double deadline_s = 30;                  // the agent's UploadWindow deadline (src/agent/agent.cc)
+  std::string max_seconds, grace_seconds;  // empty: the server's defaults
+  bool keep = false;
   std::string bin = "build/perftracker";
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
+    if (k == "--keep") {
+      keep = true;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "server_ingest: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const char* v = argv[++i];
     if (k == "--agents")
-      agents = std::atoi(argv[i + 1]);
+      agents = std::atoi(v);
     else if (k == "--functions")
-      functions = std::atoi(argv[i + 1]);
+      functions = std::atoi(v);
     else if (k == "--threads")
-      threads = std::atoi(argv[i + 1]);
+      threads = std::atoi(v);
     else if (k == "--channels")
-      channels = std::atoi(argv[i + 1]);
+      channels = std::atoi(v);
+    else if (k == "--inflight")
+      inflight = std::atoi(v);
+    else if (k == "--deadline")
+      deadline_s = std::atof(v);
+    else if (k == "--max-seconds")
+      max_seconds = v;
+    else if (k == "--grace-seconds")
+      grace_seconds = v;
     else if (k == "--bin")
-      bin = argv[i + 1];
+      bin = v;
+    else {
+      std::fprintf(stderr, "server_ingest: unknown flag %s\n", k.c_str());
+      return 2;
+    }
   }
+  if (agents <= 0 || threads <= 0) return 2;
+  if (channels <= 0 || channels > agents) channels = agents;
+  if (inflight <= 0 || inflight > agents) inflight = agents;
+  // One connection per agent: the client needs a descriptor per channel, more than the usual
+  // soft limit of 1,024. Raise it to the hard limit; the server raises its own.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  getrlimit(RLIMIT_NOFILE, &lim);
+  if (lim.rlim_cur != RLIM_INFINITY && static_cast<rlim_t>(channels) + 64 > lim.rlim_cur)
+    std::fprintf(stderr,
+                 "server_ingest: %d connections but only %llu descriptors (hard limit); expect "
+                 "failed calls, or pass --channels\n",
+                 channels, static_cast<unsigned long long>(lim.rlim_cur));
+
   std::string dir = fmt::format("/tmp/pt_ingest_{}", getpid());
   fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string log = dir + "/server.log";
   int port = perftracker::FreeLoopbackPort();
   std::string addr = fmt::format("127.0.0.1:{}", port);
   pid_t server = fork();
   if (server == 0) {
-    int devnull = ::open("/dev/null", O_WRONLY);
-    dup2(devnull, 1);
-    dup2(devnull, 2);
-    execl(bin.c_str(), bin.c_str(), "server", "--listen", addr.c_str(), "--report-dir", dir.c_str(),
-          "--max-seconds", "600", "--grace-seconds", "600", nullptr);
+    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(out, 1);
+    dup2(out, 2);
+    std::vector<std::string> a = {bin, "server", "--listen", addr, "--report-dir", dir};
+    if (!max_seconds.empty()) a.insert(a.end(), {"--max-seconds", max_seconds});
+    if (!grace_seconds.empty()) a.insert(a.end(), {"--grace-seconds", grace_seconds});
+    std::vector<char*> av;
+    for (auto& x : a) av.push_back(x.data());
+    av.push_back(nullptr);
+    execv(bin.c_str(), av.data());
     _exit(127);
   }
+  // Peak threads of the server, sampled while the benchmark runs.
+  std::atomic<bool> sampling{true};
+  std::atomic<int> peak_threads{0};
+  std::thread sampler([&] {
+    while (sampling) {
+      int t = static_cast<int>(ProcStatus(server, "Threads"));
+      if (t > peak_threads) peak_threads = t;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto finish = [&](int rc) {
+    sampling = false;
+    sampler.join();
+    kill(server, SIGTERM);
+    int status = 0;
+    waitpid(server, &status, 0);
+    if (rc == 0 && !keep)
+      fs::remove_all(dir);
+    else
+      std::printf("kept %s (server log: %s)\n", dir.c_str(), log.c_str());
+    return rc;
+  };
+
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
-  // Separate connections (a channel per subchannel pool), as separate agents would have.
+  // Separate connections (distinct channel arguments: no shared subchannel), as separate agents
+  // would have.
   std::vector<std::unique_ptr<v1::Collector::Stub>> stubs;
   for (int c = 0; c < channels; ++c) {
     grpc::ChannelArguments a = args;
-    a.SetInt("perftracker.channel", c);  // distinct args: no shared connection
+    a.SetInt("perftracker.channel", c);
     stubs.push_back(v1::Collector::NewStub(
         grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), a)));
   }
@@ -174,9 +299,8 @@ int main(int argc, char** argv) {
     v1::StatusReply st;
     if (stubs[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) break;
     if (Since(wait_up) > 30) {
-      std::fprintf(stderr, "ingest_bench: server did not start (%s)\n", bin.c_str());
-      kill(server, SIGKILL);
-      return 1;
+      std::fprintf(stderr, "server_ingest: server did not start (%s)\n", bin.c_str());
+      return finish(1);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
@@ -194,76 +318,134 @@ int main(int argc, char** argv) {
       });
     for (auto& t : pool) t.join();
   }
-  size_t total_bytes = 0;
-  for (const auto& b : bytes) total_bytes += b.size();
+  int64_t total_bytes = 0;
+  for (const auto& b : bytes) total_bytes += static_cast<int64_t>(b.size());
   std::printf("summaries: %d x %d functions, %.1f KB each on average (built in %.1f s)\n", agents,
               functions, total_bytes / 1024.0 / agents, Since(t_make));
 
-  auto parallel = [&](auto&& fn) {
+  // Registration (each agent on its own channel; connects it).
+  auto t_reg = Clock::now();
+  std::atomic<int> reg_failed{0};
+  {
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        for (int r = next++; r < agents; r = next++) fn(r, *stubs[t % channels]);
+      pool.emplace_back([&] {
+        for (int r = next++; r < agents; r = next++) {
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+          v1::RegisterRequest req;
+          req.set_host(fmt::format("node-{}", r / 8));
+          req.add_ranks(r);
+          v1::RegisterReply reply;
+          if (!stubs[r % channels]->Register(&ctx, req, &reply).ok()) ++reg_failed;
+        }
       });
     for (auto& t : pool) t.join();
-  };
-  auto t_reg = Clock::now();
-  std::atomic<int> reg_failed{0};
-  parallel([&](int r, v1::Collector::Stub& stub) {
+  }
+  int registered = -1;
+  {
     grpc::ClientContext ctx;
-    v1::RegisterRequest req;
-    req.set_host(fmt::format("node-{}", r / 8));
-    req.add_ranks(r);
-    v1::RegisterReply reply;
-    if (!stub.Register(&ctx, req, &reply).ok()) ++reg_failed;
-  });
-  std::printf("register: %d agents in %.2f s (%d failed)\n", agents, Since(t_reg),
-              reg_failed.load());
+    v1::StatusReply st;
+    if (stubs[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) registered = st.agents();
+  }
+  std::printf(
+      "register: %d agents registered (server's count) of %d, on %d connections, in %.2f "
+      "s (%d failed)\n",
+      registered, agents, channels, Since(t_reg), reg_failed.load());
   {
     grpc::ClientContext ctx;
     v1::TriggerReply tr;
     stubs[0]->Trigger(&ctx, v1::TriggerRequest(), &tr);
   }
 
-  std::atomic<int> accepted{0}, refused{0}, failed{0};
-  auto t_up = Clock::now();
-  parallel([&](int r, v1::Collector::Stub& stub) {
+  // Uploads: every agent's call started at once (up to --inflight), completions on one queue.
+  struct Call {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+    v1::UploadWindowReply reply;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::UploadWindowReply>> reader;
+  };
+  std::vector<std::unique_ptr<Call>> calls(agents);
+  grpc::CompletionQueue cq;
+  int accepted = 0, refused = 0, failed = 0;
+  std::map<std::string, int> errors;  // failure / refusal message -> count
+  auto t_up = Clock::now();
+  int started = 0;
+  auto start_one = [&](int r) {
+    auto c = std::make_unique<Call>();
+    c->ctx.set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
     v1::UploadWindowRequest req;
     req.set_window_id(1);
     req.set_rank(r);
     req.set_host(fmt::format("node-{}", r / 8));
     req.set_summary(bytes[r]);
-    v1::UploadWindowReply reply;
-    grpc::Status st = stub.UploadWindow(&ctx, req, &reply);
-    if (!st.ok()) {
+    c->reader = stubs[r % channels]->AsyncUploadWindow(&c->ctx, req, &cq);
+    c->reader->Finish(&c->reply, &c->status, reinterpret_cast<void*>(static_cast<intptr_t>(r)));
+    calls[r] = std::move(c);
+  };
+  for (; started < inflight; ++started) start_one(started);
+  for (int done = 0; done < agents; ++done) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!cq.Next(&tag, &ok)) break;
+    int r = static_cast<int>(reinterpret_cast<intptr_t>(tag));
+    Call& c = *calls[r];
+    if (!ok || !c.status.ok()) {
       ++failed;
-    } else if (reply.accepted()) {
+      ++errors[fmt::format("failed: {} {}", static_cast<int>(c.status.error_code()),
+                           c.status.error_message())];
+    } else if (c.reply.accepted()) {
       ++accepted;
     } else {
       ++refused;
+      ++errors["refused: " + c.reply.message()];
     }
-  });
+    calls[r].reset();
+    if (started < agents) start_one(started++);
+  }
   double upload_s = Since(t_up);
-  std::printf("upload: %d accepted, %d refused, %d failed in %.2f s (%.0f uploads/s, %.0f MB/s)\n",
-              accepted.load(), refused.load(), failed.load(), upload_s, agents / upload_s,
-              total_bytes / 1e6 / upload_s);
+  std::printf(
+      "upload: %d accepted, %d refused, %d failed in %.2f s (%.0f uploads/s, %.0f MB/s; "
+      "%d in flight at most, deadline %.0f s)\n",
+      accepted, refused, failed, upload_s, agents / upload_s, total_bytes / 1e6 / upload_s,
+      inflight, deadline_s);
+  int shown = 0;
+  for (const auto& [msg, n] : errors)
+    if (shown++ < 5) std::printf("  %d x %s\n", n, msg.c_str());
+
   std::string diag = dir + "/windows/1/diagnosis.json";
   while (!fs::exists(diag) && Since(t_up) < 1200)
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  std::printf("diagnosis written %.2f s after the first upload (%.2f s after the last)\n",
-              Since(t_up), Since(t_up) - upload_s);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  bool diagnosed = fs::exists(diag);
+  double diag_s = Since(t_up);
+  if (diagnosed)
+    std::printf(
+        "diagnosis: complete %.2f s after the first upload started (%.2f s after the "
+        "last reply)\n",
+        diag_s, diag_s - upload_s);
+  else
+    std::printf("diagnosis: NOT written within %.0f s\n", diag_s);
+
   std::string db = dir + "/perftracker.db";
-  std::printf("store: %lld rank summaries, %lld with their bytes\n",
-              static_cast<long long>(Count(db, "SELECT count(*) FROM rank_summaries")),
-              static_cast<long long>(
-                  Count(db, "SELECT count(*) FROM rank_summaries WHERE length(summary) > 0")));
-  std::printf("server peak RSS: %.0f MB\n", PeakRssMb(server));
-  kill(server, SIGTERM);
-  int status = 0;
-  waitpid(server, &status, 0);
-  fs::remove_all(dir);
-  return accepted.load() == agents ? 0 : 1;
+  StoreReadback rb = ReadBack(db, 1, bytes);
+  int64_t lost = agents - rb.matching;
+  std::printf(
+      "store: %lld rows, %.1f MB of summaries read back (%.1f MB sent); %lld identical to "
+      "what was sent, %lld differ, %lld duplicate, %lld unknown rank\n",
+      static_cast<long long>(rb.rows), rb.bytes / 1e6, total_bytes / 1e6,
+      static_cast<long long>(rb.matching), static_cast<long long>(rb.mismatched),
+      static_cast<long long>(rb.duplicates), static_cast<long long>(rb.unknown));
+  std::printf("lost: %lld of %d summaries%s\n", static_cast<long long>(lost), agents,
+              lost == 0 ? " (none lost)" : "");
+  std::printf("server: peak RSS (VmHWM) %.0f MB, peak threads %d\n",
+              ProcStatus(server, "VmHWM") / 1024, peak_threads.load());
+  uint64_t db_size = FileSize(db), wal_size = FileSize(db + "-wal"),
+           shm_size = FileSize(db + "-shm");
+  std::printf("store on disk: %.1f MB (database %.1f MB + WAL %.1f MB + shm %.1f MB)\n",
+              (db_size + wal_size + shm_size) / 1e6, db_size / 1e6, wal_size / 1e6, shm_size / 1e6);
+  bool ok = rb.opened && lost == 0 && rb.duplicates == 0 && rb.unknown == 0 && accepted == agents &&
+            registered == agents && diagnosed;
+  return finish(ok ? 0 : 1);
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -251,6 +252,22 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     Publish(id, d, "window");
   }
 
+  // Closes window ID like CloseWindowLocked, but diagnoses with LK released: a 10,000-rank
+  // diagnosis takes seconds, and every other call (uploads to the next window, iteration
+  // reports, commands, status) needs the lock. The window is sealed first, so uploads that
+  // arrive meanwhile are refused as for any closed window.
+  void CloseWindow(std::unique_lock<std::mutex>& lk, int64_t id) {
+    Window& w = *windows[id];
+    if (w.closed()) return;
+    Window::Sealed sealed = w.Seal();
+    if (open_window == id) open_window = 0;
+    last_closed = std::chrono::steady_clock::now();
+    lk.unlock();
+    diagnose::Diagnosis d = Window::Diagnose(std::move(sealed));
+    lk.lock();
+    Publish(id, d, "window");
+  }
+
   // Writes DIR/windows/<id>/diagnosis.json and DIR/diagnosis.json, stores and prints D.
   void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what) {
     std::string json = report::RenderJson(d);
@@ -333,7 +350,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     while (!shutting_down) {
       cv.wait_for(lk, std::chrono::milliseconds(100));
       if (open_window && windows[open_window]->Expired(Window::Clock::now()))
-        CloseWindowLocked(open_window);
+        CloseWindow(lk, open_window);
       if (pending_hang && std::chrono::steady_clock::now() - pending_hang->since >=
                               std::chrono::duration<double>(options.hang_confirm_seconds)) {
         PendingHang p = *pending_hang;
@@ -419,13 +436,6 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
   grpc::Status UploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
                             v1::UploadWindowReply* reply) override {
     if (auto st = Authorize(ctx); !st.ok()) return st;
-    std::lock_guard lk(mu);
-    auto it = windows.find(req->window_id());
-    if (it == windows.end() || it->second->closed()) {
-      reply->set_accepted(false);
-      reply->set_message(fmt::format("window {} is not open", req->window_id()));
-      return grpc::Status::OK;
-    }
     RankUpload up;
     up.rank = req->rank();
     up.host = req->host();
@@ -433,34 +443,56 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     up.hardware.insert(req->hardware().values().begin(), req->hardware().values().end());
     up.nvml = req->hardware().nvml();
     std::string hw = HardwareJson(up.hardware, up.nvml);
-    auto summary = it->second->AddUpload(std::move(up));
+    // Parsing (inflate + decode) is most of an upload's cost and needs no shared state: done
+    // before taking the lock, thousands of concurrent uploads parse in parallel.
+    auto parsed = Window::Parse(up, req->window_id());
+    std::unique_lock lk(mu);
+    auto it = windows.find(req->window_id());
+    if (it == windows.end() || it->second->closed()) {
+      reply->set_accepted(false);
+      reply->set_message(fmt::format("window {} is not open", req->window_id()));
+      return grpc::Status::OK;
+    }
+    if (!parsed.ok()) {
+      reply->set_accepted(false);
+      reply->set_message(parsed.status().message());
+      return grpc::Status::OK;
+    }
+    auto summary = it->second->AddParsed(std::move(up), *std::move(parsed));
     if (!summary.ok()) {
       reply->set_accepted(false);
       reply->set_message(summary.status().message());
       return grpc::Status::OK;
     }
+    const pattern::RankSummary& s = **summary;
     RankSummaryRow row;
     row.window_id = req->window_id();
-    row.rank = summary->rank;
-    row.host = summary->host;
+    row.rank = s.rank;
+    row.host = s.host;
     row.summary_bytes = static_cast<int64_t>(req->summary().size());
-    row.iterations = static_cast<int>(summary->iteration_ms.size());
-    row.mean_iteration_ms = summary->MeanIterationMs();
+    row.iterations = static_cast<int>(s.iteration_ms.size());
+    row.mean_iteration_ms = s.MeanIterationMs();
     row.hardware_json = hw;
     row.summary = req->summary();
-    if (::perftracker::Status st = store->AddRankSummary(row); !st.ok())
+    // The window has the summary (it is in the diagnosis) even when the store failed: accepted,
+    // with a message that says it was not stored.
+    if (::perftracker::Status st = store->AddRankSummary(row); !st.ok()) {
       std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
-    RankState& rs = ranks[summary->rank];
-    if (rs.host.empty()) rs.host = summary->host;
+      reply->set_message(fmt::format("accepted but not stored: {}", st.message()));
+    }
+    RankState& rs = ranks[s.rank];
+    if (rs.host.empty()) rs.host = s.host;
     // Without iteration reports (a folder-watching agent), the window's iterations are all the
     // server knows of the rank's pace.
     if (rs.count == 0)
-      for (double ms : summary->iteration_ms) rs.Add(ms);
+      for (double ms : s.iteration_ms) rs.Add(ms);
     std::fprintf(stderr, "perftracker server: window %lld: rank %d from %s, summary %zu bytes\n",
-                 static_cast<long long>(req->window_id()), summary->rank, row.host.c_str(),
+                 static_cast<long long>(req->window_id()), s.rank, row.host.c_str(),
                  req->summary().size());
     reply->set_accepted(true);
-    if (it->second->Complete()) CloseWindowLocked(req->window_id());
+    // The last expected upload closes the window; its reply waits for the diagnosis (a caller
+    // that uploaded everything finds DIR/windows/<n>/diagnosis.json written), other calls don't.
+    if (it->second->Complete()) CloseWindow(lk, req->window_id());
     return grpc::Status::OK;
   }
 
@@ -576,6 +608,13 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   if (ec)
     return InvalidArgument(
         fmt::format("{}: cannot create folder: {}", options.report_dir, ec.message()));
+  // Every agent holds a connection (a descriptor) for the whole job; the usual soft limit of
+  // 1,024 descriptors would refuse agents long before 10,000. Raise it to the hard limit (no
+  // privilege needed); a limit still too low shows as refused connections, not a crash.
+  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   PT_ASSIGN_OR_RETURN(impl->store,

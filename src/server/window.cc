@@ -15,33 +15,48 @@ Window::Window(WindowSpec spec, std::set<int> expected, Clock::time_point deadli
       declared_(!expected_.empty()),
       deadline_(deadline) {}
 
+StatusOr<pattern::RankSummary> Window::Parse(const RankUpload& upload, int64_t window_id) {
+  return pattern::ParseSummary(upload.summary_bytes,
+                               fmt::format("window {} rank {}", window_id, upload.rank));
+}
+
 StatusOr<pattern::RankSummary> Window::AddUpload(RankUpload upload) {
   if (closed_) return InvalidArgument(fmt::format("window {} is closed", spec_.id));
-  auto summary = pattern::ParseSummary(upload.summary_bytes,
-                                       fmt::format("window {} rank {}", spec_.id, upload.rank));
+  auto summary = Parse(upload, spec_.id);
   if (!summary.ok()) return summary.status();
+  auto kept = AddParsed(std::move(upload), *std::move(summary));
+  if (!kept.ok()) return kept.status();
+  return **kept;
+}
+
+StatusOr<const pattern::RankSummary*> Window::AddParsed(RankUpload upload,
+                                                        pattern::RankSummary summary) {
+  if (closed_) return InvalidArgument(fmt::format("window {} is closed", spec_.id));
   // The uploader's rank wins when the trace did not say (single-process jobs, old traces).
-  if (upload.rank < 0) upload.rank = summary->rank;
+  if (upload.rank < 0) upload.rank = summary.rank;
   if (upload.rank < 0) upload.rank = 0;
-  summary->rank = upload.rank;
+  summary.rank = upload.rank;
   if (uploads_.count(upload.rank))
     return InvalidArgument(
         fmt::format("window {}: rank {} already reported", spec_.id, upload.rank));
-  if (summary->host.empty()) summary->host = upload.host;
+  if (summary.host.empty()) summary.host = upload.host;
   // Ranks the agents declared define the window; only without them does a trace's world size
   // say who else should report (a job may profile a subset of a large world).
   if (!declared_)
-    for (int r = 0; r < summary->world_size && r < 65536; ++r) expected_.insert(r);
+    for (int r = 0; r < summary.world_size && r < 65536; ++r) expected_.insert(r);
   expected_.insert(upload.rank);
-  summaries_[upload.rank] = *summary;
-  uploads_[upload.rank] = std::move(upload);
-  return *summary;
+  int rank = upload.rank;
+  std::string().swap(upload.summary_bytes);  // parsed; the store keeps the bytes
+  uploads_[rank] = std::move(upload);
+  auto [it, inserted] = summaries_.insert_or_assign(rank, std::move(summary));
+  return &it->second;
 }
 
 bool Window::Complete() const {
-  if (uploads_.empty()) return false;
-  return std::all_of(expected_.begin(), expected_.end(),
-                     [&](int r) { return uploads_.count(r) > 0; });
+  // Every reported rank is in expected_ (AddParsed inserts it), so equal sizes mean every
+  // expected rank reported. Checking each expected rank instead made a 10,000-rank window
+  // quadratic: it ran on every upload.
+  return !uploads_.empty() && uploads_.size() == expected_.size();
 }
 
 std::vector<int> Window::Reported() const {
@@ -57,16 +72,31 @@ std::vector<int> Window::Missing() const {
   return out;
 }
 
-diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
+Window::Sealed Window::Seal() {
   closed_ = true;
-  std::vector<pattern::RankSummary> ranks;
-  for (auto& [r, s] : summaries_) ranks.push_back(s);
+  Sealed sealed;
+  sealed.spec = spec_;
+  sealed.ranks.reserve(summaries_.size());
+  // The window is closed for good: its summaries move out (copying 10,000 ranks' summaries
+  // would double the server's peak memory).
+  for (auto& [r, s] : summaries_) sealed.ranks.push_back(std::move(s));
+  summaries_.clear();
+  for (const auto& [r, u] : uploads_) sealed.metrics[r] = u.hardware;
+  sealed.missing = Missing();
+  sealed.expected = static_cast<int>(expected_.size());
+  return sealed;
+}
+
+diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
+  return Diagnose(Seal(), options);
+}
+
+diagnose::Diagnosis Window::Diagnose(Sealed sealed, const diagnose::DiagnoseOptions& options) {
+  const std::vector<pattern::RankSummary>& ranks = sealed.ranks;
+  const std::vector<int>& missing = sealed.missing;
   diagnose::Diagnosis diagnosis;
   if (!ranks.empty()) diagnosis = diagnose::Diagnose(ranks, options);
-  diagnose::RankMetrics metrics;
-  for (const auto& [r, u] : uploads_) metrics[r] = u.hardware;
-  diagnose::AddMetricFindings(metrics, ranks, &diagnosis);
-  std::vector<int> missing = Missing();
+  diagnose::AddMetricFindings(sealed.metrics, ranks, &diagnosis);
   if (!missing.empty()) {
     diagnose::Finding f;
     f.finding_class = diagnose::FindingClass::kSubset;
@@ -74,12 +104,12 @@ diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
     f.category = "missing_rank";
     f.ranks = missing;
     f.evidence["missing_ranks"] = static_cast<double>(missing.size());
-    f.evidence["reported_ranks"] = static_cast<double>(uploads_.size());
-    f.evidence["deadline_s"] = spec_.max_seconds;
+    f.evidence["reported_ranks"] = static_cast<double>(ranks.size());
+    f.evidence["deadline_s"] = sealed.spec.max_seconds;
     f.summary = fmt::format(
         "no report from rank{} {} for window {} before its deadline: the rank may be hung, "
         "dead, or its agent unreachable",
-        missing.size() == 1 ? "" : "s", diagnose::RankList(missing), spec_.id);
+        missing.size() == 1 ? "" : "s", diagnose::RankList(missing), sealed.spec.id);
     f.suggestion =
         "check that the rank's process is alive and progressing (py-spy dump, NCCL debug logs) "
         "and that its node agent runs";
@@ -88,8 +118,7 @@ diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
     diagnosis.job.notes.push_back(
         fmt::format("no report from rank(s) {}", diagnose::RankList(missing)));
   }
-  if (diagnosis.job.world_size < static_cast<int>(expected_.size()))
-    diagnosis.job.world_size = static_cast<int>(expected_.size());
+  if (diagnosis.job.world_size < sealed.expected) diagnosis.job.world_size = sealed.expected;
   return diagnosis;
 }
 

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "diagnose/diagnose.h"
+#include "diagnose/link.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::server {
@@ -27,7 +28,9 @@ struct WindowSpec {
 struct RankUpload {
   int rank = -1;
   std::string host;
-  std::string summary_bytes;  // pattern::SerializeSummary
+  // pattern::SerializeSummary. A window releases it once parsed (the store keeps the bytes):
+  // at 10,000 ranks they would otherwise sit in memory twice, raw and parsed.
+  std::string summary_bytes;
   std::map<std::string, double> hardware;
   std::string nvml;
 };
@@ -45,7 +48,14 @@ class Window {
   // closed, is refused.
   StatusOr<pattern::RankSummary> AddUpload(RankUpload upload);
 
-  // All expected ranks reported (and at least one did).
+  // The two halves of AddUpload, so a server can parse (the expensive part) without holding the
+  // lock that guards the window. Parse touches no window state.
+  static StatusOr<pattern::RankSummary> Parse(const RankUpload& upload, int64_t window_id);
+  // Keeps an upload parsed by Parse; returns the summary as kept (rank and host filled in), valid
+  // until the window closes.
+  StatusOr<const pattern::RankSummary*> AddParsed(RankUpload upload, pattern::RankSummary summary);
+
+  // All expected ranks reported (and at least one did). O(1): every reported rank is expected.
   bool Complete() const;
   bool Expired(Clock::time_point now) const { return now >= deadline_; }
   bool closed() const { return closed_; }
@@ -56,6 +66,19 @@ class Window {
 
   // Diagnoses what arrived and adds a missing_rank finding for the ranks that did not.
   diagnose::Diagnosis Close(const diagnose::DiagnoseOptions& options = {});
+
+  // Close in two steps, so a server diagnoses without holding its lock: Seal closes the window
+  // (later uploads are refused) and moves out what the diagnosis needs; Diagnose runs on it
+  // alone.
+  struct Sealed {
+    WindowSpec spec;
+    std::vector<pattern::RankSummary> ranks;
+    diagnose::RankMetrics metrics;
+    std::vector<int> missing;
+    int expected = 0;
+  };
+  Sealed Seal();
+  static diagnose::Diagnosis Diagnose(Sealed sealed, const diagnose::DiagnoseOptions& options = {});
 
  private:
   WindowSpec spec_;
