@@ -27,7 +27,7 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
-                                        const std::vector<pattern::RankSummary>& ranks) {
+                                        const std::vector<pattern::CompactRank>& ranks) {
   std::vector<Conn> conns;
   std::map<std::string, int> owner;  // local endpoint -> rank
   for (const auto& [rank, m] : metrics) {
@@ -83,21 +83,22 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
   std::vector<double> comm, iter;
   for (const auto& r : ranks) {
     double c = 0;
-    for (const auto& fn : r.functions)
-      if (fn.fclass == pattern::FunctionClass::kCollective && fn.top_level) c += fn.per_iter_us;
+    for (const auto& fn : r.compact)
+      if (fn.fclass() == pattern::FunctionClass::kCollective && fn.top_level) c += fn.per_iter_us;
     comm.push_back(c / 1e3);
     iter.push_back(r.MeanIterationMs());
     if (r.rank == slow && !r.host.empty()) f.hosts = {r.host};
     if (r.rank == slow) {
-      std::vector<std::pair<double, const pattern::FunctionPattern*>> colls;
-      for (const auto& fn : r.functions)
-        if (fn.fclass == pattern::FunctionClass::kCollective)
+      std::vector<std::pair<double, const pattern::CompactFunction*>> colls;
+      for (const auto& fn : r.compact)
+        if (fn.fclass() == pattern::FunctionClass::kCollective)
           colls.push_back({fn.per_iter_us, &fn});
       std::sort(colls.begin(), colls.end(),
                 [](const auto& a, const auto& b) { return a.first > b.first; });
       for (size_t i = 0; i < colls.size() && i < 3; ++i)
-        f.functions.push_back(
-            {colls[i].second->name, std::string(trace::EventKindName(colls[i].second->kind)), {}});
+        f.functions.push_back({colls[i].second->name(),
+                               std::string(trace::EventKindName(colls[i].second->kind())),
+                               {}});
     }
   }
   double median_iter = Median(iter);
@@ -126,7 +127,7 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
   return f;
 }
 
-void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::RankSummary>& ranks,
+void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d) {
   std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks);
   if (!link) return;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "diagnose/finding.h"
+#include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::diagnose {
@@ -25,11 +26,11 @@ using RankMetrics = std::map<int, std::map<std::string, double>>;
 // A finding (category "communication", cause hardware) naming the rank whose connections back
 // up, or nothing. RANKS give hosts and the time collectives take (the impact).
 std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
-                                        const std::vector<pattern::RankSummary>& ranks);
+                                        const std::vector<pattern::CompactRank>& ranks);
 
 // Adds the metric-based findings to D: a slow link replaces the all-rank communication
 // findings it explains; findings stay sorted by impact.
-void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::RankSummary>& ranks,
+void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d);
 
 }  // namespace perftracker::diagnose

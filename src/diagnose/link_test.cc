@@ -14,8 +14,8 @@ void Conn(RankMetrics* m, int from, int to, double bytes) {
   (*m)[to].try_emplace("tcp.sendq." + End(to, from) + ">" + End(from, to), 0.0);
 }
 
-std::vector<pattern::RankSummary> Ranks(int n) {
-  std::vector<pattern::RankSummary> out;
+pattern::CompactJob Ranks(int n) {
+  pattern::CompactJob job;
   for (int r = 0; r < n; ++r) {
     pattern::RankSummary s;
     s.rank = r;
@@ -27,9 +27,9 @@ std::vector<pattern::RankSummary> Ranks(int n) {
     f.top_level = true;
     f.per_iter_us = 60000;
     s.functions.push_back(f);
-    out.push_back(s);
+    job.Add(std::move(s));
   }
-  return out;
+  return job;
 }
 
 TEST(SlowLink, TheRankAtTheEndOfEveryBackedUpConnection) {
@@ -40,7 +40,7 @@ TEST(SlowLink, TheRankAtTheEndOfEveryBackedUpConnection) {
   Conn(&m, 1, 2, 50000);
   Conn(&m, 3, 0, 800);
   Conn(&m, 0, 1, 500);
-  auto f = DiagnoseSlowLink(m, Ranks(4));
+  auto f = DiagnoseSlowLink(m, Ranks(4).ranks());
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->ranks, std::vector<int>({2}));
   EXPECT_EQ(f->category, "communication");
@@ -56,15 +56,15 @@ TEST(SlowLink, NothingBackedUpNoFinding) {
   RankMetrics m;
   Conn(&m, 0, 1, 1000);
   Conn(&m, 1, 2, 2000);
-  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(3)).has_value());
-  EXPECT_FALSE(DiagnoseSlowLink({}, Ranks(3)).has_value());
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(3).ranks()).has_value());
+  EXPECT_FALSE(DiagnoseSlowLink({}, Ranks(3).ranks()).has_value());
 }
 
 TEST(SlowLink, TwoSeparateBackedUpPairsAreNotOneLink) {
   RankMetrics m;
   Conn(&m, 0, 1, 90000);
   Conn(&m, 2, 3, 90000);
-  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(4)).has_value());
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(4).ranks()).has_value());
 }
 
 TEST(SlowLink, ReplacesTheAllRankCommunicationFindingsItExplains) {
@@ -80,7 +80,7 @@ TEST(SlowLink, ReplacesTheAllRankCommunicationFindingsItExplains) {
   other.category = "data_loader";
   other.impact_ms = 5;
   d.findings = {low, other};
-  AddMetricFindings(m, Ranks(4), &d);
+  AddMetricFindings(m, Ranks(4).ranks(), &d);
   ASSERT_EQ(d.findings.size(), 2u);
   EXPECT_EQ(d.findings[0].category, "communication");
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>({2}));

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <thread>
@@ -458,20 +459,23 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       reply->set_message(parsed.status().message());
       return grpc::Status::OK;
     }
-    auto summary = it->second->AddParsed(std::move(up), *std::move(parsed));
-    if (!summary.ok()) {
+    auto kept = it->second->AddParsed(std::move(up), *std::move(parsed));
+    if (!kept.ok()) {
       reply->set_accepted(false);
-      reply->set_message(summary.status().message());
+      reply->set_message(kept.status().message());
       return grpc::Status::OK;
     }
-    const pattern::RankSummary& s = **summary;
+    const Window::Kept& s = *kept;
     RankSummaryRow row;
     row.window_id = req->window_id();
     row.rank = s.rank;
     row.host = s.host;
     row.summary_bytes = static_cast<int64_t>(req->summary().size());
     row.iterations = static_cast<int>(s.iteration_ms.size());
-    row.mean_iteration_ms = s.MeanIterationMs();
+    row.mean_iteration_ms = s.iteration_ms.empty() ? 0
+                                                   : std::accumulate(s.iteration_ms.begin(),
+                                                                     s.iteration_ms.end(), 0.0) /
+                                                         static_cast<double>(s.iteration_ms.size());
     row.hardware_json = hw;
     row.summary = req->summary();
     // The window has the summary (it is in the diagnosis) even when the store failed: accepted,

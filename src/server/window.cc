@@ -24,13 +24,15 @@ StatusOr<pattern::RankSummary> Window::AddUpload(RankUpload upload) {
   if (closed_) return InvalidArgument(fmt::format("window {} is closed", spec_.id));
   auto summary = Parse(upload, spec_.id);
   if (!summary.ok()) return summary.status();
+  pattern::RankSummary copy = *summary;
   auto kept = AddParsed(std::move(upload), *std::move(summary));
   if (!kept.ok()) return kept.status();
-  return **kept;
+  copy.rank = kept->rank;
+  copy.host = kept->host;
+  return copy;
 }
 
-StatusOr<const pattern::RankSummary*> Window::AddParsed(RankUpload upload,
-                                                        pattern::RankSummary summary) {
+StatusOr<Window::Kept> Window::AddParsed(RankUpload upload, pattern::RankSummary summary) {
   if (closed_) return InvalidArgument(fmt::format("window {} is closed", spec_.id));
   // The uploader's rank wins when the trace did not say (single-process jobs, old traces).
   if (upload.rank < 0) upload.rank = summary.rank;
@@ -48,8 +50,9 @@ StatusOr<const pattern::RankSummary*> Window::AddParsed(RankUpload upload,
   int rank = upload.rank;
   std::string().swap(upload.summary_bytes);  // parsed; the store keeps the bytes
   uploads_[rank] = std::move(upload);
-  auto [it, inserted] = summaries_.insert_or_assign(rank, std::move(summary));
-  return &it->second;
+  Kept kept{rank, summary.host, summary.iteration_ms};
+  job_.Add(std::move(summary));
+  return kept;
 }
 
 bool Window::Complete() const {
@@ -76,11 +79,10 @@ Window::Sealed Window::Seal() {
   closed_ = true;
   Sealed sealed;
   sealed.spec = spec_;
-  sealed.ranks.reserve(summaries_.size());
-  // The window is closed for good: its summaries move out (copying 10,000 ranks' summaries
-  // would double the server's peak memory).
-  for (auto& [r, s] : summaries_) sealed.ranks.push_back(std::move(s));
-  summaries_.clear();
+  // The window is closed for good: its patterns move out.
+  job_.SortByRank();
+  sealed.job = std::move(job_);
+  job_ = pattern::CompactJob();
   for (const auto& [r, u] : uploads_) sealed.metrics[r] = u.hardware;
   sealed.missing = Missing();
   sealed.expected = static_cast<int>(expected_.size());
@@ -92,10 +94,10 @@ diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
 }
 
 diagnose::Diagnosis Window::Diagnose(Sealed sealed, const diagnose::DiagnoseOptions& options) {
-  const std::vector<pattern::RankSummary>& ranks = sealed.ranks;
+  const std::vector<pattern::CompactRank>& ranks = sealed.job.ranks();
   const std::vector<int>& missing = sealed.missing;
   diagnose::Diagnosis diagnosis;
-  if (!ranks.empty()) diagnosis = diagnose::Diagnose(ranks, options);
+  if (!ranks.empty()) diagnosis = diagnose::Diagnose(sealed.job, options);
   diagnose::AddMetricFindings(sealed.metrics, ranks, &diagnosis);
   if (!missing.empty()) {
     diagnose::Finding f;

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/link.h"
+#include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::server {
@@ -51,9 +52,14 @@ class Window {
   // The two halves of AddUpload, so a server can parse (the expensive part) without holding the
   // lock that guards the window. Parse touches no window state.
   static StatusOr<pattern::RankSummary> Parse(const RankUpload& upload, int64_t window_id);
-  // Keeps an upload parsed by Parse; returns the summary as kept (rank and host filled in), valid
-  // until the window closes.
-  StatusOr<const pattern::RankSummary*> AddParsed(RankUpload upload, pattern::RankSummary summary);
+  // Keeps an upload parsed by Parse (in the window's compact job: a 10,000-rank window holds
+  // every rank's patterns); returns what the server records of the rank (rank and host filled in).
+  struct Kept {
+    int rank = -1;
+    std::string host;
+    std::vector<double> iteration_ms;
+  };
+  StatusOr<Kept> AddParsed(RankUpload upload, pattern::RankSummary summary);
 
   // All expected ranks reported (and at least one did). O(1): every reported rank is expected.
   bool Complete() const;
@@ -72,7 +78,7 @@ class Window {
   // alone.
   struct Sealed {
     WindowSpec spec;
-    std::vector<pattern::RankSummary> ranks;
+    pattern::CompactJob job;
     diagnose::RankMetrics metrics;
     std::vector<int> missing;
     int expected = 0;
@@ -87,7 +93,7 @@ class Window {
   Clock::time_point deadline_;
   bool closed_ = false;
   std::map<int, RankUpload> uploads_;
-  std::map<int, pattern::RankSummary> summaries_;
+  pattern::CompactJob job_;
 };
 
 }  // namespace perftracker::server
