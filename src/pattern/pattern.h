@@ -65,7 +65,7 @@ struct FunctionPattern {
 };
 
 struct RankSummary {
-  static constexpr int kVersion = 2;  // 2: deflated payload; 1 still reads
+  static constexpr int kVersion = 3;  // 3: zstd payload; 2 (deflated) and 1 still read
   int rank = -1;
   int world_size = -1;
   std::string host;

@@ -2,6 +2,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include <cstdio>
 #include <random>
@@ -166,6 +168,44 @@ TEST(SummaryIoTest, RoundTrip) {
   EXPECT_EQ(SerializeSummary(*back), bytes);
 }
 
+// Summaries of earlier releases stay readable: version 2 deflated the same payload with zlib,
+// version 1 stored it as is.
+TEST(SummaryIoTest, ReadsVersionsOneAndTwo) {
+  const RankSummary s = Sample();
+  const std::string v3 = SerializeSummary(s);
+  ASSERT_EQ(v3[8], 3);
+  size_t pos = 12;
+  uint64_t size = 0;
+  for (int shift = 0;; shift += 7) {
+    const auto b = static_cast<uint8_t>(v3[pos++]);
+    size |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if (!(b & 0x80)) break;
+  }
+  std::string payload(size, '\0');
+  ASSERT_EQ(ZSTD_decompress(payload.data(), size, v3.data() + pos, v3.size() - pos), size);
+
+  std::string v1 = v3.substr(0, 12) + payload;
+  v1[8] = 1;
+  StatusOr<RankSummary> one = ParseSummary(v1, "v1.summary");
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  ExpectEqual(s, *one);
+
+  uLongf n = compressBound(size);
+  std::string z(n, '\0');
+  ASSERT_EQ(compress2(reinterpret_cast<Bytef*>(z.data()), &n,
+                      reinterpret_cast<const Bytef*>(payload.data()), size, 6),
+            Z_OK);
+  std::string v2 = v3.substr(0, pos) + z.substr(0, n);
+  v2[8] = 2;
+  StatusOr<RankSummary> two = ParseSummary(v2, "v2.summary");
+  ASSERT_TRUE(two.ok()) << two.status().message();
+  ExpectEqual(s, *two);
+  StatusOr<RankSummary> cut = ParseSummary(v2.substr(0, v2.size() - 3), "v2.summary");
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().message(),
+            "v2.summary: truncated summary at byte " + std::to_string(v2.size() - 3));
+}
+
 TEST(SummaryIoTest, EmptySummaryRoundTrips) {
   StatusOr<RankSummary> back = ParseSummary(SerializeSummary(RankSummary{}), "e.summary");
   ASSERT_TRUE(back.ok()) << back.status().message();
@@ -200,7 +240,7 @@ TEST(SummaryIoTest, NewerVersion) {
   StatusOr<RankSummary> r = ParseSummary(bytes, "x.summary");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "x.summary: summary version 7 is newer than this perftracker (2)");
+            "x.summary: summary version 7 is newer than this perftracker (3)");
 }
 
 TEST(SummaryIoTest, EveryTruncationFailsCleanly) {
