@@ -184,6 +184,18 @@ TEST(Faults, LoaderGcContentionTinySync) {
   }
 }
 
+// Kernel noise must not eat a rank's CPU-side stalls: with syncs (16 x 1.5 ms) and tiny kernels
+// (3000 x 13 us launch gap) plus the 2 ms step overhead, every rank's GPU idles at least
+// 65 ms, whatever its compute noise; the noise moves into its collective waits instead.
+TEST(Faults, GpuIdleIsAtLeastTheRanksOwnStalls) {
+  Simulator sim(Make(320, "tp=8,pp=5", {"tiny-kernels@all", "sync@all"}));
+  for (int r = 0; r < 320; r += 3) {
+    auto s = sim.SimulateRank(r);
+    EXPECT_GE(s.gpu_idle_us, 16 * 1500 + 3000 * 13 + 2000 - 1) << "rank " << r;
+    EXPECT_NEAR(s.gpu_busy_us + s.gpu_idle_us, s.window_ms * 1000 / 6, 0.02 * s.gpu_busy_us);
+  }
+}
+
 TEST(Faults, HangWritesNothingAndTruthNamesIt) {
   Config c = Make(16, "tp=2,pp=2", {"hang@rank=3", "slow-nic@node=1"});
   Simulator sim(c);

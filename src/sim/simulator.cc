@@ -63,6 +63,9 @@ constexpr double kCpuContentionFactor = 2.5;
 constexpr double kCpuContentionStall = 0.2;  // GPU idle added, as a share of compute
 constexpr double kGcUs = 60000;
 constexpr int kTinyKernels = 3000;
+constexpr double kTinyKernelUs = 2;  // GPU time of one tiny kernel
+constexpr double kTinyFillUs = 9;    // CPU time of the aten::fill_ that issues it
+constexpr double kLaunchUs = 6;      // CPU time of one cudaLaunchKernel
 constexpr int kSyncCalls = 16;
 constexpr double kSyncIdleUs = 1500;  // GPU idle each sync leaves behind
 
@@ -350,8 +353,9 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
   }
   if (tiny) {
     // Per-parameter work launched one tensor at a time: launch-bound.
-    s.push_back(MakeSpec(kTiny, EventKind::kKernel, Role::kTinyKernel, 2, kTinyKernels));
-    s.push_back(MakeSpec("aten::fill_", EventKind::kCpuOp, Role::kCpuOp, 9, kTinyKernels,
+    s.push_back(
+        MakeSpec(kTiny, EventKind::kKernel, Role::kTinyKernel, kTinyKernelUs, kTinyKernels));
+    s.push_back(MakeSpec("aten::fill_", EventKind::kCpuOp, Role::kCpuOp, kTinyFillUs, kTinyKernels,
                          top + ";megatron/core/optimizer/clip_grads.py(54): clip_grad_norm_fp32"));
     kernels += kTinyKernels;
   }
@@ -365,7 +369,8 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
                          kSyncCalls, top + ";train.py(151): report_loss;aten::item"));
   }
   // Runtime calls: one launch per kernel.
-  s.push_back(MakeSpec("cudaLaunchKernel", EventKind::kCudaRuntime, Role::kLaunch, 6, kernels));
+  s.push_back(
+      MakeSpec("cudaLaunchKernel", EventKind::kCudaRuntime, Role::kLaunch, kLaunchUs, kernels));
   s.push_back(
       MakeSpec("cudaStreamWaitEvent", EventKind::kCudaRuntime, Role::kLaunch, 3, per * 2 + 8));
   s.push_back(MakeSpec("cudaEventRecord", EventKind::kCudaRuntime, Role::kLaunch, 3, per * 2 + 8));
@@ -982,7 +987,8 @@ struct Simulator::Impl {
 
   // A rank's own work per iteration (no waiting), with or without its rank/node/switch faults.
   // Faults on every rank stay in both: they delay nobody relative to anyone.
-  double Own(int rank, bool faults) const {
+  // `stall_out`, when given, gets the part of it that leaves the GPU idle.
+  double Own(int rank, bool faults, double* stall_out = nullptr) const {
     const std::vector<Spec>& specs = stages[topo.CoordOf(rank).pp];
     double gpu = 0, stall = 0, compute = 0;
     for (const Spec& s : specs) {
@@ -995,8 +1001,9 @@ struct Simulator::Impl {
       } else if (s.role == Role::kLoader) {
         stall += s.base_us + Extra(rank, s.role, faults);
       } else if (s.role == Role::kTinyKernel) {
-        // Launch-bound: the GPU waits for each launch (~7 us) to run a 2 us kernel.
-        stall += s.calls * 5.0;
+        // Launch-bound: the CPU issues each tiny kernel with an aten::fill_ and a
+        // cudaLaunchKernel (15 us); the GPU runs it in 2 us and idles the rest.
+        stall += s.calls * std::max(0.0, kTinyFillUs + kLaunchUs - s.base_us);
         gpu += s.calls * s.base_us;
       } else if (s.role == Role::kSync && s.kind == EventKind::kCudaRuntime) {
         stall += s.calls * kSyncIdleUs;
@@ -1009,7 +1016,9 @@ struct Simulator::Impl {
         if (f.kind == FaultKind::kCpuContention) stall += kCpuContentionStall * compute;
       }
     }
-    return gpu + stall + 2000;  // 2 ms of unavoidable step overhead with the GPU idle
+    stall += 2000;  // 2 ms of unavoidable step overhead with the GPU idle
+    if (stall_out) *stall_out = stall;
+    return gpu + stall;
   }
 
   RankState Evaluate(int rank) const {
@@ -1086,6 +1095,29 @@ struct Simulator::Impl {
       st.call_us[i] = us;
     }
     // GPU idle: what is not kernel time; CPU-side stalls (loader, GC, contention, syncs).
+    // The GPU idles for the rank's own CPU-side stalls, whatever its kernels' noise: a rank
+    // whose kernels run a little long waits that much less in its collectives (and one whose
+    // kernels run short waits longer). The difference goes to the waits, last group first.
+    double stall = 0;
+    Own(rank, true, &stall);
+    double residual = st.iteration_us - (st.compute_us + st.comm_us + st.memcpy_us) - stall;
+    for (Role role : {Role::kCollDp, Role::kCollPp, Role::kCollTp}) {
+      int calls = 0;
+      for (const Spec& s : specs) {
+        if (s.role == role) calls += s.calls;
+      }
+      if (calls == 0 || std::fabs(residual) < 1e-9) continue;
+      const double per_call = residual / calls;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const Spec& s = specs[i];
+        if (s.role != role) continue;
+        const double floor = TransferUs(rank, s, true) * st.noise[i];
+        const double was = st.call_us[i];
+        st.call_us[i] = std::max(floor, was + per_call);
+        st.comm_us += (st.call_us[i] - was) * s.calls;
+        residual -= (st.call_us[i] - was) * s.calls;
+      }
+    }
     const double busy = st.compute_us + st.comm_us + st.memcpy_us;
     st.idle_us = std::max(0.0, st.iteration_us - busy);
     st.cpu_stall_us = st.idle_us;
