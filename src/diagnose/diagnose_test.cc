@@ -236,6 +236,42 @@ TEST(DiagnoseTest, SyncOnEveryRankCostsOnlyTheGpuIdleItCauses) {
   EXPECT_NEAR(d.findings[0].impact_ms, 3, 1e-6);
 }
 
+// 3,000 kernels of 2 us, each launched by 6 us of cudaLaunchKernel (+ 5 us assumed dispatch): the
+// GPU idles 9 us after each, 27 ms per iteration, inside a step that is otherwise GPU-bound.
+TEST(DiagnoseTest, TinyKernelsMakeALaunchBoundPhase) {
+  auto job = [](double tiny_calls, double idle_ms) {
+    std::vector<RankSummary> ranks;
+    for (int r = 0; r < 4; ++r) {
+      auto fns = Step();
+      fns.push_back(Fn("gemm", FunctionClass::kCompute, 250, 100, EventKind::kKernel));
+      fns.push_back(Fn("void at::native::vectorized_elementwise_kernel<>(FillFunctor)",
+                       FunctionClass::kCompute, tiny_calls * 0.002, tiny_calls,
+                       EventKind::kKernel));
+      fns.push_back(Fn("cudaLaunchKernel", FunctionClass::kLaunch, (tiny_calls + 100) * 0.006,
+                       tiny_calls + 100, EventKind::kCudaRuntime));
+      ranks.push_back(Rank(r, 4, fns, 300));
+      ranks.back().has_gpu = true;
+      ranks.back().gpu_idle_us = idle_ms * 1000;
+      ranks.back().gpu_busy_us = (300 - idle_ms) * 1000;
+    }
+    return Diagnose(ranks);
+  };
+  Diagnosis d = job(3000, 40);
+  ASSERT_FALSE(d.findings.empty()) << Dump(d);
+  EXPECT_EQ(d.findings[0].category, "launch_bound");
+  EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
+  EXPECT_EQ(d.findings[0].ranks.size(), 4u);
+  EXPECT_NEAR(d.findings[0].impact_ms, 3000 * 0.009, 1e-3);
+  EXPECT_NEAR(d.findings[0].evidence.at("tiny_kernel_calls_per_iter"), 3000, 1e-6);
+  // The loss cannot exceed the time the GPU really sat idle.
+  Diagnosis capped = job(3000, 20);
+  ASSERT_FALSE(capped.findings.empty()) << Dump(capped);
+  EXPECT_NEAR(capped.findings[0].impact_ms, 20, 1e-3);
+  // A few hundred small kernels cost less than 5% of the step: nothing to report.
+  Diagnosis few = job(300, 40);
+  for (const auto& f : few.findings) EXPECT_NE(f.category, "launch_bound") << Dump(few);
+}
+
 TEST(DiffTest, DetectsASlowedFunctionAndANewOne) {
   std::vector<RankSummary> base, test;
   for (int r = 0; r < 4; ++r) {
