@@ -38,7 +38,7 @@ double Since(std::chrono::steady_clock::time_point t) {
 int Usage(const char* msg) {
   std::fprintf(stderr,
                "diagnose_scale: %s\nusage: diagnose_scale [--workers N] [--layout tp=T,pp=P] "
-               "[--fault KIND@PLACE ...] [--seed S] [--threads T]\n",
+               "[--layers L] [--fault KIND@PLACE ...] [--seed S] [--threads T]\n",
                msg);
   return 2;
 }
@@ -58,6 +58,8 @@ int main(int argc, char** argv) {
       config.workers = std::atoi(v.c_str());
     } else if (a == "--layout") {
       layout = v;
+    } else if (a == "--layers") {
+      config.layers = std::atoi(v.c_str());
     } else if (a == "--seed") {
       config.seed = std::strtoull(v.c_str(), nullptr, 10);
     } else if (a == "--threads") {

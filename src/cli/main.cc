@@ -259,6 +259,7 @@ struct SimulateFlags {
   int nodes_per_switch = 4;
   std::vector<std::string> faults;
   int iterations = 20;
+  int layers = 16;
   bool traces = false;
   uint64_t seed = 0;
   std::string out;
@@ -275,6 +276,7 @@ int RunSimulate(const SimulateFlags& f) {
   config.gpus_per_node = f.gpus_per_node;
   config.nodes_per_switch = f.nodes_per_switch;
   config.iterations = f.iterations;
+  config.layers = f.layers;
   config.traces = f.traces;
   config.seed = f.seed;
   config.threads = f.threads;
@@ -345,6 +347,8 @@ int main(int argc, char** argv) {
                        "nodes under one switch (default 4)");
   simulate->add_option("--fault", sim.faults, "KIND@PLACE (repeatable), e.g. slow-gpu@rank=5");
   simulate->add_option("--iterations", sim.iterations, "iterations per rank (default 20)");
+  simulate->add_option("--layers", sim.layers,
+                       "transformer layers per pipeline stage (default 16: ~380 functions/rank)");
   simulate->add_flag("--traces", sim.traces, "also write Kineto JSON traces (up to 64 workers)");
   simulate->add_option("--seed", sim.seed, "random seed")->required();
   simulate->add_option("-o,--output", sim.out, "output folder")->required();

@@ -41,7 +41,6 @@ namespace {
 
 // Model constants. Chosen to look like a mid-size GPT on H100s: a few hundred ms per iteration,
 // compute-dominated, with NVLink ~8x faster than the NIC.
-constexpr int kLayersPerStage = 16;
 constexpr int kMicrobatches = 4;
 constexpr double kNvlinkGBps = 200;  // bus bandwidth inside a node
 constexpr double kNicGBps = 25;      // 200 Gb/s per GPU across nodes
@@ -196,7 +195,7 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
   const Layout& l = cfg.layout;
   const bool first = stage == 0, last = stage == l.pp - 1;
   const int m = kMicrobatches;
-  const int per = kLayersPerStage * m;  // per-layer kernels per iteration
+  const int per = cfg.layers * m;  // per-layer kernels per iteration
   bool tiny = false, sync = false;
   for (const Fault& f : cfg.faults) {
     tiny |= f.kind == FaultKind::kTinyKernels;
@@ -248,8 +247,8 @@ std::vector<Spec> StageSpecs(const Config& cfg, int stage) {
   }
   // Per-layer Python modules and CPU ops: distinct per layer through their stacks, so stages
   // differ by their layer numbers.
-  for (int i = 0; i < kLayersPerStage; ++i) {
-    const int k = stage * kLayersPerStage + i;
+  for (int i = 0; i < cfg.layers; ++i) {
+    const int k = stage * cfg.layers + i;
     const std::string layer = fmt::format("nn.Module: ParallelTransformerLayer_{}", k);
     const std::string ls = fwd + ";" + layer;
     const std::string attn = fmt::format("nn.Module: ParallelAttention_{}", k);
@@ -684,6 +683,7 @@ Status Validate(const Config& c) {
   if (c.iterations < 2 || c.iterations > 1000) {
     return InvalidArgument("--iterations: must be between 2 and 1000");
   }
+  if (c.layers < 1 || c.layers > 256) return InvalidArgument("--layers: must be between 1 and 256");
   if (c.traces && c.workers > 64) {
     return InvalidArgument(
         fmt::format("--traces: at most 64 workers get traces ({} asked); drop --traces for "

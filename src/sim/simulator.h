@@ -55,6 +55,7 @@ struct Config {
   int gpus_per_node = 8;
   int nodes_per_switch = 4;
   int iterations = 20;
+  int layers = 16;  // transformer layers per pipeline stage (about 16 functions each)
   uint64_t seed = 0;
   std::vector<Fault> faults;
   bool traces = false;
