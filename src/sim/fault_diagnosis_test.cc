@@ -60,7 +60,9 @@ TEST_P(FaultDiagnosis, FirstFindingIsTheFaultAndNothingElse) {
     EXPECT_EQ(top.evidence_text.at("switch"), "switch-" + std::to_string(f.index));
   }
   // A rank that wrote nothing has no measured cost (missing_rank says so); the others do.
-  if (f.kind != FaultKind::kHang) EXPECT_GT(top.impact_ms, 0) << Dump(d);
+  if (f.kind != FaultKind::kHang) {
+    EXPECT_GT(top.impact_ms, 0) << Dump(d);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, FaultDiagnosis,
