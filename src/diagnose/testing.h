@@ -48,11 +48,13 @@ inline pattern::RankSummary Rank(int rank, int world, std::vector<pattern::Funct
 }
 
 // A Megatron-style job (rank = pp_idx*(dp*tp) + dp_idx*tp + tp_idx, node = rank / gpus_per_node,
-// host "node-<n>", switch "switch-<node / nodes_per_switch>") with the faults the simulator
-// injects, modelled as the contract says: a collective's time is the rank's own transfer plus
-// the wait for the group's slowest arrival.
+// host "node-<n>", switch "switch-<node / nodes_per_switch>"; with ep > 1, expert-parallel groups
+// of ep consecutive dp indices) with the faults the simulator injects, modelled as the contract
+// says: a collective's time is the rank's own transfer plus the wait for the group's slowest
+// arrival.
 struct JobSpec {
   int tp = 2, pp = 2, dp = 4;
+  int ep = 1;
   int gpus_per_node = 8;
   int nodes_per_switch = 0;  // 0: no switch names
   int functions = 12;        // compute functions per rank (besides the stage's own)
@@ -64,6 +66,12 @@ struct JobSpec {
   // The slow NIC's own ranks finish their sends last and wait least (C4's late, slow hop):
   // their cross-node collectives grow by a third of what their peers' grow.
   bool nic_sender_late = false;
+  // Waits as the simulator attributes them: every rank is delayed by its own extra work (its
+  // slow compute and each of its slowed transfers); its TP group waits for the latest member,
+  // its PP group for the latest TP group along the pipeline, DP for the rest up to the job's
+  // slowest rank; EP waits for nobody. So a rank whose DP/EP transfers a slow link lengthens
+  // arrives late to its (healthy) PP groups.
+  bool staged_waits = false;
   int missing = -1;  // rank left out
 };
 
@@ -85,12 +93,16 @@ inline std::vector<pattern::RankSummary> MakeJob(const JobSpec& s) {
       for (int d = 0; d < s.dp; ++d) m.push_back(rank_of(stage(r), d, tpi(r)));
     if (kind == "pp")
       for (int p = 0; p < s.pp; ++p) m.push_back(rank_of(p, dpi(r), tpi(r)));
+    if (kind == "ep" && s.ep > 1)
+      for (int d = dpi(r) / s.ep * s.ep; d < (dpi(r) / s.ep + 1) * s.ep; ++d)
+        m.push_back(rank_of(stage(r), d, tpi(r)));
     return m;
   };
   const double compute_ms = 60, slow_extra = 24, link_extra = 20;
-  const std::vector<std::pair<std::string, std::string>> colls = {
+  std::vector<std::pair<std::string, std::string>> colls = {
       {"tp", "all_reduce"}, {"pp", "send_recv"}, {"dp", "reduce_scatter"}};
-  const std::map<std::string, double> base = {{"tp", 5}, {"pp", 2}, {"dp", 8}};
+  if (s.ep > 1) colls.push_back({"ep", "all_to_all"});
+  const std::map<std::string, double> base = {{"tp", 5}, {"pp", 2}, {"dp", 8}, {"ep", 3}};
   auto crosses_link = [&](const std::string& kind, const std::vector<int>& m) {
     for (int r : m) {
       if (kind == "tp" && node(r) == s.slow_nvlink) return true;
@@ -99,6 +111,24 @@ inline std::vector<pattern::RankSummary> MakeJob(const JobSpec& s) {
     }
     return false;
   };
+  // staged_waits: each rank's delay, then the latest arrival it has seen after its TP and its
+  // PP groups synchronize (d1, d2), and the job's slowest rank.
+  std::vector<double> delay(world, 0), d1(world, 0), d2(world, 0);
+  double slowest = 0;
+  if (s.staged_waits) {
+    for (int r = 0; r < world; ++r) {
+      delay[r] = r == s.slow_gpu ? slow_extra : 0;
+      for (const auto& [kind, op] : colls) {
+        std::vector<int> m = members(kind, r);
+        if (m.size() >= 2 && crosses_link(kind, m)) delay[r] += link_extra;
+      }
+      slowest = std::max(slowest, delay[r]);
+    }
+    for (int r = 0; r < world; ++r)
+      for (int x : members("tp", r)) d1[r] = std::max(d1[r], delay[x]);
+    for (int r = 0; r < world; ++r)
+      for (int x : members("pp", r)) d2[r] = std::max(d2[r], d1[x]);
+  }
   std::vector<pattern::RankSummary> out;
   for (int r = 0; r < world; ++r) {
     if (r == s.missing) continue;
@@ -135,7 +165,15 @@ inline std::vector<pattern::RankSummary> MakeJob(const JobSpec& s) {
       };
       double latest = 0;
       for (int x : m) latest = std::max(latest, late(x));
-      t += latest - late(r);
+      if (!s.staged_waits) {
+        t += latest - late(r);
+      } else if (kind == "tp") {
+        t += d1[r] - delay[r];
+      } else if (kind == "pp") {
+        t += d2[r] - d1[r];
+      } else if (kind == "dp") {
+        t += slowest - d2[r];
+      }
       auto f =
           Fn("ncclDevKernel_" + op, FunctionClass::kCollective, t, 1, trace::EventKind::kKernel);
       f.coll.op = op;

@@ -1,12 +1,15 @@
 // Topology: slow links localized from collective groups, and findings folded to the node or
 // switch they share. C4's idea, from summaries alone: every instance of a process group (one
 // "tp:8", one "dp:3") is compared with the other instances of its kind running the same
-// collective. A slow link makes every member of each group crossing it slow alike; a late rank
-// (a straggler) makes its peers slow while its own collective stays short, so an instance with
-// a member that barely waits is left to the straggler logic. The slow instances then name the
-// link: TP groups live inside a node (its NVLink); the node whose every cross-node group is slow
-// while its partners also belong to healthy groups is the one with the slow NIC; when all nodes
-// of a switch are such nodes, the switch.
+// collective. A slow link makes every member of each group crossing it slow, the member that
+// waited least included (its time is nearly its own transfer); a late rank (a straggler) makes
+// its peers slow while its own collective stays short, so an instance whose least-waiting member
+// is as fast as elsewhere is left to the straggler logic. The slow instances then name the link:
+// TP groups live inside a node (its NVLink). Across nodes, explained away greedily: the node
+// whose cross-node groups are most clearly slow (all of them, while its partners also belong to
+// healthy groups) has the slow NIC, or its switch when the switch's other nodes are slow in
+// groups without it; the groups it explains no longer count for or against anyone, and the rest
+// are tested again.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "diagnose/analysis.h"
@@ -145,6 +149,25 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
         if (x <= mid) dev.push_back(std::fabs(x - ref.median));
       ref.scale = std::max(1.4826 * Median(std::move(dev)), 20.0);
     }
+    // The member that waited least in each instance: its time is nearly its own transfer (the
+    // others' is that plus waiting for it), so instances compare by it, whatever everyone waits
+    // for elsewhere (a healthy rank's collectives include its wait for the job's slowest rank,
+    // and the slowest rank waits for nobody).
+    std::vector<double> mins;
+    for (size_t k : idx) {
+      double m = inst[k].value;
+      for (const auto& mm : inst[k].m) m = std::min(m, mm.ex);
+      mins.push_back(m);
+    }
+    Reference own_ref;
+    own_ref.median = LowQuartile(mins);
+    {
+      double mid = Median(mins);
+      std::vector<double> dev;
+      for (double x : mins)
+        if (x <= mid) dev.push_back(std::fabs(x - own_ref.median));
+      own_ref.scale = std::max(1.4826 * Median(std::move(dev)), 20.0);
+    }
     for (size_t j = 0; j < idx.size(); ++j) {
       Instance& x = inst[idx[j]];
       counted[idx[j]] = true;
@@ -156,10 +179,18 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
       c.reference = r.median;
       c.excess = v[j] - r.median;
       double thr = std::max({0.02 * x.ref_us, 0.01 * iter_us, o.min_abs_ms * 1000});
-      if (c.excess < thr || c.excess < o.mad_k * r.scale) continue;
-      double min_ex = x.value;
-      for (const auto& m : x.m) min_ex = std::min(min_ex, m.ex);
+      // The link is judged from transfer time: when even the member that waited least took
+      // clearly longer than in other instances, its own transfer was slow, whoever else was
+      // late. Every member of a group crossing a slow link is slowed so, late or not.
+      const double min_ex = mins[j], own = min_ex - own_ref.median;
+      const bool transfer_slow = own >= thr && own >= o.mad_k * own_ref.scale;
+      if (c.excess < thr || c.excess < o.mad_k * r.scale) {
+        // Its members waited less than usual for someone elsewhere, but it was slow all the same.
+        if (transfer_slow) x.slow = true, x.excess = own;
+        continue;
+      }
       x.excess = c.excess;
+      x.slow = transfer_slow;
       // A member that barely waits arrived last: its peers wait for it. Late for a reason of
       // its own (a slow GPU, its data loader, GC: named by the peer comparison) or because its
       // link is slow: a rank whose NIC is slow finishes its sends last, and its peers wait.
@@ -179,54 +210,27 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
       x.slow = true;
     }
   }
-  // Per host: its intra-node and cross-node instances, and how many are slow.
-  struct HostCount {
-    int intra = 0, intra_slow = 0, inter = 0, inter_slow = 0;
-    std::vector<double> intra_excess, inter_excess;
+  // NVLink: a node whose intra-node groups are slow, every member alike.
+  struct IntraCount {
+    int slow = 0, total = 0;
+    std::vector<double> excess;
   };
-  std::map<std::string, HostCount> hc;
-  // A node with slow NVLink is late to its cross-node groups: that lateness is its NVLink's.
-  std::set<std::string> nvlink_hosts;
-  {
-    std::map<std::string, std::pair<int, int>> intra;  // slow, total
-    for (size_t k = 0; k < inst.size(); ++k) {
-      const Instance& x = inst[k];
-      if (!counted[k] || x.hosts.size() != 1) continue;
-      auto& c = intra[*x.hosts.begin()];
-      c.first += x.slow;
-      c.second++;
-    }
-    for (const auto& [h, c] : intra)
-      if (c.first > 0 && c.first >= kNvlinkShare * c.second) nvlink_hosts.insert(h);
-  }
+  std::map<std::string, IntraCount> intra;
   for (size_t k = 0; k < inst.size(); ++k) {
     const Instance& x = inst[k];
-    if (!counted[k] || x.hosts.empty()) continue;
-    bool intra = x.hosts.size() == 1;
-    for (const auto& h : x.hosts) {
-      HostCount& c = hc[h];
-      (intra ? c.intra : c.inter)++;
-      // A cross-node group that waited for a member counts against that member's link only,
-      // unless the member is late for a reason of its own.
-      bool by_late = false;
-      if (!intra && !nvlink_hosts.count(h))
-        for (const CompactRank* l : x.late)
-          by_late |= l->host == h && !own_cause.count(l->rank) &&
-                     // A rank that waits for someone elsewhere arrives late downstream because
-                     // of it: the lateness is that other link's.
-                     !ev->waiting.count(l->rank);
-      if (!x.slow && !by_late) continue;
-      (intra ? c.intra_slow : c.inter_slow)++;
-      (intra ? c.intra_excess : c.inter_excess).push_back(x.excess);
-    }
+    if (!counted[k] || x.hosts.size() != 1) continue;
+    IntraCount& c = intra[*x.hosts.begin()];
+    c.total++;
+    if (!x.slow) continue;
+    c.slow++;
+    c.excess.push_back(x.excess);
   }
-  std::vector<std::string> nvlink, nic;
-  for (const auto& [h, c] : hc) {
-    if (c.intra_slow > 0 && c.intra_slow >= kNvlinkShare * c.intra) nvlink.push_back(h);
-    if (c.inter_slow > 0 && c.inter_slow >= kNicShare * c.inter) nic.push_back(h);
-  }
+  // A node with slow NVLink is late to its cross-node groups: that lateness is its NVLink's.
+  std::set<std::string> nvlink_hosts;
+  for (const auto& [h, c] : intra)
+    if (c.slow > 0 && c.slow >= kNvlinkShare * c.total) nvlink_hosts.insert(h);
+  std::vector<std::string> nvlink(nvlink_hosts.begin(), nvlink_hosts.end());
   // Every host at once is no localization: the all-rank rules speak for the whole job.
-  if (nic.size() == ranks_of_host.size()) nic.clear();
   if (nvlink.size() == ranks_of_host.size()) nvlink.clear();
 
   std::map<std::string, std::string> switch_of;
@@ -236,6 +240,147 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
       switch_of[r.host] = r.network_switch;
       hosts_of_switch[r.network_switch].insert(r.host);
     }
+
+  // Cross-node instances, each with its hosts and the hosts it counts against (its suspects):
+  // all of them when its own transfers were slow; when it only waited for late members, the
+  // late members' hosts (a rank whose NIC is slow finishes its sends last), unless a member is
+  // late for a reason of its own, because of its NVLink, because it waited for someone
+  // elsewhere, or because its transfers in another group were slow (then the lateness is that
+  // other group's link; here its own transfer was normal, which speaks for its NIC).
+  std::vector<std::string> host_name;
+  std::unordered_map<std::string, int> host_id;
+  for (const auto& [h, v] : ranks_of_host) {
+    host_id.emplace(h, static_cast<int>(host_name.size()));
+    host_name.push_back(h);
+  }
+  const int n_hosts = static_cast<int>(host_name.size());
+  struct Cross {
+    size_t k;                          // instance
+    std::vector<int> hosts, suspects;  // sorted host ids
+    bool explained = false;            // by a link already named
+  };
+  // Ranks in groups whose own transfers were slow: late elsewhere because of that link.
+  std::unordered_set<int> slowed;
+  for (size_t k = 0; k < inst.size(); ++k)
+    if (counted[k] && inst[k].slow)
+      for (const auto& m : inst[k].m) slowed.insert(m.r->rank);
+  std::vector<Cross> cross;
+  std::vector<std::vector<int>> of_host(n_hosts), suspected(n_hosts);  // -> indices into cross
+  // Per host: cross-node instances not yet explained, and how many of them suspect it.
+  std::vector<int> open_n(n_hosts, 0), bad(n_hosts, 0);
+  for (size_t k = 0; k < inst.size(); ++k) {
+    const Instance& x = inst[k];
+    if (!counted[k] || x.hosts.size() < 2) continue;
+    Cross c;
+    c.k = k;
+    for (const auto& h : x.hosts) c.hosts.push_back(host_id.at(h));
+    if (x.slow) {
+      c.suspects = c.hosts;
+    } else {
+      for (const CompactRank* l : x.late)
+        if (!l->host.empty() && !nvlink_hosts.count(l->host) && !own_cause.count(l->rank) &&
+            !ev->waiting.count(l->rank) && !slowed.count(l->rank))
+          c.suspects.push_back(host_id.at(l->host));
+    }
+    std::sort(c.hosts.begin(), c.hosts.end());
+    std::sort(c.suspects.begin(), c.suspects.end());
+    c.suspects.erase(std::unique(c.suspects.begin(), c.suspects.end()), c.suspects.end());
+    const int i = static_cast<int>(cross.size());
+    for (int h : c.hosts) of_host[h].push_back(i), open_n[h]++;
+    for (int h : c.suspects) suspected[h].push_back(i), bad[h]++;
+    cross.push_back(std::move(c));
+  }
+  auto share = [&](int h) { return open_n[h] > 0 ? static_cast<double>(bad[h]) / open_n[h] : 0.0; };
+  auto suspect = [&](int h) { return bad[h] > 0 && share(h) >= kNicShare; };
+  // Naming a link explains every instance suspecting it: they no longer count for or against
+  // any of their hosts.
+  auto explain = [&](int h, std::vector<size_t>* into) {
+    for (int i : suspected[h]) {
+      Cross& c = cross[i];
+      if (c.explained) continue;
+      c.explained = true;
+      into->push_back(c.k);
+      for (int m : c.hosts) open_n[m]--;
+      for (int m : c.suspects) bad[m]--;
+    }
+  };
+  // What a named link explains: its hosts, its switch (or none), the instances.
+  struct Named {
+    std::vector<std::string> hosts;
+    std::string sw;
+    std::vector<size_t> instances;
+  };
+  std::vector<Named> named;
+  int suspects = 0;
+  for (int h = 0; h < n_hosts; ++h) suspects += suspect(h);
+  // Every host at once is no localization (see above). Otherwise explain away, greedily: the
+  // node most clearly slow (a slow NIC slows every cross-node group of its node, and the groups
+  // it shares with other nodes make those look slow too, but not their groups without it) is
+  // named, its groups explained, and the rest tested again. A switch is named instead when its
+  // other nodes' groups without that node are slow as well.
+  std::vector<bool> done(n_hosts, false);
+  while (suspects < n_hosts) {
+    int b = -1;
+    for (int h = 0; h < n_hosts; ++h) {
+      if (done[h] || !suspect(h)) continue;
+      if (b < 0 || share(h) > share(b) || (share(h) == share(b) && bad[h] > bad[b])) b = h;
+    }
+    if (b < 0) break;
+    Named n;
+    auto sw = switch_of.find(host_name[b]);
+    if (sw != switch_of.end() && hosts_of_switch.size() >= 2 &&
+        hosts_of_switch[sw->second].size() >= 2) {
+      // The switch as a unit: each other node's groups that do not contain b.
+      int seen = 0;
+      bool healthy = false;
+      for (const auto& name : hosts_of_switch[sw->second]) {
+        int h = host_id.at(name);
+        if (h == b) continue;
+        int t = 0, slow = 0;
+        for (int i : of_host[h]) {
+          const Cross& c = cross[i];
+          if (c.explained || std::binary_search(c.hosts.begin(), c.hosts.end(), b)) continue;
+          t++;
+          slow += std::binary_search(c.suspects.begin(), c.suspects.end(), h);
+        }
+        if (t == 0) continue;
+        seen++;
+        healthy |= slow < kNicShare * t;
+      }
+      if (seen > 0 && !healthy) {
+        n.sw = sw->second;
+        n.hosts.assign(hosts_of_switch[n.sw].begin(), hosts_of_switch[n.sw].end());
+      }
+    }
+    if (n.sw.empty()) n.hosts = {host_name[b]};
+    for (const auto& name : n.hosts) {
+      int h = host_id.at(name);
+      explain(h, &n.instances);
+      done[h] = true;  // a node under a named switch is not named again
+    }
+    named.push_back(std::move(n));
+  }
+  // Nodes named one by one that make up every node of a switch are that switch.
+  if (hosts_of_switch.size() >= 2) {
+    std::map<std::string, std::vector<size_t>> by_switch;
+    for (size_t i = 0; i < named.size(); ++i)
+      if (named[i].sw.empty() && switch_of.count(named[i].hosts[0]))
+        by_switch[switch_of[named[i].hosts[0]]].push_back(i);
+    for (const auto& [sw, idx] : by_switch) {
+      if (idx.size() < 2 || idx.size() != hosts_of_switch[sw].size()) continue;
+      Named& first = named[idx[0]];
+      for (size_t j = 1; j < idx.size(); ++j) {
+        Named& other = named[idx[j]];
+        first.hosts.push_back(other.hosts[0]);
+        first.instances.insert(first.instances.end(), other.instances.begin(),
+                               other.instances.end());
+        other.hosts.clear();
+      }
+      std::sort(first.hosts.begin(), first.hosts.end());
+      first.sw = sw;
+    }
+    std::erase_if(named, [](const Named& n) { return n.hosts.empty(); });
+  }
 
   auto function_refs = [&](const std::vector<std::string>& hosts, bool intra) {
     std::vector<FunctionRef> refs;
@@ -250,8 +395,9 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
     }
     return refs;
   };
+  // EXPLAINED: the cross-node instances a NIC or switch finding explains.
   auto emit = [&](const std::vector<std::string>& hosts, const std::string& link,
-                  const std::string& sw) {
+                  const std::string& sw, const std::vector<size_t>& explained_inst) {
     Finding f;
     f.finding_class = FindingClass::kSubset;
     f.cause = Cause::kHardware;
@@ -260,12 +406,25 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
     std::vector<double> excess;
     int slow = 0, total = 0;
     for (const auto& h : hosts) {
-      const HostCount& c = hc[h];
-      const auto& e = link == "nvlink" ? c.intra_excess : c.inter_excess;
-      excess.insert(excess.end(), e.begin(), e.end());
-      slow += link == "nvlink" ? c.intra_slow : c.inter_slow;
-      total += link == "nvlink" ? c.intra : c.inter;
+      if (link == "nvlink") {
+        const IntraCount& c = intra[h];
+        excess.insert(excess.end(), c.excess.begin(), c.excess.end());
+        slow += c.slow;
+        total += c.total;
+      }
       for (int r : ranks_of_host[h]) f.ranks.push_back(r);
+    }
+    if (link != "nvlink") {
+      for (size_t k : explained_inst) excess.push_back(inst[k].excess);
+      slow = static_cast<int>(explained_inst.size());
+      // Cross-node instances with a member on these hosts, each once.
+      std::set<int> ids;
+      for (const auto& h : hosts) ids.insert(host_id.at(h));
+      for (const Cross& c : cross) {
+        bool touches = false;
+        for (int h : c.hosts) touches |= ids.count(h) > 0;
+        total += touches;
+      }
     }
     std::sort(f.ranks.begin(), f.ranks.end());
     for (int r : f.ranks) explained->insert(r);
@@ -311,8 +470,9 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
     } else {
       f.evidence_text["reasoning"] = fmt::format(
           "{} of {} cross-node process groups with ranks on {} are slower than other groups of "
-          "the same kind, every member alike (nobody late), while the other nodes in those groups "
-          "also belong to healthy groups: the common {} is slow",
+          "the same kind, by their own transfers or waiting for its ranks to finish theirs, "
+          "while the other nodes in those groups also belong to healthy groups (or to groups "
+          "explained by another link): the common {} is slow",
           slow, total, where, sw.empty() ? "node's network link" : "switch");
       f.summary = fmt::format(
           "{}'s {} is slow: cross-node collectives of every group it is in take {} longer "
@@ -332,22 +492,8 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
     }
     out->push_back(std::move(f));
   };
-  for (const auto& h : nvlink) emit({h}, "nvlink", "");
-  // Nodes whose NICs look slow and that make up every node of a switch are that switch.
-  std::set<std::string> folded;
-  if (nic.size() >= 2) {
-    std::map<std::string, std::vector<std::string>> by_switch;
-    for (const auto& h : nic)
-      if (switch_of.count(h)) by_switch[switch_of[h]].push_back(h);
-    for (const auto& [sw, hosts] : by_switch) {
-      if (hosts.size() < 2 || hosts.size() != hosts_of_switch[sw].size()) continue;
-      if (hosts_of_switch.size() < 2) continue;  // one switch: the job's whole network
-      emit(hosts, "switch", sw);
-      folded.insert(hosts.begin(), hosts.end());
-    }
-  }
-  for (const auto& h : nic)
-    if (!folded.count(h)) emit({h}, "nic", "");
+  for (const auto& h : nvlink) emit({h}, "nvlink", "", {});
+  for (const Named& n : named) emit(n.hosts, n.sw.empty() ? "nic" : "switch", n.sw, n.instances);
 }
 
 // Several ranks of one host with the same problem are one node-level finding; several nodes

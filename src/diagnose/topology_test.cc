@@ -137,6 +137,97 @@ TEST(TopologyTest, SlowSwitchIsAllItsNodes) {
   EXPECT_EQ(f.evidence_text.at("switch"), "switch-0");
 }
 
+// The only finding is a slow switch: SW, its HOSTS and their RANKS.
+void ExpectOnlySwitch(const Diagnosis& d, const std::string& sw,
+                      const std::vector<std::string>& hosts, const std::vector<int>& ranks) {
+  ASSERT_EQ(d.findings.size(), 1u) << Dump(d);
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.ranks, ranks) << Dump(d);
+  EXPECT_EQ(f.hosts, hosts) << Dump(d);
+  ASSERT_TRUE(f.evidence_text.count("switch")) << Dump(d);
+  EXPECT_EQ(f.evidence_text.at("switch"), sw);
+  EXPECT_EQ(f.evidence_text.at("link"), "switch");
+}
+
+TEST(TopologyTest, SlowSwitchWhoseRanksArriveLateToDataParallelIsTheSwitch) {
+  // tp=2, pp=3, dp=8 on 24 nodes of 2 GPUs (one TP group each), 2 nodes per switch. Switch 5
+  // (nodes 10-11, ranks 20-23) sits in stage 1, whose every DP group it slows; its ranks'
+  // PP transfers are slow too, so they arrive last to DP, where the others wait for them while
+  // the PP groups wait for nobody. Every node of stage 1 has its DP groups slow; only the
+  // switch's nodes have their PP groups slow as well.
+  JobSpec s;
+  s.pp = 3;
+  s.dp = 8;
+  s.gpus_per_node = 2;
+  s.nodes_per_switch = 2;
+  s.slow_switch = 5;
+  s.staged_waits = true;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ExpectOnlySwitch(d, "switch-5", {"node-10", "node-11"}, Range(20, 24));
+}
+
+TEST(TopologyTest, SlowNicWithExpertParallelismIsTheNodeNotItsBlock) {
+  // tp=2, pp=2, dp=6, ep=3 on 12 nodes of 2 GPUs: each EP group spans 3 consecutive nodes (0-2,
+  // 3-5, 6-8, 9-11) and each DP group every node of its stage. Node 1's slow NIC slows every EP
+  // group of nodes 0-2 and every DP group of stage 0, so nodes 0 and 2 have their EP and DP
+  // groups slow too, and arrive late to their (healthy) PP groups; only node 1's PP groups are
+  // slow. The switch (nodes 0-2) is not slow: its other nodes' groups without node 1 are fine.
+  JobSpec s;
+  s.pp = 2;
+  s.dp = 6;
+  s.ep = 3;
+  s.gpus_per_node = 2;
+  s.nodes_per_switch = 3;
+  s.slow_nic = 1;
+  s.staged_waits = true;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ExpectNodeLink(d, Range(2, 4), "node-1", "nic");
+  EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
+}
+
+TEST(TopologyTest, SlowSwitchWithExpertParallelismIsTheSwitchAlone) {
+  // Same job, 2 nodes per switch: switch 1 (nodes 2-3) straddles EP blocks 0-2 and 3-5, so all
+  // six nodes of stage 0 have slow EP and DP groups; nodes 2 and 3 also have slow PP groups, and
+  // node 3's groups without node 2 (its PP and EP groups) are slow: the switch, and no NIC of
+  // the blocks' other nodes.
+  JobSpec s;
+  s.pp = 2;
+  s.dp = 6;
+  s.ep = 3;
+  s.gpus_per_node = 2;
+  s.nodes_per_switch = 2;
+  s.slow_switch = 1;
+  s.staged_waits = true;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ExpectOnlySwitch(d, "switch-1", {"node-2", "node-3"}, Range(4, 8));
+}
+
+TEST(TopologyTest, SlowGpuAndSlowNicWithExpertParallelismAreBothNamed) {
+  // The slow NIC of node 7 (stage 1, EP block 6-8) and a slow GPU on rank 9 (node 4, stage 0):
+  // the straggler and the NIC, nothing else.
+  JobSpec s;
+  s.pp = 2;
+  s.dp = 6;
+  s.ep = 3;
+  s.gpus_per_node = 2;
+  s.nodes_per_switch = 3;
+  s.slow_nic = 7;
+  s.slow_gpu = 9;
+  s.staged_waits = true;
+  Diagnosis d = Diagnose(MakeJob(s));
+  ASSERT_EQ(d.findings.size(), 2u) << Dump(d);
+  bool gpu = false, nic = false;
+  for (const auto& f : d.findings) {
+    gpu |= f.category == "straggler" && f.ranks == std::vector<int>{9};
+    nic |= f.category == "communication" && f.ranks == Range(14, 16) &&
+           f.hosts == std::vector<std::string>{"node-7"} && f.evidence_text.count("link") &&
+           f.evidence_text.at("link") == "nic";
+  }
+  EXPECT_TRUE(gpu) << Dump(d);
+  EXPECT_TRUE(nic) << Dump(d);
+}
+
 TEST(TopologyTest, LoaderSlowOnEveryRankOfANodeIsOneNodeFinding) {
   // A slow loader on two stage-0 ranks of node 0: one node finding listing both.
   JobSpec s;
