@@ -72,6 +72,30 @@ INSTANTIATE_TEST_SUITE_P(EveryKind, FaultDiagnosis,
                                          "cpu-contention@rank=21", "gc@rank=40", "tiny-kernels@all",
                                          "sync@all", "hang@rank=9"));
 
+// Link faults at 1,000 workers that an earlier localization got wrong: a switch whose ranks
+// arrive late to data parallelism after their slow pipeline transfers (no finding), and with
+// expert parallelism (groups spanning 5 nodes) the innocent neighbours of a slow NIC or switch
+// (named instead, or as well).
+TEST(FaultDiagnosis, LinkFaultsInLargeLayoutsNameOnlyTheLink) {
+  struct Case {
+    const char* layout;
+    const char* fault;
+  };
+  for (const Case& k :
+       {Case{"tp=8,pp=5", "slow-switch@switch=10"}, Case{"tp=8,pp=5,ep=5", "slow-nic@node=117"},
+        Case{"tp=8,pp=5,ep=5", "slow-switch@switch=18"}}) {
+    Config c;
+    c.workers = 1000;
+    c.layout = *ParseLayout(k.layout, c.workers);
+    c.seed = 1;
+    c.faults.push_back(*ParseFault(k.fault));
+    const diagnose::Diagnosis d = SimulateAndDiagnose(c);
+    ASSERT_EQ(d.findings.size(), 1u) << k.layout << " " << k.fault << "\n" << Dump(d);
+    EXPECT_EQ(d.findings[0].category, "communication");
+    EXPECT_EQ(d.findings[0].ranks, FaultRanks(c, c.faults[0])) << Dump(d);
+  }
+}
+
 TEST(FaultDiagnosis, TwoFaultsAreBothNamedFirst) {
   const Config c = Job({"slow-gpu@rank=45", "gc@rank=3"});
   const diagnose::Diagnosis d = SimulateAndDiagnose(c);
