@@ -148,13 +148,20 @@ bool IsValueError(simdjson::error_code e) {
          e == simdjson::NUMBER_OUT_OF_RANGE || e == simdjson::NO_SUCH_FIELD;
 }
 
+bool ReadIntSlow(od::value& v, int64_t* out);
+
 // Integer from a JSON number (integers, or doubles truncated). False on any other type.
-bool ReadInt(od::value& v, int64_t* out) {
+// The common case stays small enough to inline into the event loop; the rest is out of line.
+inline bool ReadInt(od::value& v, int64_t* out) {
   int64_t i;
   if (v.get_int64().get(i) == simdjson::SUCCESS) {
     *out = i;
     return true;
   }
+  return ReadIntSlow(v, out);
+}
+
+[[gnu::noinline]] bool ReadIntSlow(od::value& v, int64_t* out) {
   double d;
   if (v.get_double().get(d) == simdjson::SUCCESS && d > -9.2e18 && d < 9.2e18) {
     *out = static_cast<int64_t>(d);
@@ -168,9 +175,20 @@ bool ReadInt(od::value& v, int64_t* out) {
   return false;
 }
 
+bool ReadIdSlow(od::value& v, int64_t* out);
+
 // pid / tid: a number, or a string hashed to a stable integer.
-bool ReadId(od::value& v, int64_t* out) {
-  if (ReadInt(v, out)) return true;
+inline bool ReadId(od::value& v, int64_t* out) {
+  int64_t i;
+  if (v.get_int64().get(i) == simdjson::SUCCESS) {
+    *out = i;
+    return true;
+  }
+  return ReadIdSlow(v, out);
+}
+
+[[gnu::noinline]] bool ReadIdSlow(od::value& v, int64_t* out) {
+  if (ReadIntSlow(v, out)) return true;
   std::string_view s;
   if (v.get_string().get(s) == simdjson::SUCCESS) {
     *out = HashId(s);
