@@ -152,7 +152,7 @@ bool ReadIntSlow(od::value& v, int64_t* out);
 
 // Integer from a JSON number (integers, or doubles truncated). False on any other type.
 // The common case stays small enough to inline into the event loop; the rest is out of line.
-inline bool ReadInt(od::value& v, int64_t* out) {
+[[gnu::always_inline]] inline bool ReadInt(od::value& v, int64_t* out) {
   int64_t i;
   if (v.get_int64().get(i) == simdjson::SUCCESS) {
     *out = i;
@@ -178,7 +178,7 @@ inline bool ReadInt(od::value& v, int64_t* out) {
 bool ReadIdSlow(od::value& v, int64_t* out);
 
 // pid / tid: a number, or a string hashed to a stable integer.
-inline bool ReadId(od::value& v, int64_t* out) {
+[[gnu::always_inline]] inline bool ReadId(od::value& v, int64_t* out) {
   int64_t i;
   if (v.get_int64().get(i) == simdjson::SUCCESS) {
     *out = i;
