@@ -1344,7 +1344,7 @@ class Pass2 {
 
   // Decodes one element of the event array. Returns an error only when the JSON itself is broken;
   // events of the wrong shape are counted.
-  simdjson::error_code DecodeEvent(od::value& v) {
+  [[gnu::always_inline]] simdjson::error_code DecodeEvent(od::value& v) {
     od::object obj;
     if (auto e = v.get_object().get(obj)) {
       if (!IsValueError(e)) return e;
