@@ -249,11 +249,22 @@ struct Summarizer::Impl {
     corr_max.assign(NumIters(), std::numeric_limits<int64_t>::min());
   }
 
+  // Iterations are sorted and do not overlap (it_start[i + 1] >= it_end[i]), so when ts lies in
+  // the iteration found last, the search would find that one again: events mostly arrive in
+  // time order, and this skips the binary search for them.
+  mutable size_t last_iter = 0;
   int IterOf(double ts) const {
+    if (last_iter < it_start.size() && it_start[last_iter] <= ts && ts < it_end[last_iter]) {
+      return static_cast<int>(last_iter);
+    }
     auto it = std::upper_bound(it_start.begin(), it_start.end(), ts);
     if (it == it_start.begin()) return -1;
     const auto i = static_cast<size_t>(it - it_start.begin() - 1);
-    return ts < it_end[i] ? static_cast<int>(i) : -1;
+    if (ts < it_end[i]) {
+      last_iter = i;
+      return static_cast<int>(i);
+    }
+    return -1;
   }
 
   ThreadState& Thread(int64_t tid) {
@@ -300,14 +311,29 @@ struct Summarizer::Impl {
   std::array<std::unordered_map<std::string_view, uint32_t>, kKinds> raw_fns;
   std::deque<std::string> raw_fn_store;
 
+  // The last name each kind looked up (a view of the map's own key), checked before hashing:
+  // a thread often repeats a name (a run of aten::empty, the same kernel launched again).
+  struct LastFn {
+    std::string_view name;
+    uint32_t fn = 0;
+    bool valid = false;
+  };
+  std::array<LastFn, kKinds> last_fn;
+
   uint32_t FnOf(std::string_view name, EventKind kind) {
+    LastFn& last = last_fn[static_cast<size_t>(kind)];
+    if (last.valid && last.name == name) return last.fn;
     auto& map = raw_fns[static_cast<size_t>(kind)];
     auto it = map.find(name);
-    if (it != map.end()) return it->second;
+    if (it != map.end()) {
+      last = {it->first, it->second, true};
+      return it->second;
+    }
     const uint32_t fn = InternFn(kind, NameId(name, kind), 0);
     if (raw_fn_store.size() < kMaxRawNames) {
       raw_fn_store.emplace_back(name);
       map.emplace(raw_fn_store.back(), fn);
+      last = {raw_fn_store.back(), fn, true};
     }
     return fn;
   }

@@ -148,13 +148,20 @@ bool IsValueError(simdjson::error_code e) {
          e == simdjson::NUMBER_OUT_OF_RANGE || e == simdjson::NO_SUCH_FIELD;
 }
 
+bool ReadIntSlow(od::value& v, int64_t* out);
+
 // Integer from a JSON number (integers, or doubles truncated). False on any other type.
-bool ReadInt(od::value& v, int64_t* out) {
+// The common case stays small enough to inline into the event loop; the rest is out of line.
+[[gnu::always_inline]] inline bool ReadInt(od::value& v, int64_t* out) {
   int64_t i;
   if (v.get_int64().get(i) == simdjson::SUCCESS) {
     *out = i;
     return true;
   }
+  return ReadIntSlow(v, out);
+}
+
+[[gnu::noinline]] bool ReadIntSlow(od::value& v, int64_t* out) {
   double d;
   if (v.get_double().get(d) == simdjson::SUCCESS && d > -9.2e18 && d < 9.2e18) {
     *out = static_cast<int64_t>(d);
@@ -168,9 +175,20 @@ bool ReadInt(od::value& v, int64_t* out) {
   return false;
 }
 
+bool ReadIdSlow(od::value& v, int64_t* out);
+
 // pid / tid: a number, or a string hashed to a stable integer.
-bool ReadId(od::value& v, int64_t* out) {
-  if (ReadInt(v, out)) return true;
+[[gnu::always_inline]] inline bool ReadId(od::value& v, int64_t* out) {
+  int64_t i;
+  if (v.get_int64().get(i) == simdjson::SUCCESS) {
+    *out = i;
+    return true;
+  }
+  return ReadIdSlow(v, out);
+}
+
+[[gnu::noinline]] bool ReadIdSlow(od::value& v, int64_t* out) {
+  if (ReadIntSlow(v, out)) return true;
   std::string_view s;
   if (v.get_string().get(s) == simdjson::SUCCESS) {
     *out = HashId(s);
@@ -341,9 +359,9 @@ inline const unsigned char* SkipInString(const unsigned char* p, const unsigned 
 }
 
 // 64-byte block classification for the structural scanner (simdjson's stage 1 in miniature):
-// one bit per byte for quotes, backslashes, opening and closing brackets and '#'.
+// one bit per byte for quotes, backslashes, brackets (opening or closing) and '#'.
 struct BlockMasks {
-  uint64_t quote = 0, backslash = 0, open = 0, close = 0, hash = 0;
+  uint64_t quote = 0, backslash = 0, bracket = 0, hash = 0;
 };
 
 static_assert(kPad >= 64, "the block scanner reads 64 bytes past any position before `end`");
@@ -362,8 +380,7 @@ inline BlockMasks ClassifyBlock(const unsigned char* p) {
     };
     m.quote |= bits(_mm_cmpeq_epi8(v, q));
     m.backslash |= bits(_mm_cmpeq_epi8(v, bs));
-    m.open |= bits(_mm_cmpeq_epi8(folded, ob));
-    m.close |= bits(_mm_cmpeq_epi8(folded, cb));
+    m.bracket |= bits(_mm_or_si128(_mm_cmpeq_epi8(folded, ob), _mm_cmpeq_epi8(folded, cb)));
     m.hash |= bits(_mm_cmpeq_epi8(v, h));
   }
 #else
@@ -378,11 +395,9 @@ inline BlockMasks ClassifyBlock(const unsigned char* p) {
         break;
       case '{':
       case '[':
-        m.open |= bit;
-        break;
       case '}':
       case ']':
-        m.close |= bit;
+        m.bracket |= bit;
         break;
       case '#':
         m.hash |= bit;
@@ -419,8 +434,9 @@ __attribute__((target("avx2"))) void ClassifyBlocksAvx2(const unsigned char* p, 
     const __m256i flo = _mm256_or_si256(lo, x20), fhi = _mm256_or_si256(hi, x20);
     out[b].quote = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, q), _mm256_cmpeq_epi8(hi, q));
     out[b].backslash = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, bs), _mm256_cmpeq_epi8(hi, bs));
-    out[b].open = PT_AVX2_BITS(_mm256_cmpeq_epi8(flo, ob), _mm256_cmpeq_epi8(fhi, ob));
-    out[b].close = PT_AVX2_BITS(_mm256_cmpeq_epi8(flo, cb), _mm256_cmpeq_epi8(fhi, cb));
+    out[b].bracket =
+        PT_AVX2_BITS(_mm256_or_si256(_mm256_cmpeq_epi8(flo, ob), _mm256_cmpeq_epi8(flo, cb)),
+                     _mm256_or_si256(_mm256_cmpeq_epi8(fhi, ob), _mm256_cmpeq_epi8(fhi, cb)));
     out[b].hash = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, h), _mm256_cmpeq_epi8(hi, h));
   }
 }
@@ -683,13 +699,14 @@ class Pass1 {
     while (p < end) {
       const size_t avail = static_cast<size_t>(end - p);
       const uint64_t valid = avail >= 64 ? ~uint64_t{0} : (uint64_t{1} << avail) - 1;
-      // Masks come from a batch classified ahead from where this run of blocks started.
-      if (p < batch_p_ || p >= batch_p_ + 64 * batch_n_ || (p - batch_p_) % 64 != 0) {
+      // Masks come from a batch classified ahead, while the blocks follow each other.
+      if (p != batch_next_ || batch_i_ >= batch_n_) {
         batch_n_ = std::min(kBatchBlocks, (avail + 63) / 64);
-        batch_p_ = p;
+        batch_i_ = 0;
         kClassifyBlocks(p, batch_n_, batch_);
       }
-      const BlockMasks m = batch_[(p - batch_p_) / 64];
+      const BlockMasks& m = batch_[batch_i_++];
+      batch_next_ = p + 64;
       const uint64_t backslash = m.backslash & valid;
       uint64_t next_esc;
       const uint64_t escaped = EscapedBytes(backslash, esc, avail, &next_esc);
@@ -703,7 +720,7 @@ class Pass1 {
       }
       uint64_t hash = track_hash ? (m.hash & valid & str & ~escaped) : 0;
       const size_t in_block = std::min<size_t>(avail, 64);
-      uint64_t structural = (m.open | m.close) & valid & ~str;
+      uint64_t structural = m.bracket & valid & ~str;
       while (structural != 0) {
         const int i = __builtin_ctzll(structural);
         structural &= structural - 1;
@@ -1143,9 +1160,11 @@ class Pass1 {
   size_t len_ = 0;
   uint64_t keep_from_ = kNone;
 
-  // Block masks classified ahead by Nested: batch_[k] describes the 64 bytes at batch_p_ + 64k.
+  // Block masks classified ahead by Nested: batch_[batch_i_] describes the 64 bytes at
+  // batch_next_ (when Nested goes on there), the next ones the blocks after it.
   BlockMasks batch_[kBatchBlocks];
-  const unsigned char* batch_p_ = nullptr;
+  const unsigned char* batch_next_ = nullptr;
+  size_t batch_i_ = 0;
   size_t batch_n_ = 0;
 
   std::vector<char> stack_;  // expected closing brackets
@@ -1325,7 +1344,7 @@ class Pass2 {
 
   // Decodes one element of the event array. Returns an error only when the JSON itself is broken;
   // events of the wrong shape are counted.
-  simdjson::error_code DecodeEvent(od::value& v) {
+  [[gnu::always_inline]] simdjson::error_code DecodeEvent(od::value& v) {
     od::object obj;
     if (auto e = v.get_object().get(obj)) {
       if (!IsValueError(e)) return e;
