@@ -61,6 +61,20 @@ double LowQuartile(std::vector<double> v) {
   return v[k];
 }
 
+// Faults only slow collectives down and may slow half the groups of a kind (a switch under
+// half of the data-parallel replicas): the healthy level is the lower quartile, and the spread
+// is measured on the lower half.
+Reference HealthyLevel(const std::vector<double>& v) {
+  Reference ref;
+  ref.median = LowQuartile(v);
+  const double mid = Median(v);
+  std::vector<double> dev;
+  for (double x : v)
+    if (x <= mid) dev.push_back(std::fabs(x - ref.median));
+  ref.scale = std::max(1.4826 * Median(std::move(dev)), 20.0);
+  return ref;
+}
+
 std::string KindOf(const std::string& group) {
   size_t colon = group.find(':');
   return colon == std::string::npos ? std::string() : group.substr(0, colon);
@@ -137,18 +151,7 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
     if (idx.size() < 3) continue;
     std::vector<double> v;
     for (size_t k : idx) v.push_back(inst[k].value);
-    // Faults only slow collectives down and may slow half the groups of a kind (a switch under
-    // half of the data-parallel replicas): the healthy level is the lower quartile, and the
-    // spread is measured on the lower half.
-    Reference ref;
-    ref.median = LowQuartile(v);
-    {
-      double mid = Median(v);
-      std::vector<double> dev;
-      for (double x : v)
-        if (x <= mid) dev.push_back(std::fabs(x - ref.median));
-      ref.scale = std::max(1.4826 * Median(std::move(dev)), 20.0);
-    }
+    const Reference ref = HealthyLevel(v);
     // The member that waited least in each instance: its time is nearly its own transfer (the
     // others' is that plus waiting for it), so instances compare by it, whatever everyone waits
     // for elsewhere (a healthy rank's collectives include its wait for the job's slowest rank,
@@ -159,15 +162,7 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
       for (const auto& mm : inst[k].m) m = std::min(m, mm.ex);
       mins.push_back(m);
     }
-    Reference own_ref;
-    own_ref.median = LowQuartile(mins);
-    {
-      double mid = Median(mins);
-      std::vector<double> dev;
-      for (double x : mins)
-        if (x <= mid) dev.push_back(std::fabs(x - own_ref.median));
-      own_ref.scale = std::max(1.4826 * Median(std::move(dev)), 20.0);
-    }
+    const Reference own_ref = HealthyLevel(mins);
     for (size_t j = 0; j < idx.size(); ++j) {
       Instance& x = inst[idx[j]];
       counted[idx[j]] = true;
