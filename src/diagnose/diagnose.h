@@ -27,9 +27,9 @@ struct DiagnoseOptions {
   double expected_busbw_gbps = 50.0;
 };
 
+// JOB's ranks sorted by rank (CompactJob::SortByRank).
 Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options = {});
-// The same on full summaries (copied into a CompactJob first; in the order given, unsorted
-// ranks are sorted).
+// The same on full summaries, for small jobs: they are copied into a CompactJob and sorted.
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks,
                    const DiagnoseOptions& options = {});
 
