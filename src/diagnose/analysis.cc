@@ -152,18 +152,6 @@ void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   helper.join();
 }
 
-std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::RankSummary>& ranks) {
-  std::vector<const pattern::RankSummary*> out;
-  for (const auto& r : ranks) out.push_back(&r);
-  return out;
-}
-
-std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::CompactRank>& ranks) {
-  std::vector<const pattern::RankSummary*> out;
-  for (const auto& r : ranks) out.push_back(&r);
-  return out;
-}
-
 JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {
   JobInfo job;
   std::vector<double> iters, medians;

@@ -80,8 +80,14 @@ void SortFindings(std::vector<Finding>* findings);
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
 JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks);
-std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::RankSummary>& ranks);
-std::vector<const pattern::RankSummary*> Pointers(const std::vector<pattern::CompactRank>& ranks);
+// The summaries of RANKS (RankSummary or CompactRank), for what needs only their metadata.
+template <typename R>
+std::vector<const pattern::RankSummary*> Pointers(const std::vector<R>& ranks) {
+  std::vector<const pattern::RankSummary*> out;
+  out.reserve(ranks.size());
+  for (const auto& r : ranks) out.push_back(&r);
+  return out;
+}
 
 // The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
 void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,

@@ -167,20 +167,26 @@ TEST(TopologyTest, SlowSwitchWhoseRanksArriveLateToDataParallelIsTheSwitch) {
   ExpectOnlySwitch(d, "switch-5", {"node-10", "node-11"}, Range(20, 24));
 }
 
+// tp=2, pp=2, dp=6, ep=3 on 12 nodes of 2 GPUs, waits in the simulator's order (TP, PP, DP).
+JobSpec ExpertParallelJob(int nodes_per_switch) {
+  JobSpec s;
+  s.pp = 2;
+  s.dp = 6;
+  s.ep = 3;
+  s.gpus_per_node = 2;
+  s.nodes_per_switch = nodes_per_switch;
+  s.staged_waits = true;
+  return s;
+}
+
 TEST(TopologyTest, SlowNicWithExpertParallelismIsTheNodeNotItsBlock) {
   // tp=2, pp=2, dp=6, ep=3 on 12 nodes of 2 GPUs: each EP group spans 3 consecutive nodes (0-2,
   // 3-5, 6-8, 9-11) and each DP group every node of its stage. Node 1's slow NIC slows every EP
   // group of nodes 0-2 and every DP group of stage 0, so nodes 0 and 2 have their EP and DP
   // groups slow too, and arrive late to their (healthy) PP groups; only node 1's PP groups are
   // slow. The switch (nodes 0-2) is not slow: its other nodes' groups without node 1 are fine.
-  JobSpec s;
-  s.pp = 2;
-  s.dp = 6;
-  s.ep = 3;
-  s.gpus_per_node = 2;
-  s.nodes_per_switch = 3;
+  JobSpec s = ExpertParallelJob(3);
   s.slow_nic = 1;
-  s.staged_waits = true;
   Diagnosis d = Diagnose(MakeJob(s));
   ExpectNodeLink(d, Range(2, 4), "node-1", "nic");
   EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
@@ -191,14 +197,8 @@ TEST(TopologyTest, SlowSwitchWithExpertParallelismIsTheSwitchAlone) {
   // six nodes of stage 0 have slow EP and DP groups; nodes 2 and 3 also have slow PP groups, and
   // node 3's groups without node 2 (its PP and EP groups) are slow: the switch, and no NIC of
   // the blocks' other nodes.
-  JobSpec s;
-  s.pp = 2;
-  s.dp = 6;
-  s.ep = 3;
-  s.gpus_per_node = 2;
-  s.nodes_per_switch = 2;
+  JobSpec s = ExpertParallelJob(2);
   s.slow_switch = 1;
-  s.staged_waits = true;
   Diagnosis d = Diagnose(MakeJob(s));
   ExpectOnlySwitch(d, "switch-1", {"node-2", "node-3"}, Range(4, 8));
 }
@@ -206,15 +206,9 @@ TEST(TopologyTest, SlowSwitchWithExpertParallelismIsTheSwitchAlone) {
 TEST(TopologyTest, SlowGpuAndSlowNicWithExpertParallelismAreBothNamed) {
   // The slow NIC of node 7 (stage 1, EP block 6-8) and a slow GPU on rank 9 (node 4, stage 0):
   // the straggler and the NIC, nothing else.
-  JobSpec s;
-  s.pp = 2;
-  s.dp = 6;
-  s.ep = 3;
-  s.gpus_per_node = 2;
-  s.nodes_per_switch = 3;
+  JobSpec s = ExpertParallelJob(3);
   s.slow_nic = 7;
   s.slow_gpu = 9;
-  s.staged_waits = true;
   Diagnosis d = Diagnose(MakeJob(s));
   ASSERT_EQ(d.findings.size(), 2u) << Dump(d);
   bool gpu = false, nic = false;

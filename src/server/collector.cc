@@ -13,7 +13,6 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <numeric>
 #include <optional>
 #include <set>
 #include <thread>
@@ -472,10 +471,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     row.host = s.host;
     row.summary_bytes = static_cast<int64_t>(req->summary().size());
     row.iterations = static_cast<int>(s.iteration_ms.size());
-    row.mean_iteration_ms = s.iteration_ms.empty() ? 0
-                                                   : std::accumulate(s.iteration_ms.begin(),
-                                                                     s.iteration_ms.end(), 0.0) /
-                                                         static_cast<double>(s.iteration_ms.size());
+    row.mean_iteration_ms = s.mean_iteration_ms;
     row.hardware_json = hw;
     row.summary = req->summary();
     // The window has the summary (it is in the diagnosis) even when the store failed: accepted,

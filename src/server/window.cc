@@ -20,16 +20,11 @@ StatusOr<pattern::RankSummary> Window::Parse(const RankUpload& upload, int64_t w
                                fmt::format("window {} rank {}", window_id, upload.rank));
 }
 
-StatusOr<pattern::RankSummary> Window::AddUpload(RankUpload upload) {
+StatusOr<Window::Kept> Window::AddUpload(RankUpload upload) {
   if (closed_) return InvalidArgument(fmt::format("window {} is closed", spec_.id));
   auto summary = Parse(upload, spec_.id);
   if (!summary.ok()) return summary.status();
-  pattern::RankSummary copy = *summary;
-  auto kept = AddParsed(std::move(upload), *std::move(summary));
-  if (!kept.ok()) return kept.status();
-  copy.rank = kept->rank;
-  copy.host = kept->host;
-  return copy;
+  return AddParsed(std::move(upload), *std::move(summary));
 }
 
 StatusOr<Window::Kept> Window::AddParsed(RankUpload upload, pattern::RankSummary summary) {
@@ -50,7 +45,7 @@ StatusOr<Window::Kept> Window::AddParsed(RankUpload upload, pattern::RankSummary
   int rank = upload.rank;
   std::string().swap(upload.summary_bytes);  // parsed; the store keeps the bytes
   uploads_[rank] = std::move(upload);
-  Kept kept{rank, summary.host, summary.iteration_ms};
+  Kept kept{rank, summary.host, summary.iteration_ms, summary.MeanIterationMs()};
   job_.Add(std::move(summary));
   return kept;
 }

@@ -45,20 +45,22 @@ class Window {
   Window(WindowSpec spec, std::set<int> expected, Clock::time_point deadline);
 
   const WindowSpec& spec() const { return spec_; }
+  // What the server records of a rank whose summary a window kept (rank and host filled in).
+  struct Kept {
+    int rank = -1;
+    std::string host;
+    std::vector<double> iteration_ms;
+    double mean_iteration_ms = 0;
+  };
   // Parses and keeps one rank's summary; a second upload for a rank, or one after the window
   // closed, is refused.
-  StatusOr<pattern::RankSummary> AddUpload(RankUpload upload);
+  StatusOr<Kept> AddUpload(RankUpload upload);
 
   // The two halves of AddUpload, so a server can parse (the expensive part) without holding the
   // lock that guards the window. Parse touches no window state.
   static StatusOr<pattern::RankSummary> Parse(const RankUpload& upload, int64_t window_id);
   // Keeps an upload parsed by Parse (in the window's compact job: a 10,000-rank window holds
-  // every rank's patterns); returns what the server records of the rank (rank and host filled in).
-  struct Kept {
-    int rank = -1;
-    std::string host;
-    std::vector<double> iteration_ms;
-  };
+  // every rank's patterns).
   StatusOr<Kept> AddParsed(RankUpload upload, pattern::RankSummary summary);
 
   // All expected ranks reported (and at least one did). O(1): every reported rank is expected.

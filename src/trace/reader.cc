@@ -175,26 +175,18 @@ bool ReadIntSlow(od::value& v, int64_t* out);
   return false;
 }
 
-bool ReadIdSlow(od::value& v, int64_t* out);
-
-// pid / tid: a number, or a string hashed to a stable integer.
-[[gnu::always_inline]] inline bool ReadId(od::value& v, int64_t* out) {
-  int64_t i;
-  if (v.get_int64().get(i) == simdjson::SUCCESS) {
-    *out = i;
-    return true;
-  }
-  return ReadIdSlow(v, out);
-}
-
-[[gnu::noinline]] bool ReadIdSlow(od::value& v, int64_t* out) {
-  if (ReadIntSlow(v, out)) return true;
+[[gnu::noinline]] bool ReadIdString(od::value& v, int64_t* out) {
   std::string_view s;
   if (v.get_string().get(s) == simdjson::SUCCESS) {
     *out = HashId(s);
     return true;
   }
   return false;
+}
+
+// pid / tid: a number, or a string hashed to a stable integer.
+[[gnu::always_inline]] inline bool ReadId(od::value& v, int64_t* out) {
+  return ReadInt(v, out) || ReadIdString(v, out);
 }
 
 // A string, or the raw text of a number (pg_name is "0" in some traces and 0 in others).
