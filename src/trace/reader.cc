@@ -350,10 +350,22 @@ inline const unsigned char* SkipInString(const unsigned char* p, const unsigned 
   return FindFirstOf<'"', '\\', '#'>(p, end, kTables.str);
 }
 
+// Bit i of the result is the XOR of bits 0..i of x (the in-string mask from the quote mask).
+inline uint64_t PrefixXor(uint64_t x) {
+  x ^= x << 1;
+  x ^= x << 2;
+  x ^= x << 4;
+  x ^= x << 8;
+  x ^= x << 16;
+  x ^= x << 32;
+  return x;
+}
+
 // 64-byte block classification for the structural scanner (simdjson's stage 1 in miniature):
-// one bit per byte for quotes, backslashes, brackets (opening or closing) and '#'.
+// one bit per byte for quotes, backslashes, brackets (opening or closing) and '#', and the
+// prefix XOR of all 64 quote bits (the in-string mask when nothing in the block is escaped).
 struct BlockMasks {
-  uint64_t quote = 0, backslash = 0, bracket = 0, hash = 0;
+  uint64_t quote = 0, backslash = 0, bracket = 0, hash = 0, quote_prefix = 0;
 };
 
 static_assert(kPad >= 64, "the block scanner reads 64 bytes past any position before `end`");
@@ -408,15 +420,18 @@ constexpr size_t kBatchBlocks = 8;
 using ClassifyFn = void (*)(const unsigned char* p, size_t n, BlockMasks* out);
 
 void ClassifyBlocksBase(const unsigned char* p, size_t n, BlockMasks* out) {
-  for (size_t b = 0; b < n; ++b) out[b] = ClassifyBlock(p + 64 * b);
+  for (size_t b = 0; b < n; ++b) {
+    out[b] = ClassifyBlock(p + 64 * b);
+    out[b].quote_prefix = PrefixXor(out[b].quote);
+  }
 }
 
 #if defined(PT_HAVE_AVX2_PATH)
 #define PT_AVX2_BITS(l, u)                                                 \
   (static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(l))) | \
    static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(u))) << 32)
-__attribute__((target("avx2"))) void ClassifyBlocksAvx2(const unsigned char* p, size_t n,
-                                                        BlockMasks* out) {
+__attribute__((target("avx2,pclmul"))) void ClassifyBlocksAvx2(const unsigned char* p, size_t n,
+                                                               BlockMasks* out) {
   const __m256i q = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'), ob = _mm256_set1_epi8('{'),
                 cb = _mm256_set1_epi8('}'), h = _mm256_set1_epi8('#'), x20 = _mm256_set1_epi8(0x20);
   for (size_t b = 0; b < n; ++b, p += 64) {
@@ -430,29 +445,22 @@ __attribute__((target("avx2"))) void ClassifyBlocksAvx2(const unsigned char* p, 
         PT_AVX2_BITS(_mm256_or_si256(_mm256_cmpeq_epi8(flo, ob), _mm256_cmpeq_epi8(flo, cb)),
                      _mm256_or_si256(_mm256_cmpeq_epi8(fhi, ob), _mm256_cmpeq_epi8(fhi, cb)));
     out[b].hash = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, h), _mm256_cmpeq_epi8(hi, h));
+    // Carry-less multiplication by all ones: the prefix XOR in one instruction.
+    out[b].quote_prefix = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_clmulepi64_si128(
+        _mm_set_epi64x(0, static_cast<int64_t>(out[b].quote)), _mm_set1_epi8(-1), 0)));
   }
 }
 
 ClassifyFn PickClassifier() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") ? ClassifyBlocksAvx2 : ClassifyBlocksBase;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("pclmul") ? ClassifyBlocksAvx2
+                                                                            : ClassifyBlocksBase;
 }
 #else
 ClassifyFn PickClassifier() { return ClassifyBlocksBase; }
 #endif
 
 const ClassifyFn kClassifyBlocks = PickClassifier();
-
-// Bit i of the result is the XOR of bits 0..i of x (the in-string mask from the quote mask).
-inline uint64_t PrefixXor(uint64_t x) {
-  x ^= x << 1;
-  x ^= x << 2;
-  x ^= x << 4;
-  x ^= x << 8;
-  x ^= x << 16;
-  x ^= x << 32;
-  return x;
-}
 
 // The bytes escaped by a backslash, given the backslashes of a block of `avail` (1..64) valid
 // bytes and whether its first byte is escaped by the block before. *next_escaped says whether
@@ -699,16 +707,30 @@ class Pass1 {
       }
       const BlockMasks& m = batch_[batch_i_++];
       batch_next_ = p + 64;
-      const uint64_t backslash = m.backslash & valid;
-      uint64_t next_esc;
-      const uint64_t escaped = EscapedBytes(backslash, esc, avail, &next_esc);
-      const uint64_t quote = m.quote & valid & ~escaped;
-      const uint64_t str = PrefixXor(quote) ^ in_str;  // string bytes and opening quotes
-      if ((backslash & ~str) != 0) {
-        in_string_ = in_str != 0;
-        escape_ = esc != 0;
-        slow_nested_ = true;
-        return Status::Ok();
+      uint64_t escaped = 0;
+      uint64_t next_esc = 0;
+      uint64_t str;  // string bytes and opening quotes
+      if (avail >= 64 && (m.backslash | esc) == 0) {
+        // A whole block with nothing escaped (the common case): the classifier's prefix XOR is
+        // the string mask, and a block without brackets only carries the string state on.
+        str = m.quote_prefix ^ in_str;
+        if (m.bracket == 0) {
+          if (track_hash && (m.hash & str) != 0) candidate_ = true;
+          in_str = static_cast<uint64_t>(static_cast<int64_t>(str) >> 63);
+          p += 64;
+          continue;
+        }
+      } else {
+        const uint64_t backslash = m.backslash & valid;
+        escaped = EscapedBytes(backslash, esc, avail, &next_esc);
+        const uint64_t quote = m.quote & valid & ~escaped;
+        str = PrefixXor(quote) ^ in_str;
+        if ((backslash & ~str) != 0) {
+          in_string_ = in_str != 0;
+          escape_ = esc != 0;
+          slow_nested_ = true;
+          return Status::Ok();
+        }
       }
       uint64_t hash = track_hash ? (m.hash & valid & str & ~escaped) : 0;
       const size_t in_block = std::min<size_t>(avail, 64);
