@@ -419,8 +419,13 @@ inline BlockMasks ClassifyBlock(const unsigned char* p) {
 constexpr size_t kBatchBlocks = 8;
 using ClassifyFn = void (*)(const unsigned char* p, size_t n, BlockMasks* out);
 
+// Pass 1 is the first to touch the input and waits on memory at every page: prefetching a page
+// ahead cut a tenth of analyze's CPU time.
+constexpr size_t kPrefetchAhead = 4096;
+
 void ClassifyBlocksBase(const unsigned char* p, size_t n, BlockMasks* out) {
   for (size_t b = 0; b < n; ++b) {
+    __builtin_prefetch(p + 64 * b + kPrefetchAhead, 0, 3);
     out[b] = ClassifyBlock(p + 64 * b);
     out[b].quote_prefix = PrefixXor(out[b].quote);
   }
@@ -435,6 +440,7 @@ __attribute__((target("avx2,pclmul"))) void ClassifyBlocksAvx2(const unsigned ch
   const __m256i q = _mm256_set1_epi8('"'), bs = _mm256_set1_epi8('\\'), ob = _mm256_set1_epi8('{'),
                 cb = _mm256_set1_epi8('}'), h = _mm256_set1_epi8('#'), x20 = _mm256_set1_epi8(0x20);
   for (size_t b = 0; b < n; ++b, p += 64) {
+    __builtin_prefetch(p + kPrefetchAhead, 0, 3);
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32));
 
@@ -1237,6 +1243,9 @@ class Pass2 {
         win_len_ = map_size;
         seg_ = map + s;
         seg_cap_ = map_size + kPad - static_cast<size_t>(s - 1);
+        const uint64_t next_end = i + 2 < cuts.size() ? cuts[i + 2] : p1.events_end;
+        prefetch_ = map + e;
+        prefetch_end_ = map + next_end;
       } else {
         PT_RETURN_IF_ERROR(Fill(s, e));
         win_ = seg_ = buf_.data() + start_;
@@ -1347,6 +1356,12 @@ class Pass2 {
         return JsonError(loc, e, s);
       }
       od::value& v = el.value_unsafe();  // not a copy: see DecodeEvent
+      // Mapped input: pull the next segment toward the cache while this one is decoded, so its
+      // stage 1 does not wait on memory.
+      if (prefetch_ < prefetch_end_) {
+        for (int k = 0; k < 4; ++k) __builtin_prefetch(prefetch_ + 64 * k, 0, 2);
+        prefetch_ += 256;
+      }
       if (auto e = DecodeEvent(v)) {
         const char* loc = nullptr;
         if (doc.current_location().get(loc)) loc = nullptr;
@@ -1587,6 +1602,8 @@ class Pass2 {
   // win_base_ + win_len_), for locating errors.
   char* seg_ = nullptr;
   size_t seg_cap_ = 0;
+  const char* prefetch_ = nullptr;  // mapped input: the next segment's bytes not yet prefetched
+  const char* prefetch_end_ = nullptr;
   const char* win_ = nullptr;
   uint64_t win_base_ = 0;
   size_t win_len_ = 0;
