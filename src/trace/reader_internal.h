@@ -20,8 +20,12 @@ struct ReaderTuning {
   size_t segment_bytes = 512 << 10;    // events parsed per simdjson document (pass 2)
   size_t max_value_bytes = 256 << 20;  // largest single event / top-level value accepted
   bool map = true;                     // read mappable sources (plain files) through Map
-  size_t release_bytes = 4 << 20;      // mapped input: bytes passed between Release calls
+  int classifier = -1;  // pass 1's block classifier: 0 portable, 1 AVX2, 2 AVX-512; -1 the best
+  size_t release_bytes = 4 << 20;  // mapped input: bytes passed between Release calls
 };
+
+// Whether this CPU runs block classifier `level` (ReaderTuning::classifier).
+bool ClassifierSupported(int level);
 
 // Opens the data afresh; called once per pass.
 using SourceOpener = std::function<StatusOr<std::unique_ptr<ByteSource>>()>;

@@ -391,21 +391,26 @@ TEST(ReaderTest, EscapesStraddlingBlocksAndChunks) {
   json += R"({"ph": "X", "cat": "cpu_op", "name": "end", "pid": 1, "tid": 2, "ts": 1, "dur": 1}]})";
   want.push_back("end");
   auto open = [&]() -> StatusOr<std::unique_ptr<ByteSource>> { return OpenMemorySource(json); };
-  for (size_t read : {1, 2, 3, 5, 7, 13, 63, 64, 65, 127, 1000, 1 << 20}) {
-    internal::ReaderTuning tuning;
-    tuning.read_bytes = read;
-    tuning.segment_bytes = read < 100 ? 300 : 4 << 20;
-    NameSink sink;
-    auto st = internal::ReadTraceFrom(open, "esc.json", &sink, {}, tuning);
-    ASSERT_TRUE(st.ok()) << read << ": " << st.status().message();
-    EXPECT_EQ(st->malformed_events, 0u) << read;
-    ASSERT_EQ(sink.names, want) << read;
-    for (size_t i = 0; i + 1 < want.size(); ++i) {
-      if (!sink.stacks[i].empty()) {
-        EXPECT_EQ(sink.stacks[i], sink.names[i]) << read;
+  // Every block classifier this CPU runs (portable, AVX2, AVX-512) must agree.
+  for (int classifier = 0; classifier <= 2; ++classifier) {
+    if (!internal::ClassifierSupported(classifier)) continue;
+    for (size_t read : {1, 2, 3, 5, 7, 13, 63, 64, 65, 127, 1000, 1 << 20}) {
+      internal::ReaderTuning tuning;
+      tuning.read_bytes = read;
+      tuning.segment_bytes = read < 100 ? 300 : 4 << 20;
+      tuning.classifier = classifier;
+      NameSink sink;
+      auto st = internal::ReadTraceFrom(open, "esc.json", &sink, {}, tuning);
+      ASSERT_TRUE(st.ok()) << classifier << "/" << read << ": " << st.status().message();
+      EXPECT_EQ(st->malformed_events, 0u) << read;
+      ASSERT_EQ(sink.names, want) << classifier << "/" << read;
+      for (size_t i = 0; i + 1 < want.size(); ++i) {
+        if (!sink.stacks[i].empty()) {
+          EXPECT_EQ(sink.stacks[i], sink.names[i]) << read;
+        }
       }
+      ASSERT_EQ(sink.meta.profiler_steps.size(), static_cast<size_t>(step)) << read;
     }
-    ASSERT_EQ(sink.meta.profiler_steps.size(), static_cast<size_t>(step)) << read;
   }
 }
 
