@@ -36,6 +36,7 @@
 #include "pattern/histogram.h"
 #include "pattern/intervals.h"
 #include "pattern/names.h"
+#include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
 namespace {
@@ -62,11 +63,10 @@ class Interner {
  public:
   Interner() { Intern(""); }
   uint32_t Intern(std::string_view s) {
-    auto it = map_.find(s);
-    if (it != map_.end()) return it->second;
+    if (const StringIdMap::Entry* e = map_.Find(s)) return e->id;
     strings_.emplace_back(s);
     const auto id = static_cast<uint32_t>(strings_.size() - 1);
-    map_.emplace(strings_.back(), id);
+    map_.Insert(strings_.back(), id);
     return id;
   }
   const std::string& Get(uint32_t id) const { return strings_[id]; }
@@ -74,7 +74,7 @@ class Interner {
 
  private:
   std::deque<std::string> strings_;
-  std::unordered_map<std::string_view, uint32_t> map_;
+  StringIdMap map_;
 };
 
 struct FnAcc {
@@ -300,7 +300,7 @@ struct Summarizer::Impl {
   // normalization on the hot path; capped because raw names may embed counters.
   struct RawNameCache {
     std::deque<std::string> store;
-    std::unordered_map<std::string_view, uint32_t> map;
+    StringIdMap map;
   };
   static constexpr size_t kMaxRawNames = 1 << 16;
   RawNameCache raw_kernel_names, raw_other_names;
@@ -308,7 +308,7 @@ struct Summarizer::Impl {
   // Raw name -> function of the events without a call stack, one map per kind: one lookup per
   // event instead of NameId's and InternFn's. Functions are still interned on first sight.
   static constexpr size_t kKinds = static_cast<size_t>(EventKind::kOther) + 1;
-  std::array<std::unordered_map<std::string_view, uint32_t>, kKinds> raw_fns;
+  std::array<StringIdMap, kKinds> raw_fns;
   std::deque<std::string> raw_fn_store;
 
   // The last name each kind looked up (a view of the map's own key), checked before hashing:
@@ -323,16 +323,15 @@ struct Summarizer::Impl {
   uint32_t FnOf(std::string_view name, EventKind kind) {
     LastFn& last = last_fn[static_cast<size_t>(kind)];
     if (last.valid && last.name == name) return last.fn;
-    auto& map = raw_fns[static_cast<size_t>(kind)];
-    auto it = map.find(name);
-    if (it != map.end()) {
-      last = {it->first, it->second, true};
-      return it->second;
+    StringIdMap& map = raw_fns[static_cast<size_t>(kind)];
+    if (const StringIdMap::Entry* e = map.Find(name)) {
+      last = {e->key(), e->id, true};
+      return e->id;
     }
     const uint32_t fn = InternFn(kind, NameId(name, kind), 0);
     if (raw_fn_store.size() < kMaxRawNames) {
       raw_fn_store.emplace_back(name);
-      map.emplace(raw_fn_store.back(), fn);
+      map.Insert(raw_fn_store.back(), fn);
       last = {raw_fn_store.back(), fn, true};
     }
     return fn;
@@ -341,13 +340,12 @@ struct Summarizer::Impl {
   uint32_t NameId(std::string_view name, EventKind kind) {
     // Only kernels normalize differently (template arguments), so two caches suffice.
     RawNameCache& cache = kind == EventKind::kKernel ? raw_kernel_names : raw_other_names;
-    auto it = cache.map.find(name);
-    if (it != cache.map.end()) return it->second;
+    if (const StringIdMap::Entry* e = cache.map.Find(name)) return e->id;
     NormalizeNameInto(name, kind, &norm_buf);
     const uint32_t id = names.Intern(norm_buf);
     if (cache.map.size() < kMaxRawNames) {
       cache.store.emplace_back(name);
-      cache.map.emplace(cache.store.back(), id);
+      cache.map.Insert(cache.store.back(), id);
     }
     return id;
   }
