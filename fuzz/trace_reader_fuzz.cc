@@ -25,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   t::internal::ReaderTuning tiny;
   tiny.read_bytes = 5;
   tiny.segment_bytes = 40;
+  tiny.classifier = 0;  // the portable block classifier; the default runs the CPU's best
   auto open = [&]() -> perftracker::StatusOr<std::unique_ptr<perftracker::ByteSource>> {
     return perftracker::OpenMemorySource(json);
   };
