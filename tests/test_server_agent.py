@@ -107,6 +107,31 @@ class ServerAgent(unittest.TestCase):
         self.assertEqual(server.wait(timeout=15), 0, self.log())
         self.assertTrue(os.path.exists(latest))
 
+    def test_upload_retried_while_server_is_down(self):
+        port = free_port()
+        addr = f"127.0.0.1:{port}"
+        server = self.start("server", "--listen", addr, "--report-dir", os.path.join(self.tmp, "r"))
+        d = os.path.join(self.tmp, "node0")
+        os.makedirs(d)
+        agent = self.start("agent", "--server", addr, "--watch", d, "--ranks", "0")
+        self.assertTrue(wait_for(lambda: "agents: 1" in ptest.run(["status", "--server", addr]).stdout),
+                        self.log())
+        self.assertEqual(ptest.run(["trigger", "--server", addr]).returncode, 0)
+        time.sleep(0.5)  # the agent receives the window command
+        server.kill()
+        server.wait()
+        tmp = os.path.join(d, ".rank-0.part")
+        shutil.copy(os.path.join(ptest.KINETO, "job128_rank-0.json.gz"), tmp)
+        os.rename(tmp, os.path.join(d, "job128_rank-0.json.gz"))
+        # Five attempts with doubling, jittered waits from 0.5 s: about 7.5 s, at most 11 s.
+        self.assertTrue(wait_for(lambda: "window 1 rank 0: summary" in self.log(), 40), self.log())
+        log = self.log()
+        for n in range(1, 6):
+            self.assertIn(f"window 1 rank 0: upload attempt {n} failed", log)
+        self.assertNotIn("upload attempt 6", log)
+        self.assertIn("upload refused", log)
+        self.assertIsNone(agent.poll(), "the agent keeps running after giving up on one upload")
+
     def test_non_loopback_requires_token(self):
         port = free_port()
         addr = f"127.0.0.2:{port}"  # still loopback traffic, but not 127.0.0.1

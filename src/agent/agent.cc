@@ -14,6 +14,7 @@
 
 #include "agent/nvml_sampler.h"
 #include "agent/proc_sampler.h"
+#include "agent/retry.h"
 #include "pattern/merge.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
@@ -148,6 +149,30 @@ struct Agent::Impl {
   void ForwardTrigger(const WorkerTrigger& t);
   void UploadStacks(int64_t request_id, const diagnose::RankStacks& s);
 
+  // One upload RPC under the retry policy; the waits end early when the agent stops.
+  template <typename Call>
+  grpc::Status Deliver(Call call, const std::string& what) {
+    auto transient = [](const grpc::Status& st) {
+      const auto c = st.error_code();
+      return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ||
+             c == grpc::StatusCode::RESOURCE_EXHAUSTED || c == grpc::StatusCode::ABORTED;
+    };
+    int failures = 0;
+    auto attempt = [&] {
+      grpc::Status st = call();
+      if (!st.ok() && transient(st)) {
+        std::fprintf(stderr, "perftracker agent: %s: upload attempt %d failed: %s\n", what.c_str(),
+                     ++failures, st.error_message().c_str());
+      }
+      return st;
+    };
+    auto wait = [&](std::chrono::milliseconds d) {
+      std::unique_lock lk(mu);
+      return !cv.wait_for(lk, d, [&] { return stopping; });
+    };
+    return CallWithRetry(RetryPolicy{}, attempt, transient, wait);
+  }
+
   void UploadTrace(const WindowCommand& w, const WorkerTrace& t,
                    const std::map<std::string, double>& hw) {
     if (t.paths.empty()) return;
@@ -183,11 +208,15 @@ struct Agent::Impl {
     req.set_summary(bytes);
     req.mutable_hardware()->mutable_values()->insert(hw.begin(), hw.end());
     req.mutable_hardware()->set_nvml(nvml.status());
-    grpc::ClientContext ctx;
-    AddToken(&ctx, options.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::UploadWindowReply reply;
-    grpc::Status st = stub->UploadWindow(&ctx, req, &reply);
+    grpc::Status st = Deliver(
+        [&] {
+          grpc::ClientContext ctx;
+          AddToken(&ctx, options.token);
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+          return stub->UploadWindow(&ctx, req, &reply);
+        },
+        fmt::format("window {} rank {}", w.window_id, rank));
     std::fprintf(stderr,
                  "perftracker agent: window %lld rank %d: summary %zu bytes (%s), upload %s%s\n",
                  static_cast<long long>(w.window_id), rank, bytes.size(),
@@ -244,11 +273,15 @@ void Agent::Impl::UploadStacks(int64_t request_id, const diagnose::RankStacks& s
   out->set_line(lc.line);
   out->set_in_progress(lc.in_progress);
   out->set_seconds(lc.seconds);
-  grpc::ClientContext ctx;
-  AddToken(&ctx, options.token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::UploadStacksReply reply;
-  grpc::Status st = stub->UploadStacks(&ctx, req, &reply);
+  grpc::Status st = Deliver(
+      [&] {
+        grpc::ClientContext ctx;
+        AddToken(&ctx, options.token);
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        return stub->UploadStacks(&ctx, req, &reply);
+      },
+      fmt::format("stacks of rank {}", s.rank));
   if (!st.ok())
     std::fprintf(stderr, "perftracker agent: stacks of rank %d not delivered: %s\n", s.rank,
                  st.error_message().c_str());
