@@ -7,10 +7,12 @@
 // (rows and bytes read back and compared with what was sent), how many were lost, the upload wall
 // time, the time from the first upload to the window's diagnosis, the server's peak memory
 // (VmHWM) and threads, and the store's size on disk. Exits 1 if any summary was lost.
+// --watch also holds every agent's WatchCommands stream open, as real agents do, and times how
+// long the window command takes to reach all of them.
 //
 //   build/server_ingest [--agents 10000] [--functions 500] [--channels AGENTS] [--inflight AGENTS]
 //                      [--threads 32] [--deadline 30] [--bin build/perftracker]
-//                      [--max-seconds 20 --grace-seconds 30] [--keep]
+//                      [--max-seconds 20 --grace-seconds 30] [--watch] [--keep]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -29,6 +31,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -181,16 +184,30 @@ StoreReadback ReadBack(const std::string& db_path, int64_t window,
 
 }  // namespace
 
+// User + system CPU seconds the process has used (/proc/PID/stat fields 14 and 15).
+double ProcCpuSeconds(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i >= 14) ticks += std::atof(field.c_str());
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 int main(int argc, char** argv) {
   int agents = 10000, functions = 500, threads = 32, channels = 0, inflight = 0;
   double deadline_s = 30;                  // the agent's UploadWindow deadline (src/agent/agent.cc)
   std::string max_seconds, grace_seconds;  // empty: the server's defaults
-  bool keep = false;
+  bool keep = false, watch = false;
   std::string bin = "build/perftracker";
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
-    if (k == "--keep") {
-      keep = true;
+    if (k == "--keep" || k == "--watch") {
+      (k == "--keep" ? keep : watch) = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -326,6 +343,7 @@ int main(int argc, char** argv) {
   // Registration (each agent on its own channel; connects it).
   auto t_reg = Clock::now();
   std::atomic<int> reg_failed{0};
+  std::vector<std::string> agent_ids(agents);
   {
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
@@ -338,7 +356,10 @@ int main(int argc, char** argv) {
           req.set_host(fmt::format("node-{}", r / 8));
           req.add_ranks(r);
           v1::RegisterReply reply;
-          if (!stubs[r % channels]->Register(&ctx, req, &reply).ok()) ++reg_failed;
+          if (!stubs[r % channels]->Register(&ctx, req, &reply).ok())
+            ++reg_failed;
+          else
+            agent_ids[r] = reply.agent_id();
         }
       });
     for (auto& t : pool) t.join();
@@ -353,10 +374,66 @@ int main(int argc, char** argv) {
       "register: %d agents registered (server's count) of %d, on %d connections, in %.2f "
       "s (%d failed)\n",
       registered, agents, channels, Since(t_reg), reg_failed.load());
+  // Every agent's command stream, read on one completion queue: tag 2r = the stream started,
+  // 2r + 1 = a command arrived (or the stream ended).
+  struct Watch {
+    grpc::ClientContext ctx;
+    v1::Command cmd;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::Command>> reader;
+  };
+  std::vector<std::unique_ptr<Watch>> watches;
+  grpc::CompletionQueue watch_cq;
+  std::atomic<int> watching{0}, windows_seen{0};
+  std::thread watch_reader;
+  if (watch) {
+    auto t_watch = Clock::now();
+    for (int r = 0; r < agents; ++r) {
+      auto w = std::make_unique<Watch>();
+      v1::WatchRequest req;
+      req.set_agent_id(agent_ids[r]);
+      w->reader = stubs[r % channels]->AsyncWatchCommands(
+          &w->ctx, req, &watch_cq, reinterpret_cast<void*>(static_cast<intptr_t>(2 * r)));
+      watches.push_back(std::move(w));
+    }
+    watch_reader = std::thread([&] {
+      void* tag;
+      bool ok;
+      while (watch_cq.Next(&tag, &ok)) {
+        const auto t = reinterpret_cast<intptr_t>(tag);
+        Watch& w = *watches[static_cast<size_t>(t / 2)];
+        if (!ok) continue;  // the stream ended
+        if (t % 2 == 0) {
+          ++watching;
+        } else if (w.cmd.has_profile()) {
+          ++windows_seen;
+        }
+        w.reader->Read(&w.cmd, reinterpret_cast<void*>(t / 2 * 2 + 1));
+      }
+    });
+    while (watching < agents && Since(t_watch) < 120)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // The server runs a handler per stream: wait until it has them all, then see what holding
+    // them costs while nothing happens.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const double cpu0 = ProcCpuSeconds(server);
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    std::printf(
+        "watch: %d command streams open in %.2f s; server threads %.0f, idle server CPU %.0f%% "
+        "of a core\n",
+        watching.load(), Since(t_watch), ProcStatus(server, "Threads"),
+        (ProcCpuSeconds(server) - cpu0) / 5 * 100);
+  }
+  auto t_trigger = Clock::now();
   {
     grpc::ClientContext ctx;
     v1::TriggerReply tr;
     stubs[0]->Trigger(&ctx, v1::TriggerRequest(), &tr);
+  }
+  if (watch) {
+    while (windows_seen < agents && Since(t_trigger) < 60)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::printf("watch: the window command reached %d of %d agents in %.3f s\n",
+                windows_seen.load(), agents, Since(t_trigger));
   }
 
   // Uploads: every agent's call started at once (up to --inflight), completions on one queue.
@@ -445,7 +522,13 @@ int main(int argc, char** argv) {
            shm_size = FileSize(db + "-shm");
   std::printf("store on disk: %.1f MB (database %.1f MB + WAL %.1f MB + shm %.1f MB)\n",
               (db_size + wal_size + shm_size) / 1e6, db_size / 1e6, wal_size / 1e6, shm_size / 1e6);
+  if (watch) {
+    // Cancel the streams and drain their queue before the contexts go.
+    for (auto& w : watches) w->ctx.TryCancel();
+    watch_cq.Shutdown();
+    watch_reader.join();
+  }
   bool ok = rb.opened && lost == 0 && rb.duplicates == 0 && rb.unknown == 0 && accepted == agents &&
-            registered == agents && diagnosed;
+            registered == agents && diagnosed && (!watch || windows_seen == agents);
   return finish(ok ? 0 : 1);
 }

@@ -11,6 +11,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -82,10 +83,91 @@ Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path
 
 }  // namespace
 
+class CommandStream;
+
 struct AgentState {
   std::string host;
   std::vector<int> ranks;
-  std::deque<v1::Command> queue;
+  std::deque<v1::Command> queue;    // commands while no stream is open
+  CommandStream* stream = nullptr;  // the agent's open WatchCommands stream
+};
+
+// One agent's WatchCommands stream on gRPC's callback API: it holds no thread while it waits,
+// and a command is written the moment it is queued (the sync API needed a thread per agent,
+// each polling for commands and cancellation). Its own mutex guards its queue and write state;
+// the service's mutex is taken first wherever both are held.
+class CommandStream final : public grpc::ServerWriteReactor<v1::Command> {
+ public:
+  // Takes `cmds` for the client, written in order as earlier writes complete. False (cmds left
+  // as they are) once the stream is finishing: the caller keeps them for the next stream.
+  bool Push(std::deque<v1::Command>* cmds) {
+    {
+      std::lock_guard lk(mu_);
+      if (finished_) return false;
+      for (auto& c : *cmds) queue_.push_back(std::move(c));
+    }
+    cmds->clear();
+    Pump();
+    return true;
+  }
+
+  // Ends the stream: a refusal, a newer stream of the same agent, server shutdown.
+  void Close(const grpc::Status& st = grpc::Status::OK) { FinishOnce(st); }
+
+  // Set by the service: hands back what was not sent and forgets the stream, under its mutex.
+  std::function<void(CommandStream*, std::deque<v1::Command>)> on_done;
+
+ private:
+  void Pump() {
+    {
+      std::lock_guard lk(mu_);
+      if (writing_ || finished_ || queue_.empty()) return;
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+    }
+    StartWrite(&current_);
+  }
+
+  void FinishOnce(const grpc::Status& st) {
+    {
+      std::lock_guard lk(mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
+    Finish(st);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard lk(mu_);
+      writing_ = false;
+      if (!ok) queue_.push_front(std::move(current_));  // not delivered: for the next stream
+    }
+    if (ok) {
+      Pump();
+    } else {
+      FinishOnce(grpc::Status::OK);
+    }
+  }
+
+  void OnCancel() override { FinishOnce(grpc::Status::CANCELLED); }
+
+  void OnDone() override {
+    std::deque<v1::Command> left;
+    {
+      std::lock_guard lk(mu_);
+      left.swap(queue_);
+    }
+    if (on_done) on_done(this, std::move(left));
+    delete this;
+  }
+
+  std::mutex mu_;
+  std::deque<v1::Command> queue_;
+  v1::Command current_;
+  bool writing_ = false;
+  bool finished_ = false;
 };
 
 struct RankState {
@@ -147,7 +229,8 @@ struct HangCollection {
   std::map<int, diagnose::RankStacks> replies;
 };
 
-struct CollectorServer::Impl final : public v1::Collector::Service {
+struct CollectorServer::Impl final
+    : public v1::Collector::WithCallbackMethod_WatchCommands<v1::Collector::Service> {
   ServerOptions options;
   std::unique_ptr<Store> store;
   int64_t job_id = 0;
@@ -180,7 +263,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
   std::thread timer;
 
-  grpc::Status Authorize(grpc::ServerContext* ctx) {
+  grpc::Status Authorize(grpc::ServerContextBase* ctx) {
     if (options.token.empty()) return grpc::Status::OK;
     const auto& md = ctx->client_metadata();
     auto it = md.find("x-perftracker-token");
@@ -233,7 +316,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     p->set_start_iteration(spec.start_iteration);
     p->set_iterations(spec.iterations);
     p->set_max_seconds(spec.max_seconds);
-    for (auto& [id, a] : agents) a.queue.push_back(cmd);
+    SendLocked(cmd);
     cv.notify_all();
     std::fprintf(stderr,
                  "perftracker server: window %lld opened (%s): iterations %lld..+%d, %zu agents\n",
@@ -319,7 +402,7 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
       std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
     v1::Command cmd;
     cmd.mutable_stacks()->set_request_id(h.id);
-    for (auto& [id, a] : agents) a.queue.push_back(cmd);
+    SendLocked(cmd);
     hang_step = FurthestStepLocked();
     std::fprintf(stderr,
                  "perftracker server: hang reported by rank %d: collecting stacks from %zu "
@@ -368,6 +451,14 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     }
   }
 
+  // Queues a command for every agent and wakes their streams. Called with mu held.
+  void SendLocked(const v1::Command& cmd) {
+    for (auto& [id, a] : agents) {
+      std::deque<v1::Command> one = {cmd};
+      if (a.stream == nullptr || !a.stream->Push(&one)) a.queue.push_back(cmd);
+    }
+  }
+
   // --- the service ---
 
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
@@ -409,28 +500,33 @@ struct CollectorServer::Impl final : public v1::Collector::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status WatchCommands(grpc::ServerContext* ctx, const v1::WatchRequest* req,
-                             grpc::ServerWriter<v1::Command>* writer) override {
-    if (auto st = Authorize(ctx); !st.ok()) return st;
-    std::unique_lock lk(mu);
-    if (!agents.count(req->agent_id()))
-      return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
-    // Polls for cancellation too: the sync API has no callback when a client goes away.
-    while (!shutting_down && !ctx->IsCancelled()) {
-      auto it = agents.find(req->agent_id());
-      if (it == agents.end()) break;
-      if (it->second.queue.empty()) {
-        cv.wait_for(lk, std::chrono::milliseconds(200));
-        continue;
-      }
-      v1::Command cmd = std::move(it->second.queue.front());
-      it->second.queue.pop_front();
-      lk.unlock();
-      bool ok = writer->Write(cmd);
-      lk.lock();
-      if (!ok) break;
+  grpc::ServerWriteReactor<v1::Command>* WatchCommands(grpc::CallbackServerContext* ctx,
+                                                       const v1::WatchRequest* req) override {
+    auto* stream = new CommandStream();
+    if (auto st = Authorize(ctx); !st.ok()) {
+      stream->Close(st);
+      return stream;
     }
-    return grpc::Status::OK;
+    std::lock_guard lk(mu);
+    auto it = agents.find(req->agent_id());
+    if (it == agents.end() || shutting_down) {
+      stream->Close(shutting_down ? grpc::Status::OK
+                                  : grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                                 "unknown agent; register first"));
+      return stream;
+    }
+    AgentState& agent = it->second;  // agents are never removed
+    // A reconnecting agent replaces its old stream, which gives back what it did not send.
+    if (agent.stream != nullptr) agent.stream->Close();
+    agent.stream = stream;
+    stream->on_done = [this, &agent](CommandStream* done, std::deque<v1::Command> left) {
+      std::lock_guard lk(mu);
+      if (agent.stream == done) agent.stream = nullptr;
+      for (auto c = left.rbegin(); c != left.rend(); ++c) agent.queue.push_front(std::move(*c));
+      if (agent.stream != nullptr && !agent.queue.empty()) agent.stream->Push(&agent.queue);
+    };
+    stream->Push(&agent.queue);
+    return stream;
   }
 
   grpc::Status UploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
@@ -652,6 +748,8 @@ void CollectorServer::Shutdown() {
     impl_->shut_down = true;
     impl_->shutting_down = true;
     impl_->cv.notify_all();
+    for (auto& [id, a] : impl_->agents)
+      if (a.stream != nullptr) a.stream->Close();
   }
   // Streams leave their loops on shutting_down; the deadline bounds anything else in flight.
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -216,6 +216,51 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   (*server)->Shutdown();
 }
 
+// Command streams: a command queued while an agent has no stream waits for its next one; a
+// second stream of the same agent replaces the first, which ends; an unknown agent is refused.
+TEST(Server, CommandStreamsQueueReplaceAndRefuse) {
+  ServerOptions o;
+  o.report_dir = TempDir("streams");
+  o.print = false;
+  o.hang_confirm_seconds = 0.3;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+  std::string id;
+  ASSERT_TRUE(c.Register({0}, &id));
+
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  v1::WatchRequest wreq;
+  wreq.set_agent_id(id);
+  grpc::ClientContext first_ctx;
+  auto first = c.stub()->WatchCommands(&first_ctx, wreq);
+  v1::Command cmd;
+  ASSERT_TRUE(first->Read(&cmd));  // queued before the stream existed
+  EXPECT_EQ(cmd.profile().window_id(), tr.window_id());
+
+  grpc::ClientContext second_ctx;
+  auto second = c.stub()->WatchCommands(&second_ctx, wreq);
+  EXPECT_FALSE(first->Read(&cmd));  // replaced: the server ended it
+  EXPECT_TRUE(first->Finish().ok());
+
+  // The next command reaches the newer stream.
+  v1::TriggerRequest hang;
+  hang.set_kind("hang");
+  hang.set_rank(0);
+  hang.set_mean_ms(100);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  ASSERT_TRUE(second->Read(&cmd));
+  EXPECT_TRUE(cmd.has_stacks());
+
+  grpc::ClientContext bad_ctx;
+  wreq.set_agent_id("agent-999");
+  auto bad = c.stub()->WatchCommands(&bad_ctx, wreq);
+  EXPECT_FALSE(bad->Read(&cmd));
+  EXPECT_EQ(bad->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  second_ctx.TryCancel();
+}
+
 TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
   ServerOptions o;
   o.report_dir = TempDir("deadline");
