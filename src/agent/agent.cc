@@ -149,9 +149,18 @@ struct Agent::Impl {
   void ForwardTrigger(const WorkerTrigger& t);
   void UploadStacks(int64_t request_id, const diagnose::RankStacks& s);
 
-  // One upload RPC under the retry policy; the waits end early when the agent stops.
-  template <typename Call>
-  grpc::Status Deliver(Call call, const std::string& what) {
+  // One upload RPC under the retry policy, each attempt with its own deadline; the waits end
+  // early when the agent stops.
+  template <typename Req, typename Reply>
+  grpc::Status Deliver(grpc::Status (v1::Collector::Stub::*rpc)(grpc::ClientContext*, const Req&,
+                                                                Reply*),
+                       const Req& req, Reply* reply, int deadline_s, const std::string& what) {
+    auto call = [&] {
+      grpc::ClientContext ctx;
+      AddToken(&ctx, options.token);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_s));
+      return (stub.get()->*rpc)(&ctx, req, reply);
+    };
     auto transient = [](const grpc::Status& st) {
       const auto c = st.error_code();
       return c == grpc::StatusCode::UNAVAILABLE || c == grpc::StatusCode::DEADLINE_EXCEEDED ||
@@ -209,14 +218,8 @@ struct Agent::Impl {
     req.mutable_hardware()->mutable_values()->insert(hw.begin(), hw.end());
     req.mutable_hardware()->set_nvml(nvml.status());
     v1::UploadWindowReply reply;
-    grpc::Status st = Deliver(
-        [&] {
-          grpc::ClientContext ctx;
-          AddToken(&ctx, options.token);
-          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-          return stub->UploadWindow(&ctx, req, &reply);
-        },
-        fmt::format("window {} rank {}", w.window_id, rank));
+    grpc::Status st = Deliver(&v1::Collector::Stub::UploadWindow, req, &reply, 30,
+                              fmt::format("window {} rank {}", w.window_id, rank));
     std::fprintf(stderr,
                  "perftracker agent: window %lld rank %d: summary %zu bytes (%s), upload %s%s\n",
                  static_cast<long long>(w.window_id), rank, bytes.size(),
@@ -274,14 +277,8 @@ void Agent::Impl::UploadStacks(int64_t request_id, const diagnose::RankStacks& s
   out->set_in_progress(lc.in_progress);
   out->set_seconds(lc.seconds);
   v1::UploadStacksReply reply;
-  grpc::Status st = Deliver(
-      [&] {
-        grpc::ClientContext ctx;
-        AddToken(&ctx, options.token);
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-        return stub->UploadStacks(&ctx, req, &reply);
-      },
-      fmt::format("stacks of rank {}", s.rank));
+  grpc::Status st = Deliver(&v1::Collector::Stub::UploadStacks, req, &reply, 10,
+                            fmt::format("stacks of rank {}", s.rank));
   if (!st.ok())
     std::fprintf(stderr, "perftracker agent: stacks of rank %d not delivered: %s\n", s.rank,
                  st.error_message().c_str());
