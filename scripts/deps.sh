@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what perftracker needs to build and test on Debian 12 (only what is missing).
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build pkg-config libsimdjson-dev libfmt-dev libcli11-dev zlib1g-dev libzstd-dev
+pkgs=(build-essential cmake ninja-build pkg-config libsimdjson-dev libfmt-dev libcli11-dev zlib1g-dev libzstd-dev libisal-dev
       libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3-torch python3-dev
       libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libsqlite3-dev)
 missing=()
