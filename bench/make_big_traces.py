@@ -64,10 +64,10 @@ def main():
             first = True
             written = len(head)
             for c in range(copies):
-                if written >= target:
-                    break
                 shift = c * (span + 1000.0)
                 for e in events:
+                    if written >= target:
+                        break
                     e2 = dict(e)
                     if "ts" in e2:
                         e2["ts"] = float(e2["ts"]) + shift
@@ -82,8 +82,6 @@ def main():
                         e2["args"] = args
                     if c and e2.get("ph") in ("s", "f") and isinstance(e2.get("id"), int):
                         e2["id"] += c * 10_000_000
-                    if written >= target:
-                        break
                     text = ("" if first else ",\n") + layout(e2)
                     f.write(text)
                     written += len(text)

@@ -182,8 +182,6 @@ StoreReadback ReadBack(const std::string& db_path, int64_t window,
   return out;
 }
 
-}  // namespace
-
 // User + system CPU seconds the process has used (/proc/PID/stat fields 14 and 15).
 double ProcCpuSeconds(pid_t pid) {
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
@@ -197,6 +195,8 @@ double ProcCpuSeconds(pid_t pid) {
     if (i >= 14) ticks += std::atof(field.c_str());
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int agents = 10000, functions = 500, threads = 32, channels = 0, inflight = 0;
@@ -412,8 +412,8 @@ int main(int argc, char** argv) {
     });
     while (watching < agents && Since(t_watch) < 120)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    // The server runs a handler per stream: wait until it has them all, then see what holding
-    // them costs while nothing happens.
+    // Let the server finish setting the streams up, then see what holding them costs while
+    // nothing happens.
     std::this_thread::sleep_for(std::chrono::seconds(2));
     const double cpu0 = ProcCpuSeconds(server);
     std::this_thread::sleep_for(std::chrono::seconds(5));

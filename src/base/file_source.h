@@ -1,5 +1,6 @@
 // Sequential byte sources for streaming readers: a plain file, a gzip file (detected by its magic
-// bytes, not its name; concatenated members are read through), or a caller's memory buffer. A
+// bytes, not its name; concatenated members are read through; inflated with ISA-L's igzip), or
+// a caller's memory buffer. A
 // source hands out the uncompressed bytes in caller-sized pieces, so memory stays bounded by the
 // caller's buffer plus a fixed inflate window. Error messages do not name the file: the caller
 // prefixes its own name.

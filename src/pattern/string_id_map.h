@@ -1,7 +1,8 @@
 // StringIdMap: strings to 32-bit ids in one flat open-addressing table, for the summarizer's
 // per-event name lookups. A lookup hashes the key a word at a time and usually settles in one
-// probe; std::unordered_map spent twice as long hashing byte-wise and chasing a node. The map
-// stores views: whoever inserts a key keeps its bytes alive as long as the map.
+// probe, where std::unordered_map hashed it with murmur and followed a node pointer; read +
+// summarize got about 3% faster. The map stores views: whoever inserts a key keeps its bytes
+// alive as long as the map.
 #ifndef PERFTRACKER_PATTERN_STRING_ID_MAP_H_
 #define PERFTRACKER_PATTERN_STRING_ID_MAP_H_
 

@@ -751,7 +751,7 @@ void CollectorServer::Shutdown() {
     for (auto& [id, a] : impl_->agents)
       if (a.stream != nullptr) a.stream->Close();
   }
-  // Streams leave their loops on shutting_down; the deadline bounds anything else in flight.
+  // Command streams were closed above; the deadline bounds the unary calls still in flight.
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (impl_->timer.joinable()) impl_->timer.join();
   std::lock_guard lk(impl_->mu);

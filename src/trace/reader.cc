@@ -432,6 +432,12 @@ void ClassifyBlocksBase(const unsigned char* p, size_t n, BlockMasks* out) {
 }
 
 #if defined(PT_HAVE_AVX2_PATH)
+// PrefixXor by carry-less multiplication with all ones: one instruction.
+__attribute__((target("pclmul"))) inline uint64_t PrefixXorClmul(uint64_t x) {
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(
+      _mm_clmulepi64_si128(_mm_set_epi64x(0, static_cast<int64_t>(x)), _mm_set1_epi8(-1), 0)));
+}
+
 #define PT_AVX2_BITS(l, u)                                                 \
   (static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(l))) | \
    static_cast<uint64_t>(static_cast<uint32_t>(_mm256_movemask_epi8(u))) << 32)
@@ -451,9 +457,7 @@ __attribute__((target("avx2,pclmul"))) void ClassifyBlocksAvx2(const unsigned ch
         PT_AVX2_BITS(_mm256_or_si256(_mm256_cmpeq_epi8(flo, ob), _mm256_cmpeq_epi8(flo, cb)),
                      _mm256_or_si256(_mm256_cmpeq_epi8(fhi, ob), _mm256_cmpeq_epi8(fhi, cb)));
     out[b].hash = PT_AVX2_BITS(_mm256_cmpeq_epi8(lo, h), _mm256_cmpeq_epi8(hi, h));
-    // Carry-less multiplication by all ones: the prefix XOR in one instruction.
-    out[b].quote_prefix = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_clmulepi64_si128(
-        _mm_set_epi64x(0, static_cast<int64_t>(out[b].quote)), _mm_set1_epi8(-1), 0)));
+    out[b].quote_prefix = PrefixXorClmul(out[b].quote);
   }
 }
 
@@ -472,8 +476,7 @@ __attribute__((target("avx512f,avx512bw,pclmul"))) void ClassifyBlocksAvx512(con
     out[b].backslash = _mm512_cmpeq_epi8_mask(v, bs);
     out[b].bracket = _mm512_cmpeq_epi8_mask(f, ob) | _mm512_cmpeq_epi8_mask(f, cb);
     out[b].hash = _mm512_cmpeq_epi8_mask(v, h);
-    out[b].quote_prefix = static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_clmulepi64_si128(
-        _mm_set_epi64x(0, static_cast<int64_t>(out[b].quote)), _mm_set1_epi8(-1), 0)));
+    out[b].quote_prefix = PrefixXorClmul(out[b].quote);
   }
 }
 
