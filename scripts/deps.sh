@@ -1,9 +1,31 @@
 #!/usr/bin/env bash
-# Installs what perftracker needs to build and test on Debian 12 (only what is missing).
+# Installs every Debian 12 package that perftracker's build, its tests and the demo need (only
+# what is missing). A fresh machine has nothing else: scripts/check_deps.py, run by .ci/run, proves
+# that every header, library, program and Python module the build and the tests read comes from a
+# package listed here or pulled in by one, and CMake names the line below that installs a missing
+# part. Keep one package group per line, and no parentheses in the comments: both tools read the
+# pkgs array as text.
 set -euo pipefail
-pkgs=(build-essential cmake ninja-build pkg-config libsimdjson-dev libfmt-dev libcli11-dev zlib1g-dev libzstd-dev libisal-dev
-      libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev python3-torch python3-dev
-      libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libsqlite3-dev)
+pkgs=(
+  # compilers and build tools
+  build-essential cmake ninja-build pkg-config
+  # the offline core: JSON reader, formatting, command line, gzip and zstd
+  libsimdjson-dev libfmt-dev libcli11-dev zlib1g-dev libzstd-dev libisal-dev
+  # unit tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # the fuzzers: clang with its libFuzzer and sanitizer runtimes
+  clang libclang-rt-14-dev
+  # the in-worker collector: a CPython extension, and real torch for the tests and the demo
+  python3-dev python3-torch
+  # the online path: gRPC service, protobuf messages, SQLite store
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
+  # integration tests: network namespaces and veth links
+  iproute2
+)
+if [[ ${1:-} == --list ]]; then  # print the packages, install nothing
+  printf '%s\n' "${pkgs[@]}"
+  exit 0
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: unit tests, integration tests with real torch, and a short
-# fixed-length fuzz run of the trace reader.
+# Sets up, builds and runs every test: unit tests, integration tests with real torch, a short
+# fixed-length fuzz run of the trace reader, and the check that scripts/deps.sh installs every
+# package the build and the tests used (scripts/check_deps.py).
+#
+# No test skips silently: a skip shows in ctest's summary, and with CI=true (.ci/run sets it) a
+# test that would skip for a missing part fails instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -13,4 +17,5 @@ mkdir -p build-fuzz/corpus && cp -n fuzz/corpus/* build-fuzz/corpus/ 2>/dev/null
 build-fuzz/trace_reader_fuzz -runs=20000 -max_len=4096 -seed=1 build-fuzz/corpus >build-fuzz/fuzz.log 2>&1 \
   || { tail -40 build-fuzz/fuzz.log; echo "fuzz run failed"; exit 1; }
 echo "fuzz: 20000 runs clean"
+/usr/bin/python3 scripts/check_deps.py --build build --build build-fuzz
 ctest --test-dir build --output-on-failure -j2

@@ -100,4 +100,4 @@ class CliErrors(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    ptest.main()

@@ -93,4 +93,4 @@ class OfflineFaults(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    ptest.main()

@@ -25,10 +25,6 @@ TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
 ENV = {"PERFTRACKER_SLOWDOWN_RATIO": "0.4"}
 
 
-def online_built():
-    return ptest.run(["run", "--help"]).returncode == 0
-
-
 def run_job(report, train_args, run_args=(), timeout=400, env=None, wrapper=()):
     cmd = [ptest.BIN, "run", "--nproc", "4", "--report-dir", report, *run_args, "--",
            *wrapper, ptest.TORCH_PYTHON, TRAIN, *train_args]
@@ -83,7 +79,7 @@ def windows(report):
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
-@unittest.skipUnless(online_built() and ptest.torch_available(), "needs the online build and torch")
+@unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")
 class OnlineRun(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -100,8 +96,11 @@ class OnlineRun(unittest.TestCase):
         d["_out"] = out
         d["_path"] = os.path.join(report, "diagnosis.json")
         d["_report"] = report
+        d["_stderr"] = p.stderr
+        log_path = os.path.join(report, "perftracker.log")
+        d["_log"] = open(log_path).read() if os.path.exists(log_path) else ""
         onset = re.search(r"fault \S+ on at step \d+ \(unix ([0-9.]+)\)", p.stderr)
-        done = re.search(r"(?:window|hang) \d+ diagnosed \(unix ([0-9.]+)\)", p.stderr)
+        done = re.search(r"(?:window|hang) \d+ diagnosed \(unix ([0-9.]+)\)", d["_log"])
         delay = f", fault to diagnosis {float(done.group(1)) - float(onset.group(1)):.1f} s" \
             if onset and done else ""
         print(f"{name}: {p.seconds:.1f} s, windows {windows(report)}{delay}", file=sys.stderr)
@@ -126,6 +125,21 @@ class OnlineRun(unittest.TestCase):
         self.assertEqual(f["ranks"], [2], d["_out"])
         self.assertNotEqual(f["cause"], "unknown", d["_out"])
         self.assertCheck(d, "rank=2")
+        # The terminal is the user's: the start line, the window, its report, the end summary;
+        # agent and server details only in DIR/perftracker.log.
+        err = d["_stderr"]
+        self.assertIn("rank(s) started", err)
+        self.assertRegex(err, r"window 1 opened \(slowdown on rank \d")
+        self.assertIn("window 1 diagnosed", err)
+        self.assertIn("rank 2 runs slow Python code", err)
+        self.assertIn("job ended (exit 0)", err)
+        self.assertNotIn("perftracker agent:", err)
+        self.assertNotIn("perftracker server:", err)
+        ours = [x for x in err.splitlines() if x.startswith("perftracker")]
+        self.assertLessEqual(len(ours), 6, err)
+        self.assertLess(len(err.splitlines()), 60, err)
+        self.assertIn("registered", d["_log"])
+        self.assertIn("detector: slowdown", d["_log"])
 
     def test_2_one_slow_loader(self):
         d = self.job("loader1", "--iters", "260", "--fault", "slow-loader", "--fault-rank", "1",
@@ -192,9 +206,13 @@ class OnlineRun(unittest.TestCase):
 
     def test_8_exit_code_is_the_jobs(self):
         report = os.path.join(self.tmp, "exit")
-        p = run_job(report, ["--iters", "5", "--no-such-flag"])
+        p = run_job(report, ["--iters", "5", "--no-such-flag"], run_args=["-v"])
         self.assertEqual(p.returncode, 2, p.stderr[-2000:])  # argparse's usage error
         self.assertTrue(os.path.exists(os.path.join(report, "diagnosis.json")))
+        # Errors always print; -v adds the agent's and server's lines.
+        self.assertRegex(p.stderr, r"perftracker: error: rank \d exited with code 2")
+        self.assertIn("perftracker server: agent-1 registered", p.stderr)
+        self.assertIn("job ended (exit 2)", p.stderr)
 
     def test_9_ctrl_c_stops_every_rank(self):
         report = os.path.join(self.tmp, "sigint")
@@ -269,4 +287,4 @@ def ptest_free_port():
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    ptest.main()

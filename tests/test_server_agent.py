@@ -21,11 +21,6 @@ def free_port():
         return s.getsockname()[1]
 
 
-def online_built():
-    p = ptest.run(["server", "--help"])
-    return p.returncode == 0
-
-
 def wait_for(pred, timeout=30):
     end = time.time() + timeout
     while time.time() < end:
@@ -35,7 +30,7 @@ def wait_for(pred, timeout=30):
     return False
 
 
-@unittest.skipUnless(online_built(), "built without gRPC (server/agent)")
+@unittest.skipUnless(ptest.online_built(), "built without gRPC (server/agent)")
 class ServerAgent(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="pt_online_")
@@ -161,4 +156,4 @@ class ServerAgent(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    ptest.main()

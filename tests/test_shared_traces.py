@@ -50,4 +50,4 @@ class SharedTraces(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main(verbosity=2)
+    ptest.main()

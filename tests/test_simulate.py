@@ -93,4 +93,4 @@ class Simulate(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    ptest.main()

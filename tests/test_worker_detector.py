@@ -656,4 +656,4 @@ else:
 
 
 if __name__ == "__main__":
-    unittest.main()
+    ptest.main()

@@ -15,6 +15,7 @@
 #include "agent/nvml_sampler.h"
 #include "agent/proc_sampler.h"
 #include "agent/retry.h"
+#include "base/log.h"
 #include "pattern/merge.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
@@ -103,6 +104,10 @@ struct Agent::Impl {
   grpc::ClientContext* watch_ctx = nullptr;
   std::optional<WindowCommand> window;  // the window being profiled
   bool window_started = false;
+  // For Progress(), under mu: each local rank's latest iteration.
+  std::map<int, IterationReport> latest;
+  std::string last_trigger;
+  int window_uploads = 0;
 
   void WatchLoop() {
     while (true) {
@@ -119,22 +124,20 @@ struct Agent::Impl {
       v1::Command cmd;
       while (reader->Read(&cmd)) {
         if (cmd.has_stacks()) {
-          std::fprintf(stderr, "perftracker agent: hang: asking workers for their stacks\n");
+          log::Detail("agent", "hang: asking workers for their stacks");
           if (Status st = sink->RequestStacks(cmd.stacks().request_id()); !st.ok())
-            std::fprintf(stderr, "perftracker agent: %s\n", st.message().c_str());
+            log::Error("agent", "{}", st.message());
           continue;
         }
         if (!cmd.has_profile()) continue;
         WindowCommand w{cmd.profile().window_id(), cmd.profile().start_iteration(),
                         cmd.profile().iterations(), cmd.profile().max_seconds()};
-        std::fprintf(stderr, "perftracker agent: profile window %lld from iteration %lld\n",
-                     static_cast<long long>(w.window_id),
-                     static_cast<long long>(w.start_iteration));
-        if (Status st = sink->StartWindow(w); !st.ok())
-          std::fprintf(stderr, "perftracker agent: %s\n", st.message().c_str());
+        log::Detail("agent", "profile window {} from iteration {}", w.window_id, w.start_iteration);
+        if (Status st = sink->StartWindow(w); !st.ok()) log::Error("agent", "{}", st.message());
         std::lock_guard lk(mu);
         window = w;
         window_started = false;
+        window_uploads = 0;
         cv.notify_all();
       }
       grpc::Status st = reader->Finish();
@@ -170,8 +173,8 @@ struct Agent::Impl {
     auto attempt = [&] {
       grpc::Status st = call();
       if (!st.ok() && transient(st)) {
-        std::fprintf(stderr, "perftracker agent: %s: upload attempt %d failed: %s\n", what.c_str(),
-                     ++failures, st.error_message().c_str());
+        log::Detail("agent", "{}: upload attempt {} failed: {}", what, ++failures,
+                    st.error_message());
       }
       return st;
     };
@@ -190,7 +193,7 @@ struct Agent::Impl {
     for (const std::string& path : t.paths) {
       auto s = pattern::SummarizeTrace(path);
       if (!s.ok()) {
-        std::fprintf(stderr, "perftracker agent: %s\n", s.status().message().c_str());
+        log::Error("agent", "{}", s.status().message());
         continue;
       }
       if (!merged) {
@@ -220,12 +223,10 @@ struct Agent::Impl {
     v1::UploadWindowReply reply;
     grpc::Status st = Deliver(&v1::Collector::Stub::UploadWindow, req, &reply, 30,
                               fmt::format("window {} rank {}", w.window_id, rank));
-    std::fprintf(stderr,
-                 "perftracker agent: window %lld rank %d: summary %zu bytes (%s), upload %s%s\n",
-                 static_cast<long long>(w.window_id), rank, bytes.size(),
-                 bytes.size() <= 100 * 1024 ? "under 100 KB" : "over 100 KB",
-                 st.ok() && reply.accepted() ? "accepted" : "refused: ",
-                 st.ok() ? reply.message().c_str() : st.error_message().c_str());
+    log::Detail("agent", "window {} rank {}: summary {} bytes ({}), upload {}{}", w.window_id, rank,
+                bytes.size(), bytes.size() <= 100 * 1024 ? "under 100 KB" : "over 100 KB",
+                st.ok() && reply.accepted() ? "accepted" : "refused: ",
+                st.ok() ? reply.message() : st.error_message());
   }
 };
 
@@ -243,10 +244,9 @@ void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   v1::TriggerReply reply;
   grpc::Status st = stub->Trigger(&ctx, req, &reply);
-  std::fprintf(stderr, "perftracker agent: rank %d detector: %s (mean %.1f ms%s)%s%s\n", t.rank,
-               t.kind.c_str(), t.mean_ms,
-               t.best_ms > 0 ? fmt::format(", best {:.1f} ms", t.best_ms).c_str() : "",
-               st.ok() ? "" : ": server unreachable: ", st.ok() ? "" : st.error_message().c_str());
+  log::Detail("agent", "rank {} detector: {} (mean {:.1f} ms{}){}{}", t.rank, t.kind, t.mean_ms,
+              t.best_ms > 0 ? fmt::format(", best {:.1f} ms", t.best_ms) : "",
+              st.ok() ? "" : ": server unreachable: ", st.ok() ? "" : st.error_message());
 }
 
 void Agent::Impl::UploadStacks(int64_t request_id, const diagnose::RankStacks& s) {
@@ -280,8 +280,7 @@ void Agent::Impl::UploadStacks(int64_t request_id, const diagnose::RankStacks& s
   grpc::Status st = Deliver(&v1::Collector::Stub::UploadStacks, req, &reply, 10,
                             fmt::format("stacks of rank {}", s.rank));
   if (!st.ok())
-    std::fprintf(stderr, "perftracker agent: stacks of rank %d not delivered: %s\n", s.rank,
-                 st.error_message().c_str());
+    log::Error("agent", "stacks of rank {} not delivered: {}", s.rank, st.error_message());
 }
 
 Agent::Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink)
@@ -314,8 +313,8 @@ Status Agent::Run() {
       return Status::Ok();
   }
   m.agent_id = reply.agent_id();
-  std::fprintf(stderr, "perftracker agent: registered with %s as %s; nvml %s\n",
-               m.options.server.c_str(), m.agent_id.c_str(), m.nvml.status().c_str());
+  log::Detail("agent", "registered with {} as {}; nvml {}", m.options.server, m.agent_id,
+              m.nvml.status());
   std::thread watcher([&m] { m.WatchLoop(); });
 
   std::unique_lock lk(m.mu);
@@ -328,6 +327,13 @@ Status Agent::Run() {
     lk.unlock();
     std::vector<IterationReport> iters = m.sink->PollIterations();
     if (!iters.empty()) {
+      {
+        std::lock_guard plk(m.mu);
+        for (const auto& it : iters) {
+          IterationReport& l = m.latest[it.rank];
+          if (it.step >= l.step) l = it;
+        }
+      }
       v1::ReportIterationsRequest ir;
       ir.set_agent_id(m.agent_id);
       std::map<int, v1::IterationBatch*> by_rank;
@@ -350,7 +356,13 @@ Status Agent::Run() {
       v1::ReportIterationsReply rr;
       (void)m.stub->ReportIterations(&ctx, ir, &rr);  // best effort: the next batch follows
     }
-    for (const WorkerTrigger& t : m.sink->PollTriggers()) m.ForwardTrigger(t);
+    for (const WorkerTrigger& t : m.sink->PollTriggers()) {
+      {
+        std::lock_guard plk(m.mu);
+        m.last_trigger = fmt::format("{} on rank {}", t.kind, t.rank);
+      }
+      m.ForwardTrigger(t);
+    }
     for (const auto& [id, stacks] : m.sink->PollStacks()) m.UploadStacks(id, stacks);
     if (begin) {
       m.proc.Begin(m.sink->WorkerPids());
@@ -362,6 +374,10 @@ Status Agent::Run() {
         std::map<std::string, double> hw = m.proc.End(t.pid);
         for (const auto& [k, v] : m.nvml.Sample()) hw[k] = v;
         m.UploadTrace(*w, t, hw);
+        std::lock_guard plk(m.mu);
+        if (m.window && m.window->window_id == w->window_id) ++m.window_uploads;
+        // The window that answered the trigger is in: the detector watches again.
+        if (m.window_uploads >= static_cast<int>(m.latest.size())) m.last_trigger.clear();
       }
     }
     lk.lock();
@@ -369,6 +385,25 @@ Status Agent::Run() {
   lk.unlock();
   watcher.join();
   return Status::Ok();
+}
+
+AgentProgress Agent::Progress() const {
+  std::lock_guard lk(impl_->mu);
+  AgentProgress p;
+  std::vector<double> ms;
+  for (const auto& [rank, it] : impl_->latest) {
+    ++p.ranks;
+    p.iteration = std::max(p.iteration, it.step);
+    ms.push_back(it.iteration_ms);
+  }
+  if (!ms.empty()) {
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    p.iteration_ms = ms[ms.size() / 2];
+  }
+  p.trigger = impl_->last_trigger;
+  p.window = impl_->window ? impl_->window->window_id : 0;
+  p.window_uploads = impl_->window_uploads;
+  return p;
 }
 
 void Agent::Stop() {

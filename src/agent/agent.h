@@ -96,6 +96,16 @@ struct AgentOptions {
   int64_t profile_at_iteration = -1;
 };
 
+// What the agent sees of its local ranks, for a launcher's live status line.
+struct AgentProgress {
+  int ranks = 0;            // local ranks that reported an iteration
+  int64_t iteration = -1;   // the furthest iteration of any of them (-1: none yet)
+  double iteration_ms = 0;  // the median of their latest iteration times
+  std::string trigger;      // the latest detector trigger ("slowdown on rank 2"); "" none
+  int64_t window = 0;       // the latest window command (0: none)
+  int window_uploads = 0;   // local summaries of that window uploaded so far
+};
+
 class Agent {
  public:
   Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink);
@@ -104,6 +114,8 @@ class Agent {
   // serves until Stop.
   Status Run();
   void Stop();
+  // Thread-safe; cheap (a copy under the agent's lock).
+  AgentProgress Progress() const;
 
   struct Impl;
 

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "base/json_writer.h"
+#include "base/log.h"
 
 namespace perftracker::agent {
 
@@ -43,7 +44,7 @@ constexpr size_t kMaxRemembered = 1024;  // uploaded Python traces a late torch 
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kReadRoundsPerWakeup = 16;  // then let the other connections have a turn
 
-void Log(const std::string& line) { std::fprintf(stderr, "perftracker agent: %s\n", line.c_str()); }
+void Log(const std::string& line) { log::Write(log::Level::kDetail, "agent", line); }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -594,7 +595,7 @@ struct SocketSink::Impl {
       if (stopping) break;
       if (n < 0) {
         if (poll_errno != EINTR) {
-          Log(fmt::format("poll on {}: {}", socket_path, std::strerror(poll_errno)));
+          log::Error("agent", "poll on {}: {}", socket_path, std::strerror(poll_errno));
           lk.unlock();
           std::this_thread::sleep_for(std::chrono::milliseconds(100));
           lk.lock();

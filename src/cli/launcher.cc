@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -19,6 +20,7 @@
 
 #include "agent/agent.h"
 #include "agent/socket_sink.h"
+#include "base/log.h"
 #include "base/net.h"
 #include "server/collector.h"
 
@@ -31,8 +33,129 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 int Error(const std::string& msg, int code = 1) {
-  std::fprintf(stderr, "perftracker: error: %s\n", msg.c_str());
+  log::Write(log::Level::kError, "", msg);
   return code;
+}
+
+// How often the live status line is refreshed: often enough to feel live, rarely enough to cost
+// nothing.
+constexpr auto kStatusInterval = std::chrono::milliseconds(250);
+// A rank's output line longer than this is passed on in pieces (a progress bar without newlines).
+constexpr size_t kMaxPassthroughLine = 64 << 10;
+
+// On a terminal the ranks' stdout and stderr come through pipes, so that their lines and the
+// status line never share a terminal line. One thread reads every pipe and writes whole lines.
+class OutputRelay {
+ public:
+  // Two pipes for a child: returns {child's stdout, child's stderr} write ends, or {-1, -1}.
+  std::pair<int, int> AddChild() {
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return {-1, -1};
+    if (pipe2(err, O_CLOEXEC) != 0) {
+      close(out[0]);
+      close(out[1]);
+      return {-1, -1};
+    }
+    ends_.push_back({out[0], STDOUT_FILENO, {}});
+    ends_.push_back({err[0], STDERR_FILENO, {}});
+    write_ends_.push_back(out[1]);
+    write_ends_.push_back(err[1]);
+    return {out[1], err[1]};
+  }
+  // After the children were spawned: the parent's write ends close, the reader starts.
+  void Start() {
+    for (int fd : write_ends_) close(fd);
+    write_ends_.clear();
+    if (!ends_.empty()) thread_ = std::thread([this] { Loop(); });
+  }
+  // Returns once every child's pipes reached end of file (all writers, the ranks' own children
+  // included, are gone), or after a bound: a daemon a rank left behind may hold a pipe forever.
+  void Join() {
+    if (!thread_.joinable()) return;
+    auto until = Clock::now() + std::chrono::seconds(2);
+    while (!done_ && Clock::now() < until) std::this_thread::sleep_for(kStatusInterval / 5);
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  struct End {
+    int fd;
+    int target;
+    std::string partial;
+  };
+
+  void Loop() {
+    std::vector<char> buf(64 << 10);
+    std::vector<pollfd> fds;
+    std::vector<End*> polled;
+    while (!stop_) {
+      fds.clear();
+      polled.clear();
+      for (End& e : ends_) {
+        if (e.fd < 0) continue;
+        fds.push_back({e.fd, POLLIN, 0});
+        polled.push_back(&e);
+      }
+      if (fds.empty()) break;
+      if (poll(fds.data(), fds.size(), 100) <= 0) continue;
+      for (size_t i = 0; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        End& e = *polled[i];
+        ssize_t n = read(e.fd, buf.data(), buf.size());
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        if (n <= 0) {
+          if (!e.partial.empty()) log::Passthrough(e.target, e.partial + "\n");
+          close(e.fd);
+          e.fd = -1;
+          continue;
+        }
+        e.partial.append(buf.data(), static_cast<size_t>(n));
+        size_t nl = e.partial.rfind('\n');
+        if (nl != std::string::npos) {
+          log::Passthrough(e.target, std::string_view(e.partial).substr(0, nl + 1));
+          e.partial.erase(0, nl + 1);
+        }
+        if (e.partial.size() > kMaxPassthroughLine) {
+          log::Passthrough(e.target, e.partial);
+          e.partial.clear();
+        }
+      }
+    }
+    for (End& e : ends_)
+      if (e.fd >= 0) close(e.fd);
+    done_ = true;
+  }
+
+  std::vector<End> ends_;
+  std::vector<int> write_ends_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+};
+
+std::string Elapsed(Clock::duration d) {
+  long s = static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+                   : fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+// "perftracker 0:24 | iteration 137, 84.3 ms | detector: watching | window 1: profiling (2/4)"
+std::string StatusLine(const agent::AgentProgress& p, Clock::duration elapsed, int ranks) {
+  std::string line = fmt::format("perftracker {} | ", Elapsed(elapsed));
+  if (p.iteration < 0) {
+    line += "starting: the detector learns the iteration";
+  } else {
+    line += fmt::format("iteration {}, {:.1f} ms | detector: {}", p.iteration, p.iteration_ms,
+                        p.trigger.empty() ? "watching" : p.trigger);
+  }
+  if (p.window > 0) {
+    int of = std::max(ranks, p.ranks);
+    line += p.window_uploads < of ? fmt::format(" | window {}: profiling ({}/{} uploaded)",
+                                                p.window, p.window_uploads, of)
+                                  : fmt::format(" | window {}: uploaded", p.window);
+  }
+  return line;
 }
 
 // The worker package (sitecustomize.py + perftracker/) sits beside the binary in the build
@@ -72,8 +195,9 @@ std::vector<std::string> ChildEnv(const std::map<std::string, std::string>& set)
 
 // fork + exec in a process group of its own, so that a stop reaches the rank's own children
 // (DataLoader workers) and a terminal's Ctrl-C reaches the launcher first.
+// OUT and ERR (when not -1) become the child's stdout and stderr.
 pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            const sigset_t& old_mask) {
+            const sigset_t& old_mask, std::pair<int, int> out_err = {-1, -1}) {
   std::vector<char*> a, e;
   for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
   a.push_back(nullptr);
@@ -86,9 +210,14 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     signal(SIGTERM, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    if (out_err.first >= 0) dup2(out_err.first, STDOUT_FILENO);
+    if (out_err.second >= 0) dup2(out_err.second, STDERR_FILENO);
     environ = e.data();
     execvp(a[0], a.data());
-    std::fprintf(stderr, "perftracker: error: cannot run '%s': %s\n", a[0], std::strerror(errno));
+    // After fork only async-signal-safe calls: the message is formatted by hand.
+    const char* why = std::strerror(errno);
+    const char* parts[] = {"perftracker: error: cannot run '", a[0], "': ", why, "\n"};
+    for (const char* p : parts) (void)!write(STDERR_FILENO, p, std::strlen(p));
     _exit(127);
   }
   if (pid > 0) setpgid(pid, pid);  // both sides: no race with the first signal
@@ -122,6 +251,10 @@ int RunJob(const RunOptions& o) {
   if (ec)
     return Error(fmt::format("{}: cannot create report folder: {}", o.report_dir, ec.message()));
   std::string report_dir = fs::absolute(o.report_dir, ec).string();
+  std::string log_path = (fs::path(report_dir) / "perftracker.log").string();
+  if (Status st = log::Configure({.file = log_path, .verbose = o.verbose}); !st.ok())
+    return Error(st.message());
+  auto started = Clock::now();
   std::string trace_dir = (fs::path(report_dir) / "traces").string();
   fs::create_directories(trace_dir, ec);
   // Unix socket paths are short (108 bytes): a private folder under /tmp, not the report dir.
@@ -167,9 +300,9 @@ int RunJob(const RunOptions& o) {
     size_t colon = o.listen.rfind(':');
     server_addr = fmt::format("{}:{}", o.listen.substr(0, colon), embedded->port());
   } else if (o.kill_on_hang) {
-    std::fprintf(stderr,
-                 "perftracker: --on-hang kill acts where the server runs; with --server it is "
-                 "that server's setting\n");
+    log::Event("",
+               "--on-hang kill acts where the server runs; with --server it is that server's "
+               "setting");
   }
 
   auto sink = std::make_unique<agent::SocketSink>(sock_path, trace_dir);
@@ -188,10 +321,17 @@ int RunJob(const RunOptions& o) {
   };
   const char* pp = std::getenv("PYTHONPATH");
   common["PYTHONPATH"] = pp && *pp ? pydir + ":" + pp : pydir;
+  // On a terminal the ranks write through the relay, unbuffered (Python buffers a pipe).
+  OutputRelay relay;
+  const bool relay_output = log::StatusShown();
+  if (relay_output && std::getenv("PYTHONUNBUFFERED") == nullptr) common["PYTHONUNBUFFERED"] = "1";
+  auto child_out = [&]() -> std::pair<int, int> {
+    return relay_output ? relay.AddChild() : std::pair<int, int>{-1, -1};
+  };
   std::vector<Child> children;
   if (o.nproc == 0) {
     Child c;
-    c.pid = Spawn(o.command, ChildEnv(common), old_mask);
+    c.pid = Spawn(o.command, ChildEnv(common), old_mask, child_out());
     children.push_back(c);
   } else {
     int port = o.master_port ? o.master_port : FreeLoopbackPort();
@@ -208,7 +348,7 @@ int RunJob(const RunOptions& o) {
       env["MASTER_PORT"] = std::to_string(port);
       Child c;
       c.rank = rank;
-      c.pid = Spawn(o.command, ChildEnv(env), old_mask);
+      c.pid = Spawn(o.command, ChildEnv(env), old_mask, child_out());
       children.push_back(c);
     }
   }
@@ -217,9 +357,30 @@ int RunJob(const RunOptions& o) {
       SignalAll(children, SIGKILL);
       return Error(fmt::format("run: fork failed: {}", std::strerror(errno)));
     }
-  std::fprintf(stderr, "perftracker: %zu process(es) started; server %s%s; report in %s\n",
-               children.size(), server_addr.c_str(), embedded ? " (embedded)" : "",
-               report_dir.c_str());
+  relay.Start();
+  if (o.nproc > 0) {
+    log::Event("", "{} rank(s) started ({} of world size {}); report folder {}", o.nproc,
+               o.nnodes > 1 ? fmt::format("ranks {}-{}", o.node_rank * o.nproc,
+                                          (o.node_rank + 1) * o.nproc - 1)
+                            : "all",
+               o.nproc * o.nnodes, report_dir);
+  } else {
+    log::Event("", "'{}' started, its ranks report to this launcher; report folder {}",
+               o.command[0], report_dir);
+  }
+  log::Detail("", "server {}{}; agent socket {}; log {}", server_addr,
+              embedded ? " (embedded)" : "", sock_path, log_path);
+  std::atomic<bool> job_done{false};
+  std::thread status_thread;
+  if (log::StatusShown()) {
+    status_thread = std::thread([&] {
+      while (!job_done) {
+        log::SetStatus(StatusLine(agent.Progress(), Clock::now() - started, o.nproc));
+        std::this_thread::sleep_for(kStatusInterval);
+      }
+      log::SetStatus("");
+    });
+  }
 
   int first_failure = 0;
   bool stopping = false, killed = false, interrupted = false, hang_stop = false;
@@ -240,7 +401,7 @@ int RunJob(const RunOptions& o) {
         SignalAll(children, SIGKILL);  // asked twice: no more grace
         killed = true;
       } else {
-        std::fprintf(stderr, "perftracker: %s: stopping every rank\n", strsignal(sig));
+        log::Event("", "{}: stopping every rank", strsignal(sig));
         interrupted = true;
         begin_stop(sig == SIGINT ? SIGINT : SIGTERM);
       }
@@ -255,16 +416,14 @@ int RunJob(const RunOptions& o) {
         --alive;
         if (c.code != 0 && first_failure == 0 && !stopping) {
           first_failure = c.code;
-          std::fprintf(stderr, "perftracker: %s exited with code %d; stopping the others\n",
-                       c.rank >= 0 ? fmt::format("rank {}", c.rank).c_str() : "the job", c.code);
+          log::Error("", "{} exited with code {}; stopping the others",
+                     c.rank >= 0 ? fmt::format("rank {}", c.rank) : "the job", c.code);
           begin_stop(SIGTERM);
         }
       }
     }
     if (hang_kill && !stopping) {
-      std::fprintf(stderr,
-                   "perftracker: the job hangs (see the report); --on-hang kill: "
-                   "stopping every rank\n");
+      log::Event("", "the job hangs (see the report); --on-hang kill: stopping every rank");
       hang_stop = true;
       begin_stop(SIGTERM);
     }
@@ -278,21 +437,48 @@ int RunJob(const RunOptions& o) {
 
   // The workers' last iteration batches travel worker -> agent -> server; give them a moment.
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  relay.Join();
+  job_done = true;
+  if (status_thread.joinable()) status_thread.join();
+  agent::AgentProgress progress = agent.Progress();
   agent.Stop();
   agent_thread.join();
-  if (!agent_status.ok()) std::fprintf(stderr, "perftracker: %s\n", agent_status.message().c_str());
+  if (!agent_status.ok()) log::Error("", "{}", agent_status.message());
+  int rc = 0;
+  if (hang_stop) {
+    rc = first_failure != 0 ? first_failure : 1;
+  } else if (interrupted) {
+    rc = 130;
+  } else if (first_failure != 0) {
+    rc = first_failure;
+  } else {
+    for (const Child& c : children)
+      if (c.code != 0 && rc == 0) rc = c.code;
+  }
+  std::string ended =
+      fmt::format("job ended (exit {}) after {}", rc, Elapsed(Clock::now() - started));
+  if (progress.iteration >= 0)
+    ended += fmt::format(", {} iterations, last {:.1f} ms", progress.iteration + 1,
+                         progress.iteration_ms);
   if (embedded) {
     embedded->Shutdown();
-    std::fprintf(stderr, "perftracker: report: %s/diagnosis.json\n", report_dir.c_str());
+    server::RunSummary sum = embedded->Summary();
+    ended += fmt::format("; {} window(s) diagnosed{}", sum.windows,
+                         sum.hangs ? fmt::format(", {} hang(s)", sum.hangs) : "");
+    if (sum.has_latest && !sum.latest.findings.empty()) {
+      const diagnose::Finding& top = sum.latest.findings[0];
+      ended += fmt::format("\n  latest diagnosis: {} finding(s); first: {}",
+                           sum.latest.findings.size(), top.summary);
+    } else {
+      ended += sum.has_latest ? "\n  latest diagnosis: no findings" : "\n  no diagnosis";
+    }
+    ended += fmt::format("\n  report: {}/diagnosis.json   log: {}", report_dir, log_path);
+  } else {
+    ended += fmt::format("; the diagnosis is at the server ({})\n  log: {}", server_addr, log_path);
   }
+  log::Event("", "{}", ended);
   fs::remove_all(sock_dir, ec);
-
-  if (hang_stop) return first_failure != 0 ? first_failure : 1;
-  if (interrupted) return 130;
-  if (first_failure != 0) return first_failure;
-  for (const Child& c : children)
-    if (c.code != 0) return c.code;
-  return 0;
+  return rc;
 }
 
 }  // namespace perftracker::cli

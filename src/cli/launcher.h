@@ -4,6 +4,10 @@
 // MASTER_PORT) or runs the given launcher once (torchrun, srun), and puts the worker package on
 // PYTHONPATH so sitecustomize turns the in-worker collector on in every Python process. The job's
 // exit code is the launcher's; Ctrl-C stops every rank.
+//
+// The terminal is the user's: one line when the job starts, a live status line on a TTY, one line
+// per window opened and its diagnosis, the closing summary, and errors. Everything else goes to
+// DIR/perftracker.log (base/log.h), and to the terminal too with --verbose.
 #ifndef PERFTRACKER_CLI_LAUNCHER_H_
 #define PERFTRACKER_CLI_LAUNCHER_H_
 
@@ -28,6 +32,8 @@ struct RunOptions {
   int64_t profile_at_iteration = -1;
   bool kill_on_hang = false;
   double stop_grace_seconds = 10;  // after SIGINT / a failed rank, before SIGKILL
+  // Every agent and server line on the terminal too (they always go to DIR/perftracker.log).
+  bool verbose = false;
   std::vector<std::string> command;
 };
 

@@ -33,6 +33,12 @@ namespace pt = perftracker;
 
 namespace {
 
+#ifdef PT_ONLINE
+constexpr bool kOnline = true;
+#else
+constexpr bool kOnline = false;
+#endif
+
 int Fail(const pt::Status& status) {
   std::fprintf(stderr, "perftracker: error: %s\n", status.message().c_str());
   return 1;
@@ -297,6 +303,13 @@ int RunSimulate(const SimulateFlags& f) {
 int main(int argc, char** argv) {
   CLI::App app{"perftracker: finds why a PyTorch training job runs slower than it should"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("perftracker ") + PT_VERSION +
+                                        (kOnline ? "" : " (offline build: no run/server/agent)"));
+  app.footer(
+      "Examples:\n"
+      "  perftracker run --nproc 4 -- python train.py      profile a job while it runs\n"
+      "  perftracker analyze traces/ --json diagnosis.json  diagnose profiler traces\n"
+      "Run 'perftracker SUBCOMMAND --help' for a subcommand's options and an example.");
 
   OutputFlags analyze_flags;
   std::vector<std::string> analyze_paths;
@@ -304,6 +317,9 @@ int main(int argc, char** argv) {
       "analyze", "diagnose a job from its profiler traces (one file per rank, or folders)");
   analyze->add_option("PATH", analyze_paths, "trace files or folders")->required();
   AddOutputFlags(analyze, &analyze_flags);
+  analyze->footer(
+      "Example:\n  perftracker analyze run1/rank-0.json.gz run1/rank-1.json.gz --json d.json\n"
+      "  perftracker analyze run1/    (every trace in the folder, one per rank)");
 
   std::vector<std::string> summarize_paths;
   std::string summarize_out;
@@ -315,6 +331,9 @@ int main(int argc, char** argv) {
       ->add_option("-o,--output", summarize_out,
                    "summary file (a folder when several traces are given)")
       ->required();
+  summarize->footer(
+      "Example:\n  perftracker summarize traces/rank-3.json.gz -o summaries/rank-3.summary\n"
+      "  perftracker summarize traces/ -o summaries/    (one rank-R.summary per trace)");
 
   OutputFlags diagnose_flags;
   std::vector<std::string> diagnose_paths;
@@ -322,6 +341,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("diagnose", "diagnose a job from summaries (or traces): the reduce step");
   diagnose->add_option("PATH", diagnose_paths, "summary files, traces or folders")->required();
   AddOutputFlags(diagnose, &diagnose_flags);
+  diagnose->footer("Example:\n  perftracker diagnose summaries/ --json diagnosis.json");
 
   OutputFlags diff_flags;
   std::string diff_base, diff_test;
@@ -329,6 +349,7 @@ int main(int argc, char** argv) {
   diff->add_option("BASE", diff_base, "trace, summary or folder of the baseline run")->required();
   diff->add_option("TEST", diff_test, "trace, summary or folder of the run to compare")->required();
   AddOutputFlags(diff, &diff_flags);
+  diff->footer("Example:\n  perftracker diff before/ after/ --json diff.json");
 
   std::vector<std::string> show_paths;
   int show_top = 25;
@@ -336,6 +357,7 @@ int main(int argc, char** argv) {
       app.add_subcommand("show", "print the behaviour patterns of traces or summaries");
   show->add_option("PATH", show_paths, "trace or summary files, or folders")->required();
   show->add_option("--top", show_top, "functions per rank");
+  show->footer("Example:\n  perftracker show traces/rank-0.json.gz --top 10");
 
   SimulateFlags sim;
   CLI::App* simulate = app.add_subcommand(
@@ -353,6 +375,10 @@ int main(int argc, char** argv) {
   simulate->add_option("--seed", sim.seed, "random seed")->required();
   simulate->add_option("-o,--output", sim.out, "output folder")->required();
   simulate->add_option("--threads", sim.threads, "writer threads (default 2)");
+  simulate->footer(
+      "Example:\n  perftracker simulate --workers 1024 --layout tp=8,pp=4 "
+      "--fault slow-gpu@rank=77 --seed 1 -o /tmp/sim\n"
+      "  perftracker diagnose /tmp/sim/summaries");
 
 #ifdef PT_ONLINE
   OnlineFlags online;
@@ -365,12 +391,18 @@ int main(int argc, char** argv) {
   server->add_option("--grace-seconds", online.grace_seconds,
                      "how long after that missing ranks are waited for");
   server->add_option("--iterations", online.iterations, "iterations per window");
+  server->footer(
+      "Example:\n  perftracker server --listen 127.0.0.1:50551 --report-dir reports/\n"
+      "  perftracker server --listen 0.0.0.0:50551 --token-file token --report-dir reports/");
   CLI::App* agent_cmd = app.add_subcommand("agent", "the node agent: relays and uploads windows");
   agent_cmd->add_option("--server", online.server, "server address:port")->required();
   agent_cmd->add_option("--token-file", online.token_file, "shared token file");
   agent_cmd->add_option("--watch", online.watch_dir, "folder where workers' traces appear")
       ->required();
   agent_cmd->add_option("--ranks", online.ranks, "local ranks (when known)")->delimiter(',');
+  agent_cmd->footer(
+      "Example:\n  perftracker agent --server head:50551 --token-file token --watch /tmp/traces "
+      "--ranks 0,1,2,3");
   pt::cli::RunOptions run_opts;
   std::string on_hang = "keep";
   CLI::App* run = app.add_subcommand(
@@ -394,16 +426,48 @@ int main(int argc, char** argv) {
                   "profile a window once a rank completed iteration K");
   run->add_option("--on-hang", on_hang, "keep (default) or kill the job after a hang report")
       ->check(CLI::IsMember({"keep", "kill"}));
+  run->add_flag("-v,--verbose", run_opts.verbose,
+                "print every agent and server line (always in REPORT_DIR/perftracker.log)");
   run->add_option("CMD", run_opts.command, "the training command, after --")->required();
+  run->footer(
+      "Examples:\n"
+      "  perftracker run --nproc 4 -- python train.py --epochs 1\n"
+      "  perftracker run --nproc 8 --report-dir out/ --on-hang kill -- python train.py\n"
+      "  perftracker run -- torchrun --nproc-per-node 8 train.py   (the command starts the ranks)");
   CLI::App* trigger = app.add_subcommand("trigger", "profile every rank now");
   trigger->add_option("--server", online.server, "server address:port")->required();
   trigger->add_option("--token-file", online.token_file, "shared token file");
+  trigger->footer("Example:\n  perftracker trigger --server 127.0.0.1:50551");
   CLI::App* status = app.add_subcommand("status", "ranks, iteration times and windows");
   status->add_option("--server", online.server, "server address:port")->required();
   status->add_option("--token-file", online.token_file, "shared token file");
+  status->footer("Example:\n  perftracker status --server 127.0.0.1:50551");
+#else
+  // An offline build keeps the online commands' names, so a user learns why they do nothing.
+  std::vector<CLI::App*> offline_stubs;
+  for (const char* name : {"run", "server", "agent", "trigger", "status"}) {
+    CLI::App* c = app.add_subcommand(name,
+                                     "not in this build (configured with "
+                                     "-DPERFTRACKER_ONLINE=OFF)");
+    c->allow_extras();
+    c->prefix_command();
+    offline_stubs.push_back(c);
+  }
 #endif
 
   CLI11_PARSE(app, argc, argv);
+
+#ifndef PT_ONLINE
+  for (CLI::App* c : offline_stubs) {
+    if (!*c) continue;
+    std::fprintf(stderr,
+                 "perftracker %s: this build has no online path (configured with "
+                 "-DPERFTRACKER_ONLINE=OFF); run scripts/deps.sh and rebuild with the default "
+                 "configuration (scripts/build.sh)\n",
+                 c->get_name().c_str());
+    return 2;
+  }
+#endif
 
 #ifdef PT_ONLINE
   if (*run) {

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "base/json_writer.h"
+#include "base/log.h"
 #include "diagnose/hang.h"
 #include "perftracker.grpc.pb.h"
 #include "report/report.h"
@@ -249,6 +250,8 @@ struct CollectorServer::Impl final
   int64_t last_window = 0;
   bool wrote_latest = false;
   std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
+  int windows_diagnosed = 0;
+  int hangs_diagnosed = 0;
   std::chrono::steady_clock::time_point last_closed{};
   struct PendingHang {
     std::chrono::steady_clock::time_point since;
@@ -309,7 +312,7 @@ struct CollectorServer::Impl final
     if (::perftracker::Status st =
             store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
         !st.ok())
-      std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+      log::Error("server", "{}", st.message());
     v1::Command cmd;
     v1::ProfileWindow* p = cmd.mutable_profile();
     p->set_window_id(spec.id);
@@ -318,10 +321,10 @@ struct CollectorServer::Impl final
     p->set_max_seconds(spec.max_seconds);
     SendLocked(cmd);
     cv.notify_all();
-    std::fprintf(stderr,
-                 "perftracker server: window %lld opened (%s): iterations %lld..+%d, %zu agents\n",
-                 static_cast<long long>(spec.id), reason.c_str(),
-                 static_cast<long long>(spec.start_iteration), spec.iterations, agents.size());
+    log::Event("", "window {} opened ({}): profiling iterations {}..{} on every rank", spec.id,
+               reason, spec.start_iteration, spec.start_iteration + spec.iterations - 1);
+    log::Detail("server", "window {} opened ({}): iterations {}..+{}, {} agents", spec.id, reason,
+                spec.start_iteration, spec.iterations, agents.size());
     return {spec.id, spec.start_iteration, false};
   }
 
@@ -360,19 +363,20 @@ struct CollectorServer::Impl final
     ::perftracker::Status st = WriteReport(d, (dir / "diagnosis.json").string());
     if (st.ok()) st = WriteReport(d, (fs::path(options.report_dir) / "diagnosis.json").string());
     if (st.ok()) wrote_latest = true;
-    if (!st.ok()) std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+    if (!st.ok()) log::Error("server", "{}", st.message());
     if (::perftracker::Status s2 = store->FinishWindow(id, d, json); !s2.ok())
-      std::fprintf(stderr, "perftracker server: %s\n", s2.message().c_str());
+      log::Error("server", "{}", s2.message());
     latest = d;
-    std::fprintf(
-        stderr, "perftracker server: %s %lld diagnosed (unix %.3f): %zu finding(s)\n", what,
-        static_cast<long long>(id),
+    ++(std::string_view(what) == "hang" ? hangs_diagnosed : windows_diagnosed);
+    log::Detail(
+        "server", "{} {} diagnosed (unix {:.3f}): {} finding(s)", what, id,
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),
         d.findings.size());
     if (options.print) {
-      std::printf("== perftracker: %s %lld ==\n%s", what, static_cast<long long>(id),
-                  report::RenderText(d).c_str());
-      std::fflush(stdout);
+      log::Event("", "{} {} diagnosed: {} ({})\n{}", what, id,
+                 d.findings.empty() ? std::string("no findings")
+                                    : fmt::format("{} finding(s)", d.findings.size()),
+                 (dir / "diagnosis.json").string(), report::RenderText(d));
     }
   }
 
@@ -399,15 +403,13 @@ struct CollectorServer::Impl final
     for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
     for (const auto& [r, st] : ranks) h.expected.insert(r);
     if (::perftracker::Status st = store->AddWindow(job_id, h.id, -1, 0, "hang"); !st.ok())
-      std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+      log::Error("server", "{}", st.message());
     v1::Command cmd;
     cmd.mutable_stacks()->set_request_id(h.id);
     SendLocked(cmd);
     hang_step = FurthestStepLocked();
-    std::fprintf(stderr,
-                 "perftracker server: hang reported by rank %d: collecting stacks from %zu "
-                 "rank(s)\n",
-                 rank, h.expected.size());
+    log::Event("", "hang reported by rank {}: collecting stacks from {} rank(s)", rank,
+               h.expected.size());
     hang = std::move(h);
     cv.notify_all();
   }
@@ -471,8 +473,8 @@ struct CollectorServer::Impl final
     a.ranks.assign(req->ranks().begin(), req->ranks().end());
     for (int r : a.ranks) ranks[r].host = a.host;
     reply->set_agent_id(id);
-    std::fprintf(stderr, "perftracker server: %s registered from %s (ranks %s)\n", id.c_str(),
-                 a.host.c_str(), diagnose::RankList(a.ranks).c_str());
+    log::Detail("server", "{} registered from {} (ranks {})", id, a.host,
+                diagnose::RankList(a.ranks));
     return grpc::Status::OK;
   }
 
@@ -490,10 +492,8 @@ struct CollectorServer::Impl final
       // Iterations again after a reported hang: the next hang is a new one.
       if (hang_reported && r.last_step > hang_step) hang_reported = false;
       if (pending_hang && r.last_step > pending_hang->step) {
-        std::fprintf(stderr,
-                     "perftracker server: rank %d's hang trigger cleared: iterations "
-                     "resumed\n",
-                     pending_hang->rank);
+        log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed",
+                    pending_hang->rank);
         pending_hang.reset();
       }
     }
@@ -573,7 +573,7 @@ struct CollectorServer::Impl final
     // The window has the summary (it is in the diagnosis) even when the store failed: accepted,
     // with a message that says it was not stored.
     if (::perftracker::Status st = store->AddRankSummary(row); !st.ok()) {
-      std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+      log::Error("server", "{}", st.message());
       reply->set_message(fmt::format("accepted but not stored: {}", st.message()));
     }
     RankState& rs = ranks[s.rank];
@@ -582,9 +582,8 @@ struct CollectorServer::Impl final
     // server knows of the rank's pace.
     if (rs.count == 0)
       for (double ms : s.iteration_ms) rs.Add(ms);
-    std::fprintf(stderr, "perftracker server: window %lld: rank %d from %s, summary %zu bytes\n",
-                 static_cast<long long>(req->window_id()), s.rank, row.host.c_str(),
-                 req->summary().size());
+    log::Detail("server", "window {}: rank {} from {}, summary {} bytes", req->window_id(), s.rank,
+                row.host, req->summary().size());
     reply->set_accepted(true);
     // The last expected upload closes the window; its reply waits for the diagnosis (a caller
     // that uploaded everything finds DIR/windows/<n>/diagnosis.json written), other calls don't.
@@ -731,6 +730,18 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
 
 int CollectorServer::port() const { return impl_->port; }
 
+RunSummary CollectorServer::Summary() const {
+  std::lock_guard lk(impl_->mu);
+  RunSummary r;
+  r.windows = impl_->windows_diagnosed;
+  r.hangs = impl_->hangs_diagnosed;
+  if (impl_->latest) {
+    r.has_latest = true;
+    r.latest = *impl_->latest;
+  }
+  return r;
+}
+
 TriggerResult CollectorServer::Trigger(const std::string& reason, int iterations) {
   std::lock_guard lk(impl_->mu);
   return impl_->OpenWindowLocked(reason, iterations);
@@ -758,9 +769,7 @@ void CollectorServer::Shutdown() {
   if (impl_->open_window) impl_->CloseWindowLocked(impl_->open_window);
   // The job ended: a silence not yet reported was its exit, not a hang.
   if (impl_->pending_hang || impl_->hang)
-    std::fprintf(stderr,
-                 "perftracker server: a hang trigger was pending when the job ended; "
-                 "not reported\n");
+    log::Detail("server", "a hang trigger was pending when the job ended; not reported");
   impl_->pending_hang.reset();
   impl_->hang.reset();
   // The job ended: DIR/diagnosis.json always exists: the latest diagnosis, or no findings,
@@ -791,7 +800,7 @@ void CollectorServer::Shutdown() {
   }
   fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
   if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())
-    std::fprintf(stderr, "perftracker server: %s\n", st.message().c_str());
+    log::Error("server", "{}", st.message());
 }
 
 }  // namespace perftracker::server

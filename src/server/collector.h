@@ -34,7 +34,7 @@ struct ServerOptions {
   // epoch boundary, a checkpoint or the job's own exit are pauses, not hangs).
   double hang_confirm_seconds = 5;
   double stacks_seconds = 10;  // a hang: how long to wait for every rank's stacks
-  bool print = true;           // print each diagnosis to stdout
+  bool print = true;           // log each diagnosis as an event (the terminal, base/log.h)
   // Called (on a server thread, without locks held) after a hang was diagnosed and reported.
   std::function<void(const diagnose::Diagnosis&)> on_hang;
 };
@@ -52,6 +52,14 @@ struct TriggerResult {
   bool already_open = false;
 };
 
+// What a run came to, for the launcher's closing line.
+struct RunSummary {
+  int windows = 0;  // profiling windows diagnosed
+  int hangs = 0;    // hangs diagnosed
+  bool has_latest = false;
+  diagnose::Diagnosis latest;  // the latest diagnosis
+};
+
 class CollectorServer {
  public:
   static StatusOr<std::unique_ptr<CollectorServer>> Start(const ServerOptions& options);
@@ -66,6 +74,7 @@ class CollectorServer {
   // the latest diagnosis (or none) with the whole run's iteration statistics per rank.
   // Idempotent.
   void Shutdown();
+  RunSummary Summary() const;
 
   struct Impl;
 
