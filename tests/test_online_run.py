@@ -98,7 +98,10 @@ class OnlineRun(unittest.TestCase):
         d["_report"] = report
         d["_stderr"] = p.stderr
         log_path = os.path.join(report, "perftracker.log")
-        d["_log"] = open(log_path).read() if os.path.exists(log_path) else ""
+        d["_log"] = ""
+        if os.path.exists(log_path):
+            with open(log_path) as f:
+                d["_log"] = f.read()
         onset = re.search(r"fault \S+ on at step \d+ \(unix ([0-9.]+)\)", p.stderr)
         done = re.search(r"(?:window|hang) \d+ diagnosed \(unix ([0-9.]+)\)", d["_log"])
         delay = f", fault to diagnosis {float(done.group(1)) - float(onset.group(1)):.1f} s" \

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs the README's two commands on a fresh Debian 12 machine: a minimal root made with
+# debootstrap, holding a clone of this repository's HEAD and the shared/ folder beside it,
+# entered with chroot. This machine's own packages play no part, so a package that deps.sh
+# forgets fails here as it would for a new user. Needs root, debootstrap and network access to
+# the Debian mirror; takes 20-40 minutes (torch and the toolchain are downloaded).
+#
+#   scripts/fresh_check.sh [ROOT]     (default /var/tmp/perftracker-fresh; reused if present)
+#
+# Logs: ROOT/demo.log and ROOT/test.log; the exit status is the first failing command's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+root=${1:-/var/tmp/perftracker-fresh}
+mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+[[ $(id -u) -eq 0 ]] || { echo "fresh_check: needs root (debootstrap, chroot, mounts)" >&2; exit 2; }
+command -v debootstrap >/dev/null || { echo "fresh_check: needs debootstrap (apt-get install debootstrap)" >&2; exit 2; }
+
+if [[ ! -x $root/usr/bin/apt-get ]]; then
+  echo "fresh_check: debootstrap bookworm into $root"
+  debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.debootstrap.log" 2>&1
+fi
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+mounts=(proc sys dev dev/pts dev/shm)
+cleanup() {
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "$root/${mounts[i]}" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --bind /dev "$root/dev"
+mount --bind /dev/pts "$root/dev/pts"
+mount -t tmpfs shm "$root/dev/shm"
+
+# The checkout as a clean clone of HEAD, shared/ beside it as the tests expect.
+rm -rf "$root/work/main"
+mkdir -p "$root/work"
+git clone -q "$repo" "$root/work/main"
+if [[ -d $repo/../shared ]]; then
+  rm -rf "$root/work/shared"
+  cp -r "$repo/../shared" "$root/work/shared"
+fi
+
+run() {  # NAME COMMAND: runs COMMAND in the fresh root's checkout, logs to ROOT/NAME.log
+  local name=$1 cmd=$2 t0=$SECONDS
+  echo "fresh_check: $name: $cmd"
+  if chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb \
+      /bin/bash -c "cd /work/main && $cmd" >"$root/$name.log" 2>&1; then
+    echo "fresh_check: $name passed in $((SECONDS - t0)) s (log: $root/$name.log)"
+  else
+    echo "fresh_check: $name FAILED after $((SECONDS - t0)) s; the end of $root/$name.log:"
+    tail -40 "$root/$name.log"
+    exit 1
+  fi
+}
+run demo scripts/demo.sh
+run test .ci/run
