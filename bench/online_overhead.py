@@ -8,9 +8,11 @@ over all pairs.
 
 Window cost: one more run under `perftracker run --profile-at-iteration K`; the window's mean
 iteration (DIR/windows/1/diagnosis.json) against the whole run's median (DIR/diagnosis.json,
-run_iteration_ms).
+run_iteration_ms). `--workload call-heavy` makes every rank run tokenizer-like Python every step
+(train_ddp.py --fault call-heavy --fault-rank all): the tracer's cost where Python calls dominate.
 
   python3 bench/online_overhead.py [--pairs 5] [--iters 300] [--bin build/perftracker]
+  python3 bench/online_overhead.py --pairs 0 --workload call-heavy --calls 20000
 """
 import argparse
 import json
@@ -44,7 +46,11 @@ def main():
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--skip", type=int, default=30, help="warm-up steps left out")
     ap.add_argument("--bin", default=os.path.join(SOURCE, "build", "perftracker"))
+    ap.add_argument("--workload", choices=["model", "call-heavy"], default="model")
+    ap.add_argument("--calls", type=int, default=20000, help="Python calls per step (call-heavy)")
     a = ap.parse_args()
+    work = [] if a.workload == "model" else ["--fault", "call-heavy", "--fault-rank", "all",
+                                            "--fault-start", "0", "--calls", str(a.calls)]
     tmp = tempfile.mkdtemp(prefix="pt_overhead_")
     # No window may fire in the always-on runs: only the detector's cost is measured.
     quiet = dict(os.environ, PERFTRACKER_SLOWDOWN_RATIO="100", PERFTRACKER_HANG_FACTOR="1000")
@@ -54,20 +60,21 @@ def main():
         order = ["plain", "online"] if i % 2 == 0 else ["online", "plain"]
         for which in order:
             if which == "plain":
-                run([PYTHON, TRAIN, "--nproc", "4", "--iters", str(a.iters), "--times", plain])
+                run([PYTHON, TRAIN, "--nproc", "4", "--iters", str(a.iters), "--times", plain, *work])
             else:
                 run([a.bin, "run", "--nproc", "4", "--report-dir", os.path.join(tmp, f"r{i}"), "--",
-                     PYTHON, TRAIN, "--iters", str(a.iters), "--times", online], env=quiet)
+                     PYTHON, TRAIN, "--iters", str(a.iters), "--times", online, *work], env=quiet)
         mp, mo = statistics.median(steps(plain, a.skip)), statistics.median(steps(online, a.skip))
         ratios.append(mo / mp)
         print(f"pair {i}: plain median {mp:.2f} ms, under perftracker {mo:.2f} ms, "
               f"ratio {mo / mp:.4f}", flush=True)
-    print(f"always-on: median ratio {statistics.median(ratios):.4f} "
-          f"(min {min(ratios):.4f}, max {max(ratios):.4f}) over {a.pairs} interleaved pairs")
+    if ratios:
+        print(f"always-on: median ratio {statistics.median(ratios):.4f} "
+              f"(min {min(ratios):.4f}, max {max(ratios):.4f}) over {a.pairs} interleaved pairs")
 
     report = os.path.join(tmp, "window")
     run([a.bin, "run", "--nproc", "4", "--report-dir", report, "--profile-at-iteration", "100", "--",
-         PYTHON, TRAIN, "--iters", str(a.iters)], env=quiet)
+         PYTHON, TRAIN, "--iters", str(a.iters), *work], env=quiet)
     with open(os.path.join(report, "windows", "1", "diagnosis.json")) as f:
         w = json.load(f)
     with open(os.path.join(report, "diagnosis.json")) as f:
@@ -75,8 +82,8 @@ def main():
     per = d["job"]["run_iteration_ms"]["per_rank"]
     run_p50 = statistics.median(v["p50"] for v in per.values())
     win = w["job"]["iteration_ms"]["median"]
-    print(f"window: {w['job']['iterations']} iterations at median {win:.2f} ms vs the run's "
-          f"median {run_p50:.2f} ms: x{win / run_p50:.2f} inside the window")
+    print(f"window ({a.workload}): {w['job']['iterations']} iterations at median {win:.2f} ms vs the "
+          f"run's median {run_p50:.2f} ms: x{win / run_p50:.2f} inside the window")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  on a --log-every step
   cpu-contention a busy process competes for the rank's CPU
   sync           (GPU) needless torch.cuda.synchronize() and .item() every step
+  call-heavy     tokenizer-like Python every step: --calls short calls, each building two small
+                 GC-tracked objects, so the cyclic GC runs often (young collections every few
+                 hundred calls)
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
                  limit on the rank's own link, inside its network namespace)
 """
@@ -38,7 +41,8 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
-                   choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd"])
+                   choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd",
+                            "call-heavy"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
@@ -47,6 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--fault-work", type=int, default=3, help="extra matmuls per step (straggler)")
     p.add_argument("--gc-heap", type=int, default=500000, help="long-lived GC-tracked objects (gc fault)")
     p.add_argument("--gc-garbage", type=int, default=40000, help="reference cycles per step (gc fault)")
+    p.add_argument("--calls", type=int, default=80000, help="short Python calls per step (call-heavy fault)")
     p.add_argument("--log-every", type=int, default=0,
                    help="all-reduce the loss (dist.all_reduce) and print it every K steps (0 = never)")
     p.add_argument("--profile-dir", default="", help="write one profiler trace per rank here")
@@ -107,6 +112,20 @@ def make_cyclic_garbage(n):
     return n
 
 
+def tokenize_word(i):
+    """One short call of --fault call-heavy: a dict and a list, both tracked by the cyclic GC."""
+    return {"id": i, "pieces": [i & 255, i >> 8]}
+
+
+def tokenize(n):
+    """--fault call-heavy: n short calls, as a tokenizer, a collate function or a metric loop
+    written in Python makes them."""
+    out = []
+    for i in range(n):
+        out.append(tokenize_word(i))
+    return len(out)
+
+
 def worker(rank, world, args):
     import torch
     import torch.distributed as dist
@@ -164,6 +183,8 @@ def worker(rank, world, args):
                     torch.mm(extra, extra)
             elif args.fault == "gc":
                 make_cyclic_garbage(args.gc_garbage)
+            elif args.fault == "call-heavy":
+                tokenize(args.calls)
             elif args.fault == "hang":
                 hang_forever(rank)
             elif args.fault == "sync" and device.type == "cuda":

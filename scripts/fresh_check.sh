@@ -25,8 +25,13 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 mounts=(proc sys dev dev/pts dev/shm)
 cleanup() {
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do umount -l "$root/${mounts[i]}" 2>/dev/null || true; done
+  umount -l "$root" 2>/dev/null || true
 }
 trap cleanup EXIT
+# The root is a mount point of its own, as on a real machine: `ip netns exec` remounts / and
+# fails on a plain folder.
+mount --bind "$root" "$root"
+mount --make-private "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --bind /dev "$root/dev"

@@ -97,6 +97,22 @@ class CliErrors(unittest.TestCase):
         r = ptest.run(["analyze", p, "--stats"])
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("2 skipped", r.stderr)
+        # The skipped malformed event is a note of the report, with where and what.
+        self.assertIn('1 malformed event skipped', r.stdout)
+        self.assertIn('expected a number for "ts"', r.stdout)
+
+    def test_a_list_of_non_events_is_an_error(self):
+        p = self.path("nonevents/rank-0.json", b'[1, 2, "x"]')
+        line = self.assertOneLineError(["analyze", p], ["rank-0.json", "no event could be read",
+                                                        "byte 1", "expected an event object"])
+        self.assertIn("3 malformed events", line)
+
+    def test_string_timestamps_are_an_error(self):
+        p = self.path("strts/rank-0.json", json.dumps({"traceEvents": [
+            {"ph": "X", "cat": "cpu_op", "name": "a", "ts": "12", "dur": "5", "pid": 1, "tid": 1},
+            {"ph": "X", "cat": "cpu_op", "name": "b", "ts": "20", "dur": "5", "pid": 1, "tid": 1}]}).encode())
+        self.assertOneLineError(["analyze", p], ["rank-0.json", "no event could be read",
+                                                 'expected a number for "ts"'])
 
 
 if __name__ == "__main__":

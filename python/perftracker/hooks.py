@@ -38,7 +38,7 @@ ENV_CONFIG = {  # environment variable -> _worker.install key
     "PERFTRACKER_SLOWDOWN_RATIO": "slowdown_ratio",
     "PERFTRACKER_HANG_FACTOR": "hang_factor",
     "PERFTRACKER_RELEARN_AFTER": "relearn_after",
-    "PERFTRACKER_TRACER_BUFFER_CALLS": "tracer_buffer_calls",
+    "PERFTRACKER_TRACER_MAX_NODES": "tracer_max_nodes",
 }
 
 
@@ -92,13 +92,14 @@ def _edge(code):
         out = (path or _window_out or f"/tmp/perftracker-{os.getpid()}") + ".torch.json"
         window = rec.get("window") if rec is not None else None
         try:
-            prof.__exit__(None, None, None)
+            finish = _stop_profiler(prof)
         except Exception as e:
             sys.stderr.write(f"perftracker: torch profiler stop failed: {e!r}\n")
             _torch_failed(window, f"torch profiler stop failed: {e!r}")
             return
-        # Exporting is slow: not on the training thread.
-        threading.Thread(target=_export, args=(prof, out, window), daemon=True).start()
+        # Parsing the events and exporting them is slow: not on the training thread.
+        threading.Thread(target=_export, args=(prof, out, window, finish), daemon=True,
+                         name="perftracker-export").start()
 
 
 def _torch_failed(window, error):
@@ -106,8 +107,39 @@ def _torch_failed(window, error):
         _client.send({"type": "torch_trace", "path": None, "window": window, "error": error[:500]})
 
 
-def _export(prof, out, window=None):
+def _stop_profiler(prof):
+    """Stops torch's profiler on the training thread and returns what finishes it elsewhere.
+
+    Stopping must happen on the thread that started it, but torch's __exit__ also parses every
+    recorded event into Python objects, which takes seconds on a busy window and stalls training
+    (the detectors then see a hang). Where torch's autograd profiler exposes the two halves,
+    only the stop runs here; the parse runs in the returned function, on the export thread.
+    Anything else falls back to __exit__ here.
+    """
+    ag = sys.modules.get("torch.autograd.profiler")
+    split = (ag is not None and type(prof) is getattr(ag, "profile", None)
+             and callable(getattr(ag, "_disable_profiler", None))
+             and callable(getattr(prof, "_parse_kineto_results", None))
+             and callable(getattr(ag, "EventList", None))
+             and not getattr(prof, "use_cuda", True) and getattr(prof, "enabled", False))
+    if not split:
+        prof.__exit__(None, None, None)
+        return None
+    results = ag._disable_profiler()
+
+    def finish():
+        prof.kineto_results = results
+        parsed = prof._parse_kineto_results(results)
+        prof.function_events = ag.EventList(parsed, use_cuda=prof.use_cuda, profile_memory=prof.profile_memory,
+                                            with_flops=prof.with_flops)
+        prof.function_events._build_tree()
+    return finish
+
+
+def _export(prof, out, window=None, finish=None):
     try:
+        if finish is not None:
+            finish()
         prof.export_chrome_trace(out + ".tmp")
         os.replace(out + ".tmp", out)
         if _client is not None:

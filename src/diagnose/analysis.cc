@@ -172,6 +172,12 @@ JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {
     if (r.whole_window)
       job.notes.push_back(fmt::format(
           "rank {}: no ProfilerStep or optimizer markers; the window is one iteration", r.rank));
+    if (r.read_stats.malformed_events > 0)
+      job.notes.push_back(fmt::format(
+          "rank {}: {} malformed event{} skipped in {} (the first at byte {}: expected {})", r.rank,
+          r.read_stats.malformed_events, r.read_stats.malformed_events == 1 ? "" : "s", r.source,
+          r.read_stats.first_bad_byte,
+          r.read_stats.first_bad.empty() ? "another shape" : r.read_stats.first_bad));
   }
   std::sort(job.ranks.begin(), job.ranks.end());
   job.world_size = std::max({job.world_size, max_rank + 1, static_cast<int>(seen.size())});

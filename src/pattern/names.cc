@@ -168,6 +168,18 @@ FunctionClass ClassifyFunction(EventKind kind, std::string_view name) {
   }
 }
 
+FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view stack) {
+  const FunctionClass c = ClassifyFunction(trace::EventKind::kPythonFunction, name);
+  if (c != FunctionClass::kPython || stack.empty()) return c;
+  const size_t at = stack.find("torch/utils/data/dataloader.py(");
+  if (at == std::string_view::npos) return c;
+  const std::string_view rest = stack.substr(at);
+  return rest.find("__next__") != std::string_view::npos ||
+                 rest.find("_next_data") != std::string_view::npos
+             ? FunctionClass::kDataLoader
+             : c;
+}
+
 std::string CollectiveOp(std::string_view name) {
   if (StartsWith(name, "ncclDevKernel_") || StartsWith(name, "ncclKernel_")) {
     name.remove_prefix(name.find('_') + 1);

@@ -15,6 +15,9 @@ namespace perftracker::pattern {
 void NormalizeNameInto(std::string_view name, trace::EventKind kind, std::string* out);
 
 FunctionClass ClassifyFunction(trace::EventKind kind, std::string_view name);
+// The class of a python_function called below STACK (callers, outermost first, ";"-joined):
+// Python code the DataLoader's next() runs (collate, transforms, reads) is data loading.
+FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view stack);
 
 // Canonical collective op ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
 // "broadcast", "reduce", "send", "recv", "send_recv", "barrier", "gather", "scatter") from a

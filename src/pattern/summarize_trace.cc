@@ -1,11 +1,23 @@
 // Kept apart from summarizer.cc so code that only pushes events (tests, the online path) does
 // not pull in the trace reader.
+#include <fstream>
+
+#include "pattern/python_window.h"
 #include "pattern/summarizer.h"
 #include "trace/reader.h"
 
 namespace perftracker::pattern {
 
 StatusOr<RankSummary> SummarizeTrace(const std::string& path, const trace::ReadOptions& options) {
+  // The Python tracer's window files are aggregates, not event traces: their own reader.
+  char head[96] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(head, sizeof head);
+  if (LooksLikePythonWindow(std::string_view(head, static_cast<size_t>(in.gcount())))) {
+    auto s = SummarizePythonWindow(path);
+    if (s.ok() && options.rank_override >= 0) s->rank = options.rank_override;
+    return s;
+  }
   Summarizer summarizer;
   StatusOr<trace::ReadStats> stats = trace::ReadTrace(path, &summarizer, options);
   if (!stats.ok()) return stats.status();

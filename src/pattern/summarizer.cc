@@ -51,14 +51,6 @@ constexpr int kMaxStackDepth = 256;
 
 // Strings live in a deque (stable addresses), so the map can key on views of them and lookups
 // by an event's string_view never build a std::string.
-bool InDataLoader(std::string_view stack) {
-  size_t at = stack.find("torch/utils/data/dataloader.py(");
-  if (at == std::string_view::npos) return false;
-  std::string_view rest = stack.substr(at);
-  return rest.find("__next__") != std::string_view::npos ||
-         rest.find("_next_data") != std::string_view::npos;
-}
-
 class Interner {
  public:
   Interner() { Intern(""); }
@@ -288,10 +280,9 @@ struct Summarizer::Impl {
       f.name_id = name_id;
       f.stack_id = stack_id;
       f.kind = kind;
-      f.fclass = ClassifyFunction(kind, names.Get(name_id));
-      // Python code the DataLoader's next() runs (collate, transforms, reads) is data loading.
-      if (f.fclass == FunctionClass::kPython && stack_id != 0 && InDataLoader(stacks.Get(stack_id)))
-        f.fclass = FunctionClass::kDataLoader;
+      f.fclass = kind == EventKind::kPythonFunction
+                     ? ClassifyPythonFunction(names.Get(name_id), stacks.Get(stack_id))
+                     : ClassifyFunction(kind, names.Get(name_id));
     }
     return it->second;
   }

@@ -271,6 +271,8 @@ std::string SerializeSummary(const RankSummary& s) {
   }
   // Optional trailing fields (older summaries end before them).
   w.Str(s.network_switch);
+  w.U(r.first_bad_byte);
+  w.Str(r.first_bad);
   return w.Finish();
 }
 
@@ -426,6 +428,10 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
     st.unknown_cats[cat] = r.U();
   }
   if (!r.failed() && r.remaining() > 0) s.network_switch = r.Str(table);
+  if (!r.failed() && r.remaining() > 0) {
+    st.first_bad_byte = r.U();
+    st.first_bad = r.Str(table);
+  }
   if (r.failed()) {
     return DataLoss(name +
                     (r.corrupt() ? ": corrupt summary at byte " : ": truncated summary at byte ") +

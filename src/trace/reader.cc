@@ -15,6 +15,7 @@
 #include "trace/reader.h"
 
 #include <dirent.h>
+#include <fmt/format.h>
 #include <simdjson.h>
 #include <sys/stat.h>
 
@@ -1409,8 +1410,29 @@ class Pass2 {
         if (doc.current_location().get(loc)) loc = nullptr;
         return JsonError(loc, e, s);
       }
+      if (bad_why_ != nullptr) NoteFirstBad(doc, s);
     }
     return Status::Ok();
+  }
+
+  // Records where the first malformed event was found (off the hot path: only once per trace).
+  void NoteFirstBad(od::document& doc, uint64_t fallback) {
+    if (stats_->first_bad.empty()) {
+      const char* loc = nullptr;
+      if (doc.current_location().get(loc)) loc = nullptr;
+      uint64_t at = fallback;
+      if (loc != nullptr && loc >= win_ && loc < win_ + win_len_)
+        at = win_base_ + static_cast<uint64_t>(loc - win_);
+      stats_->first_bad_byte = at;
+      stats_->first_bad = bad_why_;
+    }
+    bad_why_ = nullptr;
+  }
+
+  // Counts a malformed event; the first one's reason is kept (see NoteFirstBad).
+  void Malformed(const char* why) {
+    ++stats_->malformed_events;
+    if (stats_->first_bad.empty()) bad_why_ = why;
   }
 
   // Decodes one element of the event array. Returns an error only when the JSON itself is broken;
@@ -1422,13 +1444,14 @@ class Pass2 {
     auto as_object = v.get_object();
     if (auto e = as_object.error()) {
       if (!IsValueError(e)) return e;
-      ++stats_->malformed_events;
+      Malformed("an event object, found another JSON value");
       return simdjson::SUCCESS;
     }
     od::object& obj = as_object.value_unsafe();
     trace::Event ev;
     std::string_view ph, cat;
     bool has_cat = false, has_ts = false, has_name = false, bad = false, skip = false;
+    const char* bad_key = nullptr;  // the first field of the wrong type
     for (auto f : obj) {
       if (auto e = f.error()) return e;
       od::field& field = f.value_unsafe();
@@ -1481,6 +1504,7 @@ class Pass2 {
         if (!IsValueError(e)) return e;
         if (auto ce = CheckScalar(val)) return ce;  // `tru`, `1.2.3`: broken JSON, not a bad event
         bad = true;
+        if (bad_key == nullptr) bad_key = k;
       }
       // Once "ph" (usually the first key) says this is not a complete event, nothing else of it
       // is needed: leaving the object here lets the array iterator skip the rest token by token,
@@ -1488,7 +1512,7 @@ class Pass2 {
       if (skip) break;
     }
     if (ph.size() != 1) {
-      ++stats_->malformed_events;
+      Malformed("a \"ph\" string of one letter");
       return simdjson::SUCCESS;
     }
     switch (ph[0]) {
@@ -1504,7 +1528,7 @@ class Pass2 {
         return simdjson::SUCCESS;
     }
     if (bad || !has_ts || !has_name) {
-      ++stats_->malformed_events;
+      Malformed(BadFieldReason(bad_key, has_ts));
       return simdjson::SUCCESS;
     }
     if (has_cat) {
@@ -1519,6 +1543,21 @@ class Pass2 {
     ++stats_->events;
     sink_->OnEvent(ev);
     return simdjson::SUCCESS;
+  }
+
+  // What a complete event lacked, for the first-bad-event message. KEY points into the input at
+  // the field's key (its closing quote ends it).
+  static const char* BadFieldReason(const char* key, bool has_ts) {
+    if (key != nullptr) {
+      if (KeyIs(key, "ts")) return "a number for \"ts\"";
+      if (KeyIs(key, "dur")) return "a number for \"dur\"";
+      if (KeyIs(key, "name")) return "a string for \"name\"";
+      if (KeyIs(key, "cat")) return "a string for \"cat\"";
+      if (KeyIs(key, "pid") || KeyIs(key, "tid")) return "a number or string for \"pid\"/\"tid\"";
+      if (KeyIs(key, "args")) return "an object for \"args\"";
+      return "fields of the right types";
+    }
+    return has_ts ? "a \"name\" string" : "a \"ts\" number";
   }
 
   // On-demand parsing reports a misspelt literal as a type mismatch; tell the two apart.
@@ -1632,6 +1671,7 @@ class Pass2 {
   const ReaderTuning& tuning_;
   EventSink* sink_;
   ReadStats* stats_;
+  const char* bad_why_ = nullptr;  // the malformed event just decoded, before its offset is known
   ByteSource* src_ = nullptr;
 
   std::vector<char> buf_;
@@ -1719,6 +1759,14 @@ StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& n
       PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
       PT_RETURN_IF_ERROR(pass2.Run(src.get(), p1, nullptr, 0));
     }
+  }
+  // Events of the wrong shape are counted and the trace is still read; a trace made only of them
+  // is not a trace: it fails here, naming the first bad event.
+  if (stats.events == 0 && stats.malformed_events > 0) {
+    return InvalidArgument(
+        fmt::format("{}: no event could be read: at byte {}, expected {} ({} malformed event{})",
+                    name, stats.first_bad_byte, stats.first_bad, stats.malformed_events,
+                    stats.malformed_events == 1 ? "" : "s"));
   }
   sink->OnEnd(stats);
   return stats;

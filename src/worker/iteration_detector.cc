@@ -160,7 +160,7 @@ void IterationDetector::Record(const Iteration& it, DetectorUpdate* up) {
   ++iterations_;
   up->iteration_done = true;
   up->iteration = it;
-  if (!it.clean) return;
+  if (!it.clean || excluded_) return;
   unmatched_since_clean_ = 0;
   const int64_t d = it.duration_ns();
   if (durations_.size() < static_cast<size_t>(config_.window)) {
@@ -187,9 +187,10 @@ void IterationDetector::Record(const Iteration& it, DetectorUpdate* up) {
   }
 }
 
-bool IterationDetector::CheckHang(int64_t now_ns) {
+bool IterationDetector::CheckHang(int64_t now_ns, double slack) {
   if (!learned_ || durations_.empty() || hang_reported_) return false;
-  if (static_cast<double>(now_ns - last_event_ns_) < config_.hang_factor * mean_ns()) return false;
+  if (static_cast<double>(now_ns - last_event_ns_) < slack * config_.hang_factor * mean_ns())
+    return false;
   hang_reported_ = true;
   ++hangs_;
   return true;

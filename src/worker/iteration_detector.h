@@ -62,8 +62,12 @@ class IterationDetector {
   DetectorUpdate OnEvent(EventKind kind, int64_t ts_ns);
 
   // True once per silent gap: the sequence is learned and nothing arrived for
-  // hang_factor x the mean iteration (mean of the last `window` iterations).
-  bool CheckHang(int64_t now_ns);
+  // slack x hang_factor x the mean iteration (mean of the last `window` iterations). SLACK > 1
+  // while something known slows the thread down (a traced profiling window).
+  bool CheckHang(int64_t now_ns, double slack = 1.0);
+  // While on, completed iterations are still reported but feed neither the statistics nor the
+  // slowdown trigger: a profiling window's tracer slows them down by itself.
+  void SetExcluded(bool on) { excluded_ = on; }
 
   bool learned() const { return learned_; }
   // The learned sequence, rotated to start at the iteration's first DataLoader next().
@@ -112,6 +116,7 @@ class IterationDetector {
   int64_t dur_sum_ = 0;
   double best_mean_ns_ = 0;   // best full-window mean since (re)learning; 0 = none yet
   bool slow_active_ = false;  // fired and not yet back under the threshold
+  bool excluded_ = false;     // SetExcluded
 
   int64_t relearns_ = 0;
   int64_t slowdowns_ = 0;

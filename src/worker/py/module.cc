@@ -16,24 +16,28 @@
 // requested from any thread (the agent client's) is armed by the training thread itself at its
 // next loader next() once the requested iteration is reached, and disarmed there (or from inside
 // the profile callback once the time limit passes or stop is requested). Function identity is
-// the whole call stack: (parent stack id, function name id) pairs are interned into stack ids.
-// Each armed thread records into its own ring of finished calls; when the ring is full the
-// oldest calls are overwritten (a parent finishes after its children, so parents survive). At
-// window end the rings are handed to a writer thread that writes a Chrome-trace JSON with
-// python_function events (Python id / Python parent id) and ProfilerStep#N markers, which
-// `perftracker analyze` reads like a profiler trace, to PATH.tmp and renames it to PATH.
+// the whole call stack. Calls are aggregated as they return into a CallTree (worker/call_tree.h):
+// one node per call-stack path with counts, times, a histogram and per-iteration figures, so the
+// tracer loses nothing at any call rate and its memory is bounded by the node cap, not by the
+// number of calls. At window end the tree is handed to a writer thread that writes it as
+// "perftracker.python_window/1" JSON (worker/window_file.h) to PATH.tmp and renames it to PATH.
 //
 // Python's garbage collector is invisible to PyEval_SetProfile: gc_event(), installed by
-// hooks.py as a gc.callbacks entry, records each collection on an armed thread as a call of its
-// own function "<gc>" (stack: root -> "<gc>", Python parent id 0, wherever the collection was
-// triggered). Finalizers that run Python code during the collection nest under it.
+// hooks.py as a gc.callbacks entry, records each collection on an armed thread as a call of
+// "<gc>" below the stack that was running when it started (the function whose allocations
+// triggered it). Finalizers that run Python code during the collection nest under it.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <frameobject.h>
 #include <pthread.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -48,7 +52,9 @@
 #include <utility>
 #include <vector>
 
+#include "worker/call_tree.h"
 #include "worker/iteration_detector.h"
+#include "worker/window_file.h"
 
 namespace perftracker::worker {
 namespace {
@@ -58,6 +64,59 @@ int64_t NowNs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+// The tracer reads the time twice per call. clock_gettime costs 20-50 ns through the vDSO (more
+// on a VM's paravirtual clock: a quarter of the tracer's time, measured with perf); the time
+// stamp counter costs a few. Where the CPU has an invariant TSC, the tracer's clock is the TSC
+// scaled to nanoseconds with a rate measured between the collector's install and the window's
+// arming (seconds apart: parts per million), anchored at the arming's steady-clock time, so its
+// times line up with the detector's iteration markers.
+class TracerClock {
+ public:
+  // Called at install: the start of the rate measurement.
+  void Start() {
+    ns0_ = NowNs();
+    ticks0_ = Ticks();
+  }
+  // Called at arming: anchors the clock and decides TSC or steady clock for this window.
+  void Anchor(int64_t now_ns) {
+    anchor_ns_ = now_ns;
+    anchor_ticks_ = Ticks();
+    scale_ = 0;
+    const int64_t span_ns = now_ns - ns0_;
+    if (InvariantTsc() && span_ns >= kMinCalibrationNs && anchor_ticks_ > ticks0_) {
+      scale_ = static_cast<double>(span_ns) / static_cast<double>(anchor_ticks_ - ticks0_);
+    }
+  }
+  int64_t Now() const {
+    if (scale_ == 0) return NowNs();
+    return anchor_ns_ + static_cast<int64_t>(static_cast<double>(Ticks() - anchor_ticks_) * scale_);
+  }
+
+ private:
+  // Below this the two clock reads' own cost would show in the rate.
+  static constexpr int64_t kMinCalibrationNs = 50'000'000;
+  static uint64_t Ticks() {
+#if defined(__x86_64__)
+    return __rdtsc();
+#else
+    return 0;
+#endif
+  }
+  static bool InvariantTsc() {
+#if defined(__x86_64__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
+#else
+    return false;
+#endif
+  }
+  int64_t ns0_ = 0;
+  uint64_t ticks0_ = 0;
+  int64_t anchor_ns_ = 0;
+  uint64_t anchor_ticks_ = 0;
+  double scale_ = 0;  // ns per tick; 0: use the steady clock
+};
 
 // ---- news queue (detector -> Python) ----
 
@@ -69,44 +128,12 @@ struct News {
   std::string text;  // learned: pattern; window done / failed: path
 };
 
-constexpr int8_t kNotGc = -1;
-
-struct Call {  // a finished (or, at window end, still open) Python call
-  uint32_t stack = 0;
-  int8_t gc_gen = kNotGc;  // a "<gc>" span: the collected generation (0-2; 3 = unknown)
-  uint64_t id = 0, parent = 0;
-  int64_t start = 0, end = 0;
-};
-
-struct Frame {
-  uint32_t stack = 0;
-  int8_t gc_gen = kNotGc;  // an open "<gc>" span
-  uint64_t id = 0;
-  int64_t start = 0;
-};
-
-struct ThreadBuf {
-  uint64_t tid = 0;
-  std::vector<Frame> stack;
-  std::vector<Call> ring;
-  size_t next = 0;     // ring write position
-  uint64_t total = 0;  // calls recorded (total - ring.size() were overwritten)
-};
-
-struct Marker {
-  int64_t index, start, end;
-};
-
-struct WindowOut {  // what the writer thread needs, detached from Python objects
-  std::string path;
-  int pid = 0;
-  std::vector<std::string> names;
-  std::vector<std::pair<uint32_t, uint32_t>> stacks;  // stack id -> (parent stack, name id)
-  std::vector<std::unique_ptr<ThreadBuf>> bufs;
-  std::vector<Marker> markers;
-  uint64_t main_tid = 0;
-  int64_t origin_ns = 0;
-};
+// While a window is armed the tracer slows the traced thread down (up to ~2x on call-heavy
+// code), so the watchdog waits this many times longer before it calls a silence a hang.
+constexpr double kArmedHangSlack = 4.0;
+// Names are looked up by code object address for every call: a direct-mapped cache in front of
+// the hash map answers most lookups with one compare.
+constexpr size_t kNameCacheSlots = 4096;
 
 struct State {
   std::mutex mu;  // guards det, news, window fields touched by other threads
@@ -129,32 +156,32 @@ struct State {
   double win_max_s = 20;
   std::string win_path;
   std::atomic<bool> win_stop{false};
-  bool armed = false;
+  std::atomic<bool> armed{false};
   bool end_edge_pending = false;   // a window ended outside OnEvent: report 2 at the next event
   unsigned long armed_thread = 0;  // PyThread_get_thread_ident() of the armed thread
   int64_t armed_at_iter = 0, armed_ns = 0, deadline_ns = 0;
-  std::vector<Marker> markers;
-  size_t ring_capacity = 1 << 18;
-  size_t max_stacks = 1 << 20;
-  int max_depth = 256;
+  std::vector<WindowMarker> markers;  // under mu
+  CallTreeLimits limits;
   uint64_t windows_done = 0;
   std::atomic<uint64_t> files_written{0};
   std::atomic<uint64_t> write_errors{0};
 
-  // Tracer tables (touched only with the GIL held).
+  // Tracer tables (touched only with the GIL held, by the armed thread).
+  TracerClock clock;
+  std::unique_ptr<CallTree> tree;
+  uint64_t traced_tid = 0;
   std::unordered_map<const void*, uint32_t> name_ids;  // code object or PyMethodDef -> name id
-  std::vector<PyObject*> held_codes;                   // strong refs while armed
+  std::array<std::pair<const void*, uint32_t>, kNameCacheSlots> name_cache{};
+  std::vector<PyObject*> held_codes;  // strong refs while armed
   std::vector<std::string> names;
-  std::unordered_map<uint64_t, uint32_t> stack_ids;
-  std::vector<std::pair<uint32_t, uint32_t>> stacks;
-  std::vector<std::unique_ptr<ThreadBuf>> bufs;
-  uint64_t next_call_id = 1;
-  uint64_t tracer_calls = 0, tracer_overwritten = 0, tracer_dropped = 0;
-  uint64_t gc_spans = 0;
+  uint32_t gc_name = 0;
+  // Totals over every window, for stats().
+  uint64_t tracer_calls = 0, tracer_other_calls = 0, tracer_untraced = 0, gc_spans = 0;
+  uint64_t tracer_nodes = 0;
 };
 
 State* g = nullptr;  // created at module init, never freed (threads may outlive finalization)
-thread_local ThreadBuf* t_buf = nullptr;
+thread_local CallTree* t_tree = nullptr;
 
 void Fail(const char* what) {
   bool expected = false;
@@ -173,13 +200,23 @@ void PushNews(News n) {  // mu held
 
 // ---- tracer ----
 
+uint32_t InternName(std::string name) {
+  g->names.push_back(std::move(name));
+  return static_cast<uint32_t>(g->names.size() - 1);
+}
+
 uint32_t NameId(const void* key, PyObject* code_ref, std::string (*make)(PyObject*),
                 PyObject* obj) {
+  auto& slot = g->name_cache[(reinterpret_cast<uintptr_t>(key) >> 4) % kNameCacheSlots];
+  if (slot.first == key) return slot.second;
   auto it = g->name_ids.find(key);
-  if (it != g->name_ids.end()) return it->second;
-  g->names.push_back(make(obj));
-  const auto id = static_cast<uint32_t>(g->names.size() - 1);
+  if (it != g->name_ids.end()) {
+    slot = {key, it->second};
+    return it->second;
+  }
+  const uint32_t id = InternName(make(obj));
   g->name_ids.emplace(key, id);
+  slot = {key, id};
   if (code_ref != nullptr) {
     Py_INCREF(code_ref);  // keep the address from being reused for another code object
     g->held_codes.push_back(code_ref);
@@ -210,95 +247,43 @@ std::string CFuncName(PyObject* o) {
   return std::string("<built-in method ") + n + ">";
 }
 
-void RecordCall(ThreadBuf* b, const Call& c) {  // GIL held
-  if (b->ring.size() < g->ring_capacity) {
-    b->ring.push_back(c);
-  } else {
-    b->ring[b->next] = c;
-    b->next = (b->next + 1) % b->ring.size();
-    ++g->tracer_overwritten;
-  }
-  ++b->total;
-  ++g->tracer_calls;
-}
-
-uint32_t StackId(uint32_t parent, uint32_t name) {
-  const uint64_t key = (static_cast<uint64_t>(parent) << 32) | name;
-  auto it = g->stack_ids.find(key);
-  if (it != g->stack_ids.end()) return it->second;
-  g->stacks.emplace_back(parent, name);
-  const auto id = static_cast<uint32_t>(g->stacks.size() - 1);
-  g->stack_ids.emplace(key, id);
-  return id;
-}
-
 void Disarm(int64_t now);
 
 int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
-  ThreadBuf* b = t_buf;
-  if (b == nullptr || g->failed.load(std::memory_order_relaxed)) {
+  CallTree* tree = t_tree;
+  if (tree == nullptr || g->failed.load(std::memory_order_relaxed)) {
     PyEval_SetProfile(nullptr, nullptr);
     return 0;
   }
-  const int64_t now = NowNs();
+  const int64_t now = g->clock.Now();
   if (now >= g->deadline_ns || g->win_stop.load(std::memory_order_relaxed)) {
-    Disarm(now);
+    Disarm(NowNs());
     return 0;
   }
   try {
     switch (what) {
-      case PyTrace_CALL:
-      case PyTrace_C_CALL: {
-        if (static_cast<int>(b->stack.size()) >= g->max_depth ||
-            g->stacks.size() >= g->max_stacks) {
-          ++g->tracer_dropped;
-          b->stack.push_back({0, kNotGc, 0, now});  // placeholder keeps returns balanced
-          break;
-        }
-        uint32_t name;
-        if (what == PyTrace_CALL) {
-          PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
-          name = NameId(code, reinterpret_cast<PyObject*>(code), CodeName,
-                        reinterpret_cast<PyObject*>(code));
-          Py_DECREF(code);
-        } else {
-          if (!PyCFunction_Check(arg)) {
-            b->stack.push_back({0, kNotGc, 0, now});
-            break;
-          }
-          name = NameId(reinterpret_cast<PyCFunctionObject*>(arg)->m_ml, nullptr, CFuncName, arg);
-        }
-        uint32_t parent = 0;
-        for (auto it = b->stack.rbegin(); it != b->stack.rend(); ++it) {
-          if (it->id != 0) {
-            parent = it->stack;
-            break;
-          }
-        }
-        b->stack.push_back({StackId(parent, name), kNotGc, g->next_call_id++, now});
+      case PyTrace_CALL: {
+        PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+        const uint32_t name = NameId(code, reinterpret_cast<PyObject*>(code), CodeName,
+                                     reinterpret_cast<PyObject*>(code));
+        Py_DECREF(code);
+        tree->Enter(name, now);
         break;
       }
+      case PyTrace_C_CALL:
+        if (PyCFunction_Check(arg)) {
+          tree->Enter(
+              NameId(reinterpret_cast<PyCFunctionObject*>(arg)->m_ml, nullptr, CFuncName, arg),
+              now);
+        } else {
+          tree->EnterUntraced();
+        }
+        break;
       case PyTrace_RETURN:
       case PyTrace_C_RETURN:
-      case PyTrace_C_EXCEPTION: {
-        if (b->stack.empty()) break;  // a call that began before the window
-        // An open "<gc>" span is closed by gc_event(stop), never by a return (a return that
-        // would pop it belongs to a call that began before the collection: impossible, but
-        // harmless to ignore).
-        if (b->stack.back().gc_gen != kNotGc) break;
-        Frame f = b->stack.back();
-        b->stack.pop_back();
-        if (f.id == 0) break;
-        uint64_t parent_id = 0;
-        for (auto it = b->stack.rbegin(); it != b->stack.rend(); ++it) {
-          if (it->id != 0) {
-            parent_id = it->id;
-            break;
-          }
-        }
-        RecordCall(b, Call{f.stack, kNotGc, f.id, parent_id, f.start, now});
+      case PyTrace_C_EXCEPTION:
+        tree->Exit(now);
         break;
-      }
       default:
         break;
     }
@@ -309,29 +294,51 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return 0;
 }
 
-void WriteWindow(std::shared_ptr<WindowOut> w);
+void WriteWindow(std::shared_ptr<PythonWindow> w);
 
 void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
-  g->armed = true;
   g->end_edge_pending = false;
   g->armed_thread = PyThread_get_thread_ident();
   g->armed_at_iter = iter;
   g->armed_ns = now;
   g->deadline_ns = now + static_cast<int64_t>(g->win_max_s * 1e9);
   g->win_stop = false;
-  g->markers.clear();
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    g->markers.clear();
+    g->det->SetExcluded(true);
+  }
   g->names.clear();
   g->name_ids.clear();
-  g->stacks.assign(1, {0, 0});  // stack id 0: the root
-  g->names.push_back("");
-  g->stack_ids.clear();
-  g->bufs.clear();
-  g->next_call_id = 1;
-  auto b = std::make_unique<ThreadBuf>();
-  b->tid = PyThread_get_thread_native_id();
-  b->ring.reserve(std::min<size_t>(g->ring_capacity, 1 << 14));
-  t_buf = b.get();
-  g->bufs.push_back(std::move(b));
+  g->name_cache.fill({nullptr, 0});
+  InternName("");  // name 0: the root's
+  g->gc_name = InternName("<gc>");
+  g->clock.Anchor(now);
+  g->tree = std::make_unique<CallTree>(g->limits);
+  g->tree->SetIteration(0);
+  g->traced_tid = PyThread_get_thread_native_id();
+  // The calls in progress (the training loop, the step function, the loader's next()) began
+  // before the window: enter them now, so that their callees get the same identity (the whole
+  // stack) as in the window's later iterations, and their returns stay balanced. The innermost
+  // is the C call that is arming the window (on_loader_next), which returns untraced.
+  std::vector<PyCodeObject*> codes;
+  PyFrameObject* f = PyEval_GetFrame();  // borrowed
+  Py_XINCREF(f);
+  while (f != nullptr && codes.size() < static_cast<size_t>(g->limits.max_depth)) {
+    codes.push_back(PyFrame_GetCode(f));       // new reference
+    PyFrameObject* back = PyFrame_GetBack(f);  // new reference
+    Py_DECREF(f);
+    f = back;
+  }
+  Py_XDECREF(f);
+  for (auto it = codes.rbegin(); it != codes.rend(); ++it) {
+    PyObject* code = reinterpret_cast<PyObject*>(*it);
+    g->tree->Enter(NameId(code, code, CodeName, code), now);
+    Py_DECREF(code);
+  }
+  g->tree->EnterUntraced();
+  t_tree = g->tree.get();
+  g->armed = true;
   PyEval_SetProfile(ProfileCallback, nullptr);
 }
 
@@ -340,141 +347,51 @@ void Disarm(int64_t now) {  // training thread (the armed one), GIL held
   if (!g->armed) return;
   g->armed = false;
   g->end_edge_pending = true;  // OnEvent reports the end (torch.profiler stops there)
-  t_buf = nullptr;
-  auto w = std::make_shared<WindowOut>();
+  t_tree = nullptr;
+  auto w = std::make_shared<PythonWindow>();
   {
     std::lock_guard<std::mutex> l(g->mu);
     w->path = g->win_path;
     w->markers = std::move(g->markers);
     g->markers.clear();
+    g->det->SetExcluded(false);
   }
-  // Calls still open at the window end are closed there, so their children keep a parent.
-  for (auto& b : g->bufs) {
-    for (size_t i = 0; i < b->stack.size(); ++i) {
-      const Frame& f = b->stack[i];
-      if (f.id == 0) continue;
-      uint64_t parent_id = 0;
-      for (size_t j = i; f.gc_gen == kNotGc && j-- > 0;) {
-        if (b->stack[j].id != 0) {
-          parent_id = b->stack[j].id;
-          break;
-        }
-      }
-      if (b->ring.size() < g->ring_capacity)
-        b->ring.push_back({f.stack, f.gc_gen, f.id, parent_id, f.start, now});
-    }
-    b->stack.clear();
-  }
+  // Calls still open at the window end are closed there (their time so far is real).
+  g->tree->CloseAll(now);
+  const CallTreeStats& s = g->tree->stats();
+  g->tracer_calls += s.calls;
+  g->tracer_other_calls += s.other_calls;
+  g->tracer_untraced += s.untraced_calls;
+  g->gc_spans += s.gc_collections;
+  g->tracer_nodes = g->tree->nodes().size();
+  w->tree = std::move(*g->tree);
+  g->tree.reset();
   for (PyObject* c : g->held_codes) Py_DECREF(c);
   g->held_codes.clear();
   g->name_ids.clear();
+  g->name_cache.fill({nullptr, 0});
   w->names = std::move(g->names);
-  w->stacks = std::move(g->stacks);
-  w->bufs = std::move(g->bufs);
   g->names.clear();
-  g->stacks.clear();
-  g->stack_ids.clear();
-  g->bufs.clear();
   w->pid = static_cast<int>(getpid());
-  w->main_tid = w->bufs.empty() ? 0 : w->bufs[0]->tid;
-  w->origin_ns = 0;
+  w->tid = g->traced_tid;
+  w->start_ns = g->armed_ns;
+  w->end_ns = now;
   ++g->windows_done;
   // Writing a file is blocking I/O: never on the training thread.
   std::thread(WriteWindow, std::move(w)).detach();
 }
 
-void JsonString(std::string* out, const std::string& s) {
-  out->push_back('"');
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out->push_back('\\');
-      out->push_back(static_cast<char>(c));
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out->append(buf);
-    } else {
-      out->push_back(static_cast<char>(c));
-    }
-  }
-  out->push_back('"');
-}
-
-void AppendUs(std::string* out, int64_t ns) {  // Chrome trace times are microseconds
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%lld.%03lld", static_cast<long long>(ns / 1000),
-                static_cast<long long>(ns % 1000));
-  out->append(buf);
-}
-
-void WriteWindow(std::shared_ptr<WindowOut> w) {
+void WriteWindow(std::shared_ptr<PythonWindow> w) {
   try {
-    const std::string tmp = w->path + ".tmp";
-    FILE* f = std::fopen(tmp.c_str(), "w");
-    if (f == nullptr) {
-      ++g->write_errors;
-      std::lock_guard<std::mutex> l(g->mu);
-      News n{News::kWindowFailed, 0, 0, 0, false, {}};
-      n.text = w->path;
-      PushNews(std::move(n));
-      return;
-    }
-    std::string out = "{\"traceEvents\":[\n";
-    bool first = true;
-    auto sep = [&] {
-      if (!first) out += ",\n";
-      first = false;
-    };
-    const std::string pid = std::to_string(w->pid);
-    for (const Marker& m : w->markers) {
-      sep();
-      out += "{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"ProfilerStep#" +
-             std::to_string(m.index) + "\",\"pid\":" + pid +
-             ",\"tid\":" + std::to_string(w->main_tid) + ",\"ts\":";
-      AppendUs(&out, m.start);
-      out += ",\"dur\":";
-      AppendUs(&out, m.end - m.start);
-      out += ",\"args\":{}}";
-    }
-    for (const auto& b : w->bufs) {
-      for (const Call& c : b->ring) {
-        sep();
-        out += "{\"ph\":\"X\",\"cat\":\"python_function\",\"name\":";
-        JsonString(&out, w->names[w->stacks[c.stack].second]);
-        out += ",\"pid\":" + pid + ",\"tid\":" + std::to_string(b->tid) + ",\"ts\":";
-        AppendUs(&out, c.start);
-        out += ",\"dur\":";
-        AppendUs(&out, c.end - c.start);
-        out += ",\"args\":{\"Python id\":" + std::to_string(c.id) +
-               ",\"Python parent id\":" + std::to_string(c.parent) +
-               ",\"Python stack id\":" + std::to_string(c.stack);
-        if (c.gc_gen != kNotGc && c.gc_gen < 3) {
-          out += ",\"gc generation\":" + std::to_string(c.gc_gen);
-        }
-        out += "}}";
-        if (out.size() > (1 << 20)) {
-          std::fwrite(out.data(), 1, out.size(), f);
-          out.clear();
-        }
-      }
-    }
-    out += "\n]}\n";
-    std::fwrite(out.data(), 1, out.size(), f);
-    const bool ok = std::fflush(f) == 0;
-    std::fclose(f);
-    if (!ok || std::rename(tmp.c_str(), w->path.c_str()) != 0) {
-      ++g->write_errors;
-      std::remove(tmp.c_str());
-      std::lock_guard<std::mutex> l(g->mu);
-      News n{News::kWindowFailed, 0, 0, 0, false, {}};
-      n.text = w->path;
-      PushNews(std::move(n));
-      return;
-    }
-    ++g->files_written;
-    std::lock_guard<std::mutex> l(g->mu);
-    News n{News::kWindowDone, 0, 0, 0, true, {}};
+    const Status st = WritePythonWindow(*w);
+    News n{st.ok() ? News::kWindowDone : News::kWindowFailed, 0, 0, 0, st.ok(), {}};
     n.text = w->path;
+    if (st.ok()) {
+      ++g->files_written;
+    } else {
+      ++g->write_errors;
+    }
+    std::lock_guard<std::mutex> l(g->mu);
     PushNews(std::move(n));
   } catch (const std::exception& e) {
     ++g->write_errors;
@@ -502,7 +419,11 @@ int OnEvent(EventKind kind) {
     if (u.iteration_done) {
       const Iteration& it = u.iteration;
       PushNews({News::kIter, it.start_ns, it.end_ns, it.index, it.clean, {}});
-      if (g->armed) g->markers.push_back({it.index, it.start_ns, it.end_ns});
+      if (g->armed) {
+        g->markers.push_back({it.index, it.start_ns, it.end_ns});
+        // The training thread holds the GIL here: the tree is its own.
+        if (t_tree != nullptr) t_tree->SetIteration(static_cast<int32_t>(g->markers.size()));
+      }
     }
     if (u.slowdown) {
       PushNews({News::kSlowdown,
@@ -523,7 +444,7 @@ int OnEvent(EventKind kind) {
     Arm(now, iters);
     return 1;
   }
-  if (g->armed && t_buf != nullptr &&
+  if (g->armed && t_tree != nullptr &&
       (g->win_stop || now >= g->deadline_ns || iters - g->armed_at_iter >= g->win_iters)) {
     Disarm(now);
   }
@@ -542,7 +463,8 @@ void WatchdogLoop() {
     g->cv.wait_for(l, std::chrono::milliseconds(50));
     if (g->stop_watchdog || g->failed || !g->det) continue;
     const int64_t now = NowNs();
-    if (g->det->CheckHang(now)) {
+    // A traced window slows the thread down: a silence must last longer to be a hang.
+    if (g->det->CheckHang(now, g->armed ? kArmedHangSlack : 1.0)) {
       PushNews({News::kHang,
                 now,
                 static_cast<int64_t>(g->det->mean_ns()),
@@ -566,7 +488,8 @@ void AtForkChild() {
   g->armed = false;
   g->end_edge_pending = false;
   g->win_pending = false;
-  t_buf = nullptr;
+  t_tree = nullptr;
+  g->tree.release();  // the parent's: a forked child never touches (nor frees) it
 }
 
 // ---- Python functions ----
@@ -587,12 +510,12 @@ PyObject* Install(PyObject*, PyObject* args) {
   DetectorConfig c;
   double learn = c.learn_repeats, window = c.window, ratio = c.slowdown_ratio, hang = c.hang_factor,
          relearn = c.relearn_after, period = c.max_period,
-         ring = static_cast<double>(g->ring_capacity), depth = g->max_depth;
+         nodes = static_cast<double>(g->limits.max_nodes), depth = g->limits.max_depth;
   if (cfg != nullptr &&
       !(GetNum(cfg, "learn_repeats", &learn) && GetNum(cfg, "window", &window) &&
         GetNum(cfg, "slowdown_ratio", &ratio) && GetNum(cfg, "hang_factor", &hang) &&
         GetNum(cfg, "relearn_after", &relearn) && GetNum(cfg, "max_period", &period) &&
-        GetNum(cfg, "tracer_buffer_calls", &ring) && GetNum(cfg, "tracer_max_depth", &depth))) {
+        GetNum(cfg, "tracer_max_nodes", &nodes) && GetNum(cfg, "tracer_max_depth", &depth))) {
     return nullptr;
   }
   c.learn_repeats = static_cast<int>(learn);
@@ -605,16 +528,17 @@ PyObject* Install(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, st.message().c_str());
     return nullptr;
   }
-  if (ring < 1024 || ring > 1e8 || depth < 1 || depth > 10000) {
-    PyErr_SetString(PyExc_ValueError, "tracer_buffer_calls or tracer_max_depth out of range");
+  if (!(nodes >= 16 && nodes <= 1e7 && depth >= 1 && depth <= 10000)) {
+    PyErr_SetString(PyExc_ValueError, "tracer_max_nodes or tracer_max_depth out of range");
     return nullptr;
   }
   try {
     std::lock_guard<std::mutex> l(g->mu);
     g->det = std::make_unique<IterationDetector>(c);
-    g->ring_capacity = static_cast<size_t>(ring);
-    g->max_depth = static_cast<int>(depth);
+    g->limits.max_nodes = static_cast<size_t>(nodes);
+    g->limits.max_depth = static_cast<int>(depth);
     g->news.clear();
+    g->clock.Start();
     g->stop_watchdog = false;
     g->watchdog = std::thread(WatchdogLoop);
   } catch (const std::exception& e) {
@@ -627,7 +551,7 @@ PyObject* Install(PyObject*, PyObject* args) {
 
 PyObject* Uninstall(PyObject*, PyObject*) {
   if (!g->installed) Py_RETURN_NONE;
-  if (g->armed && t_buf != nullptr) Disarm(NowNs());
+  if (g->armed && t_tree != nullptr) Disarm(NowNs());
   {
     std::lock_guard<std::mutex> l(g->mu);
     g->stop_watchdog = true;
@@ -647,7 +571,7 @@ PyObject* EventEntry(EventKind kind) {
     return PyLong_FromLong(OnEvent(kind));
   } catch (const std::exception& e) {
     Fail(e.what());
-    if (g->armed && t_buf != nullptr) PyEval_SetProfile(nullptr, nullptr);
+    if (g->armed && t_tree != nullptr) PyEval_SetProfile(nullptr, nullptr);
     return PyLong_FromLong(0);
   }
 }
@@ -656,10 +580,10 @@ PyObject* EventEntry(EventKind kind) {
 // it) or 0/1. Records only on an armed thread; elsewhere it returns after one thread-local read.
 // Never raises (a gc callback's exception would be printed by the interpreter).
 PyObject* GcEvent(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  ThreadBuf* b = t_buf;
-  if (b == nullptr || nargs < 1 || g->failed.load(std::memory_order_relaxed)) Py_RETURN_NONE;
+  CallTree* tree = t_tree;
+  if (tree == nullptr || nargs < 1 || g->failed.load(std::memory_order_relaxed)) Py_RETURN_NONE;
   try {
-    const int64_t now = NowNs();
+    const int64_t now = g->clock.Now();
     int phase = -1;
     PyObject* p = args[0];
     if (PyUnicode_Check(p)) {
@@ -673,37 +597,9 @@ PyObject* GcEvent(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     if (PyErr_Occurred()) PyErr_Clear();
     if (phase == 0) {
-      int gen = 3;
-      if (nargs >= 2 && PyDict_Check(args[1])) {
-        PyObject* v = PyDict_GetItemString(args[1], "generation");  // borrowed
-        if (v != nullptr && PyLong_Check(v)) {
-          const long n = PyLong_AsLong(v);
-          if (n >= 0 && n <= 2) gen = static_cast<int>(n);
-        }
-        if (PyErr_Occurred()) PyErr_Clear();
-      }
-      if (static_cast<int>(b->stack.size()) >= g->max_depth || g->stacks.size() >= g->max_stacks) {
-        ++g->tracer_dropped;
-        b->stack.push_back({0, static_cast<int8_t>(gen), 0, now});  // placeholder, closed by stop
-        Py_RETURN_NONE;
-      }
-      static const char kGcKey = 0;
-      const uint32_t name = NameId(
-          &kGcKey, nullptr, [](PyObject*) { return std::string("<gc>"); }, nullptr);
-      b->stack.push_back({StackId(0, name), static_cast<int8_t>(gen), g->next_call_id++, now});
+      tree->EnterGc(g->gc_name, now);
     } else if (phase == 1) {
-      // The innermost open span; frames above it (none, unless a finalizer left the tracer
-      // unbalanced) are dropped with it.
-      for (size_t i = b->stack.size(); i-- > 0;) {
-        if (b->stack[i].gc_gen == kNotGc) continue;
-        const Frame f = b->stack[i];
-        b->stack.resize(i);
-        if (f.id != 0) {
-          RecordCall(b, Call{f.stack, f.gc_gen, f.id, 0, f.start, now});
-          ++g->gc_spans;
-        }
-        break;
-      }
+      tree->ExitGc(now);
     }
   } catch (const std::exception& e) {
     Fail(e.what());
@@ -742,7 +638,7 @@ PyObject* StopWindow(PyObject*, PyObject*) {
     g->win_pending = false;
   }
   g->win_stop = true;
-  if (g->armed && t_buf != nullptr) Disarm(NowNs());  // the armed thread itself
+  if (g->armed && t_tree != nullptr) Disarm(NowNs());  // the armed thread itself
   Py_RETURN_NONE;
 }
 
@@ -815,30 +711,30 @@ PyObject* Stats(PyObject*, PyObject*) {
   }
   auto b = [](bool v) { return v ? Py_True : Py_False; };
   return Py_BuildValue(
-      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
+      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
       "installed", b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern",
       pattern.c_str(), "iterations", iters, "unmatched", unmatched, "relearns", relearns,
       "slowdowns", slowdowns, "hangs", hangs, "mean_ns", mean, "best_mean_ns", best, "window_armed",
       b(g->armed), "windows_done", (unsigned long long)g->windows_done, "files_written",
       (unsigned long long)g->files_written.load(), "write_errors",
       (unsigned long long)g->write_errors.load(), "tracer_calls",
-      (unsigned long long)g->tracer_calls, "tracer_overwritten",
-      (unsigned long long)g->tracer_overwritten, "tracer_dropped",
-      (unsigned long long)g->tracer_dropped, "news_dropped", news_dropped, "gc_spans",
-      (unsigned long long)g->gc_spans);
+      (unsigned long long)g->tracer_calls, "tracer_other_calls",
+      (unsigned long long)g->tracer_other_calls, "tracer_untraced",
+      (unsigned long long)g->tracer_untraced, "tracer_nodes", (unsigned long long)g->tracer_nodes,
+      "news_dropped", news_dropped, "gc_spans", (unsigned long long)g->gc_spans);
 }
 
 // Test hook: behaves like an internal error so that containment can be tested for real.
 PyObject* InjectFailure(PyObject*, PyObject*) {
   Fail("injected by _inject_failure()");
-  if (g->armed && t_buf != nullptr) PyEval_SetProfile(nullptr, nullptr);
+  if (g->armed && t_tree != nullptr) PyEval_SetProfile(nullptr, nullptr);
   Py_RETURN_NONE;
 }
 
 // Turns the collector off without a message (Python already logged its own one line).
 PyObject* Disable(PyObject*, PyObject*) {
   g->failed = true;
-  if (g->armed && t_buf != nullptr) PyEval_SetProfile(nullptr, nullptr);
+  if (g->armed && t_tree != nullptr) PyEval_SetProfile(nullptr, nullptr);
   Py_RETURN_NONE;
 }
 

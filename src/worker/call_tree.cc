@@ -1,0 +1,160 @@
+#include "worker/call_tree.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace perftracker::worker {
+
+int QuarterLog2Histogram::Bucket(int64_t ns) {
+  if (ns < 4) return ns > 0 ? static_cast<int>(ns) : 0;
+  const int msb = 63 - std::countl_zero(static_cast<uint64_t>(ns));
+  return 4 * msb + static_cast<int>((ns >> (msb - 2)) & 3);
+}
+
+double QuarterLog2Histogram::LowerEdge(int b) {
+  if (b < 8) return b;
+  return static_cast<double>(int64_t{1} << (b / 4)) * (1.0 + (b % 4) / 4.0);
+}
+
+void QuarterLog2Histogram::Add(int64_t ns) {
+  const int b = Bucket(ns);
+  if (counts_.empty()) {
+    offset_ = b;
+    counts_.assign(1, 0);
+  } else if (b < offset_) {
+    counts_.insert(counts_.begin(), static_cast<size_t>(offset_ - b), 0);
+    offset_ = b;
+  } else if (b >= offset_ + static_cast<int>(counts_.size())) {
+    counts_.resize(static_cast<size_t>(b - offset_ + 1), 0);
+  }
+  ++counts_[static_cast<size_t>(b - offset_)];
+}
+
+CallTree::CallTree(const CallTreeLimits& limits) : limits_(limits) {
+  nodes_.resize(2);  // kRoot, kOther
+  frames_.reserve(64);
+}
+
+uint32_t CallTree::Child(uint32_t parent, uint32_t name, bool gc) {
+  if (parent == kOther) return kOther;  // nothing is created below the overflow node
+  CallNode& p = nodes_[parent];
+  if (p.last_child_name == name && nodes_[p.last_child].gc == gc) return p.last_child;
+  const uint64_t key = (static_cast<uint64_t>(parent) << 32) | name;
+  auto it = children_.find(key);
+  uint32_t id;
+  if (it != children_.end() && nodes_[it->second].gc == gc) {
+    id = it->second;
+  } else if (nodes_.size() >= limits_.max_nodes) {
+    return kOther;
+  } else {
+    id = static_cast<uint32_t>(nodes_.size());
+    CallNode& n = nodes_.emplace_back();
+    n.parent = parent;
+    n.name = name;
+    n.gc = gc;
+    children_[key] = id;
+  }
+  CallNode& pp = nodes_[parent];  // emplace_back may have moved it
+  pp.last_child_name = name;
+  pp.last_child = id;
+  return id;
+}
+
+uint32_t CallTree::Current() const {
+  for (auto it = frames_.rbegin(); it != frames_.rend(); ++it)
+    if (it->traced) return it->node;
+  return kRoot;
+}
+
+void CallTree::Enter(uint32_t name, int64_t now) {
+  const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
+                            ? kOther
+                            : Child(Current(), name, /*gc=*/false);
+  frames_.push_back({node, true, false, iteration_, now, 0});
+}
+
+void CallTree::EnterUntraced() {
+  ++stats_.untraced_calls;
+  frames_.push_back({kRoot, false, false, iteration_, 0, 0});
+}
+
+void CallTree::EnterGc(uint32_t name, int64_t now) {
+  const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
+                            ? kOther
+                            : Child(Current(), name, /*gc=*/true);
+  frames_.push_back({node, true, true, iteration_, now, 0});
+}
+
+void CallTree::Exit(int64_t now) {
+  if (frames_.empty()) {
+    ++stats_.unmatched_returns;  // a call that began before the window
+    return;
+  }
+  if (frames_.back().gc) return;  // only ExitGc closes a collection
+  const Frame f = frames_.back();
+  frames_.pop_back();
+  if (f.traced) Close(f, now);
+}
+
+void CallTree::ExitGc(int64_t now) {
+  // The innermost open collection; calls a finalizer left open above it close with it.
+  for (size_t i = frames_.size(); i-- > 0;) {
+    if (!frames_[i].gc) continue;
+    while (frames_.size() > i) {
+      const Frame f = frames_.back();
+      frames_.pop_back();
+      if (f.traced) Close(f, now);
+    }
+    return;
+  }
+}
+
+void CallTree::CloseAll(int64_t now) {
+  while (!frames_.empty()) {
+    const Frame f = frames_.back();
+    frames_.pop_back();
+    if (f.traced) Close(f, now);
+  }
+}
+
+void CallTree::Close(const Frame& f, int64_t now) {
+  const int64_t dur = std::max<int64_t>(0, now - f.start);
+  const int64_t self = std::max<int64_t>(0, dur - f.child_ns);
+  CallNode& n = nodes_[f.node];
+  ++n.count;
+  n.total_ns += dur;
+  n.self_ns += self;
+  n.min_ns = std::min(n.min_ns, dur);
+  n.max_ns = std::max(n.max_ns, dur);
+  n.sum_sq_ns += static_cast<double>(dur) * static_cast<double>(dur);
+  n.hist.Add(dur);
+  if (f.iteration >= 0 && f.iteration < limits_.max_iterations) {
+    if (n.iterations.empty() || n.iterations.back().iteration != f.iteration) {
+      n.iterations.push_back({f.iteration, 0, 0, 0});
+    }
+    IterationCell& c = n.iterations.back();
+    ++c.calls;
+    c.inclusive_ns += dur;
+    c.self_ns += self;
+  }
+  ++stats_.calls;
+  if (f.node == kOther) ++stats_.other_calls;
+  if (f.gc) ++stats_.gc_collections;
+  if (dur >= limits_.long_call_ns) {
+    if (long_calls_.size() < limits_.max_long_calls) {
+      long_calls_.push_back({f.node, f.start, now});
+    } else {
+      ++stats_.long_calls_dropped;
+    }
+  }
+  // Its time is a child's time for the nearest traced caller (an untraced C call between them
+  // keeps its own time in that caller's self time).
+  for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
+    if (it->traced) {
+      it->child_ns += dur;
+      break;
+    }
+  }
+}
+
+}  // namespace perftracker::worker

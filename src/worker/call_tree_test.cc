@@ -1,0 +1,190 @@
+#include "worker/call_tree.h"
+
+#include <gtest/gtest.h>
+
+#include "worker/window_file.h"
+
+namespace perftracker::worker {
+namespace {
+
+// Names: 1 = main, 2 = step, 3 = leaf, 4 = <gc>.
+constexpr uint32_t kMain = 1, kStep = 2, kLeaf = 3, kGc = 4;
+
+const CallNode* Find(const CallTree& t, std::initializer_list<uint32_t> path) {
+  uint32_t at = CallTree::kRoot;
+  for (uint32_t name : path) {
+    bool found = false;
+    for (uint32_t i = 2; i < t.nodes().size(); ++i) {
+      if (t.nodes()[i].parent == at && t.nodes()[i].name == name) {
+        at = i;
+        found = true;
+        break;
+      }
+    }
+    if (!found) return nullptr;
+  }
+  return &t.nodes()[at];
+}
+
+TEST(CallTreeTest, CountsInclusiveAndSelfTimePerStackPath) {
+  CallTree t;
+  t.SetIteration(0);
+  t.Enter(kMain, 0);
+  for (int i = 0; i < 3; ++i) {  // main -> step -> leaf x2, three times
+    t.Enter(kStep, 100 + i * 1000);
+    t.Enter(kLeaf, 110 + i * 1000);
+    t.Exit(160 + i * 1000);  // 50 ns
+    t.Enter(kLeaf, 200 + i * 1000);
+    t.Exit(230 + i * 1000);  // 30 ns
+    t.Exit(300 + i * 1000);  // step: 200 ns, self 120
+    if (i == 1) t.SetIteration(1);
+  }
+  t.Enter(kLeaf, 5000);  // leaf called straight from main: another identity
+  t.Exit(5010);
+  t.Exit(6000);
+
+  const CallNode* leaf = Find(t, {kMain, kStep, kLeaf});
+  ASSERT_NE(leaf, nullptr);
+  EXPECT_EQ(leaf->count, 6u);
+  EXPECT_EQ(leaf->total_ns, 3 * 80);
+  EXPECT_EQ(leaf->self_ns, 3 * 80);
+  EXPECT_EQ(leaf->min_ns, 30);
+  EXPECT_EQ(leaf->max_ns, 50);
+  const CallNode* step = Find(t, {kMain, kStep});
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(step->count, 3u);
+  EXPECT_EQ(step->total_ns, 600);
+  EXPECT_EQ(step->self_ns, 3 * 120);
+  // Iterations by the start of each call: two steps in iteration 0, one in iteration 1.
+  ASSERT_EQ(step->iterations.size(), 2u);
+  EXPECT_EQ(step->iterations[0].iteration, 0);
+  EXPECT_EQ(step->iterations[0].calls, 2u);
+  EXPECT_EQ(step->iterations[1].calls, 1u);
+  EXPECT_EQ(step->iterations[1].inclusive_ns, 200);
+  const CallNode* direct = Find(t, {kMain, kLeaf});
+  ASSERT_NE(direct, nullptr);
+  EXPECT_EQ(direct->count, 1u);
+  const CallNode* main = Find(t, {kMain});
+  EXPECT_EQ(main->self_ns, 6000 - 600 - 10);
+  EXPECT_EQ(t.stats().calls, 6u + 3u + 1u + 1u);
+}
+
+TEST(CallTreeTest, GcIsAChildOfTheRunningStackAndLeavesItsSelfTime) {
+  CallTree t;
+  t.Enter(kStep, 0);
+  t.Enter(kLeaf, 10);
+  t.EnterGc(kGc, 20);
+  t.Exit(25);  // a return while a collection is open belongs to no call of it: ignored
+  t.ExitGc(70);
+  t.Exit(100);
+  t.Exit(120);
+  const CallNode* gc = Find(t, {kStep, kLeaf, kGc});
+  ASSERT_NE(gc, nullptr);
+  EXPECT_TRUE(gc->gc);
+  EXPECT_EQ(gc->total_ns, 50);
+  const CallNode* leaf = Find(t, {kStep, kLeaf});
+  EXPECT_EQ(leaf->total_ns, 90);
+  EXPECT_EQ(leaf->self_ns, 40);
+  EXPECT_EQ(t.stats().gc_collections, 1u);
+}
+
+TEST(CallTreeTest, CapsKeepTotalsExactInTheOtherNode) {
+  CallTreeLimits limits;
+  limits.max_nodes = 4;  // root, other, and two more
+  limits.max_depth = 3;
+  CallTree t(limits);
+  for (uint32_t name = 10; name < 20; ++name) {  // ten functions, room for two
+    t.Enter(name, 0);
+    t.Exit(5);
+  }
+  EXPECT_EQ(t.nodes().size(), 4u);
+  EXPECT_EQ(t.nodes()[CallTree::kOther].count, 8u);
+  // Depth: the fourth level goes to "<other>", and so does everything below it.
+  t.Enter(10, 0);
+  t.Enter(11, 1);
+  t.Enter(12, 2);
+  t.Enter(13, 3);
+  t.Enter(14, 4);
+  for (int i = 0; i < 5; ++i) t.Exit(10);
+  EXPECT_EQ(t.stats().calls, 15u);
+  uint64_t sum = 0;
+  for (const CallNode& n : t.nodes()) sum += n.count;
+  EXPECT_EQ(sum, 15u);
+}
+
+TEST(CallTreeTest, UntracedCallsAndUnmatchedReturnsKeepTheStackBalanced) {
+  CallTree t;
+  t.Exit(1);  // returns of a call that began before the window
+  t.Enter(kStep, 10);
+  t.EnterUntraced();  // a C call the tracer cannot name
+  t.Enter(kLeaf, 20);
+  t.Exit(30);
+  t.Exit(40);  // the untraced call
+  t.Exit(50);
+  EXPECT_EQ(t.depth(), 0u);
+  EXPECT_EQ(t.stats().unmatched_returns, 1u);
+  EXPECT_EQ(t.stats().untraced_calls, 1u);
+  // The leaf's time is a child's time for step, across the untraced call.
+  EXPECT_EQ(Find(t, {kStep})->self_ns, 40 - 10);
+  EXPECT_NE(Find(t, {kStep, kLeaf}), nullptr);
+}
+
+TEST(CallTreeTest, LongCallsKeepTimedRecordsUpToTheCap) {
+  CallTreeLimits limits;
+  limits.long_call_ns = 100;
+  limits.max_long_calls = 2;
+  CallTree t(limits);
+  for (int i = 0; i < 4; ++i) {
+    t.Enter(kStep, i * 1000);
+    t.Exit(i * 1000 + (i == 0 ? 50 : 500));
+  }
+  ASSERT_EQ(t.long_calls().size(), 2u);
+  EXPECT_EQ(t.long_calls()[0].start_ns, 1000);
+  EXPECT_EQ(t.stats().long_calls_dropped, 1u);
+}
+
+TEST(CallTreeTest, CloseAllEndsOpenCallsAtTheWindowEnd) {
+  CallTree t;
+  t.Enter(kMain, 0);
+  t.Enter(kStep, 10);
+  t.CloseAll(100);
+  EXPECT_EQ(t.depth(), 0u);
+  EXPECT_EQ(Find(t, {kMain})->total_ns, 100);
+  EXPECT_EQ(Find(t, {kMain, kStep})->total_ns, 90);
+}
+
+TEST(QuarterLog2HistogramTest, BucketsHaveFourStepsPerOctave) {
+  EXPECT_EQ(QuarterLog2Histogram::Bucket(0), 0);
+  EXPECT_EQ(QuarterLog2Histogram::Bucket(3), 3);
+  EXPECT_EQ(QuarterLog2Histogram::Bucket(1024), 40);
+  EXPECT_EQ(QuarterLog2Histogram::Bucket(1279), 40);
+  EXPECT_EQ(QuarterLog2Histogram::Bucket(1280), 41);
+  EXPECT_EQ(QuarterLog2Histogram::Bucket(2047), 43);
+  for (int64_t v : {int64_t{8}, int64_t{100}, int64_t{1000}, int64_t{123456}, int64_t{1} << 40}) {
+    const int b = QuarterLog2Histogram::Bucket(v);
+    EXPECT_LE(QuarterLog2Histogram::LowerEdge(b), static_cast<double>(v));
+    EXPECT_GT(QuarterLog2Histogram::LowerEdge(b + 1), static_cast<double>(v));
+  }
+}
+
+TEST(WindowFileTest, JsonHoldsEveryNodeAndIteration) {
+  PythonWindow w;
+  w.pid = 7;
+  w.tid = 8;
+  w.start_ns = 100;
+  w.end_ns = 900;
+  w.names = {"", "<gc>", "a.py(1): \"step\""};
+  w.markers = {{3, 100, 500}, {4, 500, 900}};
+  w.tree.SetIteration(0);
+  w.tree.Enter(2, 100);
+  w.tree.Exit(300);
+  const std::string json = PythonWindowJson(w);
+  EXPECT_NE(json.find("\"schema\":\"perftracker.python_window/1\""), std::string::npos);
+  EXPECT_NE(json.find("[[3,100,500],[4,500,900]]"), std::string::npos);
+  EXPECT_NE(json.find("\"a.py(1): \\\"step\\\"\""), std::string::npos);
+  EXPECT_NE(json.find("[0,2,0,1,200,200,200,200,40000,"), std::string::npos) << json;
+  EXPECT_NE(json.find("[[0,1,200,200]]"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace perftracker::worker
