@@ -194,6 +194,32 @@ class OnlineRun(unittest.TestCase):
         self.assertFired(d)
         self.assertCheck(d, "rank=3,category~gc")
 
+    def test_6b_call_heavy_gc_heavy_rank(self):
+        # Rank 3 runs tokenizer-like Python every step: 80,000 short calls building 160,000
+        # GC-tracked objects, so the cyclic GC runs hundreds of times per step. The window must
+        # name it with its function (or the collections it triggers), count every call, stall
+        # no rank into a hang report, and have every rank's torch.profiler part.
+        calls = 80000
+        d = self.job("callheavy", "--iters", "110", "--fault", "call-heavy", "--fault-rank", "3",
+                     "--fault-start", "0", "--calls", str(calls),
+                     run_args=["--profile-at-iteration", "30"])
+        self.assertTrue(windows(d["_report"]), "no window\n" + d["_out"])
+        self.assertTrue(d["findings"], "no finding\n" + d["_out"])
+        f = d["findings"][0]
+        self.assertEqual(f["ranks"], [3], d["_out"])
+        where = " ".join(x["name"] + " " + " ".join(x.get("stack", [])) for x in f["functions"])
+        self.assertRegex(where, r"tokenize", d["_out"])
+        self.assertNotIn("detector: hang", d["_log"], d["_log"][-3000:])
+        self.assertFalse([x for x in d["findings"] if x["category"] == "hang"], d["_out"])
+        self.assertNotIn("no torch.profiler data", json.dumps(d["job"]["notes"]), d["_out"])
+        # Every call counted: tokenize_word runs exactly `calls` times in each iteration.
+        trace = os.path.join(d["_report"], "traces", "window-1", "rank-3.python.json")
+        show = ptest.run(["show", trace, "--top", "200"])
+        self.assertEqual(show.returncode, 0, show.stderr)
+        rows = [x for x in show.stdout.splitlines() if ": tokenize_word" in x.split("<-")[0]]
+        self.assertEqual(len(rows), 1, show.stdout)
+        self.assertIn(f"{calls}.0", rows[0].split(), rows[0])
+
     def test_7_clean(self):
         d = self.job("clean", "--iters", "260")
         if windows(d["_report"]) or d["findings"]:

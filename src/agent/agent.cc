@@ -82,7 +82,9 @@ std::vector<WorkerTrace> FolderSink::PollFinished() {
     if (it != sizes_.end() && it->second == size && size > 0) {
       seen_.insert(p);
       sizes_.erase(it);
-      out.push_back({{p}, -1, 0});
+      WorkerTrace t;
+      t.paths = {p};
+      out.push_back(std::move(t));
     } else {
       sizes_[p] = size;
     }
@@ -212,6 +214,8 @@ struct Agent::Impl {
     // declare its ranks (the command launched them).
     if (summary->world_size <= 0 && t.world_size > 0) summary->world_size = t.world_size;
     if (summary->host.empty()) summary->host = options.host;
+    summary->missing_part = t.missing_part;
+    summary->missing_why = t.missing_why;
     std::string bytes = pattern::SerializeSummary(*summary);
     v1::UploadWindowRequest req;
     req.set_window_id(w.window_id);

@@ -39,6 +39,9 @@ struct WorkerTrace {
   int rank = -1;        // -1: take it from the trace
   int pid = 0;          // 0: unknown
   int world_size = -1;  // the worker's WORLD_SIZE, where known (traces may not say)
+  // A part that never came: "torch.profiler" or "python", and why (RankSummary::missing_part).
+  std::string missing_part;
+  std::string missing_why;
 };
 
 // A worker's iteration detector fired.

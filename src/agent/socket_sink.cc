@@ -117,7 +117,8 @@ struct SocketSink::Impl {
     std::string python_path;
     bool torch_expected = true;
     bool torch_done = false;
-    std::string torch_path;  // empty: the torch trace failed
+    std::string torch_path;   // empty: the torch trace failed
+    std::string torch_error;  // the worker's reason when it failed
     Clock::time_point python_at, torch_at;
   };
 
@@ -464,6 +465,7 @@ struct SocketSink::Impl {
     }
     entry->torch_done = true;
     entry->torch_path = error ? "" : p;
+    entry->torch_error = error ? std::string(error->substr(0, 500)) : "";
     entry->torch_at = Clock::now();
     Reap(Clock::now());
   }
@@ -482,10 +484,13 @@ struct SocketSink::Impl {
     return -1;
   }
 
-  void Finish(const Pending& e, std::vector<std::string> paths) {
+  void Finish(const Pending& e, std::vector<std::string> paths, std::string missing_part = "",
+              std::string missing_why = "") {
     if (paths.empty() || finished.size() >= kMaxQueued) return;
     WorkerTrace t;
     t.paths = std::move(paths);
+    t.missing_part = std::move(missing_part);
+    t.missing_why = std::move(missing_why);
     t.pid = e.pid;
     t.rank = e.rank >= 0 ? e.rank : RankOfPid(e.pid);
     t.world_size = WorldSizeOfPid(e.pid);
@@ -501,8 +506,18 @@ struct SocketSink::Impl {
           return false;
         }
         std::vector<std::string> paths{e.python_path};
-        if (e.torch_done && !e.torch_path.empty()) paths.push_back(e.torch_path);
-        Finish(e, std::move(paths));
+        std::string part, why;
+        if (e.torch_done && !e.torch_path.empty()) {
+          paths.push_back(e.torch_path);
+        } else if (e.torch_done) {
+          part = "torch.profiler";
+          why = e.torch_error.empty() ? "the worker could not write its trace" : e.torch_error;
+        } else if (e.torch_expected) {
+          part = "torch.profiler";
+          why = fmt::format("its trace did not arrive within {:.0f} s of the Python tracer's file",
+                            options.torch_wait_seconds);
+        }
+        Finish(e, std::move(paths), std::move(part), std::move(why));
         if (!e.torch_done) {
           // Its torch trace may still come: it is dropped then, not uploaded alone.
           if (uploaded.size() >= kMaxRemembered) uploaded.pop_front();
@@ -511,7 +526,11 @@ struct SocketSink::Impl {
         return true;
       }
       if (Seconds(now - e.torch_at) < options.orphan_torch_seconds) return false;
-      if (!e.torch_path.empty()) Finish(e, {e.torch_path});
+      if (!e.torch_path.empty())
+        Finish(e, {e.torch_path}, "python",
+               fmt::format("the Python tracer's file did not arrive within {:.0f} s of the torch "
+                           "trace",
+                           options.orphan_torch_seconds));
       return true;
     };
     pending.erase(std::remove_if(pending.begin(), pending.end(), done), pending.end());

@@ -285,6 +285,7 @@ TEST_F(SocketSinkTest, PythonTraceWithoutTorchIsFinishedAtOnce) {
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/rank-2.python.json"));
+  EXPECT_EQ(got[0].missing_part, "");  // no torch trace was started: nothing is missing
 }
 
 TEST_F(SocketSinkTest, TorchTraceErrorFinishesThePythonTrace) {
@@ -298,6 +299,8 @@ TEST_F(SocketSinkTest, TorchTraceErrorFinishesThePythonTrace) {
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/a.json"));
+  EXPECT_EQ(got[0].missing_part, "torch.profiler");
+  EXPECT_EQ(got[0].missing_why, "export failed");
 }
 
 TEST_F(SocketSinkTest, WaitsForTheTorchTraceOnlySoLong) {
@@ -312,6 +315,8 @@ TEST_F(SocketSinkTest, WaitsForTheTorchTraceOnlySoLong) {
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/p.json"));
+  EXPECT_EQ(got[0].missing_part, "torch.profiler");
+  EXPECT_NE(got[0].missing_why.find("did not arrive within"), std::string::npos);
   // Its torch trace after the upload is not uploaded alone; an orphan one (no Python trace) is.
   ASSERT_TRUE(w->Line(fmt::format(
       R"({{"type":"torch_trace","path":"/t/p.json.torch.json","window":8,{}}})", Ident(45, "4"))));
@@ -321,6 +326,7 @@ TEST_F(SocketSinkTest, WaitsForTheTorchTraceOnlySoLong) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/q.json.torch.json"));
   EXPECT_EQ(got[0].rank, 4);
+  EXPECT_EQ(got[0].missing_part, "python");
 }
 
 TEST_F(SocketSinkTest, GarbageAndOversizedLinesAreSkipped) {

@@ -12,6 +12,8 @@
 namespace perftracker::diagnose::internal {
 
 double Median(std::vector<double> v) {
+  // NaN marks a value a rank does not have (a missing part): it takes no part.
+  std::erase_if(v, [](double x) { return std::isnan(x); });
   if (v.empty()) return 0;
   size_t mid = v.size() / 2;
   std::nth_element(v.begin(), v.begin() + mid, v.end());
@@ -26,7 +28,8 @@ Reference RobustReference(const std::vector<double>& values) {
   ref.median = Median(values);
   std::vector<double> dev;
   dev.reserve(values.size());
-  for (double v : values) dev.push_back(std::fabs(v - ref.median));
+  for (double v : values)
+    if (!std::isnan(v)) dev.push_back(std::fabs(v - ref.median));
   double mad = Median(std::move(dev));
   ref.scale = std::max({mad * 1.4826, 0.02 * std::fabs(ref.median), 20.0});
   return ref;
@@ -47,6 +50,22 @@ PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double 
   PeerComparison c;
   if (values.size() < 2 || i >= values.size()) return c;
   double v = values[i];
+  // Unknown for this rank (NaN: a part of its data is missing): nothing to compare.
+  if (std::isnan(v)) return c;
+  const size_t known = static_cast<size_t>(
+      std::count_if(values.begin(), values.end(), [](double x) { return !std::isnan(x); }));
+  if (known < 2) return c;
+  if (known < values.size()) {
+    // Compare among the ranks that have the value.
+    std::vector<double> have;
+    size_t at = 0;
+    for (size_t j = 0; j < values.size(); ++j) {
+      if (std::isnan(values[j])) continue;
+      if (j == i) at = have.size();
+      have.push_back(values[j]);
+    }
+    return ComparePeers(have, at, iteration_us, o, nullptr);
+  }
   if (values.size() == 2) {
     // Two ranks: no majority to vote with, so only a large gap counts.
     c.reference = values[1 - i];
@@ -172,6 +191,10 @@ JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {
     if (r.whole_window)
       job.notes.push_back(fmt::format(
           "rank {}: no ProfilerStep or optimizer markers; the window is one iteration", r.rank));
+    if (!r.missing_part.empty())
+      job.notes.push_back(
+          fmt::format("rank {}: no {} data ({}); compared with its peers only on what it has",
+                      r.rank, r.missing_part, r.missing_why));
     if (r.read_stats.malformed_events > 0)
       job.notes.push_back(fmt::format(
           "rank {}: {} malformed event{} skipped in {} (the first at byte {}: expected {})", r.rank,

@@ -171,6 +171,41 @@ TEST(DiagnoseTest, LateRankWithNothingProfiledIsStillBlamed) {
   EXPECT_NEAR(d.findings[0].impact_ms, 15, 1e-6);
 }
 
+TEST(DiagnoseTest, ARankMissingItsTorchDataIsComparedOnWhatItHas) {
+  // Rank 3's Python tracer file came, its torch.profiler trace did not: it has Python functions
+  // only, among them a tokenizer 30 ms slower than its peers'. The peers wait for it in the
+  // all-reduce. Its missing CPU ops and collectives must not make it "faster" at them, nor the
+  // peers "slower".
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<pattern::FunctionPattern> fns = {
+        Fn("t.py(3): tokenize", FunctionClass::kPython, r == 3 ? 31 : 1, 1,
+           trace::EventKind::kPythonFunction),
+        Fn("t.py(9): step", FunctionClass::kPython, 12, 1, trace::EventKind::kPythonFunction)};
+    if (r != 3) {
+      fns.push_back(Fn("aten::mm", FunctionClass::kCompute, 10, 7));
+      fns.push_back(Fn("gloo:all_reduce", FunctionClass::kCollective, 32, 1));
+    }
+    ranks.push_back(Rank(r, 4, fns, 50));
+  }
+  ranks[3].missing_part = "torch.profiler";
+  ranks[3].missing_why = "its trace did not arrive within 30 s of the Python tracer's file";
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty()) << Dump(d);
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.ranks, std::vector<int>{3}) << Dump(d);
+  ASSERT_FALSE(f.functions.empty());
+  EXPECT_EQ(f.functions[0].name, "t.py(3): tokenize") << Dump(d);
+  EXPECT_NEAR(f.impact_ms, 30, 1) << Dump(d);
+  EXPECT_EQ(f.evidence_text.count("partial_data"), 1u);
+  for (const Finding& x : d.findings) EXPECT_EQ(x.ranks, std::vector<int>{3}) << Dump(d);
+  bool noted = false;
+  for (const auto& n : d.job.notes)
+    noted |=
+        n.find("rank 3: no torch.profiler data (its trace did not arrive") != std::string::npos;
+  EXPECT_TRUE(noted) << Dump(d);
+}
+
 TEST(DiagnoseTest, MissingRankAndNoMarkersAreSaid) {
   std::vector<RankSummary> ranks;
   for (int r : {0, 1, 3}) ranks.push_back(Rank(r, 4, Step(), 27));

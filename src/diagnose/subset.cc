@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -44,32 +45,44 @@ size_t Shared(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
 }
 
 // What a rank runs, as sorted function ids: the significant ones (>= 1% of its iteration) and
-// all of them.
+// all of them, apart for the two parts of a window (the Python tracer's functions and the
+// profiler's), since a rank may lack one of them (RankSummary::missing_part).
 struct Signature {
+  static constexpr int kPython = 0, kProfiler = 1;
   int role = -1;  // stage from process-group membership; -1 when unknown
-  std::vector<uint32_t> sig, all;
+  std::vector<uint32_t> sig[2], all[2];
+  bool has[2] = {true, true};
   bool operator==(const Signature& o) const {
-    return role == o.role && sig == o.sig && all == o.all;
+    return role == o.role && sig[0] == o.sig[0] && sig[1] == o.sig[1] && all[0] == o.all[0] &&
+           all[1] == o.all[1] && has[0] == o.has[0] && has[1] == o.has[1];
   }
 };
 
 uint64_t HashOf(const Signature& s) {
   uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(s.role + 1);
   auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  for (uint32_t v : s.sig) mix(v);
-  mix(0xffffffffull);
-  for (uint32_t v : s.all) mix(v);
+  for (int p = 0; p < 2; ++p) {
+    mix(s.has[p] ? 0xfffffffeull : 0xfffffffdull);
+    for (uint32_t v : s.sig[p]) mix(v);
+    mix(0xffffffffull);
+    for (uint32_t v : s.all[p]) mix(v);
+  }
   return h;
 }
 
 // How much of what matters on each rank the other runs at all: significant functions of A
 // found anywhere in B, and of B in A. A function that is significant on one rank and merely
 // cheaper on another (a sleeping loader's stack, a Python call path taken more often) is shared
-// work, not a different role; only functions the other rank never runs set ranks apart.
+// work, not a different role; only functions the other rank never runs set ranks apart. Only
+// the parts both ranks have count.
 double Similarity(const Signature& a, const Signature& b) {
-  double n = static_cast<double>(a.sig.size() + b.sig.size());
-  if (n <= 0) return 1.0;
-  return static_cast<double>(Shared(a.sig, b.all) + Shared(b.sig, a.all)) / n;
+  double n = 0, shared = 0;
+  for (int p = 0; p < 2; ++p) {
+    if (!a.has[p] || !b.has[p]) continue;
+    n += static_cast<double>(a.sig[p].size() + b.sig[p].size());
+    shared += static_cast<double>(Shared(a.sig[p], b.all[p]) + Shared(b.sig[p], a.all[p]));
+  }
+  return n <= 0 ? 1.0 : shared / n;
 }
 
 // Ranks of one role run (nearly) the same significant functions. Ranks with identical
@@ -84,14 +97,20 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<CompactRank>& rank
     const CompactRank& r = ranks[i];
     Signature& s = sigs[i];
     s.role = r.role;
+    if (r.missing_part == "python") s.has[Signature::kPython] = false;
+    if (r.missing_part == "torch.profiler") s.has[Signature::kProfiler] = false;
     double it = IterationUs(r);
     for (const CompactFunction& f : r.compact) {
-      s.all.push_back(f.id());
-      if (it <= 0 || f.per_iter_us >= 0.01 * it) s.sig.push_back(f.id());
+      const int p =
+          f.kind() == trace::EventKind::kPythonFunction ? Signature::kPython : Signature::kProfiler;
+      s.all[p].push_back(f.id());
+      if (it <= 0 || f.per_iter_us >= 0.01 * it) s.sig[p].push_back(f.id());
     }
-    for (auto* v : {&s.sig, &s.all}) {
-      std::sort(v->begin(), v->end());
-      v->erase(std::unique(v->begin(), v->end()), v->end());
+    for (int p = 0; p < 2; ++p) {
+      for (auto* v : {&s.sig[p], &s.all[p]}) {
+        std::sort(v->begin(), v->end());
+        v->erase(std::unique(v->begin(), v->end()), v->end());
+      }
     }
   }
   // Buckets of identical signatures, in order of first appearance.
@@ -253,6 +272,21 @@ void GroupAnalysis::BuildRows() {
         (gpu ? own_gpu_ : own_cpu_)[i] += gpu ? f.per_iter_us : self;
       }
     }
+  }
+  // A rank missing one part of its window (no torch.profiler trace, or no Python tracer file)
+  // has no value for that part's functions, nor comparable own-work and collective totals: NaN,
+  // which every comparison skips. It is compared only on what it has.
+  for (size_t i = 0; i < n(); ++i) {
+    const std::string& missing = m_[i].r->missing_part;
+    if (missing.empty()) continue;
+    const bool python_missing = missing == "python";
+    const double unknown = std::numeric_limits<double>::quiet_NaN();
+    for (Row& row : rows_) {
+      const bool python = row.proto->kind == trace::EventKind::kPythonFunction;
+      if (python == python_missing) row.v[i] = row.self[i] = row.calls[i] = unknown;
+    }
+    own_cpu_[i] = own_gpu_[i] = unknown;
+    if (!python_missing) coll_[i] = unknown;
   }
   for (Row& row : rows_) {
     row.ref_v = RobustReference(row.v);
@@ -519,9 +553,15 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   f.evidence["calls_per_iter"] = calls;
   f.evidence["peers_calls_per_iter"] = calls_ref;
   f.evidence["excess_self_ms"] = top.self_excess / 1000.0;
-  f.evidence["peers_extra_collective_wait_ms"] = std::max(peers_wait, 0.0) / 1000.0;
-  f.evidence["own_work_ms"] = own_cpu_[i] / 1000.0;
-  f.evidence["peers_own_work_ms"] = mb.own_cpu.reference / 1000.0;
+  if (!std::isnan(peers_wait))  // NaN: the rank's collectives are in its missing part
+    f.evidence["peers_extra_collective_wait_ms"] = std::max(peers_wait, 0.0) / 1000.0;
+  if (!std::isnan(own_cpu_[i])) {
+    f.evidence["own_work_ms"] = own_cpu_[i] / 1000.0;
+    f.evidence["peers_own_work_ms"] = mb.own_cpu.reference / 1000.0;
+  }
+  if (!r.missing_part.empty())
+    f.evidence_text["partial_data"] = fmt::format(
+        "no {} data on rank {}: compared on its other functions only", r.missing_part, r.rank);
   if (own_gpu_[i] > 0) {
     f.evidence["own_gpu_work_ms"] = own_gpu_[i] / 1000.0;
     f.evidence["peers_own_gpu_work_ms"] = mb.own_gpu.reference / 1000.0;

@@ -97,6 +97,12 @@ struct RankSummary {
   std::vector<FunctionPattern> functions;  // sorted by per_iter_us, descending
   trace::ReadStats read_stats;
 
+  // An online window's summary merges two parts: the Python tracer's file and torch.profiler's
+  // trace. When one never came: which ("torch.profiler" or "python") and why. Such a rank is
+  // compared with its peers only on what it has.
+  std::string missing_part;
+  std::string missing_why;
+
   double MeanIterationMs() const;
   double MedianIterationMs() const;
 };

@@ -71,9 +71,8 @@ TEST(PythonWindowTest, NodesBecomePatternsWithTheirCallerStacks) {
   ASSERT_NE(main, nullptr);
   EXPECT_TRUE(main->top_level);
   // Python code below the DataLoader's next() is data loading.
-  const FunctionPattern* collate =
-      Find(*s, "t.py(30): collate",
-           "t.py(1): main;/x/torch/utils/data/dataloader.py(620): __next__");
+  const FunctionPattern* collate = Find(
+      *s, "t.py(30): collate", "t.py(1): main;/x/torch/utils/data/dataloader.py(620): __next__");
   ASSERT_NE(collate, nullptr);
   EXPECT_EQ(collate->fclass, FunctionClass::kDataLoader);
   const FunctionPattern* other = Find(*s, "<other: tracer node or depth cap reached>", "");

@@ -273,6 +273,8 @@ std::string SerializeSummary(const RankSummary& s) {
   w.Str(s.network_switch);
   w.U(r.first_bad_byte);
   w.Str(r.first_bad);
+  w.Str(s.missing_part);
+  w.Str(s.missing_why);
   return w.Finish();
 }
 
@@ -431,6 +433,10 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
   if (!r.failed() && r.remaining() > 0) {
     st.first_bad_byte = r.U();
     st.first_bad = r.Str(table);
+  }
+  if (!r.failed() && r.remaining() > 0) {
+    s.missing_part = r.Str(table);
+    s.missing_why = r.Str(table);
   }
   if (r.failed()) {
     return DataLoss(name +

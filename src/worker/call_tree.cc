@@ -70,19 +70,24 @@ void CallTree::Enter(uint32_t name, int64_t now) {
   const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
                             ? kOther
                             : Child(Current(), name, /*gc=*/false);
-  frames_.push_back({node, true, false, iteration_, now, 0});
+  frames_.push_back({node, true, false, false, iteration_, now, 0});
+}
+
+void CallTree::EnterInProgress(uint32_t name, int64_t now) {
+  Enter(name, now);
+  frames_.back().in_progress = true;
 }
 
 void CallTree::EnterUntraced() {
   ++stats_.untraced_calls;
-  frames_.push_back({kRoot, false, false, iteration_, 0, 0});
+  frames_.push_back({kRoot, false, false, false, iteration_, 0, 0});
 }
 
 void CallTree::EnterGc(uint32_t name, int64_t now) {
   const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
                             ? kOther
                             : Child(Current(), name, /*gc=*/true);
-  frames_.push_back({node, true, true, iteration_, now, 0});
+  frames_.push_back({node, true, true, false, iteration_, now, 0});
 }
 
 void CallTree::Exit(int64_t now) {
@@ -94,6 +99,14 @@ void CallTree::Exit(int64_t now) {
   const Frame f = frames_.back();
   frames_.pop_back();
   if (f.traced) Close(f, now);
+}
+
+void CallTree::ExitC(int64_t now) {
+  if (!frames_.empty() && frames_.back().in_progress) {
+    ++stats_.unmatched_returns;  // a C call that began before the window, under this frame
+    return;
+  }
+  Exit(now);
 }
 
 void CallTree::ExitGc(int64_t now) {

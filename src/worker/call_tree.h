@@ -102,10 +102,17 @@ class CallTree {
 
   // A call of function NAME (an id the caller interns) begins at NOW.
   void Enter(uint32_t name, int64_t now);
+  // A Python call already in progress when the window began (the training loop, the step):
+  // entered at NOW so that its callees get their whole stack. C calls in progress are invisible
+  // (only Python frames can be listed), so a C return that finds such a frame on top belongs
+  // to one of them and is ignored (ExitC).
+  void EnterInProgress(uint32_t name, int64_t now);
   // A call the tracer cannot name: it keeps returns balanced, and its time stays in its parent.
   void EnterUntraced();
   // The innermost open call returns at NOW. An open collection is never closed by a return.
   void Exit(int64_t now);
+  // The same for a C call's return.
+  void ExitC(int64_t now);
   // A garbage collection starts (NAME: the "<gc>" id) / the innermost open one stops.
   void EnterGc(uint32_t name, int64_t now);
   void ExitGc(int64_t now);
@@ -124,6 +131,7 @@ class CallTree {
     uint32_t node;
     bool traced;  // false: an untraced C call, or a return-balancing placeholder
     bool gc;
+    bool in_progress;   // EnterInProgress
     int32_t iteration;  // the window iteration the call began in
     int64_t start;
     int64_t child_ns;  // inclusive time of direct children

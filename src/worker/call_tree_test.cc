@@ -129,6 +129,27 @@ TEST(CallTreeTest, UntracedCallsAndUnmatchedReturnsKeepTheStackBalanced) {
   EXPECT_NE(Find(t, {kStep, kLeaf}), nullptr);
 }
 
+TEST(CallTreeTest, CallsInProgressAtTheStartKeepTheStackRight) {
+  // At arming the Python frames main -> step are in progress, and so are C calls between and
+  // above them that cannot be listed (a builtin next() under step, the arming call itself).
+  CallTree t;
+  t.EnterInProgress(kMain, 0);
+  t.EnterInProgress(kStep, 0);
+  t.ExitC(5);  // the arming C call returns: ignored
+  t.Enter(kLeaf, 10);
+  t.Exit(20);
+  t.ExitC(25);         // the builtin next() under step returns: ignored
+  t.Exit(30);          // step returns
+  t.Enter(kStep, 40);  // the next iteration's step: the same identity
+  t.Enter(kLeaf, 50);
+  t.Exit(60);
+  t.Exit(70);
+  EXPECT_EQ(t.depth(), 1u);
+  EXPECT_EQ(Find(t, {kMain, kStep})->count, 2u);
+  EXPECT_EQ(Find(t, {kMain, kStep, kLeaf})->count, 2u);
+  EXPECT_EQ(t.stats().unmatched_returns, 2u);
+}
+
 TEST(CallTreeTest, LongCallsKeepTimedRecordsUpToTheCap) {
   CallTreeLimits limits;
   limits.long_call_ns = 100;

@@ -280,9 +280,11 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
         }
         break;
       case PyTrace_RETURN:
+        tree->Exit(now);
+        break;
       case PyTrace_C_RETURN:
       case PyTrace_C_EXCEPTION:
-        tree->Exit(now);
+        tree->ExitC(now);
         break;
       default:
         break;
@@ -317,10 +319,11 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
   g->tree = std::make_unique<CallTree>(g->limits);
   g->tree->SetIteration(0);
   g->traced_tid = PyThread_get_thread_native_id();
-  // The calls in progress (the training loop, the step function, the loader's next()) began
-  // before the window: enter them now, so that their callees get the same identity (the whole
-  // stack) as in the window's later iterations, and their returns stay balanced. The innermost
-  // is the C call that is arming the window (on_loader_next), which returns untraced.
+  // The Python calls in progress (the training loop, the step function, the loader's next())
+  // began before the window: enter them now, so that their callees get the same identity (the
+  // whole stack) as in the window's later iterations. C calls in progress between them (the
+  // on_loader_next() arming the window, a builtin next()) cannot be listed; their returns are
+  // recognised and ignored (CallTree::ExitC).
   std::vector<PyCodeObject*> codes;
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
   Py_XINCREF(f);
@@ -333,10 +336,9 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
   Py_XDECREF(f);
   for (auto it = codes.rbegin(); it != codes.rend(); ++it) {
     PyObject* code = reinterpret_cast<PyObject*>(*it);
-    g->tree->Enter(NameId(code, code, CodeName, code), now);
+    g->tree->EnterInProgress(NameId(code, code, CodeName, code), now);
     Py_DECREF(code);
   }
-  g->tree->EnterUntraced();
   t_tree = g->tree.get();
   g->armed = true;
   PyEval_SetProfile(ProfileCallback, nullptr);
