@@ -6,9 +6,9 @@ ranks) and under `perftracker run` with no window firing (detector on, tracer of
 rank 0 records every step's duration; the figure is the ratio of median step times, per pair and
 over all pairs.
 
-Window cost: one more run under `perftracker run --profile-at-iteration K`; the window's mean
-iteration (DIR/windows/1/diagnosis.json) against the whole run's median (DIR/diagnosis.json,
-run_iteration_ms). `--workload call-heavy` makes every rank run tokenizer-like Python every step
+Window cost: runs under `perftracker run --profile-at-iteration K`; rank 0's steps inside the
+window (found by the Python tracer's iteration markers) against its 20 steps before and after it,
+in the same run. `--workload call-heavy` makes every rank run tokenizer-like Python every step
 (train_ddp.py --fault call-heavy --fault-rank all): the tracer's cost where Python calls dominate.
 
   python3 bench/online_overhead.py [--pairs 5] [--iters 300] [--bin build/perftracker]
@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--skip", type=int, default=30, help="warm-up steps left out")
     ap.add_argument("--bin", default=os.path.join(SOURCE, "build", "perftracker"))
     ap.add_argument("--workload", choices=["model", "call-heavy"], default="model")
+    ap.add_argument("--windows", type=int, default=3, help="runs with one window each")
     ap.add_argument("--calls", type=int, default=20000, help="Python calls per step (call-heavy)")
     a = ap.parse_args()
     work = [] if a.workload == "model" else ["--fault", "call-heavy", "--fault-rank", "all",
@@ -72,18 +73,34 @@ def main():
         print(f"always-on: median ratio {statistics.median(ratios):.4f} "
               f"(min {min(ratios):.4f}, max {max(ratios):.4f}) over {a.pairs} interleaved pairs")
 
-    report = os.path.join(tmp, "window")
-    run([a.bin, "run", "--nproc", "4", "--report-dir", report, "--profile-at-iteration", "100", "--",
-         PYTHON, TRAIN, "--iters", str(a.iters), *work], env=quiet)
-    with open(os.path.join(report, "windows", "1", "diagnosis.json")) as f:
-        w = json.load(f)
-    with open(os.path.join(report, "diagnosis.json")) as f:
-        d = json.load(f)
-    per = d["job"]["run_iteration_ms"]["per_rank"]
-    run_p50 = statistics.median(v["p50"] for v in per.values())
-    win = w["job"]["iteration_ms"]["median"]
-    print(f"window ({a.workload}): {w['job']['iterations']} iterations at median {win:.2f} ms vs the "
-          f"run's median {run_p50:.2f} ms: x{win / run_p50:.2f} inside the window")
+    # The window's cost: rank 0's steps inside the window (the tracer's iteration markers, on the
+    # same monotonic clock as the steps' start times) against its 20 steps before and after.
+    ratios = []
+    for k in range(a.windows):
+        report = os.path.join(tmp, f"window{k}")
+        times = os.path.join(tmp, f"window{k}.json")
+        run([a.bin, "run", "--nproc", "4", "--report-dir", report, "--profile-at-iteration", "100",
+             "--", PYTHON, TRAIN, "--iters", str(a.iters), "--times", times, *work], env=quiet)
+        with open(os.path.join(report, "traces", "window-1", "rank-0.python.json")) as f:
+            doc = json.load(f)
+        if "iterations" in doc:
+            marks = doc["iterations"]
+        else:  # builds before the aggregate file: a Chrome trace, times in us
+            marks = sorted([0, e["ts"] * 1e3, (e["ts"] + e["dur"]) * 1e3] for e in doc["traceEvents"]
+                           if e["name"].startswith("ProfilerStep#"))
+        with open(times) as f:
+            t = json.load(f)
+        lo, hi = marks[0][1], marks[-1][2]
+        inside = [s * 1e3 for s, t0 in zip(t["step_s"], t["step_start_ns"]) if lo <= t0 < hi]
+        first = next(i for i, t0 in enumerate(t["step_start_ns"]) if t0 >= lo)
+        last = first + len(inside)
+        around = [s * 1e3 for s in t["step_s"][max(0, first - 20):first] + t["step_s"][last + 3:last + 23]]
+        r = statistics.median(inside) / statistics.median(around)
+        ratios.append(r)
+        print(f"window {k} ({a.workload}): {len(inside)} steps at median {statistics.median(inside):.2f} ms vs "
+              f"{statistics.median(around):.2f} ms around it: x{r:.3f}", flush=True)
+    print(f"window cost ({a.workload}): median x{statistics.median(ratios):.3f} "
+          f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {a.windows} runs")
 
 
 if __name__ == "__main__":

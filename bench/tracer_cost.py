@@ -4,10 +4,12 @@
 1. ns per traced call: a loop of N calls of a tiny Python function, timed with the tracer off
    and inside a profiling window (interleaved repeats; the median of each). The difference per
    call is what the tracer adds; the ratio is how much slower call-heavy code runs in a window.
-2. Training-thread stalls at a window's edges: a loop of torch steps (matmuls, an optimizer)
-   under the collector's hooks, with a window requested through the agent protocol's entry
-   point. Every hooked call (DataLoader next(), optimizer step()) is timed; the longest is the
-   worst stall of the training thread, including starting and stopping torch.profiler.
+2. Window cost and training-thread stalls: a loop of torch steps (an MLP, a DataLoader, an
+   optimizer; one thread) under the collector's hooks, with a window requested through the
+   agent protocol's entry point: the median step inside the window against outside it, with
+   (call-heavy) and without (model-like) tiny Python calls in every step. Every hooked call
+   (DataLoader next(), optimizer step()) is timed; the longest is the worst stall of the
+   training thread, including arming and starting and stopping torch.profiler.
 
   /usr/bin/python3 bench/tracer_cost.py [--calls 200000] [--repeats 7] [--build build]
 """
@@ -50,18 +52,21 @@ print(json.dumps({"off_ns": statistics.median(off), "on_ns": statistics.median(o
 """
 
 STALLS = r"""
-import json, sys, time
+import json, statistics, sys, time
 import torch
 from perftracker import hooks
 hooks.enable({"window": 10})
 w = hooks._w
+torch.set_num_threads(1)
 model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(6400, 256)), batch_size=64)
 def tok(i): return {"id": i}
-worst, normal = 0, []
+calls = int(sys.argv[1])
+worst, normal, steps = 0, [], []
 it = iter(data)
-for step in range(120):
+for step in range(int(sys.argv[2])):
+    t_step = time.perf_counter_ns()
     t0 = time.perf_counter_ns()
     try:
         (x,) = next(it)
@@ -71,18 +76,22 @@ for step in range(120):
     t_next = time.perf_counter_ns() - t0
     if step == 40:
         assert w.start_window(10, 60.0, "/tmp/pt_tracer_stall.python.json")
-    [tok(i) for i in range(int(sys.argv[1]))]
+    [tok(i) for i in range(calls)]
     loss = model(x).sum()
     opt.zero_grad()
     loss.backward()
     t1 = time.perf_counter_ns()
     opt.step()
-    t_step = time.perf_counter_ns() - t1
-    worst = max(worst, t_next, t_step)
+    t_step_end = time.perf_counter_ns()
+    worst = max(worst, t_next, t_step_end - t1)
     if step < 40:
-        normal.append(max(t_next, t_step))
+        normal.append(max(t_next, t_step_end - t1))
+    steps.append((t_step, t_step_end - t_step, w.stats()["window_armed"]))
+inside = [d for _, d, armed in steps if armed]
+outside = [d for _, d, armed in steps[20:] if not armed]
 print(json.dumps({"worst_ms": worst / 1e6, "normal_ms": max(normal) / 1e6,
-                  "windows": w.stats()["windows_done"]}))
+                  "windows": w.stats()["windows_done"], "inside_ms": statistics.median(inside) / 1e6,
+                  "outside_ms": statistics.median(outside) / 1e6, "n_inside": len(inside)}))
 """
 
 
@@ -101,7 +110,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=200000)
     ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--stall-calls", type=int, default=20000, help="tiny calls per step in the stall test")
+    ap.add_argument("--stall-calls", type=int, default=20000, help="tiny calls per call-heavy step")
+    ap.add_argument("--steps", type=int, default=200, help="training steps per run")
     ap.add_argument("--build", default=os.path.join(SOURCE, "build"))
     a = ap.parse_args()
     r = run(a.build, CALLS, a.calls, a.repeats)
@@ -110,9 +120,12 @@ def main():
     print(f"tiny call: {per_off:.1f} ns untraced, {per_on:.1f} ns in a window: +{per_on - per_off:.1f} ns "
           f"per traced call (each call is a call and a return), x{per_on / per_off:.2f} on call-heavy "
           f"code ({a.calls} calls, median of {a.repeats}; {r['nodes']} nodes)")
-    s = run(a.build, STALLS, a.stall_calls)
-    print(f"training thread: longest hooked call {s['worst_ms']:.2f} ms with a window (start and stop "
-          f"of the tracer and torch.profiler), {s['normal_ms']:.2f} ms before any; {s['windows']} window")
+    for name, calls in (("model-like", 0), ("call-heavy", a.stall_calls)):
+        s = run(a.build, STALLS, calls, a.steps)
+        print(f"{name} step ({calls} tiny calls per step): {s['outside_ms']:.2f} ms outside, "
+              f"{s['inside_ms']:.2f} ms inside the window: x{s['inside_ms'] / s['outside_ms']:.3f}; "
+              f"longest hooked call (DataLoader next, optimizer step) {s['worst_ms']:.2f} ms with a "
+              f"window (arming, torch.profiler start and stop), {s['normal_ms']:.2f} ms before any")
 
 
 if __name__ == "__main__":

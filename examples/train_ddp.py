@@ -199,9 +199,10 @@ def worker(rank, world, args):
         opt.step()
         return loss
 
-    step_times = []
+    step_times, step_starts = [], []
     for step in range(args.iters):
         t_step = time.perf_counter()
+        step_starts.append(time.monotonic_ns())
         if is_faulty and step == args.fault_start:
             # Tests measure the time from here to the diagnosis.
             print(f"rank {rank}: fault {args.fault} on at step {step} (unix {time.time():.3f})",
@@ -234,7 +235,7 @@ def worker(rank, world, args):
         step_times.append(time.perf_counter() - t_step)
     if args.times and rank == 0:
         with open(args.times, "w") as f:
-            json.dump({"step_s": step_times}, f)
+            json.dump({"step_s": step_times, "step_start_ns": step_starts}, f)
     if prof is not None:
         stop_profiler(prof, args, rank)
     if contention is not None:

@@ -136,7 +136,31 @@ def _stop_profiler(prof):
     return finish
 
 
+# While the export thread parses torch's events (pure Python, tens of ms per thousand events),
+# the training thread waits for the GIL up to one switch interval (5 ms by default) each time it
+# wants it back; a shorter interval bounds those waits.
+EXPORT_SWITCH_INTERVAL_S = 0.0005
+_exports = 0
+_exports_lock = threading.Lock()
+
+
 def _export(prof, out, window=None, finish=None):
+    global _exports
+    with _exports_lock:
+        if _exports == 0:
+            _export.saved_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(_export.saved_interval, EXPORT_SWITCH_INTERVAL_S))
+        _exports += 1
+    try:
+        _export_now(prof, out, window, finish)
+    finally:
+        with _exports_lock:
+            _exports -= 1
+            if _exports == 0:
+                sys.setswitchinterval(_export.saved_interval)
+
+
+def _export_now(prof, out, window, finish):
     try:
         if finish is not None:
             finish()
