@@ -62,19 +62,14 @@ class OfflineFaults(unittest.TestCase):
         self.assertCheck(d, "all,function~dataloader")
 
     def test_d_no_fault_no_finding(self):
-        d = ptest.analyze([self.traces("clean")])
-        big = [f["summary"] for f in d["findings"] if f["impact"]["fraction_of_iteration"] > 0.03]
-        if big:
-            # Four ranks share two cores here: an outside process can really starve one rank
-            # for a whole run (and then naming it is right). Such a run is repeated once; a
-            # finding that comes back is a false positive.
-            print("clean run showed", big, "- repeating once", file=sys.stderr)
-            d = ptest.analyze([self.traces("clean_again")])
-            big = [f["summary"] for f in d["findings"] if f["impact"]["fraction_of_iteration"] > 0.03]
-        self.assertEqual(big, [], d["_text"])
-        self.assertEqual(d["job"]["world_size"], 4)
-        self.assertEqual(d["job"]["iterations"], 20)
-        self.assertCheck(d, "clean")
+        # Four ranks share two cores: scheduling alone makes one rank's functions a third slower
+        # for a few iterations. Three clean jobs, no repeat: not one finding.
+        for k in range(3):
+            d = ptest.analyze([self.traces(f"clean{k}")])
+            self.assertEqual(d["findings"], [], d["_text"])
+            self.assertEqual(d["job"]["world_size"], 4)
+            self.assertEqual(d["job"]["iterations"], 20)
+            self.assertCheck(d, "clean")
 
     def test_e_summarize_then_diagnose_matches_analyze(self):
         src = self.traces("map_reduce", "--fault", "straggler", "--fault-rank", "3")

@@ -3,10 +3,11 @@ real fault that switches on after the detector learned the baseline. The in-work
 fires, the embedded server opens one window on every rank, the agent summarizes and uploads,
 and DIR/diagnosis.json must name the fault. Real torch (Debian python3-torch), gloo, 4 ranks.
 
-Detector numbers for a 2-core machine running 4 ranks: the slowdown fires at 40% (not 5%): CPU
-sharing alone moved the 50-iteration mean of a healthy run by up to 27% here (a 45 ms iteration
-drifting to 57 ms late in the run). The faults below cost 60% or more and start at iteration 80,
-after learning (10) and a full window of baseline (50).
+Every number is the product's default. Four ranks share this machine's two cores, so a healthy
+iteration varies by about 15%; the slowdown trigger measures that noise itself and fires only on
+a shift well beyond it (worker/shift_detector.h). The faults below cost 40% or more; the baseline
+window (every rank past its warm-up) comes first in every run, and must find nothing on a clean
+job.
 """
 import json
 import os
@@ -22,13 +23,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 
 TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
-ENV = {"PERFTRACKER_SLOWDOWN_RATIO": "0.4"}
+# Every detector and diagnosis number is the product's default. A fault starts at iteration 130:
+# after learning (10), the slowdown trigger's warm-up (10) and reference (50), and the baseline
+# window that opens once every rank is past 20 iterations.
+FAULT_AT = "130"
 
 
 def run_job(report, train_args, run_args=(), timeout=400, env=None, wrapper=()):
     cmd = [ptest.BIN, "run", "--nproc", "4", "--report-dir", report, *run_args, "--",
            *wrapper, ptest.TORCH_PYTHON, TRAIN, *train_args]
-    e = dict(os.environ, **ENV, **(env or {}))
+    e = dict(os.environ, **(env or {}))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
     p.seconds = time.time() - t0
@@ -121,8 +125,8 @@ class OnlineRun(unittest.TestCase):
         self.assertGreater(per["0"]["count"], 50)
 
     def test_1_straggler(self):
-        d = self.job("straggler", "--iters", "260", "--fault", "straggler", "--fault-rank", "2",
-                     "--fault-start", "80", "--fault-work", "8")
+        d = self.job("straggler", "--iters", "320", "--fault", "straggler", "--fault-rank", "2",
+                     "--fault-start", FAULT_AT, "--fault-work", "8")
         self.assertFired(d)
         f = d["findings"][0]
         self.assertEqual(f["ranks"], [2], d["_out"])
@@ -132,27 +136,28 @@ class OnlineRun(unittest.TestCase):
         # agent and server details only in DIR/perftracker.log.
         err = d["_stderr"]
         self.assertIn("rank(s) started", err)
-        self.assertRegex(err, r"window 1 opened \(slowdown on rank \d")
-        self.assertIn("window 1 diagnosed", err)
+        self.assertIn("window 1 opened (baseline", err)
+        self.assertRegex(err, r"window 2 opened \(slowdown on rank \d")
+        self.assertIn("window 2 diagnosed", err)
         self.assertIn("rank 2 runs slow Python code", err)
         self.assertIn("job ended (exit 0)", err)
         self.assertNotIn("perftracker agent:", err)
         self.assertNotIn("perftracker server:", err)
         ours = [x for x in err.splitlines() if x.startswith("perftracker")]
-        self.assertLessEqual(len(ours), 6, err)
+        self.assertLessEqual(len(ours), 8, err)
         self.assertLess(len(err.splitlines()), 60, err)
         self.assertIn("registered", d["_log"])
         self.assertIn("detector: slowdown", d["_log"])
 
     def test_2_one_slow_loader(self):
-        d = self.job("loader1", "--iters", "260", "--fault", "slow-loader", "--fault-rank", "1",
-                     "--fault-start", "80", "--fault-ms", "80")
+        d = self.job("loader1", "--iters", "320", "--fault", "slow-loader", "--fault-rank", "1",
+                     "--fault-start", FAULT_AT, "--fault-ms", "80")
         self.assertFired(d)
         self.assertCheck(d, "rank=1,function~dataloader|collate|loader")
 
     def test_3_every_loader_slow(self):
-        d = self.job("loader_all", "--iters", "260", "--fault", "slow-loader", "--fault-rank", "all",
-                     "--fault-start", "80", "--fault-ms", "40")
+        d = self.job("loader_all", "--iters", "320", "--fault", "slow-loader", "--fault-rank", "all",
+                     "--fault-start", FAULT_AT, "--fault-ms", "40")
         self.assertFired(d)
         f = d["findings"][0]
         self.assertEqual(f["cause"], "software", d["_out"])
@@ -167,8 +172,8 @@ class OnlineRun(unittest.TestCase):
                    "PT_IF_HOST": ns.outer}
             # Rank 2's own egress (inside its namespace) is rate-limited from iteration 80.
             tbf = f"tc qdisc add dev {ns.inner} root tbf rate 100mbit burst 32kbit latency 100ms"
-            d = self.job("link", "--iters", "260", "--fault", "cmd", "--fault-rank", "2",
-                         "--fault-start", "80", "--fault-cmd", tbf,
+            d = self.job("link", "--iters", "320", "--fault", "cmd", "--fault-rank", "2",
+                         "--fault-start", FAULT_AT, "--fault-cmd", tbf,
                          run_args=["--master-addr", ns.host_ip], env=env,
                          wrapper=[os.path.join(ptest.SOURCE, "tests", "netns_rank.sh")])
         finally:
@@ -181,16 +186,16 @@ class OnlineRun(unittest.TestCase):
         self.assertCheck(d, "rank=2,category~communication")
 
     def test_5_hang_names_the_rank_and_its_line(self):
-        d = self.job("hang", "--iters", "400", "--fault", "hang", "--fault-rank", "2",
-                     "--fault-start", "80", run_args=["--on-hang", "kill"], expect_rc=None)
+        d = self.job("hang", "--iters", "450", "--fault", "hang", "--fault-rank", "2",
+                     "--fault-start", FAULT_AT, run_args=["--on-hang", "kill"], expect_rc=None)
         self.assertCheck(d, "hang=2")
         f = [x for x in d["findings"] if x["category"] == "hang"][0]
         where = " ".join(x["name"] for x in f["functions"])
         self.assertIn("train_ddp.py:", where, d["_out"])
 
     def test_6_gc(self):
-        d = self.job("gc", "--iters", "260", "--fault", "gc", "--fault-rank", "3",
-                     "--fault-start", "80", "--gc-garbage", "80000")
+        d = self.job("gc", "--iters", "320", "--fault", "gc", "--fault-rank", "3",
+                     "--fault-start", FAULT_AT, "--gc-garbage", "80000")
         self.assertFired(d)
         self.assertCheck(d, "rank=3,category~gc")
 
@@ -221,17 +226,31 @@ class OnlineRun(unittest.TestCase):
         self.assertIn(f"{calls}.0", rows[0].split(), rows[0])
 
     def test_7_clean(self):
-        d = self.job("clean", "--iters", "260")
-        if windows(d["_report"]) or d["findings"]:
-            # Four ranks share two cores: an outside process can really slow the job (and then
-            # a window is right). Such a run is repeated once; a window that comes back is a
-            # false positive.
-            print("clean run fired a window - repeating once", file=sys.stderr)
-            d = self.job("clean_again", "--iters", "260")
-        self.assertEqual(windows(d["_report"]), [], "a window fired on a clean run\n" + d["_out"])
+        # The baseline window profiles every clean run: it must find nothing. A slowdown window
+        # may come from outside (four ranks share two cores with whatever else runs here, and
+        # this VM's speed shifts by a third at times); it too must find nothing.
+        d = self.job("clean", "--iters", "320")
+        ws = windows(d["_report"])
+        self.assertIn("1", ws, "no baseline window\n" + d["_out"])
+        self.assertIn("window 1 opened (baseline", d["_stderr"])
+        for w in ws:
+            with open(os.path.join(d["_report"], "windows", w, "diagnosis.json")) as f:
+                self.assertEqual(json.load(f)["findings"], [], f"window {w}\n" + d["_out"])
         self.assertEqual(d["findings"], [], d["_out"])
         self.assertEqual(len(d["job"]["run_iteration_ms"]["per_rank"]), 4, d["_out"])
         self.assertCheck(d, "clean")
+
+    def test_12_problems_present_from_the_start(self):
+        # A fault from the first iteration never makes the job slower than it was: no slowdown
+        # trigger can fire. The baseline window finds it by comparing the ranks.
+        d = self.job("loader_from_0", "--iters", "200", "--fault", "slow-loader", "--fault-rank", "1",
+                     "--fault-start", "0", "--fault-ms", "12")
+        self.assertIn("window 1 opened (baseline", d["_stderr"])
+        self.assertCheck(d, "rank=1,function~dataloader|collate|loader")
+        d = self.job("straggler_from_0", "--iters", "200", "--fault", "straggler", "--fault-rank", "2",
+                     "--fault-start", "0", "--fault-work", "3")
+        self.assertIn("window 1 opened (baseline", d["_stderr"])
+        self.assertCheck(d, "rank=2")
 
     def test_8_exit_code_is_the_jobs(self):
         report = os.path.join(self.tmp, "exit")
@@ -248,7 +267,7 @@ class OnlineRun(unittest.TestCase):
         cmd = [ptest.BIN, "run", "--nproc", "4", "--report-dir", report, "--", ptest.TORCH_PYTHON,
                TRAIN, "--iters", "100000"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, **ENV))
+                             env=dict(os.environ))
         time.sleep(12)
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
@@ -267,9 +286,9 @@ class OnlineRun(unittest.TestCase):
         port = ptest_free_port()
         script = (f"for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
                   f"MASTER_PORT={port} {ptest.TORCH_PYTHON} {TRAIN} --iters 400 & done; wait")
-        cmd = [ptest.BIN, "run", "--report-dir", report, "--profile-at-iteration", "20", "--",
-               "sh", "-c", script]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=dict(os.environ, **ENV))
+        cmd = [ptest.BIN, "run", "--report-dir", report, "--profile-at-iteration", "20",
+               "--baseline-window", "off", "--", "sh", "-c", script]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
         self.assertEqual(p.returncode, 0, p.stderr[-4000:])
         self.assertEqual(windows(report), ["1"], p.stderr[-4000:])
         with open(os.path.join(report, "windows", "1", "diagnosis.json")) as f:
@@ -288,7 +307,7 @@ class OnlineRun(unittest.TestCase):
             job = subprocess.Popen(
                 [ptest.BIN, "run", "--nproc", "4", "--server", addr, "--report-dir", report,
                  "--profile-at-iteration", "20", "--", ptest.TORCH_PYTHON, TRAIN, "--iters", "200"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **ENV))
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             opened = False
             for _ in range(600):
                 with open(log.name) as f:

@@ -36,6 +36,8 @@ ENV_CONFIG = {  # environment variable -> _worker.install key
     "PERFTRACKER_LEARN_REPEATS": "learn_repeats",
     "PERFTRACKER_WINDOW": "window",
     "PERFTRACKER_SLOWDOWN_RATIO": "slowdown_ratio",
+    "PERFTRACKER_WARMUP_ITERATIONS": "warmup_iterations",
+    "PERFTRACKER_REFERENCE_ITERATIONS": "reference_iterations",
     "PERFTRACKER_HANG_FACTOR": "hang_factor",
     "PERFTRACKER_RELEARN_AFTER": "relearn_after",
     "PERFTRACKER_TRACER_MAX_NODES": "tracer_max_nodes",
@@ -146,6 +148,8 @@ _exports_lock = threading.Lock()
 
 def _export(prof, out, window=None, finish=None):
     global _exports
+    if _w is not None:
+        _w.hold_detector(True)  # the export slows training: its iterations say nothing
     with _exports_lock:
         if _exports == 0:
             _export.saved_interval = sys.getswitchinterval()
@@ -158,6 +162,8 @@ def _export(prof, out, window=None, finish=None):
             _exports -= 1
             if _exports == 0:
                 sys.setswitchinterval(_export.saved_interval)
+        if _w is not None:
+            _w.hold_detector(False)
 
 
 def _export_now(prof, out, window, finish):

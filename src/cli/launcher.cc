@@ -291,6 +291,9 @@ int RunJob(const RunOptions& o) {
     so.token = token;
     so.default_iterations = o.iterations;
     so.max_seconds = o.max_seconds;
+    so.baseline_window = o.baseline_window;
+    so.diagnose = o.diagnose;
+    so.profile_every_seconds = o.profile_every_seconds;
     so.on_hang = [&hang_kill, kill = o.kill_on_hang](const diagnose::Diagnosis&) {
       if (kill) hang_kill = true;
     };

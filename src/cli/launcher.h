@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "diagnose/diagnose.h"
+
 namespace perftracker::cli {
 
 struct RunOptions {
@@ -30,6 +32,9 @@ struct RunOptions {
   int iterations = 10;      // per window
   double max_seconds = 20;  // per window
   int64_t profile_at_iteration = -1;
+  diagnose::DiagnoseOptions diagnose;  // for the embedded server's diagnoses
+  bool baseline_window = true;         // server::ServerOptions::baseline_window
+  double profile_every_seconds = 0;    // server::ServerOptions::profile_every_seconds
   bool kill_on_hang = false;
   double stop_grace_seconds = 10;  // after SIGINT / a failed rank, before SIGKILL
   // Every agent and server line on the terminal too (they always go to DIR/perftracker.log).

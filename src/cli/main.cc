@@ -39,6 +39,23 @@ constexpr bool kOnline = true;
 constexpr bool kOnline = false;
 #endif
 
+// "90", "90s", "15m", "2h", "1.5h" as seconds.
+pt::StatusOr<double> ParseDuration(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : -1;
+  if (used == 0 || scale < 0 || !(v >= 0) || v * scale > 1e9)
+    return pt::InvalidArgument(
+        fmt::format("{}: '{}' is not a duration (e.g. 90s, 15m, 2h)", flag, text));
+  return v * scale;
+}
+
 int Fail(const pt::Status& status) {
   std::fprintf(stderr, "perftracker: error: %s\n", status.message().c_str());
   return 1;
@@ -55,7 +72,19 @@ struct OutputFlags {
   bool quiet = false;
   bool stats = false;
   int threads = 0;
+  pt::diagnose::DiagnoseOptions diagnose;
 };
+
+// The diagnosis numbers users tune (diagnose/policy.h has them all, with their reasons).
+void AddDiagnoseFlags(CLI::App* cmd, pt::diagnose::DiagnoseOptions* o) {
+  cmd->add_option("--min-impact", o->min_fraction,
+                  "smallest share of an iteration a finding must cost (default 0.05)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--expected-busbw", o->expected_busbw_gbps,
+                  "bus bandwidth (GB/s) large collectives should reach (default 50: NVLink; "
+                  "lower it for PCIe or cross-node jobs)")
+      ->check(CLI::PositiveNumber);
+}
 
 void AddOutputFlags(CLI::App* cmd, OutputFlags* flags) {
   cmd->add_option("--json", flags->json_path,
@@ -63,6 +92,7 @@ void AddOutputFlags(CLI::App* cmd, OutputFlags* flags) {
   cmd->add_option("--threads", flags->threads, "parallel readers (default: all cores)");
   cmd->add_flag("-q,--quiet", flags->quiet, "no terminal report");
   cmd->add_flag("--stats", flags->stats, "print read throughput, time and peak memory to stderr");
+  AddDiagnoseFlags(cmd, &flags->diagnose);
 }
 
 int Emit(const pt::diagnose::Diagnosis& diagnosis, const OutputFlags& flags) {
@@ -89,7 +119,7 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
   pt::pattern::LoadStats stats;
   auto job = pt::pattern::LoadCompactJob(paths, {.threads = flags.threads}, &stats);
   if (!job.ok()) return Fail(job.status());
-  pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job);
+  pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job, flags.diagnose);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int rc = Emit(diagnosis, flags);
   if (flags.stats) PrintStats(stats, seconds);
@@ -153,13 +183,16 @@ int RunDiff(const std::string& base, const std::string& test, const OutputFlags&
   if (!b.ok()) return Fail(b.status());
   auto t = pt::pattern::LoadJob({test}, {.threads = flags.threads});
   if (!t.ok()) return Fail(t.status());
-  return Emit(pt::diagnose::Diff(*b, *t), flags);
+  return Emit(pt::diagnose::Diff(*b, *t, flags.diagnose), flags);
 }
 
 #ifdef PT_ONLINE
 // The online path: one server, one agent per node; both stop on SIGINT/SIGTERM (a signal
 // thread, so shutdown work does not run inside a signal handler).
 struct OnlineFlags {
+  pt::diagnose::DiagnoseOptions diagnose;
+  std::string baseline = "on";
+  std::string profile_every;
   std::string listen = "127.0.0.1:50551";
   std::string server = "127.0.0.1:50551";
   std::string report_dir;
@@ -201,6 +234,13 @@ int RunServer(const OnlineFlags& f) {
   o.max_seconds = f.max_seconds;
   o.upload_grace_seconds = f.grace_seconds;
   o.default_iterations = f.iterations;
+  o.diagnose = f.diagnose;
+  o.baseline_window = f.baseline == "on";
+  if (!f.profile_every.empty()) {
+    auto every = ParseDuration("--profile-every", f.profile_every);
+    if (!every.ok()) return Fail(every.status());
+    o.profile_every_seconds = *every;
+  }
   std::thread sig;
   auto server = [&]() -> pt::StatusOr<std::unique_ptr<pt::server::CollectorServer>> {
     return pt::server::CollectorServer::Start(o);
@@ -391,6 +431,13 @@ int main(int argc, char** argv) {
   server->add_option("--grace-seconds", online.grace_seconds,
                      "how long after that missing ranks are waited for");
   server->add_option("--iterations", online.iterations, "iterations per window");
+  AddDiagnoseFlags(server, &online.diagnose);
+  server
+      ->add_option("--baseline-window", online.baseline,
+                   "on (default): profile one window once every rank is past its warm-up")
+      ->check(CLI::IsMember({"on", "off"}));
+  server->add_option("--profile-every", online.profile_every,
+                     "also profile a window every DURATION (e.g. 15m)");
   server->footer(
       "Example:\n  perftracker server --listen 127.0.0.1:50551 --report-dir reports/\n"
       "  perftracker server --listen 0.0.0.0:50551 --token-file token --report-dir reports/");
@@ -426,6 +473,13 @@ int main(int argc, char** argv) {
                   "profile a window once a rank completed iteration K");
   run->add_option("--on-hang", on_hang, "keep (default) or kill the job after a hang report")
       ->check(CLI::IsMember({"keep", "kill"}));
+  std::string run_baseline = "on", run_every;
+  run->add_option("--baseline-window", run_baseline,
+                  "on (default): profile one window once every rank is past its warm-up, so a "
+                  "problem present from the start is found")
+      ->check(CLI::IsMember({"on", "off"}));
+  run->add_option("--profile-every", run_every, "also profile a window every DURATION (e.g. 15m)");
+  AddDiagnoseFlags(run, &run_opts.diagnose);
   run->add_flag("-v,--verbose", run_opts.verbose,
                 "print every agent and server line (always in REPORT_DIR/perftracker.log)");
   run->add_option("CMD", run_opts.command, "the training command, after --")->required();
@@ -472,6 +526,12 @@ int main(int argc, char** argv) {
 #ifdef PT_ONLINE
   if (*run) {
     run_opts.kill_on_hang = on_hang == "kill";
+    run_opts.baseline_window = run_baseline == "on";
+    if (!run_every.empty()) {
+      auto every = ParseDuration("--profile-every", run_every);
+      if (!every.ok()) return Fail(every.status());
+      run_opts.profile_every_seconds = *every;
+    }
     return pt::cli::RunJob(run_opts);
   }
   if (*server) return RunServer(online);

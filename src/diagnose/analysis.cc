@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <set>
 #include <thread>
 #include <unordered_map>
+
+#include "diagnose/policy.h"
 
 namespace perftracker::diagnose::internal {
 
@@ -43,8 +46,6 @@ double EffectThreshold(double ref_us, double iteration_us, const DiagnoseOptions
   return std::max(o.min_relative * std::fabs(ref_us), MinImpactUs(iteration_us, o));
 }
 
-constexpr size_t kLeaveOneOutMax = 16;
-
 PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double iteration_us,
                             const DiagnoseOptions& o, const Reference* precomputed) {
   PeerComparison c;
@@ -70,8 +71,9 @@ PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double 
     // Two ranks: no majority to vote with, so only a large gap counts.
     c.reference = values[1 - i];
     c.excess = v - c.reference;
-    double thr = std::max({0.25 * std::fabs(c.reference), 2 * MinImpactUs(iteration_us, o),
-                           EffectThreshold(c.reference, iteration_us, o)});
+    double thr =
+        std::max({policy::kTwoRankGap * std::fabs(c.reference), 2 * MinImpactUs(iteration_us, o),
+                  EffectThreshold(c.reference, iteration_us, o)});
     c.high = c.excess > thr;
     c.low = -c.excess > thr;
     return c;
@@ -80,7 +82,7 @@ PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double 
   // among four ranks moves both a lot), so it is compared with the others only. In large
   // groups its influence is negligible and the shared reference saves O(n^2) work.
   Reference ref;
-  if (values.size() <= kLeaveOneOutMax) {
+  if (values.size() <= policy::kLeaveOneOutMax) {
     std::vector<double> others;
     others.reserve(values.size() - 1);
     for (size_t j = 0; j < values.size(); ++j)
@@ -153,8 +155,20 @@ void SortFindings(std::vector<Finding>* findings) {
   std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
     bool ga = a.impact_ms >= 0, gb = b.impact_ms >= 0;
     if (ga != gb) return ga;
+    // A low-confidence finding never outranks a confident one, whatever its impact.
+    bool ca = a.confidence >= policy::kConfident, cb = b.confidence >= policy::kConfident;
+    if (ca != cb) return ca;
     return std::fabs(a.impact_ms) > std::fabs(b.impact_ms);
   });
+}
+
+double NoiseZ(double excess, double sd_rank, double n_rank, double sd_peers, double n_peers,
+              size_t peers) {
+  const double var =
+      (n_rank > 0 ? sd_rank * sd_rank / n_rank : 0) +
+      (n_peers > 0 && peers > 0 ? sd_peers * sd_peers / (n_peers * static_cast<double>(peers)) : 0);
+  if (!(var > 0)) return std::numeric_limits<double>::infinity();  // no noise measured
+  return excess / std::sqrt(var);
 }
 
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {

@@ -73,8 +73,15 @@ std::string Percent(double fraction);
 std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks);
 double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseconds
 
-// Regressions and problems first by impact; improvements (negative impact) after, biggest first.
+// Regressions and problems first, confident ones (policy::kConfident) before the others, each by
+// impact; improvements (negative impact) after, biggest first.
 void SortFindings(std::vector<Finding>* findings);
+
+// How many standard errors EXCESS is, when a rank's value over N_RANK iterations with spread
+// SD_RANK is compared with PEERS peers' over N_PEERS iterations with spread SD_PEERS (spreads
+// across iterations). Infinity when no spread was measured (one iteration, old summaries).
+double NoiseZ(double excess, double sd_rank, double n_rank, double sd_peers, double n_peers,
+              size_t peers);
 
 // Runs fn(0..n-1) on up to two threads (the machines this runs on have two cores to spare).
 void ParallelFor(size_t n, const std::function<void(size_t)>& fn);

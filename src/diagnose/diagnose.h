@@ -9,22 +9,19 @@
 #include <vector>
 
 #include "diagnose/finding.h"
+#include "diagnose/policy.h"
 #include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::diagnose {
 
+// The numbers users may tune per run; defaults and reasons in diagnose/policy.h.
 struct DiagnoseOptions {
-  double min_relative = 0.10;  // an outlier must be this much above its peers' median...
-  double min_abs_ms = 0.5;     // ...and cost at least this much per iteration
-  // ...and at least this share of the iteration: below 5% a shared host's scheduling noise
-  // moves single functions of healthy ranks (seen on 4 ranks sharing 2 cores), and PerfTracker's
-  // own trigger is a 5% slowdown.
-  double min_fraction = 0.05;
-  double mad_k = 5.0;  // robust z-score threshold
-  // Bus bandwidth a large collective should reach (NVLink-scale, single node). An assumption:
-  // PCIe-only and cross-node jobs should lower it. Used by the low-bandwidth rule only.
-  double expected_busbw_gbps = 50.0;
+  double min_relative = policy::kMinRelative;
+  double min_abs_ms = policy::kMinAbsMs;
+  double min_fraction = policy::kMinFraction;  // --min-impact
+  double mad_k = policy::kMadK;
+  double expected_busbw_gbps = policy::kExpectedBusbwGbps;  // --expected-busbw
 };
 
 // JOB's ranks sorted by rank (CompactJob::SortByRank).

@@ -206,6 +206,49 @@ TEST(DiagnoseTest, ARankMissingItsTorchDataIsComparedOnWhatItHas) {
   EXPECT_TRUE(noted) << Dump(d);
 }
 
+// Four ranks; rank 3's `work` takes 15 ms per iteration against 10 ms on its peers, with equal
+// calls, and every rank's `work` varies across the 10 iterations by SPREAD_MS (standard
+// deviation). Peers wait for rank 3 in the all-reduce.
+std::vector<RankSummary> TimingOnlyJob(double spread_ms) {
+  std::vector<RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    const double work = r == 3 ? 15 : 10;
+    auto fns = std::vector<pattern::FunctionPattern>{
+        Fn("work", FunctionClass::kCompute, work, 4),
+        Fn("gloo:all_reduce", FunctionClass::kCollective, r == 3 ? 2 : 7, 1)};
+    // Alternating +-spread around the mean: standard deviation ~ spread.
+    fns[0].iter_us.clear();
+    for (int k = 0; k < 10; ++k)
+      fns[0].iter_us.push_back(static_cast<float>((work + (k % 2 ? spread_ms : -spread_ms)) * 1e3));
+    ranks.push_back(Rank(r, 4, fns, 40, "node0", 10));
+  }
+  return ranks;
+}
+
+TEST(DiagnoseTest, TimingOnlyDifferencesMustStandOutOfTheIterationNoise) {
+  // 5 ms more with equal calls, while `work` itself swings by 1 ms: a finding, with the
+  // confidence of timing alone.
+  Diagnosis quiet = Diagnose(TimingOnlyJob(1));
+  ASSERT_FALSE(quiet.findings.empty()) << Dump(quiet);
+  EXPECT_EQ(quiet.findings[0].ranks, std::vector<int>{3});
+  EXPECT_DOUBLE_EQ(quiet.findings[0].confidence, policy::kConfidenceTimingOnly);
+  EXPECT_GT(quiet.findings[0].evidence.at("noise_z"), policy::kMinSignificance);
+  // The same 5 ms while `work` swings by 12 ms from one iteration to the next (a shared host's
+  // scheduling): within the noise, no finding.
+  Diagnosis noisy = Diagnose(TimingOnlyJob(12));
+  EXPECT_TRUE(noisy.findings.empty()) << Dump(noisy);
+}
+
+TEST(DiagnoseTest, LowConfidenceNeverOutranksConfident) {
+  std::vector<Finding> fs(2);
+  fs[0].impact_ms = 50;
+  fs[0].confidence = policy::kConfidenceLateArrival;
+  fs[1].impact_ms = 5;
+  fs[1].confidence = policy::kConfidenceExtraCalls;
+  internal::SortFindings(&fs);
+  EXPECT_EQ(fs[0].impact_ms, 5);
+}
+
 TEST(DiagnoseTest, MissingRankAndNoMarkersAreSaid) {
   std::vector<RankSummary> ranks;
   for (int r : {0, 1, 3}) ranks.push_back(Rank(r, 4, Step(), 27));

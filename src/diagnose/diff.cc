@@ -9,6 +9,7 @@
 
 #include "diagnose/analysis.h"
 #include "diagnose/diagnose.h"
+#include "diagnose/policy.h"
 
 namespace perftracker::diagnose {
 namespace {
@@ -90,7 +91,6 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   add(base, true);
   add(test, false);
 
-  constexpr double kNewFunctionFloorUs = 10;
   double explained = 0;
   std::vector<std::pair<double, const FunctionPattern*>> contributors;
   for (auto& [key, k] : keys) {
@@ -102,7 +102,7 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     // A function that appears or disappears is a change of the program itself: worth naming
     // even when small (the regression/improvement it causes is still sized by its time).
     bool appeared_or_gone = k.base.by_rank.empty() || k.test.by_rank.empty();
-    if (appeared_or_gone) thr = std::max(kNewFunctionFloorUs, 0.001 * iter_us);
+    if (appeared_or_gone) thr = std::max(policy::kNewFunctionFloorUs, 0.001 * iter_us);
     if (std::fabs(delta) <= thr) continue;
 
     auto per_iter = [](const FunctionPattern& f) { return f.per_iter_us; };
@@ -181,7 +181,6 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   }
 
   // Very different programs would list every function; keep the biggest appearances.
-  constexpr size_t kMaxNewOrGone = 20;
   auto is_new_or_gone = [](const Finding& f) {
     auto it = f.evidence_text.find("change");
     return it != f.evidence_text.end() &&
@@ -190,18 +189,18 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   std::vector<size_t> ng;
   for (size_t i = 0; i < d.findings.size(); ++i)
     if (is_new_or_gone(d.findings[i])) ng.push_back(i);
-  if (ng.size() > kMaxNewOrGone) {
+  if (ng.size() > policy::kMaxNewOrGone) {
     std::sort(ng.begin(), ng.end(), [&](size_t a, size_t b) {
       return std::fabs(d.findings[a].impact_ms) > std::fabs(d.findings[b].impact_ms);
     });
     std::vector<bool> drop(d.findings.size(), false);
-    for (size_t k = kMaxNewOrGone; k < ng.size(); ++k) drop[ng[k]] = true;
+    for (size_t k = policy::kMaxNewOrGone; k < ng.size(); ++k) drop[ng[k]] = true;
     std::vector<Finding> kept;
     for (size_t i = 0; i < d.findings.size(); ++i)
       if (!drop[i]) kept.push_back(std::move(d.findings[i]));
     d.findings = std::move(kept);
-    d.job.notes.push_back(
-        fmt::format("{} more functions appear in only one of the runs", ng.size() - kMaxNewOrGone));
+    d.job.notes.push_back(fmt::format("{} more functions appear in only one of the runs",
+                                      ng.size() - policy::kMaxNewOrGone));
   }
   // A slowdown spread thinly over many functions passes no per-function threshold; name the
   // iteration itself with the biggest contributors.

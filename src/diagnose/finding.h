@@ -41,6 +41,10 @@ struct Finding {
   std::map<std::string, std::string> evidence_text;
   std::string summary;
   std::string suggestion;
+  // How sure the diagnosis is, 0-1 (diagnose/policy.h: kConfidence*): 1 for what was observed
+  // directly (a hang, a missing rank); lower for what is inferred from timing alone. Findings
+  // under policy::kConfident are listed after every confident one.
+  double confidence = 1.0;
 };
 
 // Iteration times of a whole online run, per rank (not just a window's).

@@ -6,10 +6,11 @@
 #include <algorithm>
 #include <set>
 
+#include "diagnose/policy.h"
+
 namespace perftracker::diagnose {
 namespace {
 
-constexpr double kHeavyBytes = 16 * 1024;  // a connection that holds this much is backed up
 constexpr std::string_view kPrefix = "tcp.sendq.";
 
 struct Conn {
@@ -43,7 +44,7 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
   if (conns.empty()) return std::nullopt;
   double max_bytes = 0;
   for (const Conn& c : conns) max_bytes = std::max(max_bytes, c.bytes);
-  const double heavy = std::max(kHeavyBytes, 0.1 * max_bytes);
+  const double heavy = std::max(policy::kBackedUpBytes, policy::kBackedUpRelative * max_bytes);
   // Distinct peers each rank has a backed-up connection with (either direction).
   std::map<int, std::set<int>> peers;
   std::map<int, double> own_bytes;
@@ -73,12 +74,14 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
     if (it == owner.end() || it->second == c.rank) continue;
     if (c.rank == slow || it->second == slow) touching += c.bytes;
   }
-  if (touching < 0.8 * total) return std::nullopt;
+  if (touching < policy::kBackedUpShare * total || touching < policy::kBackedUpRankBytes)
+    return std::nullopt;
 
   Finding f;
   f.finding_class = FindingClass::kSubset;
   f.cause = Cause::kHardware;
   f.category = "communication";
+  f.confidence = policy::kConfidenceSendQueues;
   f.ranks = {slow};
   std::vector<double> comm, iter;
   for (const auto& r : ranks) {

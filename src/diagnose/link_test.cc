@@ -60,6 +60,16 @@ TEST(SlowLink, NothingBackedUpNoFinding) {
   EXPECT_FALSE(DiagnoseSlowLink({}, Ranks(3).ranks()).has_value());
 }
 
+TEST(SlowLink, ADescheduledPeersQueuesAreNotASlowLink) {
+  // Four ranks on two loopback cores, clean: a peer that loses its CPU for a moment leaves
+  // 17-20 KiB queued on two connections of one rank (measured), far from a capped link's.
+  RankMetrics m;
+  Conn(&m, 2, 3, 20500);
+  Conn(&m, 1, 2, 17400);
+  Conn(&m, 3, 0, 800);
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(4).ranks()).has_value());
+}
+
 TEST(SlowLink, TwoSeparateBackedUpPairsAreNotOneLink) {
   RankMetrics m;
   Conn(&m, 0, 1, 90000);

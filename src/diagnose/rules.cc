@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "diagnose/analysis.h"
+#include "diagnose/policy.h"
 
 namespace perftracker::diagnose::internal {
 namespace {
@@ -17,20 +18,6 @@ namespace {
 using pattern::CompactFunction;
 using pattern::CompactRank;
 using pattern::FunctionClass;
-
-constexpr double kLoaderShare = 0.10;      // a loader above this share of the step is too slow
-constexpr double kLoaderAllowance = 0.01;  // what a healthy loader may cost
-constexpr double kSyncShare = 0.02;
-constexpr double kGpuIdleShare = 0.15;
-constexpr double kTinyKernelUs = 10.0;
-constexpr double kTinyKernelCalls = 100.0;  // per iteration
-constexpr double kLaunchOverheadUs = 5.0;   // CPU cost of one kernel launch, when not measured
-// CPU cost of dispatching one eager PyTorch op around its launch (argument parsing, dispatcher,
-// allocator): 5-20 us in published measurements; the low end, so the estimate stays a floor.
-constexpr double kDispatchUs = 5.0;
-constexpr double kLargeMessage = 1 << 20;
-constexpr double kFarBelow = 0.25;  // busbw under this fraction of expected is "far below"
-constexpr double kFlatCv = 0.5;
 
 bool ContainsNoCase(const std::string& s, const std::string& word) {
   auto it = std::search(s.begin(), s.end(), word.begin(), word.end(), [](char a, char b) {
@@ -112,6 +99,7 @@ Finding Rules::Make(const RuleResult& res, const std::string& category, Cause ca
   f.finding_class = FindingClass::kAll;
   f.category = category;
   f.cause = cause;
+  f.confidence = policy::kConfidenceRule;
   std::vector<const pattern::RankSummary*> affected;
   for (const auto& rv : res.per_rank)
     if (rv.affected) {
@@ -165,8 +153,8 @@ void Rules::Run(std::vector<Finding>* out) {
     }
     SortBy(&rv->functions, false, false);
     double it = IterationUs(r);
-    rv->affected = it > 0 && rv->value > kLoaderShare * it;
-    rv->value = std::max(0.0, rv->value - kLoaderAllowance * it);
+    rv->affected = it > 0 && rv->value > policy::kLoaderShare * it;
+    rv->value = std::max(0.0, rv->value - policy::kLoaderAllowance * it);
   });
   if (Most(loader)) {
     double impact = Impact(loader, false);
@@ -176,7 +164,7 @@ void Rules::Run(std::vector<Finding>* out) {
       f.evidence_text["reasoning"] = fmt::format(
           "the training loop waits for the next batch on the main thread: more than {} of the "
           "step on {} of {} ranks (a healthy loader costs about {})",
-          Percent(kLoaderShare), loader.affected, total, Percent(kLoaderAllowance));
+          Percent(policy::kLoaderShare), loader.affected, total, Percent(policy::kLoaderAllowance));
       f.summary = fmt::format("data loading is slow on {}: {} takes {}/iter ({} of the step)",
                               RanksPhrase(f, total), fn, Ms(impact), Percent(f.impact_fraction));
       f.suggestion =
@@ -199,7 +187,7 @@ void Rules::Run(std::vector<Finding>* out) {
     SortBy(&rv->functions, true, has_self);
     if (r.has_gpu && r.gpu_idle_us > 0) rv->value = std::min(rv->value, r.gpu_idle_us);
     double it = IterationUs(r);
-    rv->affected = it > 0 && rv->value > kSyncShare * it;
+    rv->affected = it > 0 && rv->value > policy::kSyncShare * it;
   });
   if (Most(sync)) {
     double impact = Impact(sync, true);
@@ -263,18 +251,19 @@ void Rules::Run(std::vector<Finding>* out) {
       launch_calls += f.calls_per_iter;
     }
     const double issue_us =
-        (launch_calls > 0 ? launch_us / launch_calls : kLaunchOverheadUs) + kDispatchUs;
+        (launch_calls > 0 ? launch_us / launch_calls : policy::kLaunchOverheadUs) +
+        policy::kDispatchUs;
     double calls = 0, gap = 0;
     for (const auto& f : r.compact) {
       if (f.kind() != trace::EventKind::kKernel || f.fclass() == FunctionClass::kCollective)
         continue;
-      if (f.mean_us >= kTinyKernelUs) continue;
+      if (f.mean_us >= policy::kTinyKernelUs) continue;
       calls += f.calls_per_iter;
       gap += f.calls_per_iter * std::max(0.0, issue_us - f.mean_us);
       rv->functions.push_back(&f);
     }
     SortBy(&rv->functions, false, false);
-    if (calls < kTinyKernelCalls) return;
+    if (calls < policy::kTinyKernelCalls) return;
     rv->value = std::min<double>(r.gpu_idle_us, gap);
     rv->affected = rv->value > 0;
   });
@@ -291,12 +280,12 @@ void Rules::Run(std::vector<Finding>* out) {
       f.evidence_text["uncertainty"] = fmt::format(
           "the CPU cost of issuing a kernel is the measured launch call plus an assumed {:.0f} us "
           "of op dispatch",
-          kDispatchUs);
+          policy::kDispatchUs);
       f.evidence_text["reasoning"] = fmt::format(
           "{:.0f} kernels per iteration run under {:.0f} us each, less than the CPU needs to "
           "issue the next one, so the GPU idles between them: launch overhead, not GPU work, "
           "sets the pace there",
-          calls, kTinyKernelUs);
+          calls, policy::kTinyKernelUs);
       f.summary = fmt::format(
           "{} are launch-bound in places: {:.0f} tiny kernels/iter leave the GPU idle between "
           "launches; about {}/iter ({}) could be saved",
@@ -323,7 +312,7 @@ void Rules::Run(std::vector<Finding>* out) {
     }
     SortBy(&rv->functions, true, has_self);
     double it = IterationUs(r);
-    rv->affected = it > 0 && rv->value > kGpuIdleShare * it;
+    rv->affected = it > 0 && rv->value > policy::kGpuIdleShare * it;
   });
   if (Most(idle)) {
     double impact = Impact(idle, true) - attributed_idle;
@@ -373,8 +362,9 @@ void Rules::Run(std::vector<Finding>* out) {
     for (const auto& f : r.compact) {
       if (f.fclass() != FunctionClass::kCollective || !trace::IsGpuKind(f.kind())) continue;
       if (cross_node(r, cj_.Group(f.group))) continue;
-      if (f.msg_bytes < kLargeMessage || f.busbw_gbps <= 0) continue;
-      if (f.busbw_gbps >= kFarBelow * o_.expected_busbw_gbps || f.cv > kFlatCv) continue;
+      if (f.msg_bytes < policy::kLargeMessageBytes || f.busbw_gbps <= 0) continue;
+      if (f.busbw_gbps >= policy::kFarBelow * o_.expected_busbw_gbps || f.cv > policy::kFlatCv)
+        continue;
       rv->functions.push_back(&f);
       rv->value += f.per_iter_us * (1.0 - f.busbw_gbps / o_.expected_busbw_gbps);
     }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "diagnose/analysis.h"
+#include "diagnose/policy.h"
 
 namespace perftracker::diagnose::internal {
 namespace {
@@ -24,9 +25,6 @@ using pattern::FunctionInfo;
 
 // Waiting never makes a rank a straggler on its own.
 bool IsWait(FunctionClass c) { return IsWaitClass(c); }
-
-constexpr double kGroupSimilarity = 0.85;
-constexpr double kMergeSimilarity = 0.75;
 
 // Size of the intersection of two sorted id lists.
 size_t Shared(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
@@ -137,7 +135,7 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<CompactRank>& rank
   for (auto& bucket : buckets) {
     bool placed = false;
     for (auto& g : groups) {
-      if (sim(g[0], bucket[0]) >= kGroupSimilarity) {
+      if (sim(g[0], bucket[0]) >= policy::kGroupSimilarity) {
         g.insert(g.end(), bucket.begin(), bucket.end());
         placed = true;
         break;
@@ -152,7 +150,7 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<CompactRank>& rank
     std::vector<size_t> stay;
     for (size_t i : g) {
       int best = -1;
-      double best_sim = kMergeSimilarity;
+      double best_sim = policy::kMergeSimilarity;
       for (size_t k = 0; k < out.size(); ++k) {
         double s = sim(out[k][0], i);
         if (s >= best_sim) best = static_cast<int>(k), best_sim = s;
@@ -227,6 +225,12 @@ class GroupAnalysis {
   double CollectiveEffectUs(double reference_us) const;
   bool CommunicationFinding(size_t i, std::vector<Finding>* out) const;
   void FillCommon(size_t i, Finding* f) const;
+  // How many standard errors of the window's iteration-to-iteration noise EXCESS is, for ROW's
+  // value on member I against its peers (policy::kMinSignificance).
+  double RowZ(const Row& row, size_t i, double excess) const;
+  // The same for member I's total collective time.
+  double CollectiveZ(size_t i, double excess) const;
+  double Iterations(size_t i) const { return static_cast<double>(m_[i].r->iteration_ms.size()); }
   std::string PeersPhrase() const { return n() == 2 ? "the other rank (one of two)" : "its peers"; }
 
   const DiagnoseOptions& o_;
@@ -337,7 +341,7 @@ std::vector<size_t> GroupAnalysis::Candidates() const {
   }
   bool has_coll = std::any_of(coll_.begin(), coll_.end(), [](double c) { return c > 0; });
   if (!has_coll || cand.size() < 2) return cand;
-  double tol = 0.5 * EffectThreshold(coll_ref, iter_us_, o_);
+  double tol = policy::kWaitExplainsShare * EffectThreshold(coll_ref, iter_us_, o_);
   int best = -1;
   for (size_t i : cand)
     if (coll_[i] <= coll_ref + tol && (best < 0 || m_[i].excess > m_[best].excess))
@@ -347,11 +351,39 @@ std::vector<size_t> GroupAnalysis::Candidates() const {
   for (size_t i : cand) {
     double waits_more = coll_[i] - coll_[best];
     if (static_cast<int>(i) != best &&
-        waits_more > std::max(MinImpactUs(iter_us_, o_), 0.5 * m_[i].excess))
+        waits_more > std::max(MinImpactUs(iter_us_, o_), policy::kWaitExplainsShare * m_[i].excess))
       continue;
     kept.push_back(i);
   }
   return kept;
+}
+
+double GroupAnalysis::RowZ(const Row& row, size_t i, double excess) const {
+  std::vector<double> sd, iters;
+  for (size_t k = 0; k < n(); ++k) {
+    if (k == i || row.f[k] == nullptr || std::isnan(row.v[k])) continue;
+    sd.push_back(row.f[k]->iter_sd_us);
+    iters.push_back(Iterations(k));
+  }
+  const double sd_i = row.f[i] ? row.f[i]->iter_sd_us : 0;
+  return NoiseZ(excess, sd_i, Iterations(i), Median(sd), Median(iters), sd.size());
+}
+
+double GroupAnalysis::CollectiveZ(size_t i, double excess) const {
+  // Collectives of one rank are summed: their spreads add as independent variances.
+  std::vector<double> var(n(), 0.0);
+  for (const Row& row : rows_) {
+    if (row.proto->fclass != FunctionClass::kCollective) continue;
+    for (size_t k = 0; k < n(); ++k)
+      if (row.f[k]) var[k] += static_cast<double>(row.f[k]->iter_sd_us) * row.f[k]->iter_sd_us;
+  }
+  std::vector<double> sd, iters;
+  for (size_t k = 0; k < n(); ++k) {
+    if (k == i || std::isnan(coll_[k])) continue;
+    sd.push_back(std::sqrt(var[k]));
+    iters.push_back(Iterations(k));
+  }
+  return NoiseZ(excess, std::sqrt(var[i]), Iterations(i), Median(sd), Median(iters), sd.size());
 }
 
 void GroupAnalysis::FillCommon(size_t i, Finding* f) const {
@@ -453,8 +485,8 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   // Wrappers grow with what they contain; exclusive time names the function that really grew.
   std::vector<Culprit> culprits;
   for (const auto& c : all)
-    if (max_self > 0 && c.self_excess >= 0.1 * max_self &&
-        (c.outlier || c.self_excess >= 0.25 * max_self))
+    if (max_self > 0 && c.self_excess >= policy::kCulpritShareOfTop * max_self &&
+        (c.outlier || c.self_excess >= policy::kCulpritShareNonOutlier * max_self))
       culprits.push_back(c);
   std::sort(culprits.begin(), culprits.end(),
             [](const Culprit& a, const Culprit& b) { return a.self_excess > b.self_excess; });
@@ -492,6 +524,19 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   double calls = top.row->calls[i];
   double calls_ref = Compare(top.row->calls, i, top.row->ref_calls).reference;
   double peers_wait = PeersMedian(coll_, i) - coll_[i];
+  // More calls than the peers is a difference in the program. Equal calls and more time is
+  // timing alone, which the window's iteration-to-iteration noise (a shared host's scheduling)
+  // also produces: it must stand out of that noise.
+  bool extra_calls = false;
+  for (const auto& c : culprits) {
+    double cr = Compare(c.row->calls, i, c.row->ref_calls).reference;
+    if (c.row->calls[i] > cr * policy::kExtraCallsRatio + policy::kExtraCallsAbs)
+      extra_calls = true;
+  }
+  const double z = RowZ(*top.row, i, top_v - top_ref);
+  if (!extra_calls && z < policy::kMinSignificance) return false;
+  f.confidence = extra_calls ? policy::kConfidenceExtraCalls : policy::kConfidenceTimingOnly;
+  if (std::isfinite(z)) f.evidence["noise_z"] = z;
 
   // Cause: the same functions uniformly slower with equal call counts point at the device or
   // the host (slow GPU, throttling, CPU contention); extra calls point at the program.
@@ -500,7 +545,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
     std::vector<std::string> extra;
     for (const auto& c : culprits) {
       double cr = Compare(c.row->calls, i, c.row->ref_calls).reference;
-      if (c.row->calls[i] > cr * 1.1 + 0.5)
+      if (c.row->calls[i] > cr * policy::kExtraCallsRatio + policy::kExtraCallsAbs)
         extra.push_back(
             fmt::format("{} {:.1f} vs {:.1f} calls/iter", c.row->proto->name, c.row->calls[i], cr));
     }
@@ -581,17 +626,34 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
 // healthy rank's all-reduce varies by 40% between ranks). Alone, without a slower function to
 // explain it, a collective difference must be large before it names a rank or a link.
 double GroupAnalysis::CollectiveEffectUs(double reference_us) const {
-  return std::max({0.5 * reference_us, 0.10 * iter_us_, MinImpactUs(iter_us_, o_)});
+  return std::max({policy::kLateWaitShareOfCollective * reference_us,
+                   policy::kLateWaitShareOfIteration * iter_us_, MinImpactUs(iter_us_, o_)});
 }
 
 bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) const {
   const Member& mb = m_[i];
   if (n() < 3 || !mb.coll.low || mb.low_coll.empty()) return false;
+  // A function of its own is slower: the straggler rule judged it (and found it within the
+  // noise, or too small); "nothing profiled is slower" would be untrue.
+  if (!mb.high_own.empty()) return false;
   double wait = -mb.coll.excess;
   if (wait < CollectiveEffectUs(mb.coll.reference)) return false;
+  // Late in most of the window, not in a few iterations: the wait stands out of the
+  // iteration-to-iteration noise, and exceeds the spread among the healthy peers themselves.
+  const double z = CollectiveZ(i, wait);
+  if (z < policy::kMinSignificance) return false;
+  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  for (size_t k = 0; k < n(); ++k) {
+    if (k == i || std::isnan(coll_[k])) continue;
+    lo = std::min(lo, coll_[k]);
+    hi = std::max(hi, coll_[k]);
+  }
+  if (hi >= lo && wait <= hi - lo) return false;
   Finding f;
   f.category = "straggler";
   f.cause = Cause::kUnknown;
+  f.confidence = policy::kConfidenceLateArrival;
+  if (std::isfinite(z)) f.evidence["noise_z"] = z;
   f.impact_ms = wait / 1000.0;
   std::vector<Outlier> lows = mb.low_coll;
   std::sort(lows.begin(), lows.end(),
@@ -631,12 +693,16 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
     excess = std::max(excess, x.cmp.excess);
   }
   if (excess < CollectiveEffectUs(reference)) return false;
+  const double z = CollectiveZ(i, excess);
+  if (z < policy::kMinSignificance) return false;
   std::vector<Outlier> highs = mb.high_coll;
   std::sort(highs.begin(), highs.end(),
             [](const Outlier& a, const Outlier& b) { return a.cmp.excess > b.cmp.excess; });
   Finding f;
   f.category = "communication";
   f.cause = Cause::kHardware;
+  f.confidence = policy::kConfidenceTimingOnly;
+  if (std::isfinite(z)) f.evidence["noise_z"] = z;
   f.impact_ms = excess / 1000.0;
   for (size_t k = 0; k < highs.size() && k < 3; ++k) {
     const Row* row = highs[k].row;

@@ -22,15 +22,13 @@
 #include <vector>
 
 #include "diagnose/analysis.h"
+#include "diagnose/policy.h"
 
 namespace perftracker::diagnose::internal {
 namespace {
 
 using pattern::CompactRank;
 using pattern::FunctionClass;
-
-constexpr double kNicShare = 0.8;     // of a node's cross-node groups that must be slow
-constexpr double kNvlinkShare = 0.5;  // of a node's intra-node groups that must be slow
 
 struct Member {
   const CompactRank* r;
@@ -190,7 +188,7 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
       // its own (a slow GPU, its data loader, GC: named by the peer comparison) or because its
       // link is slow: a rank whose NIC is slow finishes its sends last, and its peers wait.
       // Several members may be late together (all ranks under a slow switch).
-      double barely = c.reference + 0.5 * c.excess;
+      double barely = c.reference + policy::kLateMemberShare * c.excess;
       if (min_ex < barely) {
         for (const auto& m : x.m) {
           if (m.ex >= barely) {
@@ -223,7 +221,7 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
   // A node with slow NVLink is late to its cross-node groups: that lateness is its NVLink's.
   std::set<std::string> nvlink_hosts;
   for (const auto& [h, c] : intra)
-    if (c.slow > 0 && c.slow >= kNvlinkShare * c.total) nvlink_hosts.insert(h);
+    if (c.slow > 0 && c.slow >= policy::kNvlinkShare * c.total) nvlink_hosts.insert(h);
   std::vector<std::string> nvlink(nvlink_hosts.begin(), nvlink_hosts.end());
   // Every host at once is no localization: the all-rank rules speak for the whole job.
   if (nvlink.size() == ranks_of_host.size()) nvlink.clear();
@@ -286,7 +284,7 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
     cross.push_back(std::move(c));
   }
   auto share = [&](int h) { return open_n[h] > 0 ? static_cast<double>(bad[h]) / open_n[h] : 0.0; };
-  auto suspect = [&](int h) { return bad[h] > 0 && share(h) >= kNicShare; };
+  auto suspect = [&](int h) { return bad[h] > 0 && share(h) >= policy::kNicShare; };
   // Naming a link explains every instance suspecting it: they no longer count for or against
   // any of their hosts.
   auto explain = [&](int h, std::vector<size_t>* into) {
@@ -340,7 +338,7 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
         }
         if (t == 0) continue;
         seen++;
-        healthy |= slow < kNicShare * t;
+        healthy |= slow < policy::kNicShare * t;
       }
       if (seen > 0 && !healthy) {
         n.sw = sw->second;
@@ -397,6 +395,7 @@ void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const D
     f.finding_class = FindingClass::kSubset;
     f.cause = Cause::kHardware;
     f.category = "communication";
+    f.confidence = policy::kConfidenceTimingOnly;
     f.hosts = hosts;
     std::vector<double> excess;
     int slow = 0, total = 0;

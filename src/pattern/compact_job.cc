@@ -1,6 +1,7 @@
 #include "pattern/compact_job.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace perftracker::pattern {
 namespace {
@@ -92,6 +93,13 @@ void CompactJob::Add(RankSummary&& r) {
     c.cv = static_cast<float>(f.cv);
     c.main_thread = f.main_thread;
     c.top_level = f.top_level;
+    if (f.iter_us.size() >= 2) {
+      double sum = 0, sq = 0;
+      for (float v : f.iter_us) sum += v;
+      const double mean = sum / static_cast<double>(f.iter_us.size());
+      for (float v : f.iter_us) sq += (v - mean) * (v - mean);
+      c.iter_sd_us = static_cast<float>(std::sqrt(sq / static_cast<double>(f.iter_us.size() - 1)));
+    }
     if (f.fclass == FunctionClass::kCollective) {
       c.msg_bytes = static_cast<float>(f.coll.msg_bytes);
       c.busbw_gbps = static_cast<float>(f.coll.busbw_gbps);

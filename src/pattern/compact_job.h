@@ -39,8 +39,11 @@ struct CompactFunction {
   float calls_per_iter = 0;
   float mean_us = 0;
   float cv = 0;
-  float msg_bytes = 0;        // collectives
-  float busbw_gbps = 0;       // collectives
+  float msg_bytes = 0;   // collectives
+  float busbw_gbps = 0;  // collectives
+  // Standard deviation of its time across the window's iterations (0: fewer than two): how
+  // much of a difference between ranks the iteration-to-iteration noise explains.
+  float iter_sd_us = 0;
   uint32_t group = kNoGroup;  // collectives: the process group, an id of CompactJob::Group()
   bool main_thread = false;
   bool top_level = false;

@@ -94,8 +94,8 @@ TEST(ReportTest, JsonParsesAndPassesTheAcceptanceChecker) {
       " assert list(d['job'])==['world_size','ranks','iterations','iteration_ms','notes'];" +
       " f=d['findings'][0];" +
       " assert "
-      "list(f)==['class','cause','category','ranks','hosts','functions','impact','evidence','"
-      "summary','suggestion'], list(f);" +
+      "list(f)==['class','cause','category','confidence','ranks','hosts','functions','impact',"
+      "'evidence','summary','suggestion'], list(f);" +
       " assert list(f['impact'])==['ms_per_iteration','fraction_of_iteration'];" +
       " assert f['functions'][0]['stack']==['train.py(40): step','model.py(7): forward'];" +
       " assert isinstance(f['evidence']['reasoning'], str)\" " + path;
@@ -135,7 +135,8 @@ TEST(ReportTest, TextNamesJobRanksAndFindings) {
   EXPECT_NE(text.find("job: 4 ranks (world size 4), 20 iterations, median iteration 40.00 ms"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("1. straggler (subset, software cause)"), std::string::npos) << text;
+  EXPECT_NE(text.find("1. straggler (subset, software cause, confidence 0.9)"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("ranks: 2   hosts: node-b"), std::string::npos) << text;
   EXPECT_NE(text.find("- aten::mm [cpu_op]"), std::string::npos) << text;
   EXPECT_NE(text.find("at train.py(40): step > model.py(7): forward"), std::string::npos) << text;

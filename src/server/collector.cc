@@ -252,7 +252,11 @@ struct CollectorServer::Impl final
   std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
   int windows_diagnosed = 0;
   int hangs_diagnosed = 0;
-  std::chrono::steady_clock::time_point last_closed{};
+  std::chrono::steady_clock::time_point last_closed{};           // any window
+  std::chrono::steady_clock::time_point last_slowdown_closed{};  // one a slowdown opened
+  std::chrono::steady_clock::time_point last_opened{};
+  int64_t slowdown_window = 0;  // the window a slowdown trigger opened or joined
+  bool baseline_done = false;
   struct PendingHang {
     std::chrono::steady_clock::time_point since;
     int rank = -1;
@@ -309,6 +313,7 @@ struct CollectorServer::Impl final
             std::chrono::duration<double>(options.max_seconds + options.upload_grace_seconds));
     windows[spec.id] = std::make_unique<Window>(spec, expected, deadline);
     open_window = spec.id;
+    last_opened = std::chrono::steady_clock::now();
     if (::perftracker::Status st =
             store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
         !st.ok())
@@ -332,10 +337,16 @@ struct CollectorServer::Impl final
   void CloseWindowLocked(int64_t id) {
     Window& w = *windows[id];
     if (w.closed()) return;
-    diagnose::Diagnosis d = w.Close();
+    diagnose::Diagnosis d = w.Close(options.diagnose);
     if (open_window == id) open_window = 0;
-    last_closed = std::chrono::steady_clock::now();
+    NoteClosedLocked(id);
     Publish(id, d, "window");
+  }
+
+  // Called with mu held.
+  void NoteClosedLocked(int64_t id) {
+    last_closed = std::chrono::steady_clock::now();
+    if (id == slowdown_window) last_slowdown_closed = last_closed;
   }
 
   // Closes window ID like CloseWindowLocked, but diagnoses with LK released: a 10,000-rank
@@ -347,9 +358,9 @@ struct CollectorServer::Impl final
     if (w.closed()) return;
     Window::Sealed sealed = w.Seal();
     if (open_window == id) open_window = 0;
-    last_closed = std::chrono::steady_clock::now();
+    NoteClosedLocked(id);
     lk.unlock();
-    diagnose::Diagnosis d = Window::Diagnose(std::move(sealed));
+    diagnose::Diagnosis d = Window::Diagnose(std::move(sealed), options.diagnose);
     lk.lock();
     Publish(id, d, "window");
   }
@@ -443,6 +454,7 @@ struct CollectorServer::Impl final
         StartHangLocked(p.rank, p.mean_ms, p.since);
       }
       if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
+      MaybeOpenScheduledLocked();
       if (hang_callback) {
         diagnose::Diagnosis d = std::move(*hang_callback);
         hang_callback.reset();
@@ -450,6 +462,36 @@ struct CollectorServer::Impl final
         options.on_hang(d);
         lk.lock();
       }
+    }
+  }
+
+  // The baseline window (once every rank is past its warm-up) and the periodic ones. Called
+  // with mu held.
+  void MaybeOpenScheduledLocked() {
+    if (open_window || hang || pending_hang || shutting_down) return;
+    if (options.baseline_window && !baseline_done) {
+      // Whom to wait for: the ranks agents declared, else those that reported.
+      std::set<int> expected;
+      for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
+      if (expected.empty())
+        for (const auto& [r, st] : ranks) expected.insert(r);
+      if (expected.empty()) return;
+      for (int r : expected) {
+        auto it = ranks.find(r);
+        if (it == ranks.end() || it->second.count < options.baseline_after_iterations) return;
+      }
+      baseline_done = true;
+      OpenWindowLocked(
+          "baseline: every rank after its warm-up, compared with its peers and with the expected "
+          "patterns",
+          0);
+      return;
+    }
+    if (options.profile_every_seconds > 0 && (baseline_done || !options.baseline_window) &&
+        last_opened.time_since_epoch().count() != 0 &&
+        std::chrono::steady_clock::now() - last_opened >=
+            std::chrono::duration<double>(options.profile_every_seconds)) {
+      OpenWindowLocked(fmt::format("periodic: every {:.0f} s", options.profile_every_seconds), 0);
     }
   }
 
@@ -645,11 +687,11 @@ struct CollectorServer::Impl final
     std::string reason = req->reason().empty() ? "trigger" : req->reason();
     if (kind == "slowdown") {
       reason = fmt::format(
-          "slowdown on rank {}: mean of recent iterations {:.1f} ms vs best "
-          "{:.1f} ms",
+          "slowdown on rank {}: median of its recent iterations {:.1f} ms vs {:.1f} ms after "
+          "warm-up",
           req->rank(), req->mean_ms(), req->best_ms());
-      bool cooling = last_closed.time_since_epoch().count() != 0 &&
-                     std::chrono::steady_clock::now() - last_closed <
+      bool cooling = last_slowdown_closed.time_since_epoch().count() != 0 &&
+                     std::chrono::steady_clock::now() - last_slowdown_closed <
                          std::chrono::duration<double>(options.cooldown_seconds);
       if (!open_window && (cooling || hang || hang_reported)) {
         reply->set_already_open(true);
@@ -657,6 +699,7 @@ struct CollectorServer::Impl final
       }
     }
     TriggerResult r = OpenWindowLocked(reason, req->iterations());
+    if (kind == "slowdown") slowdown_window = r.window_id;
     reply->set_window_id(r.window_id);
     reply->set_start_iteration(r.start_iteration);
     reply->set_already_open(r.already_open);
@@ -712,6 +755,7 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->last_opened = std::chrono::steady_clock::now();  // periodic windows count from the start
   PT_ASSIGN_OR_RETURN(impl->store,
                       Store::Open((fs::path(options.report_dir) / "perftracker.db").string()));
   PT_ASSIGN_OR_RETURN(impl->job_id, impl->store->AddJob(options.report_dir));

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
 
 namespace perftracker::server {
@@ -27,14 +28,23 @@ struct ServerOptions {
   double upload_grace_seconds = 30;    // after max_seconds, how long to wait for uploads
   int start_lead = 5;                  // the window starts at least this many iterations ahead...
   double lead_seconds = 2.0;           // ...and at least this long ahead (commands travel)
-  // After a window closes, workers' slowdown triggers are ignored this long (a lasting slowdown
-  // fires on every rank, one after another); user triggers always open a window.
+  // After a window that a slowdown opened closes, workers' slowdown triggers are ignored this
+  // long (a lasting slowdown fires on every rank, one after another); other windows (baseline,
+  // periodic, user) leave triggers alone, and user triggers always open a window.
   double cooldown_seconds = 60;
+  // One window once every rank has reported this many iterations (its detector learned the
+  // iteration and the warm-up is behind): the peer comparison and the expected-pattern rules
+  // need no slowdown, so a problem present from the first iteration is found too.
+  bool baseline_window = true;
+  int baseline_after_iterations = 20;
+  // A window every this many seconds (0: never), after the baseline.
+  double profile_every_seconds = 0;
   // A worker's hang trigger is confirmed when no rank progressed for this long after it (an
   // epoch boundary, a checkpoint or the job's own exit are pauses, not hangs).
   double hang_confirm_seconds = 5;
-  double stacks_seconds = 10;  // a hang: how long to wait for every rank's stacks
-  bool print = true;           // log each diagnosis as an event (the terminal, base/log.h)
+  double stacks_seconds = 10;          // a hang: how long to wait for every rank's stacks
+  diagnose::DiagnoseOptions diagnose;  // the numbers users tune (--min-impact, --expected-busbw)
+  bool print = true;                   // log each diagnosis as an event (the terminal, base/log.h)
   // Called (on a server thread, without locks held) after a hang was diagnosed and reported.
   std::function<void(const diagnose::Diagnosis&)> on_hang;
 };

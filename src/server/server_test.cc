@@ -413,6 +413,7 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   ServerOptions o;
   o.report_dir = TempDir("cool");
   o.print = false;
+  o.baseline_window = false;
   o.max_seconds = 0.1;
   o.upload_grace_seconds = 0.1;
   auto server = CollectorServer::Start(o);
@@ -450,6 +451,43 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   EXPECT_NE(json.find("run_iteration_ms"), std::string::npos) << json;
   EXPECT_NE(json.find("\"count\": 100"), std::string::npos) << json;
   EXPECT_NE(json.find("\"max\": 50"), std::string::npos) << json;
+}
+
+TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
+  ServerOptions o;
+  o.report_dir = TempDir("baseline");
+  o.print = false;
+  o.max_seconds = 0.1;
+  o.upload_grace_seconds = 0.1;
+  o.profile_every_seconds = 0.6;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0, 1}, &agent));
+  auto report = [&](int rank, int n) {
+    std::vector<int64_t> steps;
+    std::vector<double> ms;
+    for (int i = 0; i < n; ++i) {
+      steps.push_back(i);
+      ms.push_back(10);
+    }
+    return c.Report(rank, steps, ms);
+  };
+  // Rank 0 is past the warm-up, rank 1 not yet: no window.
+  ASSERT_TRUE(report(0, o.baseline_after_iterations));
+  ASSERT_TRUE(report(1, o.baseline_after_iterations - 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_FALSE(fs::exists(o.report_dir + "/windows/1"));
+  ASSERT_TRUE(report(1, 1));
+  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/1/diagnosis.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(fs::exists(o.report_dir + "/windows/1/diagnosis.json"));
+  // Then one every 0.6 s.
+  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(fs::exists(o.report_dir + "/windows/2/diagnosis.json"));
+  (*server)->Shutdown();
 }
 
 }  // namespace

@@ -109,16 +109,16 @@ struct TraceMeta {
 
 // Counters for everything a reader skipped or could not use. Bad data is counted, not fatal.
 struct ReadStats {
-  uint64_t bytes = 0;                            // uncompressed JSON bytes
-  uint64_t events = 0;                           // complete events delivered
-  uint64_t flow_events = 0;                      // ac2g / fwdbwd flows (s/f/t), counted and skipped
-  uint64_t metadata_events = 0;                  // ph M / i / C
-  uint64_t unknown_kind = 0;                     // complete events with an unknown cat
-  uint64_t malformed_events = 0;                 // events missing ts/name or with wrong types
+  uint64_t bytes = 0;             // uncompressed JSON bytes
+  uint64_t events = 0;            // complete events delivered
+  uint64_t flow_events = 0;       // ac2g / fwdbwd flows (s/f/t), counted and skipped
+  uint64_t metadata_events = 0;   // ph M / i / C
+  uint64_t unknown_kind = 0;      // complete events with an unknown cat
+  uint64_t malformed_events = 0;  // events missing ts/name or with wrong types
   // The first malformed event: where it was found and what was expected instead, for the error
   // of a trace with no valid event and the note of one with some.
   uint64_t first_bad_byte = 0;
-  std::string first_bad;  // empty: none
+  std::string first_bad;                         // empty: none
   std::map<std::string, uint64_t> unknown_cats;  // cat -> count, bounded
 };
 

@@ -17,9 +17,9 @@
 // counted since the last clean iteration, so sporadic noise never accumulates to a re-learn,
 // while a changed sequence (no clean iteration any more) does after relearn_after events.
 //
-// Slowdown baseline: the best (smallest) full-window mean seen since the sequence was learned.
-// It fires once when the current mean rises above best * (1 + ratio), and re-arms once the mean
-// is back under the threshold, so a lasting slowdown is one trigger, not one per iteration.
+// Slowdown: ShiftDetector (worker/shift_detector.h) compares a moving median of the clean
+// iterations with a reference measured after learning, against the job's own noise. It fires
+// once per sustained shift and re-arms once the median is back under its threshold.
 #include "worker/iteration_detector.h"
 
 #include <algorithm>
@@ -30,8 +30,7 @@ Status DetectorConfig::Validate() const {
   if (learn_repeats < 2 || learn_repeats > 1000)
     return InvalidArgument("learn_repeats not in [2, 1000]");
   if (window < 1 || window > 100000) return InvalidArgument("window not in [1, 100000]");
-  if (!(slowdown_ratio > 0) || slowdown_ratio > 100)
-    return InvalidArgument("slowdown_ratio not in (0, 100]");
+  PT_RETURN_IF_ERROR(Shift().Validate());
   if (!(hang_factor > 1) || hang_factor > 1e6)
     return InvalidArgument("hang_factor not in (1, 1e6]");
   if (relearn_after < 1 || relearn_after > 10000000)
@@ -43,7 +42,16 @@ Status DetectorConfig::Validate() const {
   return Status::Ok();
 }
 
-IterationDetector::IterationDetector(DetectorConfig config) : config_(config) {
+ShiftConfig DetectorConfig::Shift() const {
+  ShiftConfig s;
+  s.min_ratio = slowdown_ratio;
+  s.warmup = warmup_iterations;
+  s.reference = reference_iterations;
+  return s;
+}
+
+IterationDetector::IterationDetector(DetectorConfig config)
+    : config_(config), shift_(config.Shift()) {
   history_.assign(static_cast<size_t>(config_.learn_repeats) * config_.max_period,
                   EventKind::kLoaderNext);
   run_.assign(config_.max_period + 1, 0);
@@ -63,8 +71,7 @@ void IterationDetector::Reset() {
   durations_.clear();
   dur_next_ = 0;
   dur_sum_ = 0;
-  best_mean_ns_ = 0;
-  slow_active_ = false;
+  shift_.Reset();
 }
 
 std::string IterationDetector::PatternString() const {
@@ -171,19 +178,11 @@ void IterationDetector::Record(const Iteration& it, DetectorUpdate* up) {
     dur_next_ = (dur_next_ + 1) % durations_.size();
   }
   dur_sum_ += d;
-  if (durations_.size() < static_cast<size_t>(config_.window)) return;
-  const double mean = mean_ns();
-  if (best_mean_ns_ == 0 || mean < best_mean_ns_) best_mean_ns_ = mean;
-  if (mean > best_mean_ns_ * (1 + config_.slowdown_ratio)) {
-    if (!slow_active_) {
-      slow_active_ = true;
-      ++slowdowns_;
-      up->slowdown = true;
-      up->window_mean_ns = mean;
-      up->best_mean_ns = best_mean_ns_;
-    }
-  } else {
-    slow_active_ = false;
+  if (shift_.Add(d)) {
+    ++slowdowns_;
+    up->slowdown = true;
+    up->window_mean_ns = shift_.recent_ns();
+    up->best_mean_ns = shift_.reference_ns();
   }
 }
 

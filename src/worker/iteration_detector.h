@@ -3,10 +3,10 @@
 // It is fed two kinds of events from the training thread -- a DataLoader iterator's next() and
 // an optimizer's step() -- and knows nothing about Python. It learns the repeating sequence of
 // those events (the iteration), reports each completed iteration, and raises two triggers:
-// a slowdown (the mean of the last `window` iterations is more than `slowdown_ratio` above the
-// best such mean seen since the sequence was learned) and a hang (no event for `hang_factor`
-// times the mean iteration). After `relearn_after` events that do not fit the learned sequence
-// it forgets it and learns again.
+// a slowdown (a sustained shift of the iteration time against the job's own measured noise:
+// worker/shift_detector.h) and a hang (no event for `hang_factor` times the mean iteration).
+// After `relearn_after` events that do not fit the learned sequence it forgets it and learns
+// again.
 //
 // Not thread-safe: the caller serializes OnEvent and CheckHang (the extension holds a mutex).
 // Memory is bounded by the config (learning history and the duration window), never by the
@@ -19,21 +19,28 @@
 #include <vector>
 
 #include "base/status.h"
+#include "worker/shift_detector.h"
 
 namespace perftracker::worker {
 
 enum class EventKind : uint8_t { kLoaderNext = 0, kOptimizerStep = 1 };
 
 struct DetectorConfig {
-  int learn_repeats = 10;        // M: identical repeats before a sequence is adopted
-  int window = 50;               // N: iterations in the slowdown mean
-  double slowdown_ratio = 0.05;  // fire when mean > best * (1 + slowdown_ratio)
-  double hang_factor = 5.0;      // hang when silent for hang_factor x mean iteration
-  int relearn_after = 200;       // K: unmatched events before re-learning
-  int max_period = 64;           // longest event sequence considered one iteration
+  int learn_repeats = 10;  // M: identical repeats before a sequence is adopted
+  int window = 50;         // N: iterations in the mean the hang check scales with
+  // The slowdown trigger (ShiftConfig): the smallest sustained slowdown that fires on a quiet
+  // host, the warm-up skipped after learning, and the reference iterations the job's own noise
+  // is measured on.
+  double slowdown_ratio = 0.05;
+  int warmup_iterations = 10;
+  int reference_iterations = 50;
+  double hang_factor = 5.0;  // hang when silent for hang_factor x mean iteration
+  int relearn_after = 200;   // K: unmatched events before re-learning
+  int max_period = 64;       // longest event sequence considered one iteration
 
   // Checks the numbers are usable (positive, bounded).
   Status Validate() const;
+  ShiftConfig Shift() const;
 };
 
 struct Iteration {
@@ -51,8 +58,8 @@ struct DetectorUpdate {
   bool iteration_done = false;  // `iteration` holds a completed iteration
   bool slowdown = false;        // the slowdown trigger fired on this iteration
   Iteration iteration;
-  double window_mean_ns = 0;  // with slowdown: the mean that fired
-  double best_mean_ns = 0;    // with slowdown: the best mean it was compared with
+  double window_mean_ns = 0;  // with slowdown: the moving median that fired
+  double best_mean_ns = 0;    // with slowdown: the reference it was compared with
 };
 
 class IterationDetector {
@@ -80,7 +87,7 @@ class IterationDetector {
   int64_t slowdown_count() const { return slowdowns_; }
   int64_t hang_count() const { return hangs_; }
   double mean_ns() const;  // mean of the last up-to-`window` iterations, 0 before any
-  double best_mean_ns() const { return best_mean_ns_; }
+  const ShiftDetector& shift() const { return shift_; }
   const DetectorConfig& config() const { return config_; }
 
  private:
@@ -114,9 +121,8 @@ class IterationDetector {
   std::vector<int64_t> durations_;  // ring of the last `window` clean iteration durations
   size_t dur_next_ = 0;
   int64_t dur_sum_ = 0;
-  double best_mean_ns_ = 0;   // best full-window mean since (re)learning; 0 = none yet
-  bool slow_active_ = false;  // fired and not yet back under the threshold
-  bool excluded_ = false;     // SetExcluded
+  ShiftDetector shift_;
+  bool excluded_ = false;  // SetExcluded
 
   int64_t relearns_ = 0;
   int64_t slowdowns_ = 0;

@@ -150,31 +150,47 @@ TEST(IterationDetectorTest, NoSlowdownOnStableRunWithJitter) {
 }
 
 TEST(IterationDetectorTest, SlowdownFiresAtTheRightIteration) {
-  DetectorConfig c;  // defaults: N = 50, 5%
+  DetectorConfig c;  // defaults: warm-up 10, reference 50, 5%
   IterationDetector d(c);
   Feeder f(&d);
   f.Feed("DO", 10, 10 * kMs);  // learned on the 10th repeat
   ASSERT_TRUE(d.learned());
-  f.Feed("DO", 100, 10 * kMs);  // 100 iterations of 10 ms: the best mean is 10 ms
+  f.Feed("DO", 100, 10 * kMs);  // 10 warm-up + 50 reference iterations of 10 ms, and 40 more
   ASSERT_EQ(d.iterations(), 100);
-  EXPECT_DOUBLE_EQ(d.best_mean_ns(), 10.0 * kMs);
-  // From iteration 100 on, 20 ms. The window mean passes 10.5 ms when more than 5% of the
-  // window is slow: 3 slow iterations give (47 * 10 + 3 * 20) / 50 = 10.6 ms. 2 give 10.4.
+  EXPECT_DOUBLE_EQ(d.shift().reference_ns(), 10.0 * kMs);
+  // No noise: the threshold is the floor, 0.6 x 5%.
+  EXPECT_NEAR(d.shift().threshold_ns(), 10.3 * kMs, 1e3);
+  // From iteration 100 on, 20 ms. The median of the last 20 passes 10.3 ms with the 10th slow
+  // one (iteration 109), and must stay above for 5 iterations: it fires at iteration 113.
   f.Feed("DO", 50, 20 * kMs);
   ASSERT_EQ(f.slowdowns_.size(), 1u);  // fires once, not once per slow iteration
-  EXPECT_EQ(f.slowdowns_[0], 102);
+  EXPECT_EQ(f.slowdowns_[0], 113);
 }
 
 TEST(IterationDetectorTest, SlowdownRearmsAfterRecovery) {
   DetectorConfig c;
-  c.window = 5;
+  c.warmup_iterations = 0;
+  c.reference_iterations = 10;
   IterationDetector d(c);
   Feeder f(&d);
+  f.Feed("DO", 40, 10 * kMs);
+  f.Feed("DO", 20, 20 * kMs);
   f.Feed("DO", 20, 10 * kMs);
-  f.Feed("DO", 10, 20 * kMs);
-  f.Feed("DO", 10, 10 * kMs);
-  f.Feed("DO", 10, 20 * kMs);
+  f.Feed("DO", 20, 20 * kMs);
   EXPECT_EQ(d.slowdown_count(), 2);
+}
+
+TEST(IterationDetectorTest, WindowIterationsDoNotFeedTheTrigger) {
+  DetectorConfig c;
+  IterationDetector d(c);
+  Feeder f(&d);
+  f.Feed("DO", 80, 10 * kMs);
+  d.SetExcluded(true);  // a traced window: slower by the tracer's own cost
+  f.Feed("DO", 30, 20 * kMs);
+  d.SetExcluded(false);
+  f.Feed("DO", 30, 10 * kMs);
+  EXPECT_EQ(d.slowdown_count(), 0);
+  EXPECT_DOUBLE_EQ(d.mean_ns(), 10.0 * kMs);
 }
 
 TEST(IterationDetectorTest, HangAfterFiveMeanIterations) {

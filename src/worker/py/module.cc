@@ -161,6 +161,10 @@ struct State {
   unsigned long armed_thread = 0;  // PyThread_get_thread_ident() of the armed thread
   int64_t armed_at_iter = 0, armed_ns = 0, deadline_ns = 0;
   std::vector<WindowMarker> markers;  // under mu
+  // The detector ignores iterations while a window is armed and while Python holds it (its
+  // torch.profiler export competes for the GIL after the window). Under mu.
+  bool window_excludes = false;
+  int holds = 0;
   CallTreeLimits limits;
   uint64_t windows_done = 0;
   std::atomic<uint64_t> files_written{0};
@@ -308,6 +312,7 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
   {
     std::lock_guard<std::mutex> l(g->mu);
     g->markers.clear();
+    g->window_excludes = true;
     g->det->SetExcluded(true);
   }
   g->names.clear();
@@ -356,7 +361,8 @@ void Disarm(int64_t now) {  // training thread (the armed one), GIL held
     w->path = g->win_path;
     w->markers = std::move(g->markers);
     g->markers.clear();
-    g->det->SetExcluded(false);
+    g->window_excludes = false;
+    g->det->SetExcluded(g->holds > 0);
   }
   // Calls still open at the window end are closed there (their time so far is real).
   g->tree->CloseAll(now);
@@ -511,12 +517,15 @@ PyObject* Install(PyObject*, PyObject* args) {
   if (g->installed) Py_RETURN_FALSE;
   DetectorConfig c;
   double learn = c.learn_repeats, window = c.window, ratio = c.slowdown_ratio, hang = c.hang_factor,
-         relearn = c.relearn_after, period = c.max_period,
-         nodes = static_cast<double>(g->limits.max_nodes), depth = g->limits.max_depth;
+         relearn = c.relearn_after, period = c.max_period, warmup = c.warmup_iterations,
+         reference = c.reference_iterations, nodes = static_cast<double>(g->limits.max_nodes),
+         depth = g->limits.max_depth;
   if (cfg != nullptr &&
       !(GetNum(cfg, "learn_repeats", &learn) && GetNum(cfg, "window", &window) &&
         GetNum(cfg, "slowdown_ratio", &ratio) && GetNum(cfg, "hang_factor", &hang) &&
         GetNum(cfg, "relearn_after", &relearn) && GetNum(cfg, "max_period", &period) &&
+        GetNum(cfg, "warmup_iterations", &warmup) &&
+        GetNum(cfg, "reference_iterations", &reference) &&
         GetNum(cfg, "tracer_max_nodes", &nodes) && GetNum(cfg, "tracer_max_depth", &depth))) {
     return nullptr;
   }
@@ -526,6 +535,8 @@ PyObject* Install(PyObject*, PyObject* args) {
   c.hang_factor = hang;
   c.relearn_after = static_cast<int>(relearn);
   c.max_period = static_cast<int>(period);
+  c.warmup_iterations = static_cast<int>(warmup);
+  c.reference_iterations = static_cast<int>(reference);
   if (Status st = c.Validate(); !st.ok()) {
     PyErr_SetString(PyExc_ValueError, st.message().c_str());
     return nullptr;
@@ -644,6 +655,18 @@ PyObject* StopWindow(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// hold_detector(on): while held (counted), completed iterations feed neither the detector's
+// statistics nor its slowdown trigger: work the collector itself does (a torch.profiler
+// export after a window) slows them.
+PyObject* HoldDetector(PyObject*, PyObject* arg) {
+  const int on = PyObject_IsTrue(arg);
+  if (on < 0) return nullptr;
+  std::lock_guard<std::mutex> l(g->mu);
+  g->holds = std::max(0, g->holds + (on ? 1 : -1));
+  if (g->det) g->det->SetExcluded(g->window_excludes || g->holds > 0);
+  Py_RETURN_NONE;
+}
+
 PyObject* Drain(PyObject*, PyObject*) {
   std::deque<News> got;
   {
@@ -707,7 +730,7 @@ PyObject* Stats(PyObject*, PyObject*) {
       slowdowns = d->slowdown_count();
       hangs = d->hang_count();
       mean = d->mean_ns();
-      best = d->best_mean_ns();
+      best = d->shift().reference_ns();
     }
     news_dropped = g->news_dropped;
   }
@@ -716,7 +739,7 @@ PyObject* Stats(PyObject*, PyObject*) {
       "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
       "installed", b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern",
       pattern.c_str(), "iterations", iters, "unmatched", unmatched, "relearns", relearns,
-      "slowdowns", slowdowns, "hangs", hangs, "mean_ns", mean, "best_mean_ns", best, "window_armed",
+      "slowdowns", slowdowns, "hangs", hangs, "mean_ns", mean, "reference_ns", best, "window_armed",
       b(g->armed), "windows_done", (unsigned long long)g->windows_done, "files_written",
       (unsigned long long)g->files_written.load(), "write_errors",
       (unsigned long long)g->write_errors.load(), "tracer_calls",
@@ -751,6 +774,8 @@ PyMethodDef kMethods[] = {
      "start_window(n_iters, max_s, out_path, start_iter=-1) -> bool"},
     {"stop_window", StopWindow, METH_NOARGS, "stop_window()"},
     {"drain", Drain, METH_NOARGS, "news since the last drain, oldest first"},
+    {"hold_detector", HoldDetector, METH_O,
+     "hold_detector(on): iterations completed while held do not feed the slowdown trigger"},
     {"stats", Stats, METH_NOARGS, "counters as a dict"},
     {"_inject_failure", InjectFailure, METH_NOARGS, "test hook"},
     {"disable", Disable, METH_NOARGS, "turn the collector off for good, silently"},

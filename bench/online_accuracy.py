@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Accuracy of the online path where it is hard: real torch DDP jobs (4 ranks, gloo, CPU) under
+`perftracker run` with the product's defaults, each fault repeated N times. Not a CI test: it
+takes minutes per repeat.
+
+For every run the job-end DIR/diagnosis.json (the latest window's) is checked the way
+acceptance reads it (shared/tools/check_diagnosis.py). Reported per scenario: the pass rate, the
+detection delay (fault onset to its window's diagnosis) and, on clean jobs, the windows that a
+slowdown trigger opened (the baseline window opens in every run and is not counted) as false
+windows per hour of training.
+
+  /usr/bin/python3 bench/online_accuracy.py [--repeats 3] [--only straggler,clean] [--json out.json]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.path.dirname(HERE)
+TRAIN = os.path.join(SOURCE, "examples", "train_ddp.py")
+CHECK = os.path.join(SOURCE, "..", "shared", "tools", "check_diagnosis.py")
+PYTHON = "/usr/bin/python3"
+
+# name: (train_ddp.py arguments, perftracker run arguments, what check_diagnosis.py expects)
+SCENARIOS = {
+    "straggler": (["--iters", "320", "--fault", "straggler", "--fault-rank", "2", "--fault-start", "130",
+                   "--fault-work", "8"], [], "rank=2"),
+    "one-slow-loader": (["--iters", "320", "--fault", "slow-loader", "--fault-rank", "1", "--fault-start", "130",
+                         "--fault-ms", "80"], [], "rank=1,function~dataloader|collate|loader"),
+    "all-loaders": (["--iters", "320", "--fault", "slow-loader", "--fault-rank", "all", "--fault-start", "130",
+                     "--fault-ms", "40"], [], "all,function~dataloader|collate|loader"),
+    "gc-rank": (["--iters", "320", "--fault", "gc", "--fault-rank", "3", "--fault-start", "130",
+                 "--gc-garbage", "80000"], [], "rank=3,category~gc"),
+    "call-heavy-rank": (["--iters", "320", "--fault", "call-heavy", "--fault-rank", "3", "--fault-start", "130",
+                         "--calls", "40000"], [], "rank=3"),
+    "hang": (["--iters", "450", "--fault", "hang", "--fault-rank", "2", "--fault-start", "130"],
+             ["--on-hang", "kill"], "hang=2"),
+    "loader-from-0": (["--iters", "200", "--fault", "slow-loader", "--fault-rank", "1", "--fault-start", "0",
+                       "--fault-ms", "12"], [], "rank=1,function~dataloader|collate|loader"),
+    "straggler-from-0": (["--iters", "200", "--fault", "straggler", "--fault-rank", "2", "--fault-start", "0",
+                          "--fault-work", "3"], [], "rank=2"),
+    "clean": (["--iters", "600"], [], "clean"),
+}
+
+
+def run_once(binary, name, tmp):
+    train_args, run_args, expect = SCENARIOS[name]
+    report = os.path.join(tmp, name)
+    shutil.rmtree(report, ignore_errors=True)
+    t0 = time.time()
+    p = subprocess.run([binary, "run", "--nproc", "4", "--report-dir", report, *run_args, "--", PYTHON, TRAIN,
+                        *train_args], capture_output=True, text=True, timeout=900)
+    seconds = time.time() - t0
+    path = os.path.join(report, "diagnosis.json")
+    ok = os.path.exists(path) and subprocess.run([sys.executable, CHECK, path, expect], capture_output=True,
+                                                 text=True).returncode == 0
+    log = open(os.path.join(report, "perftracker.log")).read() if os.path.exists(
+        os.path.join(report, "perftracker.log")) else ""
+    onset = re.search(r"fault \S+ on at step (\d+) \(unix ([0-9.]+)\)", p.stderr)
+    delay = None
+    if onset and int(onset.group(1)) > 0:
+        done = [float(t) for t in re.findall(r"(?:window|hang) \d+ diagnosed \(unix ([0-9.]+)\)", log)
+                if float(t) > float(onset.group(2))]
+        if done:
+            delay = done[0] - float(onset.group(2))
+    slowdown_windows = len(re.findall(r"window \d+ opened \(slowdown", log))
+    return {"ok": ok, "seconds": seconds, "delay_s": delay, "slowdown_windows": slowdown_windows,
+            "exit": p.returncode}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--bin", default=os.path.join(SOURCE, "build", "perftracker"))
+    ap.add_argument("--json", default="", help="write every run's result here")
+    a = ap.parse_args()
+    names = [n for n in a.only.split(",") if n] or list(SCENARIOS)
+    tmp = tempfile.mkdtemp(prefix="pt_accuracy_")
+    results = {}
+    for r in range(a.repeats):  # interleaved: a slow spell of the machine hits every scenario alike
+        for name in names:
+            res = run_once(a.bin, name, tmp)
+            results.setdefault(name, []).append(res)
+            print(f"{name} #{r + 1}: {'PASS' if res['ok'] else 'FAIL'} in {res['seconds']:.0f} s"
+                  + (f", diagnosed {res['delay_s']:.1f} s after the fault" if res["delay_s"] is not None else "")
+                  + (f", {res['slowdown_windows']} slowdown window(s)" if name == "clean" else ""), flush=True)
+    print("\nscenario             pass   delay (median)")
+    for name in names:
+        rs = results[name]
+        delays = [x["delay_s"] for x in rs if x["delay_s"] is not None]
+        print(f"{name:20s} {sum(x['ok'] for x in rs)}/{len(rs)}   "
+              + (f"{statistics.median(delays):.1f} s" if delays else "-"))
+    if "clean" in results:
+        hours = sum(x["seconds"] for x in results["clean"]) / 3600
+        false = sum(x["slowdown_windows"] for x in results["clean"])
+        print(f"clean jobs: {false} slowdown window(s) in {hours * 60:.1f} min of training: "
+              f"{false / hours:.0f} false windows per hour")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

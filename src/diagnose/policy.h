@@ -1,0 +1,126 @@
+// Every number the diagnosis decides with, named once, with the reason for its value: the one
+// place to read or change a threshold (LevelDB's db/dbformat.h keeps its policy numbers the same
+// way). docs/diagnosis.md describes each of them; policy_test.cc fails when one is missing there.
+//
+// The table drives the constants (diagnose::policy::kName), and the list of names, values and
+// reasons that tests and `perftracker diagnose --list-policy` read. Options users tune per run
+// (DiagnoseOptions) take their defaults from here.
+#ifndef PERFTRACKER_DIAGNOSE_POLICY_H_
+#define PERFTRACKER_DIAGNOSE_POLICY_H_
+
+#include <cstddef>
+
+namespace perftracker::diagnose::policy {
+
+// X(name, value, unit, reason)
+#define PT_DIAGNOSIS_POLICY(X)                                                                     \
+  /* Peer comparison (subset problems). */                                                         \
+  X(kMinRelative, 0.10, "ratio",                                                                   \
+    "an outlier is at least 10% above its peers' median: closer is within run-to-run variation")   \
+  X(kMinAbsMs, 0.5, "ms per iteration",                                                            \
+    "an outlier costs at least 0.5 ms per iteration: less is not worth a finding")                 \
+  X(kMinFraction, 0.05, "share of the iteration",                                                  \
+    "an outlier costs at least 5% of the iteration: below it a shared host's scheduling moves "    \
+    "single functions of healthy ranks, and a 5% slowdown is the trigger's smallest")              \
+  X(kMadK, 5.0, "robust z",                                                                        \
+    "an outlier is 5 MAD-scales above its peers: rare for noise even among thousands of ranks")    \
+  X(kLeaveOneOutMax, 16, "ranks",                                                                  \
+    "groups up to 16 ranks compare each rank with the others only; in larger ones a single rank "  \
+    "barely moves the median")                                                                     \
+  X(kTwoRankGap, 0.25, "ratio",                                                                    \
+    "with two ranks one must be 25% above the other: there is no majority to vote with")           \
+  X(kExtraCallsRatio, 1.1, "ratio", "more calls than the peers is at least 10% more...")           \
+  X(kExtraCallsAbs, 0.5, "calls per iteration",                                                    \
+    "...and half a call per iteration more: counts differ by one across window edges")             \
+  X(kCulpritShareOfTop, 0.1, "share of the top excess",                                            \
+    "functions with a tenth of the biggest self-time excess are named with it...")                 \
+  X(kCulpritShareNonOutlier, 0.25, "share of the top excess",                                      \
+    "...a quarter when they are not outliers themselves")                                          \
+  X(kWaitExplainsShare, 0.5, "ratio",                                                              \
+    "a candidate that waits longer than half its own excess is waiting for another candidate")     \
+  X(kLateMemberShare, 0.5, "share of a group's wait",                                              \
+    "a collective-group member waiting under half the group's extra wait arrived late")            \
+  X(kBackedUpRelative, 0.1, "share of the largest queue",                                          \
+    "connections hold a tenth of the largest queue to count as backed up too")                     \
+  X(kMinSignificance, 3.0, "standard errors",                                                      \
+    "a difference that only time shows (equal calls) must exceed 3 standard errors of the "        \
+    "window's iteration-to-iteration noise: less is what noise does in 1 window of 100")           \
+  X(kGroupSimilarity, 0.85, "share of functions",                                                  \
+    "ranks sharing 85% of their significant functions are peers (the same role)")                  \
+  X(kMergeSimilarity, 0.75, "share of functions",                                                  \
+    "a rank left alone joins the group it resembles most if it shares 75% of its functions")       \
+  X(kLateWaitShareOfCollective, 0.5, "share of the collective time",                               \
+    "a late arrival without a slower function makes its peers wait half their collective time "    \
+    "more: collective time is mostly waiting and carries every peer's noise")                      \
+  X(kLateWaitShareOfIteration, 0.10, "share of the iteration",                                     \
+    "a late arrival without a slower function costs 10% of the iteration at least")                \
+  /* Expected-pattern rules (problems on every rank). */                                           \
+  X(kLoaderShare, 0.10, "share of the step",                                                       \
+    "a data loader above 10% of the step is too slow: a healthy one prefetches behind compute")    \
+  X(kLoaderAllowance, 0.01, "share of the step", "what a healthy data loader may cost")            \
+  X(kSyncShare, 0.02, "share of the step",                                                         \
+    "synchronizing calls (.item(), cuda synchronize) above 2% of the step are needless waits")     \
+  X(kGpuIdleShare, 0.15, "share of the step",                                                      \
+    "a GPU idle over 15% of the step behind CPU work is CPU-bound")                                \
+  X(kTinyKernelUs, 10.0, "us", "kernels under 10 us are dominated by their launch cost")           \
+  X(kTinyKernelCalls, 100.0, "calls per iteration",                                                \
+    "over 100 tiny kernels per iteration make a launch-bound phase")                               \
+  X(kLaunchOverheadUs, 5.0, "us", "CPU cost of one kernel launch, when the trace does not say")    \
+  X(kDispatchUs, 5.0, "us",                                                                        \
+    "CPU cost of dispatching one eager op around its launch (parsing, dispatcher, allocator): "    \
+    "5-20 us published; the low end keeps the estimate a floor")                                   \
+  X(kLargeMessageBytes, 1048576, "bytes",                                                          \
+    "collectives of 1 MiB and more reach their link's bandwidth (smaller ones are latency-bound)") \
+  X(kFarBelow, 0.25, "ratio", "bus bandwidth under 25% of the expected is far below it")           \
+  X(kFlatCv, 0.5, "coefficient of variation",                                                      \
+    "collective durations varying less than 50% are a capped link, not waiting")                   \
+  X(kExpectedBusbwGbps, 50.0, "GB/s",                                                              \
+    "bus bandwidth a large collective should reach (NVLink-scale, one node); PCIe-only and "       \
+    "cross-node jobs lower it with --expected-busbw")                                              \
+  /* Link localization. */                                                                         \
+  X(kNicShare, 0.8, "share of groups",                                                             \
+    "a node's NIC is slow when 80% of its cross-node groups are slow")                             \
+  X(kNvlinkShare, 0.5, "share of groups",                                                          \
+    "a node's NVLink is slow when half of its intra-node groups are slow")                         \
+  X(kBackedUpBytes, 16384, "bytes", "a TCP connection holding 16 KiB unacknowledged is backed up") \
+  X(kBackedUpRankBytes, 65536, "bytes",                                                            \
+    "a slow link holds 64 KiB on the connections touching its rank: on loopback a peer "           \
+    "descheduled for a moment leaves ~40 KiB, a link capped at 100 Mbit/s 130 KiB (measured)")     \
+  X(kBackedUpShare, 0.8, "share of the backed-up bytes",                                           \
+    "a rank's link is slow when 80% of the job's backed-up bytes touch it")                        \
+  /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \
+  X(kConfidenceExtraCalls, 0.9, "confidence",                                                      \
+    "more calls than the peers: a difference in the program, not in timing")                       \
+  X(kConfidenceRule, 0.8, "confidence", "an expected-pattern rule measured on every rank")         \
+  X(kConfidenceTimingOnly, 0.6, "confidence",                                                      \
+    "equal calls, longer time, beyond the noise: slower device, host or input")                    \
+  X(kConfidenceLateArrival, 0.4, "confidence",                                                     \
+    "peers wait for the rank but no profiled function says why (unknown cause)")                   \
+  X(kConfidenceSendQueues, 0.4, "confidence",                                                      \
+    "TCP send queues back up toward one rank: a slow link, or a slow reader at the other end")     \
+  X(kConfident, 0.5, "confidence",                                                                 \
+    "findings at or above this are confident and always listed before the others")                 \
+  /* Run diff. */                                                                                  \
+  X(kNewFunctionFloorUs, 10.0, "us per iteration",                                                 \
+    "a function new in TEST below 10 us per iteration is not worth listing")                       \
+  X(kMaxNewOrGone, 20, "functions", "at most 20 new or gone functions are listed one by one")
+
+#define PT_POLICY_CONSTANT(name, value, unit, reason) inline constexpr double name = value;
+PT_DIAGNOSIS_POLICY(PT_POLICY_CONSTANT)
+#undef PT_POLICY_CONSTANT
+
+struct Entry {
+  const char* name;  // "kMinRelative"
+  double value;
+  const char* unit;
+  const char* reason;
+};
+
+#define PT_POLICY_ENTRY(name, value, unit, reason) {#name, value, unit, reason},
+inline constexpr Entry kTable[] = {PT_DIAGNOSIS_POLICY(PT_POLICY_ENTRY)};
+#undef PT_POLICY_ENTRY
+inline constexpr size_t kTableSize = sizeof(kTable) / sizeof(kTable[0]);
+
+}  // namespace perftracker::diagnose::policy
+
+#endif  // PERFTRACKER_DIAGNOSE_POLICY_H_

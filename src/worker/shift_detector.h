@@ -1,0 +1,87 @@
+// The slowdown trigger: decides, from a rank's iteration times alone, that the job runs
+// slower than it did, against the job's own measured noise. It knows nothing about Python.
+//
+// After the iteration is learned it skips a warm-up, then measures a reference over a number
+// of iterations: their median (the reference time), their spread (1.4826 x MAD) and their lag-1
+// autocorrelation (iteration times on a shared host drift: neighbours are alike; the upper end
+// of its estimate is used). From then on
+// it watches the median of the last `recent` iterations; it fires when that median stays above
+// the threshold for `sustain` iterations in a row. The threshold is the larger of
+//   - floor_share x min_ratio x reference: a slowdown of min_ratio (the smallest worth a
+//     profiling window) lands clearly above it, not on it, and
+//   - z x the standard error of a `recent`-iteration median under the measured noise:
+//     1.2533 x sigma / sqrt(n_eff), n_eff = recent x (1 - rho) / (1 + rho).
+// So on a quiet host (sigma ~1%) a sustained 5% slowdown fires within about 20 iterations,
+// while on a noisy one (sigma 15%, neighbours correlated) only a shift well beyond what the job
+// does by itself fires. A median ignores single outliers (a GC pause, a checkpoint); a trigger
+// re-arms once the median is back under the threshold.
+//
+// Not thread-safe (the IterationDetector that owns it is serialized by its caller).
+#ifndef PERFTRACKER_WORKER_SHIFT_DETECTOR_H_
+#define PERFTRACKER_WORKER_SHIFT_DETECTOR_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "base/status.h"
+
+namespace perftracker::worker {
+
+struct ShiftConfig {
+  // Iterations after learning before the reference: the first ones pay for warm-up (allocator,
+  // caches, lazy initialization) and would make the reference too fast.
+  int warmup = 10;
+  // Iterations in the reference: enough for a median, a MAD and an autocorrelation.
+  int reference = 50;
+  // Iterations in the moving median that is compared with the reference: 20 halves its noise
+  // against 10 at the cost of ten iterations of delay.
+  int recent = 20;
+  // Iterations in a row the moving median must stay above the threshold.
+  int sustain = 5;
+  // The smallest relative slowdown that fires (on a quiet host): 5% of an iteration.
+  double min_ratio = 0.05;
+  // The threshold's floor as a share of min_ratio: a shift of exactly min_ratio must fire.
+  double floor_share = 0.6;
+  // How many standard errors of the moving median the shift must exceed. At 4, a noise-only
+  // excursion of the median (1 in 30,000 per independent median for normal noise; the noise
+  // estimate from 50 iterations is itself uncertain by ~15%) stays rare over a long run.
+  double z = 4.0;
+
+  Status Validate() const;
+};
+
+class ShiftDetector {
+ public:
+  explicit ShiftDetector(const ShiftConfig& config = {});
+
+  // Adds one (clean) iteration's duration; true when the trigger fires on it.
+  bool Add(int64_t duration_ns);
+  // Forgets everything: a new warm-up and reference follow (the iteration was relearned).
+  void Reset();
+
+  bool referenced() const { return referenced_; }
+  double reference_ns() const { return reference_ns_; }  // 0 before the reference is complete
+  double sigma_ns() const { return sigma_ns_; }
+  double rho() const { return rho_; }
+  double threshold_ns() const { return threshold_ns_; }  // the moving median's firing level
+  double recent_ns() const;                              // the moving median now; 0 if none
+  int64_t fired() const { return fired_; }
+
+ private:
+  void FinishReference();
+
+  ShiftConfig c_;
+  int64_t seen_ = 0;
+  std::vector<int64_t> ref_;
+  bool referenced_ = false;
+  double reference_ns_ = 0, sigma_ns_ = 0, rho_ = 0, threshold_ns_ = 0;
+  std::vector<int64_t> recent_;  // ring of the last `recent` durations
+  size_t recent_next_ = 0;
+  int above_ = 0;        // consecutive iterations with the moving median above the threshold
+  bool active_ = false;  // fired and not yet back under the threshold
+  int64_t fired_ = 0;
+};
+
+}  // namespace perftracker::worker
+
+#endif  // PERFTRACKER_WORKER_SHIFT_DETECTOR_H_
