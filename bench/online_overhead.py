@@ -63,7 +63,8 @@ def main():
             if which == "plain":
                 run([PYTHON, TRAIN, "--nproc", "4", "--iters", str(a.iters), "--times", plain, *work])
             else:
-                run([a.bin, "run", "--nproc", "4", "--report-dir", os.path.join(tmp, f"r{i}"), "--",
+                run([a.bin, "run", "--nproc", "4", "--report-dir", os.path.join(tmp, f"r{i}"),
+                     "--baseline-window", "off", "--",
                      PYTHON, TRAIN, "--iters", str(a.iters), "--times", online, *work], env=quiet)
         mp, mo = statistics.median(steps(plain, a.skip)), statistics.median(steps(online, a.skip))
         ratios.append(mo / mp)
@@ -80,7 +81,7 @@ def main():
         report = os.path.join(tmp, f"window{k}")
         times = os.path.join(tmp, f"window{k}.json")
         run([a.bin, "run", "--nproc", "4", "--report-dir", report, "--profile-at-iteration", "100",
-             "--", PYTHON, TRAIN, "--iters", str(a.iters), "--times", times, *work], env=quiet)
+             "--baseline-window", "off", "--", PYTHON, TRAIN, "--iters", str(a.iters), "--times", times, *work], env=quiet)
         with open(os.path.join(report, "traces", "window-1", "rank-0.python.json")) as f:
             doc = json.load(f)
         if "iterations" in doc:

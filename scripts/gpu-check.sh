@@ -6,7 +6,8 @@
 #   1. online, clean: 2 ranks share the GPU (gloo), a window forced at iteration 30
 #      (--profile-at-iteration): the window's diagnosis must hold both ranks and GPU kernels;
 #   2. online, GPU-side fault on every rank: needless torch.cuda.synchronize() + .item() each
-#      step from iteration 60: expect an all-rank "sync" finding;
+#      step from iteration 130 (after the baseline window), every number the default: expect an
+#      all-rank "sync" finding;
 #   3. offline: torch.profiler (Kineto, CUDA activity) traces of 2 ranks -> perftracker analyze,
 #      GPU busy/idle breakdown present.
 #
@@ -52,7 +53,7 @@ EOF
 
 # 1. online, clean, forced window.
 R1="$OUT/online-clean"; rm -rf "$R1"
-PERFTRACKER_SLOWDOWN_RATIO=1.0 timeout 300 "$PT" run --nproc 2 --report-dir "$R1" --profile-at-iteration 30 -- \
+timeout 300 "$PT" run --nproc 2 --report-dir "$R1" --baseline-window off --profile-at-iteration 30 -- \
   "$PY" examples/train_ddp.py --device cuda --iters 150 >"$OUT/online-clean.log" 2>&1
 echo "exit $?" >>"$OUT/online-clean.log"
 check online-clean "$R1" 'w is not None and w["job"]["ranks"] == [0, 1]'
@@ -60,8 +61,8 @@ check online-clean "$R1" 'w is not None and w["job"]["ranks"] == [0, 1]'
 
 # 2. online, needless sync on every rank.
 R2="$OUT/online-sync"; rm -rf "$R2"
-PERFTRACKER_SLOWDOWN_RATIO=${PERFTRACKER_SLOWDOWN_RATIO:-0.2} timeout 300 "$PT" run --nproc 2 --report-dir "$R2" -- \
-  "$PY" examples/train_ddp.py --device cuda --iters 300 --fault sync --fault-rank all --fault-start 60 \
+timeout 300 "$PT" run --nproc 2 --report-dir "$R2" -- \
+  "$PY" examples/train_ddp.py --device cuda --iters 400 --fault sync --fault-rank all --fault-start 130 \
   >"$OUT/online-sync.log" 2>&1
 echo "exit $?" >>"$OUT/online-sync.log"
 check online-sync "$R2" 'any(f["category"] == "sync" for f in d["findings"])'
