@@ -274,6 +274,36 @@ def write(path, binary, t_all, layouts, aggs, rows):
     os.replace(path + ".tmp", path)
 
 
+# Faults with a strength: their size and intermittency can be swept.
+TIMING_KINDS = ("slow-gpu", "slow-nvlink", "slow-nic", "slow-switch", "slow-loader", "cpu-contention", "gc")
+
+
+def magnitude_table(rows, magnitudes, everies, out=sys.stdout):
+    """Top-1 against fault size (and intermittency) per kind, and the smallest size found in at
+    least 95% of the jobs with no false finding."""
+    print("\ntop-1 by fault size (every K-th iteration):", file=out)
+    for every in everies:
+        print(f"\n  every {every}:  " + "  ".join(f"{m:>6g}" for m in magnitudes) + "   smallest >= 95%", file=out)
+        for kind in TIMING_KINDS:
+            cells, smallest = [], None
+            for m in magnitudes:
+                opts = "" if (m, every) == (1.0, 1) else f",size={m:g},every={every}"
+                rs = [r for r in rows if r["case"] == kind + opts]
+                if not rs:
+                    cells.append("     -")
+                    continue
+                good = sum(r["score"]["top1"] and not r["score"]["false_findings"] for r in rs) / len(rs)
+                cells.append(f"{100 * good:5.0f}%")
+                if good >= 0.95 and (smallest is None or m < smallest):
+                    smallest = m
+            print(f"  {kind:14s} " + "  ".join(cells) + f"   {smallest if smallest is not None else '-'}",
+                  file=out)
+    clean = [r for r in rows if r["case"] == "none"]
+    if clean:
+        bad = sum(1 for r in clean if r["score"]["false_findings"])
+        print(f"\n  fault-free jobs with a finding: {bad} of {len(clean)}", file=out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/perftracker")
@@ -287,7 +317,15 @@ def main():
     ap.add_argument("--work", default="/tmp/pt_accuracy")
     ap.add_argument("--filter", default="", help="only scenarios whose id contains this")
     ap.add_argument("--keep", action="store_true", help="keep each scenario's folder")
+    ap.add_argument("--magnitudes", default="1",
+                    help="fault sizes to sweep for the single timing faults, e.g. 1,0.5,0.25,0.1 "
+                    "(a share of each kind's default strength: slow-gpu 1.4x at 1, 1.04x at 0.1)")
+    ap.add_argument("--every", default="1", help="intermittency to sweep, e.g. 1,4 (every K-th iteration)")
+    ap.add_argument("--noise", type=float, default=0.03,
+                    help="per-function per-iteration noise of the simulated jobs (simulate --noise)")
     args = ap.parse_args()
+    magnitudes = [float(x) for x in args.magnitudes.split(",") if x]
+    everies = [int(x) for x in args.every.split(",") if x]
 
     binary = os.path.abspath(args.bin)
     layouts = [x for x in args.layouts.split(";") if x]
@@ -297,17 +335,21 @@ def main():
         for layout in layouts[:args.big_layouts] if big else layouts:
             for seed in range(1, (min(args.seeds, args.big_seeds) if big else args.seeds) + 1):
                 for case in CASES:
-                    sid = f"{size}/{layout}/s{seed}/{case}"
-                    if args.filter in sid:
-                        scenarios.append((sid, size, layout, seed, case))
+                    timing = case in TIMING_KINDS
+                    for mag in magnitudes if timing else [1.0]:
+                        for every in everies if timing else [1]:
+                            opts = "" if (mag, every) == (1.0, 1) else f",size={mag:g},every={every}"
+                            sid = f"{size}/{layout}/s{seed}/{case}{opts}"
+                            if args.filter in sid:
+                                scenarios.append((sid, size, layout, seed, case, opts))
     os.makedirs(args.work, exist_ok=True)
     rows = []
     t_all = time.monotonic()
-    for i, (sid, size, layout, seed, case) in enumerate(scenarios):
+    for i, (sid, size, layout, seed, case, opts) in enumerate(scenarios):
         d = os.path.join(args.work, sid.replace("/", "_").replace(",", "").replace("=", ""))
         shutil.rmtree(d, ignore_errors=True)
-        faults = places(case, size, layout, seed)
-        sim = [binary, "simulate", "--workers", str(size), "--layout", layout]
+        faults = [f + opts for f in places(case, size, layout, seed)]
+        sim = [binary, "simulate", "--workers", str(size), "--layout", layout, "--noise", str(args.noise)]
         for f in faults:
             sim += ["--fault", f]
         sim += ["--seed", str(seed), "-o", d]
@@ -325,7 +367,7 @@ def main():
             diagnosis = json.load(fh)
         sc = score(diagnosis, truth)
         row = {
-            "id": sid, "workers": size, "layout": layout, "seed": seed, "case": case,
+            "id": sid, "workers": size, "layout": layout, "seed": seed, "case": case + opts,
             "faults": faults,
             "simulate_cmd": " ".join(sim), "diagnose_cmd": " ".join(diag),
             "truth": [{k: (v if k != "ranks" or len(v) <= 16 else v[:16] + [f"... {len(v)}"])
@@ -347,6 +389,8 @@ def main():
         write(args.out, binary, t_all, layouts, None, rows)
     print()
     aggs = table(rows)
+    if len(magnitudes) > 1 or len(everies) > 1:
+        magnitude_table(rows, magnitudes, everies)
     write(args.out, binary, t_all, layouts, aggs, rows)
     print(f"\nwrote {args.out} ({len(rows)} scenarios, {time.monotonic() - t_all:.0f} s)")
 

@@ -310,6 +310,7 @@ struct SimulateFlags {
   uint64_t seed = 0;
   std::string out;
   int threads = 2;
+  double noise = 0.03;
 };
 
 int RunSimulate(const SimulateFlags& f) {
@@ -326,6 +327,7 @@ int RunSimulate(const SimulateFlags& f) {
   config.traces = f.traces;
   config.seed = f.seed;
   config.threads = f.threads;
+  config.noise = f.noise;
   for (const std::string& text : f.faults) {
     auto fault = pt::sim::ParseFault(text);
     if (!fault.ok()) return Fail(fault.status());
@@ -407,7 +409,16 @@ int main(int argc, char** argv) {
   simulate->add_option("--gpus-per-node", sim.gpus_per_node, "ranks per node (default 8)");
   simulate->add_option("--nodes-per-switch", sim.nodes_per_switch,
                        "nodes under one switch (default 4)");
-  simulate->add_option("--fault", sim.faults, "KIND@PLACE (repeatable), e.g. slow-gpu@rank=5");
+  simulate->add_option(
+      "--fault", sim.faults,
+      "KIND@PLACE[,size=S][,every=K] (repeatable), e.g. slow-gpu@rank=5 or "
+      "slow-gpu@rank=5,size=0.25,every=4 (a quarter of the default slowdown, every "
+      "4th iteration)");
+  simulate
+      ->add_option("--noise", sim.noise,
+                   "per-function, per-iteration noise as a coefficient of variation (default "
+                   "0.03: a GPU job in steady state)")
+      ->check(CLI::Range(0.0, 1.0));
   simulate->add_option("--iterations", sim.iterations, "iterations per rank (default 20)");
   simulate->add_option("--layers", sim.layers,
                        "transformer layers per pipeline stage (default 16: ~380 functions/rank)");

@@ -543,6 +543,34 @@ StatusOr<Fault> ParseFault(std::string_view text) {
   }
   std::string_view kind = text.substr(0, at), place = text.substr(at + 1);
   Fault f;
+  // Options after the place: ",size=S", ",every=K".
+  if (size_t comma = place.find(','); comma != std::string_view::npos) {
+    std::string_view opts = place.substr(comma + 1);
+    place = place.substr(0, comma);
+    while (!opts.empty()) {
+      size_t next = opts.find(',');
+      std::string_view opt = opts.substr(0, next);
+      opts = next == std::string_view::npos ? std::string_view() : opts.substr(next + 1);
+      size_t eq = opt.find('=');
+      std::string_view key = opt.substr(0, eq);
+      std::string value(eq == std::string_view::npos ? "" : opt.substr(eq + 1));
+      char* end = nullptr;
+      if (key == "size") {
+        f.size = std::strtod(value.c_str(), &end);
+        if (value.empty() || *end != '\0' || !(f.size > 0) || f.size > 100)
+          return InvalidArgument(
+              fmt::format("--fault: '{}': size must be a number in (0, 100]", text));
+      } else if (key == "every") {
+        int k = 0;
+        if (!ParseInt(value, &k) || k < 1 || k > 1000)
+          return InvalidArgument(fmt::format("--fault: '{}': every must be in [1, 1000]", text));
+        f.every = k;
+      } else {
+        return InvalidArgument(
+            fmt::format("--fault: '{}': unknown option '{}' (size=S, every=K)", text, opt));
+      }
+    }
+  }
   static const FaultKind kKinds[] = {FaultKind::kSlowGpu,    FaultKind::kSlowNvlink,
                                      FaultKind::kSlowNic,    FaultKind::kSlowSwitch,
                                      FaultKind::kSlowLoader, FaultKind::kCpuContention,
@@ -601,6 +629,10 @@ StatusOr<Fault> ParseFault(std::string_view text) {
       if (f.place_kind != PlaceKind::kAll) return bad("all");
       break;
   }
+  const bool timing =
+      f.kind != FaultKind::kHang && f.kind != FaultKind::kSync && f.kind != FaultKind::kTinyKernels;
+  if (!timing && (f.size != 1.0 || f.every != 1))
+    return InvalidArgument(fmt::format("--fault: '{}': {} takes no size or every", text, kind));
   return f;
 }
 
@@ -770,6 +802,8 @@ std::string TruthJson(const Config& c) {
     w.BeginObject();
     w.Key("kind").String(FaultKindName(f.kind));
     w.Key("place").String(f.place);
+    w.Key("size").Number(f.size);
+    w.Key("every").Int(f.every);
     std::vector<int> ranks = FaultRanks(c, f);
     w.Key("ranks").BeginArray();
     for (int r : ranks) w.Int(r);
@@ -933,7 +967,7 @@ struct Simulator::Impl {
     if (faults) {
       for (const Fault& f : cfg.faults) {
         if (f.kind == FaultKind::kSlowNvlink && !cross_node && topo.Node(rank) == f.index) {
-          slow = std::max(slow, kSlowNvlinkFactor);
+          slow = std::max(slow, 1 + (kSlowNvlinkFactor - 1) * f.Strength());
         }
         if ((f.kind == FaultKind::kSlowNic || f.kind == FaultKind::kSlowSwitch) && cross_node) {
           const bool sw = f.kind == FaultKind::kSlowSwitch;
@@ -941,7 +975,8 @@ struct Simulator::Impl {
           const int first = f.index * per;
           for (int o = first; o < std::min(cfg.workers, first + per); ++o) {
             if (SameGroup(rank, o, s.role)) {
-              slow = std::max(slow, sw ? kSlowSwitchFactor : kSlowNicFactor);
+              slow = std::max(slow,
+                              1 + ((sw ? kSlowSwitchFactor : kSlowNicFactor) - 1) * f.Strength());
               break;
             }
           }
@@ -958,12 +993,14 @@ struct Simulator::Impl {
     double x = 1;
     for (const Fault& f : cfg.faults) {
       if (!Hit(f, rank)) continue;
-      if (f.kind == FaultKind::kSlowGpu && s.role == Role::kComputeKernel) x *= kSlowGpuFactor;
+      const double k = f.Strength();
+      if (f.kind == FaultKind::kSlowGpu && s.role == Role::kComputeKernel)
+        x *= 1 + (kSlowGpuFactor - 1) * k;
       if (f.kind == FaultKind::kCpuContention &&
           (s.role == Role::kCpuOp || s.role == Role::kLaunch)) {
-        x *= kCpuContentionFactor;
+        x *= 1 + (kCpuContentionFactor - 1) * k;
       }
-      if (f.kind == FaultKind::kCpuContention && s.role == Role::kPython) x *= 2;
+      if (f.kind == FaultKind::kCpuContention && s.role == Role::kPython) x *= 1 + k;
     }
     return x;
   }
@@ -973,17 +1010,28 @@ struct Simulator::Impl {
     if (!faults) return 0;
     for (const Fault& f : cfg.faults) {
       if (!Hit(f, rank)) continue;
-      if (f.kind == FaultKind::kSlowLoader && role == Role::kLoader) us += kSlowLoaderUs;
+      if (f.kind == FaultKind::kSlowLoader && role == Role::kLoader)
+        us += kSlowLoaderUs * f.Strength();
     }
     return us;
   }
 
-  bool HasGc(int rank) const {
-    for (const Fault& f : cfg.faults) {
-      if (f.kind == FaultKind::kGc && f.index == rank) return true;
-    }
-    return false;
+  // The period of the rank's intermittent faults (1: every iteration).
+  int EveryOf(int rank) const {
+    int every = 1;
+    for (const Fault& f : cfg.faults)
+      if (Hit(f, rank)) every = std::max(every, f.every);
+    return every;
   }
+
+  // Time in garbage collection per iteration (mean over the iterations) of a rank's gc faults.
+  double GcUs(int rank) const {
+    double us = 0;
+    for (const Fault& f : cfg.faults)
+      if (f.kind == FaultKind::kGc && f.index == rank) us += kGcUs * f.Strength();
+    return us;
+  }
+  bool HasGc(int rank) const { return GcUs(rank) > 0; }
 
   // A rank's own work per iteration (no waiting), with or without its rank/node/switch faults.
   // Faults on every rank stay in both: they delay nobody relative to anyone.
@@ -1012,9 +1060,10 @@ struct Simulator::Impl {
     if (faults) {
       for (const Fault& f : cfg.faults) {
         if (!Hit(f, rank)) continue;
-        if (f.kind == FaultKind::kGc) stall += kGcUs;
-        if (f.kind == FaultKind::kCpuContention) stall += kCpuContentionStall * compute;
+        if (f.kind == FaultKind::kCpuContention)
+          stall += kCpuContentionStall * f.Strength() * compute;
       }
+      stall += GcUs(rank);
     }
     stall += 2000;  // 2 ms of unavoidable step overhead with the GPU idle
     if (stall_out) *stall_out = stall;
@@ -1177,8 +1226,11 @@ pattern::RankSummary Simulator::SimulateRank(int rank) const {
   std::normal_distribution<double> z(0, 1);
   const int iters = config_.iterations;
   const double mean_iter = st.iteration_us;
+  // An intermittent fault is at full strength on its active iterations and absent on the
+  // others; a function's fault-free part keeps its value on every iteration.
+  const int every = im.EveryOf(rank);
   auto add = [&](const Spec& s, double call_us, int calls, FunctionClass fclass,
-                 const std::string& name, double self_frac, double cv) {
+                 const std::string& name, double self_frac, double cv, double free_call_us) {
     pattern::FunctionPattern f;
     f.name = name;
     f.kind = s.kind;
@@ -1202,9 +1254,14 @@ pattern::RankSummary Simulator::SimulateRank(int rank) const {
     f.share = (f.per_iter_us / mean_iter);
     f.self_per_iter_us = (f.per_iter_us * self_frac);
     f.iter_us.reserve(iters);
+    const double free_per_iter = free_call_us * calls;
+    const double fault_per_iter = f.per_iter_us - free_per_iter;
     for (int i = 0; i < iters; ++i) {
-      f.iter_us.push_back((static_cast<float>(f.per_iter_us * st.iter_factor[i] *
-                                              (1 + 0.01 * std::clamp(z(rng), -3.0, 3.0)))));
+      const double fault =
+          every == 1 ? fault_per_iter : (i % every == 0 ? fault_per_iter * every : 0);
+      f.iter_us.push_back(
+          static_cast<float>((free_per_iter + fault) * st.iter_factor[i] *
+                             std::max(0.05, 1 + config_.noise * std::clamp(z(rng), -3.0, 3.0))));
     }
     if (fclass == FunctionClass::kCollective) {
       f.coll.op = s.op;
@@ -1229,12 +1286,21 @@ pattern::RankSummary Simulator::SimulateRank(int rank) const {
     const Spec& s = specs[i];
     double cv = s.gpu ? 0.03 : 0.12;
     if (s.fclass == FunctionClass::kCollective) cv = 0.25;
-    add(s, st.call_us[i], s.calls, s.fclass, s.name, s.self_frac, cv);
+    // The fault-free part of the call, for intermittent faults' per-iteration values.
+    double free_us = st.call_us[i];
+    if (s.role == Role::kLoader) {
+      free_us = s.base_us * st.noise[i];
+    } else if (s.role < Role::kCollTp || s.role > Role::kCollEp) {
+      const double x = im.Factor(rank, s, true);
+      if (x > 0) free_us = st.call_us[i] / x;
+    }
+    add(s, st.call_us[i], s.calls, s.fclass, s.name, s.self_frac, cv, free_us);
   }
   if (im.HasGc(rank)) {
     Spec gc = MakeSpec("<gc>", EventKind::kPythonFunction, Role::kGc, kGcUs, 1,
                        "train.py(241): <module>;train.py(120): train_step");
-    add(gc, kGcUs * std::exp(kRankNoise * z(rng)), 1, FunctionClass::kGc, gc.name, 1, 0.1);
+    add(gc, im.GcUs(rank) * std::exp(kRankNoise * z(rng)), 1, FunctionClass::kGc, gc.name, 1, 0.1,
+        0);
   }
   std::sort(out.functions.begin(), out.functions.end(),
             [](const pattern::FunctionPattern& a, const pattern::FunctionPattern& b) {
@@ -1363,9 +1429,9 @@ std::string Simulator::TraceJson(int rank) const {
       }
     }
     if (gc) {
-      ev("python_function", "<gc>", pid, 1, cpu, kGcUs * f,
+      ev("python_function", "<gc>", pid, 1, cpu, im.GcUs(rank) * f,
          fmt::format("\"Python id\": {}, \"Python parent id\": {}", pyid++, step_py));
-      cpu += kGcUs * f;
+      cpu += im.GcUs(rank) * f;
     }
     const double end = std::max({t0 + st.iteration_us * f, cpu + 10, gpu + 10});
     ev("python_function", "train.py(120): train_step", pid, 1, t0 + 1, end - t0 - 2,
