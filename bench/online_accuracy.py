@@ -70,7 +70,11 @@ def run_once(binary, name, tmp):
                 if float(t) > float(onset.group(2))]
         if done:
             delay = done[0] - float(onset.group(2))
-    slowdown_windows = len(re.findall(r"window \d+ opened \(slowdown", log))
+    slowdown_windows = len(set(re.findall(r"window (\d+) opened \(slowdown", log)))
+    if not ok:  # kept for a look: the next repeat would overwrite it
+        kept = f"{report}-failed-{int(t0)}"
+        os.rename(report, kept)
+        print(f"  kept {kept}", flush=True)
     return {"ok": ok, "seconds": seconds, "delay_s": delay, "slowdown_windows": slowdown_windows,
             "exit": p.returncode}
 

@@ -52,6 +52,9 @@ def parse_args(argv=None):
     p.add_argument("--gc-heap", type=int, default=500000, help="long-lived GC-tracked objects (gc fault)")
     p.add_argument("--gc-garbage", type=int, default=40000, help="reference cycles per step (gc fault)")
     p.add_argument("--calls", type=int, default=80000, help="short Python calls per step (call-heavy fault)")
+    p.add_argument("--step-sleep-ms", type=float, default=0.0,
+                   help="every step also waits this long (as a GPU-bound step waits for its kernels): "
+                        "with a small model the iteration time is then quiet even on shared cores")
     p.add_argument("--log-every", type=int, default=0,
                    help="all-reduce the loss (dist.all_reduce) and print it every K steps (0 = never)")
     p.add_argument("--profile-dir", default="", help="write one profiler trace per rank here")
@@ -196,6 +199,8 @@ def worker(rank, world, args):
             if rank == 0:
                 print(f"step {step} loss {total.item() / world:.4f}", flush=True)
         loss.backward()
+        if args.step_sleep_ms:
+            time.sleep(args.step_sleep_ms / 1000.0)
         opt.step()
         return loss
 

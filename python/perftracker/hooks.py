@@ -435,6 +435,9 @@ class AgentClient:
         self.lock = threading.Lock()
         self.extra = []  # messages from other threads (send())
         self.pending_profile = None  # (command, time received)
+        # The window whose collection holds the detector (worker/shift_detector.h): from the
+        # accepted command until the agent says it uploaded the summary, or HOLD_MAX_S.
+        self.held = None  # (window, monotonic time held)
         self.replies = []  # answers to commands, shipped in the same tick
         self.last_iteration = -1  # the last completed iteration index the detector reported
         self.stop = threading.Event()
@@ -465,6 +468,8 @@ class AgentClient:
         if self.ident["world_size"] is None:
             self.ident["world_size"] = _world_size()
         self._start_profile()
+        if self.held is not None and time.monotonic() - self.held[1] > self.HOLD_MAX_S:
+            self._release(None)
         msgs = self._messages()
         self._log(msgs)
         if self.sock_path:
@@ -608,6 +613,7 @@ class AgentClient:
                              int(cmd.get("start_iter", -1)))
         if ok:
             _windows.append(rec)
+            self._hold(window)
         else:
             _window_out, _window_rec = prev  # refused: another window is pending or open
         self.send({"type": "profile_ack", "accepted": bool(ok), "path": out, "window": window})
@@ -624,8 +630,24 @@ class AgentClient:
             self._start_profile()
         elif cmd.get("type") == "stop":
             _w.stop_window()
+        elif cmd.get("type") == "uploaded":
+            self._release(cmd.get("window"))
         elif cmd.get("type") == "stacks":
             self.replies.append(self.stacks_reply(cmd.get("request_id")))
+
+    HOLD_MAX_S = 120.0  # a window's collection never holds the detector longer than this
+
+    def _hold(self, window):
+        """Tracing, torch.profiler's export and the agent's summarizing slow training: the
+        iterations from the window's command until its upload say nothing about the job."""
+        self._release(None)
+        _w.hold_detector(True)
+        self.held = (window, time.monotonic())
+
+    def _release(self, window):
+        if self.held is not None and (window is None or window == self.held[0]):
+            self.held = None
+            _w.hold_detector(False)
 
     def stacks_reply(self, request_id):
         return {"type": "stacks", "request_id": request_id, "iteration": self.last_iteration,

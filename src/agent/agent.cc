@@ -378,6 +378,7 @@ Status Agent::Run() {
         std::map<std::string, double> hw = m.proc.End(t.pid);
         for (const auto& [k, v] : m.nvml.Sample()) hw[k] = v;
         m.UploadTrace(*w, t, hw);
+        if (t.pid > 0) m.sink->WindowUploaded(t.pid, w->window_id);
         std::lock_guard plk(m.mu);
         if (m.window && m.window->window_id == w->window_id) ++m.window_uploads;
         // The window that answered the trigger is in: the detector watches again.

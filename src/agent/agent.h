@@ -70,6 +70,9 @@ class AgentLocalSink {
   virtual std::vector<WorkerTrigger> PollTriggers() { return {}; }
   // Asks every local worker for its Python stacks and last collective (a hang).
   virtual Status RequestStacks(int64_t request_id) { return Status::Ok(); }
+  // The window's summary of worker PID went to the server (or could not): the worker's detector
+  // counts iterations again (the collection slowed them until now).
+  virtual void WindowUploaded(int pid, int64_t window_id) {}
   // Stack replies since the last call, with the request id they answer.
   virtual std::vector<std::pair<int64_t, diagnose::RankStacks>> PollStacks() { return {}; }
 };

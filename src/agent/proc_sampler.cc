@@ -75,6 +75,17 @@ StatusOr<HostCpu> ParseHostCpu(std::string_view proc_stat) {
     if (i != 3 && i != 4) cpu.busy += v;
   }
   if (cpu.total == 0) return DataLoss("stat: no cpu jiffies");
+  const size_t at = proc_stat.find("\nprocs_running ");
+  if (at != std::string_view::npos) {
+    int64_t n = 0;
+    size_t i = at + 15;
+    bool any = false;
+    while (i < proc_stat.size() && proc_stat[i] >= '0' && proc_stat[i] <= '9' && n < 1000000000) {
+      n = n * 10 + (proc_stat[i++] - '0');
+      any = true;
+    }
+    if (any) cpu.procs_running = n;
+  }
   return cpu;
 }
 
@@ -210,6 +221,8 @@ void ProcSampler::Begin(const std::vector<int>& pids) {
   for (int pid : pids) ticks_[pid] = 0;
   for (int pid : pids)
     if (auto c = ReadPidCpu(pid, proc_); c.ok()) pids_[pid] = *c;
+  running_sum_ = 0;
+  running_n_ = 0;
   auto h = ReadHostCpu(proc_);
   have_host_ = h.ok();
   if (have_host_) host_ = *h;
@@ -218,6 +231,11 @@ void ProcSampler::Begin(const std::vector<int>& pids) {
 }
 
 void ProcSampler::Tick() {
+  if (auto h = ReadHostCpu(proc_); h.ok() && h->procs_running >= 0) {
+    // This sampler's own thread is one of them.
+    running_sum_ += static_cast<double>(std::max<int64_t>(0, h->procs_running - 1));
+    ++running_n_;
+  }
   for (auto& [pid, n] : ticks_) {
     if (n < 0) continue;  // ended
     ++n;
@@ -258,6 +276,8 @@ std::map<std::string, double> ProcSampler::End(int pid) {
     t->second = -1;
     conns_.erase(pid);
   }
+  if (running_n_ > 0) m["host.procs_running"] = running_sum_ / running_n_;
+  m["host.cores"] = static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
   if (have_host_) {
     if (auto h = ReadHostCpu(proc_); h.ok() && h->total > host_.total)
       m["host.cpu_util"] =

@@ -25,6 +25,7 @@ struct PidCpu {
 struct HostCpu {
   uint64_t busy = 0;  // jiffies not idle or iowait
   uint64_t total = 0;
+  int64_t procs_running = -1;  // threads runnable right now (-1: not in the text)
 };
 struct NicBytes {
   uint64_t rx_bytes = 0;
@@ -54,7 +55,9 @@ StatusOr<std::map<std::string, NicBytes>> ReadNetDev(const std::string& proc = "
 std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc = "/proc");
 
 // Samples at Begin, every Tick and at End, and reports named metrics: "host.cpu_util",
-// "nic.<dev>.rx_bytes", ... for the node, and for one worker (End(pid)) "proc.cpu_s",
+// "nic.<dev>.rx_bytes", "host.procs_running" (mean runnable threads over the ticks: above
+// "host.cores" the CPUs are oversubscribed), ... for the node, and for one worker (End(pid))
+// "proc.cpu_s",
 // "proc.voluntary_ctxt_switches", "proc.nonvoluntary_ctxt_switches" and, per connection,
 // "tcp.sendq.<local>><remote>" = mean send-queue bytes over the ticks (the 16 largest).
 class ProcSampler {
@@ -76,6 +79,8 @@ class ProcSampler {
   std::map<int, int> ticks_;
   HostCpu host_;
   bool have_host_ = false;
+  double running_sum_ = 0;
+  int running_n_ = 0;
   std::map<std::string, NicBytes> nics_;
 };
 

@@ -37,6 +37,11 @@ TEST(ProcSampler, ParsesHostCpuAndNetDev) {
   ASSERT_TRUE(h.ok());
   EXPECT_EQ(h->total, 10u + 20 + 30 + 400 + 50 + 6 + 7 + 8);
   EXPECT_EQ(h->busy, 10u + 20 + 30 + 6 + 7 + 8);
+  EXPECT_EQ(h->procs_running, -1);
+  h = ParseHostCpu(
+      "cpu  10 20 30 400 50 6 7 8 9 10\nintr 5 0\nctxt 99\nprocs_running 7\nprocs_blocked 0\n");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->procs_running, 7);
   auto n = ParseNetDev(
       "Inter-|   Receive                                                |  Transmit\n"
       " face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets\n"

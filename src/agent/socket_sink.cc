@@ -779,6 +779,15 @@ Status SocketSink::RequestStacks(int64_t request_id) {
   return Status::Ok();
 }
 
+void SocketSink::WindowUploaded(int pid, int64_t window_id) {
+  Impl& m = *impl_;
+  const std::string line = fmt::format(R"({{"type":"uploaded","window":{}}})", window_id);
+  std::lock_guard lk(m.mu);
+  for (auto& [fd, c] : m.conns)
+    if (c.pid == pid) m.Send(c, line);
+  m.Wake();
+}
+
 std::vector<WorkerTrace> SocketSink::PollFinished() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);

@@ -66,6 +66,7 @@ class SocketSink : public AgentLocalSink {
   std::vector<int> WorkerPids() override;
   std::vector<WorkerTrigger> PollTriggers() override;
   Status RequestStacks(int64_t request_id) override;
+  void WindowUploaded(int pid, int64_t window_id) override;
   std::vector<std::pair<int64_t, diagnose::RankStacks>> PollStacks() override;
 
   Counters counters() const;

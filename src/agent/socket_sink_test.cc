@@ -383,6 +383,14 @@ TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
   EXPECT_EQ(again->ReadLine(), R"({"type":"stacks","request_id":3})");
 }
 
+TEST_F(SocketSinkTest, UploadedIsSentToTheWorkerWhoseWindowItWas) {
+  auto a = Connect(61, "0");
+  auto b = Connect(62, "1");
+  sink_->WindowUploaded(62, 4);
+  EXPECT_EQ(b->ReadLine(), R"({"type":"uploaded","window":4})");
+  EXPECT_EQ(a->ReadLine(300), "");
+}
+
 TEST_F(SocketSinkTest, StacksRequestAndReply) {
   auto w = Connect(60, "1");
   ASSERT_TRUE(sink_->RequestStacks(7).ok());

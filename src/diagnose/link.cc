@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "diagnose/analysis.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose {
@@ -18,12 +19,6 @@ struct Conn {
   std::string local, remote;
   double bytes;
 };
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -81,7 +76,7 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
   f.finding_class = FindingClass::kSubset;
   f.cause = Cause::kHardware;
   f.category = "communication";
-  f.confidence = policy::kConfidenceSendQueues;
+  f.confidence = policy::kConfidenceTimingOnly;
   f.ranks = {slow};
   std::vector<double> comm, iter;
   for (const auto& r : ranks) {
@@ -104,15 +99,15 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
                                {}});
     }
   }
-  double median_iter = Median(iter);
+  double median_iter = internal::Median(iter);
   // The collectives' time is what the slow hop stretches on every rank (an upper bound: part of
   // it would remain on a healthy link).
-  f.impact_ms = std::min(Median(comm), median_iter);
+  f.impact_ms = std::min(internal::Median(comm), median_iter);
   f.impact_fraction = median_iter > 0 ? f.impact_ms / median_iter : 0;
   f.evidence["backed_up_peers"] = static_cast<double>(n_peers);
   f.evidence["own_queued_kib"] = own_bytes[slow] / 1024;
   f.evidence["job_queued_kib"] = total / 1024;
-  f.evidence["collective_ms_per_iteration"] = Median(comm);
+  f.evidence["collective_ms_per_iteration"] = internal::Median(comm);
   std::vector<std::string> shown;
   for (const Conn& c : conns)
     if (c.bytes >= heavy && (c.rank == slow || (owner.count(c.remote) && owner[c.remote] == slow)))
@@ -123,24 +118,65 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
       "rank {}'s network link is slow: its connections to {} peers back up (mean {:.0f} KiB "
       "queued) while connections between other ranks drain; every rank's collectives wait for "
       "it ({:.1f} ms per iteration)",
-      slow, n_peers, own_bytes[slow] / 1024, Median(comm));
+      slow, n_peers, own_bytes[slow] / 1024, internal::Median(comm));
   f.suggestion =
       "check that rank's NIC and link (speed negotiated, errors, a rate limit, a congested or "
       "faulty switch port); move the rank off that node if it persists";
   return f;
 }
 
+bool ExplainByHostContention(const RankMetrics& metrics, Finding* f) {
+  if (f->finding_class != FindingClass::kSubset || f->ranks.size() != 1 ||
+      f->confidence != policy::kConfidenceTimingOnly || f->category == "communication")
+    return false;
+  const int rank = f->ranks[0];
+  auto it = metrics.find(rank);
+  if (it == metrics.end()) return false;
+  auto get = [&](const std::map<std::string, double>& m, const char* key) {
+    auto v = m.find(key);
+    return v == m.end() ? -1.0 : v->second;
+  };
+  const double running = get(it->second, "host.procs_running");
+  const double cores = get(it->second, "host.cores");
+  if (running < 0 || cores <= 0 || running <= cores * policy::kOversubscribed) return false;
+  // Whom the scheduler set aside: the rank's involuntary switches against its host's others.
+  std::vector<double> peers;
+  for (const auto& [r, m] : metrics)
+    if (r != rank) peers.push_back(get(m, "proc.nonvoluntary_ctxt_switches"));
+  const double own = get(it->second, "proc.nonvoluntary_ctxt_switches");
+  const std::string host = f->hosts.empty() ? "its host" : "host " + f->hosts[0];
+  f->evidence["host_runnable_threads"] = running;
+  f->evidence["host_cores"] = cores;
+  if (own >= 0) f->evidence["involuntary_switches"] = own;
+  if (!peers.empty()) f->evidence["peers_involuntary_switches"] = internal::Median(peers);
+  f->evidence_text["reasoning"] = fmt::format(
+      "rank {} is slower than its peers with the same calls while {}'s CPUs are oversubscribed "
+      "({:.1f} runnable threads on {:.0f} cores): the scheduler, not its own work, slows it",
+      rank, host, running, cores);
+  f->summary = fmt::format(
+      "{}'s CPUs are oversubscribed ({:.1f} runnable threads on {:.0f} cores): rank {} gets less "
+      "CPU than its peers and runs slower with the same work; the job loses {:.1f} ms/iter",
+      host, running, cores, rank, f->impact_ms);
+  f->suggestion =
+      "Give every rank its own cores: fewer ranks or fewer threads per rank on the host "
+      "(OMP_NUM_THREADS, torch.set_num_threads, DataLoader workers), pin them (taskset, numactl), "
+      "and move other processes off it.";
+  f->category = "cpu_contention";
+  f->cause = Cause::kConfiguration;
+  return true;
+}
+
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d) {
-  std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks);
-  if (!link) return;
-  std::erase_if(d->findings, [](const Finding& f) {
-    return f.finding_class == FindingClass::kAll &&
-           (f.category == "communication" || f.category == "low_bandwidth");
-  });
-  d->findings.push_back(std::move(*link));
-  std::stable_sort(d->findings.begin(), d->findings.end(),
-                   [](const Finding& a, const Finding& b) { return a.impact_ms > b.impact_ms; });
+  for (Finding& f : d->findings) ExplainByHostContention(metrics, &f);
+  if (std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks)) {
+    std::erase_if(d->findings, [](const Finding& f) {
+      return f.finding_class == FindingClass::kAll &&
+             (f.category == "communication" || f.category == "low_bandwidth");
+    });
+    d->findings.push_back(std::move(*link));
+  }
+  internal::SortFindings(&d->findings);
 }
 
 }  // namespace perftracker::diagnose

@@ -88,6 +88,9 @@ namespace perftracker::diagnose::policy {
     "descheduled for a moment leaves ~40 KiB, a link capped at 100 Mbit/s 130 KiB (measured)")     \
   X(kBackedUpShare, 0.8, "share of the backed-up bytes",                                           \
     "a rank's link is slow when 80% of the job's backed-up bytes touch it")                        \
+  X(kOversubscribed, 1.0, "runnable threads per core",                                             \
+    "a host with more runnable threads than cores (mean over the window) is oversubscribed: "      \
+    "its ranks take turns on the CPUs")                                                            \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \
   X(kConfidenceExtraCalls, 0.9, "confidence",                                                      \
     "more calls than the peers: a difference in the program, not in timing")                       \
@@ -96,8 +99,6 @@ namespace perftracker::diagnose::policy {
     "equal calls, longer time, beyond the noise: slower device, host or input")                    \
   X(kConfidenceLateArrival, 0.4, "confidence",                                                     \
     "peers wait for the rank but no profiled function says why (unknown cause)")                   \
-  X(kConfidenceSendQueues, 0.4, "confidence",                                                      \
-    "TCP send queues back up toward one rank: a slow link, or a slow reader at the other end")     \
   X(kConfident, 0.5, "confidence",                                                                 \
     "findings at or above this are confident and always listed before the others")                 \
   /* Run diff. */                                                                                  \

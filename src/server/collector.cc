@@ -257,6 +257,9 @@ struct CollectorServer::Impl final
   std::chrono::steady_clock::time_point last_opened{};
   int64_t slowdown_window = 0;  // the window a slowdown trigger opened or joined
   bool baseline_done = false;
+  // A slowdown that began after the open window started profiling: that window cannot show
+  // it, so a window of its own follows once the open one closes.
+  std::optional<std::string> followup;
   struct PendingHang {
     std::chrono::steady_clock::time_point since;
     int rank = -1;
@@ -469,6 +472,12 @@ struct CollectorServer::Impl final
   // with mu held.
   void MaybeOpenScheduledLocked() {
     if (open_window || hang || pending_hang || shutting_down) return;
+    if (followup) {
+      std::string reason = std::move(*followup);
+      followup.reset();
+      slowdown_window = OpenWindowLocked(reason, 0).window_id;
+      return;
+    }
     if (options.baseline_window && !baseline_done) {
       // Whom to wait for: the ranks agents declared, else those that reported.
       std::set<int> expected;
@@ -697,6 +706,13 @@ struct CollectorServer::Impl final
         reply->set_already_open(true);
         return grpc::Status::OK;
       }
+      if (open_window && open_window != slowdown_window &&
+          req->iteration() >= windows[open_window]->spec().start_iteration) {
+        followup = reason;
+        reply->set_window_id(open_window);
+        reply->set_already_open(true);
+        return grpc::Status::OK;
+      }
     }
     TriggerResult r = OpenWindowLocked(reason, req->iterations());
     if (kind == "slowdown") slowdown_window = r.window_id;
@@ -810,7 +826,20 @@ void CollectorServer::Shutdown() {
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (impl_->timer.joinable()) impl_->timer.join();
   std::lock_guard lk(impl_->mu);
-  if (impl_->open_window) impl_->CloseWindowLocked(impl_->open_window);
+  // The job ended while a window was open: what arrived is diagnosed; a window no rank could
+  // report (training ended before it) is no finding about anyone, only a note.
+  std::optional<std::string> unprofiled;
+  if (impl_->open_window) {
+    Window& w = *impl_->windows[impl_->open_window];
+    if (w.Reported().empty()) {
+      unprofiled = fmt::format("window {} opened but the job ended before any rank reported it",
+                               impl_->open_window);
+      w.Seal();
+      impl_->open_window = 0;
+    } else {
+      impl_->CloseWindowLocked(impl_->open_window);
+    }
+  }
   // The job ended: a silence not yet reported was its exit, not a hang.
   if (impl_->pending_hang || impl_->hang)
     log::Detail("server", "a hang trigger was pending when the job ended; not reported");
@@ -824,6 +853,7 @@ void CollectorServer::Shutdown() {
   } else {
     final_d.job.notes.push_back("no profiling window fired or completed during the run");
   }
+  if (unprofiled) final_d.job.notes.push_back(*unprofiled);
   std::vector<double> means;
   for (const auto& [r, st] : impl_->ranks) {
     if (st.count == 0) continue;

@@ -490,5 +490,37 @@ TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
   (*server)->Shutdown();
 }
 
+TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
+  ServerOptions o;
+  o.report_dir = TempDir("followup");
+  o.print = false;
+  o.baseline_window = false;
+  o.max_seconds = 0.1;
+  o.upload_grace_seconds = 0.1;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0}, &agent));
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  ASSERT_EQ(tr.window_id(), 1);
+  // The slowdown began at an iteration the open window already profiles (or has profiled).
+  v1::TriggerRequest slow;
+  slow.set_kind("slowdown");
+  slow.set_rank(0);
+  slow.set_iteration(tr.start_iteration() + 3);
+  slow.set_mean_ms(12);
+  slow.set_best_ms(10);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  EXPECT_EQ(tr.window_id(), 1);
+  EXPECT_TRUE(tr.already_open());
+  // Window 1 expires (nobody uploads); window 2 follows for the slowdown.
+  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(fs::exists(o.report_dir + "/windows/2/diagnosis.json"));
+  (*server)->Shutdown();
+}
+
 }  // namespace
 }  // namespace perftracker::server
