@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "base/bucket_counts.h"
+
 namespace perftracker::pattern {
 
 class LogHistogram {
@@ -17,39 +19,20 @@ class LogHistogram {
   static constexpr double kMinUs = 0.01;  // resolution floor; shorter durations share bucket 0
   static constexpr double kGrowth = 1.02;
 
-  void Add(double v) {
-    const int b = Bucket(v);
-    if (counts_.empty()) {
-      offset_ = b;
-      counts_.assign(1, 0);
-    } else if (b < offset_) {
-      counts_.insert(counts_.begin(), static_cast<size_t>(offset_ - b), 0);
-      offset_ = b;
-    } else if (b >= offset_ + static_cast<int>(counts_.size())) {
-      counts_.resize(static_cast<size_t>(b - offset_ + 1), 0);
-    }
-    ++counts_[static_cast<size_t>(b - offset_)];
-    ++n_;
-  }
+  void Add(double v) { counts_.Add(Bucket(v)); }
 
-  uint64_t count() const { return n_; }
+  uint64_t count() const { return counts_.count(); }
 
   // Nearest-rank quantile, reported as the bucket's geometric middle clamped to the exact
   // observed [lo, hi].
   double Quantile(double q, double lo, double hi) const {
-    if (n_ == 0) return 0;
+    const uint64_t n = counts_.count();
+    if (n == 0) return 0;
     const uint64_t rank =
-        std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(n_))));
-    uint64_t seen = 0;
-    for (size_t i = 0; i < counts_.size(); ++i) {
-      seen += counts_[i];
-      if (seen >= rank) {
-        const int b = offset_ + static_cast<int>(i);
-        const double v = b == 0 ? lo : kMinUs * std::pow(kGrowth, b - 0.5);
-        return std::clamp(v, lo, hi);
-      }
-    }
-    return hi;
+        std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(n))));
+    const int b = counts_.BucketAtRank(rank);
+    const double v = b == 0 ? lo : kMinUs * std::pow(kGrowth, b - 0.5);
+    return std::clamp(v, lo, hi);
   }
 
   static int Bucket(double v) {
@@ -96,9 +79,7 @@ class LogHistogram {
     return e * 0.6931471805599453 + t.log_m0[i] + l1p;
   }
 
-  int offset_ = 0;
-  std::vector<uint32_t> counts_;
-  uint64_t n_ = 0;
+  BucketCounts counts_;
 };
 
 }  // namespace perftracker::pattern

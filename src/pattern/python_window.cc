@@ -10,6 +10,7 @@
 #include <map>
 #include <vector>
 
+#include "base/bucket_counts.h"
 #include "pattern/names.h"
 #include "pattern/summarizer.h"
 #include "trace/reader.h"
@@ -33,23 +34,16 @@ double LowerEdgeNs(int b) {
   return std::ldexp(1.0 + (b % 4) / 4.0, b / 4);
 }
 
-// Nearest-rank quantile Q from bucket counts, as the bucket's geometric middle clamped to the
-// observed [lo, hi] (in us).
-double Quantile(const std::vector<uint64_t>& counts, int offset, uint64_t n, double q, double lo,
-                double hi) {
+// Nearest-rank quantile Q, reported as the bucket's geometric middle clamped to the observed
+// [lo, hi] (in us).
+double Quantile(const BucketCounts& counts, double q, double lo, double hi) {
+  const uint64_t n = counts.count();
   if (n == 0) return 0;
   const uint64_t rank =
       std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(n))));
-  uint64_t seen = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    seen += counts[i];
-    if (seen >= rank) {
-      const int b = offset + static_cast<int>(i);
-      const double mid = std::sqrt(std::max(1.0, LowerEdgeNs(b)) * LowerEdgeNs(b + 1)) / 1e3;
-      return std::clamp(mid, lo, hi);
-    }
-  }
-  return hi;
+  const int b = counts.BucketAtRank(rank);
+  const double mid = std::sqrt(std::max(1.0, LowerEdgeNs(b)) * LowerEdgeNs(b + 1)) / 1e3;
+  return std::clamp(mid, lo, hi);
 }
 
 struct Acc {  // one function (name + stack); several nodes may normalize to the same one
@@ -61,27 +55,9 @@ struct Acc {  // one function (name + stack); several nodes may normalize to the
   double total_ns = 0, self_in_iters_ns = 0, sum_sq = 0;
   double min_ns = std::numeric_limits<double>::infinity(), max_ns = 0;
   uint64_t calls_in_iters = 0;
-  int hist_offset = 0;
-  std::vector<uint64_t> hist;
+  BucketCounts hist;  // the quarter-octave buckets of every node merged into this function
   std::vector<double> iter_ns;
 };
-
-void AddHistogram(Acc* a, int offset, const std::vector<uint64_t>& counts) {
-  if (counts.empty()) return;
-  if (a->hist.empty()) {
-    a->hist_offset = offset;
-    a->hist = counts;
-    return;
-  }
-  const int lo = std::min(a->hist_offset, offset);
-  const int hi = std::max(a->hist_offset + static_cast<int>(a->hist.size()),
-                          offset + static_cast<int>(counts.size()));
-  std::vector<uint64_t> merged(static_cast<size_t>(hi - lo), 0);
-  for (size_t i = 0; i < a->hist.size(); ++i) merged[a->hist_offset - lo + i] += a->hist[i];
-  for (size_t i = 0; i < counts.size(); ++i) merged[offset - lo + i] += counts[i];
-  a->hist_offset = lo;
-  a->hist.swap(merged);
-}
 
 class Parser {
  public:
@@ -175,7 +151,6 @@ class Parser {
     std::vector<uint32_t> acc_of;      // node -> function
     std::map<std::pair<std::string, std::string>, uint32_t> index;  // (name, stack) -> function
     std::vector<Acc> fns;
-    std::vector<uint64_t> counts;
     size_t i = 0;
     for (dom::element e : nodes) {
       dom::array a;
@@ -222,15 +197,15 @@ class Parser {
       f.sum_sq += sum_sq;
       f.min_ns = std::min(f.min_ns, static_cast<double>(min));
       f.max_ns = std::max(f.max_ns, static_cast<double>(max));
-      counts.clear();
+      if (offset + hist.size() > 300) return Bad(fmt::format("node {}: histogram size", i));
+      int bucket = static_cast<int>(offset);
       for (dom::element h : hist) {
         uint64_t c = 0;
-        if (h.get_uint64().get(c) != simdjson::SUCCESS)
+        if (h.get_uint64().get(c) != simdjson::SUCCESS || c > UINT32_MAX)
           return Bad(fmt::format("node {}: histogram count", i));
-        counts.push_back(c);
+        if (c > 0) f.hist.Add(bucket, static_cast<uint32_t>(c));
+        ++bucket;
       }
-      if (offset + counts.size() > 300) return Bad(fmt::format("node {}: histogram size", i));
-      AddHistogram(&f, static_cast<int>(offset), counts);
       for (dom::element c : cells) {
         dom::array ca;
         int64_t iter = 0;
@@ -275,8 +250,8 @@ class Parser {
       const double mean_ns = f.total_ns / static_cast<double>(f.count);
       const double var = std::max(0.0, f.sum_sq / static_cast<double>(f.count) - mean_ns * mean_ns);
       p.cv = mean_ns > 0 ? std::sqrt(var) / mean_ns : 0;
-      p.p50_us = Quantile(f.hist, f.hist_offset, f.count, 0.50, p.min_us, p.max_us);
-      p.p99_us = Quantile(f.hist, f.hist_offset, f.count, 0.99, p.min_us, p.max_us);
+      p.p50_us = Quantile(f.hist, 0.50, p.min_us, p.max_us);
+      p.p99_us = Quantile(f.hist, 0.99, p.min_us, p.max_us);
       p.calls_per_iter = static_cast<double>(f.calls_in_iters) / dn;
       double in_iters = 0;
       p.iter_us.assign(n_iters, 0.0f);

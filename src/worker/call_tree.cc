@@ -16,20 +16,6 @@ double QuarterLog2Histogram::LowerEdge(int b) {
   return static_cast<double>(int64_t{1} << (b / 4)) * (1.0 + (b % 4) / 4.0);
 }
 
-void QuarterLog2Histogram::Add(int64_t ns) {
-  const int b = Bucket(ns);
-  if (counts_.empty()) {
-    offset_ = b;
-    counts_.assign(1, 0);
-  } else if (b < offset_) {
-    counts_.insert(counts_.begin(), static_cast<size_t>(offset_ - b), 0);
-    offset_ = b;
-  } else if (b >= offset_ + static_cast<int>(counts_.size())) {
-    counts_.resize(static_cast<size_t>(b - offset_ + 1), 0);
-  }
-  ++counts_[static_cast<size_t>(b - offset_)];
-}
-
 CallTree::CallTree(const CallTreeLimits& limits) : limits_(limits) {
   nodes_.resize(2);  // kRoot, kOther
   frames_.reserve(64);

@@ -22,6 +22,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/bucket_counts.h"
+
 namespace perftracker::worker {
 
 struct CallTreeLimits {
@@ -45,13 +47,12 @@ class QuarterLog2Histogram {
   static int Bucket(int64_t ns);
   // The lower edge of bucket B, in ns.
   static double LowerEdge(int b);
-  void Add(int64_t ns);
-  int offset() const { return offset_; }
-  const std::vector<uint32_t>& counts() const { return counts_; }
+  void Add(int64_t ns) { counts_.Add(Bucket(ns)); }
+  int offset() const { return counts_.offset(); }
+  const std::vector<uint32_t>& counts() const { return counts_.counts(); }
 
  private:
-  int offset_ = 0;
-  std::vector<uint32_t> counts_;
+  BucketCounts counts_;
 };
 
 struct IterationCell {
