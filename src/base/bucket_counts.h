@@ -7,6 +7,7 @@
 #ifndef PERFTRACKER_BASE_BUCKET_COUNTS_H_
 #define PERFTRACKER_BASE_BUCKET_COUNTS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
