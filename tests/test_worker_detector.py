@@ -109,7 +109,11 @@ class FakeAgent(threading.Thread):
                 except (socket.timeout, OSError):
                     continue
                 *lines, conn[1] = conn[1].split(b"\n")
-                self.received += [json.loads(x) for x in lines if x.strip()]
+                msgs = [json.loads(x) for x in lines if x.strip()]
+                self.received += msgs
+                for m in msgs:  # as a real agent does once it uploaded the window's summary
+                    if m["type"] == "python_trace":
+                        conn[0].sendall((json.dumps({"type": "uploaded", "window": m["window"]}) + "\n").encode())
         self.died_ns = time.monotonic_ns()  # CLOCK_MONOTONIC, the workers' clock too
         for c, _ in self.conns:  # the agent dies: connections drop, the socket disappears
             c.close()

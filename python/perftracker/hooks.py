@@ -580,6 +580,7 @@ class AgentClient:
         self.out += json.dumps(hello).encode() + b"\n"
 
     def _close(self):
+        self._release(None)  # no agent, no upload to wait for
         try:
             self.sock.close()
         except OSError:
