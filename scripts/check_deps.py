@@ -42,6 +42,9 @@ PY_SOURCES = ["tests/*.py", "examples/*.py", "python/perftracker/*.py", "scripts
 CACHE_PROGRAMS = ["CMAKE_CXX_COMPILER", "CMAKE_MAKE_PROGRAM", "CMAKE_COMMAND", "CMAKE_AR",
                   "CMAKE_RANLIB", "CMAKE_LINKER", "Protobuf_PROTOC_EXECUTABLE", "PT_GRPC_CPP_PLUGIN",
                   "Python3_EXECUTABLE", "PKG_CONFIG_EXECUTABLE", "PT_CLANGXX"]
+# Run by the configure itself, whether or not the ninja files name them.
+ALWAYS_RUN = {"CMAKE_CXX_COMPILER", "CMAKE_MAKE_PROGRAM", "CMAKE_COMMAND", "Python3_EXECUTABLE",
+              "PKG_CONFIG_EXECUTABLE", "PT_CLANGXX"}
 
 
 def fail_usage(msg):
@@ -205,11 +208,38 @@ def sanitizer_runtimes(build, compiler):
 
 
 def programs(build, entries):
+    """The programs of the cache that the build runs. CMake finds some tools it never runs (with
+    clang, CMAKE_LINKER may be ld.lld while the compiler driver links with ld), so a program
+    counts only where the configure ran it or the ninja files name it."""
+    ninja_text = ""
+    for f in (os.path.join(build, "build.ninja"), os.path.join(build, "CMakeFiles", "rules.ninja")):
+        if os.path.exists(f):
+            ninja_text += open(f, errors="replace").read()
     out = set()
     for key in CACHE_PROGRAMS:
         v = entries.get(key, "")
-        if v.startswith("/") and os.path.exists(v):
+        if not (v.startswith("/") and os.path.exists(v)):
+            continue
+        if key in ALWAYS_RUN or v in ninja_text or os.path.realpath(v) in ninja_text:
             out.add(os.path.realpath(v))
+    out.update(ninja_programs(ninja_text))
+    return out
+
+
+def ninja_programs(ninja_text):
+    """Absolute programs that begin a command of the ninja files: what the build runs, whether or
+    not the cache names it (CMake writes the archiver its compiler detection found).
+    '  command = $PRE_LINK && /usr/bin/cmake -E rm -f $TARGET_FILE && /usr/bin/llvm-ar qc ...'
+    -> {'/usr/bin/cmake', '/usr/lib/llvm-14/bin/llvm-ar'}"""
+    out = set()
+    for line in ninja_text.splitlines():
+        line = line.strip()
+        if not line.startswith("command ="):
+            continue
+        for part in re.split(r"&&|\|\||;", line[len("command ="):]):
+            words = part.split()
+            if words and words[0].startswith("/") and os.path.isfile(words[0]):
+                out.add(os.path.realpath(words[0]))
     return out
 
 

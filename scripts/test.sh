@@ -10,7 +10,10 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 # The fuzzer needs clang's libFuzzer: its own build folder.
+# binutils' ar and ranlib (as the main build uses): with clang, CMake would pick llvm-ar where
+# llvm-14 happens to be installed, and the build would differ between machines.
 CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERFTRACKER_FUZZ=ON \
+  -DCMAKE_AR=/usr/bin/ar -DCMAKE_RANLIB=/usr/bin/ranlib \
   -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
 ninja -C build-fuzz trace_reader_fuzz
 mkdir -p build-fuzz/corpus && cp -n fuzz/corpus/* build-fuzz/corpus/ 2>/dev/null || true
