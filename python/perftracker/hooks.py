@@ -697,6 +697,9 @@ def _env_int(name):
 def _at_exit():
     try:
         if _client is not None and not _off:
+            # The detector's state at the end: the agent logs it (why a slowdown did or did not
+            # fire), and so does the worker log.
+            _client.send({"type": "stats", **_w.stats()})
             _client.tick()
     except Exception:
         pass

@@ -302,6 +302,17 @@ struct SocketSink::Impl {
     } else if (*type == "relearn") {
       Log(fmt::format("rank {} (pid {}) relearning its iteration pattern", RankName(c.rank),
                       c.pid));
+    } else if (*type == "stats") {
+      // The worker's detector at exit: why a slowdown did or did not fire.
+      const double ref = GetDouble(doc, "reference_ns").value_or(0) / 1e6;
+      const double thr = GetDouble(doc, "threshold_ns").value_or(0) / 1e6;
+      Log(fmt::format(
+          "rank {} (pid {}) detector at exit: {} iterations, reference {:.2f} ms, fires above "
+          "{:.2f} ms (+{:.0f}%), recent median {:.2f} ms, {} slowdown(s), {} hang(s)",
+          RankName(c.rank), c.pid, GetInt(doc, "iterations").value_or(0), ref, thr,
+          ref > 0 ? 100 * (thr / ref - 1) : 0.0,
+          GetDouble(doc, "recent_ns").value_or(0) / 1e6, GetInt(doc, "slowdowns").value_or(0),
+          GetInt(doc, "hangs").value_or(0)));
     } else if (*type == "profile_ack") {
       Log(fmt::format("rank {} (pid {}) {} the window, writing {}", RankName(c.rank), c.pid,
                       GetBool(doc, "accepted").value_or(false) ? "accepted" : "refused",

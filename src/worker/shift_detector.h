@@ -4,7 +4,8 @@
 // After the iteration is learned it skips a warm-up, then measures a reference over a number
 // of iterations: their median (the reference time), their spread (1.4826 x MAD) and their lag-1
 // autocorrelation (iteration times on a shared host drift: neighbours are alike; the upper end
-// of its estimate is used). From then on
+// of its estimate is used). When its halves ran at clearly different levels (a slowdown began
+// while it was measured), the faster half is the reference. From then on
 // it watches the median of the last `recent` iterations; it fires when that median stays above
 // the threshold for `sustain` iterations in a row. The threshold is the larger of
 //   - floor_share x min_ratio x reference: a slowdown of min_ratio (the smallest worth a
@@ -66,6 +67,8 @@ class ShiftDetector {
   double threshold_ns() const { return threshold_ns_; }  // the moving median's firing level
   double recent_ns() const;                              // the moving median now; 0 if none
   int64_t fired() const { return fired_; }
+  // The reference's two halves ran at different levels; the faster one was kept.
+  bool level_change() const { return level_change_; }
 
  private:
   void FinishReference();
@@ -74,6 +77,7 @@ class ShiftDetector {
   int64_t seen_ = 0;
   std::vector<int64_t> ref_;
   bool referenced_ = false;
+  bool level_change_ = false;
   double reference_ns_ = 0, sigma_ns_ = 0, rho_ = 0, threshold_ns_ = 0;
   std::vector<int64_t> recent_;  // ring of the last `recent` durations
   size_t recent_next_ = 0;

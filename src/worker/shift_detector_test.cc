@@ -84,6 +84,36 @@ TEST(ShiftDetectorTest, SingleOutliersNeverFire) {
   }
 }
 
+TEST(ShiftDetectorTest, ASlowdownThatBeginsInsideTheReferenceStillFires) {
+  // The reference is measured late (a profiling window held the detector) and the job slows by
+  // 40% two thirds of the way through it: the fast half is the reference and the trigger fires
+  // within a few iterations, instead of never (a two-level reference with a huge spread).
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    ShiftDetector d;
+    NoisyJob job(40, 0.05, 0.3, seed);
+    ASSERT_EQ(FirstFire(&d, &job, 10 + 33), -1);  // warm-up, then 33 reference iterations
+    const int at = FirstFire(&d, &job, 100, 0.4);
+    ASSERT_TRUE(d.referenced());
+    EXPECT_TRUE(d.level_change()) << "seed " << seed;
+    EXPECT_NEAR(d.reference_ns() / (40.0 * kMs), 1.0, 0.05) << "seed " << seed;
+    EXPECT_GE(at, 17) << "seed " << seed;  // not before the reference is complete
+    EXPECT_LE(at, 17 + 15) << "seed " << seed;  // without the split: 17 + 20 + 5 at least
+  }
+}
+
+TEST(ShiftDetectorTest, ALongWarmupInsideTheReferenceIsLeftOut) {
+  // The first half of the reference is still 30% slower (caches, allocator): the steady second
+  // half is the reference, and the steady job does not fire.
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    ShiftDetector d;
+    NoisyJob job(40, 0.02, 0.2, seed);
+    ASSERT_EQ(FirstFire(&d, &job, 10 + 25, 0.3), -1);
+    EXPECT_EQ(FirstFire(&d, &job, 500), -1) << "seed " << seed;
+    EXPECT_TRUE(d.level_change()) << "seed " << seed;
+    EXPECT_NEAR(d.reference_ns() / (40.0 * kMs), 1.0, 0.03) << "seed " << seed;
+  }
+}
+
 TEST(ShiftDetectorTest, ReferenceSkipsWarmupAndResetStartsOver) {
   ShiftConfig c;
   c.warmup = 5;

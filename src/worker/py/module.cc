@@ -717,7 +717,9 @@ PyObject* Stats(PyObject*, PyObject*) {
   bool learned = false;
   std::string pattern;
   long long iters = 0, unmatched = 0, relearns = 0, slowdowns = 0, hangs = 0;
-  double mean = 0, best = 0;
+  double mean = 0, best = 0, threshold = 0, recent = 0;
+  bool excluded = false;
+  int holds = 0;
   unsigned long long news_dropped = 0;
   {
     std::lock_guard<std::mutex> l(g->mu);
@@ -731,15 +733,21 @@ PyObject* Stats(PyObject*, PyObject*) {
       hangs = d->hang_count();
       mean = d->mean_ns();
       best = d->shift().reference_ns();
+      threshold = d->shift().threshold_ns();
+      recent = d->shift().recent_ns();
     }
+    excluded = g->window_excludes || g->holds > 0;
+    holds = g->holds;
     news_dropped = g->news_dropped;
   }
   auto b = [](bool v) { return v ? Py_True : Py_False; };
   return Py_BuildValue(
-      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K}",
+      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:O,s:i,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
+      "s:K,s:K}",
       "installed", b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern",
       pattern.c_str(), "iterations", iters, "unmatched", unmatched, "relearns", relearns,
-      "slowdowns", slowdowns, "hangs", hangs, "mean_ns", mean, "reference_ns", best, "window_armed",
+      "slowdowns", slowdowns, "hangs", hangs, "mean_ns", mean, "reference_ns", best, "threshold_ns",
+      threshold, "recent_ns", recent, "excluded", b(excluded), "holds", holds, "window_armed",
       b(g->armed), "windows_done", (unsigned long long)g->windows_done, "files_written",
       (unsigned long long)g->files_written.load(), "write_errors",
       (unsigned long long)g->write_errors.load(), "tracer_calls",
