@@ -310,9 +310,8 @@ struct SocketSink::Impl {
           "rank {} (pid {}) detector at exit: {} iterations, reference {:.2f} ms, fires above "
           "{:.2f} ms (+{:.0f}%), recent median {:.2f} ms, {} slowdown(s), {} hang(s)",
           RankName(c.rank), c.pid, GetInt(doc, "iterations").value_or(0), ref, thr,
-          ref > 0 ? 100 * (thr / ref - 1) : 0.0,
-          GetDouble(doc, "recent_ns").value_or(0) / 1e6, GetInt(doc, "slowdowns").value_or(0),
-          GetInt(doc, "hangs").value_or(0)));
+          ref > 0 ? 100 * (thr / ref - 1) : 0.0, GetDouble(doc, "recent_ns").value_or(0) / 1e6,
+          GetInt(doc, "slowdowns").value_or(0), GetInt(doc, "hangs").value_or(0)));
     } else if (*type == "profile_ack") {
       Log(fmt::format("rank {} (pid {}) {} the window, writing {}", RankName(c.rank), c.pid,
                       GetBool(doc, "accepted").value_or(false) ? "accepted" : "refused",

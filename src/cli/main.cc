@@ -14,8 +14,10 @@
 
 #include "diagnose/diagnose.h"
 #include "pattern/job.h"
+#include "pattern/steady_state.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
+#include "report/breakdown.h"
 #include "report/report.h"
 #include "sim/simulator.h"
 #ifdef PT_ONLINE
@@ -150,9 +152,19 @@ int RunSummarize(const std::vector<std::string>& traces, const std::string& out)
 }
 
 // Prints what a rank's behaviour patterns hold: the top functions by time per iteration.
-int RunShow(const std::vector<std::string>& paths, int top) {
+int RunShow(const std::vector<std::string>& paths, int top, const std::string& json_path) {
   auto job = pt::pattern::LoadJob(paths);
   if (!job.ok()) return Fail(job.status());
+  std::fputs(pt::report::BreakdownTable(*job).c_str(), stdout);
+  if (!json_path.empty()) {
+    pt::Status st = pt::report::WriteTextFile(json_path, pt::report::BreakdownJson(*job));
+    if (!st.ok()) return Fail(st);
+  }
+  for (const pt::pattern::RankSummary& r : *job) {
+    for (const std::string& note : pt::pattern::SteadyStateNotes(r))
+      std::printf("note: rank %d: %s\n", r.rank, note.c_str());
+  }
+  std::printf("\n");
   for (const pt::pattern::RankSummary& r : *job) {
     std::printf("rank %d (%s): %zu iterations from %s, mean %.2f ms, %zu functions\n", r.rank,
                 r.source.c_str(), r.iteration_ms.size(), r.iteration_source.c_str(),
@@ -398,8 +410,11 @@ int main(int argc, char** argv) {
   CLI::App* show =
       app.add_subcommand("show", "print the behaviour patterns of traces or summaries");
   show->add_option("PATH", show_paths, "trace or summary files, or folders")->required();
+  std::string show_json;
   show->add_option("--top", show_top, "functions per rank");
-  show->footer("Example:\n  perftracker show traces/rank-0.json.gz --top 10");
+  show->add_option("--json", show_json,
+                   "write the per-rank breakdown (schema perftracker.breakdown/1) to FILE");
+  show->footer("Example:\n  perftracker show traces/rank-0.json.gz --top 10 --json breakdown.json");
 
   SimulateFlags sim;
   CLI::App* simulate = app.add_subcommand(
@@ -555,7 +570,7 @@ int main(int argc, char** argv) {
   if (*summarize) return RunSummarize(summarize_paths, summarize_out);
   if (*diagnose) return RunAnalyze(diagnose_paths, diagnose_flags);
   if (*diff) return RunDiff(diff_base, diff_test, diff_flags);
-  if (*show) return RunShow(show_paths, show_top);
+  if (*show) return RunShow(show_paths, show_top, show_json);
   if (*simulate) return RunSimulate(sim);
   return 0;
 }

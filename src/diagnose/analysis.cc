@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "diagnose/policy.h"
+#include "pattern/steady_state.h"
 
 namespace perftracker::diagnose::internal {
 
@@ -188,6 +189,9 @@ void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
 JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {
   JobInfo job;
   std::vector<double> iters, medians;
+  // Notes of left-out iterations: enough to see what happened without one line per rank.
+  constexpr int kMaxSteadyStateNoteRanks = 8;
+  int steady_notes = 0;
   std::set<int> seen;
   int max_rank = -1;
   for (const pattern::RankSummary* rp : ranks) {
@@ -209,6 +213,13 @@ JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {
       job.notes.push_back(
           fmt::format("rank {}: no {} data ({}); compared with its peers only on what it has",
                       r.rank, r.missing_part, r.missing_why));
+    // Partial and warm-up iterations, GPU work from before the profiler: a line per rank, and
+    // one for the rest when many ranks say the same.
+    for (const std::string& line : pattern::SteadyStateNotes(r)) {
+      if (++steady_notes <= kMaxSteadyStateNoteRanks) {
+        job.notes.push_back(fmt::format("rank {}: {}", r.rank, line));
+      }
+    }
     if (r.read_stats.malformed_events > 0)
       job.notes.push_back(fmt::format(
           "rank {}: {} malformed event{} skipped in {} (the first at byte {}: expected {})", r.rank,
@@ -216,6 +227,9 @@ JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {
           r.read_stats.first_bad_byte,
           r.read_stats.first_bad.empty() ? "another shape" : r.read_stats.first_bad));
   }
+  if (steady_notes > kMaxSteadyStateNoteRanks)
+    job.notes.push_back(fmt::format("{} more notes of left-out iterations or early GPU work",
+                                    steady_notes - kMaxSteadyStateNoteRanks));
   std::sort(job.ranks.begin(), job.ranks.end());
   job.world_size = std::max({job.world_size, max_rank + 1, static_cast<int>(seen.size())});
   job.iterations = static_cast<int>(std::lround(Median(iters)));

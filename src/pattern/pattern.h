@@ -64,6 +64,16 @@ struct FunctionPattern {
   std::string Key() const;
 };
 
+// An iteration left out of the per-iteration values: cut by the trace's start or end, or a
+// warm-up step before the job reached its steady state.
+struct ExcludedIteration {
+  enum Reason : uint8_t { kPartial = 0, kWarmup = 1 };
+  Reason reason = kPartial;
+  int64_t step = -1;  // N of ProfilerStep#N; -1 for other sources
+  int32_t index = 0;  // position among all the trace's iterations
+  double ms = 0;
+};
+
 struct RankSummary {
   static constexpr int kVersion = 3;  // 3: zstd payload; 2 (deflated) and 1 still read
   int rank = -1;
@@ -76,11 +86,14 @@ struct RankSummary {
   std::vector<trace::ProcessGroup> process_groups;
   std::vector<trace::DeviceInfo> devices;
 
-  // Iterations.
+  // Iterations. Only the steady-state ones: every per-iteration value (iteration_ms, the GPU
+  // breakdown, each function's per-iteration time and calls) is over these; the partial and
+  // warm-up iterations are listed in excluded_iterations.
   std::string iteration_source;  // "ProfilerStep", "optimizer", "window"
   bool whole_window = false;     // no markers: the window is one iteration (flagged)
   std::vector<double> iteration_ms;
   std::vector<int64_t> iteration_steps;  // N of each ProfilerStep#N; empty for other sources
+  std::vector<ExcludedIteration> excluded_iterations;
   double window_ms = 0;
   uint64_t events_outside_iterations = 0;  // CPU events left out of per-iteration stats
   int64_t main_tid = -1;                   // the thread main_thread refers to
@@ -93,6 +106,10 @@ struct RankSummary {
   double memcpy_us = 0;
   double comm_compute_overlap_us = 0;
   double cpu_critical_us = 0;  // CPU-side time while the GPU sits idle (GPU waits on CPU)
+  // GPU work is charged to the step whose CPU side launched it (correlation ids), wherever it
+  // runs; work launched before the profiler started belongs to no step: counted here.
+  uint64_t pre_profiler_gpu_ops = 0;
+  double pre_profiler_gpu_us = 0;
 
   std::vector<FunctionPattern> functions;  // sorted by per_iter_us, descending
   trace::ReadStats read_stats;

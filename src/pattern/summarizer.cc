@@ -36,6 +36,7 @@
 #include "pattern/histogram.h"
 #include "pattern/intervals.h"
 #include "pattern/names.h"
+#include "pattern/steady_state.h"
 #include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
@@ -82,9 +83,10 @@ struct FnAcc {
   uint64_t calls_in_iters = 0;
   double total = 0, min = kInf, max = 0;
   double mean = 0, m2 = 0;  // Welford
-  double self_in_iters = 0;
   LogHistogram hist;
   std::vector<double> iter_us;
+  std::vector<uint32_t> iter_calls;
+  std::vector<double> iter_self;
   std::vector<std::pair<int64_t, double>> thread_us;  // usually one or two threads
 
   // Collective arguments, averaged over the calls that carried them.
@@ -169,6 +171,7 @@ struct Summarizer::Impl {
   std::vector<int64_t> it_step;
   int64_t step_tid = kNoTid;
   std::vector<int64_t> corr_min, corr_max;
+  int64_t corr_seen_min = std::numeric_limits<int64_t>::max();  // any launch in the trace
 
   std::unordered_map<int64_t, uint32_t> thread_index;
   std::vector<ThreadState> threads;
@@ -375,8 +378,12 @@ struct Summarizer::Impl {
     f.m2 += delta * (dur - f.mean);
     f.hist.Add(dur);
     if (iter >= 0) {
-      if (f.iter_us.empty()) f.iter_us.assign(NumIters(), 0.0);
+      if (f.iter_us.empty()) {
+        f.iter_us.assign(NumIters(), 0.0);
+        f.iter_calls.assign(NumIters(), 0);
+      }
       f.iter_us[static_cast<size_t>(iter)] += dur;
+      ++f.iter_calls[static_cast<size_t>(iter)];
       ++f.calls_in_iters;
     }
     if (tid != kNoTid) {
@@ -388,6 +395,12 @@ struct Summarizer::Impl {
         it->second += dur;
       }
     }
+  }
+
+  void AddSelf(FnAcc& f, int iter, double self) {
+    if (iter < 0) return;
+    if (f.iter_self.empty()) f.iter_self.assign(NumIters(), 0.0);
+    f.iter_self[static_cast<size_t>(iter)] += self;
   }
 
   CollArgs CollArgsOf(const Event& e) {
@@ -471,6 +484,10 @@ struct Summarizer::Impl {
     AddCall(fn, e.dur_us, iter, e.tid);
     t.recs.push_back({e.ts_us, e.dur_us, fn});
     if ((e.kind == EventKind::kCudaRuntime || e.kind == EventKind::kCudaDriver) &&
+        e.correlation >= 0) {
+      corr_seen_min = std::min(corr_seen_min, e.correlation);
+    }
+    if ((e.kind == EventKind::kCudaRuntime || e.kind == EventKind::kCudaDriver) &&
         e.correlation >= 0 && iter >= 0) {
       corr_min[static_cast<size_t>(iter)] =
           std::min(corr_min[static_cast<size_t>(iter)], e.correlation);
@@ -533,7 +550,7 @@ struct Summarizer::Impl {
         kind = EventKind::kPythonFunction;
       } else {
         FnAcc& f = fns[r.ref];
-        if (IterOf(r.ts) >= 0) f.self_in_iters += self;
+        AddSelf(f, IterOf(r.ts), self);
         if (top) ++f.top_count;
         kind = f.kind;
       }
@@ -606,7 +623,7 @@ struct Summarizer::Impl {
       const uint32_t fn = InternFn(EventKind::kPythonFunction, p.name_id, stack);
       AddCall(fn, p.dur, p.iter, p.tid);
       FnAcc& f = fns[fn];
-      if (p.iter >= 0) f.self_in_iters += p.self_us;
+      AddSelf(f, p.iter, p.self_us);
       if (p.top) ++f.top_count;
     }
     std::vector<PyCall>().swap(py);
@@ -635,7 +652,6 @@ struct Summarizer::Impl {
     s.read_stats = stats;
     s.iteration_source = iteration_source;
     s.whole_window = whole_window;
-    s.iteration_steps = it_step;
     s.events_outside_iterations = outside;
     s.has_gpu = has_gpu;
 
@@ -648,12 +664,32 @@ struct Summarizer::Impl {
       it_start[0] = std::min(any ? first_ts : it_end[0], it_end[0]);
     }
     const size_t n = NumIters();
-    double iter_total_us = 0;
+    // Steady-state iterations: every per-iteration value is a mean over them; the partial and
+    // warm-up ones are listed (pattern/steady_state.h).
+    std::vector<double> all_ms(n);
+    for (size_t i = 0; i < n; ++i) all_ms[i] = (it_end[i] - it_start[i]) / 1000.0;
+    std::vector<IterationClass> cls(n, IterationClass::kSteady);
+    if (!whole_window) cls = ClassifyIterations(all_ms);
+    std::vector<size_t> steady;
     for (size_t i = 0; i < n; ++i) {
-      s.iteration_ms.push_back((it_end[i] - it_start[i]) / 1000.0);
-      iter_total_us += it_end[i] - it_start[i];
+      if (cls[i] == IterationClass::kSteady) {
+        steady.push_back(i);
+        s.iteration_ms.push_back(all_ms[i]);
+        if (i < it_step.size()) s.iteration_steps.push_back(it_step[i]);
+        continue;
+      }
+      ExcludedIteration e;
+      e.reason = cls[i] == IterationClass::kWarmup ? ExcludedIteration::kWarmup
+                                                   : ExcludedIteration::kPartial;
+      e.step = i < it_step.size() ? it_step[i] : -1;
+      e.index = static_cast<int32_t>(i);
+      e.ms = all_ms[i];
+      s.excluded_iterations.push_back(e);
     }
-    const double mean_iter_us = n ? iter_total_us / static_cast<double>(n) : 0;
+    const size_t ns = steady.size();
+    double iter_total_us = 0;
+    for (size_t i : steady) iter_total_us += it_end[i] - it_start[i];
+    const double mean_iter_us = ns ? iter_total_us / static_cast<double>(ns) : 0;
 
     // CPU threads: self time, top-level flags, main thread.
     for (ThreadState& t : threads) ProcessThread(t);
@@ -668,7 +704,11 @@ struct Summarizer::Impl {
     }
     if (main != nullptr) s.main_tid = main->tid;
 
-    // GPU: launch-linked iteration, then the busy / overlap breakdown by time.
+    // GPU: each op belongs to the step whose CPU side launched it (its correlation id among the
+    // step's runtime calls), wherever it runs on the GPU timeline, so a step's tail after its CPU
+    // end is still its own. An op launched before the first runtime call the trace holds was
+    // queued before the profiler started: no step's. Other unmatched ops (launched between
+    // steps, or traces without correlation ids) go by their start time.
     std::vector<std::pair<int64_t, int64_t>> ranges;
     std::vector<int> range_iter;
     for (size_t i = 0; i < n; ++i) {
@@ -678,18 +718,27 @@ struct Summarizer::Impl {
       }
     }
     const bool ordered = std::is_sorted(ranges.begin(), ranges.end());
-    struct DeviceLanes {
+    struct IterLanes {
       std::vector<Interval> busy, compute, comm, copy;
     };
-    std::unordered_map<int32_t, DeviceLanes> lanes;
+    std::unordered_map<int32_t, std::vector<IterLanes>> lanes;  // device -> per iteration
     for (const GpuRec& g : gpu) {
       int iter = ordered ? IterByCorr(g.corr, ranges, range_iter) : -1;
+      if (iter < 0 && g.corr >= 0 && g.corr < corr_seen_min &&
+          corr_seen_min != std::numeric_limits<int64_t>::max()) {
+        ++s.pre_profiler_gpu_ops;
+        s.pre_profiler_gpu_us += g.dur;
+        AddCall(g.fn, g.dur, -1, kNoTid);
+        continue;
+      }
       if (iter < 0) iter = IterOf(g.ts);
       AddCall(g.fn, g.dur, iter, kNoTid);
       FnAcc& f = fns[g.fn];
-      if (iter >= 0) f.self_in_iters += g.dur;
-      if (f.kind == EventKind::kGpuUserAnnotation) continue;
-      DeviceLanes& d = lanes[f.device];
+      AddSelf(f, iter, g.dur);
+      if (f.kind == EventKind::kGpuUserAnnotation || iter < 0) continue;
+      std::vector<IterLanes>& dev = lanes[f.device];
+      if (dev.empty()) dev.resize(n);
+      IterLanes& d = dev[static_cast<size_t>(iter)];
       const Interval iv{g.ts, g.ts + g.dur};
       d.busy.push_back(iv);
       if (f.fclass == FunctionClass::kCollective) {
@@ -706,28 +755,48 @@ struct Summarizer::Impl {
       if (it != coll_by_ext.end()) AddColl(fn, it->second);
     }
 
-    if (!lanes.empty() && n > 0) {
+    if (!lanes.empty() && ns > 0) {
+      double busy = 0, idle = 0, compute = 0, comm = 0, copy = 0, overlap = 0;
       std::vector<Interval> all_busy;
-      double busy = 0, compute = 0, comm = 0, copy = 0, overlap = 0;
-      for (auto& [dev, d] : lanes) {
-        MergeIntervals(&d.busy);
-        MergeIntervals(&d.compute);
-        MergeIntervals(&d.comm);
-        MergeIntervals(&d.copy);
-        const std::vector<Interval> both = IntersectIntervals(d.comm, d.compute);
+      for (auto& [dev, its] : lanes) {
+        std::vector<double> first_start(n, kInf), last_end(n, -kInf);
         for (size_t i = 0; i < n; ++i) {
-          busy += CoveredIn(d.busy, it_start[i], it_end[i]);
-          compute += CoveredIn(d.compute, it_start[i], it_end[i]);
-          comm += CoveredIn(d.comm, it_start[i], it_end[i]);
-          copy += CoveredIn(d.copy, it_start[i], it_end[i]);
-          overlap += CoveredIn(both, it_start[i], it_end[i]);
+          IterLanes& d = its[i];
+          MergeIntervals(&d.busy);
+          MergeIntervals(&d.compute);
+          MergeIntervals(&d.comm);
+          MergeIntervals(&d.copy);
+          if (!d.busy.empty()) {
+            first_start[i] = d.busy.front().begin;
+            last_end[i] = d.busy.back().end;
+          }
         }
-        all_busy.insert(all_busy.end(), d.busy.begin(), d.busy.end());
+        for (size_t i : steady) {
+          const IterLanes& d = its[i];
+          if (d.busy.empty()) continue;
+          // The step's GPU time runs from its first op to the next step's first op (or to its
+          // own last op's end when no later step has GPU work): idle is what the ops leave of it.
+          double span_end = last_end[i];
+          for (size_t j = i + 1; j < n; ++j) {
+            if (first_start[j] < kInf) {
+              span_end = std::max(last_end[i], first_start[j]);
+              break;
+            }
+          }
+          const double b = CoveredIn(d.busy, -kInf, kInf);
+          busy += b;
+          idle += std::max(0.0, span_end - first_start[i] - b);
+          compute += CoveredIn(d.compute, -kInf, kInf);
+          comm += CoveredIn(d.comm, -kInf, kInf);
+          copy += CoveredIn(d.copy, -kInf, kInf);
+          overlap += CoveredIn(IntersectIntervals(d.comm, d.compute), -kInf, kInf);
+          all_busy.insert(all_busy.end(), d.busy.begin(), d.busy.end());
+        }
       }
-      // Means over iterations and over the rank's devices.
-      const double div = static_cast<double>(n * lanes.size());
+      // Means over steady iterations and over the rank's devices.
+      const double div = static_cast<double>(ns * lanes.size());
       s.gpu_busy_us = busy / div;
-      s.gpu_idle_us = std::max(0.0, mean_iter_us - s.gpu_busy_us);
+      s.gpu_idle_us = idle / div;
       s.compute_us = compute / div;
       s.comm_us = comm / div;
       s.memcpy_us = copy / div;
@@ -736,15 +805,15 @@ struct Summarizer::Impl {
         MergeIntervals(&all_busy);
         const std::vector<Interval> cpu_and_gpu = IntersectIntervals(main->top, all_busy);
         double critical = 0;
-        for (size_t i = 0; i < n; ++i) {
+        for (size_t i : steady) {
           critical += CoveredIn(main->top, it_start[i], it_end[i]) -
                       CoveredIn(cpu_and_gpu, it_start[i], it_end[i]);
         }
-        s.cpu_critical_us = std::max(0.0, critical / static_cast<double>(n));
+        s.cpu_critical_us = std::max(0.0, critical / static_cast<double>(ns));
       }
     }
 
-    const double dn = n ? static_cast<double>(n) : 1.0;
+    const double dn = ns ? static_cast<double>(ns) : 1.0;
     s.functions.reserve(fns.size());
     for (const FnAcc& f : fns) {
       if (f.count == 0) continue;
@@ -770,16 +839,21 @@ struct Summarizer::Impl {
       p.p50_us = f.hist.Quantile(0.50, f.min, f.max);
       p.p99_us = f.hist.Quantile(0.99, f.min, f.max);
       p.cv = f.mean > 0 ? std::sqrt(f.m2 / static_cast<double>(f.count)) / f.mean : 0;
-      p.calls_per_iter = static_cast<double>(f.calls_in_iters) / dn;
-      double in_iters = 0;
-      p.iter_us.assign(n, 0.0f);
-      for (size_t i = 0; i < f.iter_us.size(); ++i) {
-        in_iters += f.iter_us[i];
-        p.iter_us[i] = static_cast<float>(f.iter_us[i]);
+      double in_iters = 0, calls = 0, self = 0;
+      p.iter_us.assign(ns, 0.0f);
+      for (size_t k = 0; k < ns; ++k) {
+        const size_t i = steady[k];
+        if (i < f.iter_us.size()) {
+          in_iters += f.iter_us[i];
+          calls += f.iter_calls[i];
+          p.iter_us[k] = static_cast<float>(f.iter_us[i]);
+        }
+        if (i < f.iter_self.size()) self += f.iter_self[i];
       }
+      p.calls_per_iter = calls / dn;
       p.per_iter_us = in_iters / dn;
       p.share = mean_iter_us > 0 ? p.per_iter_us / mean_iter_us : 0;
-      p.self_per_iter_us = f.self_in_iters / dn;
+      p.self_per_iter_us = self / dn;
       if (f.fclass == FunctionClass::kCollective) {
         CollectiveInfo& c = p.coll;
         c.op = f.op_id != 0 ? misc.Get(f.op_id) : CollectiveOp(p.name);

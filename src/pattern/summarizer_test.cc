@@ -277,7 +277,8 @@ TEST(SummarizerTest, GpuUnionOverlapAndCpuCritical) {
   RankSummary r = s.Finish();
   EXPECT_TRUE(r.has_gpu);
   EXPECT_DOUBLE_EQ(r.gpu_busy_us, 110);
-  EXPECT_DOUBLE_EQ(r.gpu_idle_us, 90);
+  // The step's GPU time runs from its first op to its last (no later step): [0, 130).
+  EXPECT_DOUBLE_EQ(r.gpu_idle_us, 20);
   EXPECT_DOUBLE_EQ(r.compute_us, 80);
   EXPECT_DOUBLE_EQ(r.comm_us, 40);
   EXPECT_DOUBLE_EQ(r.memcpy_us, 10);
@@ -454,6 +455,79 @@ TEST(NamesTest, CollectiveOps) {
   EXPECT_DOUBLE_EQ(BusFactor("reduce_scatter", 8), 7.0 / 8);
   EXPECT_DOUBLE_EQ(BusFactor("broadcast", 8), 1);
   EXPECT_DOUBLE_EQ(BusFactor("send", 2), 1);
+}
+
+}  // namespace
+}  // namespace perftracker::pattern
+
+namespace perftracker::pattern {
+namespace {
+
+Event Launch(double ts, int64_t corr) {
+  Event e = Cpu("cudaLaunchKernel", ts, 1);
+  e.kind = EventKind::kCudaRuntime;
+  e.correlation = corr;
+  return e;
+}
+
+TEST(SummarizerTest, GpuWorkBelongsToTheStepThatLaunchedItWhereverItRuns) {
+  trace::TraceMeta meta;
+  meta.profiler_steps = {Step(0, 100, 1), Step(100, 100, 2), Step(200, 100, 3)};
+  Summarizer s;
+  s.OnBegin(meta);
+  // A kernel queued before the profiler started (no launch in the trace), running in step 1.
+  s.OnEvent(Gpu("gemm", 5, 10, /*corr=*/3));
+  for (int k = 0; k < 3; ++k) {
+    const double t0 = 100.0 * k;
+    s.OnEvent(Cpu("aten::mm", t0 + 10, 20));
+    s.OnEvent(Launch(t0 + 20, 10 + k));
+    // Each step's kernel runs 60 us and ends 50 us after the step's CPU end: the GPU lags.
+    s.OnEvent(Gpu("gemm", t0 + 90, 60, /*corr=*/10 + k));
+  }
+  RankSummary r = s.Finish();
+  ASSERT_EQ(r.iteration_ms.size(), 3u);
+  EXPECT_EQ(r.pre_profiler_gpu_ops, 1u);
+  EXPECT_DOUBLE_EQ(r.pre_profiler_gpu_us, 10);
+  // 60 us of compute per step (the last step's tail after the trace's CPU end included); by
+  // time inside the CPU steps it would be 10, 60, 60 plus the early kernel.
+  EXPECT_DOUBLE_EQ(r.compute_us, 60);
+  EXPECT_DOUBLE_EQ(r.gpu_busy_us, 60);
+  // Steps 1 and 2 span 100 us on the GPU (first op to the next step's first op), step 3 its own
+  // 60: idle (40 + 40 + 0) / 3.
+  EXPECT_NEAR(r.gpu_idle_us, 80.0 / 3, 1e-9);
+  const FunctionPattern* gemm = Find(r, "gemm", EventKind::kKernel);
+  ASSERT_NE(gemm, nullptr);
+  EXPECT_EQ(gemm->count, 4u);
+  EXPECT_DOUBLE_EQ(gemm->calls_per_iter, 1.0);  // not 4/3: the early kernel is no step's
+  EXPECT_DOUBLE_EQ(gemm->per_iter_us, 60);
+}
+
+TEST(SummarizerTest, PartialAndWarmupStepsAreLeftOutOfPerIterationValues) {
+  trace::TraceMeta meta;
+  // Steps of 30 (warm-up), 100, 100, 100 and a last one of 2 cut by the trace's end.
+  meta.profiler_steps = {Step(0, 30, 1), Step(30, 100, 2), Step(130, 100, 3), Step(230, 100, 4),
+                         Step(330, 2, 5)};
+  Summarizer s;
+  s.OnBegin(meta);
+  s.OnEvent(Cpu("aten::mm", 1, 20));  // warm-up: not counted per iteration
+  for (int k = 0; k < 3; ++k) s.OnEvent(Cpu("aten::mm", 40 + 100.0 * k, 50));
+  s.OnEvent(Cpu("aten::mm", 330, 1));
+  RankSummary r = s.Finish();
+  EXPECT_EQ(r.iteration_ms, (std::vector<double>{0.1, 0.1, 0.1}));
+  EXPECT_EQ(r.iteration_steps, (std::vector<int64_t>{2, 3, 4}));
+  ASSERT_EQ(r.excluded_iterations.size(), 2u);
+  EXPECT_EQ(r.excluded_iterations[0].reason, ExcludedIteration::kWarmup);
+  EXPECT_EQ(r.excluded_iterations[0].step, 1);
+  EXPECT_EQ(r.excluded_iterations[1].reason, ExcludedIteration::kPartial);
+  EXPECT_EQ(r.excluded_iterations[1].step, 5);
+  EXPECT_DOUBLE_EQ(r.excluded_iterations[1].ms, 0.002);
+  const FunctionPattern* mm = Find(r, "aten::mm");
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->count, 5u);
+  EXPECT_DOUBLE_EQ(mm->calls_per_iter, 1.0);
+  EXPECT_DOUBLE_EQ(mm->per_iter_us, 50);
+  EXPECT_DOUBLE_EQ(mm->share, 0.5);
+  EXPECT_EQ(mm->iter_us.size(), 3u);
 }
 
 }  // namespace

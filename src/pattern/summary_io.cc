@@ -275,6 +275,15 @@ std::string SerializeSummary(const RankSummary& s) {
   w.Str(r.first_bad);
   w.Str(s.missing_part);
   w.Str(s.missing_why);
+  w.U(s.excluded_iterations.size());
+  for (const ExcludedIteration& e : s.excluded_iterations) {
+    w.U(e.reason);
+    w.S(e.step);
+    w.S(e.index);
+    w.D(e.ms);
+  }
+  w.U(s.pre_profiler_gpu_ops);
+  w.D(s.pre_profiler_gpu_us);
   return w.Finish();
 }
 
@@ -437,6 +446,20 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
   if (!r.failed() && r.remaining() > 0) {
     s.missing_part = r.Str(table);
     s.missing_why = r.Str(table);
+  }
+  if (!r.failed() && r.remaining() > 0) {
+    const size_t n = r.Count();
+    for (size_t i = 0; i < n && !r.failed(); ++i) {
+      ExcludedIteration e;
+      e.reason = r.U() == ExcludedIteration::kWarmup ? ExcludedIteration::kWarmup
+                                                     : ExcludedIteration::kPartial;
+      e.step = r.S();
+      e.index = static_cast<int32_t>(r.S());
+      e.ms = r.D();
+      s.excluded_iterations.push_back(e);
+    }
+    s.pre_profiler_gpu_ops = r.U();
+    s.pre_profiler_gpu_us = r.D();
   }
   if (r.failed()) {
     return DataLoss(name +

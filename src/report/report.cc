@@ -196,15 +196,18 @@ std::string RenderText(const Diagnosis& d) {
   return out;
 }
 
-Status WriteJsonFile(const Diagnosis& d, const std::string& path) {
-  std::string json = RenderJson(d);
+Status WriteTextFile(const std::string& path, std::string_view text) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return InvalidArgument(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
-  size_t n = std::fwrite(json.data(), 1, json.size(), f);
-  bool ok = n == json.size();
+  size_t n = std::fwrite(text.data(), 1, text.size(), f);
+  bool ok = n == text.size();
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) return Internal(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
   return Status::Ok();
+}
+
+Status WriteJsonFile(const Diagnosis& d, const std::string& path) {
+  return WriteTextFile(path, RenderJson(d));
 }
 
 }  // namespace perftracker::report

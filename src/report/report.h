@@ -4,6 +4,7 @@
 #define PERFTRACKER_REPORT_REPORT_H_
 
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "diagnose/finding.h"
@@ -14,6 +15,8 @@ inline constexpr const char* kDiagnosisSchema = "perftracker.diagnosis/1";
 
 std::string RenderText(const diagnose::Diagnosis& diagnosis);
 std::string RenderJson(const diagnose::Diagnosis& diagnosis);
+// Writes TEXT to PATH; errors name the file.
+Status WriteTextFile(const std::string& path, std::string_view text);
 Status WriteJsonFile(const diagnose::Diagnosis& diagnosis, const std::string& path);
 
 }  // namespace perftracker::report

@@ -96,7 +96,7 @@ TEST(ShiftDetectorTest, ASlowdownThatBeginsInsideTheReferenceStillFires) {
     ASSERT_TRUE(d.referenced());
     EXPECT_TRUE(d.level_change()) << "seed " << seed;
     EXPECT_NEAR(d.reference_ns() / (40.0 * kMs), 1.0, 0.05) << "seed " << seed;
-    EXPECT_GE(at, 17) << "seed " << seed;  // not before the reference is complete
+    EXPECT_GE(at, 17) << "seed " << seed;       // not before the reference is complete
     EXPECT_LE(at, 17 + 15) << "seed " << seed;  // without the split: 17 + 20 + 5 at least
   }
 }

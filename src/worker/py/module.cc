@@ -742,7 +742,8 @@ PyObject* Stats(PyObject*, PyObject*) {
   }
   auto b = [](bool v) { return v ? Py_True : Py_False; };
   return Py_BuildValue(
-      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:O,s:i,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:K,"
+      "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:O,s:i,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:"
+      "K,"
       "s:K,s:K}",
       "installed", b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern",
       pattern.c_str(), "iterations", iters, "unmatched", unmatched, "relearns", relearns,

@@ -1,0 +1,91 @@
+#include "pattern/steady_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace perftracker::pattern {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+}  // namespace
+
+std::vector<IterationClass> ClassifyIterations(const std::vector<double>& d) {
+  const size_t n = d.size();
+  std::vector<IterationClass> out(n, IterationClass::kSteady);
+  if (n < 2) return out;
+  // Warm-up first: leading iterations far from the level of the later half. (A short first
+  // iteration in front of steady ones is warm-up too: the profiler's own warm-up steps are.)
+  if (n >= static_cast<size_t>(kMinIterationsForWarmup)) {
+    const std::vector<double> late(d.begin() + static_cast<std::ptrdiff_t>(n / 2), d.end());
+    const double level = Median(late);
+    std::vector<double> dev;
+    for (double x : late) dev.push_back(std::fabs(x - level));
+    const double sigma = 1.4826 * Median(std::move(dev));
+    const double tolerance = std::max(kWarmupTolerance * level, kWarmupSigmas * sigma);
+    for (size_t i = 0; i < n / 2; ++i) {
+      if (std::fabs(d[i] - level) <= tolerance) break;
+      out[i] = IterationClass::kWarmup;
+    }
+  }
+  // Partial: an edge iteration far shorter than the median of the other steady ones.
+  auto others_median = [&](size_t skip) {
+    std::vector<double> v;
+    for (size_t i = 0; i < n; ++i)
+      if (i != skip && out[i] == IterationClass::kSteady) v.push_back(d[i]);
+    return Median(std::move(v));
+  };
+  if (d[n - 1] < kPartialShare * others_median(n - 1)) out[n - 1] = IterationClass::kPartial;
+  if (out[0] == IterationClass::kSteady && d[0] < kPartialShare * others_median(0))
+    out[0] = IterationClass::kPartial;
+  return out;
+}
+
+std::vector<std::string> SteadyStateNotes(const RankSummary& s) {
+  std::vector<std::string> out;
+  const bool steps = s.iteration_source == "ProfilerStep";
+  auto list = [&](ExcludedIteration::Reason reason, std::string* names, std::string* ms) {
+    int n = 0;
+    for (const ExcludedIteration& e : s.excluded_iterations) {
+      if (e.reason != reason) continue;
+      if (n++) {
+        *names += ", ";
+        *ms += ", ";
+      }
+      *names += steps && e.step >= 0 ? fmt::format("#{}", e.step) : fmt::format("{}", e.index + 1);
+      *ms += fmt::format("{:.3g}", e.ms);
+    }
+    return n;
+  };
+  const char* unit = steps ? "step" : "iteration";
+  std::string names, ms;
+  if (const int n = list(ExcludedIteration::kWarmup, &names, &ms); n > 0) {
+    out.push_back(fmt::format(
+        "{}{} {} ({} ms) {} warm-up: per-iteration values are over the {} steady {}s ({:.2f} ms)",
+        unit, n > 1 ? "s" : "", names, ms, n > 1 ? "are" : "is", s.iteration_ms.size(), unit,
+        s.MeanIterationMs()));
+  }
+  names.clear();
+  ms.clear();
+  if (const int n = list(ExcludedIteration::kPartial, &names, &ms); n > 0) {
+    out.push_back(
+        fmt::format("{}{} {} ({} ms) {} cut by the trace: left out of per-iteration values", unit,
+                    n > 1 ? "s" : "", names, ms, n > 1 ? "were" : "was"));
+  }
+  if (s.pre_profiler_gpu_ops > 0) {
+    out.push_back(fmt::format(
+        "{} GPU op{} ({:.3f} ms) {} launched before the profiler started: counted in no step",
+        s.pre_profiler_gpu_ops, s.pre_profiler_gpu_ops == 1 ? "" : "s",
+        s.pre_profiler_gpu_us / 1000.0, s.pre_profiler_gpu_ops == 1 ? "was" : "were"));
+  }
+  return out;
+}
+
+}  // namespace perftracker::pattern
