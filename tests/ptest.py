@@ -19,10 +19,19 @@ def run(args, **kw):
 
 def analyze(paths, extra=()):
     """Runs `perftracker analyze` and returns the parsed diagnosis JSON."""
+    return _diagnosis(["analyze", *paths], extra)
+
+
+def diff(base, test, extra=()):
+    """Runs `perftracker diff BASE TEST` and returns the parsed diagnosis JSON."""
+    return _diagnosis(["diff", base, test], extra)
+
+
+def _diagnosis(cmd, extra):
     out = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
-    p = run(["analyze", *paths, "--json", out, *extra])
+    p = run([*cmd, "--json", out, *extra])
     if p.returncode != 0:
-        raise AssertionError(f"analyze failed ({p.returncode}): {p.stderr}")
+        raise AssertionError(f"{cmd[0]} failed ({p.returncode}): {p.stderr}")
     with open(out) as f:
         d = json.load(f)
     d["_text"] = p.stdout

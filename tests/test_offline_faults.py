@@ -71,6 +71,25 @@ class OfflineFaults(unittest.TestCase):
             self.assertEqual(d["job"]["iterations"], 20)
             self.assertCheck(d, "clean")
 
+    def test_f_diff_names_the_straggler_not_its_waiters(self):
+        # The same job twice, the second with rank 2 doing extra matmuls every step: the diff
+        # reasons like the diagnosis (each rank against itself; the peers' longer collectives are
+        # the echo), so its first finding is rank 2's aten::mm.
+        base = self.traces("diff_base")
+        test = self.traces("diff_straggler", "--fault", "straggler", "--fault-rank", "2")
+        d = ptest.diff(base, test)
+        f = top(d)
+        self.assertEqual(f["ranks"], [2], d["_text"])
+        self.assertEqual(f["category"], "straggler", d["_text"])
+        self.assertIn("aten::mm", " ".join(x["name"] for x in f["functions"]), d["_text"])
+        for g in d["findings"]:  # no finding blames the waiting ranks' collectives
+            self.assertNotEqual(g["functions"][0]["name"] if g["functions"] else "", "gloo:all_reduce",
+                                d["_text"])
+        self.assertCheck(d, "rank=2,function~aten::mm")
+        # Two clean runs of the same job: nothing changed, nothing reported.
+        d = ptest.diff(base, self.traces("diff_clean"))
+        self.assertEqual(d["findings"], [], d["_text"])
+
     def test_e_summarize_then_diagnose_matches_analyze(self):
         src = self.traces("map_reduce", "--fault", "straggler", "--fault-rank", "3")
         sums = os.path.join(self.tmp, "summaries")

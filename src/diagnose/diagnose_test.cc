@@ -395,6 +395,85 @@ TEST(DiffTest, SmallNewFunctionsAreNamedButManyAreCapped) {
   EXPECT_NE(d.job.notes.back().find("11 more functions"), std::string::npos);
 }
 
+TEST(DiffTest, ASettingsChangeComesFirstAndCallCountsCountWhateverTheTime) {
+  auto gpus = [](const std::string& name, int n) {
+    std::vector<trace::DeviceInfo> v(static_cast<size_t>(n));
+    for (auto& d : v) d.name = name;
+    return v;
+  };
+  std::vector<RankSummary> base, test;
+  auto b = Step();
+  b.push_back(Fn("aten::clone", FunctionClass::kCompute, 0.23, 8));
+  base.push_back(Rank(3, 8, b, 77));
+  base.back().devices = gpus("NVIDIA A100-PG509-200", 8);
+  auto t = Step(40, 7);  // aten::mm twice as slow: more than the settings' iteration change
+  t.push_back(Fn("aten::clone", FunctionClass::kCompute, 0.26, 389));  // +0.03 ms: tiny
+  test.push_back(Rank(1, 2, t, 90));
+  test.back().devices = gpus("Tesla V100-SXM2-16GB", 2);
+  Diagnosis d = Diff(base, test);
+  ASSERT_GE(d.findings.size(), 3u) << Dump(d);
+  EXPECT_EQ(d.findings[0].category, "hardware_change") << Dump(d);
+  EXPECT_EQ(d.findings[0].cause, Cause::kHardware);
+  EXPECT_NE(d.findings[0].summary.find("8 x NVIDIA A100-PG509-200 -> 2 x Tesla V100-SXM2-16GB"),
+            std::string::npos)
+      << d.findings[0].summary;
+  EXPECT_NE(d.findings[0].summary.find("world size 8 -> 2"), std::string::npos);
+  bool clone = false;
+  for (const auto& f : d.findings) {
+    if (f.functions.empty() || f.functions[0].name != "aten::clone") continue;
+    clone = true;
+    EXPECT_NE(f.summary.find("389.0 instead of 8.0"), std::string::npos) << f.summary;
+  }
+  EXPECT_TRUE(clone) << Dump(d);
+}
+
+TEST(DiffTest, AStragglerAcrossRunsIsTheCauseNotItsWaiters) {
+  // Rank 2 runs 3 more matmuls per step in TEST; ranks 0, 1, 3 wait 10 ms longer in all_reduce.
+  std::vector<RankSummary> base, test;
+  for (int r = 0; r < 4; ++r) {
+    base.push_back(Rank(r, 4,
+                        {Fn("aten::mm", FunctionClass::kCompute, 20, 7),
+                         Fn("gloo:all_reduce", FunctionClass::kCollective, 5, 3)},
+                        27));
+    const bool slow = r == 2;
+    test.push_back(Rank(r, 4,
+                        {Fn("aten::mm", FunctionClass::kCompute, slow ? 30 : 20, slow ? 10 : 7),
+                         Fn("gloo:all_reduce", FunctionClass::kCollective, slow ? 5 : 15, 3)},
+                        37));
+  }
+  Diagnosis d = Diff(base, test);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "straggler") << Dump(d);
+  EXPECT_EQ(f.ranks, std::vector<int>{2});
+  EXPECT_EQ(f.functions[0].name, "aten::mm");
+  EXPECT_NEAR(f.impact_ms, 10, 1e-6);
+  for (const auto& g : d.findings)
+    for (const auto& fn : g.functions) EXPECT_NE(fn.name, "gloo:all_reduce") << Dump(d);
+}
+
+TEST(DiffTest, AChangeInsideTheRunsOwnNoiseIsNotReported) {
+  // aten::mm varies by +-4 ms from iteration to iteration in both runs; its mean moves 1.5 ms
+  // (above 5% of its time, inside 3 standard errors of the two runs: 2.7 ms).
+  auto run = [](double mean_ms) {
+    std::vector<RankSummary> side;
+    for (int r = 0; r < 2; ++r) {
+      auto fns = Step();
+      fns[0].per_iter_us = fns[0].self_per_iter_us = mean_ms * 1000;
+      fns[0].iter_us.clear();
+      for (int i = 0; i < 20; ++i)
+        fns[0].iter_us.push_back(static_cast<float>((mean_ms + (i % 2 ? 4 : -4)) * 1000));
+      side.push_back(Rank(r, 2, fns, 27));
+    }
+    return side;
+  };
+  Diagnosis d = Diff(run(20), run(21.5));
+  EXPECT_TRUE(d.findings.empty()) << Dump(d);
+  Diagnosis big = Diff(run(20), run(26));
+  ASSERT_FALSE(big.findings.empty()) << Dump(big);
+  EXPECT_EQ(big.findings[0].functions[0].name, "aten::mm");
+}
+
 TEST(AnalysisTest, RobustReferenceAndRankList) {
   internal::Reference ref = internal::RobustReference({10, 10, 10, 40});
   EXPECT_EQ(ref.median, 10);

@@ -15,6 +15,7 @@ namespace perftracker::diagnose {
 namespace {
 
 using internal::Median;
+using internal::MinImpactUs;
 using internal::Ms;
 using internal::Percent;
 using pattern::FunctionPattern;
@@ -54,6 +55,49 @@ std::vector<int> RanksOf(const std::vector<RankSummary>& side) {
   return r;
 }
 
+// What a run ran on, as far as its traces say: the GPU model (deviceProperties), GPUs per rank's
+// host, and the world size.
+struct Settings {
+  std::string gpu;  // the most common device name; empty without deviceProperties
+  int gpus = 0;
+  int world_size = 0;
+};
+
+Settings SettingsOf(const std::vector<RankSummary>& side) {
+  Settings st;
+  std::map<std::string, int> names;
+  for (const RankSummary& r : side) {
+    for (const auto& d : r.devices) ++names[d.name];
+    st.gpus = std::max(st.gpus, static_cast<int>(r.devices.size()));
+    st.world_size = std::max({st.world_size, r.world_size, r.rank + 1});
+  }
+  int best = 0;
+  for (const auto& [name, n] : names) {
+    if (n > best) {
+      best = n;
+      st.gpu = name;
+    }
+  }
+  if (st.world_size < static_cast<int>(side.size())) st.world_size = static_cast<int>(side.size());
+  return st;
+}
+
+// Standard deviation and sample count of a function's per-iteration time over a run's ranks and
+// iterations: the run's own variation.
+std::pair<double, double> IterationSpread(const std::map<int, const FunctionPattern*>& by_rank) {
+  double n = 0, sum = 0, sq = 0;
+  for (const auto& [rank, f] : by_rank) {
+    for (float v : f->iter_us) {
+      n += 1;
+      sum += v;
+      sq += static_cast<double>(v) * v;
+    }
+  }
+  if (n < 2) return {0, n};
+  const double mean = sum / n;
+  return {std::sqrt(std::max(0.0, (sq - n * mean * mean) / (n - 1))), n};
+}
+
 }  // namespace
 
 Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
@@ -90,6 +134,146 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   };
   add(base, true);
   add(test, false);
+  const double iter_delta = iter_us - base_iter_us;
+
+  // The runs' settings first: a different GPU or world size changes every number after it.
+  const Settings bs = SettingsOf(base), ts = SettingsOf(test);
+  const bool gpu_changed =
+      !bs.gpu.empty() && !ts.gpu.empty() && (bs.gpu != ts.gpu || bs.gpus != ts.gpus);
+  const bool world_changed = bs.world_size != ts.world_size;
+  if (gpu_changed || world_changed) {
+    Finding f;
+    f.finding_class = FindingClass::kAll;
+    f.cause = gpu_changed ? Cause::kHardware : Cause::kConfiguration;
+    f.category = gpu_changed ? "hardware_change" : "configuration_change";
+    f.ranks = test_ranks;
+    std::vector<const RankSummary*> rs;
+    for (const auto& r : test) rs.push_back(&r);
+    f.hosts = internal::HostsOf(rs);
+    std::vector<std::string> parts;
+    if (gpu_changed) {
+      parts.push_back(fmt::format("GPU {} x {} -> {} x {}", bs.gpus, bs.gpu, ts.gpus, ts.gpu));
+      f.evidence_text["base_gpu"] = bs.gpu;
+      f.evidence_text["test_gpu"] = ts.gpu;
+      f.evidence["base_gpus"] = bs.gpus;
+      f.evidence["test_gpus"] = ts.gpus;
+    }
+    if (world_changed) {
+      parts.push_back(fmt::format("world size {} -> {} ranks", bs.world_size, ts.world_size));
+      f.evidence["base_world_size"] = bs.world_size;
+      f.evidence["test_world_size"] = ts.world_size;
+    }
+    std::string what;
+    for (const std::string& p : parts) what += (what.empty() ? "" : "; ") + p;
+    f.evidence_text["change"] = what;
+    f.evidence["base_ms"] = base_iter_us / 1000.0;
+    f.evidence["test_ms"] = iter_us / 1000.0;
+    // The whole iteration's change is read in the light of this one: it leads.
+    f.impact_ms = std::fabs(iter_delta) / 1000.0;
+    f.impact_fraction = iter_us > 0 ? std::fabs(iter_delta) / iter_us : 0;
+    f.confidence = 1.0;
+    f.summary = fmt::format(
+        "the runs differ in their setup: {}; the iteration takes {} in TEST vs {} in BASE, and "
+        "the function changes below are partly this change's",
+        what, Ms(iter_us), Ms(base_iter_us));
+    f.suggestion = gpu_changed ? "Compare like with like: the same GPU model and count, or read "
+                                 "the per-function changes as the hardware's."
+                               : "Compare runs at the same world size, or expect collectives and "
+                                 "per-rank work to change with it.";
+    d.findings.push_back(std::move(f));
+  }
+
+  // Each rank against itself: a rank that computes more in TEST while its peers wait longer in
+  // collectives is the cause, and the peers' longer collectives are its echo (the diagnosis'
+  // straggler, across runs).
+  std::set<std::string> echo_keys;
+  if (common.size() >= 2) {
+    struct RankChange {
+      double compute = 0;  // the largest rise of a non-collective function's exclusive time
+      const FunctionPattern* fn = nullptr;
+      std::string key;
+      double wait = 0;  // rise of the collectives' exclusive time
+    };
+    std::map<int, RankChange> per_rank;
+    for (auto& [key, k] : keys) {
+      const FunctionPattern* proto = k.proto;
+      const bool coll = proto->fclass == pattern::FunctionClass::kCollective;
+      for (int r : common) {
+        auto bi = k.base.self_by_rank.find(r);
+        auto ti = k.test.self_by_rank.find(r);
+        const double bv = bi == k.base.self_by_rank.end() ? 0 : bi->second;
+        const double tv = ti == k.test.self_by_rank.end() ? 0 : ti->second;
+        RankChange& c = per_rank[r];
+        if (coll) {
+          c.wait += tv - bv;
+        } else if (tv - bv > c.compute) {
+          c.compute = tv - bv;
+          c.fn = ti == k.test.self_by_rank.end() ? proto : k.test.by_rank.at(r);
+          c.key = key;
+        }
+      }
+    }
+    int s = -1;
+    for (const auto& [r, c] : per_rank)
+      if (c.fn && (s < 0 || c.compute > per_rank[s].compute)) s = r;
+    if (s >= 0) {
+      const RankChange& sc = per_rank[s];
+      std::vector<double> peers_wait, peers_same_fn;
+      std::vector<int> waiters;
+      const KeyDiff& sk = keys.at(sc.key);
+      for (const auto& [r, c] : per_rank) {
+        if (r == s) continue;
+        peers_wait.push_back(c.wait);
+        auto bi = sk.base.self_by_rank.find(r);
+        auto ti = sk.test.self_by_rank.find(r);
+        peers_same_fn.push_back((ti == sk.test.self_by_rank.end() ? 0 : ti->second) -
+                                (bi == sk.base.self_by_rank.end() ? 0 : bi->second));
+        if (c.wait >= policy::kDiffEchoShare * sc.compute) waiters.push_back(r);
+      }
+      const double wait = Median(peers_wait);
+      const bool stands_out = Median(peers_same_fn) < policy::kDiffEchoShare * sc.compute;
+      if (sc.compute > std::max(policy::kDiffMinUs, MinImpactUs(iter_us, o)) && stands_out &&
+          wait >= policy::kDiffEchoShare * sc.compute && sc.wait < policy::kDiffEchoShare * wait) {
+        const FunctionPattern* fn = sc.fn;
+        Finding f;
+        f.finding_class = FindingClass::kSubset;
+        f.cause = Cause::kSoftware;
+        f.category = "straggler";
+        f.ranks = {s};
+        std::vector<const RankSummary*> rs;
+        for (const auto& r : test)
+          if (r.rank == s) rs.push_back(&r);
+        f.hosts = internal::HostsOf(rs);
+        f.functions.push_back(internal::MakeFunctionRef(*fn));
+        f.impact_ms = wait / 1000.0;
+        f.impact_fraction = iter_us > 0 ? wait / iter_us : 0;
+        f.confidence = 1.0;
+        const KeyDiff& k = keys.at(sc.key);
+        auto calls_on = [&](const Side& side) {
+          auto it = side.by_rank.find(s);
+          return it == side.by_rank.end() ? 0.0 : it->second->calls_per_iter;
+        };
+        const double b_c = calls_on(k.base), t_c = calls_on(k.test);
+        f.evidence["extra_compute_ms"] = sc.compute / 1000.0;
+        f.evidence["peers_extra_wait_ms"] = wait / 1000.0;
+        f.evidence["base_calls_per_iter"] = b_c;
+        f.evidence["test_calls_per_iter"] = t_c;
+        f.evidence_text["change"] = "a rank computes more; its peers wait for it";
+        f.summary = fmt::format(
+            "rank {} computes more in TEST: {} +{}/iter on rank {} alone ({:.1f} calls per "
+            "iteration vs {:.1f}); ranks {} wait for it in collectives, +{}/iter ({} of the "
+            "iteration)",
+            s, fn->name, Ms(sc.compute), s, t_c, b_c, RankList(waiters), Ms(wait),
+            Percent(f.impact_fraction));
+        f.suggestion =
+            fmt::format("Look at what rank {} does differently in TEST around {}.", s, fn->name);
+        d.findings.push_back(std::move(f));
+        for (auto& [key, kd] : keys)
+          if (kd.proto->fclass == pattern::FunctionClass::kCollective) echo_keys.insert(key);
+        echo_keys.insert(sc.key);
+      }
+    }
+  }
 
   double explained = 0;
   std::vector<std::pair<double, const FunctionPattern*>> contributors;
@@ -98,12 +282,22 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     double t_self = MedianOver(k.test.self_by_rank, test_ranks);
     double delta = t_self - b_self;
     contributors.push_back({delta, k.proto});
-    double thr = internal::EffectThreshold(b_self, iter_us, o);
+    if (echo_keys.count(key)) {
+      explained += std::max(0.0, delta);
+      continue;  // the straggler finding above names it
+    }
+    // The runs' own variation decides, not a share of the iteration: the change must stand out
+    // of both runs' iteration-to-iteration spread of this function.
+    const auto [b_sd, b_n] = IterationSpread(k.base.by_rank);
+    const auto [t_sd, t_n] = IterationSpread(k.test.by_rank);
+    const double noise =
+        std::sqrt((b_n > 0 ? b_sd * b_sd / b_n : 0) + (t_n > 0 ? t_sd * t_sd / t_n : 0));
+    double thr = std::max({policy::kDiffMinUs, policy::kDiffMinRelative * std::fabs(b_self),
+                           policy::kDiffNoiseZ * noise});
     // A function that appears or disappears is a change of the program itself: worth naming
     // even when small (the regression/improvement it causes is still sized by its time).
     bool appeared_or_gone = k.base.by_rank.empty() || k.test.by_rank.empty();
     if (appeared_or_gone) thr = std::max(policy::kNewFunctionFloorUs, 0.001 * iter_us);
-    if (std::fabs(delta) <= thr) continue;
 
     auto per_iter = [](const FunctionPattern& f) { return f.per_iter_us; };
     auto calls = [](const FunctionPattern& f) { return f.calls_per_iter; };
@@ -111,7 +305,12 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     double t_v = MedianField(k.test.by_rank, test_ranks, per_iter);
     double b_c = MedianField(k.base.by_rank, base_ranks, calls);
     double t_c = MedianField(k.test.by_rank, test_ranks, calls);
-    bool slower = delta > 0;
+    // A call count that doubles or halves is a change of the program, whatever its time.
+    const bool calls_changed =
+        !appeared_or_gone && std::fabs(t_c - b_c) >= policy::kDiffMinCallDelta &&
+        std::max(t_c, b_c) >= policy::kDiffCallRatio * std::max(std::min(t_c, b_c), 1e-9);
+    if (std::fabs(delta) <= thr && !calls_changed) continue;
+    bool slower = delta > 0 || (std::fabs(delta) <= thr && t_c > b_c);
 
     // Which ranks changed: those whose own change goes the same way by at least half the
     // threshold. All of them (or no rank-by-rank match) makes it an all-rank change.
@@ -160,8 +359,11 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
       f.cause = Cause::kSoftware;
     } else {
       what = "same number of calls, each call takes a different time";
-      f.cause = Cause::kUnknown;
+      f.cause = gpu_changed && proto->kind == trace::EventKind::kKernel ? Cause::kHardware
+                                                                        : Cause::kUnknown;
     }
+    if (world_changed && proto->fclass == pattern::FunctionClass::kCollective)
+      f.cause = Cause::kConfiguration;
     f.evidence_text["change"] = what;
     std::string where = f.finding_class == FindingClass::kAll
                             ? "on all ranks"
@@ -204,8 +406,8 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   }
   // A slowdown spread thinly over many functions passes no per-function threshold; name the
   // iteration itself with the biggest contributors.
-  double iter_delta = iter_us - base_iter_us;
-  if (iter_delta > internal::EffectThreshold(base_iter_us, iter_us, o) &&
+  if (!gpu_changed && !world_changed &&
+      iter_delta > internal::EffectThreshold(base_iter_us, iter_us, o) &&
       explained < 0.5 * iter_delta) {
     std::sort(contributors.begin(), contributors.end(),
               [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -235,6 +437,11 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     d.findings.push_back(std::move(f));
   }
   internal::SortFindings(&d.findings);
+  // A change of the runs' settings comes first, whatever its size: every other change is read
+  // in its light.
+  std::stable_partition(d.findings.begin(), d.findings.end(), [](const Finding& f) {
+    return f.category == "hardware_change" || f.category == "configuration_change";
+  });
   return d;
 }
 

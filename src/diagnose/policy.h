@@ -104,7 +104,20 @@ namespace perftracker::diagnose::policy {
   /* Run diff. */                                                                                  \
   X(kNewFunctionFloorUs, 10.0, "us per iteration",                                                 \
     "a function new in TEST below 10 us per iteration is not worth listing")                       \
-  X(kMaxNewOrGone, 20, "functions", "at most 20 new or gone functions are listed one by one")
+  X(kMaxNewOrGone, 20, "functions", "at most 20 new or gone functions are listed one by one")      \
+  X(kDiffNoiseZ, 3.0, "standard errors",                                                           \
+    "a function's change between runs must stand out of both runs' own iteration-to-iteration "    \
+    "variation")                                                                                   \
+  X(kDiffMinRelative, 0.05, "of the function's time",                                              \
+    "a change of under 5% of a function's own time is not worth reading")                          \
+  X(kDiffMinUs, 100.0, "us per iteration",                                                         \
+    "nor one of under 0.1 ms per iteration, however steady the runs")                              \
+  X(kDiffCallRatio, 2.0, "x",                                                                      \
+    "a call count that doubles or halves is a change of the program, reported whatever its time")  \
+  X(kDiffMinCallDelta, 1.0, "calls per iteration",                                                 \
+    "and it must change by at least one call per iteration")                                       \
+  X(kDiffEchoShare, 0.5, "of the extra compute",                                                   \
+    "peers that wait longer by at least half a rank's extra compute are waiting for that rank")
 
 #define PT_POLICY_CONSTANT(name, value, unit, reason) inline constexpr double name = value;
 PT_DIAGNOSIS_POLICY(PT_POLICY_CONSTANT)

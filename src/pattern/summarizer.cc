@@ -771,11 +771,15 @@ struct Summarizer::Impl {
             last_end[i] = d.busy.back().end;
           }
         }
+        // The steady steps' ops and GPU spans, merged: a step's communication that runs under
+        // the next step's compute is hidden, as on the GPU (per-step sums would count it twice).
+        IterLanes u;
+        std::vector<Interval> spans;
         for (size_t i : steady) {
           const IterLanes& d = its[i];
           if (d.busy.empty()) continue;
-          // The step's GPU time runs from its first op to the next step's first op (or to its
-          // own last op's end when no later step has GPU work): idle is what the ops leave of it.
+          // A step's GPU time runs from its first op to the next step's first op (or to its own
+          // last op's end when no later step has GPU work).
           double span_end = last_end[i];
           for (size_t j = i + 1; j < n; ++j) {
             if (first_start[j] < kInf) {
@@ -783,15 +787,25 @@ struct Summarizer::Impl {
               break;
             }
           }
-          const double b = CoveredIn(d.busy, -kInf, kInf);
-          busy += b;
-          idle += std::max(0.0, span_end - first_start[i] - b);
-          compute += CoveredIn(d.compute, -kInf, kInf);
-          comm += CoveredIn(d.comm, -kInf, kInf);
-          copy += CoveredIn(d.copy, -kInf, kInf);
-          overlap += CoveredIn(IntersectIntervals(d.comm, d.compute), -kInf, kInf);
-          all_busy.insert(all_busy.end(), d.busy.begin(), d.busy.end());
+          spans.push_back({first_start[i], span_end});
+          u.busy.insert(u.busy.end(), d.busy.begin(), d.busy.end());
+          u.compute.insert(u.compute.end(), d.compute.begin(), d.compute.end());
+          u.comm.insert(u.comm.end(), d.comm.begin(), d.comm.end());
+          u.copy.insert(u.copy.end(), d.copy.begin(), d.copy.end());
         }
+        MergeIntervals(&spans);
+        MergeIntervals(&u.busy);
+        MergeIntervals(&u.compute);
+        MergeIntervals(&u.comm);
+        MergeIntervals(&u.copy);
+        const double b = CoveredIn(u.busy, -kInf, kInf);
+        busy += b;
+        idle += std::max(0.0, CoveredIn(spans, -kInf, kInf) - b);
+        compute += CoveredIn(u.compute, -kInf, kInf);
+        comm += CoveredIn(u.comm, -kInf, kInf);
+        copy += CoveredIn(u.copy, -kInf, kInf);
+        overlap += CoveredIn(IntersectIntervals(u.comm, u.compute), -kInf, kInf);
+        all_busy.insert(all_busy.end(), u.busy.begin(), u.busy.end());
       }
       // Means over steady iterations and over the rank's devices.
       const double div = static_cast<double>(ns * lanes.size());

@@ -1,0 +1,50 @@
+"""Computes the HTA reference values in expected.json, once, by hand. Not run by the tests:
+HTA and pandas are not dependencies of perftracker or of its tests.
+
+  HTA_SRC=/path/to/HolisticTraceAnalysis python3 tests/data/hta/make_expected.py > tests/data/hta/expected.json
+
+needs Debian's python3-pandas python3-plotly python3-networkx python3-pydot python3-yaml and an HTA
+source tree (expected.json was made with commit f4d0062, "Add POST_PROCESSED_ANNOTATION_CATEGORY_
+PATTERN to OSS HTA (#343)"). Options: TraceAnalysis(include_last_profiler_step=True), nanosecond
+rounding off (HTA_DISABLE_NS_ROUNDING=1); values are HTA's totals over its iterations.
+"""
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+sys.path.insert(0, os.environ.get("HTA_SRC", "."))
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.environ.get("PT_SHARED", os.path.join(HERE, "..", "..", "..", "..", "shared"))
+KINETO = os.path.join(SHARED, "traces", "kineto")
+TRACES = {
+    "resnet_ns_rank-0": [os.path.join(KINETO, "resnet_ns_rank-0.pt.trace.json.gz")],
+    "nccl_2rank_rank0": [os.path.join(KINETO, "nccl_2rank_rank0.json.gz")],
+    "job128": [os.path.join(KINETO, "job128_rank-0.json.gz"), os.path.join(KINETO, "job128_rank-1.json.gz")],
+    "amd_mi250": [os.path.join(HERE, "amd_mi250.json.gz")],
+    "control": [os.path.join(HERE, "control.json.gz")],
+    "test": [os.path.join(HERE, "test.json.gz")],
+    "gpu_tail_158ms": [os.path.join(HERE, "gpu_tail_158ms.json.gz")],
+}
+
+out = {}
+for name, files in TRACES.items():
+    d = tempfile.mkdtemp()
+    for i, f in enumerate(files):
+        shutil.copy(f, os.path.join(d, f"rank{i}_" + os.path.basename(f)))
+    a = TraceAnalysis(trace_dir=d, include_last_profiler_step=True)
+    res = {}
+    for _, row in a.get_temporal_breakdown(visualize=False).iterrows():
+        r = int(row["rank"])
+        res[str(r)] = {"iterations": len(a.t.get_iterations(r)), "idle_us": float(row["idle_time(us)"]),
+                       "compute_us": float(row["compute_time(us)"]),
+                       "non_compute_us": float(row["non_compute_time(us)"]),
+                       "kernel_us": float(row["kernel_time(us)"])}
+    out[name] = res
+print(json.dumps(out, indent=1))
