@@ -313,7 +313,15 @@ class OnlineRun(unittest.TestCase):
                "--baseline-window", "off", "--", "sh", "-c", script]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
         self.assertEqual(p.returncode, 0, p.stderr[-4000:])
-        self.assertEqual(windows(report), ["1"], p.stderr[-4000:])
+        # Window 1 is the requested one. A shared VM can shift a clean job's iteration time for
+        # good (+18% measured once): the detector may open a slowdown window then, but no window
+        # of a clean job may find anything.
+        self.assertEqual(windows(report)[0], "1", p.stderr[-4000:])
+        self.assertIn("window 1 opened (--profile-at-iteration 20)", p.stderr)
+        for w in windows(report):
+            with open(os.path.join(report, "windows", w, "diagnosis.json")) as f:
+                self.assertEqual(json.load(f)["findings"], [], p.stderr[-4000:])
+        self.assertEqual(p.stderr.count("window 1 opened"), 1)
         with open(os.path.join(report, "windows", "1", "diagnosis.json")) as f:
             w = json.load(f)
         self.assertEqual(w["job"]["ranks"], [0, 1], p.stderr[-4000:])

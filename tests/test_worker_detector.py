@@ -20,9 +20,9 @@ PYDIR = os.path.join(BUILD, "python")
 # Every detector number is the default: learning takes M iterations, then the slowdown trigger
 # skips 10 iterations of warm-up and measures its reference on the next 50 (worker/
 # shift_detector.h), so the straggler starts at iteration 100 (90 after learning).
-ITERS = 200
+ITERS = 160
 M = 10  # learn_repeats: iterations before the sequence is adopted (not reported)
-FAULT_AT = 120
+FAULT_AT = 100
 
 
 def built():

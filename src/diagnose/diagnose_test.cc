@@ -406,10 +406,12 @@ TEST(DiffTest, ASettingsChangeComesFirstAndCallCountsCountWhateverTheTime) {
   b.push_back(Fn("aten::clone", FunctionClass::kCompute, 0.23, 8));
   base.push_back(Rank(3, 8, b, 77));
   base.back().devices = gpus("NVIDIA A100-PG509-200", 8);
+  base.back().nccl_version = "2.17.1";
   auto t = Step(40, 7);  // aten::mm twice as slow: more than the settings' iteration change
   t.push_back(Fn("aten::clone", FunctionClass::kCompute, 0.26, 389));  // +0.03 ms: tiny
   test.push_back(Rank(1, 2, t, 90));
   test.back().devices = gpus("Tesla V100-SXM2-16GB", 2);
+  test.back().nccl_version = "2.18.3";
   Diagnosis d = Diff(base, test);
   ASSERT_GE(d.findings.size(), 3u) << Dump(d);
   EXPECT_EQ(d.findings[0].category, "hardware_change") << Dump(d);
@@ -418,6 +420,7 @@ TEST(DiffTest, ASettingsChangeComesFirstAndCallCountsCountWhateverTheTime) {
             std::string::npos)
       << d.findings[0].summary;
   EXPECT_NE(d.findings[0].summary.find("world size 8 -> 2"), std::string::npos);
+  EXPECT_NE(d.findings[0].summary.find("NCCL 2.17.1 -> 2.18.3"), std::string::npos);
   bool clone = false;
   for (const auto& f : d.findings) {
     if (f.functions.empty() || f.functions[0].name != "aten::clone") continue;

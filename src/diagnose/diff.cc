@@ -61,6 +61,8 @@ struct Settings {
   std::string gpu;  // the most common device name; empty without deviceProperties
   int gpus = 0;
   int world_size = 0;
+  std::string backend;  // empty where the traces do not say
+  std::string nccl_version;
 };
 
 Settings SettingsOf(const std::vector<RankSummary>& side) {
@@ -70,6 +72,8 @@ Settings SettingsOf(const std::vector<RankSummary>& side) {
     for (const auto& d : r.devices) ++names[d.name];
     st.gpus = std::max(st.gpus, static_cast<int>(r.devices.size()));
     st.world_size = std::max({st.world_size, r.world_size, r.rank + 1});
+    if (st.backend.empty()) st.backend = r.backend;
+    if (st.nccl_version.empty()) st.nccl_version = r.nccl_version;
   }
   int best = 0;
   for (const auto& [name, n] : names) {
@@ -141,7 +145,13 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   const bool gpu_changed =
       !bs.gpu.empty() && !ts.gpu.empty() && (bs.gpu != ts.gpu || bs.gpus != ts.gpus);
   const bool world_changed = bs.world_size != ts.world_size;
-  if (gpu_changed || world_changed) {
+  // Versions and backend only where both runs' traces say.
+  auto differs = [](const std::string& a, const std::string& b) {
+    return !a.empty() && !b.empty() && a != b;
+  };
+  const bool backend_changed = differs(bs.backend, ts.backend);
+  const bool nccl_changed = differs(bs.nccl_version, ts.nccl_version);
+  if (gpu_changed || world_changed || backend_changed || nccl_changed) {
     Finding f;
     f.finding_class = FindingClass::kAll;
     f.cause = gpu_changed ? Cause::kHardware : Cause::kConfiguration;
@@ -163,6 +173,16 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
       f.evidence["base_world_size"] = bs.world_size;
       f.evidence["test_world_size"] = ts.world_size;
     }
+    if (backend_changed) {
+      parts.push_back(fmt::format("backend {} -> {}", bs.backend, ts.backend));
+      f.evidence_text["base_backend"] = bs.backend;
+      f.evidence_text["test_backend"] = ts.backend;
+    }
+    if (nccl_changed) {
+      parts.push_back(fmt::format("NCCL {} -> {}", bs.nccl_version, ts.nccl_version));
+      f.evidence_text["base_nccl_version"] = bs.nccl_version;
+      f.evidence_text["test_nccl_version"] = ts.nccl_version;
+    }
     std::string what;
     for (const std::string& p : parts) what += (what.empty() ? "" : "; ") + p;
     f.evidence_text["change"] = what;
@@ -176,10 +196,11 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
         "the runs differ in their setup: {}; the iteration takes {} in TEST vs {} in BASE, and "
         "the function changes below are partly this change's",
         what, Ms(iter_us), Ms(base_iter_us));
-    f.suggestion = gpu_changed ? "Compare like with like: the same GPU model and count, or read "
-                                 "the per-function changes as the hardware's."
-                               : "Compare runs at the same world size, or expect collectives and "
-                                 "per-rank work to change with it.";
+    f.suggestion = gpu_changed
+                       ? "Compare like with like: the same GPU model and count, or read "
+                         "the per-function changes as the hardware's."
+                       : "Compare runs with the same world size and communication stack, or expect "
+                         "collectives and per-rank work to change with them.";
     d.findings.push_back(std::move(f));
   }
 
@@ -406,7 +427,7 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   }
   // A slowdown spread thinly over many functions passes no per-function threshold; name the
   // iteration itself with the biggest contributors.
-  if (!gpu_changed && !world_changed &&
+  if (!gpu_changed && !world_changed && !backend_changed && !nccl_changed &&
       iter_delta > internal::EffectThreshold(base_iter_us, iter_us, o) &&
       explained < 0.5 * iter_delta) {
     std::sort(contributors.begin(), contributors.end(),

@@ -85,6 +85,8 @@ struct RankSummary {
   bool has_gpu = false;
   std::vector<trace::ProcessGroup> process_groups;
   std::vector<trace::DeviceInfo> devices;
+  std::string backend;       // distributedInfo.backend: nccl, gloo, ...
+  std::string nccl_version;  // distributedInfo.nccl_version
 
   // Iterations. Only the steady-state ones: every per-iteration value (iteration_ms, the GPU
   // breakdown, each function's per-iteration time and calls) is over these; the partial and

@@ -649,6 +649,8 @@ struct Summarizer::Impl {
     s.legacy_format = meta.legacy_format;
     s.process_groups = meta.process_groups;
     s.devices = meta.devices;
+    s.backend = meta.backend;
+    s.nccl_version = meta.nccl_version;
     s.read_stats = stats;
     s.iteration_source = iteration_source;
     s.whole_window = whole_window;

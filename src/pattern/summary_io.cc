@@ -284,6 +284,8 @@ std::string SerializeSummary(const RankSummary& s) {
   }
   w.U(s.pre_profiler_gpu_ops);
   w.D(s.pre_profiler_gpu_us);
+  w.Str(s.backend);
+  w.Str(s.nccl_version);
   return w.Finish();
 }
 
@@ -460,6 +462,10 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
     }
     s.pre_profiler_gpu_ops = r.U();
     s.pre_profiler_gpu_us = r.D();
+  }
+  if (!r.failed() && r.remaining() > 0) {
+    s.backend = r.Str(table);
+    s.nccl_version = r.Str(table);
   }
   if (r.failed()) {
     return DataLoss(name +

@@ -77,6 +77,12 @@ RankSummary Sample() {
   s.read_stats.unknown_kind = 2;
   s.read_stats.malformed_events = 1;
   s.read_stats.unknown_cats = {{"weird", 2}};
+  s.excluded_iterations = {{ExcludedIteration::kWarmup, 101, 0, 35.1},
+                           {ExcludedIteration::kPartial, 106, 6, 0.049}};
+  s.pre_profiler_gpu_ops = 614;
+  s.pre_profiler_gpu_us = 56517.25;
+  s.backend = "nccl";
+  s.nccl_version = "2.17.1";
   return s;
 }
 
@@ -156,6 +162,17 @@ void ExpectEqual(const RankSummary& a, const RankSummary& b) {
   EXPECT_EQ(a.read_stats.unknown_kind, b.read_stats.unknown_kind);
   EXPECT_EQ(a.read_stats.malformed_events, b.read_stats.malformed_events);
   EXPECT_EQ(a.read_stats.unknown_cats, b.read_stats.unknown_cats);
+  ASSERT_EQ(a.excluded_iterations.size(), b.excluded_iterations.size());
+  for (size_t i = 0; i < a.excluded_iterations.size(); ++i) {
+    EXPECT_EQ(a.excluded_iterations[i].reason, b.excluded_iterations[i].reason);
+    EXPECT_EQ(a.excluded_iterations[i].step, b.excluded_iterations[i].step);
+    EXPECT_EQ(a.excluded_iterations[i].index, b.excluded_iterations[i].index);
+    EXPECT_EQ(a.excluded_iterations[i].ms, b.excluded_iterations[i].ms);
+  }
+  EXPECT_EQ(a.pre_profiler_gpu_ops, b.pre_profiler_gpu_ops);
+  EXPECT_EQ(a.pre_profiler_gpu_us, b.pre_profiler_gpu_us);
+  EXPECT_EQ(a.backend, b.backend);
+  EXPECT_EQ(a.nccl_version, b.nccl_version);
 }
 
 TEST(SummaryIoTest, RoundTrip) {

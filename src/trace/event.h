@@ -99,6 +99,7 @@ struct TraceMeta {
   std::string rank_source;     // "distributedInfo", "file name"
   int world_size = -1;
   std::string backend;
+  std::string nccl_version;  // distributedInfo.nccl_version, where the trace carries it
   std::string host;
   int64_t base_time_ns = 0;
   std::vector<ProcessGroup> process_groups;

@@ -1125,6 +1125,8 @@ class Pass1 {
         if (ReadInt(v, &i)) m.world_size = static_cast<int>(i);
       } else if (KeyIs(k, "backend")) {
         ReadText(v, &m.backend);
+      } else if (KeyIs(k, "nccl_version")) {
+        ReadText(v, &m.nccl_version);
       } else if (KeyIs(k, "pg_config")) {
         od::array arr;
         if (v.get_array().get(arr) != simdjson::SUCCESS) continue;

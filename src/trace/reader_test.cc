@@ -91,6 +91,7 @@ TEST(ReaderTest, GoldenNccl2Rank) {
   EXPECT_EQ(m.rank_source, "distributedInfo");
   EXPECT_EQ(m.world_size, 2);
   EXPECT_EQ(m.backend, "nccl");
+  EXPECT_EQ(m.nccl_version, "2.17.1");
   ASSERT_EQ(m.process_groups.size(), 1u);
   EXPECT_EQ(m.process_groups[0].size, 2);
   EXPECT_EQ(m.process_groups[0].ranks, (std::vector<int>{0, 1}));
