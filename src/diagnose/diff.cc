@@ -173,16 +173,15 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
       f.evidence["base_world_size"] = bs.world_size;
       f.evidence["test_world_size"] = ts.world_size;
     }
-    if (backend_changed) {
-      parts.push_back(fmt::format("backend {} -> {}", bs.backend, ts.backend));
-      f.evidence_text["base_backend"] = bs.backend;
-      f.evidence_text["test_backend"] = ts.backend;
-    }
-    if (nccl_changed) {
-      parts.push_back(fmt::format("NCCL {} -> {}", bs.nccl_version, ts.nccl_version));
-      f.evidence_text["base_nccl_version"] = bs.nccl_version;
-      f.evidence_text["test_nccl_version"] = ts.nccl_version;
-    }
+    // A named setting, as text: "NCCL 2.17.1 -> 2.18.3", evidence base_<key> and test_<key>.
+    auto text_change = [&](const char* label, const std::string& key, const std::string& b,
+                           const std::string& t) {
+      parts.push_back(fmt::format("{} {} -> {}", label, b, t));
+      f.evidence_text["base_" + key] = b;
+      f.evidence_text["test_" + key] = t;
+    };
+    if (backend_changed) text_change("backend", "backend", bs.backend, ts.backend);
+    if (nccl_changed) text_change("NCCL", "nccl_version", bs.nccl_version, ts.nccl_version);
     std::string what;
     for (const std::string& p : parts) what += (what.empty() ? "" : "; ") + p;
     f.evidence_text["change"] = what;
