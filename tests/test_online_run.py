@@ -260,20 +260,35 @@ class OnlineRun(unittest.TestCase):
         # caught with the defaults. The same job without the fault finds nothing (this VM also
         # slows down by 5-10% for seconds at a time by itself, so a window may open on it; the
         # benchmark bench/online_accuracy.py counts those). Repeated.
+        # The premise is checked, not assumed: each rank's detector reports at exit the level it
+        # fires above. A run that missed the slowdown is excused only when its measured noise put
+        # that level above +4.5% (not a quiet run: the trigger is right to ignore 5% there); it
+        # is replaced, up to 4 runs, and two quiet runs must catch the slowdown.
         args = ["--iters", "320", "--step-sleep-ms", "50", "--hidden", "64", "--batch", "16"]
-        for k in range(2):
+        caught = 0
+        for k in range(4):
+            if caught == 2:
+                break
             d = self.job(f"quiet_fault{k}", *args, "--fault", "slow-loader", "--fault-rank", "all",
                          "--fault-start", "150", "--fault-ms", "2.7", nproc=2)
+            levels = [float(x) for x in re.findall(
+                r"detector at exit: .*? fires above [\d.]+ ms \(\+([\d.]+)%\)", d["_log"])]
+            fired = [int(a) for a in re.findall(r"slowdown at iteration (\d+)", d["_log"])]
             # Detector iterations count from learning (10 steps in): the fault is at about 140,
             # and no trigger may come before it.
-            self.assertIn("opened (slowdown", d["_stderr"], "the 5% slowdown was not caught\n" + d["_out"])
-            fired = [int(a) for a in re.findall(r"slowdown at iteration (\d+)", d["_log"])]
-            self.assertTrue(fired, d["_log"][-3000:])
-            self.assertGreaterEqual(min(fired), 138, "a slowdown trigger before the fault\n" + d["_log"][-3000:])
+            if fired:
+                self.assertGreaterEqual(min(fired), 138, "a slowdown trigger before the fault\n" + d["_log"][-3000:])
+            self.assertEqual(len(levels), 2, "no detector state at exit\n" + d["_log"][-3000:])
+            if "opened (slowdown" not in d["_stderr"]:
+                self.assertGreater(min(levels), 4.5, "the 5% slowdown was not caught\n" + d["_log"][-3000:])
+                print(f"quiet_fault{k}: not quiet (fires above +{min(levels):.1f}%), replaced", file=sys.stderr)
+                continue
+            caught += 1
             clean = self.job(f"quiet_clean{k}", *args, nproc=2)
             for w in windows(clean["_report"]):
                 with open(os.path.join(clean["_report"], "windows", w, "diagnosis.json")) as f:
                     self.assertEqual(json.load(f)["findings"], [], f"window {w}\n" + clean["_out"])
+        self.assertEqual(caught, 2, "fewer than two quiet runs in four: this host is too noisy for the test")
 
     def test_8_exit_code_is_the_jobs(self):
         report = os.path.join(self.tmp, "exit")

@@ -436,7 +436,7 @@ class AgentClient:
         self.extra = []  # messages from other threads (send())
         self.pending_profile = None  # (command, time received)
         # The window whose collection holds the detector (worker/shift_detector.h): from the
-        # accepted command until the agent says it uploaded the summary, or HOLD_MAX_S.
+        # window's end until the agent says it uploaded the summary, or HOLD_MAX_S.
         self.held = None  # (window, monotonic time held)
         self.replies = []  # answers to commands, shipped in the same tick
         self.last_iteration = -1  # the last completed iteration index the detector reported
@@ -502,6 +502,10 @@ class AgentClient:
                              "mean_ns": n[3]})
             elif n[0] in ("window_done", "window_failed"):
                 rec = _pop_window(n[1])
+                if n[0] == "window_done" and self.sock is not None:
+                    # While armed the window excludes its iterations itself; from its end until
+                    # the agent uploaded the summary, the collection's work slows training.
+                    self._hold(rec.get("window"))
                 m = {"type": "python_trace", "path": n[1] if n[0] == "window_done" else None,
                      "window": rec.get("window"), "torch": bool(rec.get("torch"))}
                 if n[0] == "window_failed":
@@ -614,7 +618,6 @@ class AgentClient:
                              int(cmd.get("start_iter", -1)))
         if ok:
             _windows.append(rec)
-            self._hold(window)
         else:
             _window_out, _window_rec = prev  # refused: another window is pending or open
         self.send({"type": "profile_ack", "accepted": bool(ok), "path": out, "window": window})
@@ -639,8 +642,10 @@ class AgentClient:
     HOLD_MAX_S = 120.0  # a window's collection never holds the detector longer than this
 
     def _hold(self, window):
-        """Tracing, torch.profiler's export and the agent's summarizing slow training: the
-        iterations from the window's command until its upload say nothing about the job."""
+        """torch.profiler's export and the agent's summarizing slow training: the iterations
+        from the window's end until its upload say nothing about the job. (Those before the
+        window starts do: holding from the command on left the trigger blind for dozens of
+        iterations, and its reference late, across a fault that began meanwhile.)"""
         self._release(None)
         _w.hold_detector(True)
         self.held = (window, time.monotonic())

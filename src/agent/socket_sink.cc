@@ -308,7 +308,7 @@ struct SocketSink::Impl {
       const double thr = GetDouble(doc, "threshold_ns").value_or(0) / 1e6;
       Log(fmt::format(
           "rank {} (pid {}) detector at exit: {} iterations, reference {:.2f} ms, fires above "
-          "{:.2f} ms (+{:.0f}%), recent median {:.2f} ms, {} slowdown(s), {} hang(s)",
+          "{:.2f} ms (+{:.1f}%), recent median {:.2f} ms, {} slowdown(s), {} hang(s)",
           RankName(c.rank), c.pid, GetInt(doc, "iterations").value_or(0), ref, thr,
           ref > 0 ? 100 * (thr / ref - 1) : 0.0, GetDouble(doc, "recent_ns").value_or(0) / 1e6,
           GetInt(doc, "slowdowns").value_or(0), GetInt(doc, "hangs").value_or(0)));
