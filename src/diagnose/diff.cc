@@ -251,9 +251,9 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
         if (c.wait >= policy::kDiffEchoShare * sc.compute) waiters.push_back(r);
       }
       const double wait = Median(peers_wait);
-      const bool stands_out = Median(peers_same_fn) < policy::kDiffEchoShare * sc.compute;
+      const bool stands_out = Median(peers_same_fn) < policy::kDiffOwnShare * sc.compute;
       if (sc.compute > std::max(policy::kDiffMinUs, MinImpactUs(iter_us, o)) && stands_out &&
-          wait >= policy::kDiffEchoShare * sc.compute && sc.wait < policy::kDiffEchoShare * wait) {
+          wait >= policy::kDiffEchoShare * sc.compute && sc.wait < policy::kDiffOwnShare * wait) {
         const FunctionPattern* fn = sc.fn;
         Finding f;
         f.finding_class = FindingClass::kSubset;

@@ -256,6 +256,7 @@ struct CollectorServer::Impl final
   std::chrono::steady_clock::time_point last_slowdown_closed{};  // one a slowdown opened
   std::chrono::steady_clock::time_point last_opened{};
   int64_t slowdown_window = 0;  // the window a slowdown trigger opened or joined
+  double slowdown_mean_ms = 0;  // the recent iteration time of the trigger that did
   bool baseline_done = false;
   // A slowdown that began after the open window started profiling: that window cannot show
   // it, so a window of its own follows once the open one closes.
@@ -701,7 +702,8 @@ struct CollectorServer::Impl final
           req->rank(), req->mean_ms(), req->best_ms());
       bool cooling = last_slowdown_closed.time_since_epoch().count() != 0 &&
                      std::chrono::steady_clock::now() - last_slowdown_closed <
-                         std::chrono::duration<double>(options.cooldown_seconds);
+                         std::chrono::duration<double>(options.cooldown_seconds) &&
+                     !(req->mean_ms() > options.cooldown_escalation * slowdown_mean_ms);
       if (!open_window && (cooling || hang || hang_reported)) {
         reply->set_already_open(true);
         return grpc::Status::OK;
@@ -709,13 +711,17 @@ struct CollectorServer::Impl final
       if (open_window && open_window != slowdown_window &&
           req->iteration() >= windows[open_window]->spec().start_iteration) {
         followup = reason;
+        slowdown_mean_ms = req->mean_ms();
         reply->set_window_id(open_window);
         reply->set_already_open(true);
         return grpc::Status::OK;
       }
     }
     TriggerResult r = OpenWindowLocked(reason, req->iterations());
-    if (kind == "slowdown") slowdown_window = r.window_id;
+    if (kind == "slowdown") {
+      slowdown_window = r.window_id;
+      slowdown_mean_ms = req->mean_ms();
+    }
     reply->set_window_id(r.window_id);
     reply->set_start_iteration(r.start_iteration);
     reply->set_already_open(r.already_open);

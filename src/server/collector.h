@@ -32,6 +32,10 @@ struct ServerOptions {
   // long (a lasting slowdown fires on every rank, one after another); other windows (baseline,
   // periodic, user) leave triggers alone, and user triggers always open a window.
   double cooldown_seconds = 60;
+  // ...unless the job got this much slower than at the trigger that opened (or joined) that
+  // window: a new, bigger slowdown (a real fault after a trigger on the host's own drift) is not
+  // the one that window profiled.
+  double cooldown_escalation = 1.25;
   // One window once every rank has reported this many iterations (its detector learned the
   // iteration and the warm-up is behind): the peer comparison and the expected-pattern rules
   // need no slowdown, so a problem present from the first iteration is found too.

@@ -446,6 +446,16 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   // A user's trigger is never ignored.
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
   EXPECT_EQ(tr.window_id(), 2);
+  // A new, bigger slowdown during the cooldown (the job 25% slower than at the trigger that
+  // opened window 1) is not the one window 1 profiled: it opens a window once 2 is closed.
+  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  slow.set_mean_ms(14);  // < 1.25 x 12: the same slowdown, still cooling
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  EXPECT_EQ(tr.window_id(), 0);
+  slow.set_mean_ms(20);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  EXPECT_EQ(tr.window_id(), 3);
   (*server)->Shutdown();
   std::string json = Slurp(o.report_dir + "/diagnosis.json");
   EXPECT_NE(json.find("run_iteration_ms"), std::string::npos) << json;
