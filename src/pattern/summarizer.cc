@@ -80,7 +80,6 @@ struct FnAcc {
 
   uint64_t count = 0;
   uint64_t top_count = 0;
-  uint64_t calls_in_iters = 0;
   double total = 0, min = kInf, max = 0;
   double mean = 0, m2 = 0;  // Welford
   LogHistogram hist;
@@ -384,7 +383,6 @@ struct Summarizer::Impl {
       }
       f.iter_us[static_cast<size_t>(iter)] += dur;
       ++f.iter_calls[static_cast<size_t>(iter)];
-      ++f.calls_in_iters;
     }
     if (tid != kNoTid) {
       auto it = std::find_if(f.thread_us.begin(), f.thread_us.end(),
