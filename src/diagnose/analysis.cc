@@ -15,18 +15,6 @@
 
 namespace perftracker::diagnose::internal {
 
-double Median(std::vector<double> v) {
-  // NaN marks a value a rank does not have (a missing part): it takes no part.
-  std::erase_if(v, [](double x) { return std::isnan(x); });
-  if (v.empty()) return 0;
-  size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + mid, v.end());
-  double hi = v[mid];
-  if (v.size() % 2 == 1) return hi;
-  double lo = *std::max_element(v.begin(), v.begin() + mid);
-  return (lo + hi) / 2;
-}
-
 Reference RobustReference(const std::vector<double>& values) {
   Reference ref;
   ref.median = Median(values);

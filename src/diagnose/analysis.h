@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/median.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
 #include "pattern/compact_job.h"
@@ -17,7 +18,7 @@
 
 namespace perftracker::diagnose::internal {
 
-double Median(std::vector<double> v);
+using ::perftracker::Median;  // base/median.h
 
 // The robust reference of a set of per-rank values: median and a MAD-based scale floored at
 // max(1.4826*MAD, 2% of the median, 20 us), so that identical peers (MAD 0) do not turn

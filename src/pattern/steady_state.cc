@@ -5,17 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/median.h"
+
 namespace perftracker::pattern {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-}  // namespace
 
 std::vector<IterationClass> ClassifyIterations(const std::vector<double>& d) {
   const size_t n = d.size();

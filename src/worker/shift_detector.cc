@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/median.h"
+
 namespace perftracker::worker {
 namespace {
 
@@ -13,15 +15,6 @@ constexpr double kMedianSe = 1.2533;
 constexpr double kMinSigmaRatio = 0.002;
 // Beyond this the effective sample size is too small to say anything (n_eff < 0.5 for 10).
 constexpr double kMaxRho = 0.9;
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  const size_t mid = v.size() / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  const double hi = v[mid];
-  if (v.size() % 2) return hi;
-  return (hi + *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
-}
 
 }  // namespace
 

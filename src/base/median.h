@@ -1,0 +1,27 @@
+// The median of a sample, shared by the worker's trigger, the steady-state classifier and the
+// diagnosis. NaN marks a value that is missing (a rank without a part): it takes no part. An
+// empty sample's median is 0.
+//   Median({3, 1, 2}) == 2; Median({1, 2, 3, 10}) == 2.5; Median({1, NaN, 3}) == 2
+#ifndef PERFTRACKER_BASE_MEDIAN_H_
+#define PERFTRACKER_BASE_MEDIAN_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <vector>
+
+namespace perftracker {
+
+inline double Median(std::vector<double> v) {
+  std::erase_if(v, [](double x) { return std::isnan(x); });
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + hi) / 2;
+}
+
+}  // namespace perftracker
+
+#endif  // PERFTRACKER_BASE_MEDIAN_H_
