@@ -3,9 +3,8 @@
 // cannot name it. The connections can: the agents sample each worker's TCP send queues
 // ("tcp.sendq.<local>><remote>", mean bytes queued during the window); a slow endpoint's own
 // sends back up, and so do its peers' sends to it (their acknowledgements queue behind its
-// traffic). The rank that is an endpoint of the backed-up connections to several peers, while
-// each other rank's backed-up connections lead only to it, is the slow link (C4's idea: the
-// slow hop names the link).
+// traffic). The rank that the two most-queued connections share, and that most of the queued
+// bytes touch, is the slow link (C4's idea: the slow hop names the link).
 #ifndef PERFTRACKER_DIAGNOSE_LINK_H_
 #define PERFTRACKER_DIAGNOSE_LINK_H_
 

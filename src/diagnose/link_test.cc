@@ -54,6 +54,29 @@ TEST(SlowLink, TheRankAtTheEndOfEveryBackedUpConnection) {
   EXPECT_EQ(f->functions[0].name, "gloo:all_reduce");
 }
 
+TEST(SlowLink, BackpressureAroundTheRingStillNamesTheSlowRank) {
+  // Measured: 4 gloo ranks, rank 2's egress capped at 100 Mbit/s. Its own sends and its
+  // upstream peer's sends to it hold most, and the queues shrink around the ring; rank 3 has as
+  // many backed-up peers as rank 2.
+  RankMetrics m;
+  Conn(&m, 2, 1, 89681);
+  Conn(&m, 3, 2, 54591);
+  Conn(&m, 0, 3, 18371);
+  Conn(&m, 1, 0, 7552);
+  auto f = DiagnoseSlowLink(m, Ranks(4).ranks());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->ranks, std::vector<int>({2}));
+  EXPECT_EQ(f->evidence.at("backed_up_peers"), 2);
+}
+
+TEST(SlowLink, OneBackedUpPairIsNoRank) {
+  // Which end of a single backed-up connection is slow cannot be told.
+  RankMetrics m;
+  Conn(&m, 2, 1, 90000);
+  Conn(&m, 1, 2, 40000);
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(4).ranks()).has_value());
+}
+
 TEST(SlowLink, NothingBackedUpNoFinding) {
   RankMetrics m;
   Conn(&m, 0, 1, 1000);

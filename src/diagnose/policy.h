@@ -38,6 +38,9 @@ namespace perftracker::diagnose::policy {
     "...a quarter when they are not outliers themselves")                                          \
   X(kWaitExplainsShare, 0.5, "ratio",                                                              \
     "a candidate that waits longer than half its own excess is waiting for another candidate")     \
+  X(kEarlyArrivalShare, 0.5, "share of the extra collective time",                                 \
+    "a rank whose own work is short of its peers' by half its extra collective time arrived "      \
+    "early and waited for them: its link is not slow")                                             \
   X(kLateMemberShare, 0.5, "share of a group's wait",                                              \
     "a collective-group member waiting under half the group's extra wait arrived late")            \
   X(kBackedUpRelative, 0.1, "share of the largest queue",                                          \

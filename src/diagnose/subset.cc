@@ -695,6 +695,14 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   if (excess < CollectiveEffectUs(reference)) return false;
   const double z = CollectiveZ(i, excess);
   if (z < policy::kMinSignificance) return false;
+  // Synchronous training ends every rank's iteration together, so a longer collective with
+  // less own work is a rank that arrived early and waited for slower peers (each within the
+  // noise): the scheduler or the data gave it an easier iteration. A slow link lengthens the
+  // collective of a rank whose own work is like its peers'.
+  double own_deficit = 0;
+  if (!std::isnan(own_cpu_[i])) own_deficit += mb.own_cpu.reference - own_cpu_[i];
+  if (!std::isnan(own_gpu_[i])) own_deficit += mb.own_gpu.reference - own_gpu_[i];
+  if (own_deficit >= policy::kEarlyArrivalShare * excess) return false;
   std::vector<Outlier> highs = mb.high_coll;
   std::sort(highs.begin(), highs.end(),
             [](const Outlier& a, const Outlier& b) { return a.cmp.excess > b.cmp.excess; });
@@ -729,6 +737,10 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   }
   f.evidence["rank_collective_ms"] = coll_[i] / 1000.0;
   f.evidence["peers_collective_ms"] = mb.coll.reference / 1000.0;
+  if (!std::isnan(own_cpu_[i])) {
+    f.evidence["own_work_ms"] = own_cpu_[i] / 1000.0;
+    f.evidence["peers_own_work_ms"] = mb.own_cpu.reference / 1000.0;
+  }
   f.evidence_text["reasoning"] =
       "its collectives are slower than its peers' while no rank does more own work, so it is "
       "not waiting for a late rank: its link or NIC is slow";
