@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <thread>
@@ -196,6 +198,101 @@ std::vector<std::string> ChildEnv(const std::map<std::string, std::string>& set)
 // fork + exec in a process group of its own, so that a stop reaches the rank's own children
 // (DataLoader workers) and a terminal's Ctrl-C reaches the launcher first.
 // OUT and ERR (when not -1) become the child's stdout and stderr.
+// A helper process that outlives the launcher to stop the ranks' process groups. The
+// parent-death signal reaches only the ranks themselves; what they started (a shell's children,
+// helpers) is in their process group, and only someone alive can signal a group. The launcher
+// tells the helper each group it starts and each it has waited for, through a pipe; when the
+// pipe closes without the launcher's "done" (it was killed), the helper sends SIGTERM to every
+// group still listed, then SIGKILL after a grace period. Only async-signal-safe calls run in
+// the helper, which never allocates.
+class GroupReaper {
+ public:
+  static constexpr int kMaxGroups = 4096;
+  static constexpr int kGraceSeconds = 5;
+
+  // Forks the helper; false (and the launcher goes on without it) if that fails.
+  bool Start() {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return false;
+    pid_t pid = fork();
+    if (pid < 0) {
+      close(fds[0]);
+      close(fds[1]);
+      return false;
+    }
+    if (pid == 0) {
+      close(fds[1]);
+      Serve(fds[0]);  // never returns
+    }
+    close(fds[0]);
+    fd_ = fds[1];
+    pid_ = pid;
+    return true;
+  }
+  void Add(pid_t group) { Send(group); }
+  void Remove(pid_t group) { Send(-group); }
+  // The launcher ends normally: the helper exits without signalling anyone.
+  void Done() {
+    if (fd_ < 0) return;
+    Send(0);
+    close(fd_);
+    fd_ = -1;
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  void Send(int32_t v) {
+    if (fd_ < 0) return;
+    ssize_t n;
+    do {
+      n = write(fd_, &v, sizeof(v));
+    } while (n < 0 && errno == EINTR);
+  }
+
+  [[noreturn]] static void Serve(int fd) {
+    // Its own process group, deaf to the terminal's signals: a Ctrl-C to the launcher's group
+    // must not take the helper with it.
+    setpgid(0, 0);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    static pid_t groups[kMaxGroups];
+    int n = 0;
+    for (;;) {
+      int32_t v = 0;
+      ssize_t r = read(fd, &v, sizeof(v));
+      if (r < 0 && errno == EINTR) continue;
+      if (r != static_cast<ssize_t>(sizeof(v))) break;  // the launcher is gone
+      if (v == 0) _exit(0);
+      if (v > 0) {
+        if (n < kMaxGroups) groups[n++] = v;
+      } else {
+        for (int i = 0; i < n; ++i)
+          if (groups[i] == -v) groups[i] = groups[--n];
+      }
+    }
+    for (int i = 0; i < n; ++i) kill(-groups[i], SIGTERM);
+    for (int t = 0; t < kGraceSeconds * 10; ++t) {
+      bool any = false;
+      for (int i = 0; i < n; ++i) any |= kill(-groups[i], 0) == 0;
+      if (!any) _exit(0);
+      timespec ts{0, 100'000'000};
+      nanosleep(&ts, nullptr);
+    }
+    for (int i = 0; i < n; ++i) kill(-groups[i], SIGKILL);
+    _exit(0);
+  }
+
+  int fd_ = -1;
+  pid_t pid_ = -1;
+};
+
 pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env,
             const sigset_t& old_mask, std::pair<int, int> out_err = {-1, -1}) {
   std::vector<char*> a, e;
@@ -203,9 +300,15 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   a.push_back(nullptr);
   for (const auto& s : env) e.push_back(const_cast<char*>(s.c_str()));
   e.push_back(nullptr);
+  const pid_t launcher = getpid();
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    // The rank dies with the launcher, however the launcher ends (SIGKILL, OOM): on a GPU
+    // cluster an orphaned rank holds its GPU for hours. If the launcher is already gone,
+    // nothing would deliver the signal: exit now.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher) _exit(137);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
@@ -264,6 +367,12 @@ int RunJob(const RunOptions& o) {
         fmt::format("/tmp: cannot create a folder for the agent socket: {}", std::strerror(errno)));
   std::string sock_dir = tmpl;
   std::string sock_path = sock_dir + "/agent.sock";
+  // The socket folder goes on every way out of this function.
+  std::unique_ptr<void, std::function<void(void*)>> sock_dir_guard(
+      reinterpret_cast<void*>(1), [&sock_dir](void*) {
+        std::error_code ignored;
+        fs::remove_all(sock_dir, ignored);
+      });
 
   std::string token;
   if (!o.token_file.empty()) {
@@ -280,6 +389,11 @@ int RunJob(const RunOptions& o) {
   sigaddset(&set, SIGCHLD);
   sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, &old_mask);
+  // Before any thread starts: the helper is forked from a process with one thread.
+  GroupReaper reaper;
+  if (!reaper.Start())
+    log::Error("", "cannot start the helper that stops the ranks if this launcher is killed: {}",
+               std::strerror(errno));
 
   std::atomic<bool> hang_kill{false};
   std::unique_ptr<server::CollectorServer> embedded;
@@ -352,14 +466,24 @@ int RunJob(const RunOptions& o) {
       Child c;
       c.rank = rank;
       c.pid = Spawn(o.command, ChildEnv(env), old_mask, child_out());
+      if (c.pid < 0) break;
       children.push_back(c);
     }
   }
   for (const Child& c : children)
-    if (c.pid < 0) {
-      SignalAll(children, SIGKILL);
-      return Error(fmt::format("run: fork failed: {}", std::strerror(errno)));
-    }
+    if (c.pid > 0) reaper.Add(c.pid);
+  if (children.empty() || children.back().pid < 0 ||
+      (o.nproc > 0 && static_cast<int>(children.size()) < o.nproc)) {
+    const std::string why = std::strerror(errno);
+    SignalAll(children, SIGKILL);
+    for (const Child& c : children)
+      if (c.pid > 0) waitpid(c.pid, nullptr, 0);
+    reaper.Done();
+    agent.Stop();
+    agent_thread.join();
+    if (embedded) embedded->Shutdown();
+    return Error(fmt::format("run: cannot start rank {}: fork failed: {}", children.size(), why));
+  }
   relay.Start();
   if (o.nproc > 0) {
     log::Event("", "{} rank(s) started ({} of world size {}); report folder {}", o.nproc,
@@ -386,7 +510,8 @@ int RunJob(const RunOptions& o) {
   }
 
   int first_failure = 0;
-  bool stopping = false, killed = false, interrupted = false, hang_stop = false;
+  bool stopping = false, killed = false, hang_stop = false;
+  int interrupted = 0;  // the signal that stopped the job
   Clock::time_point kill_at;
   size_t alive = children.size();
   auto begin_stop = [&](int sig) {
@@ -405,7 +530,7 @@ int RunJob(const RunOptions& o) {
         killed = true;
       } else {
         log::Event("", "{}: stopping every rank", strsignal(sig));
-        interrupted = true;
+        interrupted = sig;
         begin_stop(sig == SIGINT ? SIGINT : SIGTERM);
       }
     }
@@ -417,6 +542,7 @@ int RunJob(const RunOptions& o) {
         c.done = true;
         c.code = ExitCode(status);
         --alive;
+        reaper.Remove(c.pid);
         if (c.code != 0 && first_failure == 0 && !stopping) {
           first_failure = c.code;
           log::Error("", "{} exited with code {}; stopping the others",
@@ -437,6 +563,7 @@ int RunJob(const RunOptions& o) {
   }
   // Leftovers in the ranks' groups (a rank's own helper processes) go with the job.
   SignalAll(children, SIGKILL);
+  reaper.Done();
 
   // The workers' last iteration batches travel worker -> agent -> server; give them a moment.
   std::this_thread::sleep_for(std::chrono::milliseconds(800));
@@ -451,7 +578,7 @@ int RunJob(const RunOptions& o) {
   if (hang_stop) {
     rc = first_failure != 0 ? first_failure : 1;
   } else if (interrupted) {
-    rc = 130;
+    rc = 128 + interrupted;  // the shell's convention: 130 for Ctrl-C, 143 SIGTERM, 129 SIGHUP
   } else if (first_failure != 0) {
     rc = first_failure;
   } else {
@@ -480,7 +607,6 @@ int RunJob(const RunOptions& o) {
     ended += fmt::format("; the diagnosis is at the server ({})\n  log: {}", server_addr, log_path);
   }
   log::Event("", "{}", ended);
-  fs::remove_all(sock_dir, ec);
   return rc;
 }
 

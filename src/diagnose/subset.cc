@@ -534,7 +534,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
       extra_calls = true;
   }
   const double z = RowZ(*top.row, i, top_v - top_ref);
-  if (!extra_calls && z < policy::kMinSignificance) return false;
+  if (!extra_calls && z < policy::kMinSignificanceTimingOnly) return false;
   f.confidence = extra_calls ? policy::kConfidenceExtraCalls : policy::kConfidenceTimingOnly;
   if (std::isfinite(z)) f.evidence["noise_z"] = z;
 

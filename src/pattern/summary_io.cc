@@ -11,16 +11,20 @@
 // version.
 #include "pattern/summary_io.h"
 
+#include <fmt/format.h>
 #include <zlib.h>
 #include <zstd.h>
 #include <zstd_errors.h>
 
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <unordered_map>
 
+#include "base/limits.h"
 #include "pattern/names.h"
 
 namespace perftracker::pattern {
@@ -28,6 +32,9 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'T', 'S', 'U', 'M', 'M', 'R', 'Y'};
 constexpr size_t kHeaderSize = 12;
+// The fewest bytes one function can take in the body: eight one-byte varints, eleven doubles,
+// an empty iteration list and no collective.
+constexpr size_t kMinFunctionBytes = 8 + 11 * 8 + 1 + 1;
 
 class Writer {
  public:
@@ -125,32 +132,61 @@ class Reader {
     if (v > 1) Corrupt();
     return v == 1;
   }
-  double D() { return std::bit_cast<double>(Raw(8)); }
-  float F() { return std::bit_cast<float>(static_cast<uint32_t>(Raw(4))); }
-  // A count of elements that each take at least one byte: larger counts are impossible, and
-  // checking them first keeps garbage from asking for huge allocations.
-  size_t Count() {
+  // Non-finite numbers (a writer bug or garbage) become 0: every consumer sums and compares
+  // these, and one NaN would poison a whole job's medians.
+  double D() {
+    const double v = std::bit_cast<double>(Raw(8));
+    return std::isfinite(v) ? v : 0.0;
+  }
+  float F() {
+    const float v = std::bit_cast<float>(static_cast<uint32_t>(Raw(4)));
+    return std::isfinite(v) ? v : 0.0f;
+  }
+  // A count of elements of type T, each encoded in at least MIN_BYTES: a larger count than the
+  // bytes left can hold is impossible, and the memory the elements take is charged to the
+  // budget before the caller allocates it.
+  template <typename T>
+  size_t Count(size_t min_bytes = 1) {
     const uint64_t n = U();
-    if (!failed_ && n > remaining()) Truncated();
+    if (!failed_ && n > remaining() / min_bytes) Truncated();
+    if (failed_) return 0;
+    Charge(static_cast<size_t>(n) * sizeof(T));
     return failed_ ? 0 : static_cast<size_t>(n);
   }
-  std::string RawString() {
-    const size_t n = Count();
-    if (failed_) return "";
-    std::string s(b_.substr(pos_, n));
+  // Bytes of a string that a decoded field will hold on the heap (short ones live inline).
+  std::string_view Held(std::string_view s) {
+    constexpr size_t kInline = 15;  // libstdc++'s small-string capacity
+    if (s.size() > kInline) Charge(s.size());
+    return failed_ ? std::string_view() : s;
+  }
+  std::string_view RawString() {
+    const uint64_t n = U();
+    if (!failed_ && n > remaining()) Truncated();
+    if (failed_) return {};
+    std::string_view s = b_.substr(pos_, n);
     pos_ += n;
     return s;
   }
-  const std::string& Str(const std::vector<std::string>& table) {
-    static const std::string kEmpty;
+  std::string_view Str(const std::vector<std::string_view>& table) {
     const uint64_t i = U();
-    if (failed_) return kEmpty;
+    if (failed_) return {};
     if (i >= table.size()) {
       Corrupt();
-      return kEmpty;
+      return {};
     }
-    return table[i];
+    return Held(table[i]);
   }
+  // Every allocation the decoded summary makes is charged here first: a body that would
+  // expand past limits::kMaxSummaryMemory (a million copies of one long name) is refused.
+  void Charge(size_t bytes) {
+    if (failed_) return;
+    held_ += bytes;
+    if (held_ > limits::kMaxSummaryMemory) {
+      over_budget_ = true;
+      Corrupt();
+    }
+  }
+  bool over_budget() const { return over_budget_; }
   void Corrupt() {
     if (!failed_) {
       failed_ = true;
@@ -186,10 +222,74 @@ class Reader {
   size_t pos_;
   bool failed_ = false;
   bool corrupt_ = false;
+  bool over_budget_ = false;
   size_t fail_pos_ = 0;
+  size_t held_ = 0;
 };
 
 std::string ErrnoText() { return std::strerror(errno); }
+
+enum class Inflated { kOk, kTruncated, kCorrupt, kError };
+
+// Inflates SRC (a zstd frame for version 3, a zlib stream for version 2) into OUT, which must
+// come out exactly SIZE bytes. The buffer grows with what the stream actually yields, never
+// ahead of it: a small file that declares a large size and then does not deliver costs little,
+// and nothing past SIZE (at most limits::kMaxSummaryPayload) is ever written.
+Inflated Inflate(uint32_t version, std::string_view src, uint64_t size, std::string* out) {
+  constexpr size_t kFirstChunk = 64 << 10;
+  out->clear();
+  size_t produced = 0;
+  // Room for one byte past SIZE, so a stream that yields more than declared is caught.
+  auto grow = [&] {
+    const size_t cap = static_cast<size_t>(size) + 1;
+    out->resize(std::min(cap, std::max(kFirstChunk, out->size() * 2)));
+  };
+  if (version >= 3) {
+    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> d(ZSTD_createDCtx(), ZSTD_freeDCtx);
+    if (!d) return Inflated::kError;
+    // The decoder's window is memory too: no frame needs one larger than the payload limit.
+    static_assert(limits::kMaxSummaryPayload == (size_t{1} << 24), "window log below");
+    ZSTD_DCtx_setParameter(d.get(), ZSTD_d_windowLogMax, 24);
+    ZSTD_inBuffer in{src.data(), src.size(), 0};
+    for (;;) {
+      if (produced == out->size()) {
+        if (produced > size) return Inflated::kCorrupt;
+        grow();
+      }
+      ZSTD_outBuffer o{out->data(), out->size(), produced};
+      const size_t rc = ZSTD_decompressStream(d.get(), &o, &in);
+      produced = o.pos;
+      if (ZSTD_isError(rc)) return Inflated::kCorrupt;
+      if (rc == 0) break;  // the frame is complete (and its checksum verified)
+      // Input used up with room left to write: the frame goes on past the end of the file.
+      if (in.pos == in.size && o.pos < o.size) return Inflated::kTruncated;
+    }
+  } else {
+    z_stream z{};
+    if (inflateInit(&z) != Z_OK) return Inflated::kError;
+    std::unique_ptr<z_stream, int (*)(z_stream*)> guard(&z, inflateEnd);
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(src.data()));
+    z.avail_in = static_cast<uInt>(std::min<size_t>(src.size(), UINT32_MAX));
+    for (;;) {
+      if (produced == out->size()) {
+        if (produced > size) return Inflated::kCorrupt;
+        grow();
+      }
+      z.next_out = reinterpret_cast<Bytef*>(out->data() + produced);
+      z.avail_out = static_cast<uInt>(out->size() - produced);
+      const uInt before = z.avail_out;
+      const int rc = inflate(&z, Z_NO_FLUSH);
+      produced += before - z.avail_out;
+      if (rc == Z_STREAM_END) break;
+      if (rc == Z_BUF_ERROR && z.avail_in == 0) return Inflated::kTruncated;
+      if (rc != Z_OK && rc != Z_BUF_ERROR) return Inflated::kCorrupt;
+      if (z.avail_in == 0 && z.avail_out > 0) return Inflated::kTruncated;
+    }
+  }
+  if (produced != size) return Inflated::kCorrupt;
+  out->resize(produced);
+  return Inflated::kOk;
+}
 
 }  // namespace
 
@@ -312,70 +412,53 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
   if (version >= 2) {
     Reader h(bytes, kHeaderSize);
     uint64_t size = h.U();
-    constexpr uint64_t kMaxPayload = 1ull << 30;
     const std::string truncated =
         name + ": truncated summary at byte " + std::to_string(bytes.size());
     if (h.failed()) return DataLoss(truncated);
-    if (size > kMaxPayload) return DataLoss(name + ": corrupt summary: bad payload size");
-    const size_t zpos = bytes.size() - h.remaining();
-    const std::string corrupt = name + ": corrupt summary: the compressed payload does not inflate";
-    if (version >= 3) {
-      const char* src = bytes.data() + zpos;
-      const size_t len = bytes.size() - zpos;
-      // A frame whose blocks run past the end of the input is a truncated file.
-      auto cut_short = [&] {
-        const size_t whole = ZSTD_findFrameCompressedSize(src, len);
-        return ZSTD_isError(whole) && ZSTD_getErrorCode(whole) == ZSTD_error_srcSize_wrong;
-      };
-      // The frame says how large its content is: a bad frame header or a size that disagrees
-      // is found before allocating for it.
-      const unsigned long long content = ZSTD_getFrameContentSize(src, len);
-      if (content == ZSTD_CONTENTSIZE_ERROR) return DataLoss(cut_short() ? truncated : corrupt);
-      if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != size) return DataLoss(corrupt);
-      inflated.resize(size);
-      const size_t n = ZSTD_decompress(inflated.data(), size, src, len);
-      if (ZSTD_isError(n) || n != size) return DataLoss(cut_short() ? truncated : corrupt);
-    } else {
-      inflated.resize(size);
-      uLongf n = size;
-      z_stream z{};
-      if (inflateInit(&z) != Z_OK) return Internal(name + ": zlib: cannot start inflating");
-      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data() + zpos));
-      z.avail_in = static_cast<uInt>(bytes.size() - zpos);
-      z.next_out = reinterpret_cast<Bytef*>(inflated.data());
-      z.avail_out = static_cast<uInt>(size);
-      int rc = inflate(&z, Z_FINISH);
-      n = size - z.avail_out;
-      const bool input_ended = z.avail_in == 0;
-      inflateEnd(&z);
-      // A stream that ends early stops for want of input: that is a truncated file.
-      if (rc != Z_STREAM_END && rc != Z_DATA_ERROR && input_ended) return DataLoss(truncated);
-      if (rc != Z_STREAM_END || n != size) return DataLoss(corrupt);
+    if (size > limits::kMaxSummaryPayload) {
+      return DataLoss(
+          fmt::format("{}: corrupt summary: its body would inflate to {} bytes, over "
+                      "the {} MiB a summary may have",
+                      name, size, limits::kMaxSummaryPayload >> 20));
     }
+    const size_t zpos = bytes.size() - h.remaining();
+    const Inflated r = Inflate(version, bytes.substr(zpos), size, &inflated);
+    if (r == Inflated::kTruncated) return DataLoss(truncated);
+    if (r == Inflated::kCorrupt)
+      return DataLoss(name + ": corrupt summary: the compressed payload does not inflate");
+    if (r == Inflated::kError) return Internal(name + ": cannot start inflating");
     bytes = inflated;
     start = 0;
   }
   Reader r(bytes, start);
-  std::vector<std::string> table(r.Count());
+  std::vector<std::string_view> table(r.Count<std::string_view>());
   for (auto& s : table) s = r.RawString();
 
   RankSummary s;
   s.rank = r.S32();
   s.world_size = r.S32();
+  // A rank of -1 and a world size of -1 or 0: not known (a trace without distributedInfo).
+  if ((s.rank != -1 && !limits::ValidRank(s.rank)) ||
+      (s.world_size != -1 && s.world_size != 0 && !limits::ValidWorldSize(s.world_size))) {
+    return DataLoss(
+        fmt::format("{}: corrupt summary: rank {} of world size {} (a job has at most "
+                    "{} ranks)",
+                    name, s.rank, s.world_size, limits::kMaxWorldSize));
+  }
   s.host = r.Str(table);
   s.source = r.Str(table);
   s.legacy_format = r.B();
   s.has_gpu = r.B();
-  s.process_groups.resize(r.Count());
+  s.process_groups.resize(r.Count<trace::ProcessGroup>(4));
   for (auto& pg : s.process_groups) {
     pg.name = r.Str(table);
     pg.desc = r.Str(table);
     pg.backend = r.Str(table);
     pg.size = r.S32();
-    pg.ranks.resize(r.Count());
+    pg.ranks.resize(r.Count<int>());
     for (int& x : pg.ranks) x = r.S32();
   }
-  s.devices.resize(r.Count());
+  s.devices.resize(r.Count<trace::DeviceInfo>(5));
   for (auto& d : s.devices) {
     d.id = r.S32();
     d.name = r.Str(table);
@@ -385,9 +468,9 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
   }
   s.iteration_source = r.Str(table);
   s.whole_window = r.B();
-  s.iteration_ms.resize(r.Count());
+  s.iteration_ms.resize(r.Count<double>(8));
   for (double& v : s.iteration_ms) v = r.D();
-  s.iteration_steps.resize(r.Count());
+  s.iteration_steps.resize(r.Count<int64_t>());
   for (int64_t& v : s.iteration_steps) v = r.S();
   s.window_ms = r.D();
   s.events_outside_iterations = r.U();
@@ -396,7 +479,7 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
                     &s.comm_compute_overlap_us, &s.cpu_critical_us}) {
     *v = r.D();
   }
-  s.functions.resize(r.Count());
+  s.functions.resize(r.Count<FunctionPattern>(kMinFunctionBytes));
   for (FunctionPattern& f : s.functions) {
     if (r.failed()) break;
     f.name = r.Str(table);
@@ -418,7 +501,7 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
                       &f.calls_per_iter, &f.per_iter_us, &f.share, &f.self_per_iter_us}) {
       *v = r.D();
     }
-    f.iter_us.resize(r.Count());
+    f.iter_us.resize(r.Count<float>(4));
     for (float& v : f.iter_us) v = r.F();
     if (r.B()) {
       f.coll.op = r.Str(table);
@@ -435,10 +518,10 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
                       &st.malformed_events}) {
     *v = r.U();
   }
-  const size_t cats = r.Count();
+  const size_t cats = r.Count<std::pair<std::string, uint64_t>>(2);
   for (size_t i = 0; i < cats && !r.failed(); ++i) {
-    const std::string& cat = r.Str(table);
-    st.unknown_cats[cat] = r.U();
+    const std::string_view cat = r.Str(table);
+    st.unknown_cats[std::string(cat)] = r.U();
   }
   if (!r.failed() && r.remaining() > 0) s.network_switch = r.Str(table);
   if (!r.failed() && r.remaining() > 0) {
@@ -450,7 +533,7 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
     s.missing_why = r.Str(table);
   }
   if (!r.failed() && r.remaining() > 0) {
-    const size_t n = r.Count();
+    const size_t n = r.Count<ExcludedIteration>(11);
     for (size_t i = 0; i < n && !r.failed(); ++i) {
       ExcludedIteration e;
       e.reason = r.U() == ExcludedIteration::kWarmup ? ExcludedIteration::kWarmup
@@ -466,6 +549,12 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
   if (!r.failed() && r.remaining() > 0) {
     s.backend = r.Str(table);
     s.nccl_version = r.Str(table);
+  }
+  if (r.over_budget()) {
+    return DataLoss(
+        fmt::format("{}: corrupt summary: its body expands past the {} MiB a summary "
+                    "may hold in memory (at byte {})",
+                    name, limits::kMaxSummaryMemory >> 20, r.fail_pos()));
   }
   if (r.failed()) {
     return DataLoss(name +
@@ -494,6 +583,10 @@ StatusOr<RankSummary> ReadSummaryFile(const std::string& path) {
   const std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);
   if (!in || size < 0) return DataLoss(path + ": cannot read summary: " + ErrnoText());
+  if (static_cast<uint64_t>(size) > limits::kMaxSummaryFile) {
+    return DataLoss(fmt::format("{}: not a summary: {} bytes, over the {} MiB a summary may have",
+                                path, size, limits::kMaxSummaryFile >> 20));
+  }
   std::string bytes(static_cast<size_t>(size), '\0');
   in.read(bytes.data(), size);
   bytes.resize(static_cast<size_t>(in.gcount()));

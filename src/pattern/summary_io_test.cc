@@ -6,7 +6,10 @@
 #include <zstd.h>
 
 #include <cstdio>
+#include <limits>
 #include <random>
+
+#include "base/limits.h"
 
 namespace perftracker::pattern {
 namespace {
@@ -293,6 +296,104 @@ TEST(SummaryIoTest, GarbageNeverCrashes) {
     for (size_t k = 0; k < n; ++k) bytes.push_back(static_cast<char>(rng()));
     (void)ParseSummary(bytes, "g.summary").ok();
   }
+}
+
+// A version-3 summary around PAYLOAD (what a hostile or broken writer could send).
+std::string Wrap(const std::string& payload) {
+  std::string out = "PTSUMMRY";
+  out += std::string("\x03\0\0\0", 4);
+  uint64_t n = payload.size();
+  while (n >= 0x80) {
+    out.push_back(static_cast<char>(n | 0x80));
+    n >>= 7;
+  }
+  out.push_back(static_cast<char>(n));
+  std::string z(ZSTD_compressBound(payload.size()), '\0');
+  const size_t zn = ZSTD_compress(z.data(), z.size(), payload.data(), payload.size(), 1);
+  return out + z.substr(0, zn);
+}
+
+std::string Varint(uint64_t v) {
+  std::string out;
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+  return out;
+}
+
+TEST(SummaryIoTest, ACompressionBombIsRefusedWithoutExpanding) {
+  // More than the payload limit of zeros, a few KB compressed (tests/data/bomb has the 256 MiB
+  // one of issue 14, for the command line).
+  const std::string bomb = Wrap(Varint(17u << 20) + std::string(17u << 20, '\0'));
+  ASSERT_LT(bomb.size(), 64u << 10);
+  StatusOr<RankSummary> r = ParseSummary(bomb, "bomb.summary");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(),
+              testing::StartsWith("bomb.summary: corrupt summary: its body would inflate to"));
+  EXPECT_EQ(r.status().message().find('\n'), std::string::npos);
+  // Within the size limit, 16 million strings would still take 256 MiB as a table.
+  const size_t n = limits::kMaxSummaryPayload - 8;
+  r = ParseSummary(Wrap(Varint(n) + std::string(n, '\0')), "bomb.summary");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), testing::HasSubstr("expands past the 64 MiB"));
+}
+
+TEST(SummaryIoTest, ADeclaredSizeThatIsNotDeliveredCostsLittle) {
+  // The header claims the limit; the frame holds 10 bytes.
+  std::string small = Wrap(std::string(10, '\0'));
+  std::string header = small.substr(0, 12) + Varint(limits::kMaxSummaryPayload);
+  const size_t old_len = Varint(10).size();
+  StatusOr<RankSummary> r = ParseSummary(header + small.substr(12 + old_len), "liar.summary");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "liar.summary: corrupt summary: the compressed payload does not inflate");
+}
+
+TEST(SummaryIoTest, ABodyThatExpandsPastTheMemoryLimitIsRefused) {
+  // One 8 KB name, then as many strings as fit in the payload limit that each repeat it: a
+  // small body that would hold gigabytes once every function copies its name.
+  const std::string name(8192, 'x');
+  std::string payload = Varint(1) + Varint(name.size()) + name;
+  payload += std::string(6, '\0');  // rank 0, world size unknown, host, source, two flags
+  payload += std::string(2, '\0');  // no process groups, no devices
+  payload += std::string(4, '\0');  // iteration source, whole window, no iterations, no steps
+  payload += std::string(8 + 1 + 1 + 7 * 8, '\0');  // window, outside, main tid, GPU totals
+  const size_t n = 100000;
+  payload += Varint(n);
+  for (size_t i = 0; i < n; ++i)
+    payload += std::string(1, '\0') + std::string(7, '\0') + std::string(11 * 8, '\0') +
+               std::string(2, '\0');
+  StatusOr<RankSummary> r = ParseSummary(Wrap(payload), "wide.summary");
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), testing::HasSubstr("expands past the 64 MiB"));
+}
+
+TEST(SummaryIoTest, RanksBeyondAMillionAreCorrupt) {
+  RankSummary s = Sample();
+  s.world_size = 2000000000;
+  StatusOr<RankSummary> r = ParseSummary(SerializeSummary(s), "w.summary");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "w.summary: corrupt summary: rank 5 of world size 2000000000 (a job has at most "
+            "1048576 ranks)");
+  s.world_size = 8;
+  s.rank = -7;
+  EXPECT_FALSE(ParseSummary(SerializeSummary(s), "w.summary").ok());
+  s.rank = -1;  // unknown
+  s.world_size = 0;
+  EXPECT_TRUE(ParseSummary(SerializeSummary(s), "w.summary").ok());
+}
+
+TEST(SummaryIoTest, NonFiniteNumbersBecomeZero) {
+  RankSummary s = Sample();
+  s.window_ms = std::numeric_limits<double>::quiet_NaN();
+  s.iteration_ms[0] = std::numeric_limits<double>::infinity();
+  StatusOr<RankSummary> r = ParseSummary(SerializeSummary(s), "n.summary");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->window_ms, 0);
+  EXPECT_EQ(r->iteration_ms[0], 0);
 }
 
 }  // namespace

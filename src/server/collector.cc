@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "base/json_writer.h"
+#include "base/limits.h"
 #include "base/log.h"
 #include "diagnose/hang.h"
 #include "perftracker.grpc.pb.h"
@@ -445,27 +446,55 @@ struct CollectorServer::Impl final
     if (options.on_hang) hang_callback = d;
   }
 
+  // gRPC does not catch exceptions: one escaping a handler or the timer would end the whole
+  // launcher with the job. An internal failure (memory, a bug) fails that one call instead,
+  // logged; the server goes on.
+  template <typename F>
+  static grpc::Status Guarded(const char* rpc, F&& f) {
+    try {
+      return f();
+    } catch (const std::exception& e) {
+      log::Error("server", "{}: internal error, call refused: {}", rpc, e.what());
+    } catch (...) {
+      log::Error("server", "{}: internal error, call refused", rpc);
+    }
+    return {grpc::StatusCode::INTERNAL, std::string(rpc) + ": internal error in the server"};
+  }
+
   void TimerLoop() {
     std::unique_lock lk(mu);
     while (!shutting_down) {
       cv.wait_for(lk, std::chrono::milliseconds(100));
-      if (open_window && windows[open_window]->Expired(Window::Clock::now()))
-        CloseWindow(lk, open_window);
-      if (pending_hang && std::chrono::steady_clock::now() - pending_hang->since >=
-                              std::chrono::duration<double>(options.hang_confirm_seconds)) {
-        PendingHang p = *pending_hang;
-        pending_hang.reset();
-        StartHangLocked(p.rank, p.mean_ms, p.since);
+      try {
+        TimerTick(lk);
+      } catch (const std::exception& e) {
+        log::Error("server", "timer: internal error, the server goes on: {}", e.what());
+      } catch (...) {
+        log::Error("server", "timer: internal error, the server goes on");
       }
-      if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
-      MaybeOpenScheduledLocked();
-      if (hang_callback) {
-        diagnose::Diagnosis d = std::move(*hang_callback);
-        hang_callback.reset();
-        lk.unlock();
-        options.on_hang(d);
-        lk.lock();
-      }
+      if (!lk.owns_lock()) lk.lock();
+    }
+  }
+
+  // One tick of the timer: window deadlines, hang confirmation, scheduled windows. LK is held
+  // on entry and on a normal return.
+  void TimerTick(std::unique_lock<std::mutex>& lk) {
+    if (open_window && windows[open_window]->Expired(Window::Clock::now()))
+      CloseWindow(lk, open_window);
+    if (pending_hang && std::chrono::steady_clock::now() - pending_hang->since >=
+                            std::chrono::duration<double>(options.hang_confirm_seconds)) {
+      PendingHang p = *pending_hang;
+      pending_hang.reset();
+      StartHangLocked(p.rank, p.mean_ms, p.since);
+    }
+    if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
+    MaybeOpenScheduledLocked();
+    if (hang_callback) {
+      diagnose::Diagnosis d = std::move(*hang_callback);
+      hang_callback.reset();
+      lk.unlock();
+      options.on_hang(d);
+      lk.lock();
     }
   }
 
@@ -517,7 +546,37 @@ struct CollectorServer::Impl final
 
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterReply* reply) override {
+    return Guarded("Register", [&] { return DoRegister(ctx, req, reply); });
+  }
+  grpc::Status ReportIterations(grpc::ServerContext* ctx, const v1::ReportIterationsRequest* req,
+                                v1::ReportIterationsReply* reply) override {
+    return Guarded("ReportIterations", [&] { return DoReportIterations(ctx, req, reply); });
+  }
+  grpc::Status UploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
+                            v1::UploadWindowReply* reply) override {
+    return Guarded("UploadWindow", [&] { return DoUploadWindow(ctx, req, reply); });
+  }
+  grpc::Status UploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
+                            v1::UploadStacksReply* reply) override {
+    return Guarded("UploadStacks", [&] { return DoUploadStacks(ctx, req, reply); });
+  }
+  grpc::Status Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                       v1::TriggerReply* reply) override {
+    return Guarded("Trigger", [&] { return DoTrigger(ctx, req, reply); });
+  }
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                      v1::StatusReply* reply) override {
+    return Guarded("Status", [&] { return DoStatus(ctx, req, reply); });
+  }
+
+  grpc::Status DoRegister(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                          v1::RegisterReply* reply) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
+    if (req->ranks_size() > limits::kMaxWorldSize)
+      return {grpc::StatusCode::INVALID_ARGUMENT, "more ranks than a job can have"};
+    for (int r : req->ranks())
+      if (!limits::ValidRank(r))
+        return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("rank {} is out of range", r)};
     std::lock_guard lk(mu);
     std::string id = fmt::format("agent-{}", next_agent++);
     AgentState& a = agents[id];
@@ -530,11 +589,12 @@ struct CollectorServer::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status ReportIterations(grpc::ServerContext* ctx, const v1::ReportIterationsRequest* req,
-                                v1::ReportIterationsReply*) override {
+  grpc::Status DoReportIterations(grpc::ServerContext* ctx, const v1::ReportIterationsRequest* req,
+                                  v1::ReportIterationsReply*) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
     for (const v1::IterationBatch& b : req->batches()) {
+      if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
       RankState& r = ranks[b.rank()];
       int n = std::min(b.steps_size(), b.iteration_ms_size());
       for (int i = 0; i < n; ++i) {
@@ -581,9 +641,14 @@ struct CollectorServer::Impl final
     return stream;
   }
 
-  grpc::Status UploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
-                            v1::UploadWindowReply* reply) override {
+  grpc::Status DoUploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
+                              v1::UploadWindowReply* reply) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
+    if (!limits::ValidRank(req->rank())) {
+      reply->set_accepted(false);
+      reply->set_message(fmt::format("rank {} is out of range", req->rank()));
+      return grpc::Status::OK;
+    }
     RankUpload up;
     up.rank = req->rank();
     up.host = req->host();
@@ -643,8 +708,8 @@ struct CollectorServer::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status UploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
-                            v1::UploadStacksReply* reply) override {
+  grpc::Status DoUploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
+                              v1::UploadStacksReply* reply) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
     if (!hang || hang->id != req->request_id() || req->rank() < 0) {
@@ -676,8 +741,8 @@ struct CollectorServer::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
-                       v1::TriggerReply* reply) override {
+  grpc::Status DoTrigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                         v1::TriggerReply* reply) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
     const std::string& kind = req->kind();
@@ -728,8 +793,8 @@ struct CollectorServer::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest*,
-                      v1::StatusReply* reply) override {
+  grpc::Status DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest*,
+                        v1::StatusReply* reply) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
     reply->set_agents(static_cast<int>(agents.size()));

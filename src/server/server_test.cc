@@ -295,6 +295,60 @@ TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
   (*server)->Shutdown();
 }
 
+// Issue 14: a summary declaring two billion ranks reached the diagnosis on the timer thread,
+// whose exception ended the launcher. Uploads with impossible ranks are refused; the window
+// is still diagnosed with what was valid, and the server goes on.
+TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
+  ServerOptions o;
+  o.report_dir = TempDir("huge");
+  o.print = false;
+  o.max_seconds = 0.3;
+  o.upload_grace_seconds = 0.3;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port(), "");
+  v1::RegisterRequest reg;
+  reg.add_ranks(0);
+  reg.add_ranks(2000000000);
+  v1::RegisterReply rr;
+  EXPECT_EQ(c.Call(&v1::Collector::Stub::Register, reg, &rr).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  reg.clear_ranks();
+  reg.add_ranks(0);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  v1::ReportIterationsRequest it;
+  v1::IterationBatch* b = it.add_batches();
+  b->set_rank(-5);
+  b->add_steps(1);
+  b->add_iteration_ms(10);
+  v1::ReportIterationsReply ir;
+  EXPECT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &ir).ok());
+  TriggerResult t = (*server)->Trigger("test", 4);
+  v1::UploadWindowRequest up;
+  up.set_window_id(t.window_id);
+  up.set_rank(0);
+  up.set_summary(pattern::SerializeSummary(Synthetic(0, 2000000000, 10)));
+  v1::UploadWindowReply ur;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  EXPECT_FALSE(ur.accepted());
+  EXPECT_NE(ur.message().find("world size 2000000000"), std::string::npos) << ur.message();
+  up.set_rank(-3);
+  up.set_summary(pattern::SerializeSummary(Synthetic(0, 1, 10)));
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  EXPECT_FALSE(ur.accepted());
+  up.set_rank(0);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  EXPECT_TRUE(ur.accepted()) << ur.message();
+  std::string latest = o.report_dir + "/diagnosis.json";
+  for (int i = 0; i < 50 && !fs::exists(latest); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(fs::exists(latest));
+  v1::StatusRequest sreq;
+  v1::StatusReply sr;
+  EXPECT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
+  (*server)->Shutdown();
+}
+
 TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   ServerOptions o;
   o.report_dir = TempDir("empty");

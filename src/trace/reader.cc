@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+
+#include "base/limits.h"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -535,6 +537,10 @@ struct Pass1Result {
   std::vector<uint64_t> cuts;  // event starts that open each pass-2 segment
   uint64_t events_end = 0;     // offset of the ']' closing the event array
   uint64_t bytes = 0;
+  // Metadata values that cannot be right (left unset), counted with the malformed events.
+  uint64_t bad_metadata = 0;
+  uint64_t first_bad_metadata_byte = 0;
+  const char* first_bad_metadata = nullptr;
 };
 
 class Pass1 {
@@ -1046,6 +1052,14 @@ class Pass1 {
     return std::string_view(scratch_.data(), n);
   }
 
+  // A metadata value that cannot be right: counted with the malformed events and left unset.
+  void BadMetadata(uint64_t start, const char* why) {
+    if (out_->bad_metadata++ == 0) {
+      out_->first_bad_metadata_byte = start;
+      out_->first_bad_metadata = why;
+    }
+  }
+
   Status MetaError(uint64_t start, simdjson::error_code e) {
     return Error(start, std::string("in ") + key_ + ": " + simdjson::error_message(e));
   }
@@ -1118,11 +1132,20 @@ class Pass1 {
       int64_t i = 0;
       if (KeyIs(k, "rank")) {
         if (ReadInt(v, &i)) {
-          m.rank = static_cast<int>(i);
-          out_->rank_from_trace = true;
+          if (limits::ValidRank(i)) {
+            m.rank = static_cast<int>(i);
+            out_->rank_from_trace = true;
+          } else {
+            BadMetadata(start, "a distributedInfo.rank from 0 to 1048575");
+          }
         }
       } else if (KeyIs(k, "world_size")) {
-        if (ReadInt(v, &i)) m.world_size = static_cast<int>(i);
+        if (ReadInt(v, &i)) {
+          if (limits::ValidWorldSize(i))
+            m.world_size = static_cast<int>(i);
+          else
+            BadMetadata(start, "a distributedInfo.world_size from 1 to 1048576");
+        }
       } else if (KeyIs(k, "backend")) {
         ReadText(v, &m.backend);
       } else if (KeyIs(k, "nccl_version")) {
@@ -1760,6 +1783,14 @@ StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& n
     } else {
       PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
       PT_RETURN_IF_ERROR(pass2.Run(src.get(), p1, nullptr, 0));
+    }
+  }
+  static_assert(limits::kMaxWorldSize == 1048576, "the metadata messages name the limit");
+  if (p1.bad_metadata > 0) {
+    stats.malformed_events += p1.bad_metadata;
+    if (stats.first_bad.empty()) {
+      stats.first_bad_byte = p1.first_bad_metadata_byte;
+      stats.first_bad = p1.first_bad_metadata;
     }
   }
   // Events of the wrong shape are counted and the trace is still read; a trace made only of them

@@ -1,0 +1,35 @@
+// Bounds on what a file or a peer may declare, checked before anything is allocated for it.
+// Every reader (traces, summaries, worker messages, uploads) takes its limits from here, so a
+// number that decides how much memory untrusted input can ask for is named once, with why.
+#ifndef PERFTRACKER_BASE_LIMITS_H_
+#define PERFTRACKER_BASE_LIMITS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace perftracker::limits {
+
+// Ranks in one job. The largest training jobs run ~100,000 GPUs; ten times that leaves room
+// and still keeps a per-rank table of a declared world size to a few MB.
+inline constexpr int kMaxWorldSize = 1 << 20;
+
+// True for a rank number a job of kMaxWorldSize ranks can have.
+inline constexpr bool ValidRank(int64_t rank) { return rank >= 0 && rank < kMaxWorldSize; }
+inline constexpr bool ValidWorldSize(int64_t n) { return n >= 1 && n <= kMaxWorldSize; }
+
+// The inflated body of one rank's summary. Real ones are 50-400 KB (a few hundred functions,
+// a few thousand Python call-stack nodes); 16 MiB is forty times the largest seen, and bounds
+// what a small compressed file (a zstd bomb) can make a reader hold.
+inline constexpr size_t kMaxSummaryPayload = 16u << 20;
+
+// What one decoded summary may hold in memory (its strings, functions, per-iteration values):
+// real ones hold 1-3 MB. The decoder charges every allocation to this before making it, so a
+// body that names one long string a million times is refused instead of expanding.
+inline constexpr size_t kMaxSummaryMemory = 64u << 20;
+
+// A summary file or upload as stored (compressed): the payload cap plus the header.
+inline constexpr size_t kMaxSummaryFile = kMaxSummaryPayload + 64;
+
+}  // namespace perftracker::limits
+
+#endif  // PERFTRACKER_BASE_LIMITS_H_
