@@ -411,11 +411,20 @@ int RunJob(const RunOptions& o) {
     so.on_hang = [&hang_kill, kill = o.kill_on_hang](const diagnose::Diagnosis&) {
       if (kill) hang_kill = true;
     };
+    // Nobody else on this machine steers the job: the embedded server always wants a token,
+    // a random one per run unless the user gave theirs.
+    if (so.token.empty()) {
+      auto fresh = server::NewToken();
+      if (!fresh.ok()) return Error(fresh.status().message());
+      so.token = token = *fresh;
+    }
     auto s = server::CollectorServer::Start(so);
     if (!s.ok()) return Error(s.status().message());
     embedded = std::move(*s);
     size_t colon = o.listen.rfind(':');
     server_addr = fmt::format("{}:{}", o.listen.substr(0, colon), embedded->port());
+    if (Status st = server::WriteRunCredentials(report_dir, {server_addr, token}); !st.ok())
+      return Error(st.message());
   } else if (o.kill_on_hang) {
     log::Event("",
                "--on-hang kill acts where the server runs; with --server it is that server's "

@@ -206,7 +206,7 @@ struct OnlineFlags {
   std::string baseline = "on";
   std::string profile_every;
   std::string listen = "127.0.0.1:50551";
-  std::string server = "127.0.0.1:50551";
+  std::string server;  // status, trigger: else from --report-dir
   std::string report_dir;
   std::string token_file;
   std::string watch_dir;
@@ -300,10 +300,22 @@ int RunAgent(const OnlineFlags& f) {
 }
 
 int RunClient(const OnlineFlags& f, bool trigger) {
-  auto token = Token(f);
+  std::string server = f.server;
+  pt::StatusOr<std::string> token = std::string();
+  if (!f.report_dir.empty()) {
+    // A `perftracker run`'s own report folder says where its server is and holds its token.
+    auto c = pt::server::ReadRunCredentials(f.report_dir);
+    if (!c.ok()) return Fail(c.status());
+    if (server.empty()) server = c->server;
+    token = c->token;
+  }
+  if (!f.token_file.empty()) token = Token(f);
   if (!token.ok()) return Fail(token.status());
-  auto out = trigger ? pt::agent::TriggerNow(f.server, *token, "user")
-                     : pt::agent::ServerStatus(f.server, *token);
+  if (server.empty())
+    return Fail(pt::InvalidArgument(
+        "say which server: --report-dir DIR of a `perftracker run`, or --server ADDR"));
+  auto out = trigger ? pt::agent::TriggerNow(server, *token, "user")
+                     : pt::agent::ServerStatus(server, *token);
   if (!out.ok()) return Fail(out.status());
   std::fputs(out->c_str(), stdout);
   return 0;
@@ -515,13 +527,19 @@ int main(int argc, char** argv) {
       "  perftracker run --nproc 8 --report-dir out/ --on-hang kill -- python train.py\n"
       "  perftracker run -- torchrun --nproc-per-node 8 train.py   (the command starts the ranks)");
   CLI::App* trigger = app.add_subcommand("trigger", "profile every rank now");
-  trigger->add_option("--server", online.server, "server address:port")->required();
-  trigger->add_option("--token-file", online.token_file, "shared token file");
-  trigger->footer("Example:\n  perftracker trigger --server 127.0.0.1:50551");
   CLI::App* status = app.add_subcommand("status", "ranks, iteration times and windows");
-  status->add_option("--server", online.server, "server address:port")->required();
-  status->add_option("--token-file", online.token_file, "shared token file");
-  status->footer("Example:\n  perftracker status --server 127.0.0.1:50551");
+  for (CLI::App* c : {trigger, status}) {
+    c->add_option("--report-dir", online.report_dir,
+                  "the report folder of a `perftracker run`: its server and token");
+    c->add_option("--server", online.server, "server address:port");
+    c->add_option("--token-file", online.token_file, "shared token file");
+  }
+  trigger->footer(
+      "Examples:\n  perftracker trigger --report-dir perftracker-report/   (a running "
+      "`perftracker run`)\n  perftracker trigger --server head:50551 --token-file token");
+  status->footer(
+      "Examples:\n  perftracker status --report-dir perftracker-report/\n"
+      "  perftracker status --server 127.0.0.1:50551");
 #else
   // An offline build keeps the online commands' names, so a user learns why they do nothing.
   std::vector<CLI::App*> offline_stubs;

@@ -51,18 +51,6 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return InvalidArgument(fmt::format("{}: cannot read token file", path));
-  std::string line;
-  std::getline(in, line);
-  auto not_space = [](unsigned char c) { return !std::isspace(c); };
-  line.erase(line.begin(), std::find_if(line.begin(), line.end(), not_space));
-  line.erase(std::find_if(line.rbegin(), line.rend(), not_space).base(), line.end());
-  if (line.empty()) return InvalidArgument(fmt::format("{}: token file is empty", path));
-  return line;
-}
-
 namespace {
 
 std::string HardwareJson(const std::map<std::string, double>& values, const std::string& nvml) {
@@ -274,6 +262,10 @@ struct CollectorServer::Impl final
   int64_t hang_step = -1;                            // the furthest step when the hang was reported
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
   std::thread timer;
+  // When each caller host last opened a window with `perftracker trigger` (bounded: forgotten
+  // all at once past the cap, which only lets a flood through once).
+  static constexpr size_t kMaxTriggerCallers = 1024;
+  std::map<std::string, std::chrono::steady_clock::time_point> user_triggers;
 
   grpc::Status Authorize(grpc::ServerContextBase* ctx) {
     if (options.token.empty()) return grpc::Status::OK;
@@ -760,6 +752,27 @@ struct CollectorServer::Impl final
       return grpc::Status::OK;
     }
     std::string reason = req->reason().empty() ? "trigger" : req->reason();
+    if (kind != "slowdown") {
+      // The caller's host (gRPC's peer is "ipv4:1.2.3.4:PORT"; the port changes per call).
+      std::string peer = ctx->peer();
+      peer = peer.substr(0, peer.rfind(':'));
+      const auto now = std::chrono::steady_clock::now();
+      auto it = user_triggers.find(peer);
+      if (!open_window && it != user_triggers.end() &&
+          now - it->second < std::chrono::duration<double>(options.user_trigger_cooldown_seconds)) {
+        const double wait = options.user_trigger_cooldown_seconds -
+                            std::chrono::duration<double>(now - it->second).count();
+        return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+                fmt::format("a window was requested from here {:.0f} s ago; one per {:.0f} s "
+                            "(try again in {:.0f} s)",
+                            options.user_trigger_cooldown_seconds - wait,
+                            options.user_trigger_cooldown_seconds, std::ceil(wait))};
+      }
+      if (!open_window) {
+        if (user_triggers.size() >= kMaxTriggerCallers) user_triggers.clear();
+        user_triggers[peer] = now;
+      }
+    }
     if (kind == "slowdown") {
       reason = fmt::format(
           "slowdown on rank {}: median of its recent iterations {:.1f} ms vs {:.1f} ms after "

@@ -4,7 +4,8 @@
 // DIR/windows/<n>/diagnosis.json and DIR/diagnosis.json (the latest).
 //
 // Security: it listens on 127.0.0.1 unless told otherwise, and any other listen address needs a
-// shared token; calls without it are refused with UNAUTHENTICATED.
+// shared token (server/credentials.h); with a token, calls without it are refused with
+// UNAUTHENTICATED. The embedded server of `perftracker run` always has one.
 #ifndef PERFTRACKER_SERVER_COLLECTOR_H_
 #define PERFTRACKER_SERVER_COLLECTOR_H_
 
@@ -16,6 +17,7 @@
 #include "base/status.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
+#include "server/credentials.h"
 
 namespace perftracker::server {
 
@@ -36,6 +38,10 @@ struct ServerOptions {
   // window: a new, bigger slowdown (a real fault after a trigger on the host's own drift) is not
   // the one that window profiled.
   double cooldown_escalation = 1.25;
+  // A user's `perftracker trigger` (any caller other than a worker's detector) opens at most one
+  // window per caller host this often: a script in a loop would keep every rank profiling and
+  // fill the disk with traces.
+  double user_trigger_cooldown_seconds = 30;
   // One window once every rank has reported this many iterations (its detector learned the
   // iteration and the warm-up is behind): the peer comparison and the expected-pattern rules
   // need no slowdown, so a problem present from the first iteration is found too.
@@ -57,8 +63,6 @@ struct ServerOptions {
 bool IsLoopbackListen(const std::string& listen);
 // Equal-length-independent comparison whose time does not depend on where inputs differ.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
-// Reads a token file: its first line, whitespace trimmed; empty files are an error.
-StatusOr<std::string> ReadTokenFile(const std::string& path);
 
 struct TriggerResult {
   int64_t window_id = 0;

@@ -1,0 +1,112 @@
+#include "server/credentials.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+namespace perftracker::server {
+namespace {
+
+std::string Errno() { return std::strerror(errno); }
+
+// Writes DATA to PATH, created 0600 (an earlier file is replaced, never followed if a link).
+Status WritePrivate(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Unavailable(fmt::format("{}: cannot write: {}", tmp, Errno()));
+  const bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return Unavailable(fmt::format("{}: cannot write: {}", path, Errno()));
+  }
+  return Status::Ok();
+}
+
+std::string Trimmed(std::string line) {
+  auto not_space = [](unsigned char c) { return !std::isspace(c); };
+  line.erase(line.begin(), std::find_if(line.begin(), line.end(), not_space));
+  line.erase(std::find_if(line.rbegin(), line.rend(), not_space).base(), line.end());
+  return line;
+}
+
+}  // namespace
+
+StatusOr<std::string> NewToken() {
+  unsigned char bytes[32];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = ::getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Internal(fmt::format("cannot make a token: getrandom: {}", Errno()));
+    got += static_cast<size_t>(n);
+  }
+  std::string hex;
+  for (unsigned char b : bytes) hex += fmt::format("{:02x}", b);
+  return hex;
+}
+
+StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return InvalidArgument(fmt::format("{}: cannot read token file: {}", path, Errno()));
+  if (st.st_mode & (S_IRWXG | S_IRWXO)) {
+    return InvalidArgument(
+        fmt::format("{}: token file is readable by others (mode {:04o}); chmod 600 it", path,
+                    st.st_mode & 07777));
+  }
+  std::ifstream in(path);
+  if (!in) return InvalidArgument(fmt::format("{}: cannot read token file", path));
+  std::string line;
+  std::getline(in, line);
+  line = Trimmed(std::move(line));
+  if (line.empty()) return InvalidArgument(fmt::format("{}: token file is empty", path));
+  if (line.size() < kMinTokenLength) {
+    return InvalidArgument(fmt::format("{}: token is {} characters; use at least {}", path,
+                                       line.size(), kMinTokenLength));
+  }
+  return line;
+}
+
+std::string CredentialsDir(const std::string& report_dir) { return report_dir + "/.perftracker"; }
+
+Status WriteRunCredentials(const std::string& report_dir, const RunCredentials& c) {
+  const std::string dir = CredentialsDir(report_dir);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Unavailable(fmt::format("{}: cannot create: {}", dir, Errno()));
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    return Unavailable(fmt::format("{}: not a folder", dir));
+  if (st.st_uid != ::geteuid()) return Unavailable(fmt::format("{}: belongs to another user", dir));
+  if (::chmod(dir.c_str(), 0700) != 0)
+    return Unavailable(fmt::format("{}: cannot make it private: {}", dir, Errno()));
+  PT_RETURN_IF_ERROR(WritePrivate(dir + "/token", c.token + "\n"));
+  return WritePrivate(dir + "/server", c.server + "\n");
+}
+
+StatusOr<RunCredentials> ReadRunCredentials(const std::string& report_dir) {
+  const std::string dir = CredentialsDir(report_dir);
+  RunCredentials c;
+  std::ifstream in(dir + "/server");
+  if (!in) {
+    return NotFound(fmt::format(
+        "{}: no run's credentials here (is it the --report-dir of a running `perftracker run`, "
+        "and yours?)",
+        report_dir));
+  }
+  std::getline(in, c.server);
+  c.server = Trimmed(std::move(c.server));
+  PT_ASSIGN_OR_RETURN(c.token, ReadTokenFile(dir + "/token"));
+  return c;
+}
+
+}  // namespace perftracker::server

@@ -1,0 +1,43 @@
+// Who may steer a job: the shared token and where a run keeps it. The embedded server of
+// `perftracker run` makes a random token per run and keeps it, with the server's address, in
+// REPORT_DIR/.perftracker/ (a 0700 folder, 0600 files): the run's own agent and the user's
+// `perftracker status|trigger --report-dir DIR` read it there; other local users cannot, and
+// their calls are refused. Token files given with --token-file must not be readable by others
+// and must be long enough to resist guessing.
+#ifndef PERFTRACKER_SERVER_CREDENTIALS_H_
+#define PERFTRACKER_SERVER_CREDENTIALS_H_
+
+#include <string>
+
+#include "base/status.h"
+
+namespace perftracker::server {
+
+// Tokens shorter than this are refused: a few characters can be guessed over a network.
+inline constexpr size_t kMinTokenLength = 16;
+
+// 32 random bytes from the kernel, as 64 hex digits.
+StatusOr<std::string> NewToken();
+
+// Reads a token file: its first line, whitespace trimmed. Refused with one line naming the
+// file: unreadable, empty, shorter than kMinTokenLength, or readable by group or others.
+StatusOr<std::string> ReadTokenFile(const std::string& path);
+
+struct RunCredentials {
+  std::string server;  // address:port of the run's embedded server
+  std::string token;
+};
+
+// The folder a run keeps its credentials in: REPORT_DIR/.perftracker.
+std::string CredentialsDir(const std::string& report_dir);
+
+// Writes the credentials of a run (folder 0700, files 0600, replacing an earlier run's). Fails
+// if the folder exists and belongs to someone else.
+Status WriteRunCredentials(const std::string& report_dir, const RunCredentials& c);
+
+// Reads what WriteRunCredentials wrote, with ReadTokenFile's checks.
+StatusOr<RunCredentials> ReadRunCredentials(const std::string& report_dir);
+
+}  // namespace perftracker::server
+
+#endif  // PERFTRACKER_SERVER_CREDENTIALS_H_

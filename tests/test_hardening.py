@@ -1,0 +1,164 @@
+"""The online path as an attacker or a faulty peer sees it (issue 14): no rank outlives its
+launcher, nobody else steers a job, hostile files give one line and little memory."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+BOMB = os.path.join(ptest.SOURCE, "tests", "data", "bomb", "strings.summary")
+PEAK_LIMIT_KB = 100 * 1024
+
+
+def peak_kb(args):
+    pid = os.fork()
+    if pid == 0:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.execv(ptest.BIN, [ptest.BIN, *args])
+    _, status, usage = os.wait4(pid, 0)
+    return usage.ru_maxrss
+
+
+def alive(pattern):
+    p = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    return [int(x) for x in p.stdout.split()]
+
+
+def wait_until(cond, seconds):
+    end = time.time() + seconds
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+@unittest.skipUnless(ptest.online_built(), "needs the online path (the default build)")
+class Hardening(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pt_hardening_")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def launch(self, name, *cmd, nproc=2):
+        report = os.path.join(self.tmp, name)
+        os.makedirs(self.tmp, exist_ok=True)
+        with open(os.path.join(self.tmp, name + ".log"), "wb") as log:
+            p = subprocess.Popen([ptest.BIN, "run", "--nproc", str(nproc), "--report-dir", report,
+                                  "--", *cmd], stdout=subprocess.DEVNULL, stderr=log)
+        return p, report
+
+    def test_ranks_and_their_children_die_with_the_launcher(self):
+        # A marker in the command line finds exactly this test's processes.
+        mark = f"pt_orphan_{os.getpid()}"
+        p, _ = self.launch("orphans", "sh", "-c", f"sleep 300 & sleep 300 & wait # {mark}")
+        mark = f"^sh -c sleep 300 .*{mark}"  # the ranks, not the launcher (which names it too)
+        try:
+            self.assertTrue(wait_until(lambda: len(alive(mark)) == 2, 20), "ranks did not start")
+            ranks = alive(mark)
+            # The ranks' children: the sleeps whose parent is one of the ranks.
+            children = lambda: [int(x) for r in ranks for x in subprocess.run(
+                ["pgrep", "-P", str(r)], capture_output=True, text=True).stdout.split()]
+            self.assertTrue(wait_until(lambda: len(children()) == 4, 10))
+            sleeps = children()
+        finally:
+            p.kill()  # SIGKILL: no handler of the launcher runs
+            p.wait()
+        self.assertTrue(wait_until(lambda: not alive(mark), 5), f"ranks outlived: {alive(mark)}")
+        # The ranks' own children (in their process groups) go too.
+        self.assertTrue(wait_until(lambda: not set(sleeps) & set(alive("^sleep 300$")), 10),
+                        "the ranks' children outlived the launcher")
+        print(f"launcher killed: {len(ranks)} ranks and {len(sleeps)} children gone",
+              file=sys.stderr)
+
+    def test_signals_give_the_shells_exit_codes(self):
+        for sig, code in ((signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)):
+            p, _ = self.launch(f"sig{sig}", "sleep", "300")
+            time.sleep(1.5)
+            p.send_signal(sig)
+            p.wait(timeout=60)
+            self.assertEqual(p.returncode, code, f"signal {sig}")
+
+    def test_nobody_else_steers_the_job(self):
+        p, report = self.launch("token", "sleep", "60")
+        try:
+            creds = os.path.join(report, ".perftracker")
+            self.assertTrue(wait_until(lambda: os.path.exists(os.path.join(creds, "server")), 20))
+            self.assertEqual(os.stat(creds).st_mode & 0o777, 0o700)
+            self.assertEqual(os.stat(os.path.join(creds, "token")).st_mode & 0o777, 0o600)
+            with open(os.path.join(creds, "server")) as f:
+                addr = f.read().strip()
+            # The user, with the run's folder: accepted.
+            ok = ptest.run(["status", "--report-dir", report])
+            self.assertEqual(ok.returncode, 0, ok.stderr)
+            self.assertIn("rank 0", ok.stdout)
+            # Anyone with only the address (another local user): refused, one line.
+            for cmd in ("status", "trigger"):
+                r = ptest.run([cmd, "--server", addr])
+                self.assertNotEqual(r.returncode, 0, r.stdout)
+                self.assertIn("token", r.stderr)
+            if os.geteuid() == 0 and shutil.which("runuser"):
+                r = subprocess.run(["runuser", "-u", "nobody", "--", ptest.BIN, "trigger",
+                                    "--server", addr], capture_output=True, text=True)
+                self.assertNotEqual(r.returncode, 0, r.stdout)
+                r = subprocess.run(["runuser", "-u", "nobody", "--", ptest.BIN, "status",
+                                    "--report-dir", report], capture_output=True, text=True)
+                self.assertNotEqual(r.returncode, 0, r.stdout)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+
+    def test_token_files_readable_by_others_or_short_are_refused(self):
+        loose = os.path.join(self.tmp, "loose")
+        with open(loose, "w") as f:
+            f.write("a" * 40 + "\n")
+        os.chmod(loose, 0o644)
+        r = ptest.run(["status", "--server", "127.0.0.1:1", "--token-file", loose])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("readable by others", r.stderr)
+        short = os.path.join(self.tmp, "short")
+        with open(short, "w") as f:
+            f.write("abc\n")
+        os.chmod(short, 0o600)
+        r = ptest.run(["status", "--server", "127.0.0.1:1", "--token-file", short])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("at least 16", r.stderr)
+
+    def test_a_summary_bomb_is_one_line_in_little_memory(self):
+        self.assertLess(os.path.getsize(BOMB), 16 * 1024)
+        r = ptest.run(["diagnose", BOMB])
+        self.assertNotEqual(r.returncode, 0)
+        lines = [x for x in r.stderr.splitlines() if x.strip()]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(BOMB, lines[0])
+        self.assertIn("corrupt summary", lines[0])
+        peak = peak_kb(["diagnose", BOMB])
+        self.assertLess(peak, PEAK_LIMIT_KB, f"peak {peak} KB")
+        print(f"bomb: peak {peak / 1024:.1f} MB", file=sys.stderr)
+
+    def test_a_huge_world_size_is_bounded(self):
+        trace = os.path.join(self.tmp, "huge_world.json")
+        with open(trace, "w") as f:
+            f.write('{"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2000000000},'
+                    ' "traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1,'
+                    ' "tid": 1, "ts": 0, "dur": 10}]}')
+        r = ptest.run(["analyze", trace])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("world_size from 1 to 1048576", r.stdout)
+        self.assertIn("world size 1", r.stdout)
+        self.assertLess(peak_kb(["analyze", trace]), PEAK_LIMIT_KB)
+
+
+if __name__ == "__main__":
+    ptest.main()
