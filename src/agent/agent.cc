@@ -152,7 +152,7 @@ struct Agent::Impl {
   }
 
   void ForwardTrigger(const WorkerTrigger& t);
-  void UploadStacks(int64_t request_id, const diagnose::RankStacks& s);
+  void UploadStacks(int64_t request_id, const pattern::RankStacks& s);
 
   // One upload RPC under the retry policy, each attempt with its own deadline; the waits end
   // early when the agent stops.
@@ -253,7 +253,7 @@ void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
               st.ok() ? "" : ": server unreachable: ", st.ok() ? "" : st.error_message());
 }
 
-void Agent::Impl::UploadStacks(int64_t request_id, const diagnose::RankStacks& s) {
+void Agent::Impl::UploadStacks(int64_t request_id, const pattern::RankStacks& s) {
   v1::UploadStacksRequest req;
   req.set_request_id(request_id);
   req.set_rank(s.rank);
@@ -272,7 +272,7 @@ void Agent::Impl::UploadStacks(int64_t request_id, const diagnose::RankStacks& s
       fr->set_function(f.function);
     }
   }
-  const diagnose::LastCollective& lc = s.last_collective;
+  const pattern::LastCollective& lc = s.last_collective;
   v1::LastCollective* out = req.mutable_last_collective();
   out->set_op(lc.op);
   out->set_count(lc.count);

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "base/status.h"
-#include "diagnose/hang.h"
+#include "pattern/collected.h"
 
 namespace perftracker::agent {
 
@@ -74,7 +74,7 @@ class AgentLocalSink {
   // counts iterations again (the collection slowed them until now).
   virtual void WindowUploaded(int pid, int64_t window_id) {}
   // Stack replies since the last call, with the request id they answer.
-  virtual std::vector<std::pair<int64_t, diagnose::RankStacks>> PollStacks() { return {}; }
+  virtual std::vector<std::pair<int64_t, pattern::RankStacks>> PollStacks() { return {}; }
 };
 
 // Trace files (*.json, *.json.gz) appearing in DIR while a window is open belong to it. Files

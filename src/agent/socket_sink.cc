@@ -24,6 +24,7 @@
 #include <string_view>
 #include <thread>
 
+#include "agent/worker_message.h"
 #include "base/json_writer.h"
 #include "base/log.h"
 
@@ -47,44 +48,6 @@ constexpr int kReadRoundsPerWakeup = 16;  // then let the other connections have
 void Log(const std::string& line) { log::Write(log::Level::kDetail, "agent", line); }
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// JSON numbers arrive as int64, uint64 or double depending on the writer; null and absent are
-// "unknown".
-std::optional<double> GetDouble(dom::element obj, std::string_view key) {
-  dom::element v;
-  double d = 0;
-  if (obj[key].get(v) != simdjson::SUCCESS || v.get_double().get(d) != simdjson::SUCCESS ||
-      !std::isfinite(d)) {
-    return std::nullopt;
-  }
-  return d;
-}
-
-std::optional<int64_t> GetInt(dom::element obj, std::string_view key) {
-  dom::element v;
-  if (obj[key].get(v) != simdjson::SUCCESS) return std::nullopt;
-  int64_t i = 0;
-  if (v.get_int64().get(i) == simdjson::SUCCESS) return i;
-  double d = 0;
-  if (v.get_double().get(d) == simdjson::SUCCESS && std::isfinite(d) && std::fabs(d) < 9e18) {
-    return static_cast<int64_t>(std::llround(d));
-  }
-  return std::nullopt;
-}
-
-std::optional<std::string_view> GetString(dom::element obj, std::string_view key) {
-  std::string_view s;
-  if (obj[key].get_string().get(s) != simdjson::SUCCESS) return std::nullopt;
-  return s;
-}
-
-std::optional<bool> GetBool(dom::element obj, std::string_view key) {
-  bool b = false;
-  if (obj[key].get_bool().get(b) != simdjson::SUCCESS) return std::nullopt;
-  return b;
-}
-
-int ToInt(int64_t v) { return static_cast<int>(std::clamp<int64_t>(v, INT32_MIN, INT32_MAX)); }
 
 std::string RankName(int rank) { return rank >= 0 ? std::to_string(rank) : "?"; }
 
@@ -143,7 +106,7 @@ struct SocketSink::Impl {
   Counters counters;
   std::deque<IterationReport> iterations;
   std::vector<WorkerTrigger> triggers;
-  std::vector<std::pair<int64_t, diagnose::RankStacks>> stacks;
+  std::vector<std::pair<int64_t, pattern::RankStacks>> stacks;
   std::vector<WorkerTrace> finished;
   std::vector<Pending> pending;
   std::deque<Uploaded> uploaded;
@@ -153,6 +116,7 @@ struct SocketSink::Impl {
   std::set<int> window_done_pids;  // workers whose trace for the window arrived
 
   dom::parser parser;  // I/O thread only
+  WorkerMessage msg;   // the line being handled (kept: its buffers are reused)
 
   void Wake() {
     if (wake_write < 0) return;
@@ -270,66 +234,72 @@ struct SocketSink::Impl {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
     if (line.empty()) return;
     ++counters.lines;
-    dom::element doc;
-    if (parser.parse(line.data(), line.size()).get(doc) != simdjson::SUCCESS || !doc.is_object()) {
+    ParseWorkerMessage(line, parser, &msg);
+    using T = WorkerMessageType;
+    if (msg.type == T::kMalformed) {
       ++counters.malformed;
       return;
     }
-    std::optional<std::string_view> type = GetString(doc, "type");
-    if (!type) {
-      ++counters.malformed;
-      return;
-    }
-    UpdateIdentity(c, doc);
-    if (*type == "hello") {
-      c.clock_offset_ns = GetInt(doc, "clock_offset_ns").value_or(0);
-      Log(fmt::format("worker pid {} rank {} (local {}, world {}) on {} connected, protocol v{}",
-                      c.pid, RankName(c.rank), c.local_rank, c.world_size, c.host,
-                      GetInt(doc, "v").value_or(0)));
-    } else if (*type == "iterations") {
-      OnIterations(c, doc);
-    } else if (*type == "trigger") {
-      OnTrigger(c, doc);
-    } else if (*type == "python_trace") {
-      OnPythonTrace(c, doc);
-    } else if (*type == "torch_trace") {
-      OnTorchTrace(c, doc);
-    } else if (*type == "stacks") {
-      OnStacks(c, doc);
-    } else if (*type == "learned") {
-      Log(fmt::format("rank {} (pid {}) learned iteration pattern {}", RankName(c.rank), c.pid,
-                      GetString(doc, "pattern").value_or("?")));
-    } else if (*type == "relearn") {
-      Log(fmt::format("rank {} (pid {}) relearning its iteration pattern", RankName(c.rank),
-                      c.pid));
-    } else if (*type == "stats") {
-      // The worker's detector at exit: why a slowdown did or did not fire.
-      const double ref = GetDouble(doc, "reference_ns").value_or(0) / 1e6;
-      const double thr = GetDouble(doc, "threshold_ns").value_or(0) / 1e6;
-      Log(fmt::format(
-          "rank {} (pid {}) detector at exit: {} iterations, reference {:.2f} ms, fires above "
-          "{:.2f} ms (+{:.1f}%), recent median {:.2f} ms, {} slowdown(s), {} hang(s)",
-          RankName(c.rank), c.pid, GetInt(doc, "iterations").value_or(0), ref, thr,
-          ref > 0 ? 100 * (thr / ref - 1) : 0.0, GetDouble(doc, "recent_ns").value_or(0) / 1e6,
-          GetInt(doc, "slowdowns").value_or(0), GetInt(doc, "hangs").value_or(0)));
-    } else if (*type == "profile_ack") {
-      Log(fmt::format("rank {} (pid {}) {} the window, writing {}", RankName(c.rank), c.pid,
-                      GetBool(doc, "accepted").value_or(false) ? "accepted" : "refused",
-                      GetString(doc, "path").value_or("?")));
-    } else {
-      ++counters.unknown_type;
+    UpdateIdentity(c, msg);
+    switch (msg.type) {
+      case T::kHello:
+        c.clock_offset_ns = msg.clock_offset_ns;
+        Log(fmt::format("worker pid {} rank {} (local {}, world {}) on {} connected, protocol v{}",
+                        c.pid, RankName(c.rank), c.local_rank, c.world_size, log::Printable(c.host),
+                        msg.version));
+        break;
+      case T::kIterations:
+        OnIterations(c, msg);
+        break;
+      case T::kTrigger:
+        OnTrigger(c, msg);
+        break;
+      case T::kPythonTrace:
+        OnPythonTrace(c, msg);
+        break;
+      case T::kTorchTrace:
+        OnTorchTrace(c, msg);
+        break;
+      case T::kStacks:
+        OnStacks(c, msg);
+        break;
+      case T::kLearned:
+        Log(fmt::format("rank {} (pid {}) learned iteration pattern {}", RankName(c.rank), c.pid,
+                        log::Printable(msg.pattern)));
+        break;
+      case T::kRelearn:
+        Log(fmt::format("rank {} (pid {}) relearning its iteration pattern", RankName(c.rank),
+                        c.pid));
+        break;
+      case T::kStats: {
+        // The worker's detector at exit: why a slowdown did or did not fire.
+        const double ref = msg.reference_ns / 1e6, thr = msg.threshold_ns / 1e6;
+        Log(fmt::format(
+            "rank {} (pid {}) detector at exit: {} iterations, reference {:.2f} ms, fires above "
+            "{:.2f} ms (+{:.1f}%), recent median {:.2f} ms, {} slowdown(s), {} hang(s)",
+            RankName(c.rank), c.pid, msg.iterations, ref, thr,
+            ref > 0 ? 100 * (thr / ref - 1) : 0.0, msg.recent_ns / 1e6, msg.slowdowns, msg.hangs));
+        break;
+      }
+      case T::kProfileAck:
+        Log(fmt::format("rank {} (pid {}) {} the window, writing {}", RankName(c.rank), c.pid,
+                        msg.accepted ? "accepted" : "refused", log::Printable(msg.path)));
+        break;
+      case T::kUnknown:
+      case T::kMalformed:
+        ++counters.unknown_type;
+        break;
     }
     MaybeSendWindow(c);
   }
 
-  void UpdateIdentity(Conn& c, dom::element doc) {
-    if (auto pid = GetInt(doc, "pid"); pid && *pid > 0) c.pid = ToInt(*pid);
-    if (auto v = GetInt(doc, "local_rank")) c.local_rank = ToInt(*v);
-    if (auto v = GetInt(doc, "world_size")) c.world_size = ToInt(*v);
-    if (auto v = GetString(doc, "host")) c.host = std::string(*v);
-    auto rank = GetInt(doc, "rank");
-    if (!rank || *rank < 0) return;
-    c.rank = ToInt(*rank);
+  void UpdateIdentity(Conn& c, const WorkerMessage& m) {
+    if (m.pid) c.pid = *m.pid;
+    if (m.local_rank) c.local_rank = *m.local_rank;
+    if (m.world_size) c.world_size = *m.world_size;
+    if (m.host) c.host = *m.host;
+    if (!m.rank) return;
+    c.rank = *m.rank;
     // The iterations that came before torch.distributed knew the rank.
     for (IterationReport& r : c.unranked) {
       r.rank = c.rank;
@@ -346,23 +316,9 @@ struct SocketSink::Impl {
     iterations.push_back(r);
   }
 
-  void OnIterations(Conn& c, dom::element doc) {
-    dom::array items;
-    if (doc["items"].get_array().get(items) != simdjson::SUCCESS) {
-      ++counters.malformed;
-      return;
-    }
-    for (dom::element item : items) {
-      dom::array a;
-      if (item.get_array().get(a) != simdjson::SUCCESS || a.size() < 3) continue;
-      int64_t index = 0;
-      double start = 0, end = 0;
-      if (a.at(0).get_int64().get(index) != simdjson::SUCCESS ||
-          a.at(1).get_double().get(start) != simdjson::SUCCESS ||
-          a.at(2).get_double().get(end) != simdjson::SUCCESS) {
-        continue;
-      }
-      IterationReport r{c.rank, index, (end - start) / 1e6};
+  void OnIterations(Conn& c, const WorkerMessage& m) {
+    for (const IterationItem& item : m.items) {
+      IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6};
       if (c.rank >= 0) {
         PushIteration(r);
         continue;
@@ -375,17 +331,13 @@ struct SocketSink::Impl {
     }
   }
 
-  void OnTrigger(Conn& c, dom::element doc) {
+  void OnTrigger(Conn& c, const WorkerMessage& m) {
     WorkerTrigger t;
     t.rank = c.rank;
-    t.kind = std::string(GetString(doc, "kind").value_or(""));
-    t.iteration = GetInt(doc, "iteration").value_or(0);
-    t.mean_ms = GetDouble(doc, "mean_ns").value_or(0) / 1e6;
-    t.best_ms = GetDouble(doc, "best_ns").value_or(0) / 1e6;
-    if (t.kind != "slowdown" && t.kind != "hang") {
-      ++counters.unknown_type;
-      return;
-    }
+    t.kind = m.kind;
+    t.iteration = m.iteration;
+    t.mean_ms = m.mean_ns / 1e6;
+    t.best_ms = m.best_ns / 1e6;
     Log(fmt::format("rank {} (pid {}): {} at iteration {} (mean {:.2f} ms{})", RankName(t.rank),
                     c.pid, t.kind, t.iteration, t.mean_ms,
                     t.kind == "slowdown" ? fmt::format(", best {:.2f} ms", t.best_ms) : ""));
@@ -394,8 +346,8 @@ struct SocketSink::Impl {
 
   // The window a trace belongs to: its own "window" field, else the last command this
   // connection got.
-  std::optional<int64_t> TraceWindow(const Conn& c, dom::element doc) const {
-    if (auto w = GetInt(doc, "window")) return w;
+  std::optional<int64_t> TraceWindow(const Conn& c, const WorkerMessage& m) const {
+    if (m.window) return m.window;
     return c.window_sent;
   }
 
@@ -412,14 +364,9 @@ struct SocketSink::Impl {
     return pending.emplace_back();
   }
 
-  void OnPythonTrace(Conn& c, dom::element doc) {
-    std::optional<std::string_view> path = GetString(doc, "path");
-    if (!path || path->empty()) {
-      ++counters.malformed;
-      return;
-    }
-    const std::optional<int64_t> w = TraceWindow(c, doc);
-    const std::string p(*path);
+  void OnPythonTrace(Conn& c, const WorkerMessage& m) {
+    const std::optional<int64_t> w = TraceWindow(c, m);
+    const std::string& p = m.path;
     Pending* entry = nullptr;
     for (Pending& e : pending) {
       if (e.pid == c.pid && !e.have_python &&
@@ -435,23 +382,20 @@ struct SocketSink::Impl {
     entry->have_python = true;
     entry->python_path = p;
     // An older worker does not say: expect a torch trace, and wait for it at most a while.
-    entry->torch_expected = GetBool(doc, "torch").value_or(true);
+    entry->torch_expected = m.torch.value_or(true);
     entry->python_at = Clock::now();
     if (window && (!w || *w == window->window_id)) window_done_pids.insert(c.pid);
     Reap(Clock::now());
   }
 
-  void OnTorchTrace(Conn& c, dom::element doc) {
-    const std::string p(GetString(doc, "path").value_or(""));
-    std::optional<std::string_view> error = GetString(doc, "error");
-    if (p.empty() && !error) {
-      ++counters.malformed;
-      return;
-    }
+  void OnTorchTrace(Conn& c, const WorkerMessage& m) {
+    const std::string& p = m.path;
+    const std::optional<std::string>& error = m.error;
     if (error) {
-      Log(fmt::format("rank {} (pid {}): no torch trace: {}", RankName(c.rank), c.pid, *error));
+      Log(fmt::format("rank {} (pid {}): no torch trace: {}", RankName(c.rank), c.pid,
+                      log::Printable(*error)));
     }
-    const std::optional<int64_t> w = TraceWindow(c, doc);
+    const std::optional<int64_t> w = TraceWindow(c, m);
     for (const Uploaded& u : uploaded) {
       if (u.pid == c.pid && (IsTorchOf(p, u.python_path) || SameWindow(u.window, w))) {
         Log(fmt::format("rank {} (pid {}): torch trace {} came after its window was uploaded",
@@ -475,7 +419,7 @@ struct SocketSink::Impl {
     }
     entry->torch_done = true;
     entry->torch_path = error ? "" : p;
-    entry->torch_error = error ? std::string(error->substr(0, 500)) : "";
+    entry->torch_error = error ? log::Printable(error->substr(0, 500)) : "";
     entry->torch_at = Clock::now();
     Reap(Clock::now());
   }
@@ -546,46 +490,12 @@ struct SocketSink::Impl {
     pending.erase(std::remove_if(pending.begin(), pending.end(), done), pending.end());
   }
 
-  void OnStacks(Conn& c, dom::element doc) {
-    std::optional<int64_t> request_id = GetInt(doc, "request_id");
-    if (!request_id) {
-      ++counters.malformed;
-      return;
-    }
-    diagnose::RankStacks s;
+  void OnStacks(Conn& c, WorkerMessage& m) {
+    pattern::RankStacks s = std::move(m.stacks);
     s.rank = c.rank;
     s.pid = c.pid;
     s.host = c.host;
-    s.iteration = GetInt(doc, "iteration").value_or(-1);
-    dom::array threads;
-    if (doc["threads"].get_array().get(threads) == simdjson::SUCCESS) {
-      for (dom::element t : threads) {
-        if (!t.is_object()) continue;
-        diagnose::ThreadStack& ts = s.threads.emplace_back();
-        ts.tid = GetInt(t, "tid").value_or(0);
-        ts.name = std::string(GetString(t, "name").value_or(""));
-        ts.main = GetBool(t, "main").value_or(false);
-        dom::array frames;
-        if (t["frames"].get_array().get(frames) != simdjson::SUCCESS) continue;
-        for (dom::element f : frames) {
-          if (!f.is_object()) continue;
-          ts.frames.push_back({std::string(GetString(f, "file").value_or("")),
-                               ToInt(GetInt(f, "line").value_or(0)),
-                               std::string(GetString(f, "function").value_or(""))});
-        }
-      }
-    }
-    dom::element lc;
-    if (doc["last_collective"].get(lc) == simdjson::SUCCESS && lc.is_object()) {
-      diagnose::LastCollective& l = s.last_collective;
-      l.op = std::string(GetString(lc, "op").value_or(""));
-      l.count = GetInt(lc, "count").value_or(0);
-      l.file = std::string(GetString(lc, "file").value_or(""));
-      l.line = ToInt(GetInt(lc, "line").value_or(0));
-      l.in_progress = GetBool(lc, "in_progress").value_or(false);
-      l.seconds = GetDouble(lc, "seconds").value_or(0);
-    }
-    if (stacks.size() < kMaxQueued) stacks.emplace_back(*request_id, std::move(s));
+    if (stacks.size() < kMaxQueued) stacks.emplace_back(m.request_id, std::move(s));
   }
 
   // ---- the I/O thread ----
@@ -829,7 +739,7 @@ std::vector<WorkerTrigger> SocketSink::PollTriggers() {
   return std::exchange(m.triggers, {});
 }
 
-std::vector<std::pair<int64_t, diagnose::RankStacks>> SocketSink::PollStacks() {
+std::vector<std::pair<int64_t, pattern::RankStacks>> SocketSink::PollStacks() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);
   return std::exchange(m.stacks, {});

@@ -15,7 +15,7 @@
 
 #include "agent/agent.h"
 #include "base/status.h"
-#include "diagnose/hang.h"
+#include "pattern/collected.h"
 
 namespace perftracker::agent {
 
@@ -67,7 +67,7 @@ class SocketSink : public AgentLocalSink {
   std::vector<WorkerTrigger> PollTriggers() override;
   Status RequestStacks(int64_t request_id) override;
   void WindowUploaded(int pid, int64_t window_id) override;
-  std::vector<std::pair<int64_t, diagnose::RankStacks>> PollStacks() override;
+  std::vector<std::pair<int64_t, pattern::RankStacks>> PollStacks() override;
 
   Counters counters() const;
   // The folder a window's traces are written to.

@@ -407,10 +407,10 @@ TEST_F(SocketSinkTest, StacksRequestAndReply) {
       w->Line(R"({"type":"stacks","request_id":7,"pid":60,"rank":1,"host":"node1","iteration":-1,)"
               R"("threads":[],"last_collective":null})"));
   auto got =
-      Collect<std::pair<int64_t, diagnose::RankStacks>>(2, [&] { return sink_->PollStacks(); });
+      Collect<std::pair<int64_t, pattern::RankStacks>>(2, [&] { return sink_->PollStacks(); });
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].first, 7);
-  const diagnose::RankStacks& s = got[0].second;
+  const pattern::RankStacks& s = got[0].second;
   EXPECT_EQ(s.rank, 1);
   EXPECT_EQ(s.pid, 60);
   EXPECT_EQ(s.host, "node1");

@@ -36,6 +36,10 @@ Status Configure(const Config& config);
 // prefixes terminal lines as "perftracker SOURCE: " ("perftracker: " when empty).
 void Write(Level level, std::string_view source, std::string_view text);
 
+// TEXT with control characters (terminal escapes, newlines) written as \xNN: for what other
+// processes tell us (host names, paths, reasons) before it reaches a terminal or a log line.
+std::string Printable(std::string_view text);
+
 // The live status line: redrawn below the last line written, on a terminal only (stderr is a
 // TTY); an empty LINE removes it. Cheap to call often.
 void SetStatus(std::string_view line);

@@ -87,5 +87,11 @@ TEST(LogTest, StatusLineStaysOffWithoutATerminal) {
   EXPECT_NE(terminal.find("after the status"), std::string::npos);
 }
 
+TEST(LogTest, PrintableEscapesControlCharacters) {
+  EXPECT_EQ(Printable("node-1"), "node-1");
+  EXPECT_EQ(Printable("a\x1b[2Jb\nc"), "a\\x1b[2Jb\\x0ac");
+  EXPECT_EQ(Printable("h\xc3\xa9te"), "h\xc3\xa9te");  // UTF-8 stays
+}
+
 }  // namespace
 }  // namespace perftracker::log

@@ -11,40 +11,15 @@
 #include <vector>
 
 #include "diagnose/finding.h"
+#include "pattern/collected.h"
 
 namespace perftracker::diagnose {
 
-struct StackFrame {
-  std::string file;
-  int line = 0;
-  std::string function;
-};
-
-struct ThreadStack {
-  int64_t tid = 0;
-  std::string name;
-  bool main = false;               // the thread that runs the training loop
-  std::vector<StackFrame> frames;  // outermost first
-};
-
-// The last collective the rank entered through torch.distributed's Python API.
-struct LastCollective {
-  std::string op;     // empty: none seen
-  int64_t count = 0;  // collectives entered so far
-  std::string file;   // the caller's file:line
-  int line = 0;
-  bool in_progress = false;
-  double seconds = 0;  // since it was entered
-};
-
-struct RankStacks {
-  int rank = -1;
-  int pid = 0;
-  std::string host;
-  int64_t iteration = -1;  // the worker's last completed iteration index
-  std::vector<ThreadStack> threads;
-  LastCollective last_collective;
-};
+// The stack replies the collectors gather (pattern/collected.h).
+using pattern::LastCollective;
+using pattern::RankStacks;
+using pattern::StackFrame;
+using pattern::ThreadStack;
 
 // One "hang" finding (class subset): ranks that did not arrive, with their location as
 // functions (name "file:line in function", stack outermost first) and in evidence_text;

@@ -14,13 +14,13 @@
 #include <vector>
 
 #include "diagnose/finding.h"
+#include "pattern/collected.h"
 #include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::diagnose {
 
-// Metrics per rank, as agents upload them (agent/proc_sampler.h names).
-using RankMetrics = std::map<int, std::map<std::string, double>>;
+using pattern::RankMetrics;
 
 // A finding (category "communication", cause hardware) naming the rank whose connections back
 // up, or nothing. RANKS give hosts and the time collectives take (the impact).
