@@ -454,6 +454,7 @@ int main(int argc, char** argv) {
     c->ctx.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
     v1::UploadWindowRequest req;
+    req.set_agent_id(agent_ids[r]);
     req.set_window_id(1);
     req.set_rank(r);
     req.set_host(fmt::format("node-{}", r / 8));

@@ -121,7 +121,7 @@ struct Agent::Impl {
         watch_ctx = &ctx;
       }
       v1::WatchRequest req;
-      req.set_agent_id(agent_id);
+      req.set_agent_id(AgentId());
       auto reader = stub->WatchCommands(&ctx, req);
       v1::Command cmd;
       while (reader->Read(&cmd)) {
@@ -143,12 +143,52 @@ struct Agent::Impl {
         cv.notify_all();
       }
       grpc::Status st = reader->Finish();
-      std::unique_lock lk(mu);
-      watch_ctx = nullptr;
-      if (stopping) return;
-      // The server went away or restarted the stream: retry after a pause.
-      cv.wait_for(lk, std::chrono::seconds(1), [&] { return stopping; });
+      {
+        std::unique_lock lk(mu);
+        watch_ctx = nullptr;
+        if (stopping) return;
+        // The server went away or restarted the stream: retry after a pause.
+        cv.wait_for(lk, std::chrono::seconds(1), [&] { return stopping; });
+        if (stopping) return;
+      }
+      // A restarted server does not know this agent: register again, or every later window
+      // would go by without it.
+      if (st.error_code() == grpc::StatusCode::NOT_FOUND) {
+        log::Event("agent", "the server does not know this agent (restarted?): registering again");
+        if (Status r = Register(); !r.ok()) log::Error("agent", "{}", r.message());
+      }
     }
+  }
+
+  std::string AgentId() {
+    std::lock_guard lk(mu);
+    return agent_id;
+  }
+
+  // Registers with the server, retrying until it answers, refuses, or the agent stops.
+  Status Register() {
+    v1::RegisterRequest req;
+    req.set_host(options.host);
+    for (int r : options.ranks) req.add_ranks(r);
+    v1::RegisterReply reply;
+    while (true) {
+      grpc::ClientContext ctx;
+      AddToken(&ctx, options.token);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      grpc::Status st = stub->Register(&ctx, req, &reply);
+      if (st.ok()) break;
+      if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+          st.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+        return FromGrpc(st, fmt::format("agent: {}", options.server));
+      std::unique_lock lk(mu);
+      if (cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return stopping; }))
+        return Status::Ok();
+    }
+    std::lock_guard lk(mu);
+    agent_id = reply.agent_id();
+    log::Detail("agent", "registered with {} as {}; nvml {}", options.server, agent_id,
+                nvml.status());
+    return Status::Ok();
   }
 
   void ForwardTrigger(const WorkerTrigger& t);
@@ -218,6 +258,7 @@ struct Agent::Impl {
     summary->missing_why = t.missing_why;
     std::string bytes = pattern::SerializeSummary(*summary);
     v1::UploadWindowRequest req;
+    req.set_agent_id(AgentId());
     req.set_window_id(w.window_id);
     req.set_rank(rank);
     req.set_host(options.host);
@@ -255,6 +296,7 @@ void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
 
 void Agent::Impl::UploadStacks(int64_t request_id, const pattern::RankStacks& s) {
   v1::UploadStacksRequest req;
+  req.set_agent_id(AgentId());
   req.set_request_id(request_id);
   req.set_rank(s.rank);
   req.set_host(s.host.empty() ? options.host : s.host);
@@ -299,26 +341,8 @@ Agent::~Agent() { Stop(); }
 Status Agent::Run() {
   Impl& m = *impl_;
   m.stub = MakeStub(m.options.server);
-  v1::RegisterRequest req;
-  req.set_host(m.options.host);
-  for (int r : m.options.ranks) req.add_ranks(r);
-  v1::RegisterReply reply;
-  // The server may start after the agent: retry until it answers, refuses, or Stop.
-  while (true) {
-    grpc::ClientContext ctx;
-    AddToken(&ctx, m.options.token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-    grpc::Status st = m.stub->Register(&ctx, req, &reply);
-    if (st.ok()) break;
-    if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED)
-      return FromGrpc(st, fmt::format("agent: {}", m.options.server));
-    std::unique_lock lk(m.mu);
-    if (m.cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return m.stopping; }))
-      return Status::Ok();
-  }
-  m.agent_id = reply.agent_id();
-  log::Detail("agent", "registered with {} as {}; nvml {}", m.options.server, m.agent_id,
-              m.nvml.status());
+  PT_RETURN_IF_ERROR(m.Register());
+  if (m.AgentId().empty()) return Status::Ok();  // stopped before the server answered
   std::thread watcher([&m] { m.WatchLoop(); });
 
   std::unique_lock lk(m.mu);
@@ -339,7 +363,7 @@ Status Agent::Run() {
         }
       }
       v1::ReportIterationsRequest ir;
-      ir.set_agent_id(m.agent_id);
+      ir.set_agent_id(m.AgentId());
       std::map<int, v1::IterationBatch*> by_rank;
       for (const auto& it : iters) {
         if (m.options.profile_at_iteration >= 0 && it.step >= m.options.profile_at_iteration) {

@@ -233,6 +233,7 @@ struct CollectorServer::Impl final
   bool shut_down = false;
   int64_t next_agent = 1;
   std::map<std::string, AgentState> agents;
+  std::map<int, std::string> declared_by;  // rank -> the agent that registered it
   std::map<int, RankState> ranks;
   std::map<int64_t, std::unique_ptr<Window>> windows;
   int64_t open_window = 0;  // 0: none
@@ -438,6 +439,21 @@ struct CollectorServer::Impl final
     if (options.on_hang) hang_callback = d;
   }
 
+  // Whether agent ID may speak for RANK (with mu held): an agent that registered ranks speaks
+  // for those; one that registered none (a folder-watching agent) for any rank no other agent
+  // registered. An unknown id is NOT_FOUND, which tells an agent to register again.
+  grpc::Status OwnsLocked(const std::string& id, int rank) {
+    auto a = agents.find(id);
+    if (a == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
+    auto d = declared_by.find(rank);
+    const bool ok = a->second.ranks.empty() ? d == declared_by.end() || d->second == id
+                                            : d != declared_by.end() && d->second == id;
+    if (!ok)
+      return {grpc::StatusCode::PERMISSION_DENIED,
+              fmt::format("rank {} belongs to another agent", rank)};
+    return grpc::Status::OK;
+  }
+
   // gRPC does not catch exceptions: one escaping a handler or the timer would end the whole
   // launcher with the job. An internal failure (memory, a bug) fails that one call instead,
   // logged; the server goes on.
@@ -570,7 +586,11 @@ struct CollectorServer::Impl final
       if (!limits::ValidRank(r))
         return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("rank {} is out of range", r)};
     std::lock_guard lk(mu);
-    std::string id = fmt::format("agent-{}", next_agent++);
+    // Unguessable: an id is what lets a caller upload for its ranks and read their commands.
+    auto secret = NewToken();
+    if (!secret.ok()) return {grpc::StatusCode::INTERNAL, secret.status().message()};
+    std::string id = fmt::format("agent-{}-{}", next_agent++, secret->substr(0, 24));
+    for (int r : req->ranks()) declared_by[r] = id;
     AgentState& a = agents[id];
     a.host = req->host();
     a.ranks.assign(req->ranks().begin(), req->ranks().end());
@@ -585,8 +605,11 @@ struct CollectorServer::Impl final
                                   v1::ReportIterationsReply*) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
+    if (agents.find(req->agent_id()) == agents.end())
+      return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
     for (const v1::IterationBatch& b : req->batches()) {
       if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
+      if (!OwnsLocked(req->agent_id(), b.rank()).ok()) continue;
       RankState& r = ranks[b.rank()];
       int n = std::min(b.steps_size(), b.iteration_ms_size());
       for (int i = 0; i < n; ++i) {
@@ -652,6 +675,12 @@ struct CollectorServer::Impl final
     // before taking the lock, thousands of concurrent uploads parse in parallel.
     auto parsed = Window::Parse(up, req->window_id());
     std::unique_lock lk(mu);
+    if (grpc::Status own = OwnsLocked(req->agent_id(), req->rank()); !own.ok()) {
+      if (own.error_code() == grpc::StatusCode::NOT_FOUND) return own;
+      reply->set_accepted(false);
+      reply->set_message(own.error_message());
+      return grpc::Status::OK;
+    }
     auto it = windows.find(req->window_id());
     if (it == windows.end() || it->second->closed()) {
       reply->set_accepted(false);
@@ -704,7 +733,8 @@ struct CollectorServer::Impl final
                               v1::UploadStacksReply* reply) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
-    if (!hang || hang->id != req->request_id() || req->rank() < 0) {
+    if (!hang || hang->id != req->request_id() || req->rank() < 0 ||
+        !OwnsLocked(req->agent_id(), req->rank()).ok()) {
       reply->set_accepted(false);
       return grpc::Status::OK;
     }

@@ -124,12 +124,13 @@ class Client {
     for (int r : ranks) req.add_ranks(r);
     v1::RegisterReply reply;
     bool ok = Call(&v1::Collector::Stub::Register, req, &reply).ok();
-    *id = reply.agent_id();
+    *id = agent_ = reply.agent_id();
     return ok;
   }
-  // Reports one rank's iterations STEPS, each taking MS[i].
+  // Reports one rank's iterations STEPS, each taking MS[i], as the agent registered last.
   bool Report(int rank, const std::vector<int64_t>& steps, const std::vector<double>& ms) {
     v1::ReportIterationsRequest req;
+    req.set_agent_id(agent_);
     auto* b = req.add_batches();
     b->set_rank(rank);
     for (size_t i = 0; i < steps.size(); ++i) {
@@ -141,6 +142,7 @@ class Client {
   }
 
  private:
+  std::string agent_;  // the id of the agent registered last
   std::string token_;
   std::unique_ptr<v1::Collector::Stub> stub_;
 };
@@ -192,6 +194,7 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
                                      std::to_string(r) + ".json.gz");
     ASSERT_TRUE(s.ok()) << s.status().message();
     v1::UploadWindowRequest up;
+    up.set_agent_id(rr.agent_id());
     up.set_window_id(1);
     up.set_rank(r);
     up.set_host("node-a");
@@ -281,6 +284,7 @@ TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
   TriggerResult t = (*server)->Trigger("test", 4);
   v1::UploadWindowRequest up;
+  up.set_agent_id(rr.agent_id());
   up.set_window_id(t.window_id);
   up.set_rank(0);
   up.set_summary(pattern::SerializeSummary(Synthetic(0, 2, 10)));
@@ -317,6 +321,7 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
   reg.add_ranks(0);
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
   v1::ReportIterationsRequest it;
+  it.set_agent_id(rr.agent_id());
   v1::IterationBatch* b = it.add_batches();
   b->set_rank(-5);
   b->add_steps(1);
@@ -325,6 +330,7 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
   EXPECT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &ir).ok());
   TriggerResult t = (*server)->Trigger("test", 4);
   v1::UploadWindowRequest up;
+  up.set_agent_id(rr.agent_id());
   up.set_window_id(t.window_id);
   up.set_rank(0);
   up.set_summary(pattern::SerializeSummary(Synthetic(0, 2000000000, 10)));
@@ -359,8 +365,10 @@ TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   EXPECT_TRUE(fs::exists(o.report_dir + "/diagnosis.json"));
 }
 
-v1::UploadStacksRequest Stacks(int64_t id, int rank, std::vector<std::pair<std::string, int>> at) {
+v1::UploadStacksRequest Stacks(const std::string& agent, int64_t id, int rank,
+                               std::vector<std::pair<std::string, int>> at) {
   v1::UploadStacksRequest s;
+  s.set_agent_id(agent);
   s.set_request_id(id);
   s.set_rank(rank);
   s.set_host("node-a");
@@ -410,10 +418,10 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   v1::UploadStacksReply ur;
   for (int r : {0, 2})
     ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
-                       Stacks(id, r, {{"/job/train.py", 150}, {torch, 487}}), &ur)
+                       Stacks(agent, id, r, {{"/job/train.py", 150}, {torch, 487}}), &ur)
                     .ok());
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
-                     Stacks(id, 1, {{"/job/train.py", 150}, {"/job/train.py", 120}}), &ur)
+                     Stacks(agent, id, 1, {{"/job/train.py", 150}, {"/job/train.py", 120}}), &ur)
                   .ok());
   EXPECT_TRUE(ur.accepted());
   std::string latest = o.report_dir + "/diagnosis.json";
@@ -425,9 +433,9 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   EXPECT_NE(json.find("/job/train.py:120"), std::string::npos) << json;
   EXPECT_TRUE(fs::exists(o.report_dir + "/windows/" + std::to_string(id) + "/diagnosis.json"));
   // Stacks for a request that is over are refused.
-  ASSERT_TRUE(
-      c.Call(&v1::Collector::Stub::UploadStacks, Stacks(id, 1, {{"/job/train.py", 150}}), &ur)
-          .ok());
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
+                     Stacks(agent, id, 1, {{"/job/train.py", 150}}), &ur)
+                  .ok());
   EXPECT_FALSE(ur.accepted());
   wctx.TryCancel();
   (*server)->Shutdown();
