@@ -134,12 +134,15 @@ class ServerAgent(unittest.TestCase):
         p = ptest.run(["server", "--listen", addr, "--report-dir", report])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("token", p.stderr)
+        # Token files are private (0600) and 16 characters at least: tests/test_hardening.py.
         token = os.path.join(self.tmp, "token")
         with open(token, "w") as f:
             f.write("correct horse battery staple\n")
+        os.chmod(token, 0o600)
         wrong = os.path.join(self.tmp, "wrong")
         with open(wrong, "w") as f:
-            f.write("nope\n")
+            f.write("not the right token at all\n")
+        os.chmod(wrong, 0o600)
         self.start("server", "--listen", addr, "--report-dir", report, "--token-file", token)
         self.assertTrue(wait_for(lambda: ptest.run(
             ["status", "--server", addr, "--token-file", token]).returncode == 0), self.log())

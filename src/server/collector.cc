@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -889,6 +890,15 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   PT_ASSIGN_OR_RETURN(impl->store,
                       Store::Open((fs::path(options.report_dir) / "perftracker.db").string()));
   PT_ASSIGN_OR_RETURN(impl->job_id, impl->store->AddJob(options.report_dir));
+  // A server restarted on the same folder numbers its windows after the last one there: the
+  // reports of the windows before the restart stay.
+  for (const auto& e : fs::directory_iterator(fs::path(options.report_dir) / "windows", ec)) {
+    int64_t n = 0;
+    const std::string name = e.path().filename().string();
+    auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), n);
+    if (err == std::errc() && end == name.data() + name.size())
+      impl->last_window = std::max(impl->last_window, n);
+  }
 
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &impl->port);
