@@ -120,6 +120,45 @@ class FakeAgent(threading.Thread):
         self.srv.close()
 
 
+class Listener(threading.Thread):
+    """An agent socket that only listens: every message any worker sends, in `messages`."""
+
+    def __init__(self, path):
+        super().__init__(daemon=True)
+        self.path = path
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(path)
+        self.srv.listen(8)
+        self.srv.settimeout(0.1)
+        self.messages = []
+        self.done = threading.Event()
+
+    def run(self):
+        conns = []
+        while not self.done.is_set():
+            try:
+                c, _ = self.srv.accept()
+                c.settimeout(0.05)
+                conns.append([c, b""])
+            except socket.timeout:
+                pass
+            for conn in conns:
+                try:
+                    data = conn[0].recv(65536)
+                except (socket.timeout, OSError):
+                    continue
+                conn[1] += data
+                *lines, conn[1] = conn[1].split(b"\n")
+                self.messages += [json.loads(x) for x in lines if x.strip()]
+        for c, _ in conns:
+            c.close()
+        self.srv.close()
+
+    def stop(self):
+        self.done.set()
+        self.join(5)
+
+
 class StacksAgent(threading.Thread):
     """Accepts workers and, on request(), asks each for its stacks."""
 
@@ -578,6 +617,72 @@ print("ok")
         self.assertEqual(p.stdout, "ok\n")
         doc, nodes = window_nodes(out)
         self.assertTrue(any(path[-1].endswith(": work") for path in nodes))
+
+    def test_a_users_profiler_is_back_after_a_window(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "p.json")
+        p = self.run_py(f"""
+import sys, time
+from perftracker import _worker as w
+assert w.install({{}})
+calls = []
+def mine(frame, event, arg):
+    calls.append(event)
+sys.setprofile(mine)
+for it in range(20):
+    w.on_loader_next(); w.on_optimizer_step()
+assert w.start_window(2, 10.0, {out!r})
+for it in range(4):
+    w.on_loader_next(); sum(i for i in range(10)); w.on_optimizer_step()
+assert not w.stats()["window_armed"]
+assert sys.getprofile() is mine, sys.getprofile()
+n = len(calls)
+sum(i for i in range(10))
+assert len(calls) > n  # it still runs
+sys.setprofile(None)
+assert w.wait_writers(10.0)
+assert w.stats()["files_written"] == 1
+w.uninstall()
+print("ok")
+""")
+        self.assertEqual(p.stdout, "ok\n")
+
+    def test_children_of_a_rank_stay_quiet(self):
+        # A forked child (a DataLoader worker) runs no exit hook and sends nothing on the rank's
+        # connection; a Python the rank starts (spawn, subprocess) with its RANK does not turn
+        # the collector on as if it were the rank.
+        agent = Listener(os.path.join(tempfile.mkdtemp(prefix="pt_kids_"), "a.sock"))
+        agent.start()
+        try:
+            env = env_with(PERFTRACKER_AGENT_SOCKET=agent.path, RANK="0", WORLD_SIZE="1")
+            code = """
+import os, subprocess, sys, time
+from perftracker import hooks
+assert hooks._w is not None and not hooks._off, "the rank itself is collected"
+pid = os.fork()
+if pid == 0:
+    assert hooks._off and hooks._client is None
+    sys.exit(0)  # runs atexit: the parent's hook must not run here
+_, st = os.waitpid(pid, 0)
+assert os.WEXITSTATUS(st) == 0, "the forked child still had the collector on"
+out = subprocess.run([sys.executable, "-c",
+                      "from perftracker import hooks; print(hooks._w is None)"],
+                     capture_output=True, text=True).stdout.strip()
+assert out == "True", out
+time.sleep(1.5)  # the client ships its messages every 0.5 s
+print("ok", os.getpid())
+"""
+            p = subprocess.run([ptest.TORCH_PYTHON, "-c", code], capture_output=True, text=True,
+                               env=env, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertTrue(p.stdout.startswith("ok"), p.stdout)
+            rank_pid = int(p.stdout.split()[1])
+            agent.stop()
+            pids = {m.get("pid") for m in agent.messages}
+            self.assertEqual(pids, {rank_pid}, f"messages from other processes: {pids}")
+            stats = [m for m in agent.messages if m["type"] == "stats"]
+            self.assertEqual(len(stats), 1, agent.messages)
+        finally:
+            agent.stop()
 
     def test_gc_is_charged_to_the_stack_that_triggered_it(self):
         out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")

@@ -44,6 +44,21 @@ ENV_CONFIG = {  # environment variable -> _worker.install key
 }
 
 
+# "PID:RANK" of the process that runs the collector, inherited by the processes it starts.
+OWNER_ENV = "PERFTRACKER_RANK_OWNER"
+
+
+def is_helper_of_a_rank(environ=os.environ, pid=None):
+    """True in a Python process started by a collected rank with the same RANK (a spawned
+    DataLoader worker, a subprocess): it must not report as if it were the rank."""
+    owner = environ.get(OWNER_ENV, "")
+    if not owner:
+        return False
+    owner_pid, _, owner_rank = owner.partition(":")
+    return owner_pid != str(pid if pid is not None else os.getpid()) and \
+        owner_rank == environ.get("RANK", "")
+
+
 def _turn_off(err):
     global _off
     if _off:
@@ -102,6 +117,18 @@ def _edge(code):
         # Parsing the events and exporting them is slow: not on the training thread.
         threading.Thread(target=_export, args=(prof, out, window, finish), daemon=True,
                          name="perftracker-export").start()
+
+
+def _drop_profiler():
+    """The collector turned itself off with torch.profiler running: stop it (on the training
+    thread, which started it) and drop what it recorded, or it would record, and grow, for the
+    rest of the job."""
+    global _profiler, _profiler_rec
+    prof, _profiler, _profiler_rec = _profiler, None, None
+    try:
+        prof.__exit__(None, None, None)
+    except Exception:
+        pass
 
 
 def _torch_failed(window, error):
@@ -182,6 +209,8 @@ def _export_now(prof, out, window, finish):
 def on_loader_next():
     global _train_tid
     if _off:
+        if _profiler is not None:
+            _drop_profiler()
         return
     if _train_tid is None:
         _train_tid = threading.get_ident()
@@ -196,6 +225,8 @@ def on_loader_next():
 def on_optimizer_step():
     global _train_tid
     if _off:
+        if _profiler is not None:
+            _drop_profiler()
         return
     if _train_tid is None:
         _train_tid = threading.get_ident()
@@ -699,9 +730,39 @@ def _env_int(name):
         return None
 
 
+_pid = None  # the process the collector was enabled in
+
+
+def _forked_child():
+    """os.fork() child (a DataLoader worker, a user's fork): it is not the rank. The collector
+    goes quiet without a word: no agent client (its thread did not survive the fork, and its
+    socket is the parent's connection), no exit hook, no windows."""
+    global _off, _client
+    _off = True
+    _client = None
+    try:
+        if _w is not None:
+            _w.disable()
+    except Exception:
+        pass
+
+
+# How long the exit hook waits for a window's files (the Python tracer's, torch.profiler's
+# export) still being written: a window that ends with the job is still delivered.
+EXIT_WAIT_S = 10.0
+
+
 def _at_exit():
     try:
-        if _client is not None and not _off:
+        if _w is not None and os.getpid() == _pid:
+            end = time.monotonic() + EXIT_WAIT_S
+            _w.wait_writers(EXIT_WAIT_S)
+            while _exports and time.monotonic() < end:
+                time.sleep(0.05)
+    except Exception:
+        pass
+    try:
+        if _client is not None and not _off and os.getpid() == _pid:
             # The detector's state at the end: the agent logs it (why a slowdown did or did not
             # fire), and so does the worker log.
             _client.send({"type": "stats", **_w.stats()})
@@ -732,6 +793,12 @@ def enable(config=None):
         log = log.replace("{pid}", str(os.getpid()))
     _client = AgentClient(os.environ.get("PERFTRACKER_AGENT_SOCKET", ""), log)
     _client.start()
+    global _pid
+    _pid = os.getpid()
+    # Python processes this one starts with the same RANK (multiprocessing spawn workers, a
+    # subprocess) inherit this and stay off: only the rank itself reports (sitecustomize.py).
+    os.environ[OWNER_ENV] = f"{_pid}:{os.environ.get('RANK', '')}"
+    os.register_at_fork(after_in_child=_forked_child)
     import atexit
     atexit.register(_at_exit)
     return True

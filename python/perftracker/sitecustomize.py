@@ -26,6 +26,8 @@ def _activate():
     if not (os.environ.get("PERFTRACKER_AGENT_SOCKET") or os.environ.get("PERFTRACKER_ENABLE")):
         return
     from perftracker import hooks
+    if hooks.is_helper_of_a_rank():
+        return  # started by a rank (same RANK): the rank reports, its helpers do not
     hooks.enable()
 
 

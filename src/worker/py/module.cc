@@ -169,6 +169,7 @@ struct State {
   uint64_t windows_done = 0;
   std::atomic<uint64_t> files_written{0};
   std::atomic<uint64_t> write_errors{0};
+  int writers = 0;  // window files being written (under mu; cv signals the last one's end)
 
   // Tracer tables (touched only with the GIL held, by the armed thread).
   TracerClock clock;
@@ -186,6 +187,20 @@ struct State {
 
 State* g = nullptr;  // created at module init, never freed (threads may outlive finalization)
 thread_local CallTree* t_tree = nullptr;
+// The profile function the armed thread had before the window (a user's cProfile, a debugger's
+// profiler): put back when the window ends, not cleared. Owned reference to its object.
+thread_local Py_tracefunc t_saved_profile = nullptr;
+thread_local PyObject* t_saved_profile_obj = nullptr;
+
+// Ends this thread's tracing by the window and gives the thread back its own profiler. GIL held.
+void RestoreProfile() {
+  PyObject* obj = t_saved_profile_obj;
+  Py_tracefunc func = t_saved_profile;
+  t_saved_profile = nullptr;
+  t_saved_profile_obj = nullptr;
+  PyEval_SetProfile(func, obj);  // takes its own reference
+  Py_XDECREF(obj);
+}
 
 void Fail(const char* what) {
   bool expected = false;
@@ -256,7 +271,7 @@ void Disarm(int64_t now);
 int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   CallTree* tree = t_tree;
   if (tree == nullptr || g->failed.load(std::memory_order_relaxed)) {
-    PyEval_SetProfile(nullptr, nullptr);
+    RestoreProfile();
     return 0;
   }
   const int64_t now = g->clock.Now();
@@ -295,7 +310,7 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     }
   } catch (const std::exception& e) {
     Fail(e.what());
-    PyEval_SetProfile(nullptr, nullptr);
+    RestoreProfile();
   }
   return 0;
 }
@@ -346,11 +361,17 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
   }
   t_tree = g->tree.get();
   g->armed = true;
+  PyThreadState* ts = PyThreadState_Get();
+  if (ts->c_profilefunc != ProfileCallback) {
+    t_saved_profile = ts->c_profilefunc;
+    t_saved_profile_obj = ts->c_profileobj;
+    Py_XINCREF(t_saved_profile_obj);
+  }
   PyEval_SetProfile(ProfileCallback, nullptr);
 }
 
 void Disarm(int64_t now) {  // training thread (the armed one), GIL held
-  PyEval_SetProfile(nullptr, nullptr);
+  RestoreProfile();
   if (!g->armed) return;
   g->armed = false;
   g->end_edge_pending = true;  // OnEvent reports the end (torch.profiler stops there)
@@ -385,7 +406,12 @@ void Disarm(int64_t now) {  // training thread (the armed one), GIL held
   w->start_ns = g->armed_ns;
   w->end_ns = now;
   ++g->windows_done;
-  // Writing a file is blocking I/O: never on the training thread.
+  // Writing a file is blocking I/O: never on the training thread. Counted, so that the exit
+  // hook can wait for it (wait_writers) instead of cutting the file off.
+  {
+    std::lock_guard<std::mutex> l(g->mu);
+    ++g->writers;
+  }
   std::thread(WriteWindow, std::move(w)).detach();
 }
 
@@ -404,6 +430,24 @@ void WriteWindow(std::shared_ptr<PythonWindow> w) {
   } catch (const std::exception& e) {
     ++g->write_errors;
   }
+  std::lock_guard<std::mutex> l(g->mu);
+  --g->writers;
+  g->cv.notify_all();
+}
+
+// wait_writers(timeout_s) -> bool: waits (GIL released) until no window file is being written;
+// False if the timeout came first. The exit hook's: a process ending mid-write loses the file.
+PyObject* WaitWriters(PyObject*, PyObject* arg) {
+  const double timeout = PyFloat_AsDouble(arg);
+  if (PyErr_Occurred()) return nullptr;
+  bool done = false;
+  Py_BEGIN_ALLOW_THREADS {
+    std::unique_lock<std::mutex> l(g->mu);
+    done = g->cv.wait_for(l, std::chrono::duration<double>(std::max(timeout, 0.0)),
+                          [] { return g->writers == 0; });
+  }
+  Py_END_ALLOW_THREADS
+  return PyBool_FromLong(done);
 }
 
 // ---- detector entry points ----
@@ -584,7 +628,7 @@ PyObject* EventEntry(EventKind kind) {
     return PyLong_FromLong(OnEvent(kind));
   } catch (const std::exception& e) {
     Fail(e.what());
-    if (g->armed && t_tree != nullptr) PyEval_SetProfile(nullptr, nullptr);
+    if (g->armed && t_tree != nullptr) RestoreProfile();
     return PyLong_FromLong(0);
   }
 }
@@ -616,7 +660,7 @@ PyObject* GcEvent(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
   } catch (const std::exception& e) {
     Fail(e.what());
-    PyEval_SetProfile(nullptr, nullptr);
+    RestoreProfile();
   }
   Py_RETURN_NONE;
 }
@@ -761,14 +805,14 @@ PyObject* Stats(PyObject*, PyObject*) {
 // Test hook: behaves like an internal error so that containment can be tested for real.
 PyObject* InjectFailure(PyObject*, PyObject*) {
   Fail("injected by _inject_failure()");
-  if (g->armed && t_tree != nullptr) PyEval_SetProfile(nullptr, nullptr);
+  if (g->armed && t_tree != nullptr) RestoreProfile();
   Py_RETURN_NONE;
 }
 
 // Turns the collector off without a message (Python already logged its own one line).
 PyObject* Disable(PyObject*, PyObject*) {
   g->failed = true;
-  if (g->armed && t_tree != nullptr) PyEval_SetProfile(nullptr, nullptr);
+  if (g->armed && t_tree != nullptr) RestoreProfile();
   Py_RETURN_NONE;
 }
 
@@ -788,6 +832,8 @@ PyMethodDef kMethods[] = {
     {"stats", Stats, METH_NOARGS, "counters as a dict"},
     {"_inject_failure", InjectFailure, METH_NOARGS, "test hook"},
     {"disable", Disable, METH_NOARGS, "turn the collector off for good, silently"},
+    {"wait_writers", WaitWriters, METH_O,
+     "wait_writers(timeout_s) -> bool: no window file is being written any more"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
