@@ -19,8 +19,8 @@ pkgs=(
   python3-dev python3-torch
   # the online path: gRPC service, protobuf messages, SQLite store
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
-  # integration tests: network namespaces and veth links
-  iproute2
+  # integration tests: network namespaces and veth links, process lookup, TLS certificates
+  iproute2 procps openssl
 )
 if [[ ${1:-} == --list ]]; then  # print the packages, install nothing
   printf '%s\n' "${pkgs[@]}"

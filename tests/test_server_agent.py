@@ -15,6 +15,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 
 
+def make_pki(tmp, ip):
+    """A CA, a server certificate for IP and a client certificate, made with openssl."""
+    d = os.path.join(tmp, "pki")
+    os.makedirs(d, exist_ok=True)
+    f = {n: os.path.join(d, n) for n in ("ca.key", "ca.crt", "server.key", "server.csr",
+                                        "server.crt", "client.key", "client.csr", "client.crt",
+                                        "san.cnf")}
+    with open(f["san.cnf"], "w") as c:
+        c.write(f"subjectAltName=IP:{ip}\n")
+
+    def ssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f["ca.key"], "-out", f["ca.crt"],
+        "-days", "2", "-subj", "/CN=perftracker test CA")
+    for who in ("server", "client"):
+        ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f[f"{who}.key"], "-out",
+            f[f"{who}.csr"], "-subj", f"/CN={who}")
+        ssl("x509", "-req", "-in", f[f"{who}.csr"], "-CA", f["ca.crt"], "-CAkey", f["ca.key"],
+            "-CAcreateserial", "-out", f[f"{who}.crt"], "-days", "2", "-extfile", f["san.cnf"])
+        os.chmod(f[f"{who}.key"], 0o600)
+    return f
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -143,17 +167,29 @@ class ServerAgent(unittest.TestCase):
         with open(wrong, "w") as f:
             f.write("not the right token at all\n")
         os.chmod(wrong, 0o600)
-        self.start("server", "--listen", addr, "--report-dir", report, "--token-file", token)
+        # Off 127.0.0.1 the token alone is not enough: the traffic must be encrypted.
+        p = ptest.run(["server", "--listen", addr, "--report-dir", report, "--token-file", token])
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("TLS", p.stderr)
+        pki = make_pki(self.tmp, "127.0.0.2")
+        server_tls = ["--tls-cert", pki["server.crt"], "--tls-key", pki["server.key"],
+                      "--tls-ca", pki["ca.crt"]]
+        client_tls = ["--tls-ca", pki["ca.crt"], "--tls-cert", pki["client.crt"],
+                      "--tls-key", pki["client.key"]]
+        self.start("server", "--listen", addr, "--report-dir", report, "--token-file", token,
+                   *server_tls)
         self.assertTrue(wait_for(lambda: ptest.run(
-            ["status", "--server", addr, "--token-file", token]).returncode == 0), self.log())
-        for args in ([], ["--token-file", wrong]):
+            ["status", "--server", addr, "--token-file", token, *client_tls]).returncode == 0),
+            self.log())
+        # A wrong or missing token, no TLS, or TLS without a client certificate: refused.
+        for args in (client_tls, ["--token-file", wrong, *client_tls], ["--token-file", token],
+                     ["--token-file", token, "--tls-ca", pki["ca.crt"]]):
             s = ptest.run(["status", "--server", addr, *args])
-            self.assertNotEqual(s.returncode, 0)
-            self.assertIn("refused", s.stderr)
+            self.assertNotEqual(s.returncode, 0, args)
         d = os.path.join(self.tmp, "w")
         os.makedirs(d)
-        a = subprocess.run([ptest.BIN, "agent", "--server", addr, "--watch", d], capture_output=True,
-                           text=True, timeout=30)
+        a = subprocess.run([ptest.BIN, "agent", "--server", addr, "--watch", d, *client_tls],
+                           capture_output=True, text=True, timeout=30)
         self.assertNotEqual(a.returncode, 0)
         self.assertIn("refused", a.stderr)
 

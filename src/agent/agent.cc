@@ -53,11 +53,21 @@ Status FromGrpc(const grpc::Status& st, const std::string& what) {
   return Unavailable(fmt::format("{}: {}", what, st.error_message()));
 }
 
-std::unique_ptr<v1::Collector::Stub> MakeStub(const std::string& server) {
+// A channel to SERVER: TLS when TLS files are given (a server off loopback wants it).
+StatusOr<std::unique_ptr<v1::Collector::Stub>> MakeStub(const std::string& server,
+                                                        const TlsFiles& tls) {
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
-  return v1::Collector::NewStub(
-      grpc::CreateCustomChannel(server, grpc::InsecureChannelCredentials(), args));
+  std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+  if (tls.enabled()) {
+    PT_ASSIGN_OR_RETURN(TlsPem pem, ReadTls(tls, /*server=*/false));
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = pem.ca;
+    ssl.pem_private_key = pem.key;
+    ssl.pem_cert_chain = pem.cert;
+    creds = grpc::SslCredentials(ssl);
+  }
+  return v1::Collector::NewStub(grpc::CreateCustomChannel(server, creds, args));
 }
 
 }  // namespace
@@ -340,7 +350,7 @@ Agent::~Agent() { Stop(); }
 
 Status Agent::Run() {
   Impl& m = *impl_;
-  m.stub = MakeStub(m.options.server);
+  PT_ASSIGN_OR_RETURN(m.stub, MakeStub(m.options.server, m.options.tls));
   PT_RETURN_IF_ERROR(m.Register());
   if (m.AgentId().empty()) return Status::Ok();  // stopped before the server answered
   std::thread watcher([&m] { m.WatchLoop(); });
@@ -443,8 +453,8 @@ void Agent::Stop() {
 }
 
 StatusOr<std::string> TriggerNow(const std::string& server, const std::string& token,
-                                 const std::string& reason) {
-  auto stub = MakeStub(server);
+                                 const TlsFiles& tls, const std::string& reason) {
+  PT_ASSIGN_OR_RETURN(auto stub, MakeStub(server, tls));
   grpc::ClientContext ctx;
   AddToken(&ctx, token);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -456,24 +466,42 @@ StatusOr<std::string> TriggerNow(const std::string& server, const std::string& t
                      reply.already_open() ? "already open" : "opened", reply.start_iteration());
 }
 
-StatusOr<std::string> ServerStatus(const std::string& server, const std::string& token) {
-  auto stub = MakeStub(server);
-  grpc::ClientContext ctx;
-  AddToken(&ctx, token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::StatusRequest req;
-  v1::StatusReply reply;
-  PT_RETURN_IF_ERROR(FromGrpc(stub->Status(&ctx, req, &reply), "status"));
-  std::string out = fmt::format("agents: {}\n", reply.agents());
-  for (const auto& r : reply.ranks())
-    out += fmt::format("rank {} on {}: last step {}, last {:.2f} ms, mean {:.2f} ms\n", r.rank(),
-                       r.host(), r.last_step(), r.last_iteration_ms(), r.mean_iteration_ms());
-  for (const auto& w : reply.windows()) {
-    std::vector<int> rep(w.reported_ranks().begin(), w.reported_ranks().end());
-    std::vector<int> mis(w.missing_ranks().begin(), w.missing_ranks().end());
-    out += fmt::format("window {} {}: iterations {}..+{}, reported [{}], missing [{}]\n",
-                       w.window_id(), w.state(), w.start_iteration(), w.iterations(),
-                       fmt::join(rep, ","), fmt::join(mis, ","));
+StatusOr<std::string> ServerStatus(const std::string& server, const std::string& token,
+                                   const TlsFiles& tls) {
+  PT_ASSIGN_OR_RETURN(auto stub, MakeStub(server, tls));
+  std::string out;
+  int offset = 0;
+  // Page by page: a large job's ranks do not fit one reply.
+  for (int page = 0;; ++page) {
+    grpc::ClientContext ctx;
+    AddToken(&ctx, token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::StatusRequest req;
+    req.set_rank_offset(offset);
+    v1::StatusReply reply;
+    PT_RETURN_IF_ERROR(FromGrpc(stub->Status(&ctx, req, &reply), "status"));
+    if (page == 0) out += fmt::format("agents: {}\n", reply.agents());
+    for (const auto& r : reply.ranks())
+      out += fmt::format("rank {} on {}: last step {}, last {:.2f} ms, mean {:.2f} ms\n", r.rank(),
+                         log::Printable(r.host()), r.last_step(), r.last_iteration_ms(),
+                         r.mean_iteration_ms());
+    for (const auto& w : reply.windows()) {
+      std::vector<int> rep(w.reported_ranks().begin(), w.reported_ranks().end());
+      std::vector<int> mis(w.missing_ranks().begin(), w.missing_ranks().end());
+      auto list = [](const std::vector<int>& v, int n) {
+        std::string s = fmt::format("{}", fmt::join(v, ","));
+        if (n > static_cast<int>(v.size())) s += fmt::format(",... ({} in all)", n);
+        return s;
+      };
+      out += fmt::format("window {} {}: iterations {}..+{}, reported [{}], missing [{}]\n",
+                         w.window_id(), w.state(), w.start_iteration(), w.iterations(),
+                         list(rep, w.reported()), list(mis, w.missing()));
+    }
+    if (page == 0 && reply.total_windows() > reply.windows_size())
+      out += fmt::format("({} older windows: see the report folder)\n",
+                         reply.total_windows() - reply.windows_size());
+    if (reply.next_rank_offset() <= offset) break;
+    offset = reply.next_rank_offset();
   }
   return out;
 }

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/credentials.h"
 #include "base/status.h"
 #include "pattern/collected.h"
 
@@ -94,7 +95,8 @@ class FolderSink : public AgentLocalSink {
 struct AgentOptions {
   std::string server;  // host:port
   std::string token;
-  std::string host;        // this node's name (default: hostname)
+  TlsFiles tls;      // a server off loopback speaks TLS: its CA (and this agent's cert and key)
+  std::string host;  // this node's name (default: hostname)
   std::vector<int> ranks;  // local ranks, where known
   double poll_seconds = 0.2;
   // Asks the server for a window once a local rank completed this iteration (scripted use;
@@ -131,8 +133,9 @@ class Agent {
 
 // Client-side calls for the CLI: open a window now, and print the server's view.
 StatusOr<std::string> TriggerNow(const std::string& server, const std::string& token,
-                                 const std::string& reason);
-StatusOr<std::string> ServerStatus(const std::string& server, const std::string& token);
+                                 const TlsFiles& tls, const std::string& reason);
+StatusOr<std::string> ServerStatus(const std::string& server, const std::string& token,
+                                   const TlsFiles& tls = {});
 
 }  // namespace perftracker::agent
 

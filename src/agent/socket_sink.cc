@@ -667,6 +667,14 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return Internal(fmt::format("agent: cannot create {}: {}", dir, ec.message()));
+  // The earlier windows are summarized and uploaded by now: their raw traces go beyond the
+  // newest few (the disk of a long job with periodic windows).
+  for (const PrunedWindow& p : PruneTraces(m.trace_dir, m.options.retention, command.window_id))
+    Log(
+        fmt::format("removed the raw traces of window {} ({:.1f} MB; summarized and uploaded; "
+                    "the newest {} windows' are kept, {:.0f} MB at most)",
+                    p.window_id, p.bytes / 1e6, m.options.retention.keep_windows,
+                    m.options.retention.max_bytes / 1e6));
   JsonWriter w;
   w.BeginObject();
   w.Key("type").String("profile");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/trace_retention.h"
 #include "base/status.h"
 #include "pattern/collected.h"
 
@@ -29,6 +30,8 @@ class SocketSink : public AgentLocalSink {
     // A worker that connects this long after StartWindow no longer gets that window's command
     // (on top of the window's max_seconds: the worker may wait 30 s for its rank first).
     double late_join_seconds = 60;
+    // Raw traces kept on the node: the newest windows' folders, within a size cap.
+    TraceRetention retention;
   };
 
   // What the I/O thread dropped or skipped, for logs and tests.

@@ -17,9 +17,9 @@ WorkerMessage Parse(const std::string& line) {
 }
 
 TEST(WorkerMessage, IdentityAndHello) {
-  WorkerMessage m = Parse(
-      R"({"type":"hello","v":1,"clock_offset_ns":42,"pid":7,"rank":3,"local_rank":1,)"
-      R"("world_size":8,"host":"n1"})");
+  WorkerMessage m =
+      Parse(R"({"type":"hello","v":1,"clock_offset_ns":42,"pid":7,"rank":3,"local_rank":1,)"
+            R"("world_size":8,"host":"n1"})");
   EXPECT_EQ(m.type, T::kHello);
   EXPECT_EQ(m.version, 1);
   EXPECT_EQ(m.clock_offset_ns, 42);
@@ -93,7 +93,8 @@ TEST(WorkerMessage, StacksKeepTheInnermostFrames) {
               R"(,"function":"g"})";
   WorkerMessage m = Parse(R"({"type":"stacks","request_id":5,"iteration":12,"threads":[)"
                           R"({"tid":1,"name":"MainThread","main":true,"frames":[)" +
-                          frames + R"(]}],"last_collective":{"op":"all_reduce","count":3,)"
+                          frames +
+                          R"(]}],"last_collective":{"op":"all_reduce","count":3,)"
                           R"("file":"t.py","line":9,"in_progress":true,"seconds":1.5}})");
   ASSERT_EQ(m.type, T::kStacks);
   EXPECT_EQ(m.request_id, 5);

@@ -376,7 +376,7 @@ int RunJob(const RunOptions& o) {
 
   std::string token;
   if (!o.token_file.empty()) {
-    auto t = server::ReadTokenFile(o.token_file);
+    auto t = ReadTokenFile(o.token_file);
     if (!t.ok()) return Error(t.status().message());
     token = *t;
   }
@@ -414,7 +414,7 @@ int RunJob(const RunOptions& o) {
     // Nobody else on this machine steers the job: the embedded server always wants a token,
     // a random one per run unless the user gave theirs.
     if (so.token.empty()) {
-      auto fresh = server::NewToken();
+      auto fresh = NewToken();
       if (!fresh.ok()) return Error(fresh.status().message());
       so.token = token = *fresh;
     }
@@ -423,7 +423,7 @@ int RunJob(const RunOptions& o) {
     embedded = std::move(*s);
     size_t colon = o.listen.rfind(':');
     server_addr = fmt::format("{}:{}", o.listen.substr(0, colon), embedded->port());
-    if (Status st = server::WriteRunCredentials(report_dir, {server_addr, token}); !st.ok())
+    if (Status st = WriteRunCredentials(report_dir, {server_addr, token}); !st.ok())
       return Error(st.message());
   } else if (o.kill_on_hang) {
     log::Event("",
@@ -431,11 +431,14 @@ int RunJob(const RunOptions& o) {
                "setting");
   }
 
-  auto sink = std::make_unique<agent::SocketSink>(sock_path, trace_dir);
+  agent::SocketSink::Options sink_options;
+  sink_options.retention.keep_windows = o.keep_traces;
+  auto sink = std::make_unique<agent::SocketSink>(sock_path, trace_dir, sink_options);
   if (Status st = sink->Start(); !st.ok()) return Error(st.message());
   agent::AgentOptions ao;
   ao.server = server_addr;
   ao.token = token;
+  if (!embedded) ao.tls = o.tls;  // the embedded server is on loopback, without TLS
   ao.profile_at_iteration = o.profile_at_iteration;
   for (int i = 0; i < o.nproc; ++i) ao.ranks.push_back(o.node_rank * o.nproc + i);
   agent::Agent agent(ao, std::move(sink));

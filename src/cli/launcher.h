@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/credentials.h"
 #include "diagnose/diagnose.h"
 
 namespace perftracker::cli {
@@ -32,6 +33,8 @@ struct RunOptions {
   int iterations = 10;      // per window
   double max_seconds = 20;  // per window
   int64_t profile_at_iteration = -1;
+  TlsFiles tls;         // with --server off loopback: the CA to check it (and this node's cert/key)
+  int keep_traces = 3;  // windows whose raw traces stay in REPORT_DIR/traces (newest first)
   diagnose::DiagnoseOptions diagnose;  // for the embedded server's diagnoses
   bool baseline_window = true;         // server::ServerOptions::baseline_window
   double profile_every_seconds = 0;    // server::ServerOptions::profile_every_seconds

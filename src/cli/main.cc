@@ -209,6 +209,7 @@ struct OnlineFlags {
   std::string server;  // status, trigger: else from --report-dir
   std::string report_dir;
   std::string token_file;
+  pt::TlsFiles tls;
   std::string watch_dir;
   std::vector<int> ranks;
   double max_seconds = 20;
@@ -216,9 +217,21 @@ struct OnlineFlags {
   int iterations = 10;
 };
 
+// --tls-cert, --tls-key, --tls-ca: what a server presents and checks, or what a client checks
+// the server with and presents.
+void AddTlsFlags(CLI::App* cmd, pt::TlsFiles* tls, bool server) {
+  cmd->add_option("--tls-cert", tls->cert,
+                  server ? "PEM certificate the server presents (needed off 127.0.0.1)"
+                         : "PEM certificate this client presents (mutual TLS)");
+  cmd->add_option("--tls-key", tls->key, "PEM private key of --tls-cert (mode 0600)");
+  cmd->add_option("--tls-ca", tls->ca,
+                  server ? "PEM CA: only clients with a certificate it signed are accepted"
+                         : "PEM CA the server's certificate must be signed by");
+}
+
 pt::StatusOr<std::string> Token(const OnlineFlags& f) {
   if (f.token_file.empty()) return std::string();
-  return pt::server::ReadTokenFile(f.token_file);
+  return pt::ReadTokenFile(f.token_file);
 }
 
 // Blocks SIGINT/SIGTERM in every thread and returns a thread that calls STOP on the first one.
@@ -243,6 +256,7 @@ int RunServer(const OnlineFlags& f) {
   o.listen = f.listen;
   o.report_dir = f.report_dir;
   o.token = *token;
+  o.tls = f.tls;
   o.max_seconds = f.max_seconds;
   o.upload_grace_seconds = f.grace_seconds;
   o.default_iterations = f.iterations;
@@ -284,9 +298,13 @@ int RunAgent(const OnlineFlags& f) {
   if (!token.ok()) return Fail(token.status());
   if (f.watch_dir.empty() || !std::filesystem::is_directory(f.watch_dir))
     return Fail(pt::InvalidArgument(fmt::format("{}: --watch needs a folder", f.watch_dir)));
-  pt::agent::Agent agent(
-      {.server = f.server, .token = *token, .host = "", .ranks = f.ranks, .poll_seconds = 0.2},
-      std::make_unique<pt::agent::FolderSink>(f.watch_dir));
+  pt::agent::Agent agent({.server = f.server,
+                          .token = *token,
+                          .tls = f.tls,
+                          .host = "",
+                          .ranks = f.ranks,
+                          .poll_seconds = 0.2},
+                         std::make_unique<pt::agent::FolderSink>(f.watch_dir));
   std::thread sig = SignalThread([&agent] { agent.Stop(); });
   pt::Status st = agent.Run();
   if (!st.ok()) {
@@ -304,7 +322,7 @@ int RunClient(const OnlineFlags& f, bool trigger) {
   pt::StatusOr<std::string> token = std::string();
   if (!f.report_dir.empty()) {
     // A `perftracker run`'s own report folder says where its server is and holds its token.
-    auto c = pt::server::ReadRunCredentials(f.report_dir);
+    auto c = pt::ReadRunCredentials(f.report_dir);
     if (!c.ok()) return Fail(c.status());
     if (server.empty()) server = c->server;
     token = c->token;
@@ -314,8 +332,8 @@ int RunClient(const OnlineFlags& f, bool trigger) {
   if (server.empty())
     return Fail(pt::InvalidArgument(
         "say which server: --report-dir DIR of a `perftracker run`, or --server ADDR"));
-  auto out = trigger ? pt::agent::TriggerNow(server, *token, "user")
-                     : pt::agent::ServerStatus(server, *token);
+  auto out = trigger ? pt::agent::TriggerNow(server, *token, f.tls, "user")
+                     : pt::agent::ServerStatus(server, *token, f.tls);
   if (!out.ok()) return Fail(out.status());
   std::fputs(out->c_str(), stdout);
   return 0;
@@ -465,6 +483,7 @@ int main(int argc, char** argv) {
   server->add_option("--report-dir", online.report_dir, "where diagnoses and the database go")
       ->required();
   server->add_option("--token-file", online.token_file, "shared token agents must present");
+  AddTlsFlags(server, &online.tls, /*server=*/true);
   server->add_option("--max-seconds", online.max_seconds, "profiling time limit of a window");
   server->add_option("--grace-seconds", online.grace_seconds,
                      "how long after that missing ranks are waited for");
@@ -482,6 +501,7 @@ int main(int argc, char** argv) {
   CLI::App* agent_cmd = app.add_subcommand("agent", "the node agent: relays and uploads windows");
   agent_cmd->add_option("--server", online.server, "server address:port")->required();
   agent_cmd->add_option("--token-file", online.token_file, "shared token file");
+  AddTlsFlags(agent_cmd, &online.tls, /*server=*/false);
   agent_cmd->add_option("--watch", online.watch_dir, "folder where workers' traces appear")
       ->required();
   agent_cmd->add_option("--ranks", online.ranks, "local ranks (when known)")->delimiter(',');
@@ -505,6 +525,7 @@ int main(int argc, char** argv) {
                   "a running perftracker server (default: one inside this launcher)");
   run->add_option("--listen", run_opts.listen, "the embedded server's address");
   run->add_option("--token-file", run_opts.token_file, "shared token file");
+  AddTlsFlags(run, &run_opts.tls, /*server=*/false);
   run->add_option("--iterations", run_opts.iterations, "iterations per profiling window");
   run->add_option("--max-seconds", run_opts.max_seconds, "a window's profiling time limit");
   run->add_option("--profile-at-iteration", run_opts.profile_at_iteration,
@@ -517,6 +538,10 @@ int main(int argc, char** argv) {
                   "problem present from the start is found")
       ->check(CLI::IsMember({"on", "off"}));
   run->add_option("--profile-every", run_every, "also profile a window every DURATION (e.g. 15m)");
+  run->add_option("--keep-traces", run_opts.keep_traces,
+                  "windows whose raw traces stay in REPORT_DIR/traces, newest first (default 3; "
+                  "2 GiB at most); older ones are removed once summarized")
+      ->check(CLI::Range(1, 1000000));
   AddDiagnoseFlags(run, &run_opts.diagnose);
   run->add_flag("-v,--verbose", run_opts.verbose,
                 "print every agent and server line (always in REPORT_DIR/perftracker.log)");
@@ -533,6 +558,7 @@ int main(int argc, char** argv) {
                   "the report folder of a `perftracker run`: its server and token");
     c->add_option("--server", online.server, "server address:port");
     c->add_option("--token-file", online.token_file, "shared token file");
+    AddTlsFlags(c, &online.tls, /*server=*/false);
   }
   trigger->footer(
       "Examples:\n  perftracker trigger --report-dir perftracker-report/   (a running "

@@ -5,8 +5,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <charconv>
 #include <atomic>
+#include <charconv>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -79,8 +79,9 @@ class CommandStream;
 struct AgentState {
   std::string host;
   std::vector<int> ranks;
-  std::deque<v1::Command> queue;    // commands while no stream is open
-  CommandStream* stream = nullptr;  // the agent's open WatchCommands stream
+  std::chrono::steady_clock::time_point last_seen;  // its last call or open command stream
+  std::deque<v1::Command> queue;                    // commands while no stream is open
+  CommandStream* stream = nullptr;                  // the agent's open WatchCommands stream
 };
 
 // One agent's WatchCommands stream on gRPC's callback API: it holds no thread while it waits,
@@ -267,6 +268,11 @@ struct CollectorServer::Impl final
   // When each caller host last opened a window with `perftracker trigger` (bounded: forgotten
   // all at once past the cap, which only lets a flood through once).
   static constexpr size_t kMaxTriggerCallers = 1024;
+  // Commands kept for an agent without an open stream (the newest; a window needs one).
+  static constexpr size_t kMaxQueuedCommands = 16;
+  // Closed windows kept in memory (their summaries), newest first; older ones are in SQLite
+  // and in REPORT_DIR/windows/<id>/.
+  static constexpr size_t kKeptClosedWindows = 16;
   std::map<std::string, std::chrono::steady_clock::time_point> user_triggers;
 
   grpc::Status Authorize(grpc::ServerContextBase* ctx) {
@@ -487,7 +493,35 @@ struct CollectorServer::Impl final
 
   // One tick of the timer: window deadlines, hang confirmation, scheduled windows. LK is held
   // on entry and on a normal return.
+  // Forgets what a long job no longer needs (with mu held): agents silent for
+  // agent_expiry_seconds with no open stream (their ranks are no longer waited for), and
+  // closed windows beyond the newest kKeptClosedWindows.
+  void ExpireLocked() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = agents.begin(); it != agents.end();) {
+      const AgentState& a = it->second;
+      if (a.stream == nullptr &&
+          now - a.last_seen > std::chrono::duration<double>(options.agent_expiry_seconds)) {
+        log::Detail("server", "{} from {} silent for {:.0f} s: forgotten", it->first, a.host,
+                    options.agent_expiry_seconds);
+        std::erase_if(declared_by, [&](const auto& kv) { return kv.second == it->first; });
+        it = agents.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    size_t closed = 0;
+    for (auto it = windows.rbegin(); it != windows.rend();) {
+      if (it->second->closed() && ++closed > kKeptClosedWindows && it->first != slowdown_window) {
+        it = decltype(it)(windows.erase(std::next(it).base()));
+      } else {
+        ++it;
+      }
+    }
+  }
+
   void TimerTick(std::unique_lock<std::mutex>& lk) {
+    ExpireLocked();
     if (open_window && windows[open_window]->Expired(Window::Clock::now()))
       CloseWindow(lk, open_window);
     if (pending_hang && std::chrono::steady_clock::now() - pending_hang->since >=
@@ -547,7 +581,12 @@ struct CollectorServer::Impl final
   void SendLocked(const v1::Command& cmd) {
     for (auto& [id, a] : agents) {
       std::deque<v1::Command> one = {cmd};
-      if (a.stream == nullptr || !a.stream->Push(&one)) a.queue.push_back(cmd);
+      if (a.stream == nullptr || !a.stream->Push(&one)) {
+        a.queue.push_back(cmd);
+        // An agent without a stream for long gets the latest commands only: older ones are
+        // for windows that are over.
+        while (a.queue.size() > kMaxQueuedCommands) a.queue.pop_front();
+      }
     }
   }
 
@@ -593,6 +632,7 @@ struct CollectorServer::Impl final
     std::string id = fmt::format("agent-{}-{}", next_agent++, secret->substr(0, 24));
     for (int r : req->ranks()) declared_by[r] = id;
     AgentState& a = agents[id];
+    a.last_seen = std::chrono::steady_clock::now();
     a.host = req->host();
     a.ranks.assign(req->ranks().begin(), req->ranks().end());
     for (int r : a.ranks) ranks[r].host = a.host;
@@ -606,8 +646,10 @@ struct CollectorServer::Impl final
                                   v1::ReportIterationsReply*) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
-    if (agents.find(req->agent_id()) == agents.end())
+    auto agent = agents.find(req->agent_id());
+    if (agent == agents.end())
       return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
+    agent->second.last_seen = std::chrono::steady_clock::now();
     for (const v1::IterationBatch& b : req->batches()) {
       if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
       if (!OwnsLocked(req->agent_id(), b.rank()).ok()) continue;
@@ -643,14 +685,21 @@ struct CollectorServer::Impl final
                                                  "unknown agent; register first"));
       return stream;
     }
-    AgentState& agent = it->second;  // agents are never removed
+    AgentState& agent = it->second;
+    agent.last_seen = std::chrono::steady_clock::now();
     // A reconnecting agent replaces its old stream, which gives back what it did not send.
     if (agent.stream != nullptr) agent.stream->Close();
     agent.stream = stream;
-    stream->on_done = [this, &agent](CommandStream* done, std::deque<v1::Command> left) {
+    // By id, not by reference: a silent agent may have expired when the stream ends.
+    stream->on_done = [this, id = it->first](CommandStream* done, std::deque<v1::Command> left) {
       std::lock_guard lk(mu);
+      auto a = agents.find(id);
+      if (a == agents.end()) return;
+      AgentState& agent = a->second;
+      agent.last_seen = std::chrono::steady_clock::now();
       if (agent.stream == done) agent.stream = nullptr;
       for (auto c = left.rbegin(); c != left.rend(); ++c) agent.queue.push_front(std::move(*c));
+      while (agent.queue.size() > kMaxQueuedCommands) agent.queue.pop_front();
       if (agent.stream != nullptr && !agent.queue.empty()) agent.stream->Push(&agent.queue);
     };
     stream->Push(&agent.queue);
@@ -837,12 +886,24 @@ struct CollectorServer::Impl final
     return grpc::Status::OK;
   }
 
-  grpc::Status DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest*,
+  grpc::Status DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                         v1::StatusReply* reply) {
     if (auto st = Authorize(ctx); !st.ok()) return st;
+    // A page: about 60 bytes a rank, well under gRPC's 4 MB.
+    constexpr int kPageRanks = 10000, kDefaultWindows = 20, kMaxListedRanks = 1000;
+    const int limit = req->max_ranks() > 0 ? std::min(req->max_ranks(), kPageRanks) : kPageRanks;
     std::lock_guard lk(mu);
     reply->set_agents(static_cast<int>(agents.size()));
+    reply->set_total_ranks(static_cast<int>(ranks.size()));
+    reply->set_total_windows(static_cast<int>(windows.size()));
+    const int offset = std::max(req->rank_offset(), 0);
+    int index = 0;
     for (const auto& [r, st] : ranks) {
+      if (index++ < offset) continue;
+      if (reply->ranks_size() >= limit) {
+        reply->set_next_rank_offset(index - 1);
+        break;
+      }
       v1::RankStatus* rs = reply->add_ranks();
       rs->set_rank(r);
       rs->set_host(st.host);
@@ -850,14 +911,25 @@ struct CollectorServer::Impl final
       rs->set_last_iteration_ms(st.last_ms);
       rs->set_mean_iteration_ms(st.count ? st.sum_ms / st.count : 0);
     }
-    for (const auto& [id, w] : windows) {
+    if (offset > 0) return grpc::Status::OK;
+    const int max_windows = req->max_windows() > 0 ? req->max_windows() : kDefaultWindows;
+    auto first = windows.begin();
+    if (windows.size() > static_cast<size_t>(max_windows))
+      first = std::prev(windows.end(), max_windows);
+    for (auto it = first; it != windows.end(); ++it) {
+      const Window& w = *it->second;
       v1::WindowStatus* ws = reply->add_windows();
-      ws->set_window_id(id);
-      ws->set_state(w->closed() ? "done" : "open");
-      ws->set_start_iteration(w->spec().start_iteration);
-      ws->set_iterations(w->spec().iterations);
-      for (int r : w->Reported()) ws->add_reported_ranks(r);
-      for (int r : w->Missing()) ws->add_missing_ranks(r);
+      ws->set_window_id(it->first);
+      ws->set_state(w.closed() ? "done" : "open");
+      ws->set_start_iteration(w.spec().start_iteration);
+      ws->set_iterations(w.spec().iterations);
+      const std::vector<int> reported = w.Reported(), missing = w.Missing();
+      ws->set_reported(static_cast<int>(reported.size()));
+      ws->set_missing(static_cast<int>(missing.size()));
+      for (size_t k = 0; k < reported.size() && k < kMaxListedRanks; ++k)
+        ws->add_reported_ranks(reported[k]);
+      for (size_t k = 0; k < missing.size() && k < kMaxListedRanks; ++k)
+        ws->add_missing_ranks(missing[k]);
     }
     return grpc::Status::OK;
   }
@@ -871,6 +943,12 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   if (!IsLoopbackListen(options.listen) && options.token.empty())
     return InvalidArgument(
         fmt::format("server: listening on {} (not 127.0.0.1) needs a shared token (--token-file)",
+                    options.listen));
+  // Off this machine the token and every summary cross the network: encrypted, or not at all.
+  if (!IsLoopbackListen(options.listen) && !options.tls.enabled())
+    return InvalidArgument(
+        fmt::format("server: listening on {} (not 127.0.0.1) needs TLS (--tls-cert and --tls-key; "
+                    "--tls-ca to require client certificates)",
                     options.listen));
   std::error_code ec;
   fs::create_directories(options.report_dir, ec);
@@ -900,8 +978,18 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
       impl->last_window = std::max(impl->last_window, n);
   }
 
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (options.tls.enabled()) {
+    PT_ASSIGN_OR_RETURN(TlsPem pem, ReadTls(options.tls, /*server=*/true));
+    grpc::SslServerCredentialsOptions ssl(
+        pem.ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                       : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = pem.ca;
+    ssl.pem_key_cert_pairs.push_back({pem.key, pem.cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &impl->port);
+  builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.RegisterService(impl.get());
   impl->server = builder.BuildAndStart();

@@ -14,10 +14,10 @@
 #include <memory>
 #include <string>
 
+#include "base/credentials.h"
 #include "base/status.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
-#include "server/credentials.h"
 
 namespace perftracker::server {
 
@@ -25,6 +25,7 @@ struct ServerOptions {
   std::string listen = "127.0.0.1:0";  // port 0: any free port (see CollectorServer::port)
   std::string report_dir;              // required
   std::string token;                   // required when listen is not 127.0.0.1 / [::1]
+  TlsFiles tls;                        // required too off loopback (base/credentials.h)
   int default_iterations = 10;         // W
   double max_seconds = 20;             // a window's profiling time limit
   double upload_grace_seconds = 30;    // after max_seconds, how long to wait for uploads
@@ -52,7 +53,10 @@ struct ServerOptions {
   // A worker's hang trigger is confirmed when no rank progressed for this long after it (an
   // epoch boundary, a checkpoint or the job's own exit are pauses, not hangs).
   double hang_confirm_seconds = 5;
-  double stacks_seconds = 10;          // a hang: how long to wait for every rank's stacks
+  double stacks_seconds = 10;  // a hang: how long to wait for every rank's stacks
+  // An agent with no open command stream and no call for this long is forgotten (its node
+  // went away): windows no longer wait for its ranks. A live agent holds its stream open.
+  double agent_expiry_seconds = 300;
   diagnose::DiagnoseOptions diagnose;  // the numbers users tune (--min-impact, --expected-busbw)
   bool print = true;                   // log each diagnosis as an event (the terminal, base/log.h)
   // Called (on a server thread, without locks held) after a hang was diagnosed and reported.

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/agent.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
@@ -352,6 +353,38 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
   v1::StatusRequest sreq;
   v1::StatusReply sr;
   EXPECT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
+  (*server)->Shutdown();
+}
+
+// A long job's server forgets what it no longer needs, and `status` pages a large job.
+TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
+  ServerOptions o;
+  o.report_dir = TempDir("pages");
+  o.print = false;
+  o.agent_expiry_seconds = 0.5;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::vector<int> many;
+  for (int r = 0; r < 25000; ++r) many.push_back(r);
+  std::string agent;
+  ASSERT_TRUE(c.Register(many, &agent));
+  const std::string addr = "127.0.0.1:" + std::to_string((*server)->port());
+  auto text = agent::ServerStatus(addr, "");
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  size_t lines = 0;
+  for (size_t p = text->find("\nrank "); p != std::string::npos; p = text->find("\nrank ", p + 1))
+    ++lines;
+  EXPECT_EQ(lines, 25000u);
+  EXPECT_NE(text->find("rank 24999 on"), std::string::npos);
+  EXPECT_NE(text->find("agents: 1"), std::string::npos);
+  // No stream and no call for longer than agent_expiry_seconds: forgotten; a later call from
+  // it is told to register again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  text = agent::ServerStatus(addr, "");
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("agents: 0"), std::string::npos) << text->substr(0, 200);
+  EXPECT_FALSE(c.Report(0, {1}, {10.0}));
   (*server)->Shutdown();
 }
 

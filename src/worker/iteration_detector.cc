@@ -67,7 +67,10 @@ void IterationDetector::Reset() {
   unmatched_since_clean_ = 0;
   seen_ = 0;
   std::fill(run_.begin(), run_.end(), 0);
-  iterations_ = 0;
+  // The iteration index is not reset: it keeps counting across a relearn (Learn adds the
+  // iterations the learning took), so it stays near the job's step count. A window starts at
+  // an index the server picks from every rank's latest; a rank whose index restarted at 0 would
+  // wait for it for the rest of the job.
   durations_.clear();
   dur_next_ = 0;
   dur_sum_ = 0;
@@ -124,6 +127,8 @@ void IterationDetector::Learn(EventKind kind, int64_t ts_ns, DetectorUpdate* up)
     pattern_.resize(p);
     for (int i = 0; i < p; ++i) pattern_[i] = win[(rot + i) % p];
     learned_ = true;
+    // After a relearn: the iterations that went by while learning (every p events one).
+    if (relearns_ > 0) iterations_ += seen_ / p;
     up->learned = true;
     // The newest event is win[p-1]; the next expected one is win[0], i.e. pattern index p-rot.
     pos_ = static_cast<size_t>((p - rot) % p);

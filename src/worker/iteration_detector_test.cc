@@ -230,6 +230,12 @@ TEST(IterationDetectorTest, RelearnsAfterPatternChange) {
   auto done = f.Feed("DDOO", 3, kMs);
   ASSERT_EQ(done.size(), 3u);
   EXPECT_TRUE(done[0].iteration.clean);
+  // The index went on across the relearn: 28 DO iterations before the change (30 fed, the
+  // first learned, its successor skipped), then the DDOO iterations that passed while the
+  // detector did not match and while it learned. A rank whose index restarted at 0 would never
+  // reach the start iteration the server picks from every rank's latest.
+  EXPECT_GT(done[0].iteration.index, 28 + 11);
+  EXPECT_EQ(done[1].iteration.index, done[0].iteration.index + 1);
 }
 
 TEST(IterationDetectorTest, ConfigurableNumbers) {

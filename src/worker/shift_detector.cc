@@ -15,6 +15,11 @@ constexpr double kMedianSe = 1.2533;
 constexpr double kMinSigmaRatio = 0.002;
 // Beyond this the effective sample size is too small to say anything (n_eff < 0.5 for 10).
 constexpr double kMaxRho = 0.9;
+// A later block replaces the reference when its threshold margin is under this share of the
+// current one: a clearly calmer host, not the noise of two estimates from 50 iterations each.
+constexpr double kRemeasureMarginShare = 0.5;
+// Blocks in a row that must all be that calm.
+constexpr int kCalmBlocks = 3;
 
 }  // namespace
 
@@ -44,6 +49,8 @@ void ShiftDetector::Reset() {
   recent_next_ = 0;
   above_ = 0;
   active_ = false;
+  block_.clear();
+  calm_.clear();
 }
 
 double ShiftDetector::recent_ns() const {
@@ -158,6 +165,42 @@ void ShiftDetector::FinishReference() {
   referenced_ = true;
 }
 
+// A reference measured while the host was turbulent (other jobs, a VM's neighbours) has a
+// wide spread, and its threshold would hide every slowdown for the rest of the job. Each later
+// block of `reference` iterations under the threshold is measured like the reference; when
+// kCalmBlocks blocks in a row each have a threshold margin under half the current one (the host
+// calmed down, and stays calm), they become the reference, with the widest of their margins.
+// One block's estimate is not enough: the smallest of many noisy estimates of the same noise
+// is far below it, and a detector that took it would fire on that noise (measured: 3 of 20
+// pure-noise runs of 5,000 iterations at 15% spread).
+void ShiftDetector::Remeasure() {
+  const std::vector<double> v(block_.begin(), block_.end());
+  block_.clear();
+  const double level = Median(v);
+  std::vector<double> residuals;
+  residuals.reserve(v.size());
+  for (double x : v) residuals.push_back(x - level);
+  const Noise noise = NoiseOf(residuals, level, /*upper_rho=*/true);
+  const double margin =
+      std::max(c_.floor_share * c_.min_ratio * level, c_.z * MedianSe(noise, c_.recent));
+  if (margin >= kRemeasureMarginShare * (threshold_ns_ - reference_ns_)) {
+    calm_.clear();
+    return;
+  }
+  calm_.push_back({level, noise.sigma, noise.rho, margin});
+  if (static_cast<int>(calm_.size()) < kCalmBlocks) return;
+  const Calm widest = *std::max_element(
+      calm_.begin(), calm_.end(), [](const Calm& a, const Calm& b) { return a.margin < b.margin; });
+  std::vector<double> levels;
+  for (const Calm& c : calm_) levels.push_back(c.level);
+  calm_.clear();
+  reference_ns_ = Median(levels);
+  sigma_ns_ = widest.sigma;
+  rho_ = widest.rho;
+  threshold_ns_ = reference_ns_ + widest.margin;
+  ++remeasured_;
+}
+
 bool ShiftDetector::Add(int64_t duration_ns) {
   ++seen_;
   if (seen_ <= c_.warmup) return false;
@@ -176,8 +219,12 @@ bool ShiftDetector::Add(int64_t duration_ns) {
   if (recent_ns() <= threshold_ns_) {
     above_ = 0;
     active_ = false;  // back under: the next sustained slowdown is a new one
+    block_.push_back(duration_ns);
+    if (static_cast<int>(block_.size()) >= c_.reference) Remeasure();
     return false;
   }
+  block_.clear();  // a block measures the job's own pace, not a slowdown's
+  calm_.clear();
   if (++above_ < c_.sustain || active_) return false;
   active_ = true;
   ++fired_;

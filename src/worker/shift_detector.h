@@ -15,7 +15,9 @@
 // So on a quiet host (sigma ~1%) a sustained 5% slowdown fires within about 20 iterations,
 // while on a noisy one (sigma 15%, neighbours correlated) only a shift well beyond what the job
 // does by itself fires. A median ignores single outliers (a GC pause, a checkpoint); a trigger
-// re-arms once the median is back under the threshold.
+// re-arms once the median is back under the threshold. A reference measured while the host
+// was turbulent is replaced by a later block of iterations whose threshold is much tighter
+// (Remeasure): the detector is never blind for a whole job because its start was noisy.
 //
 // Not thread-safe (the IterationDetector that owns it is serialized by its caller).
 #ifndef PERFTRACKER_WORKER_SHIFT_DETECTOR_H_
@@ -69,9 +71,12 @@ class ShiftDetector {
   int64_t fired() const { return fired_; }
   // The reference's two halves ran at different levels; the faster one was kept.
   bool level_change() const { return level_change_; }
+  // Times a later, calmer block of iterations replaced the reference (see Remeasure).
+  int64_t remeasured() const { return remeasured_; }
 
  private:
   void FinishReference();
+  void Remeasure();
 
   ShiftConfig c_;
   int64_t seen_ = 0;
@@ -84,6 +89,12 @@ class ShiftDetector {
   int above_ = 0;        // consecutive iterations with the moving median above the threshold
   bool active_ = false;  // fired and not yet back under the threshold
   int64_t fired_ = 0;
+  std::vector<int64_t> block_;  // iterations under the threshold since the last (re)measure
+  struct Calm {
+    double level, sigma, rho, margin;
+  };
+  std::vector<Calm> calm_;  // the last blocks in a row whose margin was clearly tighter
+  int64_t remeasured_ = 0;
 };
 
 }  // namespace perftracker::worker

@@ -74,6 +74,29 @@ TEST(ShiftDetectorTest, NoisyHostStaysSilentOnItsOwnNoise) {
   }
 }
 
+// Seen on a 2-core VM: the reference fell in a turbulent minute (spread 28%, neighbours
+// correlated) and the threshold stood at +130% for the rest of the job, so a GC fault of +20%
+// never fired. Once the host calms down, a calmer block replaces the reference.
+TEST(ShiftDetectorTest, ATurbulentReferenceIsReplacedWhenTheHostCalmsDown) {
+  ShiftDetector d;
+  NoisyJob turbulent(60, 0.28, 0.7, 5), calm(50, 0.02, 0.3, 6);
+  EXPECT_EQ(FirstFire(&d, &turbulent, 60), -1);
+  ASSERT_TRUE(d.referenced());
+  const double loose = d.threshold_ns() / d.reference_ns();
+  EXPECT_GT(loose, 1.5);
+  EXPECT_EQ(FirstFire(&d, &calm, 200), -1);  // the calm pace is no slowdown
+  EXPECT_EQ(d.remeasured(), 1);
+  EXPECT_LT(d.threshold_ns() / d.reference_ns(), 1.1);
+  EXPECT_GE(FirstFire(&d, &calm, 60, 0.2), 0);  // +20% now fires
+}
+
+TEST(ShiftDetectorTest, ACalmReferenceIsNotReplacedByNoise) {
+  ShiftDetector d;
+  NoisyJob job(50, 0.02, 0.3, 8);
+  EXPECT_EQ(FirstFire(&d, &job, 2000), -1);
+  EXPECT_EQ(d.remeasured(), 0);
+}
+
 TEST(ShiftDetectorTest, SingleOutliersNeverFire) {
   ShiftDetector d;
   NoisyJob job(40, 0.01, 0, 3);

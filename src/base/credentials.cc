@@ -1,4 +1,4 @@
-#include "server/credentials.h"
+#include "base/credentials.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,8 +11,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
-namespace perftracker::server {
+namespace perftracker {
 namespace {
 
 std::string Errno() { return std::strerror(errno); }
@@ -77,6 +78,47 @@ StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return line;
 }
 
+namespace {
+
+StatusOr<std::string> ReadPem(const std::string& path, const char* what, bool secret) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return InvalidArgument(fmt::format("{}: cannot read {}: {}", path, what, Errno()));
+  if (secret && (st.st_mode & (S_IRWXG | S_IRWXO))) {
+    return InvalidArgument(fmt::format("{}: {} is readable by others (mode {:04o}); chmod 600 it",
+                                       path, what, st.st_mode & 07777));
+  }
+  if (static_cast<uint64_t>(st.st_size) > kMaxPemBytes)
+    return InvalidArgument(fmt::format("{}: {} is over 1 MiB: not a PEM file", path, what));
+  std::ifstream in(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof())
+    return InvalidArgument(fmt::format("{}: cannot read {}", path, what));
+  if (data.find("-----BEGIN ") == std::string::npos)
+    return InvalidArgument(fmt::format("{}: {} is not PEM (no -----BEGIN line)", path, what));
+  return data;
+}
+
+}  // namespace
+
+StatusOr<TlsPem> ReadTls(const TlsFiles& f, bool server) {
+  if (server && (f.cert.empty() || f.key.empty()))
+    return InvalidArgument("TLS: a server needs --tls-cert and --tls-key");
+  if (!server && f.ca.empty())
+    return InvalidArgument("TLS: a client needs --tls-ca to check the server's certificate");
+  if (f.cert.empty() != f.key.empty())
+    return InvalidArgument("TLS: --tls-cert and --tls-key go together");
+  TlsPem pem;
+  if (!f.cert.empty()) {
+    PT_ASSIGN_OR_RETURN(pem.cert, ReadPem(f.cert, "TLS certificate", false));
+    PT_ASSIGN_OR_RETURN(pem.key, ReadPem(f.key, "TLS key", true));
+  }
+  if (!f.ca.empty()) {
+    PT_ASSIGN_OR_RETURN(pem.ca, ReadPem(f.ca, "TLS CA certificate", false));
+  }
+  return pem;
+}
+
 std::string CredentialsDir(const std::string& report_dir) { return report_dir + "/.perftracker"; }
 
 Status WriteRunCredentials(const std::string& report_dir, const RunCredentials& c) {
@@ -109,4 +151,4 @@ StatusOr<RunCredentials> ReadRunCredentials(const std::string& report_dir) {
   return c;
 }
 
-}  // namespace perftracker::server
+}  // namespace perftracker

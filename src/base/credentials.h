@@ -4,14 +4,14 @@
 // `perftracker status|trigger --report-dir DIR` read it there; other local users cannot, and
 // their calls are refused. Token files given with --token-file must not be readable by others
 // and must be long enough to resist guessing.
-#ifndef PERFTRACKER_SERVER_CREDENTIALS_H_
-#define PERFTRACKER_SERVER_CREDENTIALS_H_
+#ifndef PERFTRACKER_BASE_CREDENTIALS_H_
+#define PERFTRACKER_BASE_CREDENTIALS_H_
 
 #include <string>
 
 #include "base/status.h"
 
-namespace perftracker::server {
+namespace perftracker {
 
 // Tokens shorter than this are refused: a few characters can be guessed over a network.
 inline constexpr size_t kMinTokenLength = 16;
@@ -38,6 +38,25 @@ Status WriteRunCredentials(const std::string& report_dir, const RunCredentials& 
 // Reads what WriteRunCredentials wrote, with ReadTokenFile's checks.
 StatusOr<RunCredentials> ReadRunCredentials(const std::string& report_dir);
 
-}  // namespace perftracker::server
+// TLS for the online path off loopback, as PEM files. The server presents CERT and KEY and,
+// given CA, accepts only clients whose certificate CA signed (mutual TLS); a client verifies
+// the server against CA and presents CERT and KEY when given.
+struct TlsFiles {
+  std::string cert, key, ca;
+  bool enabled() const { return !cert.empty() || !key.empty() || !ca.empty(); }
+};
 
-#endif  // PERFTRACKER_SERVER_CREDENTIALS_H_
+struct TlsPem {
+  std::string cert, key, ca;
+};
+
+// PEM files are small; anything larger is not one.
+inline constexpr size_t kMaxPemBytes = 1 << 20;
+
+// Reads FILES for a server (cert and key required) or a client (ca required; cert and key both
+// or neither). A key file readable by group or others is refused, like a token file.
+StatusOr<TlsPem> ReadTls(const TlsFiles& files, bool server);
+
+}  // namespace perftracker
+
+#endif  // PERFTRACKER_BASE_CREDENTIALS_H_
