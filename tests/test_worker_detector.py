@@ -684,6 +684,27 @@ print("ok", os.getpid())
         finally:
             agent.stop()
 
+    def test_a_collector_turned_off_mid_window_stops_torch_profiler(self):
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_off_"), "w.json")
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", f"""
+import torch
+from perftracker import hooks
+assert hooks.enable()
+w = hooks._w
+for _ in range(20):
+    hooks.on_loader_next(); hooks.on_optimizer_step()
+assert w.start_window(50, 60.0, {out!r})
+hooks.on_loader_next()  # arms the window: torch.profiler starts on this thread
+assert hooks._profiler is not None and torch.autograd._profiler_enabled()
+hooks._turn_off(RuntimeError("test"))
+hooks.on_optimizer_step()  # the training thread's next event stops it
+assert hooks._profiler is None and not torch.autograd._profiler_enabled()
+print("ok")
+"""], capture_output=True, text=True, env=env_with(PERFTRACKER_ENABLE="1"), timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "ok\n", p.stderr)
+        self.assertIn("worker collector turned off", p.stderr)
+
     def test_gc_is_charged_to_the_stack_that_triggered_it(self):
         out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
         code = f"""

@@ -50,12 +50,15 @@ OWNER_ENV = "PERFTRACKER_RANK_OWNER"
 
 def is_helper_of_a_rank(environ=os.environ, pid=None):
     """True in a Python process started by a collected rank with the same RANK (a spawned
-    DataLoader worker, a subprocess): it must not report as if it were the rank."""
+    DataLoader worker, a subprocess): it must not report as if it were the rank. A rank that
+    learns its RANK only from torch.distributed cannot mark its helpers this way."""
     owner = environ.get(OWNER_ENV, "")
     if not owner:
         return False
     owner_pid, _, owner_rank = owner.partition(":")
-    return owner_pid != str(pid if pid is not None else os.getpid()) and \
+    # An owner without a RANK is a launcher-like Python (a script that starts its ranks with
+    # multiprocessing): its children are the ranks, not its helpers.
+    return owner_rank != "" and owner_pid != str(pid if pid is not None else os.getpid()) and \
         owner_rank == environ.get("RANK", "")
 
 

@@ -469,6 +469,34 @@ TEST(DiffTest, AStragglerAcrossRunsIsTheCauseNotItsWaiters) {
     for (const auto& fn : g.functions) EXPECT_NE(fn.name, "gloo:all_reduce") << Dump(d);
 }
 
+// Seen on this VM: TEST ran on a machine 40% slower per matmul, on every rank, and rank 2 ran
+// its 3 extra matmuls too: its rise (+15 ms) was under twice its peers' (+8 ms). Rank 2's own
+// excess over its peers' rise (+7 ms) is what they wait for.
+TEST(DiffTest, AStragglerOnASlowerMachineIsStillTheCause) {
+  std::vector<RankSummary> base, test;
+  for (int r = 0; r < 4; ++r) {
+    base.push_back(Rank(r, 4,
+                        {Fn("aten::mm", FunctionClass::kCompute, 20, 7),
+                         Fn("gloo:all_reduce", FunctionClass::kCollective, 5, 3)},
+                        27));
+    const bool slow = r == 2;
+    test.push_back(Rank(r, 4,
+                        {Fn("aten::mm", FunctionClass::kCompute, slow ? 35 : 28, slow ? 10 : 7),
+                         Fn("gloo:all_reduce", FunctionClass::kCollective, slow ? 5 : 9, 3)},
+                        43));
+  }
+  Diagnosis d = Diff(base, test);
+  ASSERT_FALSE(d.findings.empty());
+  bool straggler = false;
+  for (const auto& f : d.findings) {
+    if (f.category != "straggler") continue;
+    straggler = true;
+    EXPECT_EQ(f.ranks, std::vector<int>{2}) << Dump(d);
+    EXPECT_NEAR(f.evidence.at("peers_extra_compute_ms"), 8, 1e-6);
+  }
+  EXPECT_TRUE(straggler) << Dump(d);
+}
+
 TEST(DiffTest, AChangeInsideTheRunsOwnNoiseIsNotReported) {
   // aten::mm varies by +-4 ms from iteration to iteration in both runs; its mean moves 1.5 ms
   // (above 5% of its time, inside 3 standard errors of the two runs: 2.7 ms).

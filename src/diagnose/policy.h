@@ -126,10 +126,11 @@ namespace perftracker::diagnose::policy {
   X(kDiffMinCallDelta, 1.0, "calls per iteration",                                                 \
     "and it must change by at least one call per iteration")                                       \
   X(kDiffOwnShare, 0.5, "of the change",                                                           \
-    "the straggler's function grew on it alone (its peers' under half as much) and its own wait "  \
-    "grew under half as much as its peers'")                                                       \
+    "a straggler's own wait grew under half as much as its peers' (they wait for it, not it "      \
+    "for them)")                                                                                   \
   X(kDiffEchoShare, 0.25, "of the extra compute",                                                  \
-    "peers that wait longer by a quarter of a rank's extra compute wait for it (DDP overlaps "     \
+    "peers that wait longer by a quarter of a rank's extra compute (beyond their own rise) wait "  \
+    "for it (DDP overlaps "                                                                        \
     "part of the wait with their own backward: 38-57% measured on 4 gloo ranks)")
 
 #define PT_POLICY_CONSTANT(name, value, unit, reason) inline constexpr double name = value;

@@ -388,6 +388,52 @@ TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
   (*server)->Shutdown();
 }
 
+// An agent speaks only for the ranks it registered; a user's trigger opens at most one window
+// per caller host per cooldown.
+TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
+  ServerOptions o;
+  o.report_dir = TempDir("owner");
+  o.print = false;
+  o.max_seconds = 0.2;
+  o.upload_grace_seconds = 0.2;
+  o.user_trigger_cooldown_seconds = 30;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string a, b;
+  ASSERT_TRUE(c.Register({0}, &a));
+  ASSERT_TRUE(c.Register({1}, &b));
+  EXPECT_NE(a, b);
+  EXPECT_GT(a.size(), 20u);  // not "agent-1": an id is a capability
+  v1::TriggerReply tr;
+  v1::TriggerRequest user;
+  user.set_reason("user");
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, user, &tr).ok());
+  v1::UploadWindowRequest up;
+  up.set_window_id(tr.window_id());
+  up.set_rank(1);
+  up.set_summary(pattern::SerializeSummary(Synthetic(1, 2, 10)));
+  up.set_agent_id(a);  // agent a registered rank 0 only
+  v1::UploadWindowReply ur;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  EXPECT_FALSE(ur.accepted());
+  EXPECT_NE(ur.message().find("another agent"), std::string::npos) << ur.message();
+  up.set_agent_id("agent-2");  // a guess
+  EXPECT_EQ(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  up.set_agent_id(b);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  EXPECT_TRUE(ur.accepted()) << ur.message();
+  // The window closes (rank 0 never uploads: its deadline); a second user trigger from this
+  // host within the cooldown is refused, with when to try again.
+  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/diagnosis.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  grpc::Status again = c.Call(&v1::Collector::Stub::Trigger, user, &tr);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(again.error_message().find("try again in"), std::string::npos);
+  (*server)->Shutdown();
+}
+
 TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   ServerOptions o;
   o.report_dir = TempDir("empty");
