@@ -76,6 +76,17 @@ def torch_available():
 SKIP_RETURN_CODE = 77
 
 
+def wait_until(cond, seconds=30, step=0.1):
+    """Polls COND until it is true or SECONDS pass; its last value."""
+    import time
+    end = time.time() + seconds
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return bool(cond())
+
+
 def in_ci():
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 

@@ -13,6 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
+from ptest import wait_until  # noqa: E402
 
 TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
 
@@ -34,15 +35,6 @@ def rows(db, table):
 def tail(path):
     with open(path, errors="replace") as f:
         return f.read()[-3000:]
-
-
-def wait_until(cond, seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.2)
-    return cond()
 
 
 @unittest.skipUnless(ptest.online_built(), "needs the online path (the default build)")

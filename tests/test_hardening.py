@@ -11,6 +11,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
+from ptest import wait_until  # noqa: E402
 
 BOMB = os.path.join(ptest.SOURCE, "tests", "data", "bomb", "strings.summary")
 PEAK_LIMIT_KB = 100 * 1024
@@ -30,15 +31,6 @@ def peak_kb(args):
 def alive(pattern):
     p = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
     return [int(x) for x in p.stdout.split()]
-
-
-def wait_until(cond, seconds):
-    end = time.time() + seconds
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return cond()
 
 
 @unittest.skipUnless(ptest.online_built(), "needs the online path (the default build)")

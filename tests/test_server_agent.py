@@ -46,12 +46,7 @@ def free_port():
 
 
 def wait_for(pred, timeout=30):
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
+    return ptest.wait_until(pred, timeout)
 
 
 @unittest.skipUnless(ptest.online_built(), "built without gRPC (server/agent)")

@@ -46,6 +46,14 @@ void AddToken(grpc::ClientContext* ctx, const std::string& token) {
   if (!token.empty()) ctx->AddMetadata("x-perftracker-token", token);
 }
 
+// A unary call's context: the token, and a deadline SECONDS from now.
+void Prepare(grpc::ClientContext* ctx, const std::string& token, double seconds) {
+  AddToken(ctx, token);
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::duration<double>(seconds)));
+}
+
 Status FromGrpc(const grpc::Status& st, const std::string& what) {
   if (st.ok()) return Status::Ok();
   if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED)
@@ -183,8 +191,7 @@ struct Agent::Impl {
     v1::RegisterReply reply;
     while (true) {
       grpc::ClientContext ctx;
-      AddToken(&ctx, options.token);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      Prepare(&ctx, options.token, 2);
       grpc::Status st = stub->Register(&ctx, req, &reply);
       if (st.ok()) break;
       if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
@@ -212,8 +219,7 @@ struct Agent::Impl {
                        const Req& req, Reply* reply, int deadline_s, const std::string& what) {
     auto call = [&] {
       grpc::ClientContext ctx;
-      AddToken(&ctx, options.token);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_s));
+      Prepare(&ctx, options.token, deadline_s);
       return (stub.get()->*rpc)(&ctx, req, reply);
     };
     auto transient = [](const grpc::Status& st) {
@@ -295,8 +301,7 @@ void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
   req.set_reason(t.kind == "user" ? fmt::format("--profile-at-iteration {}", t.iteration)
                                   : fmt::format("{} on rank {}", t.kind, t.rank));
   grpc::ClientContext ctx;
-  AddToken(&ctx, options.token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  Prepare(&ctx, options.token, 5);
   v1::TriggerReply reply;
   grpc::Status st = stub->Trigger(&ctx, req, &reply);
   log::Detail("agent", "rank {} detector: {} (mean {:.1f} ms{}){}{}", t.rank, t.kind, t.mean_ms,
@@ -389,8 +394,7 @@ Status Agent::Run() {
         b->add_iteration_ms(it.iteration_ms);
       }
       grpc::ClientContext ctx;
-      AddToken(&ctx, m.options.token);
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      Prepare(&ctx, m.options.token, 5);
       v1::ReportIterationsReply rr;
       (void)m.stub->ReportIterations(&ctx, ir, &rr);  // best effort: the next batch follows
     }
@@ -456,8 +460,7 @@ StatusOr<std::string> TriggerNow(const std::string& server, const std::string& t
                                  const TlsFiles& tls, const std::string& reason) {
   PT_ASSIGN_OR_RETURN(auto stub, MakeStub(server, tls));
   grpc::ClientContext ctx;
-  AddToken(&ctx, token);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  Prepare(&ctx, token, 10);
   v1::TriggerRequest req;
   req.set_reason(reason);
   v1::TriggerReply reply;
@@ -474,8 +477,7 @@ StatusOr<std::string> ServerStatus(const std::string& server, const std::string&
   // Page by page: a large job's ranks do not fit one reply.
   for (int page = 0;; ++page) {
     grpc::ClientContext ctx;
-    AddToken(&ctx, token);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    Prepare(&ctx, token, 10);
     v1::StatusRequest req;
     req.set_rank_offset(offset);
     v1::StatusReply reply;
