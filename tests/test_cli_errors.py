@@ -35,6 +35,18 @@ class CliErrors(unittest.TestCase):
         self.assertTrue(lines[0].startswith("perftracker: error:"), lines[0])
         return lines[0]
 
+    def test_json_output_never_overwrites_an_input(self):
+        # `show --json TRACE TRACE2` reads TRACE as --json's FILE: refused, TRACE untouched.
+        trace = self.path("keep/rank-0.json", b'{"traceEvents": [{"ph": "X", "name": "a", '
+                          b'"cat": "cpu_op", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}')
+        with open(trace, "rb") as f:
+            before = f.read()
+        for cmd in (["show", "--json", trace, trace], ["analyze", trace, "--json", trace],
+                    ["diff", trace, trace, "--json", trace]):
+            line = self.assertOneLineError(cmd, [trace, "would overwrite an input"])
+        with open(trace, "rb") as f:
+            self.assertEqual(f.read(), before)
+
     def test_truncated_gzip(self):
         with open(GOOD, "rb") as f:
             data = f.read()

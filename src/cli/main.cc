@@ -97,6 +97,19 @@ void AddOutputFlags(CLI::App* cmd, OutputFlags* flags) {
   AddDiagnoseFlags(cmd, &flags->diagnose);
 }
 
+// An output file named like one of the inputs (`show --json TRACE ...` when `--json OUT TRACE`
+// was meant) would be overwritten after it was read: refused before any work.
+pt::Status OutputIsNotAnInput(const std::string& out, const std::vector<std::string>& inputs) {
+  if (out.empty()) return pt::Status::Ok();
+  std::error_code ec;
+  for (const std::string& in : inputs) {
+    if (std::filesystem::equivalent(out, in, ec) && !ec)
+      return pt::InvalidArgument(
+          fmt::format("{}: --json would overwrite an input; name another file", out));
+  }
+  return pt::Status::Ok();
+}
+
 int Emit(const pt::diagnose::Diagnosis& diagnosis, const OutputFlags& flags) {
   if (!flags.quiet) std::fputs(pt::report::RenderText(diagnosis).c_str(), stdout);
   if (!flags.json_path.empty()) {
@@ -117,6 +130,7 @@ void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
 }
 
 int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) {
+  if (pt::Status st = OutputIsNotAnInput(flags.json_path, paths); !st.ok()) return Fail(st);
   auto start = std::chrono::steady_clock::now();
   pt::pattern::LoadStats stats;
   auto job = pt::pattern::LoadCompactJob(paths, {.threads = flags.threads}, &stats);
@@ -153,6 +167,7 @@ int RunSummarize(const std::vector<std::string>& traces, const std::string& out)
 
 // Prints what a rank's behaviour patterns hold: the top functions by time per iteration.
 int RunShow(const std::vector<std::string>& paths, int top, const std::string& json_path) {
+  if (pt::Status st = OutputIsNotAnInput(json_path, paths); !st.ok()) return Fail(st);
   auto job = pt::pattern::LoadJob(paths);
   if (!job.ok()) return Fail(job.status());
   std::fputs(pt::report::BreakdownTable(*job).c_str(), stdout);
@@ -191,6 +206,7 @@ int RunShow(const std::vector<std::string>& paths, int top, const std::string& j
 }
 
 int RunDiff(const std::string& base, const std::string& test, const OutputFlags& flags) {
+  if (pt::Status st = OutputIsNotAnInput(flags.json_path, {base, test}); !st.ok()) return Fail(st);
   auto b = pt::pattern::LoadJob({base}, {.threads = flags.threads});
   if (!b.ok()) return Fail(b.status());
   auto t = pt::pattern::LoadJob({test}, {.threads = flags.threads});
