@@ -56,7 +56,8 @@ void Prepare(grpc::ClientContext* ctx, const std::string& token, double seconds)
 
 Status FromGrpc(const grpc::Status& st, const std::string& what) {
   if (st.ok()) return Status::Ok();
-  if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED)
+  if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+      st.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
     return InvalidArgument(fmt::format("{}: refused by the server: {}", what, st.error_message()));
   return Unavailable(fmt::format("{}: {}", what, st.error_message()));
 }
@@ -187,15 +188,22 @@ struct Agent::Impl {
   Status Register() {
     v1::RegisterRequest req;
     req.set_host(options.host);
+    req.set_job_id(options.job_id);
     for (int r : options.ranks) req.add_ranks(r);
     v1::RegisterReply reply;
+    // Another job's agents still connected: that job may be ending (the server counts an agent
+    // as connected for seconds after its last call); wait that long before giving up.
+    constexpr auto kOtherJobWait = std::chrono::seconds(15);
+    const auto start = std::chrono::steady_clock::now();
     while (true) {
       grpc::ClientContext ctx;
       Prepare(&ctx, options.token, 2);
       grpc::Status st = stub->Register(&ctx, req, &reply);
       if (st.ok()) break;
       if (st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
-          st.error_code() == grpc::StatusCode::INVALID_ARGUMENT)
+          st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+          (st.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+           std::chrono::steady_clock::now() - start > kOtherJobWait))
         return FromGrpc(st, fmt::format("agent: {}", options.server));
       std::unique_lock lk(mu);
       if (cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return stopping; }))

@@ -438,6 +438,14 @@ int RunJob(const RunOptions& o) {
   agent::AgentOptions ao;
   ao.server = server_addr;
   ao.token = token;
+  // Every node of a job must name it alike: the rendezvous address is what they share.
+  ao.job_id = o.job_id;
+  if (ao.job_id.empty() && o.master_port)
+    ao.job_id = fmt::format("{}:{}", o.master_addr, o.master_port);
+  if (ao.job_id.empty()) {
+    auto id = NewToken();
+    ao.job_id = id.ok() ? id->substr(0, 16) : fmt::format("pid-{}", getpid());
+  }
   if (!embedded) ao.tls = o.tls;  // the embedded server is on loopback, without TLS
   ao.profile_at_iteration = o.profile_at_iteration;
   for (int i = 0; i < o.nproc; ++i) ao.ranks.push_back(o.node_rank * o.nproc + i);

@@ -33,8 +33,10 @@ struct RunOptions {
   int iterations = 10;      // per window
   double max_seconds = 20;  // per window
   int64_t profile_at_iteration = -1;
-  TlsFiles tls;         // with --server off loopback: the CA to check it (and this node's cert/key)
-  int keep_traces = 3;  // windows whose raw traces stay in REPORT_DIR/traces (newest first)
+  TlsFiles tls;  // with --server off loopback: the CA to check it (and this node's cert/key)
+  int keep_traces = 3;
+  std::string job_id;  // RegisterRequest.job_id; empty: see RunJob  // windows whose raw traces
+                       // stay in REPORT_DIR/traces (newest first)
   diagnose::DiagnoseOptions diagnose;  // for the embedded server's diagnoses
   bool baseline_window = true;         // server::ServerOptions::baseline_window
   double profile_every_seconds = 0;    // server::ServerOptions::profile_every_seconds

@@ -225,6 +225,7 @@ struct OnlineFlags {
   std::string server;  // status, trigger: else from --report-dir
   std::string report_dir;
   std::string token_file;
+  std::string job_id;
   pt::TlsFiles tls;
   std::string watch_dir;
   std::vector<int> ranks;
@@ -318,6 +319,7 @@ int RunAgent(const OnlineFlags& f) {
                           .token = *token,
                           .tls = f.tls,
                           .host = "",
+                          .job_id = f.job_id,
                           .ranks = f.ranks,
                           .poll_seconds = 0.2},
                          std::make_unique<pt::agent::FolderSink>(f.watch_dir));
@@ -517,6 +519,9 @@ int main(int argc, char** argv) {
   CLI::App* agent_cmd = app.add_subcommand("agent", "the node agent: relays and uploads windows");
   agent_cmd->add_option("--server", online.server, "server address:port")->required();
   agent_cmd->add_option("--token-file", online.token_file, "shared token file");
+  agent_cmd->add_option("--job-id", online.job_id,
+                        "the job these ranks belong to (the same on every node; a server "
+                        "collects one job at a time)");
   AddTlsFlags(agent_cmd, &online.tls, /*server=*/false);
   agent_cmd->add_option("--watch", online.watch_dir, "folder where workers' traces appear")
       ->required();
@@ -541,6 +546,9 @@ int main(int argc, char** argv) {
                   "a running perftracker server (default: one inside this launcher)");
   run->add_option("--listen", run_opts.listen, "the embedded server's address");
   run->add_option("--token-file", run_opts.token_file, "shared token file");
+  run->add_option("--job-id", run_opts.job_id,
+                  "with --server: the job's name, the same on every node (default: "
+                  "MASTER_ADDR:MASTER_PORT with --master-port, else one per run)");
   AddTlsFlags(run, &run_opts.tls, /*server=*/false);
   run->add_option("--iterations", run_opts.iterations, "iterations per profiling window");
   run->add_option("--max-seconds", run_opts.max_seconds, "a window's profiling time limit");

@@ -236,6 +236,7 @@ struct CollectorServer::Impl final
   int64_t next_agent = 1;
   std::map<std::string, AgentState> agents;
   std::map<int, std::string> declared_by;  // rank -> the agent that registered it
+  std::optional<std::string> job_key;      // the job being collected (RegisterRequest.job_id)
   std::map<int, RankState> ranks;
   std::map<int64_t, std::unique_ptr<Window>> windows;
   int64_t open_window = 0;  // 0: none
@@ -270,6 +271,8 @@ struct CollectorServer::Impl final
   static constexpr size_t kMaxTriggerCallers = 1024;
   // Commands kept for an agent without an open stream (the newest; a window needs one).
   static constexpr size_t kMaxQueuedCommands = 16;
+  // An agent that called this recently counts as connected while it reconnects its stream.
+  static constexpr int kAgentConnectedSeconds = 10;
   // Closed windows kept in memory (their summaries), newest first; older ones are in SQLite
   // and in REPORT_DIR/windows/<id>/.
   static constexpr size_t kKeptClosedWindows = 16;
@@ -622,10 +625,38 @@ struct CollectorServer::Impl final
     if (auto st = Authorize(ctx); !st.ok()) return st;
     if (req->ranks_size() > limits::kMaxWorldSize)
       return {grpc::StatusCode::INVALID_ARGUMENT, "more ranks than a job can have"};
+    if (req->job_id().size() > 256)
+      return {grpc::StatusCode::INVALID_ARGUMENT, "job id longer than 256 bytes"};
     for (int r : req->ranks())
       if (!limits::ValidRank(r))
         return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("rank {} is out of range", r)};
     std::lock_guard lk(mu);
+    // One job at a time: two jobs' ranks in one diagnosis would compare rank 0 of one job with
+    // rank 0 of the other. Once the first job's agents are gone (expired), a new job starts.
+    if (!job_key || *job_key != req->job_id()) {
+      // Connected: a command stream open, or a call in the last seconds (an agent reconnects
+      // within a second or two). A job that ended leaves agents with neither.
+      const auto now = std::chrono::steady_clock::now();
+      const bool connected = std::any_of(agents.begin(), agents.end(), [&](const auto& kv) {
+        return kv.second.stream != nullptr ||
+               now - kv.second.last_seen < std::chrono::seconds(kAgentConnectedSeconds);
+      });
+      if (job_key && connected) {
+        return {grpc::StatusCode::FAILED_PRECONDITION,
+                fmt::format("this server collects job '{}' (its agents are connected); job '{}' "
+                            "needs a server of its own",
+                            log::Printable(*job_key), log::Printable(req->job_id()))};
+      }
+      if (job_key) {
+        log::Event("server", "job '{}' replaces job '{}', whose agents are gone",
+                   log::Printable(req->job_id()), log::Printable(*job_key));
+        ranks.clear();
+        declared_by.clear();
+        agents.clear();  // the previous job's, all without a stream
+        baseline_done = false;
+      }
+      job_key = req->job_id();
+    }
     // Unguessable: an id is what lets a caller upload for its ranks and read their commands.
     auto secret = NewToken();
     if (!secret.ok()) return {grpc::StatusCode::INTERNAL, secret.status().message()};

@@ -434,6 +434,42 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   (*server)->Shutdown();
 }
 
+// Two jobs pointed at one server are not mixed into one diagnosis: the second job's agents
+// are refused while the first's are connected, and welcome once they are gone.
+TEST(Server, OneJobAtATime) {
+  ServerOptions o;
+  o.report_dir = TempDir("jobs");
+  o.print = false;
+  o.agent_expiry_seconds = 0.5;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  auto reg = [&](const std::string& job, int rank) {
+    v1::RegisterRequest req;
+    req.set_job_id(job);
+    req.add_ranks(rank);
+    v1::RegisterReply reply;
+    return c.Call(&v1::Collector::Stub::Register, req, &reply);
+  };
+  ASSERT_TRUE(reg("10.0.0.1:29500", 0).ok());
+  ASSERT_TRUE(reg("10.0.0.1:29500", 1).ok());  // another node of the same job
+  grpc::Status other = reg("10.0.0.9:29500", 0);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(other.error_message().find("needs a server of its own"), std::string::npos);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the first job's agents expire
+  v1::StatusRequest sreq;
+  v1::StatusReply sr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
+  EXPECT_EQ(sr.agents(), 0);
+  EXPECT_TRUE(reg("10.0.0.9:29500", 0).ok());
+  // The next job after that one: its agent never opened a stream, and is silent now only
+  // because the test does not wait 10 s; a third job is still refused meanwhile.
+  EXPECT_EQ(reg("third", 0).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
+  EXPECT_EQ(sr.total_ranks(), 1);  // the old job's ranks are forgotten
+  (*server)->Shutdown();
+}
+
 TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   ServerOptions o;
   o.report_dir = TempDir("empty");
