@@ -256,9 +256,24 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
       // peers wait for.
       const double peers_rise = std::max(Median(peers_same_fn), 0.0);
       const double excess = sc.compute - peers_rise;
+      // The excess must stand out of the rank's own iteration-to-iteration spread of that
+      // function in both runs, and what the peers lose waiting (the finding's impact) must cost
+      // what a diagnosis finding costs: between two clean runs on this VM one rank's addmm rose
+      // 3.7 ms and its peers waited 1.2 ms longer (2% of the iteration).
+      auto spread_on_s = [&](const Side& side) {
+        std::map<int, const FunctionPattern*> one;
+        if (auto it = side.by_rank.find(s); it != side.by_rank.end()) one.emplace(s, it->second);
+        return IterationSpread(one);
+      };
+      const auto [b_sd, b_n] = spread_on_s(sk.base);
+      const auto [t_sd, t_n] = spread_on_s(sk.test);
+      const double own_noise =
+          std::sqrt((b_n > 0 ? b_sd * b_sd / b_n : 0) + (t_n > 0 ? t_sd * t_sd / t_n : 0));
       for (const auto& [r, c] : per_rank)
         if (r != s && c.wait >= policy::kDiffEchoShare * excess) waiters.push_back(r);
       if (excess > std::max(policy::kDiffMinUs, MinImpactUs(iter_us, o)) &&
+          excess > policy::kDiffNoiseZ * own_noise &&
+          wait >= std::max(policy::kDiffMinUs, MinImpactUs(iter_us, o)) &&
           wait >= policy::kDiffEchoShare * excess && sc.wait < policy::kDiffOwnShare * wait) {
         const FunctionPattern* fn = sc.fn;
         Finding f;
