@@ -95,9 +95,9 @@ class FolderSink : public AgentLocalSink {
 struct AgentOptions {
   std::string server;  // host:port
   std::string token;
-  TlsFiles tls;      // a server off loopback speaks TLS: its CA (and this agent's cert and key)
-  std::string host;  // this node's name (default: hostname)
-  std::string job_id;      // the same on every node of a job (RegisterRequest.job_id)
+  TlsFiles tls;        // a server off loopback speaks TLS: its CA (and this agent's cert and key)
+  std::string host;    // this node's name (default: hostname)
+  std::string job_id;  // the same on every node of a job (RegisterRequest.job_id)
   std::vector<int> ranks;  // local ranks, where known
   double poll_seconds = 0.2;
   // Asks the server for a window once a local rank completed this iteration (scripted use;

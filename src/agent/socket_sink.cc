@@ -116,7 +116,7 @@ struct SocketSink::Impl {
   std::set<int> window_done_pids;  // workers whose trace for the window arrived
 
   dom::parser parser;  // I/O thread only
-  WorkerMessage msg;   // the line being handled (kept: its buffers are reused)
+  WorkerMessage msg;   // the line being handled (I/O thread only)
 
   void Wake() {
     if (wake_write < 0) return;

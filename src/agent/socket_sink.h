@@ -1,6 +1,7 @@
 // The agent's side of the worker protocol (src/worker/protocol.md): listens on a Unix stream
 // socket, reads each worker's newline-delimited JSON (iterations, triggers, finished traces,
-// stack replies), and sends profile and stacks commands. Owns the socket file, one I/O thread
+// stack replies; parsed and bounded by agent/worker_message.h), and sends profile and stacks
+// commands. Owns the socket file, one I/O thread
 // (poll(), non-blocking, bounded buffers), each connected worker's identity, and the pairing of
 // a worker's Python trace with its torch.profiler trace. The stream is lossy by design: bad
 // lines are counted and skipped, never fatal.

@@ -506,11 +506,11 @@ TEST(DiffTest, OneRanksNoiseBetweenCleanRunsIsNoStraggler) {
       auto addmm = Fn("aten::addmm", FunctionClass::kCompute, r == 3 ? rank3_addmm : 12, 4);
       for (int i = 0; i < 20; ++i)
         addmm.iter_us.push_back(static_cast<float>(addmm.per_iter_us + (i % 2 ? 4000 : -4000)));
-      side.push_back(Rank(r, 4,
-                          {Fn("aten::mm", FunctionClass::kCompute, 30, 7), addmm,
-                           Fn("gloo:all_reduce", FunctionClass::kCollective,
-                              r == 3 ? 8 : 8 + peers_wait, 3)},
-                          61));
+      side.push_back(
+          Rank(r, 4,
+               {Fn("aten::mm", FunctionClass::kCompute, 30, 7), addmm,
+                Fn("gloo:all_reduce", FunctionClass::kCollective, r == 3 ? 8 : 8 + peers_wait, 3)},
+               61));
     }
     return side;
   };

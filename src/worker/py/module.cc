@@ -446,8 +446,7 @@ PyObject* WaitWriters(PyObject*, PyObject* arg) {
     done = g->cv.wait_for(l, std::chrono::duration<double>(std::max(timeout, 0.0)),
                           [] { return g->writers == 0; });
   }
-  Py_END_ALLOW_THREADS
-  return PyBool_FromLong(done);
+  Py_END_ALLOW_THREADS return PyBool_FromLong(done);
 }
 
 // ---- detector entry points ----
