@@ -1,6 +1,8 @@
-"""Chaos: a real torch job under `perftracker run --server ADDR` while its server (on its own)
-is killed with SIGKILL and restarted twice. Training exits 0, what SQLite held before each kill
-is still there, and a window after the last restart is diagnosed (issue 14)."""
+"""Chaos: a real torch job under `perftracker run --server ADDR --agent-socket PATH` while its
+server and its node agent (each a process of its own) are killed with SIGKILL and restarted: the
+server twice, the agent once. Training exits 0, what SQLite held before each kill is still there,
+the restarted agent's window and a window after the last server restart are diagnosed (issue
+14)."""
 import os
 import signal
 import socket
@@ -24,10 +26,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def rows(db, table):
+def rows(db, table, columns="job_id, window_id"):
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as c:
-            return c.execute(f"SELECT job_id, window_id FROM {table}").fetchall()
+            return c.execute(f"SELECT {columns} FROM {table}").fetchall()
     except sqlite3.Error:
         return []
 
@@ -40,7 +42,7 @@ def tail(path):
 @unittest.skipUnless(ptest.online_built(), "needs the online path (the default build)")
 @unittest.skipUnless(ptest.torch_available(), "needs /usr/bin/python3 with torch (apt-get install python3-torch)")
 class Chaos(unittest.TestCase):
-    def test_server_killed_and_restarted_twice(self):
+    def test_server_killed_twice_and_agent_once(self):
         tmp = tempfile.mkdtemp(prefix="pt_chaos_")
         report = os.path.join(tmp, "server")
         db = os.path.join(report, "perftracker.db")
@@ -53,15 +55,27 @@ class Chaos(unittest.TestCase):
                                      "--max-seconds", "10", "--grace-seconds", "10"],
                                     stdout=server_log, stderr=server_log)
 
+        agent_sock = os.path.join(tmp, "agent.sock")
+        agent_log = open(os.path.join(tmp, "agent.log"), "ab")
+        self.addCleanup(agent_log.close)
+
+        def start_agent():
+            return subprocess.Popen([ptest.BIN, "agent", "--server", addr, "--socket", agent_sock,
+                                     "--trace-dir", os.path.join(tmp, "traces"), "--job-id",
+                                     "chaos", "--ranks", "0,1"],
+                                    stdout=agent_log, stderr=agent_log)
+
         def job_windows(job):
             return [w for j, w in rows(db, "findings") + rows(db, "rank_summaries") if j == job]
 
         server = start_server()
+        agent = start_agent()
         run_log = os.path.join(tmp, "run.log")
         with open(run_log, "wb") as out:
             job = subprocess.Popen([ptest.BIN, "run", "--nproc", "2", "--server", addr,
+                                    "--agent-socket", agent_sock,
                                     "--report-dir", os.path.join(tmp, "run"), "--",
-                                    ptest.TORCH_PYTHON, TRAIN, "--iters", "1500"],
+                                    ptest.TORCH_PYTHON, TRAIN, "--iters", "3000"],
                                    stdout=out, stderr=out)
         try:
             before = []
@@ -75,6 +89,35 @@ class Chaos(unittest.TestCase):
                 for r in before:
                     self.assertIn(r, kept, "a row written before a kill was lost")
                 before = kept
+                if life == 2:
+                    # The node agent dies and comes back: the workers reconnect to the new one,
+                    # which registers again, and a window asked for now has both ranks.
+                    agent.send_signal(signal.SIGKILL)
+                    agent.wait()
+                    agent = start_agent()
+                    said = {}
+
+                    def run_cli(*args):
+                        r = subprocess.run([ptest.BIN, *args, "--server", addr],
+                                           capture_output=True, text=True)
+                        said[args[0]] = r.stdout + r.stderr
+                        return r.returncode == 0
+
+                    # The new agent registered (the dead one is still listed until it expires).
+                    self.assertTrue(wait_until(
+                        lambda: run_cli("status") and "agents: 2" in said["status"], 30),
+                        said.get("status"))
+                    self.assertTrue(run_cli("trigger"), said["trigger"])
+                    asked = said["trigger"]
+                    window = int(asked.split("window")[1].split()[0])
+                    both = lambda: sorted(r for j, w, r in rows(db, "rank_summaries",
+                                                               "job_id, window_id, rank")
+                                          if j == life and w == window) == [0, 1]
+                    self.assertTrue(wait_until(both, 90),
+                                    f"no window from both ranks after the agent restart ({asked})\n"
+                                    + tail(run_log) + tail(os.path.join(tmp, "agent.log")))
+                    self.assertIsNone(job.poll(), "the job ended early")
+                    before = rows(db, "rank_summaries")
                 if life < 3:
                     server.send_signal(signal.SIGKILL)
                     server.wait()
@@ -87,6 +130,8 @@ class Chaos(unittest.TestCase):
         finally:
             if job.poll() is None:
                 job.kill()
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(timeout=30)
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=30)
 

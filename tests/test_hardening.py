@@ -111,6 +111,37 @@ class Hardening(unittest.TestCase):
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=60)
 
+    def test_a_failed_fork_stops_the_ranks_already_started(self):
+        # A process limit (RLIMIT_NPROC counts every task of a user) lets the launcher, its
+        # threads and some ranks start, then fork fails. As root (CI) the launcher runs as
+        # nobody, whom the limit applies to; otherwise as this user, above what it runs now.
+        user = "nobody" if os.geteuid() == 0 else None
+        if user and not shutil.which("runuser"):
+            self.fail("runuser (util-linux) is missing")
+        owner = user or str(os.getuid())
+        ps = subprocess.run(["ps", "-L", "-u", owner, "-o", "lwp="], capture_output=True,
+                            text=True)
+        limit = len(ps.stdout.split()) + 80
+        report = tempfile.mkdtemp(prefix="pt_fork_")
+        os.chmod(report, 0o777)
+        self.addCleanup(shutil.rmtree, report, True)
+        mark = "61.25"
+        cmd = ["prlimit", f"--nproc={limit}", ptest.BIN, "run", "--nproc", "400", "--report-dir",
+               os.path.join(report, "r"), "--", "sleep", mark]
+        if user:
+            cmd = ["runuser", "-u", user, "--"] + cmd
+        before = set(os.listdir("/tmp"))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"run: cannot start rank \d+: fork failed: ")
+        self.assertEqual(len(r.stderr.strip().splitlines()[-1:]), 1)
+        self.assertTrue(wait_until(lambda: not alive(f"^sleep {mark}$"), 10),
+                        f"ranks started before the failure still run: {alive(f'^sleep {mark}$')}")
+        left = [d for d in set(os.listdir("/tmp")) - before if d.startswith("perftracker-")]
+        self.assertEqual(left, [], "the launcher left its socket folder")
+        print(f"fork failed under a limit of {limit} tasks: {r.stderr.strip().splitlines()[-1]}",
+              file=sys.stderr)
+
     def test_token_files_readable_by_others_or_short_are_refused(self):
         loose = os.path.join(self.tmp, "loose")
         with open(loose, "w") as f:

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <thread>
 
+#include "agent/trace_pairing.h"
 #include "agent/worker_message.h"
 #include "base/json_writer.h"
 #include "base/log.h"
@@ -40,8 +41,6 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxConnections = 1024;
 constexpr size_t kMaxQueuedIterations = 200000;  // the agent polls every 0.2 s; this is minutes
 constexpr size_t kMaxQueued = 10000;             // triggers, stack replies, finished traces
-constexpr size_t kMaxPendingTraces = 4096;
-constexpr size_t kMaxRemembered = 1024;  // uploaded Python traces a late torch trace may follow
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kReadRoundsPerWakeup = 16;  // then let the other connections have a turn
 
@@ -71,26 +70,6 @@ struct SocketSink::Impl {
     std::deque<IterationReport> unranked;
   };
 
-  // One worker's window traces, until both are in or the wait is over.
-  struct Pending {
-    int pid = 0;
-    int rank = -1;
-    std::optional<int64_t> window;
-    bool have_python = false;
-    std::string python_path;
-    bool torch_expected = true;
-    bool torch_done = false;
-    std::string torch_path;   // empty: the torch trace failed
-    std::string torch_error;  // the worker's reason when it failed
-    Clock::time_point python_at, torch_at;
-  };
-
-  struct Uploaded {
-    int pid = 0;
-    std::optional<int64_t> window;
-    std::string python_path;
-  };
-
   std::string socket_path;
   std::string trace_dir;
   Options options;
@@ -108,8 +87,8 @@ struct SocketSink::Impl {
   std::vector<WorkerTrigger> triggers;
   std::vector<std::pair<int64_t, pattern::RankStacks>> stacks;
   std::vector<WorkerTrace> finished;
-  std::vector<Pending> pending;
-  std::deque<Uploaded> uploaded;
+  // Each worker's Python and torch traces of a window, put together.
+  TracePairing pairing{{}};  // its options set with `options`, in the constructor
   std::optional<WindowCommand> window;
   std::string window_line;  // the profile command, as sent
   Clock::time_point window_since;
@@ -351,76 +330,24 @@ struct SocketSink::Impl {
     return c.window_sent;
   }
 
-  static bool SameWindow(const std::optional<int64_t>& a, const std::optional<int64_t>& b) {
-    return a && b && *a == *b;
-  }
-
-  static bool IsTorchOf(const std::string& torch_path, const std::string& python_path) {
-    return !python_path.empty() && torch_path == python_path + ".torch.json";
-  }
-
-  Pending& NewPending() {
-    if (pending.size() >= kMaxPendingTraces) pending.erase(pending.begin());
-    return pending.emplace_back();
-  }
-
   void OnPythonTrace(Conn& c, const WorkerMessage& m) {
     const std::optional<int64_t> w = TraceWindow(c, m);
-    const std::string& p = m.path;
-    Pending* entry = nullptr;
-    for (Pending& e : pending) {
-      if (e.pid == c.pid && !e.have_python &&
-          (IsTorchOf(e.torch_path, p) || SameWindow(e.window, w))) {
-        entry = &e;
-        break;
-      }
-    }
-    if (entry == nullptr) entry = &NewPending();
-    entry->pid = c.pid;
-    entry->rank = c.rank;
-    if (w) entry->window = w;
-    entry->have_python = true;
-    entry->python_path = p;
     // An older worker does not say: expect a torch trace, and wait for it at most a while.
-    entry->torch_expected = m.torch.value_or(true);
-    entry->python_at = Clock::now();
+    pairing.PythonTrace(c.pid, c.rank, w, m.path, m.torch.value_or(true), Clock::now());
     if (window && (!w || *w == window->window_id)) window_done_pids.insert(c.pid);
     Reap(Clock::now());
   }
 
   void OnTorchTrace(Conn& c, const WorkerMessage& m) {
-    const std::string& p = m.path;
-    const std::optional<std::string>& error = m.error;
-    if (error) {
+    if (m.error) {
       Log(fmt::format("rank {} (pid {}): no torch trace: {}", RankName(c.rank), c.pid,
-                      log::Printable(*error)));
+                      log::Printable(*m.error)));
     }
-    const std::optional<int64_t> w = TraceWindow(c, m);
-    for (const Uploaded& u : uploaded) {
-      if (u.pid == c.pid && (IsTorchOf(p, u.python_path) || SameWindow(u.window, w))) {
-        Log(fmt::format("rank {} (pid {}): torch trace {} came after its window was uploaded",
-                        RankName(c.rank), c.pid, p));
-        return;
-      }
+    if (!pairing.TorchTrace(c.pid, c.rank, TraceWindow(c, m), m.path, m.error, Clock::now())) {
+      Log(fmt::format("rank {} (pid {}): torch trace {} came after its window was uploaded",
+                      RankName(c.rank), c.pid, log::Printable(m.path)));
+      return;
     }
-    Pending* entry = nullptr;
-    for (Pending& e : pending) {
-      if (e.pid == c.pid && e.have_python && !e.torch_done &&
-          (IsTorchOf(p, e.python_path) || SameWindow(e.window, w))) {
-        entry = &e;
-        break;
-      }
-    }
-    if (entry == nullptr) {
-      entry = &NewPending();
-      entry->pid = c.pid;
-      entry->rank = c.rank;
-      entry->window = w;
-    }
-    entry->torch_done = true;
-    entry->torch_path = error ? "" : p;
-    entry->torch_error = error ? log::Printable(error->substr(0, 500)) : "";
-    entry->torch_at = Clock::now();
     Reap(Clock::now());
   }
 
@@ -438,56 +365,21 @@ struct SocketSink::Impl {
     return -1;
   }
 
-  void Finish(const Pending& e, std::vector<std::string> paths, std::string missing_part = "",
-              std::string missing_why = "") {
-    if (paths.empty() || finished.size() >= kMaxQueued) return;
-    WorkerTrace t;
-    t.paths = std::move(paths);
-    t.missing_part = std::move(missing_part);
-    t.missing_why = std::move(missing_why);
-    t.pid = e.pid;
-    t.rank = e.rank >= 0 ? e.rank : RankOfPid(e.pid);
-    t.world_size = WorldSizeOfPid(e.pid);
-    finished.push_back(std::move(t));
-  }
-
-  // Moves the windows that are complete, or waited for long enough, to `finished`.
+  // Moves the windows whose traces are paired, or waited for long enough, to `finished`.
   void Reap(Clock::time_point now) {
-    auto done = [&](const Pending& e) {
-      if (e.have_python) {
-        if (e.torch_expected && !e.torch_done &&
-            Seconds(now - e.python_at) < options.torch_wait_seconds) {
-          return false;
-        }
-        std::vector<std::string> paths{e.python_path};
-        std::string part, why;
-        if (e.torch_done && !e.torch_path.empty()) {
-          paths.push_back(e.torch_path);
-        } else if (e.torch_done) {
-          part = "torch.profiler";
-          why = e.torch_error.empty() ? "the worker could not write its trace" : e.torch_error;
-        } else if (e.torch_expected) {
-          part = "torch.profiler";
-          why = fmt::format("its trace did not arrive within {:.0f} s of the Python tracer's file",
-                            options.torch_wait_seconds);
-        }
-        Finish(e, std::move(paths), std::move(part), std::move(why));
-        if (!e.torch_done) {
-          // Its torch trace may still come: it is dropped then, not uploaded alone.
-          if (uploaded.size() >= kMaxRemembered) uploaded.pop_front();
-          uploaded.push_back({e.pid, e.window, e.python_path});
-        }
-        return true;
-      }
-      if (Seconds(now - e.torch_at) < options.orphan_torch_seconds) return false;
-      if (!e.torch_path.empty())
-        Finish(e, {e.torch_path}, "python",
-               fmt::format("the Python tracer's file did not arrive within {:.0f} s of the torch "
-                           "trace",
-                           options.orphan_torch_seconds));
-      return true;
-    };
-    pending.erase(std::remove_if(pending.begin(), pending.end(), done), pending.end());
+    std::vector<TracePairing::Paired> ready;
+    pairing.Reap(now, &ready);
+    for (TracePairing::Paired& p : ready) {
+      if (finished.size() >= kMaxQueued) break;
+      WorkerTrace t;
+      t.paths = std::move(p.paths);
+      t.missing_part = std::move(p.missing_part);
+      t.missing_why = std::move(p.missing_why);
+      t.pid = p.pid;
+      t.rank = p.rank >= 0 ? p.rank : RankOfPid(p.pid);
+      t.world_size = WorldSizeOfPid(p.pid);
+      finished.push_back(std::move(t));
+    }
   }
 
   void OnStacks(Conn& c, WorkerMessage& m) {
@@ -582,6 +474,7 @@ SocketSink::SocketSink(std::string socket_path, std::string trace_dir, Options o
   impl_->socket_path = std::move(socket_path);
   impl_->trace_dir = std::move(trace_dir);
   impl_->options = options;
+  impl_->pairing = TracePairing({options.torch_wait_seconds, options.orphan_torch_seconds});
 }
 
 SocketSink::~SocketSink() { Stop(); }

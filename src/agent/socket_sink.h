@@ -1,10 +1,10 @@
 // The agent's side of the worker protocol (src/worker/protocol.md): listens on a Unix stream
 // socket, reads each worker's newline-delimited JSON (iterations, triggers, finished traces,
-// stack replies; parsed and bounded by agent/worker_message.h), and sends profile and stacks
-// commands. Owns the socket file, one I/O thread
-// (poll(), non-blocking, bounded buffers), each connected worker's identity, and the pairing of
-// a worker's Python trace with its torch.profiler trace. The stream is lossy by design: bad
-// lines are counted and skipped, never fatal.
+// stack replies), and sends profile and stacks commands. Owns the socket file, one I/O thread
+// (poll(), non-blocking, bounded buffers) and each connected worker's identity; the parsing of
+// a line is agent/worker_message.h, and putting a worker's Python and torch.profiler traces of a
+// window together is agent/trace_pairing.h. The stream is lossy by design: bad lines are counted
+// and skipped, never fatal.
 #ifndef PERFTRACKER_AGENT_SOCKET_SINK_H_
 #define PERFTRACKER_AGENT_SOCKET_SINK_H_
 

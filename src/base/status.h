@@ -10,7 +10,8 @@
 
 namespace perftracker {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kDataLoss, kInternal, kUnavailable };
+enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kDataLoss, kInternal, kUnavailable,
+                        kResourceExhausted };
 
 class [[nodiscard]] Status {
  public:
@@ -35,6 +36,10 @@ inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move
 inline Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+// Refused for now (a rate limit): the message says when to try again.
+inline Status ResourceExhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 
 template <typename T>
 class [[nodiscard]] StatusOr {

@@ -403,11 +403,11 @@ int RunJob(const RunOptions& o) {
     so.listen = o.listen;
     so.report_dir = report_dir;
     so.token = token;
-    so.default_iterations = o.iterations;
+    so.schedule.default_iterations = o.iterations;
     so.max_seconds = o.max_seconds;
-    so.baseline_window = o.baseline_window;
+    so.schedule.baseline_window = o.baseline_window;
     so.diagnose = o.diagnose;
-    so.profile_every_seconds = o.profile_every_seconds;
+    so.schedule.profile_every_seconds = o.profile_every_seconds;
     so.on_hang = [&hang_kill, kill = o.kill_on_hang](const diagnose::Diagnosis&) {
       if (kill) hang_kill = true;
     };
@@ -431,10 +431,6 @@ int RunJob(const RunOptions& o) {
                "setting");
   }
 
-  agent::SocketSink::Options sink_options;
-  sink_options.retention.keep_windows = o.keep_traces;
-  auto sink = std::make_unique<agent::SocketSink>(sock_path, trace_dir, sink_options);
-  if (Status st = sink->Start(); !st.ok()) return Error(st.message());
   agent::AgentOptions ao;
   ao.server = server_addr;
   ao.token = token;
@@ -449,9 +445,28 @@ int RunJob(const RunOptions& o) {
   if (!embedded) ao.tls = o.tls;  // the embedded server is on loopback, without TLS
   ao.profile_at_iteration = o.profile_at_iteration;
   for (int i = 0; i < o.nproc; ++i) ao.ranks.push_back(o.node_rank * o.nproc + i);
-  agent::Agent agent(ao, std::move(sink));
+  // This node's agent: inside the launcher, or one already running (--agent-socket).
+  std::unique_ptr<agent::Agent> agent;
   Status agent_status;
-  std::thread agent_thread([&] { agent_status = agent.Run(); });
+  std::thread agent_thread;
+  if (o.agent_socket.empty()) {
+    agent::SocketSink::Options sink_options;
+    sink_options.retention.keep_windows = o.keep_traces;
+    auto sink = std::make_unique<agent::SocketSink>(sock_path, trace_dir, sink_options);
+    if (Status st = sink->Start(); !st.ok()) return Error(st.message());
+    agent = std::make_unique<agent::Agent>(ao, std::move(sink));
+    agent_thread = std::thread([&] { agent_status = agent->Run(); });
+  } else {
+    sock_path = o.agent_socket;
+    std::error_code ec2;
+    if (!fs::exists(sock_path, ec2))
+      log::Event("", "no agent at {} yet: the ranks connect once it runs", sock_path);
+  }
+  auto stop_agent = [&] {
+    if (!agent) return;
+    agent->Stop();
+    agent_thread.join();
+  };
 
   std::map<std::string, std::string> common = {
       {"PERFTRACKER_AGENT_SOCKET", sock_path},
@@ -499,8 +514,7 @@ int RunJob(const RunOptions& o) {
     for (const Child& c : children)
       if (c.pid > 0) waitpid(c.pid, nullptr, 0);
     reaper.Done();
-    agent.Stop();
-    agent_thread.join();
+    stop_agent();
     if (embedded) embedded->Shutdown();
     return Error(fmt::format("run: cannot start rank {}: fork failed: {}", children.size(), why));
   }
@@ -522,7 +536,8 @@ int RunJob(const RunOptions& o) {
   if (log::StatusShown()) {
     status_thread = std::thread([&] {
       while (!job_done) {
-        log::SetStatus(StatusLine(agent.Progress(), Clock::now() - started, o.nproc));
+        log::SetStatus(StatusLine(agent ? agent->Progress() : agent::AgentProgress{},
+                                  Clock::now() - started, o.nproc));
         std::this_thread::sleep_for(kStatusInterval);
       }
       log::SetStatus("");
@@ -590,9 +605,8 @@ int RunJob(const RunOptions& o) {
   relay.Join();
   job_done = true;
   if (status_thread.joinable()) status_thread.join();
-  agent::AgentProgress progress = agent.Progress();
-  agent.Stop();
-  agent_thread.join();
+  agent::AgentProgress progress = agent ? agent->Progress() : agent::AgentProgress{};
+  stop_agent();
   if (!agent_status.ok()) log::Error("", "{}", agent_status.message());
   int rc = 0;
   if (hang_stop) {

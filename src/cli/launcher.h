@@ -29,14 +29,17 @@ struct RunOptions {
   std::string report_dir = "perftracker-report";
   std::string server;                  // external server; empty: embedded
   std::string listen = "127.0.0.1:0";  // the embedded server's address
+  // A node agent already running (`perftracker agent --socket PATH`): the ranks report to it,
+  // the launcher runs none (empty: an agent inside the launcher). It outlives an agent restart:
+  // workers reconnect.
+  std::string agent_socket;
   std::string token_file;
   int iterations = 10;      // per window
   double max_seconds = 20;  // per window
   int64_t profile_at_iteration = -1;
   TlsFiles tls;  // with --server off loopback: the CA to check it (and this node's cert/key)
-  int keep_traces = 3;
-  std::string job_id;  // RegisterRequest.job_id; empty: see RunJob  // windows whose raw traces
-                       // stay in REPORT_DIR/traces (newest first)
+  int keep_traces = 3;  // windows whose raw traces stay in REPORT_DIR/traces (newest first)
+  std::string job_id;  // RegisterRequest.job_id; empty: see RunJob
   diagnose::DiagnoseOptions diagnose;  // for the embedded server's diagnoses
   bool baseline_window = true;         // server::ServerOptions::baseline_window
   double profile_every_seconds = 0;    // server::ServerOptions::profile_every_seconds

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "agent/socket_sink.h"
 #include "cli/launcher.h"
 #include "server/collector.h"
 #endif
@@ -228,6 +229,9 @@ struct OnlineFlags {
   std::string job_id;
   pt::TlsFiles tls;
   std::string watch_dir;
+  std::string socket;     // agent: serve workers on this Unix socket
+  std::string trace_dir;  // agent --socket: where the workers write their traces
+  int keep_traces = 3;
   std::vector<int> ranks;
   double max_seconds = 20;
   double grace_seconds = 30;
@@ -276,13 +280,13 @@ int RunServer(const OnlineFlags& f) {
   o.tls = f.tls;
   o.max_seconds = f.max_seconds;
   o.upload_grace_seconds = f.grace_seconds;
-  o.default_iterations = f.iterations;
+  o.schedule.default_iterations = f.iterations;
   o.diagnose = f.diagnose;
-  o.baseline_window = f.baseline == "on";
+  o.schedule.baseline_window = f.baseline == "on";
   if (!f.profile_every.empty()) {
     auto every = ParseDuration("--profile-every", f.profile_every);
     if (!every.ok()) return Fail(every.status());
-    o.profile_every_seconds = *every;
+    o.schedule.profile_every_seconds = *every;
   }
   std::thread sig;
   auto server = [&]() -> pt::StatusOr<std::unique_ptr<pt::server::CollectorServer>> {
@@ -313,8 +317,29 @@ int RunServer(const OnlineFlags& f) {
 int RunAgent(const OnlineFlags& f) {
   auto token = Token(f);
   if (!token.ok()) return Fail(token.status());
-  if (f.watch_dir.empty() || !std::filesystem::is_directory(f.watch_dir))
-    return Fail(pt::InvalidArgument(fmt::format("{}: --watch needs a folder", f.watch_dir)));
+  if (f.watch_dir.empty() == f.socket.empty())
+    return Fail(pt::InvalidArgument(
+        "agent: say where the workers are: --socket PATH (they connect to it) or --watch DIR"));
+  std::unique_ptr<pt::agent::AgentLocalSink> sink;
+  if (!f.watch_dir.empty()) {
+    if (!std::filesystem::is_directory(f.watch_dir))
+      return Fail(pt::InvalidArgument(fmt::format("{}: --watch needs a folder", f.watch_dir)));
+    sink = std::make_unique<pt::agent::FolderSink>(f.watch_dir);
+  } else {
+    // The node agent of `perftracker run --agent-socket PATH`: workers connect and are told
+    // where to write their windows' traces.
+    std::error_code ec;
+    std::filesystem::create_directories(f.trace_dir, ec);
+    if (ec)
+      return Fail(pt::InvalidArgument(
+          fmt::format("{}: cannot create the trace folder: {}", f.trace_dir, ec.message())));
+    pt::agent::SocketSink::Options so;
+    so.retention.keep_windows = f.keep_traces;
+    auto socket_sink = std::make_unique<pt::agent::SocketSink>(
+        f.socket, std::filesystem::absolute(f.trace_dir).string(), so);
+    if (pt::Status st = socket_sink->Start(); !st.ok()) return Fail(st);
+    sink = std::move(socket_sink);
+  }
   pt::agent::Agent agent({.server = f.server,
                           .token = *token,
                           .tls = f.tls,
@@ -322,7 +347,7 @@ int RunAgent(const OnlineFlags& f) {
                           .job_id = f.job_id,
                           .ranks = f.ranks,
                           .poll_seconds = 0.2},
-                         std::make_unique<pt::agent::FolderSink>(f.watch_dir));
+                         std::move(sink));
   std::thread sig = SignalThread([&agent] { agent.Stop(); });
   pt::Status st = agent.Run();
   if (!st.ok()) {
@@ -523,11 +548,21 @@ int main(int argc, char** argv) {
                         "the job these ranks belong to (the same on every node; a server "
                         "collects one job at a time)");
   AddTlsFlags(agent_cmd, &online.tls, /*server=*/false);
-  agent_cmd->add_option("--watch", online.watch_dir, "folder where workers' traces appear")
-      ->required();
+  agent_cmd->add_option("--socket", online.socket,
+                        "serve this node's workers on this Unix socket (perftracker run "
+                        "--agent-socket PATH, or PERFTRACKER_AGENT_SOCKET in their environment)");
+  agent_cmd->add_option("--trace-dir", online.trace_dir,
+                        "with --socket: where workers write their windows' raw traces")
+      ->default_val("perftracker-traces");
+  agent_cmd->add_option("--keep-traces", online.keep_traces,
+                        "with --socket: windows whose raw traces stay in --trace-dir");
+  agent_cmd->add_option("--watch", online.watch_dir,
+                        "instead of --socket: a folder where workers' traces appear");
   agent_cmd->add_option("--ranks", online.ranks, "local ranks (when known)")->delimiter(',');
   agent_cmd->footer(
-      "Example:\n  perftracker agent --server head:50551 --token-file token --watch /tmp/traces "
+      "Example:\n  perftracker agent --server head:50551 --token-file token --socket "
+      "/tmp/pt-agent.sock --ranks 0,1,2,3\n"
+      "  perftracker agent --server head:50551 --token-file token --watch /tmp/traces "
       "--ranks 0,1,2,3");
   pt::cli::RunOptions run_opts;
   std::string on_hang = "keep";
@@ -545,6 +580,9 @@ int main(int argc, char** argv) {
   run->add_option("--server", run_opts.server,
                   "a running perftracker server (default: one inside this launcher)");
   run->add_option("--listen", run_opts.listen, "the embedded server's address");
+  run->add_option("--agent-socket", run_opts.agent_socket,
+                  "this node's agent is already running (`perftracker agent --socket PATH`): the "
+                  "ranks report to it and the launcher starts none");
   run->add_option("--token-file", run_opts.token_file, "shared token file");
   run->add_option("--job-id", run_opts.job_id,
                   "with --server: the job's name, the same on every node (default: "

@@ -25,6 +25,7 @@
 #include "diagnose/hang.h"
 #include "perftracker.grpc.pb.h"
 #include "report/report.h"
+#include "server/scheduler.h"
 #include "server/store.h"
 #include "server/window.h"
 
@@ -239,36 +240,17 @@ struct CollectorServer::Impl final
   std::optional<std::string> job_key;      // the job being collected (RegisterRequest.job_id)
   std::map<int, RankState> ranks;
   std::map<int64_t, std::unique_ptr<Window>> windows;
-  int64_t open_window = 0;  // 0: none
+  // The online policy: when windows open, cooldowns, hang confirmation (server/scheduler.h).
+  // Guarded by mu like the rest; the single source of which window is open.
+  std::optional<WindowScheduler> sched;
   int64_t last_window = 0;
   bool wrote_latest = false;
   std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
   int windows_diagnosed = 0;
   int hangs_diagnosed = 0;
-  std::chrono::steady_clock::time_point last_closed{};           // any window
-  std::chrono::steady_clock::time_point last_slowdown_closed{};  // one a slowdown opened
-  std::chrono::steady_clock::time_point last_opened{};
-  int64_t slowdown_window = 0;  // the window a slowdown trigger opened or joined
-  double slowdown_mean_ms = 0;  // the recent iteration time of the trigger that did
-  bool baseline_done = false;
-  // A slowdown that began after the open window started profiling: that window cannot show
-  // it, so a window of its own follows once the open one closes.
-  std::optional<std::string> followup;
-  struct PendingHang {
-    std::chrono::steady_clock::time_point since;
-    int rank = -1;
-    double mean_ms = 0;
-    int64_t step = -1;  // the furthest step of any rank when it fired
-  };
-  std::optional<PendingHang> pending_hang;           // fired, not confirmed yet
   std::optional<HangCollection> hang;                // collecting stacks
-  bool hang_reported = false;                        // until iterations progress again
-  int64_t hang_step = -1;                            // the furthest step when the hang was reported
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
   std::thread timer;
-  // When each caller host last opened a window with `perftracker trigger` (bounded: forgotten
-  // all at once past the cap, which only lets a flood through once).
-  static constexpr size_t kMaxTriggerCallers = 1024;
   // Commands kept for an agent without an open stream (the newest; a window needs one).
   static constexpr size_t kMaxQueuedCommands = 16;
   // An agent that called this recently counts as connected while it reconnects its stream.
@@ -276,7 +258,6 @@ struct CollectorServer::Impl final
   // Closed windows kept in memory (their summaries), newest first; older ones are in SQLite
   // and in REPORT_DIR/windows/<id>/.
   static constexpr size_t kKeptClosedWindows = 16;
-  std::map<std::string, std::chrono::steady_clock::time_point> user_triggers;
 
   grpc::Status Authorize(grpc::ServerContextBase* ctx) {
     if (options.token.empty()) return grpc::Status::OK;
@@ -288,31 +269,43 @@ struct CollectorServer::Impl final
     return grpc::Status::OK;
   }
 
-  // Called with mu held.
-  TriggerResult OpenWindowLocked(const std::string& reason, int iterations) {
-    if (open_window) {
-      const WindowSpec& s = windows[open_window]->spec();
+  // Where the job is, for the scheduler (with mu held). The ranks it waits for: those agents
+  // declared, else those that reported.
+  JobProgress ProgressLocked() const {
+    JobProgress p;
+    double sum = 0;
+    int64_t n = 0;
+    for (const auto& [r, st] : ranks) {
+      p.furthest_step = std::max(p.furthest_step, st.last_step);
+      sum += st.sum_ms;
+      n += st.count;
+    }
+    if (n > 0 && sum > 0) p.mean_iteration_ms = sum / n;
+    std::set<int> expected;
+    for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
+    if (expected.empty())
+      for (const auto& [r, st] : ranks) expected.insert(r);
+    for (int r : expected) {
+      auto it = ranks.find(r);
+      const int64_t count = it == ranks.end() ? 0 : it->second.count;
+      p.fewest_iterations = p.fewest_iterations < 0 ? count : std::min(p.fewest_iterations, count);
+    }
+    return p;
+  }
+
+  // Opens a window, or returns the open one (already_open). SLOWDOWN and MEAN_MS: a slowdown
+  // trigger opened it. Called with mu held.
+  TriggerResult OpenWindowLocked(const std::string& reason, int iterations, bool slowdown = false,
+                                 double mean_ms = 0) {
+    if (const int64_t open = sched->open_window()) {
+      const WindowSpec& s = windows[open]->spec();
       return {s.id, s.start_iteration, true};
     }
     WindowSpec spec;
     spec.id = ++last_window;
-    spec.iterations = iterations > 0 ? iterations : options.default_iterations;
+    spec.iterations = sched->Iterations(iterations);
     spec.max_seconds = options.max_seconds;
-    // A common future iteration, so every rank profiles the same steps; 0 when no rank has
-    // reported iterations yet (workers read it as "the next iteration").
-    int64_t latest_step = -1;
-    double sum = 0;
-    int64_t n = 0;
-    for (const auto& [r, st] : ranks) {
-      latest_step = std::max(latest_step, st.last_step);
-      sum += st.sum_ms;
-      n += st.count;
-    }
-    int64_t lead = options.start_lead;
-    if (n > 0 && sum > 0)
-      lead = std::max<int64_t>(
-          lead, static_cast<int64_t>(std::ceil(options.lead_seconds * 1e3 / (sum / n))));
-    spec.start_iteration = latest_step >= 0 ? latest_step + lead : 0;
+    spec.start_iteration = sched->StartIteration(ProgressLocked());
     std::set<int> expected;
     for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
     auto deadline =
@@ -320,8 +313,8 @@ struct CollectorServer::Impl final
         std::chrono::duration_cast<Window::Clock::duration>(
             std::chrono::duration<double>(options.max_seconds + options.upload_grace_seconds));
     windows[spec.id] = std::make_unique<Window>(spec, expected, deadline);
-    open_window = spec.id;
-    last_opened = std::chrono::steady_clock::now();
+    sched->Opened(spec.id, spec.start_iteration, std::chrono::steady_clock::now(), slowdown,
+                  mean_ms);
     if (::perftracker::Status st =
             store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
         !st.ok())
@@ -346,15 +339,8 @@ struct CollectorServer::Impl final
     Window& w = *windows[id];
     if (w.closed()) return;
     diagnose::Diagnosis d = w.Close(options.diagnose);
-    if (open_window == id) open_window = 0;
-    NoteClosedLocked(id);
+    sched->Closed(id, std::chrono::steady_clock::now());
     Publish(id, d, "window");
-  }
-
-  // Called with mu held.
-  void NoteClosedLocked(int64_t id) {
-    last_closed = std::chrono::steady_clock::now();
-    if (id == slowdown_window) last_slowdown_closed = last_closed;
   }
 
   // Closes window ID like CloseWindowLocked, but diagnoses with LK released: a 10,000-rank
@@ -365,8 +351,7 @@ struct CollectorServer::Impl final
     Window& w = *windows[id];
     if (w.closed()) return;
     Window::Sealed sealed = w.Seal();
-    if (open_window == id) open_window = 0;
-    NoteClosedLocked(id);
+    sched->Closed(id, std::chrono::steady_clock::now());
     lk.unlock();
     diagnose::Diagnosis d = Window::Diagnose(std::move(sealed), options.diagnose);
     lk.lock();
@@ -408,9 +393,8 @@ struct CollectorServer::Impl final
 
   // Called with mu held.
   void StartHangLocked(int rank, double mean_ms, std::chrono::steady_clock::time_point since) {
-    if (hang || hang_reported) return;
     // A profiling window in progress cannot finish while ranks are stuck: report what it has.
-    if (open_window) CloseWindowLocked(open_window);
+    if (sched->open_window()) CloseWindowLocked(sched->open_window());
     HangCollection h;
     h.id = ++last_window;
     h.since = since;
@@ -426,7 +410,7 @@ struct CollectorServer::Impl final
     v1::Command cmd;
     cmd.mutable_stacks()->set_request_id(h.id);
     SendLocked(cmd);
-    hang_step = FurthestStepLocked();
+    sched->HangStarted(FurthestStepLocked());
     log::Event("", "hang reported by rank {}: collecting stacks from {} rank(s)", rank,
                h.expected.size());
     hang = std::move(h);
@@ -437,7 +421,7 @@ struct CollectorServer::Impl final
   void FinishHangLocked() {
     HangCollection h = std::move(*hang);
     hang.reset();
-    hang_reported = true;
+    sched->HangFinished();
     std::vector<diagnose::RankStacks> replies;
     for (auto& [r, s] : h.replies) replies.push_back(s);
     double stalled =
@@ -515,7 +499,7 @@ struct CollectorServer::Impl final
     }
     size_t closed = 0;
     for (auto it = windows.rbegin(); it != windows.rend();) {
-      if (it->second->closed() && ++closed > kKeptClosedWindows && it->first != slowdown_window) {
+      if (it->second->closed() && ++closed > kKeptClosedWindows && it->first != sched->slowdown_window()) {
         it = decltype(it)(windows.erase(std::next(it).base()));
       } else {
         ++it;
@@ -525,14 +509,11 @@ struct CollectorServer::Impl final
 
   void TimerTick(std::unique_lock<std::mutex>& lk) {
     ExpireLocked();
-    if (open_window && windows[open_window]->Expired(Window::Clock::now()))
-      CloseWindow(lk, open_window);
-    if (pending_hang && std::chrono::steady_clock::now() - pending_hang->since >=
-                            std::chrono::duration<double>(options.hang_confirm_seconds)) {
-      PendingHang p = *pending_hang;
-      pending_hang.reset();
-      StartHangLocked(p.rank, p.mean_ms, p.since);
-    }
+    if (const int64_t open = sched->open_window();
+        open && windows[open]->Expired(Window::Clock::now()))
+      CloseWindow(lk, open);
+    if (auto p = sched->TakeConfirmedHang(std::chrono::steady_clock::now()))
+      StartHangLocked(p->rank, p->mean_ms, p->since);
     if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
     MaybeOpenScheduledLocked();
     if (hang_callback) {
@@ -544,40 +525,12 @@ struct CollectorServer::Impl final
     }
   }
 
-  // The baseline window (once every rank is past its warm-up) and the periodic ones. Called
-  // with mu held.
+  // The windows the scheduler has due: a deferred slowdown, the baseline, the periodic ones.
+  // Called with mu held.
   void MaybeOpenScheduledLocked() {
-    if (open_window || hang || pending_hang || shutting_down) return;
-    if (followup) {
-      std::string reason = std::move(*followup);
-      followup.reset();
-      slowdown_window = OpenWindowLocked(reason, 0).window_id;
-      return;
-    }
-    if (options.baseline_window && !baseline_done) {
-      // Whom to wait for: the ranks agents declared, else those that reported.
-      std::set<int> expected;
-      for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
-      if (expected.empty())
-        for (const auto& [r, st] : ranks) expected.insert(r);
-      if (expected.empty()) return;
-      for (int r : expected) {
-        auto it = ranks.find(r);
-        if (it == ranks.end() || it->second.count < options.baseline_after_iterations) return;
-      }
-      baseline_done = true;
-      OpenWindowLocked(
-          "baseline: every rank after its warm-up, compared with its peers and with the expected "
-          "patterns",
-          0);
-      return;
-    }
-    if (options.profile_every_seconds > 0 && (baseline_done || !options.baseline_window) &&
-        last_opened.time_since_epoch().count() != 0 &&
-        std::chrono::steady_clock::now() - last_opened >=
-            std::chrono::duration<double>(options.profile_every_seconds)) {
-      OpenWindowLocked(fmt::format("periodic: every {:.0f} s", options.profile_every_seconds), 0);
-    }
+    if (shutting_down || hang) return;
+    if (auto due = sched->Due(ProgressLocked(), std::chrono::steady_clock::now()))
+      OpenWindowLocked(due->reason, 0, due->slowdown, due->mean_ms);
   }
 
   // Queues a command for every agent and wakes their streams. Called with mu held.
@@ -653,7 +606,7 @@ struct CollectorServer::Impl final
         ranks.clear();
         declared_by.clear();
         agents.clear();  // the previous job's, all without a stream
-        baseline_done = false;
+        sched->NewJob();
       }
       job_key = req->job_id();
     }
@@ -690,13 +643,8 @@ struct CollectorServer::Impl final
         r.last_step = std::max(r.last_step, b.steps(i));
         r.Add(b.iteration_ms(i));
       }
-      // Iterations again after a reported hang: the next hang is a new one.
-      if (hang_reported && r.last_step > hang_step) hang_reported = false;
-      if (pending_hang && r.last_step > pending_hang->step) {
-        log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed",
-                    pending_hang->rank);
-        pending_hang.reset();
-      }
+      if (auto cleared = sched->Progressed(r.last_step))
+        log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
     }
     return grpc::Status::OK;
   }
@@ -849,68 +797,41 @@ struct CollectorServer::Impl final
     if (auto st = Authorize(ctx); !st.ok()) return st;
     std::lock_guard lk(mu);
     const std::string& kind = req->kind();
+    const auto now = std::chrono::steady_clock::now();
     if (kind == "hang") {
-      if (!hang && !hang_reported && !pending_hang) {
-        pending_hang = PendingHang{std::chrono::steady_clock::now(), req->rank(), req->mean_ms(),
-                                   FurthestStepLocked()};
-        if (options.hang_confirm_seconds <= 0) {
-          pending_hang.reset();
-          StartHangLocked(req->rank(), req->mean_ms(), std::chrono::steady_clock::now());
-        }
-      }
+      sched->OnHangTrigger(req->rank(), req->mean_ms(), FurthestStepLocked(), now);
+      if (auto p = sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
+        StartHangLocked(p->rank, p->mean_ms, p->since);
       reply->set_window_id(hang ? hang->id : 0);
       reply->set_already_open(true);
       return grpc::Status::OK;
     }
     std::string reason = req->reason().empty() ? "trigger" : req->reason();
-    if (kind != "slowdown") {
-      // The caller's host (gRPC's peer is "ipv4:1.2.3.4:PORT"; the port changes per call).
-      std::string peer = ctx->peer();
-      peer = peer.substr(0, peer.rfind(':'));
-      const auto now = std::chrono::steady_clock::now();
-      auto it = user_triggers.find(peer);
-      if (!open_window && it != user_triggers.end() &&
-          now - it->second < std::chrono::duration<double>(options.user_trigger_cooldown_seconds)) {
-        const double wait = options.user_trigger_cooldown_seconds -
-                            std::chrono::duration<double>(now - it->second).count();
-        return {grpc::StatusCode::RESOURCE_EXHAUSTED,
-                fmt::format("a window was requested from here {:.0f} s ago; one per {:.0f} s "
-                            "(try again in {:.0f} s)",
-                            options.user_trigger_cooldown_seconds - wait,
-                            options.user_trigger_cooldown_seconds, std::ceil(wait))};
-      }
-      if (!open_window) {
-        if (user_triggers.size() >= kMaxTriggerCallers) user_triggers.clear();
-        user_triggers[peer] = now;
-      }
-    }
-    if (kind == "slowdown") {
+    const bool slowdown = kind == "slowdown";
+    if (slowdown) {
       reason = fmt::format(
           "slowdown on rank {}: median of its recent iterations {:.1f} ms vs {:.1f} ms after "
           "warm-up",
           req->rank(), req->mean_ms(), req->best_ms());
-      bool cooling = last_slowdown_closed.time_since_epoch().count() != 0 &&
-                     std::chrono::steady_clock::now() - last_slowdown_closed <
-                         std::chrono::duration<double>(options.cooldown_seconds) &&
-                     !(req->mean_ms() > options.cooldown_escalation * slowdown_mean_ms);
-      if (!open_window && (cooling || hang || hang_reported)) {
-        reply->set_already_open(true);
-        return grpc::Status::OK;
+      switch (sched->OnSlowdown(req->iteration(), req->mean_ms(), reason, now)) {
+        case WindowScheduler::SlowdownAction::kIgnore:
+          reply->set_already_open(true);
+          return grpc::Status::OK;
+        case WindowScheduler::SlowdownAction::kFollowUp:
+          reply->set_window_id(sched->open_window());
+          reply->set_already_open(true);
+          return grpc::Status::OK;
+        case WindowScheduler::SlowdownAction::kOpen:
+          break;
       }
-      if (open_window && open_window != slowdown_window &&
-          req->iteration() >= windows[open_window]->spec().start_iteration) {
-        followup = reason;
-        slowdown_mean_ms = req->mean_ms();
-        reply->set_window_id(open_window);
-        reply->set_already_open(true);
-        return grpc::Status::OK;
-      }
+    } else {
+      // The caller's host (gRPC's peer is "ipv4:1.2.3.4:PORT"; the port changes per call).
+      std::string peer = ctx->peer();
+      peer = peer.substr(0, peer.rfind(':'));
+      if (::perftracker::Status st = sched->OnUserTrigger(peer, now); !st.ok())
+        return {grpc::StatusCode::RESOURCE_EXHAUSTED, st.message()};
     }
-    TriggerResult r = OpenWindowLocked(reason, req->iterations());
-    if (kind == "slowdown") {
-      slowdown_window = r.window_id;
-      slowdown_mean_ms = req->mean_ms();
-    }
+    TriggerResult r = OpenWindowLocked(reason, req->iterations(), slowdown, req->mean_ms());
     reply->set_window_id(r.window_id);
     reply->set_start_iteration(r.start_iteration);
     reply->set_already_open(r.already_open);
@@ -995,7 +916,7 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->last_opened = std::chrono::steady_clock::now();  // periodic windows count from the start
+  impl->sched.emplace(options.schedule, std::chrono::steady_clock::now());
   PT_ASSIGN_OR_RETURN(impl->store,
                       Store::Open((fs::path(options.report_dir) / "perftracker.db").string()));
   PT_ASSIGN_OR_RETURN(impl->job_id, impl->store->AddJob(options.report_dir));
@@ -1072,21 +993,21 @@ void CollectorServer::Shutdown() {
   // The job ended while a window was open: what arrived is diagnosed; a window no rank could
   // report (training ended before it) is no finding about anyone, only a note.
   std::optional<std::string> unprofiled;
-  if (impl_->open_window) {
-    Window& w = *impl_->windows[impl_->open_window];
+  if (const int64_t open = impl_->sched->open_window()) {
+    Window& w = *impl_->windows[open];
     if (w.Reported().empty()) {
       unprofiled = fmt::format("window {} opened but the job ended before any rank reported it",
-                               impl_->open_window);
+                               open);
       w.Seal();
-      impl_->open_window = 0;
+      impl_->sched->Closed(open, std::chrono::steady_clock::now());
     } else {
-      impl_->CloseWindowLocked(impl_->open_window);
+      impl_->CloseWindowLocked(open);
     }
   }
   // The job ended: a silence not yet reported was its exit, not a hang.
-  if (impl_->pending_hang || impl_->hang)
+  if (impl_->sched->pending_hang() || impl_->hang)
     log::Detail("server", "a hang trigger was pending when the job ended; not reported");
-  impl_->pending_hang.reset();
+  impl_->sched->ForgetHang();
   impl_->hang.reset();
   // The job ended: DIR/diagnosis.json always exists: the latest diagnosis, or no findings,
   // with the whole run's iteration statistics per rank.

@@ -18,6 +18,7 @@
 #include "base/status.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
+#include "server/scheduler.h"
 
 namespace perftracker::server {
 
@@ -26,33 +27,10 @@ struct ServerOptions {
   std::string report_dir;              // required
   std::string token;                   // required when listen is not 127.0.0.1 / [::1]
   TlsFiles tls;                        // required too off loopback (base/credentials.h)
-  int default_iterations = 10;         // W
-  double max_seconds = 20;             // a window's profiling time limit
-  double upload_grace_seconds = 30;    // after max_seconds, how long to wait for uploads
-  int start_lead = 5;                  // the window starts at least this many iterations ahead...
-  double lead_seconds = 2.0;           // ...and at least this long ahead (commands travel)
-  // After a window that a slowdown opened closes, workers' slowdown triggers are ignored this
-  // long (a lasting slowdown fires on every rank, one after another); other windows (baseline,
-  // periodic, user) leave triggers alone, and user triggers always open a window.
-  double cooldown_seconds = 60;
-  // ...unless the job got this much slower than at the trigger that opened (or joined) that
-  // window: a new, bigger slowdown (a real fault after a trigger on the host's own drift) is not
-  // the one that window profiled.
-  double cooldown_escalation = 1.25;
-  // A user's `perftracker trigger` (any caller other than a worker's detector) opens at most one
-  // window per caller host this often: a script in a loop would keep every rank profiling and
-  // fill the disk with traces.
-  double user_trigger_cooldown_seconds = 30;
-  // One window once every rank has reported this many iterations (its detector learned the
-  // iteration and the warm-up is behind): the peer comparison and the expected-pattern rules
-  // need no slowdown, so a problem present from the first iteration is found too.
-  bool baseline_window = true;
-  int baseline_after_iterations = 20;
-  // A window every this many seconds (0: never), after the baseline.
-  double profile_every_seconds = 0;
-  // A worker's hang trigger is confirmed when no rank progressed for this long after it (an
-  // epoch boundary, a checkpoint or the job's own exit are pauses, not hangs).
-  double hang_confirm_seconds = 5;
+  double max_seconds = 20;           // a window's profiling time limit
+  double upload_grace_seconds = 30;  // after max_seconds, how long to wait for uploads
+  // When windows open, cooldowns, hang confirmation (server/scheduler.h).
+  ScheduleOptions schedule;
   double stacks_seconds = 10;  // a hang: how long to wait for every rank's stacks
   // An agent with no open command stream and no call for this long is forgotten (its node
   // went away): windows no longer wait for its ranks. A live agent holds its stream open.

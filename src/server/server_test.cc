@@ -226,7 +226,7 @@ TEST(Server, CommandStreamsQueueReplaceAndRefuse) {
   ServerOptions o;
   o.report_dir = TempDir("streams");
   o.print = false;
-  o.hang_confirm_seconds = 0.3;
+  o.schedule.hang_confirm_seconds = 0.3;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
@@ -396,7 +396,7 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   o.print = false;
   o.max_seconds = 0.2;
   o.upload_grace_seconds = 0.2;
-  o.user_trigger_cooldown_seconds = 30;
+  o.schedule.user_trigger_cooldown_seconds = 30;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
@@ -505,7 +505,7 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   o.print = false;
   std::atomic<int> hangs{0};
   o.on_hang = [&](const diagnose::Diagnosis& d) { ++hangs; };
-  o.hang_confirm_seconds = 0.3;
+  o.schedule.hang_confirm_seconds = 0.3;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
@@ -560,7 +560,7 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
   ServerOptions o;
   o.report_dir = TempDir("pause");
   o.print = false;
-  o.hang_confirm_seconds = 0.5;
+  o.schedule.hang_confirm_seconds = 0.5;
   std::atomic<int> hangs{0};
   o.on_hang = [&](const diagnose::Diagnosis&) { ++hangs; };
   auto server = CollectorServer::Start(o);
@@ -590,7 +590,7 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   ServerOptions o;
   o.report_dir = TempDir("cool");
   o.print = false;
-  o.baseline_window = false;
+  o.schedule.baseline_window = false;
   o.max_seconds = 0.1;
   o.upload_grace_seconds = 0.1;
   auto server = CollectorServer::Start(o);
@@ -646,7 +646,7 @@ TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
   o.print = false;
   o.max_seconds = 0.1;
   o.upload_grace_seconds = 0.1;
-  o.profile_every_seconds = 0.6;
+  o.schedule.profile_every_seconds = 0.6;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
@@ -662,8 +662,8 @@ TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
     return c.Report(rank, steps, ms);
   };
   // Rank 0 is past the warm-up, rank 1 not yet: no window.
-  ASSERT_TRUE(report(0, o.baseline_after_iterations));
-  ASSERT_TRUE(report(1, o.baseline_after_iterations - 1));
+  ASSERT_TRUE(report(0, o.schedule.baseline_after_iterations));
+  ASSERT_TRUE(report(1, o.schedule.baseline_after_iterations - 1));
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   EXPECT_FALSE(fs::exists(o.report_dir + "/windows/1"));
   ASSERT_TRUE(report(1, 1));
@@ -681,7 +681,7 @@ TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
   ServerOptions o;
   o.report_dir = TempDir("followup");
   o.print = false;
-  o.baseline_window = false;
+  o.schedule.baseline_window = false;
   o.max_seconds = 0.1;
   o.upload_grace_seconds = 0.1;
   auto server = CollectorServer::Start(o);
