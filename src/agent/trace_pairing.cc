@@ -11,9 +11,7 @@ namespace perftracker::agent {
 
 namespace {
 
-double Seconds(TracePairing::Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
+double Seconds(TracePairing::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 bool SameWindow(const std::optional<int64_t>& a, const std::optional<int64_t>& b) {
   return a && b && *a == *b;
@@ -92,12 +90,14 @@ bool TracePairing::Done(const Pending& e, Time now, std::vector<Paired>* out) {
       p.paths.push_back(e.torch_path);
     } else if (e.torch_done) {
       p.missing_part = "torch.profiler";
-      p.missing_why = e.torch_error.empty() ? "the worker could not write its trace" : e.torch_error;
+      p.missing_why =
+          e.torch_error.empty() ? "the worker could not write its trace" : e.torch_error;
     } else if (e.torch_expected) {
       p.missing_part = "torch.profiler";
-      p.missing_why = fmt::format("its trace did not arrive within {:.0f} s of the Python tracer's "
-                                  "file",
-                                  options_.torch_wait_seconds);
+      p.missing_why = fmt::format(
+          "its trace did not arrive within {:.0f} s of the Python tracer's "
+          "file",
+          options_.torch_wait_seconds);
     }
     if (!e.torch_done) {
       // Its torch trace may still come: it is dropped then, not taken alone.
@@ -111,9 +111,9 @@ bool TracePairing::Done(const Pending& e, Time now, std::vector<Paired>* out) {
   if (!e.torch_path.empty()) {
     p.paths.push_back(e.torch_path);
     p.missing_part = "python";
-    p.missing_why = fmt::format(
-        "the Python tracer's file did not arrive within {:.0f} s of the torch trace",
-        options_.orphan_torch_seconds);
+    p.missing_why =
+        fmt::format("the Python tracer's file did not arrive within {:.0f} s of the torch trace",
+                    options_.orphan_torch_seconds);
     out->push_back(std::move(p));
   }
   return true;

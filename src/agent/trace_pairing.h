@@ -30,7 +30,7 @@ class TracePairing {
   // A worker's window, ready to summarize.
   struct Paired {
     int pid = 0;
-    int rank = -1;  // -1: not known when its files arrived
+    int rank = -1;                   // -1: not known when its files arrived
     std::vector<std::string> paths;  // the Python trace first, when there is one
     // A part that never came: "torch.profiler" or "python", and why (RankSummary::missing_part).
     std::string missing_part;

@@ -31,7 +31,8 @@ TEST_F(TracePairingTest, PythonThenTorchOfTheSameWindow) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].pid, 100);
   EXPECT_EQ(out[0].rank, 0);
-  EXPECT_EQ(out[0].paths, (std::vector<std::string>{"/t/rank-0.python.json", "/t/other-name.json"}));
+  EXPECT_EQ(out[0].paths,
+            (std::vector<std::string>{"/t/rank-0.python.json", "/t/other-name.json"}));
   EXPECT_EQ(out[0].missing_part, "");
   EXPECT_EQ(pairing_.pending(), 0u);
 }

@@ -242,7 +242,12 @@ Inflated Inflate(uint32_t version, std::string_view src, uint64_t size, std::str
   // Room for one byte past SIZE, so a stream that yields more than declared is caught.
   auto grow = [&] {
     const size_t cap = static_cast<size_t>(size) + 1;
-    out->resize(std::min(cap, std::max(kFirstChunk, out->size() * 2)));
+    size_t next = std::max(kFirstChunk, out->size() * 2);
+    // Within a doubling of the end: straight to it, so the last step is not one more copy of
+    // the whole buffer for the one byte past SIZE.
+    if (next * 2 >= cap) next = cap;
+    out->reserve(next);  // exactly: resize alone may double the capacity past it
+    out->resize(next);
   };
   if (version >= 3) {
     std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> d(ZSTD_createDCtx(), ZSTD_freeDCtx);

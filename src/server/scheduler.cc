@@ -21,9 +21,8 @@ int64_t WindowScheduler::StartIteration(const JobProgress& progress) const {
   if (progress.furthest_step < 0) return 0;
   int64_t lead = options_.start_lead;
   if (progress.mean_iteration_ms > 0)
-    lead = std::max<int64_t>(
-        lead,
-        static_cast<int64_t>(std::ceil(options_.lead_seconds * 1e3 / progress.mean_iteration_ms)));
+    lead = std::max<int64_t>(lead, static_cast<int64_t>(std::ceil(options_.lead_seconds * 1e3 /
+                                                                  progress.mean_iteration_ms)));
   return progress.furthest_step + lead;
 }
 
@@ -99,7 +98,8 @@ WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int64_t iteration, d
 Status WindowScheduler::OnUserTrigger(const std::string& caller, Time now) {
   if (open_window_) return Status::Ok();  // joins the open window: nothing new runs
   auto it = user_triggers_.find(caller);
-  if (it != user_triggers_.end() && now - it->second < Secs(options_.user_trigger_cooldown_seconds)) {
+  if (it != user_triggers_.end() &&
+      now - it->second < Secs(options_.user_trigger_cooldown_seconds)) {
     const double ago = std::chrono::duration<double>(now - it->second).count();
     const double wait = options_.user_trigger_cooldown_seconds - ago;
     return ResourceExhausted(

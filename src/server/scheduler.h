@@ -50,9 +50,9 @@ struct ScheduleOptions {
 
 // Where the job is, as the adapter knows it from the ranks' iteration reports.
 struct JobProgress {
-  int64_t furthest_step = -1;       // the furthest step any rank reported; -1: none yet
-  double mean_iteration_ms = 0;     // over every reported iteration; 0: none yet
-  int64_t fewest_iterations = -1;   // of the ranks the job waits for; -1: no rank known
+  int64_t furthest_step = -1;      // the furthest step any rank reported; -1: none yet
+  double mean_iteration_ms = 0;    // over every reported iteration; 0: none yet
+  int64_t fewest_iterations = -1;  // of the ranks the job waits for; -1: no rank known
 };
 
 class WindowScheduler {
@@ -103,8 +103,7 @@ class WindowScheduler {
     kOpen,      // open a window (or join the open one; it becomes the slowdown window)
   };
   // A worker's detector saw its recent iterations (ending at ITERATION) at MEAN_MS.
-  SlowdownAction OnSlowdown(int64_t iteration, double mean_ms, const std::string& reason,
-                            Time now);
+  SlowdownAction OnSlowdown(int64_t iteration, double mean_ms, const std::string& reason, Time now);
 
   // A user's trigger from CALLER (its host): refused with RESOURCE_EXHAUSTED and when to try
   // again if that caller opened a window less than user_trigger_cooldown_seconds ago; joining
