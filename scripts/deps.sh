@@ -21,6 +21,8 @@ pkgs=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc libsqlite3-dev
   # integration tests: network namespaces and veth links, process lookup, TLS certificates
   iproute2 procps openssl
+  # report tests: headless Chromium loads the HTML report, promtool checks the metrics
+  chromium prometheus
 )
 if [[ ${1:-} == --list ]]; then  # print the packages, install nothing
   printf '%s\n' "${pkgs[@]}"

@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -24,7 +26,10 @@
 #include "agent/socket_sink.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "report/diagnosis_reader.h"
+#include "report/trace_export.h"
 #include "server/collector.h"
+#include "trace/reader.h"
 
 extern char** environ;
 
@@ -340,10 +345,45 @@ int ExitCode(int status) {
 
 }  // namespace
 
+// The latest diagnosed window whose raw traces this node kept, as one Perfetto trace beside its
+// diagnosis (REPORT_DIR/windows/<n>/trace.json.gz); the reports link to it.
+void ExportLatestTimeline(const std::string& report_dir, const std::string& trace_dir) {
+  int64_t best = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(trace_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("window-", 0) != 0) continue;
+    int64_t n = 0;
+    auto [end, err] = std::from_chars(name.data() + 7, name.data() + name.size(), n);
+    if (err != std::errc() || end != name.data() + name.size()) continue;
+    if (fs::exists(fs::path(report_dir) / "windows" / std::to_string(n) / "diagnosis.json", ec))
+      best = std::max(best, n);
+  }
+  if (best == 0) return;
+  const fs::path win = fs::path(report_dir) / "windows" / std::to_string(best);
+  auto files =
+      trace::ExpandTracePaths({(fs::path(trace_dir) / fmt::format("window-{}", best)).string()});
+  if (!files.ok() || files->empty()) return;
+  auto d = report::ReadDiagnosisFile((win / "diagnosis.json").string());
+  const std::string out = (win / "trace.json.gz").string();
+  auto st = report::ExportTrace(*files, out, {.diagnosis = d.ok() ? &*d : nullptr});
+  if (!st.ok()) {
+    log::Error("", "timeline of window {}: {}", best, st.status().message());
+    return;
+  }
+  log::Detail("", "timeline of window {}: {} ({} ranks, {} events; open it in ui.perfetto.dev)",
+              best, out, st->ranks, st->events);
+}
+
 int RunJob(const RunOptions& o) {
   if (o.command.empty()) return Error("run: no command after --", 2);
   if (o.nproc < 0 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
     return Error("run: --nproc must be >= 0 and --node-rank in [0, --nnodes)", 2);
+  if (!o.metrics.empty() && !o.server.empty())
+    return Error(
+        "run: --metrics serves the embedded server's metrics; with --server ADDR, give "
+        "`perftracker server` its --metrics",
+        2);
   std::string pydir = WorkerPythonDir();
   if (pydir.empty())
     return Error(
@@ -408,6 +448,7 @@ int RunJob(const RunOptions& o) {
     so.schedule.baseline_window = o.baseline_window;
     so.diagnose = o.diagnose;
     so.schedule.profile_every_seconds = o.profile_every_seconds;
+    so.metrics_listen = o.metrics;
     so.on_hang = [&hang_kill, kill = o.kill_on_hang](const diagnose::Diagnosis&) {
       if (kill) hang_kill = true;
     };
@@ -476,7 +517,9 @@ int RunJob(const RunOptions& o) {
   // On a terminal the ranks write through the relay, unbuffered (Python buffers a pipe).
   OutputRelay relay;
   const bool relay_output = log::StatusShown();
-  if (relay_output && std::getenv("PYTHONUNBUFFERED") == nullptr) common["PYTHONUNBUFFERED"] = "1";
+  // (insert_or_assign: GCC 12's -Wrestrict misfires on operator= of a short literal here.)
+  if (relay_output && std::getenv("PYTHONUNBUFFERED") == nullptr)
+    common.insert_or_assign("PYTHONUNBUFFERED", std::string(1, '1'));
   auto child_out = [&]() -> std::pair<int, int> {
     return relay_output ? relay.AddChild() : std::pair<int, int>{-1, -1};
   };
@@ -607,6 +650,7 @@ int RunJob(const RunOptions& o) {
   if (status_thread.joinable()) status_thread.join();
   agent::AgentProgress progress = agent ? agent->Progress() : agent::AgentProgress{};
   stop_agent();
+  if (embedded && agent) ExportLatestTimeline(report_dir, trace_dir);
   if (!agent_status.ok()) log::Error("", "{}", agent_status.message());
   int rc = 0;
   if (hang_stop) {

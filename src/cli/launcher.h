@@ -33,13 +33,14 @@ struct RunOptions {
   // the launcher runs none (empty: an agent inside the launcher). It outlives an agent restart:
   // workers reconnect.
   std::string agent_socket;
+  std::string metrics;  // the embedded server's Prometheus endpoint (ServerOptions::metrics_listen)
   std::string token_file;
   int iterations = 10;      // per window
   double max_seconds = 20;  // per window
   int64_t profile_at_iteration = -1;
-  TlsFiles tls;  // with --server off loopback: the CA to check it (and this node's cert/key)
+  TlsFiles tls;         // with --server off loopback: the CA to check it (and this node's cert/key)
   int keep_traces = 3;  // windows whose raw traces stay in REPORT_DIR/traces (newest first)
-  std::string job_id;  // RegisterRequest.job_id; empty: see RunJob
+  std::string job_id;   // RegisterRequest.job_id; empty: see RunJob
   diagnose::DiagnoseOptions diagnose;  // for the embedded server's diagnoses
   bool baseline_window = true;         // server::ServerOptions::baseline_window
   double profile_every_seconds = 0;    // server::ServerOptions::profile_every_seconds

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,12 @@
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "report/breakdown.h"
+#include "report/diagnosis_reader.h"
+#include "report/html.h"
 #include "report/report.h"
+#include "report/trace_export.h"
 #include "sim/simulator.h"
+#include "trace/reader.h"
 #ifdef PT_ONLINE
 #include <unistd.h>
 
@@ -30,6 +35,7 @@
 #include "agent/socket_sink.h"
 #include "cli/launcher.h"
 #include "server/collector.h"
+#include "server/store.h"
 #endif
 
 namespace pt = perftracker;
@@ -72,6 +78,7 @@ double PeakRssMb() {
 
 struct OutputFlags {
   std::string json_path;
+  std::string html_path;
   bool quiet = false;
   bool stats = false;
   int threads = 0;
@@ -92,6 +99,8 @@ void AddDiagnoseFlags(CLI::App* cmd, pt::diagnose::DiagnoseOptions* o) {
 void AddOutputFlags(CLI::App* cmd, OutputFlags* flags) {
   cmd->add_option("--json", flags->json_path,
                   "write the diagnosis as JSON (perftracker.diagnosis/1)");
+  cmd->add_option("--html", flags->html_path,
+                  "write the report as one self-contained HTML page (charts, no outside request)");
   cmd->add_option("--threads", flags->threads, "parallel readers (default: all cores)");
   cmd->add_flag("-q,--quiet", flags->quiet, "no terminal report");
   cmd->add_flag("--stats", flags->stats, "print read throughput, time and peak memory to stderr");
@@ -106,18 +115,38 @@ pt::Status OutputIsNotAnInput(const std::string& out, const std::vector<std::str
   for (const std::string& in : inputs) {
     if (std::filesystem::equivalent(out, in, ec) && !ec)
       return pt::InvalidArgument(
-          fmt::format("{}: --json would overwrite an input; name another file", out));
+          fmt::format("{}: the output would overwrite an input; name another file", out));
   }
   return pt::Status::Ok();
 }
 
-int Emit(const pt::diagnose::Diagnosis& diagnosis, const OutputFlags& flags) {
+// JOB: the patterns the diagnosis came from (the HTML report's per-rank views), or null.
+int Emit(const pt::diagnose::Diagnosis& diagnosis, const OutputFlags& flags,
+         const pt::pattern::CompactJob* job = nullptr, const std::string& title = "") {
   if (!flags.quiet) std::fputs(pt::report::RenderText(diagnosis).c_str(), stdout);
   if (!flags.json_path.empty()) {
     pt::Status st = pt::report::WriteJsonFile(diagnosis, flags.json_path);
     if (!st.ok()) return Fail(st);
   }
+  if (!flags.html_path.empty()) {
+    pt::report::HtmlInput in;
+    in.title = title.empty() ? "perftracker report" : title;
+    in.diagnosis = &diagnosis;
+    in.job = job;
+    in.generated = fmt::format("perftracker {}", PT_VERSION);
+    pt::Status st = pt::report::WriteHtmlFile(in, flags.html_path);
+    if (!st.ok()) return Fail(st);
+  }
   return 0;
+}
+
+// What a report calls the job: its input, shortened ("traces/job1 (8 files)").
+std::string JobTitle(const std::vector<std::string>& paths) {
+  if (paths.empty()) return "";
+  std::string first = std::filesystem::path(paths[0]).lexically_normal().string();
+  if (first.size() > 1 && first.back() == '/') first.pop_back();
+  return paths.size() == 1 ? "perftracker: " + first
+                           : fmt::format("perftracker: {} and {} more", first, paths.size() - 1);
 }
 
 void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
@@ -132,15 +161,51 @@ void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
 
 int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) {
   if (pt::Status st = OutputIsNotAnInput(flags.json_path, paths); !st.ok()) return Fail(st);
+  if (pt::Status st = OutputIsNotAnInput(flags.html_path, paths); !st.ok()) return Fail(st);
   auto start = std::chrono::steady_clock::now();
   pt::pattern::LoadStats stats;
   auto job = pt::pattern::LoadCompactJob(paths, {.threads = flags.threads}, &stats);
   if (!job.ok()) return Fail(job.status());
   pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job, flags.diagnose);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int rc = Emit(diagnosis, flags);
+  int rc = Emit(diagnosis, flags, &*job, JobTitle(paths));
   if (flags.stats) PrintStats(stats, seconds);
   return rc;
+}
+
+// `perftracker export-trace`: the ranks' traces as one Chrome JSON trace (report/trace_export.h).
+int RunExportTrace(const std::vector<std::string>& paths, const std::string& out,
+                   std::string diagnosis_path) {
+  namespace fs = std::filesystem;
+  if (pt::Status st = OutputIsNotAnInput(out, paths); !st.ok()) return Fail(st);
+  auto files = pt::trace::ExpandTracePaths(paths);
+  if (!files.ok()) return Fail(files.status());
+  // A run's window folder (REPORT_DIR/traces/window-<n>): that window's findings, if diagnosed.
+  std::error_code ec;
+  if (diagnosis_path.empty() && paths.size() == 1 && fs::is_directory(paths[0], ec)) {
+    fs::path dir = fs::path(paths[0]).lexically_normal();
+    if (dir.filename().empty()) dir = dir.parent_path();
+    const std::string name = dir.filename().string();
+    if (name.rfind("window-", 0) == 0) {
+      fs::path d = dir.parent_path().parent_path() / "windows" / name.substr(7) / "diagnosis.json";
+      if (fs::exists(d, ec)) diagnosis_path = d.string();
+    }
+  }
+  std::optional<pt::diagnose::Diagnosis> diagnosis;
+  if (!diagnosis_path.empty()) {
+    auto d = pt::report::ReadDiagnosisFile(diagnosis_path);
+    if (!d.ok()) return Fail(d.status());
+    diagnosis = std::move(*d);
+  }
+  auto stats =
+      pt::report::ExportTrace(*files, out, {.diagnosis = diagnosis ? &*diagnosis : nullptr});
+  if (!stats.ok()) return Fail(stats.status());
+  for (const std::string& n : stats->notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  std::printf(
+      "%s: %d rank(s), %d file(s), %llu events%s (open it in ui.perfetto.dev)\n", out.c_str(),
+      stats->ranks, stats->files, static_cast<unsigned long long>(stats->events),
+      diagnosis ? fmt::format(", {} finding(s) marked", diagnosis->findings.size()).c_str() : "");
+  return 0;
 }
 
 int RunSummarize(const std::vector<std::string>& traces, const std::string& out) {
@@ -229,6 +294,7 @@ struct OnlineFlags {
   std::string job_id;
   pt::TlsFiles tls;
   std::string watch_dir;
+  std::string metrics;    // server: Prometheus endpoint
   std::string socket;     // agent: serve workers on this Unix socket
   std::string trace_dir;  // agent --socket: where the workers write their traces
   int keep_traces = 3;
@@ -280,6 +346,7 @@ int RunServer(const OnlineFlags& f) {
   o.tls = f.tls;
   o.max_seconds = f.max_seconds;
   o.upload_grace_seconds = f.grace_seconds;
+  o.metrics_listen = f.metrics;
   o.schedule.default_iterations = f.iterations;
   o.diagnose = f.diagnose;
   o.schedule.baseline_window = f.baseline == "on";
@@ -303,6 +370,9 @@ int RunServer(const OnlineFlags& f) {
   pt::server::CollectorServer* raw = s->get();
   std::fprintf(stderr, "perftracker server: listening on %s (port %d)\n", f.listen.c_str(),
                raw->port());
+  if (raw->metrics_port())
+    std::fprintf(stderr, "perftracker server: metrics at http://%s:%d/metrics\n",
+                 f.metrics.substr(0, f.metrics.rfind(':')).c_str(), raw->metrics_port());
   sig = std::thread([set, raw] {
     int signo = 0;
     sigwait(&set, &signo);
@@ -357,6 +427,57 @@ int RunAgent(const OnlineFlags& f) {
     return Fail(st);
   }
   sig.join();
+  return 0;
+}
+
+// `perftracker report DIR`: the HTML page of a run from what its server stored: the diagnosis
+// (DIR/diagnosis.json, or window N's), that window's summaries (the per-rank views), the
+// windows and the run's iteration times (DIR/perftracker.db).
+int RunReport(const std::string& dir, std::string out, int64_t window) {
+  namespace fs = std::filesystem;
+  const std::string db = (fs::path(dir) / "perftracker.db").string();
+  std::error_code ec;
+  if (!fs::exists(db, ec))
+    return Fail(pt::InvalidArgument(
+        fmt::format("{}: no perftracker.db here; give the report folder of a `perftracker run` "
+                    "or `perftracker server`",
+                    dir)));
+  auto run = pt::server::Store::ReadRun(db, window);
+  if (!run.ok()) return Fail(run.status());
+  pt::StatusOr<pt::diagnose::Diagnosis> diagnosis = pt::InvalidArgument("");
+  const std::string latest = (fs::path(dir) / "diagnosis.json").string();
+  if (window == 0 && fs::exists(latest, ec)) {
+    diagnosis = pt::report::ReadDiagnosisFile(latest);
+  } else if (!run->diagnosis_json.empty()) {
+    diagnosis = pt::report::ParseDiagnosisJson(run->diagnosis_json,
+                                               fmt::format("{} (window {})", db, run->window_id));
+  } else {
+    return Fail(pt::InvalidArgument(fmt::format("{}: no diagnosed window yet", dir)));
+  }
+  if (!diagnosis.ok()) return Fail(diagnosis.status());
+  pt::pattern::CompactJob job;
+  int bad = 0;
+  for (const std::string& bytes : run->summaries) {
+    auto s = pt::pattern::ParseSummary(bytes, db);
+    if (s.ok()) {
+      job.Add(std::move(*s));
+    } else {
+      ++bad;
+    }
+  }
+  job.SortByRank();
+  if (bad) diagnosis->job.notes.push_back(fmt::format("{} stored summaries unreadable", bad));
+  pt::report::HtmlInput in;
+  in.title = window > 0 ? fmt::format("perftracker: window {} of {}", window, dir)
+                        : fmt::format("perftracker: {}", dir);
+  in.diagnosis = &*diagnosis;
+  in.job = job.ranks().empty() ? nullptr : &job;
+  in.series = std::move(run->series);
+  in.windows = std::move(run->windows);
+  in.generated = fmt::format("perftracker {}", PT_VERSION);
+  if (out.empty()) out = (fs::path(dir) / "report.html").string();
+  if (pt::Status st = pt::report::WriteHtmlFile(in, out); !st.ok()) return Fail(st);
+  std::printf("%s\n", out.c_str());
   return 0;
 }
 
@@ -489,6 +610,24 @@ int main(int argc, char** argv) {
                    "write the per-rank breakdown (schema perftracker.breakdown/1) to FILE");
   show->footer("Example:\n  perftracker show traces/rank-0.json.gz --top 10 --json breakdown.json");
 
+  std::vector<std::string> export_paths;
+  std::string export_out, export_diagnosis;
+  CLI::App* export_trace = app.add_subcommand(
+      "export-trace", "one Perfetto / Chrome trace of a window or a job: a process per rank");
+  export_trace
+      ->add_option("PATH", export_paths,
+                   "a window's trace folder (REPORT_DIR/traces/window-<n>), trace files "
+                   "or folders")
+      ->required();
+  export_trace->add_option("-o,--output", export_out, "the trace to write (.json or .json.gz)")
+      ->required();
+  export_trace->add_option("--diagnosis", export_diagnosis,
+                           "mark this diagnosis's findings on their ranks (default for a window "
+                           "folder: REPORT_DIR/windows/<n>/diagnosis.json)");
+  export_trace->footer(
+      "Example:\n  perftracker export-trace perftracker-report/traces/window-1 -o window-1.json.gz"
+      "\n  (open it in ui.perfetto.dev)");
+
   SimulateFlags sim;
   CLI::App* simulate = app.add_subcommand(
       "simulate", "simulate a job's summaries (and small jobs' traces) with injected faults");
@@ -526,6 +665,8 @@ int main(int argc, char** argv) {
   server->add_option("--report-dir", online.report_dir, "where diagnoses and the database go")
       ->required();
   server->add_option("--token-file", online.token_file, "shared token agents must present");
+  server->add_option("--metrics", online.metrics,
+                     "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)");
   AddTlsFlags(server, &online.tls, /*server=*/true);
   server->add_option("--max-seconds", online.max_seconds, "profiling time limit of a window");
   server->add_option("--grace-seconds", online.grace_seconds,
@@ -551,8 +692,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--socket", online.socket,
                         "serve this node's workers on this Unix socket (perftracker run "
                         "--agent-socket PATH, or PERFTRACKER_AGENT_SOCKET in their environment)");
-  agent_cmd->add_option("--trace-dir", online.trace_dir,
-                        "with --socket: where workers write their windows' raw traces")
+  agent_cmd
+      ->add_option("--trace-dir", online.trace_dir,
+                   "with --socket: where workers write their windows' raw traces")
       ->default_val("perftracker-traces");
   agent_cmd->add_option("--keep-traces", online.keep_traces,
                         "with --socket: windows whose raw traces stay in --trace-dir");
@@ -580,6 +722,9 @@ int main(int argc, char** argv) {
   run->add_option("--server", run_opts.server,
                   "a running perftracker server (default: one inside this launcher)");
   run->add_option("--listen", run_opts.listen, "the embedded server's address");
+  run->add_option("--metrics", run_opts.metrics,
+                  "serve Prometheus metrics of the embedded server at http://ADDR/metrics "
+                  "(e.g. 127.0.0.1:9464)");
   run->add_option("--agent-socket", run_opts.agent_socket,
                   "this node's agent is already running (`perftracker agent --socket PATH`): the "
                   "ranks report to it and the launcher starts none");
@@ -628,10 +773,22 @@ int main(int argc, char** argv) {
   status->footer(
       "Examples:\n  perftracker status --report-dir perftracker-report/\n"
       "  perftracker status --server 127.0.0.1:50551");
+  std::string report_dir_arg, report_out;
+  int64_t report_window = 0;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "the HTML page of a run's report folder (what its server stored)");
+  report_cmd
+      ->add_option("DIR", report_dir_arg,
+                   "the report folder of a `perftracker run` or "
+                   "`perftracker server`")
+      ->required();
+  report_cmd->add_option("-o,--output", report_out, "the page to write (default DIR/report.html)");
+  report_cmd->add_option("--window", report_window, "a window's page (default: the latest)");
+  report_cmd->footer("Example:\n  perftracker report perftracker-report/ -o report.html");
 #else
   // An offline build keeps the online commands' names, so a user learns why they do nothing.
   std::vector<CLI::App*> offline_stubs;
-  for (const char* name : {"run", "server", "agent", "trigger", "status"}) {
+  for (const char* name : {"run", "server", "agent", "trigger", "status", "report"}) {
     CLI::App* c = app.add_subcommand(name,
                                      "not in this build (configured with "
                                      "-DPERFTRACKER_ONLINE=OFF)");
@@ -656,6 +813,7 @@ int main(int argc, char** argv) {
 #endif
 
 #ifdef PT_ONLINE
+  if (*report_cmd) return RunReport(report_dir_arg, report_out, report_window);
   if (*run) {
     run_opts.kill_on_hang = on_hang == "kill";
     run_opts.baseline_window = run_baseline == "on";
@@ -677,6 +835,7 @@ int main(int argc, char** argv) {
   if (*diagnose) return RunAnalyze(diagnose_paths, diagnose_flags);
   if (*diff) return RunDiff(diff_base, diff_test, diff_flags);
   if (*show) return RunShow(show_paths, show_top, show_json);
+  if (*export_trace) return RunExportTrace(export_paths, export_out, export_diagnosis);
   if (*simulate) return RunSimulate(sim);
   return 0;
 }

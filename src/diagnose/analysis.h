@@ -97,6 +97,10 @@ std::vector<const pattern::RankSummary*> Pointers(const std::vector<R>& ranks) {
   return out;
 }
 
+// Peer groups (subset.cc): ranks of one role that run (nearly) the same significant functions,
+// as indexes into RANKS, each sorted; every rank is in exactly one group.
+std::vector<std::vector<size_t>> PeerGroups(const std::vector<pattern::CompactRank>& ranks);
+
 // The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
 void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
                         std::vector<Finding>* out);

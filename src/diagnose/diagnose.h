@@ -30,6 +30,10 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks,
                    const DiagnoseOptions& options = {});
 
+// The groups of ranks the peer comparison compares with each other (the same role, nearly the
+// same significant functions): indexes into job.ranks(), each group sorted. For reports.
+std::vector<std::vector<size_t>> PeerGroups(const pattern::CompactJob& job);
+
 // Regression between two runs: which functions changed and by how much (BASE vs TEST).
 Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
                const std::vector<pattern::RankSummary>& test, const DiagnoseOptions& options = {});

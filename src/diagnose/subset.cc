@@ -83,6 +83,8 @@ double Similarity(const Signature& a, const Signature& b) {
   return n <= 0 ? 1.0 : shared / n;
 }
 
+}  // namespace
+
 // Ranks of one role run (nearly) the same significant functions. Ranks with identical
 // signatures are bucketed by hash first (near-linear: at 100,000 ranks there are a handful of
 // distinct signatures plus the odd ones), then buckets are grouped greedily against each
@@ -166,6 +168,8 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<CompactRank>& rank
   for (auto& g : out) std::sort(g.begin(), g.end());
   return out;
 }
+
+namespace {
 
 // One function identity across the members of a group.
 struct Row {

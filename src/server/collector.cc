@@ -1,5 +1,6 @@
 #include "server/collector.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
@@ -9,6 +10,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -24,7 +26,9 @@
 #include "base/log.h"
 #include "diagnose/hang.h"
 #include "perftracker.grpc.pb.h"
+#include "report/html.h"
 #include "report/report.h"
+#include "server/metrics_http.h"
 #include "server/scheduler.h"
 #include "server/store.h"
 #include "server/window.h"
@@ -64,13 +68,17 @@ std::string HardwareJson(const std::map<std::string, double>& values, const std:
 }
 
 // Writes through a temporary file and a rename, so readers never see half a report.
-Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path) {
+Status WriteAtomically(const std::string& path, std::string_view text) {
   std::string tmp = path + ".tmp";
-  PT_RETURN_IF_ERROR(report::WriteJsonFile(diagnosis, tmp));
+  PT_RETURN_IF_ERROR(report::WriteTextFile(tmp, text));
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) return Internal(fmt::format("{}: cannot rename: {}", path, ec.message()));
   return Status::Ok();
+}
+
+Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path) {
+  return WriteAtomically(path, report::RenderJson(diagnosis));
 }
 
 }  // namespace
@@ -176,6 +184,56 @@ struct RankState {
   uint64_t rng = 0x9e3779b97f4a7c15ull;
 
   static constexpr size_t kMaxSamples = 1 << 18;
+  // The run's iteration times for the report's chart: bucket means of `stride` steps, at most
+  // kMaxSeriesPoints (when full, neighbouring buckets merge and the stride doubles), so a long
+  // run of 10,000 ranks stays near 60 MB.
+  static constexpr size_t kMaxSeriesPoints = 512;
+  std::vector<int64_t> series_steps;
+  std::vector<float> series_ms;
+  int64_t stride = 1;
+  int64_t bucket_first = -1;  // the open bucket's first step
+  double bucket_sum = 0;
+  int bucket_n = 0;
+
+  void AddStep(int64_t step, double ms) {
+    Add(ms);
+    if (bucket_first >= 0 && step / stride != bucket_first / stride) CloseBucket();
+    if (bucket_n == 0) bucket_first = step;
+    bucket_sum += ms;
+    ++bucket_n;
+  }
+  void CloseBucket() {
+    if (bucket_n == 0) return;
+    series_steps.push_back(bucket_first);
+    series_ms.push_back(static_cast<float>(bucket_sum / bucket_n));
+    bucket_sum = 0;
+    bucket_n = 0;
+    bucket_first = -1;
+    if (series_steps.size() < kMaxSeriesPoints) return;
+    // Full: merge neighbours and double the stride.
+    size_t j = 0;
+    for (size_t i = 0; i < series_steps.size(); i += 2, ++j) {
+      series_steps[j] = series_steps[i];
+      series_ms[j] =
+          i + 1 < series_ms.size() ? (series_ms[i] + series_ms[i + 1]) / 2 : series_ms[i];
+    }
+    series_steps.resize(j);
+    series_ms.resize(j);
+    stride *= 2;
+  }
+  // The series so far, with the open bucket.
+  report::RunSeries Series(int rank) const {
+    report::RunSeries s;
+    s.rank = rank;
+    s.steps = series_steps;
+    s.ms = series_ms;
+    if (bucket_n > 0) {
+      s.steps.push_back(bucket_first);
+      s.ms.push_back(static_cast<float>(bucket_sum / bucket_n));
+    }
+    return s;
+  }
+
   void Add(double ms) {
     if (count == 0 || ms < min_ms) min_ms = ms;
     if (count == 0 || ms > max_ms) max_ms = ms;
@@ -246,6 +304,21 @@ struct CollectorServer::Impl final
   int64_t last_window = 0;
   bool wrote_latest = false;
   std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
+  // The last diagnosed window's patterns, for the run's final report (one job's worth).
+  std::shared_ptr<const pattern::CompactJob> latest_job;
+  int64_t latest_window_id = 0;
+  // Every window and hang of the run, for the report's chart (bounded: the newest).
+  std::vector<report::WindowMark> marks;
+  static constexpr size_t kMaxMarks = 4096;
+  // Above this many series rows, the series is stored at the end of the run only.
+  static constexpr size_t kSeriesRowsPerWindow = 200000;
+  // What /metrics counts (server/metrics_http.h), since the server started.
+  std::map<std::string, uint64_t> windows_opened;                          // by kind of reason
+  std::map<std::pair<std::string, std::string>, uint64_t> findings_total;  // category, cause
+  std::map<std::string, uint64_t> triggers_total;                          // slowdown, hang, user
+  uint64_t upload_bytes_total = 0;
+  uint64_t uploads_accepted = 0, uploads_refused = 0;
+  std::unique_ptr<MetricsHttp> metrics;
   int windows_diagnosed = 0;
   int hangs_diagnosed = 0;
   std::optional<HangCollection> hang;                // collecting stacks
@@ -313,6 +386,8 @@ struct CollectorServer::Impl final
         std::chrono::duration_cast<Window::Clock::duration>(
             std::chrono::duration<double>(options.max_seconds + options.upload_grace_seconds));
     windows[spec.id] = std::make_unique<Window>(spec, expected, deadline);
+    AddMarkLocked({spec.id, spec.start_iteration, spec.iterations, reason});
+    ++windows_opened[ReasonKind(reason)];
     sched->Opened(spec.id, spec.start_iteration, std::chrono::steady_clock::now(), slowdown,
                   mean_ms);
     if (::perftracker::Status st =
@@ -338,9 +413,46 @@ struct CollectorServer::Impl final
   void CloseWindowLocked(int64_t id) {
     Window& w = *windows[id];
     if (w.closed()) return;
-    diagnose::Diagnosis d = w.Close(options.diagnose);
+    Window::Sealed sealed = w.Seal();
     sched->Closed(id, std::chrono::steady_clock::now());
-    Publish(id, d, "window");
+    diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
+    auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
+    Publish(id, d, "window", job, RenderHtmlLocked(d, job.get(), id));
+  }
+
+  // Each rank's iterations over the run so far (with mu held).
+  std::vector<report::RunSeries> SeriesLocked() const {
+    std::vector<report::RunSeries> out;
+    out.reserve(ranks.size());
+    for (const auto& [r, st] : ranks)
+      if (st.count > 0) out.push_back(st.Series(r));
+    return out;
+  }
+
+  // The HTML report of diagnosis D (window ID; 0: the run's end) with the run's iteration
+  // series and windows. Called with mu held; RenderHtmlUnlocked takes a snapshot instead.
+  std::string RenderHtmlLocked(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
+                               int64_t id) const {
+    return RenderHtmlFrom(d, job, SeriesLocked(), marks, id);
+  }
+  std::string RenderHtmlFrom(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
+                             std::vector<report::RunSeries> series,
+                             std::vector<report::WindowMark> windows_so_far, int64_t id) const {
+    report::HtmlInput in;
+    in.title = id > 0 ? fmt::format("perftracker: window {} of {}", id, options.report_dir)
+                      : fmt::format("perftracker: {}", options.report_dir);
+    in.diagnosis = &d;
+    in.job = job;
+    in.series = std::move(series);
+    in.windows = std::move(windows_so_far);
+    in.generated = fmt::format("{:%Y-%m-%d %H:%M} UTC", fmt::gmtime(std::time(nullptr)));
+    // The window's timeline, where `perftracker run` exported it (at the job's end).
+    const int64_t w = id > 0 ? id : latest_window_id;
+    const std::string rel = fmt::format("windows/{}/trace.json.gz", w);
+    std::error_code ec;
+    if (w > 0 && fs::exists(fs::path(options.report_dir) / rel, ec))
+      in.trace_link = id > 0 ? "trace.json.gz" : rel;
+    return report::RenderHtml(in);
   }
 
   // Closes window ID like CloseWindowLocked, but diagnoses with LK released: a 10,000-rank
@@ -352,20 +464,40 @@ struct CollectorServer::Impl final
     if (w.closed()) return;
     Window::Sealed sealed = w.Seal();
     sched->Closed(id, std::chrono::steady_clock::now());
+    std::vector<report::RunSeries> series = SeriesLocked();
+    std::vector<report::WindowMark> windows_so_far = marks;
     lk.unlock();
-    diagnose::Diagnosis d = Window::Diagnose(std::move(sealed), options.diagnose);
+    diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
+    auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
+    std::string html =
+        RenderHtmlFrom(d, job.get(), std::move(series), std::move(windows_so_far), id);
     lk.lock();
-    Publish(id, d, "window");
+    Publish(id, d, "window", job, std::move(html));
   }
 
-  // Writes DIR/windows/<id>/diagnosis.json and DIR/diagnosis.json, stores and prints D.
-  void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what) {
+  // Writes DIR/windows/<id>/diagnosis.json and report.html, and DIR/diagnosis.json and
+  // report.html (the latest), stores and prints D. JOB: the window's patterns (null: a hang).
+  void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,
+               std::shared_ptr<const pattern::CompactJob> job, std::string html) {
     std::string json = report::RenderJson(d);
     fs::path dir = fs::path(options.report_dir) / "windows" / std::to_string(id);
     std::error_code ec;
     fs::create_directories(dir, ec);
     ::perftracker::Status st = WriteReport(d, (dir / "diagnosis.json").string());
     if (st.ok()) st = WriteReport(d, (fs::path(options.report_dir) / "diagnosis.json").string());
+    if (st.ok()) st = WriteAtomically((dir / "report.html").string(), html);
+    if (st.ok())
+      st = WriteAtomically((fs::path(options.report_dir) / "report.html").string(), html);
+    if (job) {
+      latest_job = std::move(job);
+      latest_window_id = id;
+    }
+    for (const diagnose::Finding& f : d.findings)
+      ++findings_total[{f.category, diagnose::CauseName(f.cause)}];
+    // The series in SQLite for `perftracker report` (bounded: at scale only at the end).
+    if (ranks.size() * RankState::kMaxSeriesPoints <= kSeriesRowsPerWindow)
+      if (::perftracker::Status s3 = store->ReplaceIterationSeries(SeriesLocked()); !s3.ok())
+        log::Error("server", "{}", s3.message());
     if (st.ok()) wrote_latest = true;
     if (!st.ok()) log::Error("server", "{}", st.message());
     if (::perftracker::Status s2 = store->FinishWindow(id, d, json); !s2.ok())
@@ -382,6 +514,11 @@ struct CollectorServer::Impl final
                                     : fmt::format("{} finding(s)", d.findings.size()),
                  (dir / "diagnosis.json").string(), report::RenderText(d));
     }
+  }
+
+  void AddMarkLocked(report::WindowMark m) {
+    if (marks.size() >= kMaxMarks) marks.erase(marks.begin());
+    marks.push_back(std::move(m));
   }
 
   // Called with mu held.
@@ -405,6 +542,8 @@ struct CollectorServer::Impl final
     h.stalled_seconds = mean_ms > 0 ? 5 * mean_ms / 1e3 : 0;
     for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
     for (const auto& [r, st] : ranks) h.expected.insert(r);
+    AddMarkLocked({h.id, -1, 0, "hang"});
+    ++windows_opened["hang"];
     if (::perftracker::Status st = store->AddWindow(job_id, h.id, -1, 0, "hang"); !st.ok())
       log::Error("server", "{}", st.message());
     v1::Command cmd;
@@ -429,7 +568,7 @@ struct CollectorServer::Impl final
         std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
     diagnose::Diagnosis d = diagnose::DiagnoseHang(
         replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
-    Publish(h.id, d, "hang");
+    Publish(h.id, d, "hang", nullptr, RenderHtmlLocked(d, nullptr, h.id));
     if (options.on_hang) hang_callback = d;
   }
 
@@ -499,7 +638,8 @@ struct CollectorServer::Impl final
     }
     size_t closed = 0;
     for (auto it = windows.rbegin(); it != windows.rend();) {
-      if (it->second->closed() && ++closed > kKeptClosedWindows && it->first != sched->slowdown_window()) {
+      if (it->second->closed() && ++closed > kKeptClosedWindows &&
+          it->first != sched->slowdown_window()) {
         it = decltype(it)(windows.erase(std::next(it).base()));
       } else {
         ++it;
@@ -546,6 +686,95 @@ struct CollectorServer::Impl final
     }
   }
 
+  // The kind of a window's reason, for the windows_opened metric: its first word.
+  static std::string ReasonKind(const std::string& reason) {
+    for (const char* k : {"baseline", "periodic", "slowdown", "hang"})
+      if (reason.rfind(k, 0) == 0) return k;
+    return "user";
+  }
+
+  // /metrics in Prometheus' text format (called with mu held).
+  std::string MetricsLocked() const {
+    const std::string job = MetricsHttp::Label(job_key.value_or(""));
+    std::string out;
+    auto head = [&](const char* name, const char* type, const char* help) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    };
+    head("perftracker_iteration_duration_seconds", "gauge",
+         "The rank's latest iteration time, as its detector measured it.");
+    for (const auto& [r, st] : ranks)
+      if (st.count > 0)
+        out += fmt::format(
+            "perftracker_iteration_duration_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
+            "{:.6f}\n",
+            job, r, MetricsHttp::Label(st.host), st.last_ms / 1e3);
+    head("perftracker_iteration_mean_seconds", "gauge",
+         "The rank's mean iteration time over the run.");
+    for (const auto& [r, st] : ranks)
+      if (st.count > 0)
+        out += fmt::format(
+            "perftracker_iteration_mean_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
+            "{:.6f}\n",
+            job, r, MetricsHttp::Label(st.host), st.sum_ms / st.count / 1e3);
+    head("perftracker_iterations_total", "counter", "Iterations the rank reported.");
+    for (const auto& [r, st] : ranks)
+      out += fmt::format("perftracker_iterations_total{{job=\"{}\",rank=\"{}\",host=\"{}\"}} {}\n",
+                         job, r, MetricsHttp::Label(st.host), st.count);
+    head("perftracker_triggers_total", "counter",
+         "Window requests by kind: a worker detector's slowdown or hang, or a user's trigger.");
+    for (const char* k : {"slowdown", "hang", "user"}) {
+      auto it = triggers_total.find(k);
+      out += fmt::format("perftracker_triggers_total{{job=\"{}\",kind=\"{}\"}} {}\n", job, k,
+                         it == triggers_total.end() ? 0 : it->second);
+    }
+    head("perftracker_detector_state", "gauge",
+         "1 for the server's current state: idle, window (profiling), hang_suspected (a hang "
+         "trigger waits for confirmation) or hang (stacks being collected).");
+    const char* state = hang                    ? "hang"
+                        : sched->pending_hang() ? "hang_suspected"
+                        : sched->open_window()  ? "window"
+                                                : "idle";
+    for (const char* s : {"idle", "window", "hang_suspected", "hang"})
+      out += fmt::format("perftracker_detector_state{{job=\"{}\",state=\"{}\"}} {}\n", job, s,
+                         std::string_view(s) == state ? 1 : 0);
+    head("perftracker_windows_opened_total", "counter",
+         "Profiling windows opened, by reason (and hangs whose stacks were collected).");
+    for (const char* k : {"baseline", "periodic", "slowdown", "user", "hang"}) {
+      auto it = windows_opened.find(k);
+      out += fmt::format("perftracker_windows_opened_total{{job=\"{}\",reason=\"{}\"}} {}\n", job,
+                         k, it == windows_opened.end() ? 0 : it->second);
+    }
+    head("perftracker_findings_total", "counter",
+         "Findings of every diagnosis, by category and cause.");
+    for (const auto& [key, n] : findings_total)
+      out +=
+          fmt::format("perftracker_findings_total{{job=\"{}\",category=\"{}\",cause=\"{}\"}} {}\n",
+                      job, MetricsHttp::Label(key.first), key.second, n);
+    head("perftracker_latest_findings", "gauge", "Findings of the latest diagnosis.");
+    out += fmt::format("perftracker_latest_findings{{job=\"{}\"}} {}\n", job,
+                       latest ? latest->findings.size() : 0);
+    head("perftracker_agents", "gauge",
+         "Node agents registered, and those connected (a command stream open or a call in the "
+         "last seconds).");
+    const auto now = std::chrono::steady_clock::now();
+    size_t connected = 0;
+    for (const auto& [id, a] : agents)
+      if (a.stream != nullptr || now - a.last_seen < std::chrono::seconds(kAgentConnectedSeconds))
+        ++connected;
+    out += fmt::format("perftracker_agents{{job=\"{}\",state=\"registered\"}} {}\n", job,
+                       agents.size());
+    out += fmt::format("perftracker_agents{{job=\"{}\",state=\"connected\"}} {}\n", job, connected);
+    head("perftracker_upload_bytes_total", "counter", "Bytes of rank summaries accepted.");
+    out +=
+        fmt::format("perftracker_upload_bytes_total{{job=\"{}\"}} {}\n", job, upload_bytes_total);
+    head("perftracker_uploads_total", "counter", "Rank summary uploads, accepted or refused.");
+    out += fmt::format("perftracker_uploads_total{{job=\"{}\",result=\"accepted\"}} {}\n", job,
+                       uploads_accepted);
+    out += fmt::format("perftracker_uploads_total{{job=\"{}\",result=\"refused\"}} {}\n", job,
+                       uploads_refused);
+    return out;
+  }
+
   // --- the service ---
 
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
@@ -558,7 +787,13 @@ struct CollectorServer::Impl final
   }
   grpc::Status UploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
                             v1::UploadWindowReply* reply) override {
-    return Guarded("UploadWindow", [&] { return DoUploadWindow(ctx, req, reply); });
+    grpc::Status st = Guarded("UploadWindow", [&] { return DoUploadWindow(ctx, req, reply); });
+    if (st.ok()) {
+      std::lock_guard lk(mu);
+      ++(reply->accepted() ? uploads_accepted : uploads_refused);
+      if (reply->accepted()) upload_bytes_total += req->summary().size();
+    }
+    return st;
   }
   grpc::Status UploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
                             v1::UploadStacksReply* reply) override {
@@ -641,7 +876,7 @@ struct CollectorServer::Impl final
       int n = std::min(b.steps_size(), b.iteration_ms_size());
       for (int i = 0; i < n; ++i) {
         r.last_step = std::max(r.last_step, b.steps(i));
-        r.Add(b.iteration_ms(i));
+        r.AddStep(b.steps(i), b.iteration_ms(i));
       }
       if (auto cleared = sched->Progressed(r.last_step))
         log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
@@ -798,6 +1033,7 @@ struct CollectorServer::Impl final
     std::lock_guard lk(mu);
     const std::string& kind = req->kind();
     const auto now = std::chrono::steady_clock::now();
+    ++triggers_total[kind == "hang" || kind == "slowdown" ? kind : "user"];
     if (kind == "hang") {
       sched->OnHangTrigger(req->rank(), req->mean_ms(), FurthestStepLocked(), now);
       if (auto p = sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
@@ -948,11 +1184,18 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   if (!impl->server || impl->port == 0)
     return Unavailable(fmt::format("server: cannot listen on {}", options.listen));
   Impl* raw = impl.get();
+  if (!options.metrics_listen.empty()) {
+    PT_ASSIGN_OR_RETURN(impl->metrics, MetricsHttp::Start(options.metrics_listen, [raw] {
+                          std::lock_guard lk(raw->mu);
+                          return raw->MetricsLocked();
+                        }));
+  }
   impl->timer = std::thread([raw] { raw->TimerLoop(); });
   return std::unique_ptr<CollectorServer>(new CollectorServer(std::move(impl)));
 }
 
 int CollectorServer::port() const { return impl_->port; }
+int CollectorServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
 
 RunSummary CollectorServer::Summary() const {
   std::lock_guard lk(impl_->mu);
@@ -986,6 +1229,7 @@ void CollectorServer::Shutdown() {
     for (auto& [id, a] : impl_->agents)
       if (a.stream != nullptr) a.stream->Close();
   }
+  impl_->metrics.reset();  // its thread takes mu
   // Command streams were closed above; the deadline bounds the unary calls still in flight.
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (impl_->timer.joinable()) impl_->timer.join();
@@ -996,8 +1240,8 @@ void CollectorServer::Shutdown() {
   if (const int64_t open = impl_->sched->open_window()) {
     Window& w = *impl_->windows[open];
     if (w.Reported().empty()) {
-      unprofiled = fmt::format("window {} opened but the job ended before any rank reported it",
-                               open);
+      unprofiled =
+          fmt::format("window {} opened but the job ended before any rank reported it", open);
       w.Seal();
       impl_->sched->Closed(open, std::chrono::steady_clock::now());
     } else {
@@ -1038,6 +1282,15 @@ void CollectorServer::Shutdown() {
   }
   fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
   if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())
+    log::Error("server", "{}", st.message());
+  // The run's page: the latest diagnosis with the whole run's iteration times and windows.
+  if (::perftracker::Status st =
+          WriteAtomically((fs::path(impl_->options.report_dir) / "report.html").string(),
+                          impl_->RenderHtmlLocked(final_d, impl_->latest_job.get(), 0));
+      !st.ok())
+    log::Error("server", "{}", st.message());
+  if (::perftracker::Status st = impl_->store->ReplaceIterationSeries(impl_->SeriesLocked());
+      !st.ok())
     log::Error("server", "{}", st.message());
 }
 

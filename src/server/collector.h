@@ -27,6 +27,8 @@ struct ServerOptions {
   std::string report_dir;              // required
   std::string token;                   // required when listen is not 127.0.0.1 / [::1]
   TlsFiles tls;                        // required too off loopback (base/credentials.h)
+  // Serve Prometheus metrics at http://ADDR/metrics ("" none; server/metrics_http.h).
+  std::string metrics_listen;
   double max_seconds = 20;           // a window's profiling time limit
   double upload_grace_seconds = 30;  // after max_seconds, how long to wait for uploads
   // When windows open, cooldowns, hang confirmation (server/scheduler.h).
@@ -66,6 +68,7 @@ class CollectorServer {
   ~CollectorServer();  // calls Shutdown
 
   int port() const;
+  int metrics_port() const;  // 0: no metrics endpoint
   // Opens a window (or joins the one in progress) and sends it to every agent.
   TriggerResult Trigger(const std::string& reason, int iterations);
   // Blocks until Shutdown is called from another thread or a signal handler's thread.

@@ -70,6 +70,9 @@ StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
     CREATE TABLE IF NOT EXISTS rank_summaries(
       job_id INTEGER, window_id INTEGER, rank INTEGER, host TEXT, summary_bytes INTEGER,
       iterations INTEGER, mean_iteration_ms REAL, hardware_json TEXT, summary BLOB);
+    CREATE TABLE IF NOT EXISTS iteration_series(
+      job_id INTEGER, rank INTEGER, step INTEGER, ms REAL);
+    CREATE INDEX IF NOT EXISTS iteration_series_job ON iteration_series(job_id, rank, step);
     CREATE TABLE IF NOT EXISTS findings(
       job_id INTEGER, window_id INTEGER, idx INTEGER, category TEXT, class TEXT, cause TEXT,
       ranks TEXT, impact_ms REAL, summary TEXT);
@@ -167,6 +170,126 @@ Status Store::FinishWindow(int64_t window_id, const diagnose::Diagnosis& diagnos
     PT_RETURN_IF_ERROR(Step(db_, s));
   }
   return Status::Ok();
+}
+
+Status Store::ReplaceIterationSeries(const std::vector<report::RunSeries>& series) {
+  PT_RETURN_IF_ERROR(Exec("BEGIN"));
+  Status st = [&]() -> Status {
+    {
+      Stmt del(db_, "DELETE FROM iteration_series WHERE job_id=?");
+      if (del.ok()) del.Bind(1, job_id_);
+      PT_RETURN_IF_ERROR(Step(db_, del));
+    }
+    Stmt ins(db_, "INSERT INTO iteration_series(job_id, rank, step, ms) VALUES(?, ?, ?, ?)");
+    for (const report::RunSeries& s : series) {
+      for (size_t i = 0; i < s.steps.size() && i < s.ms.size(); ++i) {
+        if (ins.ok()) {
+          sqlite3_reset(ins.get());
+          ins.Bind(1, job_id_);
+          ins.Bind(2, static_cast<int64_t>(s.rank));
+          ins.Bind(3, s.steps[i]);
+          ins.Bind(4, static_cast<double>(s.ms[i]));
+        }
+        PT_RETURN_IF_ERROR(Step(db_, ins));
+      }
+    }
+    return Status::Ok();
+  }();
+  if (!st.ok()) {
+    (void)Exec("ROLLBACK");
+    return st;
+  }
+  return Exec("COMMIT");
+}
+
+StatusOr<Store::RunRecord> Store::ReadRun(const std::string& path, int64_t window_id) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return InvalidArgument(fmt::format("{}: cannot open database: {}", path, msg));
+  }
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, sqlite3_close);
+  auto fail = [&](const char* what) {
+    return InvalidArgument(
+        fmt::format("{}: not a perftracker database ({}: {})", path, what, sqlite3_errmsg(db)));
+  };
+  RunRecord run;
+  {
+    // The latest window that has summaries (or the one asked for), and its job.
+    Stmt s(db,
+           window_id > 0
+               ? "SELECT job_id, window_id FROM rank_summaries WHERE window_id=? ORDER BY job_id "
+                 "DESC LIMIT 1"
+               : "SELECT job_id, window_id FROM rank_summaries ORDER BY job_id DESC, window_id "
+                 "DESC LIMIT 1");
+    if (!s.ok()) return fail("rank_summaries");
+    if (window_id > 0) s.Bind(1, window_id);
+    if (sqlite3_step(s.get()) == SQLITE_ROW) {
+      run.job_id = sqlite3_column_int64(s.get(), 0);
+      run.window_id = sqlite3_column_int64(s.get(), 1);
+    } else if (window_id > 0) {
+      return InvalidArgument(fmt::format("{}: no summaries of window {}", path, window_id));
+    }
+  }
+  if (run.job_id == 0) {
+    Stmt s(db, "SELECT max(id) FROM jobs");
+    if (!s.ok()) return fail("jobs");
+    if (sqlite3_step(s.get()) == SQLITE_ROW) run.job_id = sqlite3_column_int64(s.get(), 0);
+  }
+  {
+    Stmt s(db,
+           "SELECT window_id, start_iteration, iterations, reason FROM windows WHERE job_id=? "
+           "ORDER BY window_id");
+    if (!s.ok()) return fail("windows");
+    s.Bind(1, run.job_id);
+    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+      report::WindowMark w;
+      w.id = sqlite3_column_int64(s.get(), 0);
+      w.start_iteration = sqlite3_column_int64(s.get(), 1);
+      w.iterations = sqlite3_column_int(s.get(), 2);
+      const unsigned char* reason = sqlite3_column_text(s.get(), 3);
+      w.reason = reason ? reinterpret_cast<const char*>(reason) : "";
+      run.windows.push_back(std::move(w));
+    }
+  }
+  if (run.window_id > 0) {
+    Stmt s(db, "SELECT diagnosis_json FROM windows WHERE job_id=? AND window_id=?");
+    if (!s.ok()) return fail("windows");
+    s.Bind(1, run.job_id);
+    s.Bind(2, run.window_id);
+    if (sqlite3_step(s.get()) == SQLITE_ROW)
+      if (const unsigned char* t = sqlite3_column_text(s.get(), 0))
+        run.diagnosis_json = reinterpret_cast<const char*>(t);
+  }
+  if (run.window_id > 0) {
+    Stmt s(db, "SELECT summary FROM rank_summaries WHERE job_id=? AND window_id=? ORDER BY rank");
+    if (!s.ok()) return fail("rank_summaries");
+    s.Bind(1, run.job_id);
+    s.Bind(2, run.window_id);
+    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+      const void* blob = sqlite3_column_blob(s.get(), 0);
+      const int n = sqlite3_column_bytes(s.get(), 0);
+      if (blob && n > 0) run.summaries.emplace_back(static_cast<const char*>(blob), n);
+    }
+  }
+  {
+    Stmt s(db, "SELECT rank, step, ms FROM iteration_series WHERE job_id=? ORDER BY rank, step");
+    // A database from before the series table has none: the report goes without.
+    if (s.ok()) {
+      s.Bind(1, run.job_id);
+      while (sqlite3_step(s.get()) == SQLITE_ROW) {
+        const int rank = sqlite3_column_int(s.get(), 0);
+        if (run.series.empty() || run.series.back().rank != rank) {
+          run.series.emplace_back();
+          run.series.back().rank = rank;
+        }
+        run.series.back().steps.push_back(sqlite3_column_int64(s.get(), 1));
+        run.series.back().ms.push_back(static_cast<float>(sqlite3_column_double(s.get(), 2)));
+      }
+    }
+  }
+  return run;
 }
 
 StatusOr<std::vector<std::string>> Store::QueryColumn(const std::string& sql) {

@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "diagnose/finding.h"
+#include "report/html.h"
 
 struct sqlite3;
 
@@ -43,6 +44,23 @@ class Store {
   // Marks the window done and stores its findings and the full diagnosis JSON.
   Status FinishWindow(int64_t window_id, const diagnose::Diagnosis& diagnosis,
                       const std::string& diagnosis_json);
+
+  // Each rank's iteration times over the run (bounded by the server), replacing the job's
+  // earlier copy.
+  Status ReplaceIterationSeries(const std::vector<report::RunSeries>& series);
+
+  // What `perftracker report DIR` draws from a run's database: its last job that diagnosed a
+  // window, that window's uploaded summaries, the windows and the iteration series.
+  struct RunRecord {
+    int64_t job_id = 0;
+    int64_t window_id = 0;  // the latest window with summaries (0: none)
+    std::vector<report::WindowMark> windows;
+    std::vector<std::string> summaries;  // pattern/summary_io.h bytes, one per rank
+    std::string diagnosis_json;          // that window's diagnosis ("" when not diagnosed)
+    std::vector<report::RunSeries> series;
+  };
+  // Reads the database at PATH (read-only); a window id > 0 picks that window.
+  static StatusOr<RunRecord> ReadRun(const std::string& path, int64_t window_id = 0);
 
   // For tests and status: one column of one query as text.
   StatusOr<std::vector<std::string>> QueryColumn(const std::string& sql);

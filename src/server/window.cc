@@ -88,7 +88,8 @@ diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
   return Diagnose(Seal(), options);
 }
 
-diagnose::Diagnosis Window::Diagnose(Sealed sealed, const diagnose::DiagnoseOptions& options) {
+diagnose::Diagnosis Window::Diagnose(const Sealed& sealed,
+                                     const diagnose::DiagnoseOptions& options) {
   const std::vector<pattern::CompactRank>& ranks = sealed.job.ranks();
   const std::vector<int>& missing = sealed.missing;
   diagnose::Diagnosis diagnosis;

@@ -86,7 +86,8 @@ class Window {
     int expected = 0;
   };
   Sealed Seal();
-  static diagnose::Diagnosis Diagnose(Sealed sealed, const diagnose::DiagnoseOptions& options = {});
+  static diagnose::Diagnosis Diagnose(const Sealed& sealed,
+                                      const diagnose::DiagnoseOptions& options = {});
 
  private:
   WindowSpec spec_;

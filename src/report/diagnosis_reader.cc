@@ -1,0 +1,174 @@
+#include "report/diagnosis_reader.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "report/report.h"
+
+namespace perftracker::report {
+namespace {
+
+namespace dom = simdjson::dom;
+
+// A diagnosis of 100,000 ranks with its run statistics is a few tens of MB.
+constexpr size_t kMaxDiagnosisBytes = 256u << 20;
+
+// A member looked up, or the error that it is absent: every accessor below takes either (a
+// default-constructed dom::element is no "absent" value: using one crashes).
+using Result = simdjson::simdjson_result<dom::element>;
+
+std::string Str(Result e) {
+  std::string_view v;
+  return e.get(v) == simdjson::SUCCESS ? std::string(v) : std::string();
+}
+double Num(Result e) {
+  double d = 0;
+  if (e.get(d) == simdjson::SUCCESS) return d;
+  int64_t i = 0;
+  if (e.get(i) == simdjson::SUCCESS) return static_cast<double>(i);
+  uint64_t u = 0;
+  if (e.get(u) == simdjson::SUCCESS) return static_cast<double>(u);
+  return 0;
+}
+Result At(dom::object o, std::string_view key) { return o[key]; }
+std::string Str(dom::element e) { return Str(Result(std::move(e))); }
+double Num(dom::element e) { return Num(Result(std::move(e))); }
+bool IntKey(std::string_view key, int* out) {
+  auto [p, ec] = std::from_chars(key.data(), key.data() + key.size(), *out);
+  return ec == std::errc() && p == key.data() + key.size();
+}
+
+diagnose::Cause CauseFrom(const std::string& s) {
+  for (auto c : {diagnose::Cause::kHardware, diagnose::Cause::kSoftware,
+                 diagnose::Cause::kConfiguration, diagnose::Cause::kUnknown})
+    if (s == diagnose::CauseName(c)) return c;
+  return diagnose::Cause::kUnknown;
+}
+
+void ReadJob(dom::object job, diagnose::JobInfo* out) {
+  out->world_size = static_cast<int>(Num(At(job, "world_size")));
+  out->iterations = static_cast<int>(Num(At(job, "iterations")));
+  dom::array ranks;
+  if (At(job, "ranks").get(ranks) == simdjson::SUCCESS)
+    for (dom::element r : ranks) out->ranks.push_back(static_cast<int>(Num(r)));
+  dom::object it;
+  if (At(job, "iteration_ms").get(it) == simdjson::SUCCESS) {
+    out->iteration_ms_median = Num(At(it, "median"));
+    dom::object per;
+    if (At(it, "per_rank").get(per) == simdjson::SUCCESS)
+      for (auto [k, v] : per)
+        if (int r; IntKey(k, &r)) out->iteration_ms_per_rank[r] = Num(v);
+  }
+  dom::array notes;
+  if (At(job, "notes").get(notes) == simdjson::SUCCESS)
+    for (dom::element n : notes) out->notes.push_back(Str(n));
+  dom::object run;
+  if (At(job, "run_iteration_ms").get(run) == simdjson::SUCCESS) {
+    dom::object per;
+    if (At(run, "per_rank").get(per) == simdjson::SUCCESS)
+      for (auto [k, v] : per) {
+        int r;
+        dom::object s;
+        if (!IntKey(k, &r) || v.get(s) != simdjson::SUCCESS) continue;
+        diagnose::IterationStats& st = out->run_iterations[r];
+        st.count = static_cast<int64_t>(Num(At(s, "count")));
+        st.mean_ms = Num(At(s, "mean"));
+        st.p50_ms = Num(At(s, "p50"));
+        st.p99_ms = Num(At(s, "p99"));
+        st.min_ms = Num(At(s, "min"));
+        st.max_ms = Num(At(s, "max"));
+      }
+  }
+}
+
+diagnose::Finding ReadFinding(dom::object o) {
+  diagnose::Finding f;
+  f.finding_class =
+      Str(At(o, "class")) == "all" ? diagnose::FindingClass::kAll : diagnose::FindingClass::kSubset;
+  f.cause = CauseFrom(Str(At(o, "cause")));
+  f.category = Str(At(o, "category"));
+  f.confidence = Num(At(o, "confidence"));
+  dom::array a;
+  if (At(o, "ranks").get(a) == simdjson::SUCCESS)
+    for (dom::element r : a) f.ranks.push_back(static_cast<int>(Num(r)));
+  if (At(o, "hosts").get(a) == simdjson::SUCCESS)
+    for (dom::element h : a) f.hosts.push_back(Str(h));
+  if (At(o, "functions").get(a) == simdjson::SUCCESS) {
+    for (dom::element e : a) {
+      dom::object fo;
+      if (e.get(fo) != simdjson::SUCCESS) continue;
+      diagnose::FunctionRef ref{Str(At(fo, "name")), Str(At(fo, "kind")), {}};
+      dom::array stack;
+      if (At(fo, "stack").get(stack) == simdjson::SUCCESS)
+        for (dom::element s : stack) ref.stack.push_back(Str(s));
+      f.functions.push_back(std::move(ref));
+    }
+  }
+  dom::object impact;
+  if (At(o, "impact").get(impact) == simdjson::SUCCESS) {
+    f.impact_ms = Num(At(impact, "ms_per_iteration"));
+    f.impact_fraction = Num(At(impact, "fraction_of_iteration"));
+  }
+  // Numbers and texts share one object (RenderJson): the type tells them apart.
+  dom::object ev;
+  if (At(o, "evidence").get(ev) == simdjson::SUCCESS)
+    for (auto [k, v] : ev) {
+      if (v.is_string())
+        f.evidence_text[std::string(k)] = Str(v);
+      else
+        f.evidence[std::string(k)] = Num(v);
+    }
+  f.summary = Str(At(o, "summary"));
+  f.suggestion = Str(At(o, "suggestion"));
+  return f;
+}
+
+}  // namespace
+
+StatusOr<diagnose::Diagnosis> ParseDiagnosisJson(std::string_view json, const std::string& name) {
+  if (json.size() > kMaxDiagnosisBytes)
+    return InvalidArgument(fmt::format("{}: {} bytes, over the {} MiB a diagnosis may have", name,
+                                       json.size(), kMaxDiagnosisBytes >> 20));
+  dom::parser parser;
+  simdjson::padded_string padded(json);
+  dom::element root;
+  if (auto err = parser.parse(padded).get(root); err)
+    return InvalidArgument(fmt::format("{}: not JSON: {}", name, simdjson::error_message(err)));
+  dom::object o;
+  if (root.get(o) != simdjson::SUCCESS || Str(At(o, "schema")) != kDiagnosisSchema)
+    return InvalidArgument(fmt::format("{}: not a perftracker diagnosis (schema \"{}\" expected)",
+                                       name, kDiagnosisSchema));
+  diagnose::Diagnosis d;
+  dom::object job;
+  if (At(o, "job").get(job) == simdjson::SUCCESS) ReadJob(job, &d.job);
+  dom::array findings;
+  if (At(o, "findings").get(findings) == simdjson::SUCCESS)
+    for (dom::element e : findings) {
+      dom::object fo;
+      if (e.get(fo) == simdjson::SUCCESS) d.findings.push_back(ReadFinding(fo));
+    }
+  return d;
+}
+
+StatusOr<diagnose::Diagnosis> ReadDiagnosisFile(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) return InvalidArgument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) {
+    if (text.size() + n > kMaxDiagnosisBytes)
+      return InvalidArgument(
+          fmt::format("{}: over the {} MiB a diagnosis may have", path, kMaxDiagnosisBytes >> 20));
+    text.append(buf, n);
+  }
+  return ParseDiagnosisJson(text, path);
+}
+
+}  // namespace perftracker::report

@@ -1,0 +1,63 @@
+#include "report/diagnosis_reader.h"
+
+#include <gtest/gtest.h>
+
+#include "diagnose/diagnose.h"
+#include "diagnose/testing.h"
+#include "report/report.h"
+
+namespace perftracker::report {
+namespace {
+
+using diagnose::testing::Fn;
+using diagnose::testing::Rank;
+using pattern::FunctionClass;
+
+TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
+  std::vector<pattern::RankSummary> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(Rank(r, 4,
+                         {Fn("aten::mm", FunctionClass::kCompute, r == 1 ? 30 : 10, 7,
+                             trace::EventKind::kCpuOp, "train.py(40): step;model.py(7): forward"),
+                          Fn("gloo:all_reduce", FunctionClass::kCollective, r == 1 ? 1 : 21)},
+                         40, r < 2 ? "node-a" : "node-b"));
+  diagnose::Diagnosis d = diagnose::Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  d.job.notes.push_back("a note with \"quotes\"");
+  d.job.run_iterations[0] = {100, 40, 39, 60, 30, 70};
+  d.findings[0].evidence_text["reasoning"] = "because";
+  const std::string json = RenderJson(d);
+  auto back = ParseDiagnosisJson(json, "d.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(RenderJson(*back), json);
+  EXPECT_EQ(back->findings[0].ranks, std::vector<int>{1});
+  EXPECT_EQ(back->findings[0].functions[0].stack.size(), 2u);
+}
+
+TEST(DiagnosisReaderTest, AbsentKeysAreDefaults) {
+  auto d = ParseDiagnosisJson(
+      R"({"schema": "perftracker.diagnosis/1", "job": {}, "findings": [{"ranks": [3]}, 7]})",
+      "min.json");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_EQ(d->job.world_size, 0);
+  EXPECT_TRUE(d->job.run_iterations.empty());
+  ASSERT_EQ(d->findings.size(), 1u);
+  EXPECT_EQ(d->findings[0].ranks, std::vector<int>{3});
+  EXPECT_EQ(d->findings[0].cause, diagnose::Cause::kUnknown);
+  d = ParseDiagnosisJson(R"({"schema": "perftracker.diagnosis/1"})", "bare.json");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->findings.empty());
+}
+
+TEST(DiagnosisReaderTest, OtherDocumentsAreOneLineErrors) {
+  auto r = ParseDiagnosisJson("{\"schema\": \"perftracker.breakdown/1\"}", "x.json");
+  EXPECT_EQ(r.status().message(),
+            "x.json: not a perftracker diagnosis (schema \"perftracker.diagnosis/1\" expected)");
+  r = ParseDiagnosisJson("{\"schema\": ", "y.json");
+  EXPECT_EQ(r.status().message().rfind("y.json: not JSON: ", 0), 0u);
+  r = ReadDiagnosisFile("/nonexistent/d.json");
+  EXPECT_EQ(r.status().message(), "/nonexistent/d.json: cannot read: No such file or directory");
+}
+
+}  // namespace
+}  // namespace perftracker::report

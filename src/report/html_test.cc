@@ -1,0 +1,152 @@
+#include "report/html.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "diagnose/diagnose.h"
+#include "diagnose/testing.h"
+
+namespace perftracker::report {
+namespace {
+
+using diagnose::testing::Fn;
+using diagnose::testing::Rank;
+using pattern::FunctionClass;
+
+// Rank SLOW computes 3x longer in aten::mm (with a Python stack) while its peers wait.
+std::vector<pattern::RankSummary> Straggler(int world, int slow) {
+  std::vector<pattern::RankSummary> ranks;
+  for (int r = 0; r < world; ++r) {
+    const bool s = r == slow;
+    ranks.push_back(Rank(r, world,
+                         {Fn("aten::mm", FunctionClass::kCompute, s ? 30 : 10, 7,
+                             trace::EventKind::kCpuOp, "train.py(40): step;model.py(7): forward"),
+                          Fn("aten::addmm", FunctionClass::kCompute, 8, 4),
+                          Fn("DataLoader.__next__", FunctionClass::kDataLoader, 2, 1),
+                          Fn("gloo:all_reduce", FunctionClass::kCollective, s ? 1 : 21)},
+                         40, "node-" + std::to_string(r / 8)));
+  }
+  return ranks;
+}
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(HtmlTest, EscapesMarkup) {
+  EXPECT_EQ(internal::Escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+}
+
+TEST(HtmlTest, DeviationColoursRunBlueWhiteRed) {
+  EXPECT_EQ(internal::DeviationColour(0), "#ffffff");
+  EXPECT_EQ(internal::DeviationColour(1), "#d62728");
+  EXPECT_EQ(internal::DeviationColour(7), "#d62728");  // clipped
+  EXPECT_EQ(internal::DeviationColour(-1), "#1f77b4");
+}
+
+TEST(HtmlTest, AStragglerPageNamesTheCulpritWithItsCharts) {
+  auto ranks = Straggler(4, 2);
+  pattern::CompactJob job;
+  for (const auto& r : ranks) job.Add(r);
+  job.SortByRank();
+  diagnose::Diagnosis d = diagnose::Diagnose(job);
+  ASSERT_FALSE(d.findings.empty());
+  ASSERT_EQ(d.findings[0].ranks, std::vector<int>{2});
+  HtmlInput in;
+  in.title = "job <1>";
+  in.diagnosis = &d;
+  in.job = &job;
+  const std::string page = RenderHtml(in);
+  // Self-contained: a CSP that forbids every request, no script, no outside reference.
+  EXPECT_NE(page.find("Content-Security-Policy"), std::string::npos);
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+  EXPECT_FALSE(std::regex_search(page, std::regex("(src|href)=\"(https?:)?//")));
+  EXPECT_NE(page.find("<title>job &lt;1&gt;</title>"), std::string::npos);
+  // The finding's card: its function, its stack, and the culprit chart with rank 2 in red.
+  EXPECT_NE(page.find("<code>aten::mm</code>"), std::string::npos);
+  EXPECT_NE(page.find("<code>model.py(7): forward</code>"), std::string::npos);
+  EXPECT_NE(page.find("aria-label=\"the culprit against its peers: aten::mm, ms per iteration\""),
+            std::string::npos);
+  EXPECT_NE(page.find("<title>rank 2: 30.0 ms</title>"), std::string::npos);
+  EXPECT_NE(page.find("text-anchor=\"middle\" class=\"lbl bad\">2</text>"), std::string::npos);
+  // The differential view: rank 2's aten::mm cell is +200% against its peers' median.
+  EXPECT_NE(page.find("rank 2, aten::mm: 30.0 ms per iteration, +200% vs its peers' median "
+                      "10.0 ms"),
+            std::string::npos);
+  // The iteration chart and the breakdown, one line / bar per rank at 4 ranks.
+  EXPECT_EQ(Count(page, "<polyline"), 4u);
+  EXPECT_NE(page.find("rank 2: data loading 2.0 ms"), std::string::npos);
+}
+
+TEST(HtmlTest, ACleanJobSaysSo) {
+  auto ranks = Straggler(4, -1);
+  pattern::CompactJob job;
+  for (const auto& r : ranks) job.Add(r);
+  diagnose::Diagnosis d = diagnose::Diagnose(job);
+  ASSERT_TRUE(d.findings.empty());
+  HtmlInput in;
+  in.diagnosis = &d;
+  in.job = &job;
+  const std::string page = RenderHtml(in);
+  EXPECT_NE(page.find("No findings: nothing costs more than the thresholds."), std::string::npos);
+}
+
+TEST(HtmlTest, TenThousandRanksGiveDistributionsAndOutliersUnderFiveMegabytes) {
+  auto ranks = Straggler(10000, 4321);
+  pattern::CompactJob job;
+  for (auto& r : ranks) job.Add(std::move(r));
+  job.SortByRank();
+  diagnose::Diagnosis d = diagnose::Diagnose(job);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{4321});
+  HtmlInput in;
+  in.diagnosis = &d;
+  in.job = &job;
+  in.windows = {{1, 30, 10, "baseline"}};
+  std::vector<RunSeries> series;
+  for (int r = 0; r < 10000; ++r) {
+    RunSeries s;
+    s.rank = r;
+    for (int i = 0; i < 2000; ++i) {
+      s.steps.push_back(i);
+      s.ms.push_back(r == 4321 ? 60.f : 40.f);
+    }
+    series.push_back(std::move(s));
+  }
+  in.series = std::move(series);
+  const std::string page = RenderHtml(in);
+  EXPECT_LT(page.size(), 5u << 20);
+  // The culprit at scale: a histogram with rank 4321 marked, the band of every rank with its
+  // line drawn over it, 40 heatmap rows and a note about the others.
+  EXPECT_NE(page.find(">rank 4321</text>"), std::string::npos);
+  EXPECT_NE(page.find("10th to 90th percentile of 10000 ranks"), std::string::npos);
+  EXPECT_NE(page.find("<title>rank 4321</title>"), std::string::npos);
+  EXPECT_NE(page.find("40 of 10000 ranks shown"), std::string::npos);
+  EXPECT_LE(Count(page, "<polyline"), 8u);
+  EXPECT_NE(page.find("w1</text>"), std::string::npos);
+}
+
+TEST(HtmlTest, WithoutPatternsOnlyTheCardsAndANote) {
+  diagnose::Diagnosis d;
+  d.job.world_size = 2;
+  d.job.ranks = {0, 1};
+  diagnose::Finding f;
+  f.category = "hang";
+  f.ranks = {1};
+  f.summary = "rank 1 waits in all_reduce";
+  f.functions = {{"wait", "python_function", {"train.py(3): main", "dist.py(9): wait"}}};
+  d.findings.push_back(f);
+  HtmlInput in;
+  in.diagnosis = &d;
+  const std::string page = RenderHtml(in);
+  EXPECT_NE(page.find("rank 1 waits in all_reduce"), std::string::npos);
+  EXPECT_NE(page.find("<code>dist.py(9): wait</code>"), std::string::npos);
+  EXPECT_NE(page.find("the per-rank views are left out"), std::string::npos);
+  EXPECT_EQ(page.find("<svg"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace perftracker::report

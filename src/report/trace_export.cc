@@ -1,0 +1,409 @@
+#include "report/trace_export.h"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "base/json_writer.h"
+#include "pattern/python_window.h"
+#include "trace/reader.h"
+
+namespace perftracker::report {
+namespace {
+
+// Output is flushed in chunks of this size: one buffer reused for every event.
+constexpr size_t kFlushBytes = 1 << 20;
+// Ranks whose first files' clocks differ by more than this are on different clocks (another
+// machine's steady clock): they are aligned on their first common iteration instead.
+constexpr double kSameClockUs = 60e6;
+// Track ids of the merged trace: GPU streams and a rank's second file get tids of their own, so
+// their spans never interleave with another file's on one track.
+constexpr int64_t kGpuTidBase = 1'000'000'000;
+constexpr int64_t kFileTidStride = 100'000'000;
+// A pid for a trace whose rank is unknown: after any real rank.
+constexpr int64_t kUnknownRankPid = 10'000'000;
+// The Python tracer's window file is parsed whole; the tracer's node and long-call caps keep it
+// far below this.
+constexpr size_t kMaxPythonWindowBytes = 256u << 20;
+
+// gzip or plain output through one buffer.
+class Output {
+ public:
+  ~Output() { (void)Close(); }
+  Status Open(const std::string& path) {
+    path_ = path;
+    gz_ = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+    if (gz_) {
+      gzf_ = gzopen(path.c_str(), "wb1");
+      if (!gzf_)
+        return InvalidArgument(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+    } else {
+      f_ = std::fopen(path.c_str(), "wb");
+      if (!f_)
+        return InvalidArgument(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
+    }
+    buf_.reserve(kFlushBytes + (64 << 10));
+    return Status::Ok();
+  }
+  std::string& buf() { return buf_; }
+  // The buffer, with the separator before the next element of traceEvents.
+  std::string& Next() {
+    buf_ += first_ ? "\n" : ",\n";
+    first_ = false;
+    return buf_;
+  }
+  Status MaybeFlush() { return buf_.size() >= kFlushBytes ? Flush() : Status::Ok(); }
+  Status Flush() {
+    if (buf_.empty()) return Status::Ok();
+    written_ += buf_.size();
+    bool ok = gz_ ? gzwrite(gzf_, buf_.data(), static_cast<unsigned>(buf_.size())) ==
+                        static_cast<int>(buf_.size())
+                  : std::fwrite(buf_.data(), 1, buf_.size(), f_) == buf_.size();
+    buf_.clear();
+    if (!ok) return Internal(fmt::format("{}: write failed", path_));
+    return Status::Ok();
+  }
+  Status Close() {
+    Status st = Flush();
+    if (gzf_ && gzclose(gzf_) != Z_OK && st.ok())
+      st = Internal(fmt::format("{}: write failed", path_));
+    if (f_ && std::fclose(f_) != 0 && st.ok())
+      st = Internal(fmt::format("{}: write failed", path_));
+    gzf_ = nullptr;
+    f_ = nullptr;
+    return st;
+  }
+  uint64_t written() const { return written_ + buf_.size(); }
+
+ private:
+  std::string path_;
+  bool gz_ = false;
+  gzFile gzf_ = nullptr;
+  std::FILE* f_ = nullptr;
+  std::string buf_;
+  bool first_ = true;
+  uint64_t written_ = 0;
+};
+
+struct RankClock {
+  std::vector<trace::Span> steps;  // of the rank's first file, on the output clock
+  double first_ts = NAN;           // its first event, on the output clock
+  std::string host;
+  int files = 0;
+};
+
+// The offset that puts a file whose steps are THEIRS on the clock of OURS (their step N at our
+// step N), or nothing when they share no step.
+std::optional<double> StepOffset(const std::vector<trace::Span>& ours,
+                                 const std::vector<trace::Span>& theirs) {
+  for (const trace::Span& t : theirs) {
+    if (t.step < 0) continue;
+    for (const trace::Span& o : ours)
+      if (o.step == t.step) return o.ts_us - t.ts_us;
+  }
+  return std::nullopt;
+}
+
+class Exporter : public trace::EventSink {
+ public:
+  Exporter(Output* out, ExportStats* stats) : out_(out), stats_(stats) {}
+
+  void StartFile(const std::string& path, int index) {
+    path_ = path;
+    index_ = index;
+    status_ = Status::Ok();
+  }
+  const Status& status() const { return status_; }
+
+  void OnBegin(const trace::TraceMeta& meta) override {
+    pid_ = meta.rank >= 0 ? meta.rank : kUnknownRankPid + index_;
+    RankClock& rc = ranks_[pid_];
+    file_in_rank_ = rc.files++;
+    offset_ = 0;
+    align_first_event_ = false;
+    const std::string what =
+        path_.find("torch") != std::string::npos ? "torch.profiler" : "Python tracer";
+    file_label_ = what;
+    if (file_in_rank_ == 0) {
+      // A rank's first file: its clock is the rank's, unless another rank's first file is on a
+      // clock far away (another machine's steady clock).
+      if (reference_ && !meta.profiler_steps.empty()) {
+        if (auto off = StepOffset(reference_->steps, meta.profiler_steps);
+            off && std::fabs(*off) > kSameClockUs) {
+          offset_ = *off;
+          stats_->notes.push_back(fmt::format(
+              "{}: on another clock than the first rank's; aligned on a common iteration", path_));
+        }
+      }
+      rc.host = meta.host;
+      rc.steps = meta.profiler_steps;
+      for (trace::Span& s : rc.steps) s.ts_us += offset_;
+      if (!reference_) reference_ = rc;
+      std::string& b = out_->Next();
+      b += fmt::format("{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{},\"args\":{{\"name\":",
+                       pid_);
+      AppendJsonString(meta.rank >= 0 ? fmt::format("rank {}{}", meta.rank,
+                                                    meta.host.empty() ? "" : " (" + meta.host + ")")
+                                      : fmt::format("{} (rank unknown)", path_),
+                       &b);
+      b += "}}";
+      out_->Next() += fmt::format(
+          "{{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":{},"
+          "\"args\":{{\"sort_index\":{}}}}}",
+          pid_, pid_);
+      for (const trace::Span& s : rc.steps)
+        if (s.step >= 0)
+          out_->Next() += fmt::format(
+              "{{\"ph\":\"i\",\"s\":\"p\",\"name\":\"iteration {}\",\"pid\":{},\"tid\":0,"
+              "\"ts\":{:.3f}}}",
+              s.step, pid_, s.ts_us);
+      ++stats_->ranks;
+    } else if (auto off = StepOffset(rc.steps, meta.profiler_steps)) {
+      offset_ = *off;
+    } else {
+      align_first_event_ = true;  // no common step: their first events are put together
+      stats_->notes.push_back(fmt::format(
+          "{}: no iteration in common with rank {}'s first file; aligned on its first event", path_,
+          pid_));
+    }
+  }
+
+  // Names the current file's track TID (before its first event).
+  void NameTrack(int64_t tid, const std::string& name) {
+    tid = (tid % kFileTidStride) + file_in_rank_ * kFileTidStride;
+    if (!named_.insert({pid_, tid}).second) return;
+    std::string& b = out_->Next();
+    b += fmt::format(
+        "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},"
+        "\"args\":{{\"name\":",
+        pid_, tid);
+    AppendJsonString(name, &b);
+    b += "}}";
+  }
+
+  void OnEvent(const trace::Event& e) override {
+    if (!status_.ok()) return;
+    RankClock& rc = ranks_[pid_];
+    if (align_first_event_) {
+      offset_ = std::isnan(rc.first_ts) ? 0 : rc.first_ts - e.ts_us;
+      align_first_event_ = false;
+    }
+    const double ts = e.ts_us + offset_;
+    if (std::isnan(rc.first_ts) || (file_in_rank_ == 0 && ts < rc.first_ts)) rc.first_ts = ts;
+    int64_t tid;
+    std::string track;
+    if (trace::IsGpuKind(e.kind)) {
+      tid = kGpuTidBase + std::max(0, e.device) * 1000 + std::max(0, e.stream);
+      if (named_.insert({pid_, tid}).second)
+        track = fmt::format("GPU {} stream {}", std::max(0, e.device), std::max(0, e.stream));
+    } else {
+      tid = (e.tid % kFileTidStride) + file_in_rank_ * kFileTidStride;
+      if (named_.insert({pid_, tid}).second)
+        track = fmt::format("{}: thread {}", file_label_, e.tid);
+    }
+    if (!track.empty()) {
+      std::string& b = out_->Next();
+      b += fmt::format(
+          "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},"
+          "\"args\":{{\"name\":",
+          pid_, tid);
+      AppendJsonString(track, &b);
+      b += "}}";
+    }
+    std::string& b = out_->Next();
+    b += "{\"ph\":\"X\",\"name\":";
+    AppendJsonString(e.name, &b);
+    b += fmt::format(",\"cat\":\"{}\",\"ts\":{:.3f},\"dur\":{:.3f},\"pid\":{},\"tid\":{}}}",
+                     trace::EventKindName(e.kind), ts, std::max(0.0, e.dur_us), pid_, tid);
+    ++stats_->events;
+    if (Status st = out_->MaybeFlush(); !st.ok()) status_ = st;
+  }
+
+  // The findings of D as instant events: on each culprit rank (a finding about every rank: on
+  // the whole trace), at the rank's first iteration.
+  void Findings(const diagnose::Diagnosis& d) {
+    for (const diagnose::Finding& f : d.findings) {
+      auto event = [&](const char* scope, int64_t pid, double ts) {
+        std::string& b = out_->Next();
+        b += fmt::format("{{\"ph\":\"i\",\"s\":\"{}\",\"name\":", scope);
+        AppendJsonString(fmt::format("finding: {} ({:.1f} ms/iter)", f.category, f.impact_ms), &b);
+        b += fmt::format(",\"pid\":{},\"tid\":0,\"ts\":{:.3f},\"args\":{{\"summary\":", pid, ts);
+        AppendJsonString(f.summary, &b);
+        b += ",\"suggestion\":";
+        AppendJsonString(f.suggestion, &b);
+        b += "}}";
+      };
+      if (f.finding_class == diagnose::FindingClass::kSubset) {
+        for (int r : f.ranks) {
+          auto it = ranks_.find(r);
+          if (it == ranks_.end()) continue;
+          const RankClock& rc = it->second;
+          event("p", r,
+                rc.steps.empty() ? (std::isnan(rc.first_ts) ? 0 : rc.first_ts)
+                                 : rc.steps.front().ts_us);
+        }
+      } else if (!ranks_.empty()) {
+        const RankClock& rc = ranks_.begin()->second;
+        event("g", ranks_.begin()->first, std::isnan(rc.first_ts) ? 0 : rc.first_ts);
+      }
+    }
+  }
+
+ private:
+  Output* out_;
+  ExportStats* stats_;
+  std::string path_;
+  int index_ = 0;
+  Status status_;
+  int64_t pid_ = 0;
+  int file_in_rank_ = 0;
+  double offset_ = 0;
+  bool align_first_event_ = false;
+  std::string file_label_;
+  std::map<int64_t, RankClock> ranks_;
+  std::optional<RankClock> reference_;
+  std::set<std::pair<int64_t, int64_t>> named_;
+};
+
+// The Python tracer's window file (pattern/python_window.h) has no event per call, only its
+// call-stack aggregate: its timeline is the window's iterations and the calls of 1 ms or more
+// it keeps with their times ("long_calls"), on the tracer's clock.
+Status ExportPythonWindow(const std::string& path, Exporter* ex) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) return InvalidArgument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) {
+    if (text.size() + n > kMaxPythonWindowBytes)
+      return InvalidArgument(
+          fmt::format("{}: a Python window file over {} MiB", path, kMaxPythonWindowBytes >> 20));
+    text.append(buf, n);
+  }
+  namespace dom = simdjson::dom;
+  dom::parser parser;
+  dom::object root;
+  if (parser.parse(text).get(root) != simdjson::SUCCESS)
+    return InvalidArgument(fmt::format("{}: not a Python window file (not JSON)", path));
+  auto bad = [&](const char* what) {
+    return InvalidArgument(fmt::format("{}: malformed Python window file: {}", path, what));
+  };
+  trace::TraceMeta meta;
+  meta.path = path;
+  meta.rank = trace::RankFromFileName(path);
+  int64_t tid = 0;
+  if (root["tid"].get(tid) != simdjson::SUCCESS) tid = 0;
+  dom::array iterations, names, nodes, long_calls;
+  if (root["iterations"].get(iterations) || root["names"].get(names) || root["nodes"].get(nodes) ||
+      root["long_calls"].get(long_calls))
+    return bad("iterations, names, nodes or long_calls missing");
+  for (dom::element it : iterations) {
+    dom::array a;
+    int64_t index = 0, start = 0, end = 0;
+    if (it.get(a) || a.size() < 3 || a.at(0).get(index) || a.at(1).get(start) || a.at(2).get(end))
+      return bad("an iteration is not [index, start_ns, end_ns]");
+    meta.profiler_steps.push_back(
+        {start / 1e3, (end - start) / 1e3, static_cast<int64_t>(tid), index});
+  }
+  std::vector<std::string_view> name_of;
+  for (dom::element e : names) {
+    std::string_view v;
+    name_of.push_back(e.get(v) ? std::string_view("?") : v);
+  }
+  struct Node {
+    std::string_view name;
+    bool gc = false;
+  };
+  std::vector<Node> node_of;
+  for (dom::element e : nodes) {
+    dom::array a;
+    uint64_t name = 0, gc = 0;
+    if (e.get(a) || a.size() < 3 || a.at(1).get(name) || a.at(2).get(gc)) return bad("a node");
+    node_of.push_back({name < name_of.size() ? name_of[name] : std::string_view("?"), gc != 0});
+  }
+  ex->OnBegin(meta);
+  ex->NameTrack(0, "iterations");
+  ex->NameTrack(tid, fmt::format("Python tracer: calls of 1 ms or more, thread {}", tid));
+  trace::Event ev;
+  ev.tid = 0;
+  ev.kind = trace::EventKind::kUserAnnotation;
+  std::vector<std::string> iteration_names;
+  iteration_names.reserve(meta.profiler_steps.size());
+  for (const trace::Span& sp : meta.profiler_steps) {
+    iteration_names.push_back(fmt::format("iteration {}", sp.step));
+    ev.name = iteration_names.back();
+    ev.ts_us = sp.ts_us;
+    ev.dur_us = sp.dur_us;
+    ex->OnEvent(ev);
+  }
+  ev.tid = tid;
+  for (dom::element e : long_calls) {
+    dom::array a;
+    uint64_t node = 0;
+    int64_t start = 0, end = 0;
+    if (e.get(a) || a.size() < 3 || a.at(0).get(node) || a.at(1).get(start) || a.at(2).get(end) ||
+        node >= node_of.size())
+      return bad("a long call is not [node, start_ns, end_ns]");
+    ev.kind = node_of[node].gc ? trace::EventKind::kOther : trace::EventKind::kPythonFunction;
+    ev.name = node_of[node].name;
+    ev.ts_us = start / 1e3;
+    ev.dur_us = (end - start) / 1e3;
+    ex->OnEvent(ev);
+  }
+  return Status::Ok();
+}
+
+bool IsPythonWindowFile(const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) return false;
+  char head[256];
+  const size_t n = std::fread(head, 1, sizeof(head), f.get());
+  return pattern::LooksLikePythonWindow(std::string_view(head, n));
+}
+
+}  // namespace
+
+StatusOr<ExportStats> ExportTrace(const std::vector<std::string>& files, const std::string& out,
+                                  const ExportOptions& options) {
+  if (files.empty()) return InvalidArgument("export-trace: no trace files");
+  ExportStats stats;
+  Output o;
+  PT_RETURN_IF_ERROR(o.Open(out));
+  o.buf() +=
+      "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"producer\":\"perftracker export-trace\"},"
+      "\"traceEvents\":[";
+  Exporter ex(&o, &stats);
+  for (size_t i = 0; i < files.size(); ++i) {
+    ex.StartFile(files[i], static_cast<int>(i));
+    Status st = Status::Ok();
+    if (IsPythonWindowFile(files[i])) {
+      st = ExportPythonWindow(files[i], &ex);
+    } else if (auto read = trace::ReadTrace(files[i], &ex); !read.ok()) {
+      st = read.status();
+    }
+    if (st.ok()) st = ex.status();
+    if (!st.ok()) {
+      (void)o.Close();
+      std::error_code ec;
+      std::filesystem::remove(out, ec);  // no half-written trace
+      return st;
+    }
+    ++stats.files;
+  }
+  if (options.diagnosis) ex.Findings(*options.diagnosis);
+  o.buf() += "\n]}\n";
+  stats.bytes_written = o.written();
+  PT_RETURN_IF_ERROR(o.Close());
+  return stats;
+}
+
+}  // namespace perftracker::report
