@@ -14,13 +14,15 @@ bool Contains(const std::string& s, std::string_view part) {
   return s.find(part) != std::string::npos;
 }
 
-// Frames of the interpreter's own library, site-packages and torch are not where the user's
-// code stands; the innermost frame outside them is.
+}  // namespace
+
 bool IsLibraryFrame(const StackFrame& f) {
   return Contains(f.file, "/site-packages/") || Contains(f.file, "/dist-packages/") ||
          Contains(f.file, "/lib/python3") || Contains(f.file, "/torch/") ||
          Contains(f.file, "/perftracker/") || (!f.file.empty() && f.file[0] == '<');
 }
+
+namespace {
 
 const ThreadStack* MainThread(const RankStacks& r) {
   for (const auto& t : r.threads)

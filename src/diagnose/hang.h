@@ -31,6 +31,9 @@ Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector
 // True when the frame is inside communication or a wait on it (torch.distributed, DDP,
 // autograd's backward that runs the all-reduce hooks, Work.wait, barrier).
 bool IsCommunicationFrame(const StackFrame& frame);
+// Frames of the interpreter's own library, site-packages and torch are not where the user's
+// code stands; the innermost frame outside them is.
+bool IsLibraryFrame(const StackFrame& frame);
 
 }  // namespace perftracker::diagnose
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "diagnose/diagnose.h"
+#include "diagnose/hang.h"
 #include "report/report.h"
 
 namespace perftracker::report {
@@ -775,6 +776,26 @@ std::string FindingCard(int index, const Finding& f, const Diagnosis& d, const C
   return out + "</section>";
 }
 
+std::string WaitTable(const std::vector<WaitGroup>& waits) {
+  if (waits.empty()) return "";
+  std::string out =
+      "<h2>Where each rank stands</h2><table class=\"kv\"><thead><tr><th>ranks</th><th>where "
+      "the training thread is</th><th>collective</th></tr></thead><tbody>";
+  for (const WaitGroup& g : waits) {
+    out += fmt::format("<tr class=\"{}\"><td>{}</td><td><code>{}</code>",
+                       waits.size() > 1 && &g == &waits.back() ? "bad" : "",
+                       Escape(diagnose::RankList(g.ranks)), Escape(g.where));
+    if (!g.stack.empty()) {
+      out += fmt::format("<details><summary>call stack ({} frames)</summary><ol class=\"stack\">",
+                         g.stack.size());
+      for (const auto& f : g.stack) out += "<li><code>" + Escape(f) + "</code></li>";
+      out += "</ol></details>";
+    }
+    out += fmt::format("</td><td>{}</td></tr>", Escape(g.collective));
+  }
+  return out + "</tbody></table>";
+}
+
 constexpr char kStyle[] = R"css(
 :root{--fg:#1d2733;--muted:#5b6b7c;--line:#e3e8ee;--bg:#f6f8fa;--bad:#d62728}
 *{box-sizing:border-box}
@@ -825,6 +846,44 @@ footer{margin-top:36px;color:var(--muted);font-size:12px}
 
 }  // namespace
 
+std::vector<WaitGroup> GroupWaits(const std::vector<pattern::RankStacks>& stacks) {
+  std::map<std::string, WaitGroup> by_place;
+  for (const pattern::RankStacks& r : stacks) {
+    const pattern::ThreadStack* main = nullptr;
+    for (const auto& t : r.threads)
+      if (t.main || main == nullptr) main = &t;
+    WaitGroup g;
+    if (main && !main->frames.empty()) {
+      // The innermost frame of the user's own code (diagnose/hang.h), as the hang finding says.
+      const pattern::StackFrame* user = &main->frames.back();
+      for (auto it = main->frames.rbegin(); it != main->frames.rend(); ++it)
+        if (!diagnose::IsLibraryFrame(*it)) {
+          user = &*it;
+          break;
+        }
+      const pattern::StackFrame& f = *user;
+      g.where = fmt::format("{}:{} in {}", f.file, f.line, f.function);
+      for (const auto& fr : main->frames)
+        g.stack.push_back(fmt::format("{}:{} in {}", fr.file, fr.line, fr.function));
+    } else {
+      g.where = "(no stack)";
+    }
+    const pattern::LastCollective& c = r.last_collective;
+    if (c.in_progress) g.collective = fmt::format("in {} for {:.1f} s", c.op, c.seconds);
+    auto [it, fresh] = by_place.try_emplace(g.where + "\x1f" + g.collective, std::move(g));
+    it->second.ranks.push_back(r.rank);
+  }
+  std::vector<WaitGroup> out;
+  for (auto& [k, g] : by_place) {
+    std::sort(g.ranks.begin(), g.ranks.end());
+    out.push_back(std::move(g));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const WaitGroup& a, const WaitGroup& b) {
+    return a.ranks.size() > b.ranks.size();
+  });
+  return out;
+}
+
 std::string RenderHtml(const HtmlInput& in) {
   const Diagnosis& d = *in.diagnosis;
   const CompactJob* job = in.job;
@@ -852,8 +911,20 @@ std::string RenderHtml(const HtmlInput& in) {
   chip(std::to_string(d.job.ranks.size()), "ranks");
   chip(std::to_string(d.job.world_size), "world size");
   if (!hosts.empty()) chip(std::to_string(hosts.size()), hosts.size() == 1 ? "host" : "hosts");
-  chip(std::to_string(d.job.iterations), "iterations profiled");
-  chip(Ms(d.job.iteration_ms_median), "median iteration");
+  if (d.job.iterations == 0 && !d.job.run_iterations.empty()) {
+    // No window behind this diagnosis (a hang): the run's iterations instead.
+    int64_t most = 0;
+    std::vector<double> p50;
+    for (const auto& [r, st] : d.job.run_iterations) {
+      most = std::max(most, st.count);
+      p50.push_back(st.p50_ms);
+    }
+    chip(std::to_string(most), "iterations run");
+    chip(Ms(Median(p50)), "median iteration (run)");
+  } else {
+    chip(std::to_string(d.job.iterations), "iterations profiled");
+    chip(Ms(d.job.iteration_ms_median), "median iteration");
+  }
   chip(std::to_string(d.findings.size()), d.findings.size() == 1 ? "finding" : "findings");
   out += "</div></header>";
   // Findings, biggest first (the diagnosis's order).
@@ -866,6 +937,7 @@ std::string RenderHtml(const HtmlInput& in) {
   }
   int i = 0;
   for (const Finding& f : d.findings) out += FindingCard(++i, f, d, job);
+  out += WaitTable(in.waits);
   // The charts.
   if (std::string chart = IterationChart(in); !chart.empty()) {
     out += in.series.empty() ? "<h2>Iteration time per rank (the profiled window)</h2>"
@@ -876,6 +948,10 @@ std::string RenderHtml(const HtmlInput& in) {
           "<p class=\"note\">Shaded: the profiling windows (w<i>n</i>), every rank profiling the "
           "same iterations.</p>";
   }
+  if (job && in.views_from_window > 0)
+    out += fmt::format(
+        "<p class=\"note\">The per-rank views below are from window {}, the latest profiled.</p>",
+        in.views_from_window);
   if (job) {
     if (std::string heat = Heatmap(d, *job); !heat.empty()) {
       out +=

@@ -18,6 +18,7 @@
 
 #include "base/status.h"
 #include "diagnose/finding.h"
+#include "pattern/collected.h"
 #include "pattern/compact_job.h"
 
 namespace perftracker::report {
@@ -37,6 +38,17 @@ struct WindowMark {
   std::string reason;
 };
 
+// A hang: the ranks whose training thread stands at the same place, with that place's stack.
+struct WaitGroup {
+  std::string where;  // the innermost frame: "train.py:97 in hang_forever"
+  std::vector<int> ranks;
+  std::vector<std::string> stack;  // outermost first
+  std::string collective;          // "in all_reduce for 6.2 s" when one is in progress
+};
+// Groups the ranks' stacks (a hang's replies) by where their training thread stands, the
+// biggest group first.
+std::vector<WaitGroup> GroupWaits(const std::vector<pattern::RankStacks>& stacks);
+
 struct HtmlInput {
   std::string title = "perftracker report";
   const diagnose::Diagnosis* diagnosis = nullptr;  // required
@@ -46,6 +58,10 @@ struct HtmlInput {
   // Online: each rank's iterations over the run. Empty: the window's own iterations (job).
   std::vector<RunSeries> series;
   std::vector<WindowMark> windows;
+  std::vector<WaitGroup> waits;  // a hang: where each rank stands
+  // The window the per-rank views come from when it is not the diagnosis's own (a hang's page
+  // shows the latest profiled window's); 0: the diagnosis's own.
+  int64_t views_from_window = 0;
   std::string trace_link;  // a Perfetto trace of the window (export-trace), relative; "" none
   std::string generated;   // e.g. "2026-12-02 10:31 UTC, perftracker 0.9"; "" leaves it out
 };

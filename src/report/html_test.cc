@@ -148,5 +148,40 @@ TEST(HtmlTest, WithoutPatternsOnlyTheCardsAndANote) {
   EXPECT_EQ(page.find("<svg"), std::string::npos);
 }
 
+TEST(HtmlTest, AHangGroupsTheRanksByWhereTheyStand) {
+  std::vector<pattern::RankStacks> stacks;
+  for (int r = 0; r < 4; ++r) {
+    pattern::RankStacks s;
+    s.rank = r;
+    pattern::ThreadStack t;
+    t.main = true;
+    t.frames = {{"train.py", 10, "main"},
+                r == 2 ? pattern::StackFrame{"train.py", 97, "hang_forever"}
+                       : pattern::StackFrame{"train.py", 201, "train_step"}};
+    s.threads.push_back(t);
+    if (r != 2) s.last_collective = {"all_reduce", 7, "train.py", 201, true, 6.25};
+    stacks.push_back(s);
+  }
+  std::vector<WaitGroup> g = GroupWaits(stacks);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].ranks, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(g[0].where, "train.py:201 in train_step");
+  EXPECT_EQ(g[0].collective, "in all_reduce for 6.2 s");
+  EXPECT_EQ(g[1].ranks, std::vector<int>{2});
+  EXPECT_EQ(g[1].stack,
+            (std::vector<std::string>{"train.py:10 in main", "train.py:97 in hang_forever"}));
+  diagnose::Diagnosis d;
+  d.job.run_iterations[0] = {90, 60, 58, 100, 40, 120};
+  HtmlInput in;
+  in.diagnosis = &d;
+  in.waits = g;
+  const std::string page = RenderHtml(in);
+  EXPECT_NE(page.find("<h2>Where each rank stands</h2>"), std::string::npos);
+  EXPECT_NE(page.find("<tr class=\"bad\"><td>2</td><td><code>train.py:97 in hang_forever</code>"),
+            std::string::npos);
+  // No window behind a hang: the chips show the run's iterations.
+  EXPECT_NE(page.find("<b>90</b><span>iterations run</span>"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace perftracker::report

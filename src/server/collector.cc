@@ -307,6 +307,7 @@ struct CollectorServer::Impl final
   // The last diagnosed window's patterns, for the run's final report (one job's worth).
   std::shared_ptr<const pattern::CompactJob> latest_job;
   int64_t latest_window_id = 0;
+  std::vector<report::WaitGroup> latest_waits;  // when the latest diagnosis is a hang's
   // Every window and hang of the run, for the report's chart (bounded: the newest).
   std::vector<report::WindowMark> marks;
   static constexpr size_t kMaxMarks = 4096;
@@ -431,13 +432,18 @@ struct CollectorServer::Impl final
 
   // The HTML report of diagnosis D (window ID; 0: the run's end) with the run's iteration
   // series and windows. Called with mu held; RenderHtmlUnlocked takes a snapshot instead.
+  // WAITS and VIEWS_FROM: a hang's page (where each rank stands; the per-rank views are the
+  // latest profiled window's).
   std::string RenderHtmlLocked(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
-                               int64_t id) const {
-    return RenderHtmlFrom(d, job, SeriesLocked(), marks, id);
+                               int64_t id, std::vector<report::WaitGroup> waits = {},
+                               int64_t views_from = 0) const {
+    return RenderHtmlFrom(d, job, SeriesLocked(), marks, id, std::move(waits), views_from);
   }
   std::string RenderHtmlFrom(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
                              std::vector<report::RunSeries> series,
-                             std::vector<report::WindowMark> windows_so_far, int64_t id) const {
+                             std::vector<report::WindowMark> windows_so_far, int64_t id,
+                             std::vector<report::WaitGroup> waits = {},
+                             int64_t views_from = 0) const {
     report::HtmlInput in;
     in.title = id > 0 ? fmt::format("perftracker: window {} of {}", id, options.report_dir)
                       : fmt::format("perftracker: {}", options.report_dir);
@@ -445,6 +451,8 @@ struct CollectorServer::Impl final
     in.job = job;
     in.series = std::move(series);
     in.windows = std::move(windows_so_far);
+    in.waits = std::move(waits);
+    in.views_from_window = job ? views_from : 0;
     in.generated = fmt::format("{:%Y-%m-%d %H:%M} UTC", fmt::gmtime(std::time(nullptr)));
     // The window's timeline, where `perftracker run` exported it (at the job's end).
     const int64_t w = id > 0 ? id : latest_window_id;
@@ -491,6 +499,7 @@ struct CollectorServer::Impl final
     if (job) {
       latest_job = std::move(job);
       latest_window_id = id;
+      latest_waits.clear();
     }
     for (const diagnose::Finding& f : d.findings)
       ++findings_total[{f.category, diagnose::CauseName(f.cause)}];
@@ -568,7 +577,9 @@ struct CollectorServer::Impl final
         std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
     diagnose::Diagnosis d = diagnose::DiagnoseHang(
         replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
-    Publish(h.id, d, "hang", nullptr, RenderHtmlLocked(d, nullptr, h.id));
+    latest_waits = report::GroupWaits(replies);
+    Publish(h.id, d, "hang", nullptr,
+            RenderHtmlLocked(d, latest_job.get(), h.id, latest_waits, latest_window_id));
     if (options.on_hang) hang_callback = d;
   }
 
@@ -1284,9 +1295,10 @@ void CollectorServer::Shutdown() {
   if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())
     log::Error("server", "{}", st.message());
   // The run's page: the latest diagnosis with the whole run's iteration times and windows.
-  if (::perftracker::Status st =
-          WriteAtomically((fs::path(impl_->options.report_dir) / "report.html").string(),
-                          impl_->RenderHtmlLocked(final_d, impl_->latest_job.get(), 0));
+  if (::perftracker::Status st = WriteAtomically(
+          (fs::path(impl_->options.report_dir) / "report.html").string(),
+          impl_->RenderHtmlLocked(final_d, impl_->latest_job.get(), 0, impl_->latest_waits,
+                                  impl_->latest_waits.empty() ? 0 : impl_->latest_window_id));
       !st.ok())
     log::Error("server", "{}", st.message());
   if (::perftracker::Status st = impl_->store->ReplaceIterationSeries(impl_->SeriesLocked());
