@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from perftracker import identity
+
 _w = None            # perftracker._worker once enabled
 _client = None       # AgentClient
 _off = False         # set on the first internal error
@@ -58,8 +60,9 @@ def is_helper_of_a_rank(environ=os.environ, pid=None):
     owner_pid, _, owner_rank = owner.partition(":")
     # An owner without a RANK is a launcher-like Python (a script that starts its ranks with
     # multiprocessing): its children are the ranks, not its helpers.
+    mine = identity.identity(environ, hostname="")["rank"]
     return owner_rank != "" and owner_pid != str(pid if pid is not None else os.getpid()) and \
-        owner_rank == environ.get("RANK", "")
+        owner_rank == ("" if mine is None else str(mine))
 
 
 def _turn_off(err):
@@ -475,8 +478,9 @@ class AgentClient:
         self.replies = []  # answers to commands, shipped in the same tick
         self.last_iteration = -1  # the last completed iteration index the detector reported
         self.stop = threading.Event()
-        self.ident = {"pid": os.getpid(), "rank": _env_int("RANK"), "local_rank": _env_int("LOCAL_RANK"),
-                      "world_size": _env_int("WORLD_SIZE"), "host": socket.gethostname()}
+        who = identity.identity()  # the launcher's environment (torchrun, Slurm, MPI)
+        self.ident = {"pid": os.getpid(), "rank": who["rank"], "local_rank": who["local_rank"],
+                      "world_size": who["world_size"], "host": who["host"]}
         self.thread = threading.Thread(target=self._run, name="perftracker-agent", daemon=True)
 
     def start(self):
@@ -703,10 +707,10 @@ def _pop_window(path):
     return {}
 
 
-def _from_env_or_dist(env, getter):
-    """ENV from the launcher, else torch.distributed's value once initialized (mp.spawn sets no
-    env)."""
-    v = _env_int(env)
+def _from_env_or_dist(field, getter):
+    """FIELD from the launcher's environment (identity.py), else torch.distributed's value once
+    initialized (mp.spawn sets no env)."""
+    v = identity.identity(hostname="")[field]
     if v is not None:
         return v
     dist = sys.modules.get("torch.distributed")
@@ -719,11 +723,11 @@ def _from_env_or_dist(env, getter):
 
 
 def _rank():
-    return _from_env_or_dist("RANK", "get_rank")
+    return _from_env_or_dist("rank", "get_rank")
 
 
 def _world_size():
-    return _from_env_or_dist("WORLD_SIZE", "get_world_size")
+    return _from_env_or_dist("world_size", "get_world_size")
 
 
 def _env_int(name):
@@ -800,7 +804,8 @@ def enable(config=None):
     _pid = os.getpid()
     # Python processes this one starts with the same RANK (multiprocessing spawn workers, a
     # subprocess) inherit this and stay off: only the rank itself reports (sitecustomize.py).
-    os.environ[OWNER_ENV] = f"{_pid}:{os.environ.get('RANK', '')}"
+    mine = identity.identity(hostname="")["rank"]
+    os.environ[OWNER_ENV] = f"{_pid}:{'' if mine is None else mine}"
     os.register_at_fork(after_in_child=_forked_child)
     import atexit
     atexit.register(_at_exit)

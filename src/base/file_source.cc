@@ -1,6 +1,7 @@
 #include "base/file_source.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <isa-l/igzip_lib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,7 +9,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 namespace perftracker {
@@ -307,6 +310,24 @@ StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
 
 std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data, bool mappable) {
   return std::make_unique<MemorySource>(data, mappable);
+}
+
+StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_bytes,
+                                    std::string_view what) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) return InvalidArgument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) {
+    if (text.size() + n > max_bytes)
+      return InvalidArgument(
+          fmt::format("{}: over the {} MiB {} may have", path, max_bytes >> 20, what));
+    text.append(buf, n);
+  }
+  if (std::ferror(f.get()))
+    return InvalidArgument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
+  return text;
 }
 
 }  // namespace perftracker

@@ -45,6 +45,11 @@ class ByteSource {
 // not exist, kInvalidArgument when it cannot be read (a folder, no permission).
 StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path);
 
+// The whole of a small file (plain bytes, no decompression), refused past MAX_BYTES before it is
+// all allocated: "PATH: cannot read: ..." or "PATH: over the N MiB WHAT may have".
+StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_bytes,
+                                    std::string_view what);
+
 // Reads `data`, which must outlive the source. No decompression. A `mappable` source also
 // supports Map, over a private padded copy of `data` (for tests of the mapped path).
 std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data, bool mappable = false);

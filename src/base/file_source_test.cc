@@ -95,5 +95,24 @@ TEST(GzipSourceTest, TruncatedAndCorruptDataAreErrors) {
   EXPECT_NE(error.find("checksum mismatch"), std::string::npos) << error;
 }
 
+TEST(ReadSmallFileTest, ReadsWholeFilesAndRefusesBigOnes) {
+  const std::string path = ::testing::TempDir() + "/pt_small_file_" + std::to_string(::getpid());
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::string data(3 << 20, 'x');
+    std::fwrite(data.data(), 1, data.size(), f);
+    std::fclose(f);
+  }
+  auto ok = ReadSmallFile(path, 4 << 20, "a test file");
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->size(), 3u << 20);
+  auto big = ReadSmallFile(path, 2 << 20, "a test file");
+  EXPECT_EQ(big.status().message(), path + ": over the 2 MiB a test file may have");
+  std::remove(path.c_str());
+  EXPECT_EQ(ReadSmallFile(path, 1, "x").status().message(),
+            path + ": cannot read: No such file or directory");
+}
+
 }  // namespace
 }  // namespace perftracker

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 
+#include "base/file_source.h"
 #include "report/report.h"
 
 namespace perftracker::report {
@@ -157,17 +158,7 @@ StatusOr<diagnose::Diagnosis> ParseDiagnosisJson(std::string_view json, const st
 }
 
 StatusOr<diagnose::Diagnosis> ReadDiagnosisFile(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) return InvalidArgument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  std::string text;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) {
-    if (text.size() + n > kMaxDiagnosisBytes)
-      return InvalidArgument(
-          fmt::format("{}: over the {} MiB a diagnosis may have", path, kMaxDiagnosisBytes >> 20));
-    text.append(buf, n);
-  }
+  PT_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxDiagnosisBytes, "a diagnosis"));
   return ParseDiagnosisJson(text, path);
 }
 

@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "base/file_source.h"
 #include "base/json_writer.h"
 #include "pattern/python_window.h"
 #include "trace/reader.h"
@@ -179,7 +180,11 @@ class Exporter : public trace::EventSink {
 
   // Names the current file's track TID (before its first event).
   void NameTrack(int64_t tid, const std::string& name) {
-    tid = (tid % kFileTidStride) + file_in_rank_ * kFileTidStride;
+    ThreadName((tid % kFileTidStride) + file_in_rank_ * kFileTidStride, name);
+  }
+
+  // The thread_name metadata of output track TID, once.
+  void ThreadName(int64_t tid, const std::string& name) {
     if (!named_.insert({pid_, tid}).second) return;
     std::string& b = out_->Next();
     b += fmt::format(
@@ -200,24 +205,15 @@ class Exporter : public trace::EventSink {
     const double ts = e.ts_us + offset_;
     if (std::isnan(rc.first_ts) || (file_in_rank_ == 0 && ts < rc.first_ts)) rc.first_ts = ts;
     int64_t tid;
-    std::string track;
     if (trace::IsGpuKind(e.kind)) {
       tid = kGpuTidBase + std::max(0, e.device) * 1000 + std::max(0, e.stream);
-      if (named_.insert({pid_, tid}).second)
-        track = fmt::format("GPU {} stream {}", std::max(0, e.device), std::max(0, e.stream));
+      if (!named_.count({pid_, tid}))
+        ThreadName(tid,
+                   fmt::format("GPU {} stream {}", std::max(0, e.device), std::max(0, e.stream)));
     } else {
       tid = (e.tid % kFileTidStride) + file_in_rank_ * kFileTidStride;
-      if (named_.insert({pid_, tid}).second)
-        track = fmt::format("{}: thread {}", file_label_, e.tid);
-    }
-    if (!track.empty()) {
-      std::string& b = out_->Next();
-      b += fmt::format(
-          "{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{},\"tid\":{},"
-          "\"args\":{{\"name\":",
-          pid_, tid);
-      AppendJsonString(track, &b);
-      b += "}}";
+      if (!named_.count({pid_, tid}))
+        ThreadName(tid, fmt::format("{}: thread {}", file_label_, e.tid));
     }
     std::string& b = out_->Next();
     b += "{\"ph\":\"X\",\"name\":";
@@ -278,17 +274,8 @@ class Exporter : public trace::EventSink {
 // call-stack aggregate: its timeline is the window's iterations and the calls of 1 ms or more
 // it keeps with their times ("long_calls"), on the tracer's clock.
 Status ExportPythonWindow(const std::string& path, Exporter* ex) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
-  if (!f) return InvalidArgument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
-  std::string text;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) {
-    if (text.size() + n > kMaxPythonWindowBytes)
-      return InvalidArgument(
-          fmt::format("{}: a Python window file over {} MiB", path, kMaxPythonWindowBytes >> 20));
-    text.append(buf, n);
-  }
+  PT_ASSIGN_OR_RETURN(std::string text,
+                      ReadSmallFile(path, kMaxPythonWindowBytes, "a Python window file"));
   namespace dom = simdjson::dom;
   dom::parser parser;
   dom::object root;

@@ -1,0 +1,58 @@
+"""Who this process is in the job, from its launcher's environment: rank, world size, local rank,
+node index and host name.
+
+torchrun and `perftracker run` set RANK, WORLD_SIZE, LOCAL_RANK (and GROUP_RANK); Slurm's srun
+sets SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and SLURMD_NODENAME; Open MPI's
+mpirun OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK and _NODE_RANK; MPICH and other PMI launchers
+PMI_RANK, PMI_SIZE and MPI_LOCALRANKID. The first launcher in that order whose rank and world
+size are both set names the process (torchrun inside an srun step is torchrun's rank); what no
+launcher sets, torch.distributed fills in once initialised (hooks.py). The host is the
+launcher's node name where it has one (Slurm's), else the machine's host name.
+"""
+import os
+import socket
+
+# (launcher, {field: environment variable}); rank and world_size must both be present.
+LAUNCHERS = (
+    ("torch", {"rank": "RANK", "world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
+               "node_rank": "GROUP_RANK"}),
+    ("slurm", {"rank": "SLURM_PROCID", "world_size": "SLURM_NTASKS", "local_rank": "SLURM_LOCALID",
+               "node_rank": "SLURM_NODEID", "host": "SLURMD_NODENAME"}),
+    ("openmpi", {"rank": "OMPI_COMM_WORLD_RANK", "world_size": "OMPI_COMM_WORLD_SIZE",
+                 "local_rank": "OMPI_COMM_WORLD_LOCAL_RANK",
+                 "node_rank": "OMPI_COMM_WORLD_NODE_RANK"}),
+    ("pmi", {"rank": "PMI_RANK", "world_size": "PMI_SIZE", "local_rank": "MPI_LOCALRANKID"}),
+)
+
+# A job has at most this many ranks (base/limits.h kMaxWorldSize): anything else is not a rank.
+MAX_WORLD_SIZE = 1 << 20
+
+
+def _int(environ, name):
+    try:
+        v = int(environ.get(name, ""))
+    except ValueError:
+        return None
+    return v if 0 <= v <= MAX_WORLD_SIZE else None
+
+
+def identity(environ=None, hostname=None):
+    """{"launcher", "rank", "world_size", "local_rank", "node_rank", "host"}; launcher and the
+    numbers are None where no launcher says."""
+    environ = os.environ if environ is None else environ
+    out = {"launcher": None, "rank": None, "world_size": None, "local_rank": None,
+           "node_rank": None, "host": None}
+    for name, fields in LAUNCHERS:
+        rank, world = _int(environ, fields["rank"]), _int(environ, fields["world_size"])
+        if rank is None or world is None or rank >= world:
+            continue
+        out.update(launcher=name, rank=rank, world_size=world)
+        for key in ("local_rank", "node_rank"):
+            if key in fields:
+                out[key] = _int(environ, fields[key])
+        if fields.get("host") and environ.get(fields["host"]):
+            out["host"] = environ[fields["host"]]
+        break
+    if out["host"] is None:
+        out["host"] = hostname if hostname is not None else socket.gethostname()
+    return out
