@@ -23,6 +23,8 @@ pkgs=(
   iproute2 procps openssl
   # report tests: headless Chromium loads the HTML report, promtool checks the metrics
   chromium prometheus
+  # launcher tests: a real Slurm cluster on this machine, scripts/slurm_local.sh
+  slurm-wlm munge
 )
 if [[ ${1:-} == --list ]]; then  # print the packages, install nothing
   printf '%s\n' "${pkgs[@]}"

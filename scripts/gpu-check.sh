@@ -9,7 +9,9 @@
 #      step from iteration 130 (after the baseline window), every number the default: expect an
 #      all-rank "sync" finding;
 #   3. offline: torch.profiler (Kineto, CUDA activity) traces of 2 ranks -> perftracker analyze,
-#      GPU busy/idle breakdown present.
+#      GPU busy/idle breakdown present;
+#   4. `perftracker run -- torchrun --nproc-per-node 2 ...` with a straggler on rank 1 (torchrun
+#      starts the ranks; they find the launcher's agent through the environment).
 #
 # It installs nothing (the GPU machine may be offline): the build needs cmake, a C++20 compiler,
 # simdjson, fmt, CLI11, zlib, GoogleTest; gRPC/protobuf/SQLite for the online checks.
@@ -74,4 +76,13 @@ timeout 300 "$PY" examples/train_ddp.py --device cuda --nproc 2 --iters 30 --pro
 "$PT" analyze "$T3" --json "$OUT/offline-diagnosis.json" --stats >>"$OUT/offline.log" 2>&1
 "$PT" show "$T3" --top 15 >"$OUT/offline-show.txt" 2>&1
 if grep -q "gpu per iteration" "$OUT/offline-show.txt"; then log "offline-gpu: PASS"; else log "offline-gpu: FAIL"; status=1; fi
+# 4. torchrun under `perftracker run` (issue 16): the command starts the ranks itself (no
+# --nproc); Debian's torch 1.13 torchrun fails on Python 3.11, so it is checked here, on torch 2.x.
+R4="$OUT/torchrun"; rm -rf "$R4"
+TORCHRUN=${TORCHRUN:-$("$PY" -c 'import shutil, sys, os; print(shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun"))')}
+timeout 300 "$PT" run --report-dir "$R4" -- "$TORCHRUN" --standalone --nproc-per-node 2 \
+  examples/train_ddp.py --device cuda --iters 400 --fault straggler --fault-rank 1 --fault-start 130 \
+  --fault-work 8 >"$OUT/torchrun.log" 2>&1
+echo "exit $?" >>"$OUT/torchrun.log"
+check torchrun "$R4" 'any(f["ranks"] == [1] for f in d["findings"])'
 exit $status

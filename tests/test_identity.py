@@ -42,7 +42,7 @@ class Identity(unittest.TestCase):
         w = self.who(RANK="7", WORLD_SIZE="16", LOCAL_RANK="3", SLURM_PROCID="1",
                      SLURM_NTASKS="2", SLURMD_NODENAME="n2")
         self.assertEqual((w["launcher"], w["rank"], w["world_size"]), ("torch", 7, 16))
-        self.assertEqual(w["host"], "machine")  # the node name is Slurm's only when it names the rank
+        self.assertEqual(w["host"], "n2")  # still Slurm's node: several may share a machine
 
     def test_nothing_or_nonsense_is_unknown(self):
         for env in ({}, {"RANK": "3"}, {"RANK": "x", "WORLD_SIZE": "4"},
@@ -53,6 +53,11 @@ class Identity(unittest.TestCase):
             self.assertIsNone(w["launcher"], env)
             self.assertIsNone(w["rank"], env)
             self.assertEqual(w["host"], "machine")
+
+    def test_each_node_finds_its_own_agent(self):
+        t = "/tmp/perftracker-7-{node}.sock"
+        self.assertEqual(identity.agent_socket(t, {"SLURMD_NODENAME": "n2"}), "/tmp/perftracker-7-n2.sock")
+        self.assertEqual(identity.agent_socket("/tmp/a.sock", {"SLURMD_NODENAME": "n2"}), "/tmp/a.sock")
 
     def test_a_ranks_helper_stays_off_under_slurm(self):
         from perftracker import hooks

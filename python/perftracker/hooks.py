@@ -798,7 +798,7 @@ def enable(config=None):
     log = os.environ.get("PERFTRACKER_WORKER_LOG", "")
     if log:
         log = log.replace("{pid}", str(os.getpid()))
-    _client = AgentClient(os.environ.get("PERFTRACKER_AGENT_SOCKET", ""), log)
+    _client = AgentClient(identity.agent_socket(os.environ.get("PERFTRACKER_AGENT_SOCKET", "")), log)
     _client.start()
     global _pid
     _pid = os.getpid()

@@ -6,8 +6,8 @@ sets SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and SLURMD_NODENAME
 mpirun OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK and _NODE_RANK; MPICH and other PMI launchers
 PMI_RANK, PMI_SIZE and MPI_LOCALRANKID. The first launcher in that order whose rank and world
 size are both set names the process (torchrun inside an srun step is torchrun's rank); what no
-launcher sets, torch.distributed fills in once initialised (hooks.py). The host is the
-launcher's node name where it has one (Slurm's), else the machine's host name.
+launcher sets, torch.distributed fills in once initialised (hooks.py). The host is Slurm's node
+name where there is one (several nodes may share a machine), else the machine's host name.
 """
 import os
 import socket
@@ -36,6 +36,12 @@ def _int(environ, name):
     return v if 0 <= v <= MAX_WORLD_SIZE else None
 
 
+def agent_socket(template, environ=None):
+    """The node agent's socket: TEMPLATE with {node} replaced by this node's name (`perftracker
+    run` inside a Slurm allocation starts one agent per node, each on its own socket)."""
+    return template.replace("{node}", identity(environ)["host"]) if "{node}" in template else template
+
+
 def identity(environ=None, hostname=None):
     """{"launcher", "rank", "world_size", "local_rank", "node_rank", "host"}; launcher and the
     numbers are None where no launcher says."""
@@ -53,6 +59,8 @@ def identity(environ=None, hostname=None):
         if fields.get("host") and environ.get(fields["host"]):
             out["host"] = environ[fields["host"]]
         break
+    if out["host"] is None and environ.get("SLURMD_NODENAME"):
+        out["host"] = environ["SLURMD_NODENAME"]  # torchrun inside an srun step: still Slurm's node
     if out["host"] is None:
         out["host"] = hostname if hostname is not None else socket.gethostname()
     return out

@@ -36,7 +36,10 @@ bool IsTrace(const fs::path& p) {
   return ends(".json") || ends(".json.gz");
 }
 
+// The node's name as the job's launcher knows it (Slurm's node name: several nodes may share a
+// host), else the host name.
 std::string Hostname() {
+  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') return n;
   char buf[256] = {};
   gethostname(buf, sizeof(buf) - 1);
   return buf;

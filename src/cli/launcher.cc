@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "agent/agent.h"
@@ -345,40 +346,163 @@ int ExitCode(int status) {
 
 }  // namespace
 
-// The latest diagnosed window whose raw traces this node kept, as one Perfetto trace beside its
-// diagnosis (REPORT_DIR/windows/<n>/trace.json.gz); the reports link to it.
-void ExportLatestTimeline(const std::string& report_dir, const std::string& trace_dir) {
-  int64_t best = 0;
+// --- Slurm (issue 16) ---
+
+bool IsSrun(const std::vector<std::string>& command) {
+  return !command.empty() && fs::path(command[0]).filename() == "srun";
+}
+
+std::string SelfExe() {
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(trace_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("window-", 0) != 0) continue;
-    int64_t n = 0;
-    auto [end, err] = std::from_chars(name.data() + 7, name.data() + name.size(), n);
-    if (err != std::errc() || end != name.data() + name.size()) continue;
-    if (fs::exists(fs::path(report_dir) / "windows" / std::to_string(n) / "diagnosis.json", ec))
-      best = std::max(best, n);
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("perftracker") : p.string();
+}
+
+// srun's options that size an allocation, as salloc takes them: "-N 2", "--ntasks=4", "-p pt".
+std::vector<std::string> AllocationOptions(const std::vector<std::string>& srun) {
+  static const std::set<std::string> kWithValue = {"-N",
+                                                   "--nodes",
+                                                   "-n",
+                                                   "--ntasks",
+                                                   "-p",
+                                                   "--partition",
+                                                   "-t",
+                                                   "--time",
+                                                   "-c",
+                                                   "--cpus-per-task",
+                                                   "--ntasks-per-node",
+                                                   "-w",
+                                                   "--nodelist",
+                                                   "-x",
+                                                   "--exclude",
+                                                   "-A",
+                                                   "--account",
+                                                   "-q",
+                                                   "--qos",
+                                                   "-C",
+                                                   "--constraint",
+                                                   "--gres",
+                                                   "--mem",
+                                                   "--gpus",
+                                                   "--gpus-per-node"};
+  static const std::set<std::string> kFlags = {"--exclusive"};
+  std::vector<std::string> out;
+  for (size_t i = 1; i < srun.size(); ++i) {
+    const std::string& a = srun[i];
+    if (a.empty() || a[0] != '-') break;  // the program srun runs
+    const std::string name = a.substr(0, a.find('='));
+    if (kFlags.count(a)) {
+      out.push_back(a);
+    } else if (kWithValue.count(name) && name != a) {
+      out.push_back(a);  // --ntasks=4
+    } else if (kWithValue.count(a) && i + 1 < srun.size()) {
+      out.push_back(a);
+      out.push_back(srun[++i]);
+    } else if (a.size() > 2 && a[1] != '-' && kWithValue.count(a.substr(0, 2))) {
+      out.push_back(a);  // -N2
+    } else if (name == a && i + 1 < srun.size() && srun[i + 1].size() > 0 &&
+               srun[i + 1][0] != '-' && a.rfind("--", 0) != 0 && a.size() == 2) {
+      ++i;  // another short option with its value: srun's own
+    }
   }
-  if (best == 0) return;
-  const fs::path win = fs::path(report_dir) / "windows" / std::to_string(best);
-  auto files =
-      trace::ExpandTracePaths({(fs::path(trace_dir) / fmt::format("window-{}", best)).string()});
-  if (!files.ok() || files->empty()) return;
-  auto d = report::ReadDiagnosisFile((win / "diagnosis.json").string());
-  const std::string out = (win / "trace.json.gz").string();
-  auto st = report::ExportTrace(*files, out, {.diagnosis = d.ok() ? &*d : nullptr});
-  if (!st.ok()) {
-    log::Error("", "timeline of window {}: {}", best, st.status().message());
+  return out;
+}
+
+void ApplySlurmDefaults(RunOptions* o, bool nnodes_given, bool node_rank_given,
+                        bool master_addr_given) {
+  if (o->nproc <= 0 || std::getenv("SLURM_JOB_ID") == nullptr) return;
+  auto number = [](const char* name, int* out) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return false;
+    int n = 0;
+    auto [end, err] = std::from_chars(v, v + std::strlen(v), n);
+    if (err != std::errc() || *end != '\0') return false;
+    *out = n;
+    return true;
+  };
+  if (!nnodes_given && !number("SLURM_JOB_NUM_NODES", &o->nnodes))
+    number("SLURM_NNODES", &o->nnodes);
+  if (!node_rank_given) number("SLURM_NODEID", &o->node_rank);
+  if (!master_addr_given) {
+    // The allocation's first node, as `scontrol show hostnames` expands the node list.
+    const char* list = std::getenv("SLURM_JOB_NODELIST");
+    if (list == nullptr) list = std::getenv("SLURM_NODELIST");
+    if (list == nullptr) return;
+    const std::string cmd = fmt::format("scontrol show hostnames '{}' 2>/dev/null", list);
+    if (std::FILE* p = popen(cmd.c_str(), "r")) {
+      char line[256] = {};
+      if (std::fgets(line, sizeof(line), p) != nullptr) {
+        std::string first = line;
+        while (!first.empty() && (first.back() == '\n' || first.back() == ' ')) first.pop_back();
+        if (!first.empty()) o->master_addr = first;
+      }
+      pclose(p);
+    }
+  }
+}
+
+// `run -- srun ...` outside an allocation: the agents must run on the job's nodes, which only an
+// allocation names. The launcher asks for one with srun's own sizing options and runs itself
+// inside it (salloc's exit code is the launcher's, so the job's).
+int RunInAllocation(const RunOptions& o) {
+  std::vector<std::string> argv = {"salloc", "--quiet"};
+  for (std::string& a : AllocationOptions(o.command)) argv.push_back(std::move(a));
+  argv.push_back(SelfExe());
+  argv.insert(argv.end(), o.argv.begin() + 1, o.argv.end());
+  std::vector<char*> a;
+  for (auto& s : argv) a.push_back(s.data());
+  a.push_back(nullptr);
+  execvp(a[0], a.data());
+  return Error(
+      fmt::format("run: cannot run salloc for `{}`: {}", o.command[0], std::strerror(errno)), 2);
+}
+
+// The latest diagnosed window whose raw traces this machine kept, as one Perfetto trace beside
+// its diagnosis (REPORT_DIR/windows/<n>/trace.json.gz); the reports link to it. The traces are
+// in TRACE_DIR/window-<n>, or TRACE_DIR/<node>/window-<n> for the node agents of a Slurm job
+// (their nodes' files, where they share this machine's folder).
+void ExportLatestTimeline(const std::string& report_dir, const std::string& trace_dir) {
+  std::map<int64_t, std::vector<std::string>> folders;  // window -> its trace folders
+  std::error_code ec;
+  auto scan = [&](const fs::path& dir) {
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("window-", 0) != 0) continue;
+      int64_t n = 0;
+      auto [end, err] = std::from_chars(name.data() + 7, name.data() + name.size(), n);
+      if (err == std::errc() && end == name.data() + name.size())
+        folders[n].push_back(e.path().string());
+    }
+  };
+  scan(trace_dir);
+  for (const auto& e : fs::directory_iterator(trace_dir, ec))
+    if (e.is_directory(ec) && e.path().filename().string().rfind("window-", 0) != 0) scan(e.path());
+  for (auto it = folders.rbegin(); it != folders.rend(); ++it) {
+    const fs::path win = fs::path(report_dir) / "windows" / std::to_string(it->first);
+    if (!fs::exists(win / "diagnosis.json", ec)) continue;
+    auto files = trace::ExpandTracePaths(it->second);
+    if (!files.ok() || files->empty()) return;
+    auto d = report::ReadDiagnosisFile((win / "diagnosis.json").string());
+    const std::string out = (win / "trace.json.gz").string();
+    auto st = report::ExportTrace(*files, out, {.diagnosis = d.ok() ? &*d : nullptr});
+    if (!st.ok()) {
+      log::Error("", "timeline of window {}: {}", it->first, st.status().message());
+      return;
+    }
+    log::Detail("", "timeline of window {}: {} ({} ranks, {} events; open it in ui.perfetto.dev)",
+                it->first, out, st->ranks, st->events);
     return;
   }
-  log::Detail("", "timeline of window {}: {} ({} ranks, {} events; open it in ui.perfetto.dev)",
-              best, out, st->ranks, st->events);
 }
 
 int RunJob(const RunOptions& o) {
   if (o.command.empty()) return Error("run: no command after --", 2);
   if (o.nproc < 0 || o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
     return Error("run: --nproc must be >= 0 and --node-rank in [0, --nnodes)", 2);
+  // Slurm: srun from outside an allocation gets one first (RunInAllocation).
+  if (o.nproc == 0 && IsSrun(o.command) && std::getenv("SLURM_JOB_ID") == nullptr &&
+      o.argv.size() > 1 && std::getenv("PERFTRACKER_NO_SALLOC") == nullptr)
+    return RunInAllocation(o);
   if (!o.metrics.empty() && !o.server.empty())
     return Error(
         "run: --metrics serves the embedded server's metrics; with --server ADDR, give "
@@ -486,11 +610,65 @@ int RunJob(const RunOptions& o) {
   if (!embedded) ao.tls = o.tls;  // the embedded server is on loopback, without TLS
   ao.profile_at_iteration = o.profile_at_iteration;
   for (int i = 0; i < o.nproc; ++i) ao.ranks.push_back(o.node_rank * o.nproc + i);
-  // This node's agent: inside the launcher, or one already running (--agent-socket).
+  // This node's agent: inside the launcher, one already running (--agent-socket), or, for srun
+  // inside a Slurm allocation, one per node of the allocation as a step of its own.
   std::unique_ptr<agent::Agent> agent;
   Status agent_status;
   std::thread agent_thread;
-  if (o.agent_socket.empty()) {
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  const bool slurm_agents =
+      o.nproc == 0 && o.agent_socket.empty() && IsSrun(o.command) && slurm_job != nullptr;
+  pid_t agents_step = -1;
+  if (slurm_agents) {
+    // A folder per node under /tmp (the agent makes it 0700); {node} is each node's name.
+    sock_path = fmt::format("/tmp/perftracker-{}-{}-{{node}}/agent.sock", slurm_job, getpid());
+    const char* nodes_env = std::getenv("SLURM_JOB_NUM_NODES");
+    if (nodes_env == nullptr) nodes_env = std::getenv("SLURM_NNODES");
+    const std::string nodes = nodes_env != nullptr ? nodes_env : "1";
+    std::vector<std::string> step = {"srun",
+                                     "--overlap",
+                                     "--quiet",
+                                     "--kill-on-bad-exit=0",
+                                     "--nodes=" + nodes,
+                                     "--ntasks=" + nodes,
+                                     "--ntasks-per-node=1",
+                                     SelfExe(),
+                                     "agent",
+                                     "--server",
+                                     server_addr,
+                                     "--socket",
+                                     sock_path,
+                                     "--trace-dir",
+                                     (fs::path(trace_dir) / "{node}").string(),
+                                     "--job-id",
+                                     ao.job_id,
+                                     "--keep-traces",
+                                     std::to_string(o.keep_traces)};
+    if (!token.empty()) {
+      step.push_back("--token-file");
+      step.push_back((fs::path(report_dir) / ".perftracker" / "token").string());
+    }
+    if (!embedded && !o.tls.ca.empty()) {
+      step.push_back("--tls-ca");
+      step.push_back(o.tls.ca);
+    }
+    if (server::IsLoopbackListen(server_addr))
+      log::Detail("",
+                  "agents reach the server at {}: nodes on other hosts need --listen HOST:PORT "
+                  "(with TLS) or --server",
+                  server_addr);
+    // Their lines (and srun's) go to REPORT_DIR/agents.log, not the user's terminal.
+    const std::string agents_log = (fs::path(report_dir) / "agents.log").string();
+    const int log_fd = open(agents_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    std::map<std::string, std::string> agent_env;
+    agents_step = Spawn(step, ChildEnv(agent_env), old_mask, {log_fd, log_fd});
+    if (log_fd >= 0) close(log_fd);
+    if (agents_step < 0)
+      return Error(fmt::format("run: cannot start the node agents: {}", std::strerror(errno)));
+    reaper.Add(agents_step);
+    log::Event("", "Slurm job {}: one agent per node ({} node(s)) as a step of its own", slurm_job,
+               nodes);
+  } else if (o.agent_socket.empty()) {
     agent::SocketSink::Options sink_options;
     sink_options.retention.keep_windows = o.keep_traces;
     auto sink = std::make_unique<agent::SocketSink>(sock_path, trace_dir, sink_options);
@@ -504,6 +682,19 @@ int RunJob(const RunOptions& o) {
       log::Event("", "no agent at {} yet: the ranks connect once it runs", sock_path);
   }
   auto stop_agent = [&] {
+    if (agents_step > 0) {
+      // srun forwards SIGTERM to the agents, which stop; then the step ends.
+      kill(-agents_step, SIGTERM);
+      for (int i = 0; i < 100; ++i) {
+        const pid_t r = waitpid(agents_step, nullptr, WNOHANG);
+        if (r == agents_step || (r < 0 && errno == ECHILD)) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      kill(-agents_step, SIGKILL);
+      waitpid(agents_step, nullptr, WNOHANG);
+      reaper.Remove(agents_step);
+      agents_step = -1;
+    }
     if (!agent) return;
     agent->Stop();
     agent_thread.join();
@@ -650,7 +841,7 @@ int RunJob(const RunOptions& o) {
   if (status_thread.joinable()) status_thread.join();
   agent::AgentProgress progress = agent ? agent->Progress() : agent::AgentProgress{};
   stop_agent();
-  if (embedded && agent) ExportLatestTimeline(report_dir, trace_dir);
+  if (embedded && (agent || slurm_agents)) ExportLatestTimeline(report_dir, trace_dir);
   if (!agent_status.ok()) log::Error("", "{}", agent_status.message());
   int rc = 0;
   if (hang_stop) {

@@ -49,7 +49,16 @@ struct RunOptions {
   // Every agent and server line on the terminal too (they always go to DIR/perftracker.log).
   bool verbose = false;
   std::vector<std::string> command;
+  // perftracker's own command line (argv[0] first), to run it again inside a Slurm allocation.
+  std::vector<std::string> argv;
 };
+
+// Inside a Slurm allocation with --nproc: --nnodes, --node-rank and --master-addr not given take
+// Slurm's values (SLURM_JOB_NUM_NODES, SLURM_NODEID, the first node of SLURM_JOB_NODELIST), so
+// `srun --ntasks-per-node=1 perftracker run --nproc 8 --server ADDR -- python train.py` places
+// each node's ranks.
+void ApplySlurmDefaults(RunOptions* options, bool nnodes_given, bool node_rank_given,
+                        bool master_addr_given);
 
 // Runs the job to its end and returns the exit code to leave with; launcher errors are printed
 // as one line and give 1 (or 2 for a command that cannot start).

@@ -26,9 +26,12 @@
 #include "sim/simulator.h"
 #include "trace/reader.h"
 #ifdef PT_ONLINE
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <thread>
 
 #include "agent/agent.h"
@@ -384,7 +387,25 @@ int RunServer(const OnlineFlags& f) {
   return 0;
 }
 
-int RunAgent(const OnlineFlags& f) {
+// {node} in a path: this node's name (Slurm's, else the host's): `perftracker run` inside an
+// allocation starts one agent per node with one command line.
+std::string ForNode(std::string path) {
+  const size_t at = path.find("{node}");
+  if (at == std::string::npos) return path;
+  std::string node;
+  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') {
+    node = n;
+  } else {
+    char buf[256] = {};
+    gethostname(buf, sizeof(buf) - 1);
+    node = buf;
+  }
+  return path.replace(at, 6, node);
+}
+
+int RunAgent(OnlineFlags f) {
+  f.socket = ForNode(f.socket);
+  f.trace_dir = ForNode(f.trace_dir);
   auto token = Token(f);
   if (!token.ok()) return Fail(token.status());
   if (f.watch_dir.empty() == f.socket.empty())
@@ -403,6 +424,14 @@ int RunAgent(const OnlineFlags& f) {
     if (ec)
       return Fail(pt::InvalidArgument(
           fmt::format("{}: cannot create the trace folder: {}", f.trace_dir, ec.message())));
+    // The socket's folder, when it is missing, is made private: only this user's workers
+    // connect (an existing folder is the caller's to set up).
+    if (const std::filesystem::path parent = std::filesystem::path(f.socket).parent_path();
+        !parent.empty() && !std::filesystem::exists(parent, ec)) {
+      if (mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST)
+        return Fail(pt::InvalidArgument(fmt::format("{}: cannot create the socket's folder: {}",
+                                                    parent.string(), std::strerror(errno))));
+    }
     pt::agent::SocketSink::Options so;
     so.retention.keep_windows = f.keep_traces;
     auto socket_sink = std::make_unique<pt::agent::SocketSink>(
@@ -691,7 +720,8 @@ int main(int argc, char** argv) {
   AddTlsFlags(agent_cmd, &online.tls, /*server=*/false);
   agent_cmd->add_option("--socket", online.socket,
                         "serve this node's workers on this Unix socket (perftracker run "
-                        "--agent-socket PATH, or PERFTRACKER_AGENT_SOCKET in their environment)");
+                        "--agent-socket PATH, or PERFTRACKER_AGENT_SOCKET in their environment); "
+                        "{node} is this node's name");
   agent_cmd
       ->add_option("--trace-dir", online.trace_dir,
                    "with --socket: where workers write their windows' raw traces")
@@ -713,9 +743,12 @@ int main(int argc, char** argv) {
   run->add_option("--nproc", run_opts.nproc,
                   "ranks to start on this node (0: run CMD once; it starts the ranks, e.g. "
                   "torchrun)");
-  run->add_option("--nnodes", run_opts.nnodes, "nodes in the job (with --nproc)");
-  run->add_option("--node-rank", run_opts.node_rank, "this node's index (with --nproc)");
-  run->add_option("--master-addr", run_opts.master_addr, "MASTER_ADDR for the ranks");
+  run->add_option("--nnodes", run_opts.nnodes,
+                  "nodes in the job (with --nproc; in a Slurm allocation: its node count)");
+  run->add_option("--node-rank", run_opts.node_rank,
+                  "this node's index (with --nproc; in a Slurm allocation: SLURM_NODEID)");
+  run->add_option("--master-addr", run_opts.master_addr,
+                  "MASTER_ADDR for the ranks (in a Slurm allocation: its first node)");
   run->add_option("--master-port", run_opts.master_port, "MASTER_PORT (default: a free port)");
   run->add_option("--report-dir", run_opts.report_dir,
                   "where diagnosis.json, windows/ and the traces go");
@@ -822,6 +855,9 @@ int main(int argc, char** argv) {
       if (!every.ok()) return Fail(every.status());
       run_opts.profile_every_seconds = *every;
     }
+    run_opts.argv.assign(argv, argv + argc);
+    pt::cli::ApplySlurmDefaults(&run_opts, run->count("--nnodes") > 0,
+                                run->count("--node-rank") > 0, run->count("--master-addr") > 0);
     return pt::cli::RunJob(run_opts);
   }
   if (*server) return RunServer(online);

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include "base/file_source.h"
@@ -38,6 +40,19 @@ double Num(Result e) {
   return 0;
 }
 Result At(dom::object o, std::string_view key) { return o[key]; }
+// A whole number out of whatever the document holds: clamped (a cast of 1e20 to int is
+// undefined), 0 for what is no number.
+template <typename T>
+T Whole(Result e) {
+  const double v = Num(std::move(e));
+  if (!(v == v)) return 0;
+  return static_cast<T>(std::clamp(v, static_cast<double>(std::numeric_limits<T>::min()),
+                                   static_cast<double>(std::numeric_limits<T>::max() / 2)));
+}
+template <typename T>
+T Whole(dom::element e) {
+  return Whole<T>(Result(std::move(e)));
+}
 std::string Str(dom::element e) { return Str(Result(std::move(e))); }
 double Num(dom::element e) { return Num(Result(std::move(e))); }
 bool IntKey(std::string_view key, int* out) {
@@ -53,11 +68,11 @@ diagnose::Cause CauseFrom(const std::string& s) {
 }
 
 void ReadJob(dom::object job, diagnose::JobInfo* out) {
-  out->world_size = static_cast<int>(Num(At(job, "world_size")));
-  out->iterations = static_cast<int>(Num(At(job, "iterations")));
+  out->world_size = Whole<int>(At(job, "world_size"));
+  out->iterations = Whole<int>(At(job, "iterations"));
   dom::array ranks;
   if (At(job, "ranks").get(ranks) == simdjson::SUCCESS)
-    for (dom::element r : ranks) out->ranks.push_back(static_cast<int>(Num(r)));
+    for (dom::element r : ranks) out->ranks.push_back(Whole<int>(r));
   dom::object it;
   if (At(job, "iteration_ms").get(it) == simdjson::SUCCESS) {
     out->iteration_ms_median = Num(At(it, "median"));
@@ -78,7 +93,7 @@ void ReadJob(dom::object job, diagnose::JobInfo* out) {
         dom::object s;
         if (!IntKey(k, &r) || v.get(s) != simdjson::SUCCESS) continue;
         diagnose::IterationStats& st = out->run_iterations[r];
-        st.count = static_cast<int64_t>(Num(At(s, "count")));
+        st.count = Whole<int64_t>(At(s, "count"));
         st.mean_ms = Num(At(s, "mean"));
         st.p50_ms = Num(At(s, "p50"));
         st.p99_ms = Num(At(s, "p99"));
@@ -97,7 +112,7 @@ diagnose::Finding ReadFinding(dom::object o) {
   f.confidence = Num(At(o, "confidence"));
   dom::array a;
   if (At(o, "ranks").get(a) == simdjson::SUCCESS)
-    for (dom::element r : a) f.ranks.push_back(static_cast<int>(Num(r)));
+    for (dom::element r : a) f.ranks.push_back(Whole<int>(r));
   if (At(o, "hosts").get(a) == simdjson::SUCCESS)
     for (dom::element h : a) f.hosts.push_back(Str(h));
   if (At(o, "functions").get(a) == simdjson::SUCCESS) {

@@ -274,8 +274,8 @@ std::string CulpritChart(const Finding& f, const Diagnosis& d, const CompactJob*
     // At scale: a histogram of every rank; the culprits as red marks with their rank.
     std::vector<int> bins(kHistogramBins, 0);
     const double width = axis.top / kHistogramBins;
-    for (const auto& [r, v] : values)
-      ++bins[std::min(kHistogramBins - 1, static_cast<int>(v / width))];
+    for (const auto& [r, v] : values)  // clamped as a double: a wild value is no index
+      ++bins[static_cast<int>(std::clamp(std::floor(v / width), 0.0, kHistogramBins - 1.0))];
     const int max_bin = *std::max_element(bins.begin(), bins.end());
     // Horizontal: value on x; the count on a log-free scale of its own (bars only).
     const double bw = pw / kHistogramBins;
