@@ -10,8 +10,15 @@
 
 namespace perftracker {
 
-enum class StatusCode { kOk = 0, kInvalidArgument, kNotFound, kDataLoss, kInternal, kUnavailable,
-                        kResourceExhausted };
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,
+  kNotFound,
+  kDataLoss,
+  kInternal,
+  kUnavailable,
+  kResourceExhausted
+};
 
 class [[nodiscard]] Status {
  public:
