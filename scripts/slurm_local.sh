@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Slurm cluster on this one machine, for the launcher tests (issue 16): munge, one
 # slurmctld, and two slurmd as nodes n1 and n2 (NodeHostname of this host, ports of their own),
-# with their configuration, state and logs under DIR. Needs root and Debian's slurm-wlm and munge
+# with their configuration, state and logs under DIR. Every address is 127.0.0.1: a machine
+# whose /etc/hosts does not name it (a fresh debootstrap root) works too. Needs root and Debian's slurm-wlm and munge
 # (scripts/deps.sh).
 #
 #   scripts/slurm_local.sh start DIR   prints the SLURM_CONF to export; waits until both nodes are idle
@@ -51,7 +52,7 @@ munged --force --key-file="$dir/munge/munge.key" --socket="$dir/munge/munge.sock
 
 cat >"$dir/slurm.conf" <<EOF
 ClusterName=perftracker
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=$ctld_port
 SlurmUser=root
 SlurmdUser=root
@@ -75,8 +76,8 @@ SchedulerType=sched/backfill
 SlurmdTimeout=30
 InactiveLimit=0
 KillWait=5
-NodeName=n1 NodeHostname=$host Port=${node_ports[0]} CPUs=$cpus State=UNKNOWN
-NodeName=n2 NodeHostname=$host Port=${node_ports[1]} CPUs=$cpus State=UNKNOWN
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${node_ports[0]} CPUs=$cpus State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=${node_ports[1]} CPUs=$cpus State=UNKNOWN
 PartitionName=pt Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
 export SLURM_CONF=$dir/slurm.conf

@@ -59,6 +59,7 @@ class Slurm(unittest.TestCase):
         p = subprocess.run([CLUSTER, "start", cls.cluster], capture_output=True, text=True,
                            timeout=120)
         if p.returncode != 0:
+            subprocess.run([CLUSTER, "stop", cls.cluster], capture_output=True, timeout=60)
             raise AssertionError("the local Slurm cluster did not start:\n" + p.stdout + p.stderr)
         cls.env = dict(os.environ, SLURM_CONF=os.path.join(cls.cluster, "slurm.conf"),
                        MASTER_ADDR="127.0.0.1",
