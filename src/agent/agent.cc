@@ -16,6 +16,7 @@
 #include "agent/proc_sampler.h"
 #include "agent/retry.h"
 #include "base/log.h"
+#include "base/net.h"
 #include "pattern/merge.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
@@ -34,15 +35,6 @@ bool IsTrace(const fs::path& p) {
     return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
   };
   return ends(".json") || ends(".json.gz");
-}
-
-// The node's name as the job's launcher knows it (Slurm's node name: several nodes may share a
-// host), else the host name.
-std::string Hostname() {
-  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') return n;
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
 }
 
 void AddToken(grpc::ClientContext* ctx, const std::string& token) {
@@ -357,7 +349,7 @@ void Agent::Impl::UploadStacks(int64_t request_id, const pattern::RankStacks& s)
 
 Agent::Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink)
     : impl_(std::make_unique<Impl>()) {
-  if (options.host.empty()) options.host = Hostname();
+  if (options.host.empty()) options.host = NodeName();
   impl_->options = std::move(options);
   impl_->sink = std::move(sink);
 }

@@ -1,8 +1,14 @@
-// Small socket helpers shared by the launcher and the benchmarks.
+// Small socket and host helpers shared by the launcher, the agent and the benchmarks.
 #ifndef PERFTRACKER_BASE_NET_H_
 #define PERFTRACKER_BASE_NET_H_
 
+#include <string>
+
 namespace perftracker {
+
+// This node's name as the job's launcher knows it: Slurm's (SLURMD_NODENAME; several nodes may
+// share a machine), else the host name. Agents register under it and `{node}` in paths is it.
+std::string NodeName();
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, read it back, close), or
 // 0 when none could be had. Another process may take it before the caller binds it.

@@ -36,6 +36,7 @@
 
 #include "agent/agent.h"
 #include "agent/socket_sink.h"
+#include "base/net.h"
 #include "cli/launcher.h"
 #include "server/collector.h"
 #include "server/store.h"
@@ -392,15 +393,7 @@ int RunServer(const OnlineFlags& f) {
 std::string ForNode(std::string path) {
   const size_t at = path.find("{node}");
   if (at == std::string::npos) return path;
-  std::string node;
-  if (const char* n = std::getenv("SLURMD_NODENAME"); n != nullptr && *n != '\0') {
-    node = n;
-  } else {
-    char buf[256] = {};
-    gethostname(buf, sizeof(buf) - 1);
-    node = buf;
-  }
-  return path.replace(at, 6, node);
+  return path.replace(at, 6, pt::NodeName());
 }
 
 int RunAgent(OnlineFlags f) {

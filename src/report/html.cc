@@ -10,6 +10,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "base/median.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/hang.h"
 #include "report/report.h"
@@ -94,12 +95,6 @@ std::string Ms(double ms) {
 
 std::string Short(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(0, n - 1) + "\u2026";
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
 }
 
 double Quantile(std::vector<double>& sorted, double q) {
