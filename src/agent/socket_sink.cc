@@ -28,6 +28,7 @@
 #include "agent/worker_message.h"
 #include "base/json_writer.h"
 #include "base/log.h"
+#include "base/window_defaults.h"
 
 namespace perftracker::agent {
 
@@ -161,7 +162,8 @@ struct SocketSink::Impl {
   void MaybeSendWindow(Conn& c) {
     if (!window || c.pid <= 0 || c.window_sent == window->window_id) return;
     if (window_done_pids.count(c.pid)) return;
-    const double open_s = std::max(window->max_seconds, 20.0) + options.late_join_seconds;
+    const double open_s =
+        std::max(window->max_seconds, window_defaults::kMaxSeconds) + options.late_join_seconds;
     if (Seconds(Clock::now() - window_since) > open_s) return;
     Send(c, window_line);
     c.window_sent = window->window_id;
@@ -573,8 +575,9 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   w.Key("type").String("profile");
   w.Key("window").Int(command.window_id);
   // Zero means "not set" in the server's command: the protocol's defaults, not an empty window.
-  w.Key("iters").Int(command.iterations > 0 ? command.iterations : 10);
-  w.Key("max_s").Number(command.max_seconds > 0 ? command.max_seconds : 20);
+  w.Key("iters").Int(command.iterations > 0 ? command.iterations : window_defaults::kIterations);
+  w.Key("max_s").Number(command.max_seconds > 0 ? command.max_seconds
+                                                : window_defaults::kMaxSeconds);
   w.Key("start_iter").Int(command.start_iteration);
   w.Key("dir").String(dir);
   w.EndObject();

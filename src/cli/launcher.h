@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/credentials.h"
+#include "base/window_defaults.h"
 #include "diagnose/diagnose.h"
 
 namespace perftracker::cli {
@@ -35,8 +36,8 @@ struct RunOptions {
   std::string agent_socket;
   std::string metrics;  // the embedded server's Prometheus endpoint (ServerOptions::metrics_listen)
   std::string token_file;
-  int iterations = 10;      // per window
-  double max_seconds = 20;  // per window
+  int iterations = window_defaults::kIterations;      // per window
+  double max_seconds = window_defaults::kMaxSeconds;  // per window
   int64_t profile_at_iteration = -1;
   TlsFiles tls;         // with --server off loopback: the CA to check it (and this node's cert/key)
   int keep_traces = 3;  // windows whose raw traces stay in REPORT_DIR/traces (newest first)

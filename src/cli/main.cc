@@ -37,6 +37,7 @@
 #include "agent/agent.h"
 #include "agent/socket_sink.h"
 #include "base/net.h"
+#include "base/window_defaults.h"
 #include "cli/launcher.h"
 #include "server/collector.h"
 #include "server/store.h"
@@ -303,9 +304,9 @@ struct OnlineFlags {
   std::string trace_dir;  // agent --socket: where the workers write their traces
   int keep_traces = 3;
   std::vector<int> ranks;
-  double max_seconds = 20;
+  double max_seconds = window_defaults::kMaxSeconds;
   double grace_seconds = 30;
-  int iterations = 10;
+  int iterations = window_defaults::kIterations;
 };
 
 // --tls-cert, --tls-key, --tls-ca: what a server presents and checks, or what a client checks

@@ -16,6 +16,7 @@
 
 #include "base/credentials.h"
 #include "base/status.h"
+#include "base/window_defaults.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
 #include "server/scheduler.h"
@@ -29,7 +30,7 @@ struct ServerOptions {
   TlsFiles tls;                        // required too off loopback (base/credentials.h)
   // Serve Prometheus metrics at http://ADDR/metrics ("" none; server/metrics_http.h).
   std::string metrics_listen;
-  double max_seconds = 20;           // a window's profiling time limit
+  double max_seconds = window_defaults::kMaxSeconds;  // a window's profiling time limit
   double upload_grace_seconds = 30;  // after max_seconds, how long to wait for uploads
   // When windows open, cooldowns, hang confirmation (server/scheduler.h).
   ScheduleOptions schedule;
