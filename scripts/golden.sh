@@ -35,7 +35,12 @@ for j in "${!jobs[@]}"; do
   run "show-$j" "$bin" show ${jobs[$j]} --top 15 --json "$out/show-$j.json"
   mkdir -p "$out/summaries-$j"
   # shellcheck disable=SC2086
-  run "summarize-$j" "$bin" summarize ${jobs[$j]} -o "$out/summaries-$j"
+  set -- ${jobs[$j]}
+  if [[ $# -eq 1 ]]; then  # one trace: -o names the file
+    run "summarize-$j" "$bin" summarize "$1" -o "$out/summaries-$j/rank.summary"
+  else
+    run "summarize-$j" "$bin" summarize "$@" -o "$out/summaries-$j"
+  fi
   run "diagnose-$j" "$bin" diagnose "$out/summaries-$j" --json "$out/diagnose-$j.json"
 done
 run diff-pair "$bin" diff compare_pair/base.json.gz compare_pair/test.json.gz --json "$out/diff-pair.json"

@@ -304,9 +304,9 @@ struct OnlineFlags {
   std::string trace_dir;  // agent --socket: where the workers write their traces
   int keep_traces = 3;
   std::vector<int> ranks;
-  double max_seconds = window_defaults::kMaxSeconds;
+  double max_seconds = pt::window_defaults::kMaxSeconds;
   double grace_seconds = 30;
-  int iterations = window_defaults::kIterations;
+  int iterations = pt::window_defaults::kIterations;
 };
 
 // --tls-cert, --tls-key, --tls-ca: what a server presents and checks, or what a client checks
