@@ -3,12 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <thread>
 
+#include "base/parallel_for.h"
 #include "pattern/merge.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
@@ -101,19 +100,11 @@ bool IsSummaryFile(const std::string& f) {
 template <typename Consume>
 void ForEachFile(const std::vector<std::string>& files, const LoadOptions& options,
                  Consume consume) {
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < files.size(); i = next++) {
-      const std::string& f = files[i];
-      consume(i, IsSummaryFile(f) ? ReadSummaryFile(f) : SummarizeTrace(f));
-    }
-  };
-  size_t n_threads = options.threads > 0 ? options.threads : std::thread::hardware_concurrency();
-  n_threads = std::clamp<size_t>(n_threads, 1, files.size());
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < n_threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  const size_t threads = options.threads > 0 ? static_cast<size_t>(options.threads) : 0;
+  ParallelFor(files.size(), threads, [&](size_t i) {
+    const std::string& f = files[i];
+    consume(i, IsSummaryFile(f) ? ReadSummaryFile(f) : SummarizeTrace(f));
+  });
 }
 
 constexpr std::string_view kTorch = ".torch.json";

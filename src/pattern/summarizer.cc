@@ -35,8 +35,8 @@
 
 #include "pattern/histogram.h"
 #include "pattern/intervals.h"
+#include "pattern/iteration_breakdown.h"
 #include "pattern/names.h"
-#include "pattern/steady_state.h"
 #include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
@@ -638,7 +638,8 @@ struct Summarizer::Impl {
     return c <= it->second ? range_iter[static_cast<size_t>(it - ranges.begin())] : -1;
   }
 
-  RankSummary Build() {
+  // The summary's fields that come from the trace's metadata and the reader.
+  RankSummary Header() const {
     RankSummary s;
     s.rank = meta.rank;
     s.world_size = meta.world_size;
@@ -654,44 +655,25 @@ struct Summarizer::Impl {
     s.whole_window = whole_window;
     s.events_outside_iterations = outside;
     s.has_gpu = has_gpu;
+    return s;
+  }
 
+  // Closes the iterations left open until the first and last events were known: the whole
+  // window's both ends, the optimizer mode's first start. Sets the window's length.
+  void CloseOpenIterations(RankSummary* s) {
     const bool any = first_ts <= last_end;
-    if (any) s.window_ms = (last_end - first_ts) / 1000.0;
+    if (any) s->window_ms = (last_end - first_ts) / 1000.0;
     if (whole_window) {
       it_start[0] = any ? first_ts : 0;
       it_end[0] = any ? last_end : 0;
     } else if (iteration_source == "optimizer") {
       it_start[0] = std::min(any ? first_ts : it_end[0], it_end[0]);
     }
-    const size_t n = NumIters();
-    // Steady-state iterations: every per-iteration value is a mean over them; the partial and
-    // warm-up ones are listed (pattern/steady_state.h).
-    std::vector<double> all_ms(n);
-    for (size_t i = 0; i < n; ++i) all_ms[i] = (it_end[i] - it_start[i]) / 1000.0;
-    std::vector<IterationClass> cls(n, IterationClass::kSteady);
-    if (!whole_window) cls = ClassifyIterations(all_ms);
-    std::vector<size_t> steady;
-    for (size_t i = 0; i < n; ++i) {
-      if (cls[i] == IterationClass::kSteady) {
-        steady.push_back(i);
-        s.iteration_ms.push_back(all_ms[i]);
-        if (i < it_step.size()) s.iteration_steps.push_back(it_step[i]);
-        continue;
-      }
-      ExcludedIteration e;
-      e.reason = cls[i] == IterationClass::kWarmup ? ExcludedIteration::kWarmup
-                                                   : ExcludedIteration::kPartial;
-      e.step = i < it_step.size() ? it_step[i] : -1;
-      e.index = static_cast<int32_t>(i);
-      e.ms = all_ms[i];
-      s.excluded_iterations.push_back(e);
-    }
-    const size_t ns = steady.size();
-    double iter_total_us = 0;
-    for (size_t i : steady) iter_total_us += it_end[i] - it_start[i];
-    const double mean_iter_us = ns ? iter_total_us / static_cast<double>(ns) : 0;
+  }
 
-    // CPU threads: self time, top-level flags, main thread.
+  // CPU threads: self time and top-level flags, then the Python calls; returns the main thread
+  // (the markers' thread when it has top-level work, else the one with the most), or null.
+  const ThreadState* ResolveCpu() {
     for (ThreadState& t : threads) ProcessThread(t);
     ResolvePython();
     const ThreadState* main = nullptr;
@@ -702,13 +684,17 @@ struct Summarizer::Impl {
       }
       if (main == nullptr || t.top_us > main->top_us) main = &t;
     }
-    if (main != nullptr) s.main_tid = main->tid;
+    return main;
+  }
 
-    // GPU: each op belongs to the step whose CPU side launched it (its correlation id among the
-    // step's runtime calls), wherever it runs on the GPU timeline, so a step's tail after its CPU
-    // end is still its own. An op launched before the first runtime call the trace holds was
-    // queued before the profiler started: no step's. Other unmatched ops (launched between
-    // steps, or traces without correlation ids) go by their start time.
+  // GPU: each op belongs to the step whose CPU side launched it (its correlation id among the
+  // step's runtime calls), wherever it runs on the GPU timeline, so a step's tail after its CPU
+  // end is still its own. An op launched before the first runtime call the trace holds was
+  // queued before the profiler started: no step's. Other unmatched ops (launched between
+  // steps, or traces without correlation ids) go by their start time. Returns the ops'
+  // intervals per device and iteration and releases the GPU records.
+  DeviceLanes AssignGpuOps(RankSummary* s) {
+    const size_t n = NumIters();
     std::vector<std::pair<int64_t, int64_t>> ranges;
     std::vector<int> range_iter;
     for (size_t i = 0; i < n; ++i) {
@@ -718,16 +704,13 @@ struct Summarizer::Impl {
       }
     }
     const bool ordered = std::is_sorted(ranges.begin(), ranges.end());
-    struct IterLanes {
-      std::vector<Interval> busy, compute, comm, copy;
-    };
-    std::unordered_map<int32_t, std::vector<IterLanes>> lanes;  // device -> per iteration
+    DeviceLanes lanes;
     for (const GpuRec& g : gpu) {
       int iter = ordered ? IterByCorr(g.corr, ranges, range_iter) : -1;
       if (iter < 0 && g.corr >= 0 && g.corr < corr_seen_min &&
           corr_seen_min != std::numeric_limits<int64_t>::max()) {
-        ++s.pre_profiler_gpu_ops;
-        s.pre_profiler_gpu_us += g.dur;
+        ++s->pre_profiler_gpu_ops;
+        s->pre_profiler_gpu_us += g.dur;
         AddCall(g.fn, g.dur, -1, kNoTid);
         continue;
       }
@@ -738,160 +721,138 @@ struct Summarizer::Impl {
       if (f.kind == EventKind::kGpuUserAnnotation || iter < 0) continue;
       std::vector<IterLanes>& dev = lanes[f.device];
       if (dev.empty()) dev.resize(n);
-      IterLanes& d = dev[static_cast<size_t>(iter)];
-      const Interval iv{g.ts, g.ts + g.dur};
-      d.busy.push_back(iv);
-      if (f.fclass == FunctionClass::kCollective) {
-        d.comm.push_back(iv);
-      } else if (f.fclass == FunctionClass::kMemcpy) {
-        d.copy.push_back(iv);
-      } else {
-        d.compute.push_back(iv);
-      }
+      dev[static_cast<size_t>(iter)].Add({g.ts, g.ts + g.dur}, f.fclass);
     }
     std::vector<GpuRec>().swap(gpu);
+    return lanes;
+  }
+
+  // NCCL kernels without arguments of their own take those of the CPU op that launched them.
+  void AttachKernelCollArgs() {
     for (const auto& [fn, ext] : coll_kernel_ext) {
       auto it = coll_by_ext.find(ext);
       if (it != coll_by_ext.end()) AddColl(fn, it->second);
     }
+  }
 
-    if (!lanes.empty() && ns > 0) {
-      double busy = 0, idle = 0, compute = 0, comm = 0, copy = 0, overlap = 0;
-      std::vector<Interval> all_busy;
-      for (auto& [dev, its] : lanes) {
-        std::vector<double> first_start(n, kInf), last_end(n, -kInf);
-        for (size_t i = 0; i < n; ++i) {
-          IterLanes& d = its[i];
-          MergeIntervals(&d.busy);
-          MergeIntervals(&d.compute);
-          MergeIntervals(&d.comm);
-          MergeIntervals(&d.copy);
-          if (!d.busy.empty()) {
-            first_start[i] = d.busy.front().begin;
-            last_end[i] = d.busy.back().end;
-          }
-        }
-        // The steady steps' ops and GPU spans, merged: a step's communication that runs under
-        // the next step's compute is hidden, as on the GPU (per-step sums would count it twice).
-        IterLanes u;
-        std::vector<Interval> spans;
-        for (size_t i : steady) {
-          const IterLanes& d = its[i];
-          if (d.busy.empty()) continue;
-          // A step's GPU time runs from its first op to the next step's first op (or to its own
-          // last op's end when no later step has GPU work).
-          double span_end = last_end[i];
-          for (size_t j = i + 1; j < n; ++j) {
-            if (first_start[j] < kInf) {
-              span_end = std::max(last_end[i], first_start[j]);
-              break;
-            }
-          }
-          spans.push_back({first_start[i], span_end});
-          u.busy.insert(u.busy.end(), d.busy.begin(), d.busy.end());
-          u.compute.insert(u.compute.end(), d.compute.begin(), d.compute.end());
-          u.comm.insert(u.comm.end(), d.comm.begin(), d.comm.end());
-          u.copy.insert(u.copy.end(), d.copy.begin(), d.copy.end());
-        }
-        MergeIntervals(&spans);
-        MergeIntervals(&u.busy);
-        MergeIntervals(&u.compute);
-        MergeIntervals(&u.comm);
-        MergeIntervals(&u.copy);
-        const double b = CoveredIn(u.busy, -kInf, kInf);
-        busy += b;
-        idle += std::max(0.0, CoveredIn(spans, -kInf, kInf) - b);
-        compute += CoveredIn(u.compute, -kInf, kInf);
-        comm += CoveredIn(u.comm, -kInf, kInf);
-        copy += CoveredIn(u.copy, -kInf, kInf);
-        overlap += CoveredIn(IntersectIntervals(u.comm, u.compute), -kInf, kInf);
-        all_busy.insert(all_busy.end(), u.busy.begin(), u.busy.end());
-      }
-      // Means over steady iterations and over the rank's devices.
-      const double div = static_cast<double>(ns * lanes.size());
-      s.gpu_busy_us = busy / div;
-      s.gpu_idle_us = idle / div;
-      s.compute_us = compute / div;
-      s.comm_us = comm / div;
-      s.memcpy_us = copy / div;
-      s.comm_compute_overlap_us = overlap / div;
-      if (main != nullptr) {
-        MergeIntervals(&all_busy);
-        const std::vector<Interval> cpu_and_gpu = IntersectIntervals(main->top, all_busy);
-        double critical = 0;
-        for (size_t i : steady) {
-          critical += CoveredIn(main->top, it_start[i], it_end[i]) -
-                      CoveredIn(cpu_and_gpu, it_start[i], it_end[i]);
-        }
-        s.cpu_critical_us = std::max(0.0, critical / static_cast<double>(ns));
+  void FillGpuBreakdown(DeviceLanes* lanes, const std::vector<size_t>& steady,
+                        const ThreadState* main, RankSummary* s) const {
+    const GpuBreakdown g = BreakDownGpu(lanes, steady);
+    s->gpu_busy_us = g.busy_us;
+    s->gpu_idle_us = g.idle_us;
+    s->compute_us = g.compute_us;
+    s->comm_us = g.comm_us;
+    s->memcpy_us = g.memcpy_us;
+    s->comm_compute_overlap_us = g.overlap_us;
+    if (main != nullptr) {
+      s->cpu_critical_us = CpuCriticalUs(main->top, g.all_busy, steady, it_start, it_end);
+    }
+  }
+
+  // A collective's operation, message size, group and bandwidths; the group's size falls back
+  // to the trace's only process group, then to the world size.
+  CollectiveInfo CollectiveOf(const FnAcc& f, const FunctionPattern& p) const {
+    CollectiveInfo c;
+    c.op = f.op_id != 0 ? misc.Get(f.op_id) : CollectiveOp(p.name);
+    c.msg_bytes = f.coll_bytes_n ? f.coll_bytes / static_cast<double>(f.coll_bytes_n) : 0;
+    c.dtype = misc.Get(f.dtype_id);
+    c.group_size = f.group_size;
+    c.group = misc.Get(f.group_id);
+    if (c.group_size <= 0 && meta.process_groups.size() == 1) {
+      c.group_size = meta.process_groups[0].size;
+    }
+    if (c.group_size <= 0 && meta.world_size > 0) c.group_size = meta.world_size;
+    if (c.group_size < 0) c.group_size = 0;
+    if (c.msg_bytes > 0 && p.mean_us > 0) {
+      c.algbw_gbps = c.msg_bytes / (p.mean_us * 1e3);  // bytes/us -> GB/s is 1e-3
+      c.busbw_gbps = c.algbw_gbps * BusFactor(c.op, c.group_size);
+    }
+    return c;
+  }
+
+  // One function's pattern: its call statistics, and per-iteration values as means over the
+  // steady iterations (mean_iter_us: their mean length).
+  FunctionPattern PatternOf(const FnAcc& f, const std::vector<size_t>& steady,
+                            const ThreadState* main, double mean_iter_us) const {
+    const size_t ns = steady.size();
+    const double dn = ns ? static_cast<double>(ns) : 1.0;
+    FunctionPattern p;
+    p.name = names.Get(f.name_id);
+    p.kind = f.kind;
+    p.fclass = f.fclass;
+    p.stack = stacks.Get(f.stack_id);
+    p.device = f.device;
+    p.stream = f.stream;
+    const bool gpu_side = IsGpuEventKind(f.kind);
+    if (!gpu_side && main != nullptr) {
+      for (const auto& [tid, us] : f.thread_us) {
+        if (tid == main->tid && 2 * us >= f.total) p.main_thread = true;
       }
     }
+    p.top_level = !gpu_side && 2 * f.top_count >= f.count;
+    p.count = f.count;
+    p.total_us = f.total;
+    p.mean_us = f.mean;
+    p.min_us = f.min;
+    p.max_us = f.max;
+    p.p50_us = f.hist.Quantile(0.50, f.min, f.max);
+    p.p99_us = f.hist.Quantile(0.99, f.min, f.max);
+    p.cv = f.mean > 0 ? std::sqrt(f.m2 / static_cast<double>(f.count)) / f.mean : 0;
+    double in_iters = 0, calls = 0, self = 0;
+    p.iter_us.assign(ns, 0.0f);
+    for (size_t k = 0; k < ns; ++k) {
+      const size_t i = steady[k];
+      if (i < f.iter_us.size()) {
+        in_iters += f.iter_us[i];
+        calls += f.iter_calls[i];
+        p.iter_us[k] = static_cast<float>(f.iter_us[i]);
+      }
+      if (i < f.iter_self.size()) self += f.iter_self[i];
+    }
+    p.calls_per_iter = calls / dn;
+    p.per_iter_us = in_iters / dn;
+    p.share = mean_iter_us > 0 ? p.per_iter_us / mean_iter_us : 0;
+    p.self_per_iter_us = self / dn;
+    if (f.fclass == FunctionClass::kCollective) p.coll = CollectiveOf(f, p);
+    return p;
+  }
 
-    const double dn = ns ? static_cast<double>(ns) : 1.0;
-    s.functions.reserve(fns.size());
+  // Every called function's pattern, the costliest per iteration first.
+  void FillFunctions(const std::vector<size_t>& steady, const ThreadState* main,
+                     double mean_iter_us, RankSummary* s) const {
+    s->functions.reserve(fns.size());
     for (const FnAcc& f : fns) {
       if (f.count == 0) continue;
-      FunctionPattern& p = s.functions.emplace_back();
-      p.name = names.Get(f.name_id);
-      p.kind = f.kind;
-      p.fclass = f.fclass;
-      p.stack = stacks.Get(f.stack_id);
-      p.device = f.device;
-      p.stream = f.stream;
-      const bool gpu_side = IsGpuEventKind(f.kind);
-      if (!gpu_side && main != nullptr) {
-        for (const auto& [tid, us] : f.thread_us) {
-          if (tid == main->tid && 2 * us >= f.total) p.main_thread = true;
-        }
-      }
-      p.top_level = !gpu_side && 2 * f.top_count >= f.count;
-      p.count = f.count;
-      p.total_us = f.total;
-      p.mean_us = f.mean;
-      p.min_us = f.min;
-      p.max_us = f.max;
-      p.p50_us = f.hist.Quantile(0.50, f.min, f.max);
-      p.p99_us = f.hist.Quantile(0.99, f.min, f.max);
-      p.cv = f.mean > 0 ? std::sqrt(f.m2 / static_cast<double>(f.count)) / f.mean : 0;
-      double in_iters = 0, calls = 0, self = 0;
-      p.iter_us.assign(ns, 0.0f);
-      for (size_t k = 0; k < ns; ++k) {
-        const size_t i = steady[k];
-        if (i < f.iter_us.size()) {
-          in_iters += f.iter_us[i];
-          calls += f.iter_calls[i];
-          p.iter_us[k] = static_cast<float>(f.iter_us[i]);
-        }
-        if (i < f.iter_self.size()) self += f.iter_self[i];
-      }
-      p.calls_per_iter = calls / dn;
-      p.per_iter_us = in_iters / dn;
-      p.share = mean_iter_us > 0 ? p.per_iter_us / mean_iter_us : 0;
-      p.self_per_iter_us = self / dn;
-      if (f.fclass == FunctionClass::kCollective) {
-        CollectiveInfo& c = p.coll;
-        c.op = f.op_id != 0 ? misc.Get(f.op_id) : CollectiveOp(p.name);
-        c.msg_bytes = f.coll_bytes_n ? f.coll_bytes / static_cast<double>(f.coll_bytes_n) : 0;
-        c.dtype = misc.Get(f.dtype_id);
-        c.group_size = f.group_size;
-        c.group = misc.Get(f.group_id);
-        if (c.group_size <= 0 && meta.process_groups.size() == 1) {
-          c.group_size = meta.process_groups[0].size;
-        }
-        if (c.group_size <= 0 && meta.world_size > 0) c.group_size = meta.world_size;
-        if (c.group_size < 0) c.group_size = 0;
-        if (c.msg_bytes > 0 && p.mean_us > 0) {
-          c.algbw_gbps = c.msg_bytes / (p.mean_us * 1e3);  // bytes/us -> GB/s is 1e-3
-          c.busbw_gbps = c.algbw_gbps * BusFactor(c.op, c.group_size);
-        }
-      }
+      s->functions.push_back(PatternOf(f, steady, main, mean_iter_us));
     }
-    std::sort(s.functions.begin(), s.functions.end(),
+    std::sort(s->functions.begin(), s->functions.end(),
               [](const FunctionPattern& a, const FunctionPattern& b) {
                 if (a.per_iter_us != b.per_iter_us) return a.per_iter_us > b.per_iter_us;
                 if (a.total_us != b.total_us) return a.total_us > b.total_us;
                 return a.Key() < b.Key();
               });
+  }
+
+  RankSummary Build() {
+    RankSummary s = Header();
+    CloseOpenIterations(&s);
+    const size_t n = NumIters();
+    // Steady-state iterations: every per-iteration value is a mean over them; the partial and
+    // warm-up ones are listed (pattern/steady_state.h).
+    std::vector<double> all_ms(n);
+    for (size_t i = 0; i < n; ++i) all_ms[i] = (it_end[i] - it_start[i]) / 1000.0;
+    const std::vector<size_t> steady = SplitSteadyIterations(all_ms, it_step, whole_window, &s);
+    double iter_total_us = 0;
+    for (size_t i : steady) iter_total_us += it_end[i] - it_start[i];
+    const double mean_iter_us =
+        steady.empty() ? 0 : iter_total_us / static_cast<double>(steady.size());
+
+    const ThreadState* main = ResolveCpu();
+    if (main != nullptr) s.main_tid = main->tid;
+    DeviceLanes lanes = AssignGpuOps(&s);
+    AttachKernelCollArgs();
+    if (!lanes.empty() && !steady.empty()) FillGpuBreakdown(&lanes, steady, main, &s);
+    FillFunctions(steady, main, mean_iter_us, &s);
     return s;
   }
 };

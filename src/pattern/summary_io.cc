@@ -394,7 +394,8 @@ std::string SerializeSummary(const RankSummary& s) {
   return w.Finish();
 }
 
-StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& name) {
+StatusOr<SummaryPayload> UnwrapSummary(std::string_view bytes, const std::string& name,
+                                       std::string* inflated) {
   if (bytes.size() < sizeof(kMagic) || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
     return InvalidArgument(name + ": not a perftracker summary");
   }
@@ -411,51 +412,55 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
                            std::to_string(RankSummary::kVersion) + ")");
   }
   if (version == 0) return DataLoss(name + ": corrupt summary: version 0");
+  if (version < 2) return SummaryPayload{bytes, kHeaderSize};
 
-  std::string inflated;
-  size_t start = kHeaderSize;
-  if (version >= 2) {
-    Reader h(bytes, kHeaderSize);
-    uint64_t size = h.U();
-    const std::string truncated =
-        name + ": truncated summary at byte " + std::to_string(bytes.size());
-    if (h.failed()) return DataLoss(truncated);
-    if (size > limits::kMaxSummaryPayload) {
-      return DataLoss(
-          fmt::format("{}: corrupt summary: its body would inflate to {} bytes, over "
-                      "the {} MiB a summary may have",
-                      name, size, limits::kMaxSummaryPayload >> 20));
-    }
-    const size_t zpos = bytes.size() - h.remaining();
-    const Inflated r = Inflate(version, bytes.substr(zpos), size, &inflated);
-    if (r == Inflated::kTruncated) return DataLoss(truncated);
-    if (r == Inflated::kCorrupt)
-      return DataLoss(name + ": corrupt summary: the compressed payload does not inflate");
-    if (r == Inflated::kError) return Internal(name + ": cannot start inflating");
-    bytes = inflated;
-    start = 0;
+  Reader h(bytes, kHeaderSize);
+  uint64_t size = h.U();
+  const std::string truncated =
+      name + ": truncated summary at byte " + std::to_string(bytes.size());
+  if (h.failed()) return DataLoss(truncated);
+  if (size > limits::kMaxSummaryPayload) {
+    return DataLoss(
+        fmt::format("{}: corrupt summary: its body would inflate to {} bytes, over "
+                    "the {} MiB a summary may have",
+                    name, size, limits::kMaxSummaryPayload >> 20));
   }
-  Reader r(bytes, start);
-  std::vector<std::string_view> table(r.Count<std::string_view>());
-  for (auto& s : table) s = r.RawString();
+  const size_t zpos = bytes.size() - h.remaining();
+  const Inflated r = Inflate(version, bytes.substr(zpos), size, inflated);
+  if (r == Inflated::kTruncated) return DataLoss(truncated);
+  if (r == Inflated::kCorrupt)
+    return DataLoss(name + ": corrupt summary: the compressed payload does not inflate");
+  if (r == Inflated::kError) return Internal(name + ": cannot start inflating");
+  return SummaryPayload{*inflated, 0};
+}
 
-  RankSummary s;
-  s.rank = r.S32();
-  s.world_size = r.S32();
+namespace {
+
+using StringTable = std::vector<std::string_view>;
+
+// Rank and world size; a rank beyond a job's size is an error of its own.
+Status ReadPlacement(Reader& r, const std::string& name, RankSummary* s) {
+  s->rank = r.S32();
+  s->world_size = r.S32();
   // A rank of -1 and a world size of -1 or 0: not known (a trace without distributedInfo).
-  if ((s.rank != -1 && !limits::ValidRank(s.rank)) ||
-      (s.world_size != -1 && s.world_size != 0 && !limits::ValidWorldSize(s.world_size))) {
+  if ((s->rank != -1 && !limits::ValidRank(s->rank)) ||
+      (s->world_size != -1 && s->world_size != 0 && !limits::ValidWorldSize(s->world_size))) {
     return DataLoss(
         fmt::format("{}: corrupt summary: rank {} of world size {} (a job has at most "
                     "{} ranks)",
-                    name, s.rank, s.world_size, limits::kMaxWorldSize));
+                    name, s->rank, s->world_size, limits::kMaxWorldSize));
   }
-  s.host = r.Str(table);
-  s.source = r.Str(table);
-  s.legacy_format = r.B();
-  s.has_gpu = r.B();
-  s.process_groups.resize(r.Count<trace::ProcessGroup>(4));
-  for (auto& pg : s.process_groups) {
+  return Status::Ok();
+}
+
+// Host, source, process groups and devices.
+void ReadSetup(Reader& r, const StringTable& table, RankSummary* s) {
+  s->host = r.Str(table);
+  s->source = r.Str(table);
+  s->legacy_format = r.B();
+  s->has_gpu = r.B();
+  s->process_groups.resize(r.Count<trace::ProcessGroup>(4));
+  for (auto& pg : s->process_groups) {
     pg.name = r.Str(table);
     pg.desc = r.Str(table);
     pg.backend = r.Str(table);
@@ -463,79 +468,98 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
     pg.ranks.resize(r.Count<int>());
     for (int& x : pg.ranks) x = r.S32();
   }
-  s.devices.resize(r.Count<trace::DeviceInfo>(5));
-  for (auto& d : s.devices) {
+  s->devices.resize(r.Count<trace::DeviceInfo>(5));
+  for (auto& d : s->devices) {
     d.id = r.S32();
     d.name = r.Str(table);
     d.num_sms = r.S32();
     d.compute_major = r.S32();
     d.compute_minor = r.S32();
   }
-  s.iteration_source = r.Str(table);
-  s.whole_window = r.B();
-  s.iteration_ms.resize(r.Count<double>(8));
-  for (double& v : s.iteration_ms) v = r.D();
-  s.iteration_steps.resize(r.Count<int64_t>());
-  for (int64_t& v : s.iteration_steps) v = r.S();
-  s.window_ms = r.D();
-  s.events_outside_iterations = r.U();
-  s.main_tid = r.S();
-  for (double* v : {&s.gpu_busy_us, &s.gpu_idle_us, &s.compute_us, &s.comm_us, &s.memcpy_us,
-                    &s.comm_compute_overlap_us, &s.cpu_critical_us}) {
+}
+
+// Iterations, the window and the rank-wide GPU / CPU breakdown.
+void ReadIterations(Reader& r, const StringTable& table, RankSummary* s) {
+  s->iteration_source = r.Str(table);
+  s->whole_window = r.B();
+  s->iteration_ms.resize(r.Count<double>(8));
+  for (double& v : s->iteration_ms) v = r.D();
+  s->iteration_steps.resize(r.Count<int64_t>());
+  for (int64_t& v : s->iteration_steps) v = r.S();
+  s->window_ms = r.D();
+  s->events_outside_iterations = r.U();
+  s->main_tid = r.S();
+  for (double* v : {&s->gpu_busy_us, &s->gpu_idle_us, &s->compute_us, &s->comm_us, &s->memcpy_us,
+                    &s->comm_compute_overlap_us, &s->cpu_critical_us}) {
     *v = r.D();
   }
-  s.functions.resize(r.Count<FunctionPattern>(kMinFunctionBytes));
-  for (FunctionPattern& f : s.functions) {
-    if (r.failed()) break;
-    f.name = r.Str(table);
-    const uint64_t kind = r.U();
-    if (kind > static_cast<uint64_t>(trace::EventKind::kOther)) r.Corrupt();
-    f.kind = static_cast<trace::EventKind>(kind);
-    const uint64_t fclass = r.U();
-    if (fclass > static_cast<uint64_t>(FunctionClass::kOther)) r.Corrupt();
-    f.fclass = static_cast<FunctionClass>(fclass);
-    f.stack = r.Str(table);
-    f.device = r.S32();
-    f.stream = r.S32();
-    const uint64_t flags = r.U();
-    if (flags > 3) r.Corrupt();
-    f.main_thread = flags & 1;
-    f.top_level = flags & 2;
-    f.count = r.U();
-    for (double* v : {&f.total_us, &f.mean_us, &f.p50_us, &f.p99_us, &f.max_us, &f.min_us, &f.cv,
-                      &f.calls_per_iter, &f.per_iter_us, &f.share, &f.self_per_iter_us}) {
-      *v = r.D();
-    }
-    f.iter_us.resize(r.Count<float>(4));
-    for (float& v : f.iter_us) v = r.F();
-    if (r.B()) {
-      f.coll.op = r.Str(table);
-      f.coll.msg_bytes = r.D();
-      f.coll.dtype = r.Str(table);
-      f.coll.group_size = r.S32();
-      f.coll.group = r.Str(table);
-      f.coll.algbw_gbps = r.D();
-      f.coll.busbw_gbps = r.D();
-    }
+}
+
+void ReadFunction(Reader& r, const StringTable& table, FunctionPattern* f) {
+  f->name = r.Str(table);
+  const uint64_t kind = r.U();
+  if (kind > static_cast<uint64_t>(trace::EventKind::kOther)) r.Corrupt();
+  f->kind = static_cast<trace::EventKind>(kind);
+  const uint64_t fclass = r.U();
+  if (fclass > static_cast<uint64_t>(FunctionClass::kOther)) r.Corrupt();
+  f->fclass = static_cast<FunctionClass>(fclass);
+  f->stack = r.Str(table);
+  f->device = r.S32();
+  f->stream = r.S32();
+  const uint64_t flags = r.U();
+  if (flags > 3) r.Corrupt();
+  f->main_thread = flags & 1;
+  f->top_level = flags & 2;
+  f->count = r.U();
+  for (double* v : {&f->total_us, &f->mean_us, &f->p50_us, &f->p99_us, &f->max_us, &f->min_us,
+                    &f->cv, &f->calls_per_iter, &f->per_iter_us, &f->share, &f->self_per_iter_us}) {
+    *v = r.D();
   }
-  trace::ReadStats& st = s.read_stats;
-  for (uint64_t* v : {&st.bytes, &st.events, &st.flow_events, &st.metadata_events, &st.unknown_kind,
-                      &st.malformed_events}) {
+  f->iter_us.resize(r.Count<float>(4));
+  for (float& v : f->iter_us) v = r.F();
+  if (r.B()) {
+    f->coll.op = r.Str(table);
+    f->coll.msg_bytes = r.D();
+    f->coll.dtype = r.Str(table);
+    f->coll.group_size = r.S32();
+    f->coll.group = r.Str(table);
+    f->coll.algbw_gbps = r.D();
+    f->coll.busbw_gbps = r.D();
+  }
+}
+
+void ReadFunctions(Reader& r, const StringTable& table, std::vector<FunctionPattern>* fns) {
+  fns->resize(r.Count<FunctionPattern>(kMinFunctionBytes));
+  for (FunctionPattern& f : *fns) {
+    if (r.failed()) break;
+    ReadFunction(r, table, &f);
+  }
+}
+
+void ReadReadStats(Reader& r, const StringTable& table, trace::ReadStats* st) {
+  for (uint64_t* v : {&st->bytes, &st->events, &st->flow_events, &st->metadata_events,
+                      &st->unknown_kind, &st->malformed_events}) {
     *v = r.U();
   }
   const size_t cats = r.Count<std::pair<std::string, uint64_t>>(2);
   for (size_t i = 0; i < cats && !r.failed(); ++i) {
     const std::string_view cat = r.Str(table);
-    st.unknown_cats[std::string(cat)] = r.U();
+    st->unknown_cats[std::string(cat)] = r.U();
   }
-  if (!r.failed() && r.remaining() > 0) s.network_switch = r.Str(table);
+}
+
+// The optional trailing fields, each group read only when bytes are left (older summaries end
+// before them).
+void ReadTrailer(Reader& r, const StringTable& table, RankSummary* s) {
+  trace::ReadStats& st = s->read_stats;
+  if (!r.failed() && r.remaining() > 0) s->network_switch = r.Str(table);
   if (!r.failed() && r.remaining() > 0) {
     st.first_bad_byte = r.U();
     st.first_bad = r.Str(table);
   }
   if (!r.failed() && r.remaining() > 0) {
-    s.missing_part = r.Str(table);
-    s.missing_why = r.Str(table);
+    s->missing_part = r.Str(table);
+    s->missing_why = r.Str(table);
   }
   if (!r.failed() && r.remaining() > 0) {
     const size_t n = r.Count<ExcludedIteration>(11);
@@ -546,15 +570,19 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
       e.step = r.S();
       e.index = static_cast<int32_t>(r.S());
       e.ms = r.D();
-      s.excluded_iterations.push_back(e);
+      s->excluded_iterations.push_back(e);
     }
-    s.pre_profiler_gpu_ops = r.U();
-    s.pre_profiler_gpu_us = r.D();
+    s->pre_profiler_gpu_ops = r.U();
+    s->pre_profiler_gpu_us = r.D();
   }
   if (!r.failed() && r.remaining() > 0) {
-    s.backend = r.Str(table);
-    s.nccl_version = r.Str(table);
+    s->backend = r.Str(table);
+    s->nccl_version = r.Str(table);
   }
+}
+
+// Why the reader stopped, if it did: over the memory budget, corrupt or truncated.
+Status ReaderStatus(const Reader& r, const std::string& name) {
   if (r.over_budget()) {
     return DataLoss(
         fmt::format("{}: corrupt summary: its body expands past the {} MiB a summary "
@@ -566,6 +594,26 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
                     (r.corrupt() ? ": corrupt summary at byte " : ": truncated summary at byte ") +
                     std::to_string(r.fail_pos()));
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& name) {
+  std::string inflated;
+  PT_ASSIGN_OR_RETURN(const SummaryPayload payload, UnwrapSummary(bytes, name, &inflated));
+  Reader r(payload.bytes, payload.start);
+  StringTable table(r.Count<std::string_view>());
+  for (auto& s : table) s = r.RawString();
+
+  RankSummary s;
+  PT_RETURN_IF_ERROR(ReadPlacement(r, name, &s));
+  ReadSetup(r, table, &s);
+  ReadIterations(r, table, &s);
+  ReadFunctions(r, table, &s.functions);
+  ReadReadStats(r, table, &s.read_stats);
+  ReadTrailer(r, table, &s);
+  PT_RETURN_IF_ERROR(ReaderStatus(r, name));
   return s;
 }
 

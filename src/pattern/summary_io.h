@@ -5,7 +5,9 @@
 #ifndef PERFTRACKER_PATTERN_SUMMARY_IO_H_
 #define PERFTRACKER_PATTERN_SUMMARY_IO_H_
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "base/status.h"
 #include "pattern/pattern.h"
@@ -14,6 +16,17 @@ namespace perftracker::pattern {
 
 std::string SerializeSummary(const RankSummary& summary);
 StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& name);
+
+// A summary's payload (string table, then body) with the header checked: read from START in
+// BYTES, which is the file itself for version 1 (stored as is) and the inflated copy otherwise.
+struct SummaryPayload {
+  std::string_view bytes;
+  size_t start = 0;
+};
+// ParseSummary's first step: checks magic and version and inflates the payload into INFLATED,
+// which the result then points into. Errors name the file NAME.
+StatusOr<SummaryPayload> UnwrapSummary(std::string_view bytes, const std::string& name,
+                                       std::string* inflated);
 
 Status WriteSummaryFile(const RankSummary& summary, const std::string& path);
 StatusOr<RankSummary> ReadSummaryFile(const std::string& path);

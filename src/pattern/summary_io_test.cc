@@ -226,6 +226,38 @@ TEST(SummaryIoTest, ReadsVersionsOneAndTwo) {
             "v2.summary: truncated summary at byte " + std::to_string(v2.size() - 3));
 }
 
+// The payload step alone: a version-1 file is read in place after its 12-byte header, a
+// version-3 one from its inflated copy; a file cut inside the header stops there.
+TEST(SummaryIoTest, UnwrapSummaryFindsThePayload) {
+  const std::string v3 = SerializeSummary(Sample());
+  std::string inflated;
+  StatusOr<SummaryPayload> p3 = UnwrapSummary(v3, "x.summary", &inflated);
+  ASSERT_TRUE(p3.ok()) << p3.status().message();
+  EXPECT_EQ(p3->start, 0u);
+  EXPECT_EQ(p3->bytes.data(), inflated.data());
+  EXPECT_EQ(p3->bytes.size(), inflated.size());
+  EXPECT_GT(inflated.size(), 0u);
+
+  std::string v1 = v3.substr(0, 12) + inflated;
+  v1[8] = 1;
+  std::string unused;
+  StatusOr<SummaryPayload> p1 = UnwrapSummary(v1, "v1.summary", &unused);
+  ASSERT_TRUE(p1.ok()) << p1.status().message();
+  EXPECT_EQ(p1->start, 12u);
+  EXPECT_EQ(p1->bytes.data(), v1.data());
+  EXPECT_EQ(p1->bytes.substr(p1->start), inflated);
+  EXPECT_TRUE(unused.empty());
+
+  StatusOr<SummaryPayload> cut = UnwrapSummary(v3.substr(0, 10), "x.summary", &unused);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.status().message(), "x.summary: truncated summary at byte 10");
+  std::string v0 = v3;
+  v0[8] = 0;
+  StatusOr<SummaryPayload> zero = UnwrapSummary(v0, "x.summary", &unused);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().message(), "x.summary: corrupt summary: version 0");
+}
+
 TEST(SummaryIoTest, EmptySummaryRoundTrips) {
   StatusOr<RankSummary> back = ParseSummary(SerializeSummary(RankSummary{}), "e.summary");
   ASSERT_TRUE(back.ok()) << back.status().message();

@@ -1,0 +1,35 @@
+// The report page's charts (report/html.h), each an inline <svg> with a viewBox so it scales with
+// the page: the culprit against its peers, iteration time per rank, the differential view
+// (ranks x top functions) and where each rank's iteration goes. At any number of ranks they show
+// a distribution plus the outliers and the culprits. Owns the charts' policy numbers; html.cc
+// assembles the page around them. Internal to src/report.
+#ifndef PERFTRACKER_REPORT_HTML_CHARTS_H_
+#define PERFTRACKER_REPORT_HTML_CHARTS_H_
+
+#include <string>
+
+#include "diagnose/finding.h"
+#include "pattern/compact_job.h"
+#include "report/html.h"
+
+namespace perftracker::report::internal {
+
+// A duration for people: "123 ms", "12.3 ms", "0.12 ms".
+std::string Ms(double ms);
+
+// The culprit against its peers in the finding's top function: a bar per rank, or, at scale,
+// the distribution of every rank with the culprits marked. "" when the finding has no culprit
+// or JOB is null.
+std::string CulpritChart(const diagnose::Finding& f, const diagnose::Diagnosis& d,
+                         const pattern::CompactJob* job);
+// Iteration time per rank: over the run (online series) or the window's iterations.
+std::string IterationChart(const HtmlInput& in);
+// Ranks x top functions, each cell coloured by the rank's deviation from its peer group (the
+// ranks the diagnosis compares it with: diagnose::PeerGroups). "" below two ranks.
+std::string Heatmap(const diagnose::Diagnosis& d, const pattern::CompactJob& job);
+// Where each rank's iteration goes, by kind of function, with GPU idle time.
+std::string BreakdownChart(const diagnose::Diagnosis& d, const pattern::CompactJob& job);
+
+}  // namespace perftracker::report::internal
+
+#endif  // PERFTRACKER_REPORT_HTML_CHARTS_H_

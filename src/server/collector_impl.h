@@ -1,0 +1,239 @@
+// The collector's internals, shared by its files: the state of one server (agents, ranks,
+// windows, the hang in progress, what /metrics counts), guarded by one mutex, and the gRPC
+// service over it. collector.cc starts and stops it; collector_service.cc answers the calls,
+// collector_windows.cc opens and seals windows and hangs (and runs the timer),
+// collector_publish.cc writes their reports and store rows, collector_metrics.cc renders
+// /metrics. Not for use outside src/server.
+#ifndef PERFTRACKER_SERVER_COLLECTOR_IMPL_H_
+#define PERFTRACKER_SERVER_COLLECTOR_IMPL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "base/log.h"
+#include "diagnose/hang.h"
+#include "perftracker.grpc.pb.h"
+#include "report/html.h"
+#include "server/collector.h"
+#include "server/command_stream.h"
+#include "server/metrics_http.h"
+#include "server/rank_state.h"
+#include "server/scheduler.h"
+#include "server/store.h"
+#include "server/window.h"
+
+namespace perftracker::server {
+
+namespace fs = std::filesystem;
+namespace v1 = ::perftracker::v1;
+
+// Writes through a temporary file and a rename, so readers never see half a report.
+Status WriteAtomically(const std::string& path, std::string_view text);
+// DIAGNOSIS as JSON at PATH, atomically.
+Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path);
+
+struct AgentState {
+  std::string host;
+  std::vector<int> ranks;
+  std::chrono::steady_clock::time_point last_seen;  // its last call or open command stream
+  std::deque<v1::Command> queue;                    // commands while no stream is open
+  CommandStream* stream = nullptr;                  // the agent's open WatchCommands stream
+};
+
+// A hang: every rank's stacks, collected until all expected ranks replied or a deadline.
+struct HangCollection {
+  int64_t id = 0;  // shares the window numbering (DIR/windows/<id>/)
+  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point since;  // when the first hang trigger arrived
+  double stalled_seconds = 0;
+  std::set<int> expected;
+  std::map<int, diagnose::RankStacks> replies;
+};
+
+struct CollectorServer::Impl final
+    : public v1::Collector::WithCallbackMethod_WatchCommands<v1::Collector::Service> {
+  ServerOptions options;
+  std::unique_ptr<Store> store;
+  int64_t job_id = 0;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool shutting_down = false;
+  bool shut_down = false;
+  int64_t next_agent = 1;
+  std::map<std::string, AgentState> agents;
+  std::map<int, std::string> declared_by;  // rank -> the agent that registered it
+  std::optional<std::string> job_key;      // the job being collected (RegisterRequest.job_id)
+  std::map<int, RankState> ranks;
+  std::map<int64_t, std::unique_ptr<Window>> windows;
+  // The online policy: when windows open, cooldowns, hang confirmation (server/scheduler.h).
+  // Guarded by mu like the rest; the single source of which window is open.
+  std::optional<WindowScheduler> sched;
+  int64_t last_window = 0;
+  bool wrote_latest = false;
+  std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
+  // The last diagnosed window's patterns, for the run's final report (one job's worth).
+  std::shared_ptr<const pattern::CompactJob> latest_job;
+  int64_t latest_window_id = 0;
+  std::vector<report::WaitGroup> latest_waits;  // when the latest diagnosis is a hang's
+  // Every window and hang of the run, for the report's chart (bounded: the newest).
+  std::vector<report::WindowMark> marks;
+  static constexpr size_t kMaxMarks = 4096;
+  // Above this many series rows, the series is stored at the end of the run only.
+  static constexpr size_t kSeriesRowsPerWindow = 200000;
+  // What /metrics counts (server/metrics_http.h), since the server started.
+  std::map<std::string, uint64_t> windows_opened;                          // by kind of reason
+  std::map<std::pair<std::string, std::string>, uint64_t> findings_total;  // category, cause
+  std::map<std::string, uint64_t> triggers_total;                          // slowdown, hang, user
+  uint64_t upload_bytes_total = 0;
+  uint64_t uploads_accepted = 0, uploads_refused = 0;
+  std::unique_ptr<MetricsHttp> metrics;
+  int windows_diagnosed = 0;
+  int hangs_diagnosed = 0;
+  std::optional<HangCollection> hang;                // collecting stacks
+  std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
+  std::thread timer;
+  // Commands kept for an agent without an open stream (the newest; a window needs one).
+  static constexpr size_t kMaxQueuedCommands = 16;
+  // An agent that called this recently counts as connected while it reconnects its stream.
+  static constexpr int kAgentConnectedSeconds = 10;
+  // Closed windows kept in memory (their summaries), newest first; older ones are in SQLite
+  // and in REPORT_DIR/windows/<id>/.
+  static constexpr size_t kKeptClosedWindows = 16;
+
+  // --- windows and hangs (server/collector_windows.cc) ---
+
+  // Where the job is, for the scheduler (with mu held). The ranks it waits for: those agents
+  // declared, else those that reported.
+  JobProgress ProgressLocked() const;
+
+  // Opens a window, or returns the open one (already_open). SLOWDOWN and MEAN_MS: a slowdown
+  // trigger opened it. Called with mu held.
+  TriggerResult OpenWindowLocked(const std::string& reason, int iterations, bool slowdown = false,
+                                 double mean_ms = 0);
+
+  // Called with mu held.
+  void CloseWindowLocked(int64_t id);
+
+  // Closes window ID like CloseWindowLocked, but diagnoses with LK released: a 10,000-rank
+  // diagnosis takes seconds, and every other call (uploads to the next window, iteration
+  // reports, commands, status) needs the lock. The window is sealed first, so uploads that
+  // arrive meanwhile are refused as for any closed window.
+  void CloseWindow(std::unique_lock<std::mutex>& lk, int64_t id);
+
+  // Each rank's iterations over the run so far (with mu held).
+  std::vector<report::RunSeries> SeriesLocked() const;
+  void AddMarkLocked(report::WindowMark m);
+
+  // Called with mu held.
+  int64_t FurthestStepLocked() const;
+
+  // Called with mu held.
+  void StartHangLocked(int rank, double mean_ms, std::chrono::steady_clock::time_point since);
+
+  // Called with mu held.
+  void FinishHangLocked();
+  void TimerLoop();
+
+  // Forgets what a long job no longer needs (with mu held): agents silent for
+  // agent_expiry_seconds with no open stream (their ranks are no longer waited for), and
+  // closed windows beyond the newest kKeptClosedWindows.
+  void ExpireLocked();
+
+  // One tick of the timer: window deadlines, hang confirmation, scheduled windows. LK is held
+  // on entry and on a normal return.
+  void TimerTick(std::unique_lock<std::mutex>& lk);
+
+  // The windows the scheduler has due: a deferred slowdown, the baseline, the periodic ones.
+  // Called with mu held.
+  void MaybeOpenScheduledLocked();
+
+  // Queues a command for every agent and wakes their streams. Called with mu held.
+  void SendLocked(const v1::Command& cmd);
+
+  // The kind of a window's reason, for the windows_opened metric: its first word.
+  static std::string ReasonKind(const std::string& reason);
+
+  // --- reports and the store (server/collector_publish.cc) ---
+
+  // The HTML report of diagnosis D (window ID; 0: the run's end) with the run's iteration
+  // series and windows. Called with mu held; RenderHtmlFrom renders from a snapshot.
+  // WAITS and VIEWS_FROM: a hang's page (where each rank stands; the per-rank views are the
+  // latest profiled window's).
+  std::string RenderHtmlLocked(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
+                               int64_t id, std::vector<report::WaitGroup> waits = {},
+                               int64_t views_from = 0) const;
+  std::string RenderHtmlFrom(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
+                             std::vector<report::RunSeries> series,
+                             std::vector<report::WindowMark> windows_so_far, int64_t id,
+                             std::vector<report::WaitGroup> waits = {},
+                             int64_t views_from = 0) const;
+
+  // Writes DIR/windows/<id>/diagnosis.json and report.html, and DIR/diagnosis.json and
+  // report.html (the latest), stores and prints D. JOB: the window's patterns (null: a hang).
+  void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,
+               std::shared_ptr<const pattern::CompactJob> job, std::string html);
+
+  // --- /metrics (server/collector_metrics.cc) ---
+
+  // /metrics in Prometheus' text format (called with mu held).
+  std::string MetricsLocked() const;
+
+  // --- the gRPC service (server/collector_service.cc) ---
+
+  grpc::Status Authorize(grpc::ServerContextBase* ctx);
+
+  // Whether agent ID may speak for RANK (with mu held): an agent that registered ranks speaks
+  // for those; one that registered none (a folder-watching agent) for any rank no other agent
+  // registered. An unknown id is NOT_FOUND, which tells an agent to register again.
+  grpc::Status OwnsLocked(const std::string& id, int rank);
+
+  // Each call Guarded, then its Do*.
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                        v1::RegisterReply* reply) override;
+  grpc::Status ReportIterations(grpc::ServerContext* ctx, const v1::ReportIterationsRequest* req,
+                                v1::ReportIterationsReply* reply) override;
+  grpc::Status UploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
+                            v1::UploadWindowReply* reply) override;
+  grpc::Status UploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
+                            v1::UploadStacksReply* reply) override;
+  grpc::Status Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                       v1::TriggerReply* reply) override;
+  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                      v1::StatusReply* reply) override;
+  grpc::Status DoRegister(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                          v1::RegisterReply* reply);
+  grpc::Status DoReportIterations(grpc::ServerContext* ctx, const v1::ReportIterationsRequest* req,
+                                  v1::ReportIterationsReply*);
+  grpc::ServerWriteReactor<v1::Command>* WatchCommands(grpc::CallbackServerContext* ctx,
+                                                       const v1::WatchRequest* req) override;
+  grpc::Status DoUploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
+                              v1::UploadWindowReply* reply);
+  grpc::Status DoUploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
+                              v1::UploadStacksReply* reply);
+  grpc::Status DoTrigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                         v1::TriggerReply* reply);
+  grpc::Status DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                        v1::StatusReply* reply);
+};
+
+}  // namespace perftracker::server
+
+#endif  // PERFTRACKER_SERVER_COLLECTOR_IMPL_H_

@@ -1,0 +1,419 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/credentials.h"
+#include "base/json_writer.h"
+#include "base/limits.h"
+#include "server/collector_impl.h"
+
+namespace perftracker::server {
+
+namespace {
+
+std::string HardwareJson(const std::map<std::string, double>& values, const std::string& nvml) {
+  JsonWriter w;
+  w.BeginObject().Key("nvml").String(nvml).Key("values").BeginObject();
+  for (const auto& [k, v] : values) w.Key(k).Number(v);
+  w.EndObject().EndObject();
+  return w.Take();
+}
+
+// gRPC does not catch exceptions: one escaping a handler or the timer would end the whole
+// launcher with the job. An internal failure (memory, a bug) fails that one call instead,
+// logged; the server goes on.
+template <typename F>
+grpc::Status Guarded(const char* rpc, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    log::Error("server", "{}: internal error, call refused: {}", rpc, e.what());
+  } catch (...) {
+    log::Error("server", "{}: internal error, call refused", rpc);
+  }
+  return {grpc::StatusCode::INTERNAL, std::string(rpc) + ": internal error in the server"};
+}
+
+}  // namespace
+
+grpc::Status CollectorServer::Impl::Authorize(grpc::ServerContextBase* ctx) {
+  if (options.token.empty()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("x-perftracker-token");
+  if (it == md.end() ||
+      !ConstantTimeEquals(std::string(it->second.data(), it->second.size()), options.token))
+    return {grpc::StatusCode::UNAUTHENTICATED, "missing or wrong perftracker token"};
+  return grpc::Status::OK;
+}
+
+grpc::Status CollectorServer::Impl::OwnsLocked(const std::string& id, int rank) {
+  auto a = agents.find(id);
+  if (a == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
+  auto d = declared_by.find(rank);
+  const bool ok = a->second.ranks.empty() ? d == declared_by.end() || d->second == id
+                                          : d != declared_by.end() && d->second == id;
+  if (!ok)
+    return {grpc::StatusCode::PERMISSION_DENIED,
+            fmt::format("rank {} belongs to another agent", rank)};
+  return grpc::Status::OK;
+}
+
+grpc::Status CollectorServer::Impl::Register(grpc::ServerContext* ctx,
+                                             const v1::RegisterRequest* req,
+                                             v1::RegisterReply* reply) {
+  return Guarded("Register", [&] { return DoRegister(ctx, req, reply); });
+}
+
+grpc::Status CollectorServer::Impl::ReportIterations(grpc::ServerContext* ctx,
+                                                     const v1::ReportIterationsRequest* req,
+                                                     v1::ReportIterationsReply* reply) {
+  return Guarded("ReportIterations", [&] { return DoReportIterations(ctx, req, reply); });
+}
+
+grpc::Status CollectorServer::Impl::UploadWindow(grpc::ServerContext* ctx,
+                                                 const v1::UploadWindowRequest* req,
+                                                 v1::UploadWindowReply* reply) {
+  grpc::Status st = Guarded("UploadWindow", [&] { return DoUploadWindow(ctx, req, reply); });
+  if (st.ok()) {
+    std::lock_guard lk(mu);
+    ++(reply->accepted() ? uploads_accepted : uploads_refused);
+    if (reply->accepted()) upload_bytes_total += req->summary().size();
+  }
+  return st;
+}
+
+grpc::Status CollectorServer::Impl::UploadStacks(grpc::ServerContext* ctx,
+                                                 const v1::UploadStacksRequest* req,
+                                                 v1::UploadStacksReply* reply) {
+  return Guarded("UploadStacks", [&] { return DoUploadStacks(ctx, req, reply); });
+}
+
+grpc::Status CollectorServer::Impl::Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                                            v1::TriggerReply* reply) {
+  return Guarded("Trigger", [&] { return DoTrigger(ctx, req, reply); });
+}
+
+grpc::Status CollectorServer::Impl::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                           v1::StatusReply* reply) {
+  return Guarded("Status", [&] { return DoStatus(ctx, req, reply); });
+}
+
+grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
+                                               const v1::RegisterRequest* req,
+                                               v1::RegisterReply* reply) {
+  if (auto st = Authorize(ctx); !st.ok()) return st;
+  if (req->ranks_size() > limits::kMaxWorldSize)
+    return {grpc::StatusCode::INVALID_ARGUMENT, "more ranks than a job can have"};
+  if (req->job_id().size() > 256)
+    return {grpc::StatusCode::INVALID_ARGUMENT, "job id longer than 256 bytes"};
+  for (int r : req->ranks())
+    if (!limits::ValidRank(r))
+      return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("rank {} is out of range", r)};
+  std::lock_guard lk(mu);
+  // One job at a time: two jobs' ranks in one diagnosis would compare rank 0 of one job with
+  // rank 0 of the other. Once the first job's agents are gone (expired), a new job starts.
+  if (!job_key || *job_key != req->job_id()) {
+    // Connected: a command stream open, or a call in the last seconds (an agent reconnects
+    // within a second or two). A job that ended leaves agents with neither.
+    const auto now = std::chrono::steady_clock::now();
+    const bool connected = std::any_of(agents.begin(), agents.end(), [&](const auto& kv) {
+      return kv.second.stream != nullptr ||
+             now - kv.second.last_seen < std::chrono::seconds(kAgentConnectedSeconds);
+    });
+    if (job_key && connected) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              fmt::format("this server collects job '{}' (its agents are connected); job '{}' "
+                          "needs a server of its own",
+                          log::Printable(*job_key), log::Printable(req->job_id()))};
+    }
+    if (job_key) {
+      log::Event("server", "job '{}' replaces job '{}', whose agents are gone",
+                 log::Printable(req->job_id()), log::Printable(*job_key));
+      ranks.clear();
+      declared_by.clear();
+      agents.clear();  // the previous job's, all without a stream
+      sched->NewJob();
+    }
+    job_key = req->job_id();
+  }
+  // Unguessable: an id is what lets a caller upload for its ranks and read their commands.
+  auto secret = NewToken();
+  if (!secret.ok()) return {grpc::StatusCode::INTERNAL, secret.status().message()};
+  std::string id = fmt::format("agent-{}-{}", next_agent++, secret->substr(0, 24));
+  for (int r : req->ranks()) declared_by[r] = id;
+  AgentState& a = agents[id];
+  a.last_seen = std::chrono::steady_clock::now();
+  a.host = req->host();
+  a.ranks.assign(req->ranks().begin(), req->ranks().end());
+  for (int r : a.ranks) ranks[r].host = a.host;
+  reply->set_agent_id(id);
+  log::Detail("server", "{} registered from {} (ranks {})", id, a.host,
+              diagnose::RankList(a.ranks));
+  return grpc::Status::OK;
+}
+
+grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
+                                                       const v1::ReportIterationsRequest* req,
+                                                       v1::ReportIterationsReply*) {
+  if (auto st = Authorize(ctx); !st.ok()) return st;
+  std::lock_guard lk(mu);
+  auto agent = agents.find(req->agent_id());
+  if (agent == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
+  agent->second.last_seen = std::chrono::steady_clock::now();
+  for (const v1::IterationBatch& b : req->batches()) {
+    if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
+    if (!OwnsLocked(req->agent_id(), b.rank()).ok()) continue;
+    RankState& r = ranks[b.rank()];
+    int n = std::min(b.steps_size(), b.iteration_ms_size());
+    for (int i = 0; i < n; ++i) {
+      r.last_step = std::max(r.last_step, b.steps(i));
+      r.AddStep(b.steps(i), b.iteration_ms(i));
+    }
+    if (auto cleared = sched->Progressed(r.last_step))
+      log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::ServerWriteReactor<v1::Command>* CollectorServer::Impl::WatchCommands(
+    grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) {
+  auto* stream = new CommandStream();
+  if (auto st = Authorize(ctx); !st.ok()) {
+    stream->Close(st);
+    return stream;
+  }
+  std::lock_guard lk(mu);
+  auto it = agents.find(req->agent_id());
+  if (it == agents.end() || shutting_down) {
+    stream->Close(shutting_down
+                      ? grpc::Status::OK
+                      : grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown agent; register first"));
+    return stream;
+  }
+  AgentState& agent = it->second;
+  agent.last_seen = std::chrono::steady_clock::now();
+  // A reconnecting agent replaces its old stream, which gives back what it did not send.
+  if (agent.stream != nullptr) agent.stream->Close();
+  agent.stream = stream;
+  // By id, not by reference: a silent agent may have expired when the stream ends.
+  stream->on_done = [this, id = it->first](CommandStream* done, std::deque<v1::Command> left) {
+    std::lock_guard lk(mu);
+    auto a = agents.find(id);
+    if (a == agents.end()) return;
+    AgentState& agent = a->second;
+    agent.last_seen = std::chrono::steady_clock::now();
+    if (agent.stream == done) agent.stream = nullptr;
+    for (auto c = left.rbegin(); c != left.rend(); ++c) agent.queue.push_front(std::move(*c));
+    while (agent.queue.size() > kMaxQueuedCommands) agent.queue.pop_front();
+    if (agent.stream != nullptr && !agent.queue.empty()) agent.stream->Push(&agent.queue);
+  };
+  stream->Push(&agent.queue);
+  return stream;
+}
+
+grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
+                                                   const v1::UploadWindowRequest* req,
+                                                   v1::UploadWindowReply* reply) {
+  if (auto st = Authorize(ctx); !st.ok()) return st;
+  if (!limits::ValidRank(req->rank())) {
+    reply->set_accepted(false);
+    reply->set_message(fmt::format("rank {} is out of range", req->rank()));
+    return grpc::Status::OK;
+  }
+  RankUpload up;
+  up.rank = req->rank();
+  up.host = req->host();
+  up.summary_bytes = req->summary();
+  up.hardware.insert(req->hardware().values().begin(), req->hardware().values().end());
+  up.nvml = req->hardware().nvml();
+  std::string hw = HardwareJson(up.hardware, up.nvml);
+  // Parsing (inflate + decode) is most of an upload's cost and needs no shared state: done
+  // before taking the lock, thousands of concurrent uploads parse in parallel.
+  auto parsed = Window::Parse(up, req->window_id());
+  std::unique_lock lk(mu);
+  if (grpc::Status own = OwnsLocked(req->agent_id(), req->rank()); !own.ok()) {
+    if (own.error_code() == grpc::StatusCode::NOT_FOUND) return own;
+    reply->set_accepted(false);
+    reply->set_message(own.error_message());
+    return grpc::Status::OK;
+  }
+  auto it = windows.find(req->window_id());
+  if (it == windows.end() || it->second->closed()) {
+    reply->set_accepted(false);
+    reply->set_message(fmt::format("window {} is not open", req->window_id()));
+    return grpc::Status::OK;
+  }
+  if (!parsed.ok()) {
+    reply->set_accepted(false);
+    reply->set_message(parsed.status().message());
+    return grpc::Status::OK;
+  }
+  auto kept = it->second->AddParsed(std::move(up), *std::move(parsed));
+  if (!kept.ok()) {
+    reply->set_accepted(false);
+    reply->set_message(kept.status().message());
+    return grpc::Status::OK;
+  }
+  const Window::Kept& s = *kept;
+  RankSummaryRow row;
+  row.window_id = req->window_id();
+  row.rank = s.rank;
+  row.host = s.host;
+  row.summary_bytes = static_cast<int64_t>(req->summary().size());
+  row.iterations = static_cast<int>(s.iteration_ms.size());
+  row.mean_iteration_ms = s.mean_iteration_ms;
+  row.hardware_json = hw;
+  row.summary = req->summary();
+  // The window has the summary (it is in the diagnosis) even when the store failed: accepted,
+  // with a message that says it was not stored.
+  if (::perftracker::Status st = store->AddRankSummary(row); !st.ok()) {
+    log::Error("server", "{}", st.message());
+    reply->set_message(fmt::format("accepted but not stored: {}", st.message()));
+  }
+  RankState& rs = ranks[s.rank];
+  if (rs.host.empty()) rs.host = s.host;
+  // Without iteration reports (a folder-watching agent), the window's iterations are all the
+  // server knows of the rank's pace.
+  if (rs.count == 0)
+    for (double ms : s.iteration_ms) rs.Add(ms);
+  log::Detail("server", "window {}: rank {} from {}, summary {} bytes", req->window_id(), s.rank,
+              row.host, req->summary().size());
+  reply->set_accepted(true);
+  // The last expected upload closes the window; its reply waits for the diagnosis (a caller
+  // that uploaded everything finds DIR/windows/<n>/diagnosis.json written), other calls don't.
+  if (it->second->Complete()) CloseWindow(lk, req->window_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status CollectorServer::Impl::DoUploadStacks(grpc::ServerContext* ctx,
+                                                   const v1::UploadStacksRequest* req,
+                                                   v1::UploadStacksReply* reply) {
+  if (auto st = Authorize(ctx); !st.ok()) return st;
+  std::lock_guard lk(mu);
+  if (!hang || hang->id != req->request_id() || req->rank() < 0 ||
+      !OwnsLocked(req->agent_id(), req->rank()).ok()) {
+    reply->set_accepted(false);
+    return grpc::Status::OK;
+  }
+  diagnose::RankStacks s;
+  s.rank = req->rank();
+  s.pid = req->pid();
+  s.host = req->host();
+  s.iteration = req->iteration();
+  for (const auto& t : req->threads()) {
+    diagnose::ThreadStack ts;
+    ts.tid = t.tid();
+    ts.name = t.name();
+    ts.main = t.main();
+    for (const auto& f : t.frames()) ts.frames.push_back({f.file(), f.line(), f.function()});
+    s.threads.push_back(std::move(ts));
+  }
+  const auto& lc = req->last_collective();
+  s.last_collective = {lc.op(), lc.count(), lc.file(), lc.line(), lc.in_progress(), lc.seconds()};
+  hang->replies[s.rank] = std::move(s);
+  hang->expected.insert(req->rank());
+  reply->set_accepted(true);
+  if (std::all_of(hang->expected.begin(), hang->expected.end(),
+                  [&](int r) { return hang->replies.count(r) > 0; }))
+    FinishHangLocked();
+  cv.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status CollectorServer::Impl::DoTrigger(grpc::ServerContext* ctx,
+                                              const v1::TriggerRequest* req,
+                                              v1::TriggerReply* reply) {
+  if (auto st = Authorize(ctx); !st.ok()) return st;
+  std::lock_guard lk(mu);
+  const std::string& kind = req->kind();
+  const auto now = std::chrono::steady_clock::now();
+  ++triggers_total[kind == "hang" || kind == "slowdown" ? kind : "user"];
+  if (kind == "hang") {
+    sched->OnHangTrigger(req->rank(), req->mean_ms(), FurthestStepLocked(), now);
+    if (auto p = sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
+      StartHangLocked(p->rank, p->mean_ms, p->since);
+    reply->set_window_id(hang ? hang->id : 0);
+    reply->set_already_open(true);
+    return grpc::Status::OK;
+  }
+  std::string reason = req->reason().empty() ? "trigger" : req->reason();
+  const bool slowdown = kind == "slowdown";
+  if (slowdown) {
+    reason = fmt::format(
+        "slowdown on rank {}: median of its recent iterations {:.1f} ms vs {:.1f} ms after "
+        "warm-up",
+        req->rank(), req->mean_ms(), req->best_ms());
+    switch (sched->OnSlowdown(req->iteration(), req->mean_ms(), reason, now)) {
+      case WindowScheduler::SlowdownAction::kIgnore:
+        reply->set_already_open(true);
+        return grpc::Status::OK;
+      case WindowScheduler::SlowdownAction::kFollowUp:
+        reply->set_window_id(sched->open_window());
+        reply->set_already_open(true);
+        return grpc::Status::OK;
+      case WindowScheduler::SlowdownAction::kOpen:
+        break;
+    }
+  } else {
+    // The caller's host (gRPC's peer is "ipv4:1.2.3.4:PORT"; the port changes per call).
+    std::string peer = ctx->peer();
+    peer = peer.substr(0, peer.rfind(':'));
+    if (::perftracker::Status st = sched->OnUserTrigger(peer, now); !st.ok())
+      return {grpc::StatusCode::RESOURCE_EXHAUSTED, st.message()};
+  }
+  TriggerResult r = OpenWindowLocked(reason, req->iterations(), slowdown, req->mean_ms());
+  reply->set_window_id(r.window_id);
+  reply->set_start_iteration(r.start_iteration);
+  reply->set_already_open(r.already_open);
+  return grpc::Status::OK;
+}
+
+grpc::Status CollectorServer::Impl::DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                             v1::StatusReply* reply) {
+  if (auto st = Authorize(ctx); !st.ok()) return st;
+  // A page: about 60 bytes a rank, well under gRPC's 4 MB.
+  constexpr int kPageRanks = 10000, kDefaultWindows = 20, kMaxListedRanks = 1000;
+  const int limit = req->max_ranks() > 0 ? std::min(req->max_ranks(), kPageRanks) : kPageRanks;
+  std::lock_guard lk(mu);
+  reply->set_agents(static_cast<int>(agents.size()));
+  reply->set_total_ranks(static_cast<int>(ranks.size()));
+  reply->set_total_windows(static_cast<int>(windows.size()));
+  const int offset = std::max(req->rank_offset(), 0);
+  int index = 0;
+  for (const auto& [r, st] : ranks) {
+    if (index++ < offset) continue;
+    if (reply->ranks_size() >= limit) {
+      reply->set_next_rank_offset(index - 1);
+      break;
+    }
+    v1::RankStatus* rs = reply->add_ranks();
+    rs->set_rank(r);
+    rs->set_host(st.host);
+    rs->set_last_step(st.last_step);
+    rs->set_last_iteration_ms(st.last_ms);
+    rs->set_mean_iteration_ms(st.count ? st.sum_ms / st.count : 0);
+  }
+  if (offset > 0) return grpc::Status::OK;
+  const int max_windows = req->max_windows() > 0 ? req->max_windows() : kDefaultWindows;
+  auto first = windows.begin();
+  if (windows.size() > static_cast<size_t>(max_windows))
+    first = std::prev(windows.end(), max_windows);
+  for (auto it = first; it != windows.end(); ++it) {
+    const Window& w = *it->second;
+    v1::WindowStatus* ws = reply->add_windows();
+    ws->set_window_id(it->first);
+    ws->set_state(w.closed() ? "done" : "open");
+    ws->set_start_iteration(w.spec().start_iteration);
+    ws->set_iterations(w.spec().iterations);
+    const std::vector<int> reported = w.Reported(), missing = w.Missing();
+    ws->set_reported(static_cast<int>(reported.size()));
+    ws->set_missing(static_cast<int>(missing.size()));
+    for (size_t k = 0; k < reported.size() && k < kMaxListedRanks; ++k)
+      ws->add_reported_ranks(reported[k]);
+    for (size_t k = 0; k < missing.size() && k < kMaxListedRanks; ++k)
+      ws->add_missing_ranks(missing[k]);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace perftracker::server

@@ -1,0 +1,241 @@
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "server/collector_impl.h"
+
+namespace perftracker::server {
+
+JobProgress CollectorServer::Impl::ProgressLocked() const {
+  JobProgress p;
+  double sum = 0;
+  int64_t n = 0;
+  for (const auto& [r, st] : ranks) {
+    p.furthest_step = std::max(p.furthest_step, st.last_step);
+    sum += st.sum_ms;
+    n += st.count;
+  }
+  if (n > 0 && sum > 0) p.mean_iteration_ms = sum / n;
+  std::set<int> expected;
+  for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
+  if (expected.empty())
+    for (const auto& [r, st] : ranks) expected.insert(r);
+  for (int r : expected) {
+    auto it = ranks.find(r);
+    const int64_t count = it == ranks.end() ? 0 : it->second.count;
+    p.fewest_iterations = p.fewest_iterations < 0 ? count : std::min(p.fewest_iterations, count);
+  }
+  return p;
+}
+
+TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason, int iterations,
+                                                      bool slowdown, double mean_ms) {
+  if (const int64_t open = sched->open_window()) {
+    const WindowSpec& s = windows[open]->spec();
+    return {s.id, s.start_iteration, true};
+  }
+  WindowSpec spec;
+  spec.id = ++last_window;
+  spec.iterations = sched->Iterations(iterations);
+  spec.max_seconds = options.max_seconds;
+  spec.start_iteration = sched->StartIteration(ProgressLocked());
+  std::set<int> expected;
+  for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
+  auto deadline = Window::Clock::now() +
+                  std::chrono::duration_cast<Window::Clock::duration>(std::chrono::duration<double>(
+                      options.max_seconds + options.upload_grace_seconds));
+  windows[spec.id] = std::make_unique<Window>(spec, expected, deadline);
+  AddMarkLocked({spec.id, spec.start_iteration, spec.iterations, reason});
+  ++windows_opened[ReasonKind(reason)];
+  sched->Opened(spec.id, spec.start_iteration, std::chrono::steady_clock::now(), slowdown, mean_ms);
+  if (::perftracker::Status st =
+          store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
+      !st.ok())
+    log::Error("server", "{}", st.message());
+  v1::Command cmd;
+  v1::ProfileWindow* p = cmd.mutable_profile();
+  p->set_window_id(spec.id);
+  p->set_start_iteration(spec.start_iteration);
+  p->set_iterations(spec.iterations);
+  p->set_max_seconds(spec.max_seconds);
+  SendLocked(cmd);
+  cv.notify_all();
+  log::Event("", "window {} opened ({}): profiling iterations {}..{} on every rank", spec.id,
+             reason, spec.start_iteration, spec.start_iteration + spec.iterations - 1);
+  log::Detail("server", "window {} opened ({}): iterations {}..+{}, {} agents", spec.id, reason,
+              spec.start_iteration, spec.iterations, agents.size());
+  return {spec.id, spec.start_iteration, false};
+}
+
+void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
+  Window& w = *windows[id];
+  if (w.closed()) return;
+  Window::Sealed sealed = w.Seal();
+  sched->Closed(id, std::chrono::steady_clock::now());
+  diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
+  auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
+  Publish(id, d, "window", job, RenderHtmlLocked(d, job.get(), id));
+}
+
+void CollectorServer::Impl::CloseWindow(std::unique_lock<std::mutex>& lk, int64_t id) {
+  Window& w = *windows[id];
+  if (w.closed()) return;
+  Window::Sealed sealed = w.Seal();
+  sched->Closed(id, std::chrono::steady_clock::now());
+  std::vector<report::RunSeries> series = SeriesLocked();
+  std::vector<report::WindowMark> windows_so_far = marks;
+  lk.unlock();
+  diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
+  auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
+  std::string html = RenderHtmlFrom(d, job.get(), std::move(series), std::move(windows_so_far), id);
+  lk.lock();
+  Publish(id, d, "window", job, std::move(html));
+}
+
+std::vector<report::RunSeries> CollectorServer::Impl::SeriesLocked() const {
+  std::vector<report::RunSeries> out;
+  out.reserve(ranks.size());
+  for (const auto& [r, st] : ranks)
+    if (st.count > 0) out.push_back(st.Series(r));
+  return out;
+}
+
+void CollectorServer::Impl::AddMarkLocked(report::WindowMark m) {
+  if (marks.size() >= kMaxMarks) marks.erase(marks.begin());
+  marks.push_back(std::move(m));
+}
+
+int64_t CollectorServer::Impl::FurthestStepLocked() const {
+  int64_t step = -1;
+  for (const auto& [r, st] : ranks) step = std::max(step, st.last_step);
+  return step;
+}
+
+void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
+                                            std::chrono::steady_clock::time_point since) {
+  // A profiling window in progress cannot finish while ranks are stuck: report what it has.
+  if (sched->open_window()) CloseWindowLocked(sched->open_window());
+  HangCollection h;
+  h.id = ++last_window;
+  h.since = since;
+  h.deadline = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(options.stacks_seconds));
+  // How long the job has been stuck: the detector fires after hang_factor x the mean.
+  h.stalled_seconds = mean_ms > 0 ? 5 * mean_ms / 1e3 : 0;
+  for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
+  for (const auto& [r, st] : ranks) h.expected.insert(r);
+  AddMarkLocked({h.id, -1, 0, "hang"});
+  ++windows_opened["hang"];
+  if (::perftracker::Status st = store->AddWindow(job_id, h.id, -1, 0, "hang"); !st.ok())
+    log::Error("server", "{}", st.message());
+  v1::Command cmd;
+  cmd.mutable_stacks()->set_request_id(h.id);
+  SendLocked(cmd);
+  sched->HangStarted(FurthestStepLocked());
+  log::Event("", "hang reported by rank {}: collecting stacks from {} rank(s)", rank,
+             h.expected.size());
+  hang = std::move(h);
+  cv.notify_all();
+}
+
+void CollectorServer::Impl::FinishHangLocked() {
+  HangCollection h = std::move(*hang);
+  hang.reset();
+  sched->HangFinished();
+  std::vector<diagnose::RankStacks> replies;
+  for (auto& [r, s] : h.replies) replies.push_back(s);
+  double stalled =
+      h.stalled_seconds +
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
+  diagnose::Diagnosis d = diagnose::DiagnoseHang(
+      replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
+  latest_waits = report::GroupWaits(replies);
+  Publish(h.id, d, "hang", nullptr,
+          RenderHtmlLocked(d, latest_job.get(), h.id, latest_waits, latest_window_id));
+  if (options.on_hang) hang_callback = d;
+}
+
+void CollectorServer::Impl::TimerLoop() {
+  std::unique_lock lk(mu);
+  while (!shutting_down) {
+    cv.wait_for(lk, std::chrono::milliseconds(100));
+    try {
+      TimerTick(lk);
+    } catch (const std::exception& e) {
+      log::Error("server", "timer: internal error, the server goes on: {}", e.what());
+    } catch (...) {
+      log::Error("server", "timer: internal error, the server goes on");
+    }
+    if (!lk.owns_lock()) lk.lock();
+  }
+}
+
+void CollectorServer::Impl::ExpireLocked() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = agents.begin(); it != agents.end();) {
+    const AgentState& a = it->second;
+    if (a.stream == nullptr &&
+        now - a.last_seen > std::chrono::duration<double>(options.agent_expiry_seconds)) {
+      log::Detail("server", "{} from {} silent for {:.0f} s: forgotten", it->first, a.host,
+                  options.agent_expiry_seconds);
+      std::erase_if(declared_by, [&](const auto& kv) { return kv.second == it->first; });
+      it = agents.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  size_t closed = 0;
+  for (auto it = windows.rbegin(); it != windows.rend();) {
+    if (it->second->closed() && ++closed > kKeptClosedWindows &&
+        it->first != sched->slowdown_window()) {
+      it = decltype(it)(windows.erase(std::next(it).base()));
+    } else {
+      ++it;
+    }
+  }
+}
+
+void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
+  ExpireLocked();
+  if (const int64_t open = sched->open_window();
+      open && windows[open]->Expired(Window::Clock::now()))
+    CloseWindow(lk, open);
+  if (auto p = sched->TakeConfirmedHang(std::chrono::steady_clock::now()))
+    StartHangLocked(p->rank, p->mean_ms, p->since);
+  if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
+  MaybeOpenScheduledLocked();
+  if (hang_callback) {
+    diagnose::Diagnosis d = std::move(*hang_callback);
+    hang_callback.reset();
+    lk.unlock();
+    options.on_hang(d);
+    lk.lock();
+  }
+}
+
+void CollectorServer::Impl::MaybeOpenScheduledLocked() {
+  if (shutting_down || hang) return;
+  if (auto due = sched->Due(ProgressLocked(), std::chrono::steady_clock::now()))
+    OpenWindowLocked(due->reason, 0, due->slowdown, due->mean_ms);
+}
+
+void CollectorServer::Impl::SendLocked(const v1::Command& cmd) {
+  for (auto& [id, a] : agents) {
+    std::deque<v1::Command> one = {cmd};
+    if (a.stream == nullptr || !a.stream->Push(&one)) {
+      a.queue.push_back(cmd);
+      // An agent without a stream for long gets the latest commands only: older ones are
+      // for windows that are over.
+      while (a.queue.size() > kMaxQueuedCommands) a.queue.pop_front();
+    }
+  }
+}
+
+std::string CollectorServer::Impl::ReasonKind(const std::string& reason) {
+  for (const char* k : {"baseline", "periodic", "slowdown", "hang"})
+    if (reason.rfind(k, 0) == 0) return k;
+  return "user";
+}
+
+}  // namespace perftracker::server
