@@ -3,11 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <set>
-#include <thread>
 #include <unordered_map>
 
 #include "diagnose/policy.h"
@@ -158,20 +156,6 @@ double NoiseZ(double excess, double sd_rank, double n_rank, double sd_peers, dou
       (n_peers > 0 && peers > 0 ? sd_peers * sd_peers / (n_peers * static_cast<double>(peers)) : 0);
   if (!(var > 0)) return std::numeric_limits<double>::infinity();  // no noise measured
   return excess / std::sqrt(var);
-}
-
-void ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < n; i = next++) fn(i);
-  };
-  if (n < 2) {
-    work();
-    return;
-  }
-  std::thread helper(work);
-  work();
-  helper.join();
 }
 
 JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks) {

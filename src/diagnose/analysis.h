@@ -5,7 +5,6 @@
 #define PERFTRACKER_DIAGNOSE_ANALYSIS_H_
 
 #include <cstdint>
-#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -84,9 +83,6 @@ void SortFindings(std::vector<Finding>* findings);
 double NoiseZ(double excess, double sd_rank, double n_rank, double sd_peers, double n_peers,
               size_t peers);
 
-// Runs fn(0..n-1) on up to two threads (the machines this runs on have two cores to spare).
-void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
-
 JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks);
 // The summaries of RANKS (RankSummary or CompactRank), for what needs only their metadata.
 template <typename R>
@@ -96,10 +92,6 @@ std::vector<const pattern::RankSummary*> Pointers(const std::vector<R>& ranks) {
   for (const auto& r : ranks) out.push_back(&r);
   return out;
 }
-
-// Peer groups (subset.cc): ranks of one role that run (nearly) the same significant functions,
-// as indexes into RANKS, each sorted; every rank is in exactly one group.
-std::vector<std::vector<size_t>> PeerGroups(const std::vector<pattern::CompactRank>& ranks);
 
 // The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
 void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,

@@ -53,8 +53,4 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
   return d;
 }
 
-std::vector<std::vector<size_t>> PeerGroups(const pattern::CompactJob& job) {
-  return internal::PeerGroups(job.ranks());
-}
-
 }  // namespace perftracker::diagnose

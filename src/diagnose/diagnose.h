@@ -6,9 +6,11 @@
 #ifndef PERFTRACKER_DIAGNOSE_DIAGNOSE_H_
 #define PERFTRACKER_DIAGNOSE_DIAGNOSE_H_
 
+#include <cstddef>
 #include <vector>
 
 #include "diagnose/finding.h"
+#include "diagnose/peer_groups.h"  // PeerGroups, for reports
 #include "diagnose/policy.h"
 #include "pattern/compact_job.h"
 #include "pattern/pattern.h"
@@ -22,6 +24,9 @@ struct DiagnoseOptions {
   double min_fraction = policy::kMinFraction;  // --min-impact
   double mad_k = policy::kMadK;
   double expected_busbw_gbps = policy::kExpectedBusbwGbps;  // --expected-busbw
+  // Threads the peer comparison analyzes its groups on; 0 = every core (base/parallel_for.h).
+  // The findings do not depend on it.
+  size_t threads = 0;
 };
 
 // JOB's ranks sorted by rank (CompactJob::SortByRank).
@@ -29,10 +34,6 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
 // The same on full summaries, for small jobs: they are copied into a CompactJob and sorted.
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks,
                    const DiagnoseOptions& options = {});
-
-// The groups of ranks the peer comparison compares with each other (the same role, nearly the
-// same significant functions): indexes into job.ranks(), each group sorted. For reports.
-std::vector<std::vector<size_t>> PeerGroups(const pattern::CompactJob& job);
 
 // Regression between two runs: which functions changed and by how much (BASE vs TEST).
 Diagnosis Diff(const std::vector<pattern::RankSummary>& base,

@@ -1,44 +1,22 @@
 // Run comparison: the same function identities, BASE against TEST, by the median over ranks.
 // Exclusive time decides what changed, so a wrapper does not repeat its callee's regression.
+#include "diagnose/diff.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <set>
+#include <iterator>
 
 #include "diagnose/analysis.h"
-#include "diagnose/diagnose.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose {
+namespace internal::diff {
 namespace {
 
-using internal::Median;
-using internal::MinImpactUs;
-using internal::Ms;
-using internal::Percent;
 using pattern::FunctionPattern;
 using pattern::RankSummary;
-
-struct Side {
-  std::map<int, const FunctionPattern*> by_rank;
-  std::map<int, double> self_by_rank;
-};
-
-struct KeyDiff {
-  const FunctionPattern* proto = nullptr;
-  Side base, test;
-};
-
-double MedianOver(const std::map<int, double>& m, const std::vector<int>& ranks) {
-  std::vector<double> v;
-  for (int r : ranks) {
-    auto it = m.find(r);
-    v.push_back(it == m.end() ? 0 : it->second);
-  }
-  return Median(std::move(v));
-}
 
 template <typename Get>
 double MedianField(const std::map<int, const FunctionPattern*>& m, const std::vector<int>& ranks,
@@ -55,15 +33,77 @@ std::vector<int> RanksOf(const std::vector<RankSummary>& side) {
   return r;
 }
 
-// What a run ran on, as far as its traces say: the GPU model (deviceProperties), GPUs per rank's
-// host, and the world size.
-struct Settings {
-  std::string gpu;  // the most common device name; empty without deviceProperties
-  int gpus = 0;
-  int world_size = 0;
-  std::string backend;  // empty where the traces do not say
-  std::string nccl_version;
-};
+// SIDE's exclusive time on rank R, 0 where the function did not run there.
+double SelfOn(const Side& side, int r) {
+  auto it = side.self_by_rank.find(r);
+  return it == side.self_by_rank.end() ? 0 : it->second;
+}
+
+// The standard error of a change between two runs with these spreads (IterationSpread).
+double ChangeNoise(std::pair<double, double> base, std::pair<double, double> test) {
+  const auto [b_sd, b_n] = base;
+  const auto [t_sd, t_n] = test;
+  return std::sqrt((b_n > 0 ? b_sd * b_sd / b_n : 0) + (t_n > 0 ? t_sd * t_sd / t_n : 0));
+}
+
+}  // namespace
+
+KeyDiffs CollectKeys(const std::vector<RankSummary>& base, const std::vector<RankSummary>& test) {
+  KeyDiffs keys;
+  auto add = [&](const std::vector<RankSummary>& side, bool is_base) {
+    for (const auto& r : side) {
+      bool has_self = HasSelfTimes(r);
+      for (const auto& f : r.functions) {
+        KeyDiff& k = keys[f.Key()];
+        if (!k.proto || (is_base && !k.proto)) k.proto = &f;
+        Side& s = is_base ? k.base : k.test;
+        if (s.by_rank.emplace(r.rank, &f).second) s.self_by_rank[r.rank] = SelfUs(f, has_self);
+      }
+    }
+  };
+  add(base, true);
+  add(test, false);
+  return keys;
+}
+
+DiffInput::DiffInput(const std::vector<RankSummary>& base_runs,
+                     const std::vector<RankSummary>& test_runs, const DiagnoseOptions& options,
+                     double base_iteration_us, double iteration_us)
+    : base(base_runs),
+      test(test_runs),
+      o(options),
+      base_iter_us(base_iteration_us),
+      iter_us(iteration_us),
+      iter_delta(iteration_us - base_iteration_us),
+      base_ranks(RanksOf(base_runs)),
+      test_ranks(RanksOf(test_runs)),
+      keys(CollectKeys(base_runs, test_runs)) {
+  std::set_intersection(base_ranks.begin(), base_ranks.end(), test_ranks.begin(), test_ranks.end(),
+                        std::back_inserter(common));
+}
+
+double MedianOver(const std::map<int, double>& m, const std::vector<int>& ranks) {
+  std::vector<double> v;
+  for (int r : ranks) {
+    auto it = m.find(r);
+    v.push_back(it == m.end() ? 0 : it->second);
+  }
+  return Median(std::move(v));
+}
+
+std::pair<double, double> IterationSpread(const std::map<int, const FunctionPattern*>& by_rank) {
+  double n = 0, sum = 0, sq = 0;
+  for (const auto& [rank, f] : by_rank) {
+    for (float v : f->iter_us) {
+      n += 1;
+      sum += v;
+      sq += static_cast<double>(v) * v;
+    }
+  }
+  if (n < 2) return {0, n};
+  const double mean = sum / n;
+  return {std::sqrt(std::max(0.0, (sq - n * mean * mean) / (n - 1))), n};
+}
 
 Settings SettingsOf(const std::vector<RankSummary>& side) {
   Settings st;
@@ -86,26 +126,340 @@ Settings SettingsOf(const std::vector<RankSummary>& side) {
   return st;
 }
 
-// Standard deviation and sample count of a function's per-iteration time over a run's ranks and
-// iterations: the run's own variation.
-std::pair<double, double> IterationSpread(const std::map<int, const FunctionPattern*>& by_rank) {
-  double n = 0, sum = 0, sq = 0;
-  for (const auto& [rank, f] : by_rank) {
-    for (float v : f->iter_us) {
-      n += 1;
-      sum += v;
-      sq += static_cast<double>(v) * v;
-    }
-  }
-  if (n < 2) return {0, n};
-  const double mean = sum / n;
-  return {std::sqrt(std::max(0.0, (sq - n * mean * mean) / (n - 1))), n};
+SetupChange CompareSetups(const std::vector<RankSummary>& base,
+                          const std::vector<RankSummary>& test) {
+  SetupChange c;
+  c.base = SettingsOf(base);
+  c.test = SettingsOf(test);
+  const Settings &bs = c.base, &ts = c.test;
+  c.gpu = !bs.gpu.empty() && !ts.gpu.empty() && (bs.gpu != ts.gpu || bs.gpus != ts.gpus);
+  c.world = bs.world_size != ts.world_size;
+  auto differs = [](const std::string& a, const std::string& b) {
+    return !a.empty() && !b.empty() && a != b;
+  };
+  c.backend = differs(bs.backend, ts.backend);
+  c.nccl = differs(bs.nccl_version, ts.nccl_version);
+  return c;
 }
 
-}  // namespace
+Finding SetupChangeFinding(const DiffInput& in, const SetupChange& setup) {
+  const Settings &bs = setup.base, &ts = setup.test;
+  const double iter_us = in.iter_us, base_iter_us = in.base_iter_us;
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.cause = setup.gpu ? Cause::kHardware : Cause::kConfiguration;
+  f.category = setup.gpu ? "hardware_change" : "configuration_change";
+  f.ranks = in.test_ranks;
+  std::vector<const RankSummary*> rs;
+  for (const auto& r : in.test) rs.push_back(&r);
+  f.hosts = HostsOf(rs);
+  std::vector<std::string> parts;
+  if (setup.gpu) {
+    parts.push_back(fmt::format("GPU {} x {} -> {} x {}", bs.gpus, bs.gpu, ts.gpus, ts.gpu));
+    f.evidence_text["base_gpu"] = bs.gpu;
+    f.evidence_text["test_gpu"] = ts.gpu;
+    f.evidence["base_gpus"] = bs.gpus;
+    f.evidence["test_gpus"] = ts.gpus;
+  }
+  if (setup.world) {
+    parts.push_back(fmt::format("world size {} -> {} ranks", bs.world_size, ts.world_size));
+    f.evidence["base_world_size"] = bs.world_size;
+    f.evidence["test_world_size"] = ts.world_size;
+  }
+  // A named setting, as text: "NCCL 2.17.1 -> 2.18.3", evidence base_<key> and test_<key>.
+  auto text_change = [&](const char* label, const std::string& key, const std::string& b,
+                         const std::string& t) {
+    parts.push_back(fmt::format("{} {} -> {}", label, b, t));
+    f.evidence_text["base_" + key] = b;
+    f.evidence_text["test_" + key] = t;
+  };
+  if (setup.backend) text_change("backend", "backend", bs.backend, ts.backend);
+  if (setup.nccl) text_change("NCCL", "nccl_version", bs.nccl_version, ts.nccl_version);
+  std::string what;
+  for (const std::string& p : parts) what += (what.empty() ? "" : "; ") + p;
+  f.evidence_text["change"] = what;
+  f.evidence["base_ms"] = base_iter_us / 1000.0;
+  f.evidence["test_ms"] = iter_us / 1000.0;
+  // The whole iteration's change is read in the light of this one: it leads.
+  f.impact_ms = std::fabs(in.iter_delta) / 1000.0;
+  f.impact_fraction = iter_us > 0 ? std::fabs(in.iter_delta) / iter_us : 0;
+  f.confidence = 1.0;
+  f.summary = fmt::format(
+      "the runs differ in their setup: {}; the iteration takes {} in TEST vs {} in BASE, and "
+      "the function changes below are partly this change's",
+      what, Ms(iter_us), Ms(base_iter_us));
+  f.suggestion = setup.gpu ? "Compare like with like: the same GPU model and count, or read "
+                             "the per-function changes as the hardware's."
+                           : "Compare runs with the same world size and communication stack, or "
+                             "expect collectives and per-rank work to change with them.";
+  return f;
+}
+
+std::map<int, RankChange> RankChanges(const DiffInput& in) {
+  std::map<int, RankChange> per_rank;
+  for (auto& [key, k] : in.keys) {
+    const FunctionPattern* proto = k.proto;
+    const bool coll = proto->fclass == pattern::FunctionClass::kCollective;
+    for (int r : in.common) {
+      auto ti = k.test.self_by_rank.find(r);
+      const double bv = SelfOn(k.base, r);
+      const double tv = ti == k.test.self_by_rank.end() ? 0 : ti->second;
+      RankChange& c = per_rank[r];
+      if (coll) {
+        c.wait += tv - bv;
+      } else if (tv - bv > c.compute) {
+        c.compute = tv - bv;
+        c.fn = ti == k.test.self_by_rank.end() ? proto : k.test.by_rank.at(r);
+        c.key = key;
+      }
+    }
+  }
+  return per_rank;
+}
+
+std::optional<Finding> CrossRunStraggler(const DiffInput& in, std::set<std::string>* echo_keys) {
+  if (in.common.size() < 2) return std::nullopt;
+  std::map<int, RankChange> per_rank = RankChanges(in);
+  int s = -1;
+  for (const auto& [r, c] : per_rank)
+    if (c.fn && (s < 0 || c.compute > per_rank[s].compute)) s = r;
+  if (s < 0) return std::nullopt;
+  const double iter_us = in.iter_us;
+  const RankChange& sc = per_rank[s];
+  std::vector<double> peers_wait, peers_same_fn;
+  std::vector<int> waiters;
+  const KeyDiff& sk = in.keys.at(sc.key);
+  for (const auto& [r, c] : per_rank) {
+    if (r == s) continue;
+    peers_wait.push_back(c.wait);
+    peers_same_fn.push_back(SelfOn(sk.test, r) - SelfOn(sk.base, r));
+  }
+  const double wait = Median(peers_wait);
+  // What the rank computes beyond what its peers' same function rose by: a machine that is
+  // slower in TEST raises every rank's compute (measured: aten::mm +43% a call on every
+  // rank between two runs on this VM), and only the excess is the rank's own, and what its
+  // peers wait for.
+  const double peers_rise = std::max(Median(peers_same_fn), 0.0);
+  const double excess = sc.compute - peers_rise;
+  // The excess must stand out of the rank's own iteration-to-iteration spread of that
+  // function in both runs, and what the peers lose waiting (the finding's impact) must cost
+  // what a diagnosis finding costs: between two clean runs on this VM one rank's addmm rose
+  // 3.7 ms and its peers waited 1.2 ms longer (2% of the iteration).
+  auto spread_on_s = [&](const Side& side) {
+    std::map<int, const FunctionPattern*> one;
+    if (auto it = side.by_rank.find(s); it != side.by_rank.end()) one.emplace(s, it->second);
+    return IterationSpread(one);
+  };
+  const double own_noise = ChangeNoise(spread_on_s(sk.base), spread_on_s(sk.test));
+  for (const auto& [r, c] : per_rank)
+    if (r != s && c.wait >= policy::kDiffEchoShare * excess) waiters.push_back(r);
+  const double floor = std::max(policy::kDiffMinUs, MinImpactUs(iter_us, in.o));
+  if (!(excess > floor && excess > policy::kDiffNoiseZ * own_noise && wait >= floor &&
+        wait >= policy::kDiffEchoShare * excess && sc.wait < policy::kDiffOwnShare * wait))
+    return std::nullopt;
+  const FunctionPattern* fn = sc.fn;
+  Finding f;
+  f.finding_class = FindingClass::kSubset;
+  f.cause = Cause::kSoftware;
+  f.category = "straggler";
+  f.ranks = {s};
+  std::vector<const RankSummary*> rs;
+  for (const auto& r : in.test)
+    if (r.rank == s) rs.push_back(&r);
+  f.hosts = HostsOf(rs);
+  f.functions.push_back(MakeFunctionRef(*fn));
+  f.impact_ms = wait / 1000.0;
+  f.impact_fraction = iter_us > 0 ? wait / iter_us : 0;
+  f.confidence = 1.0;
+  auto calls_on = [&](const Side& side) {
+    auto it = side.by_rank.find(s);
+    return it == side.by_rank.end() ? 0.0 : it->second->calls_per_iter;
+  };
+  const double b_c = calls_on(sk.base), t_c = calls_on(sk.test);
+  f.evidence["extra_compute_ms"] = sc.compute / 1000.0;
+  f.evidence["peers_extra_compute_ms"] = peers_rise / 1000.0;
+  f.evidence["peers_extra_wait_ms"] = wait / 1000.0;
+  f.evidence["base_calls_per_iter"] = b_c;
+  f.evidence["test_calls_per_iter"] = t_c;
+  f.evidence_text["change"] = "a rank computes more; its peers wait for it";
+  f.summary = fmt::format(
+      "rank {} computes more in TEST: {} +{}/iter on rank {} alone ({:.1f} calls per "
+      "iteration vs {:.1f}); ranks {} wait for it in collectives, +{}/iter ({} of the "
+      "iteration)",
+      s, fn->name, Ms(sc.compute), s, t_c, b_c, RankList(waiters), Ms(wait),
+      Percent(f.impact_fraction));
+  f.suggestion =
+      fmt::format("Look at what rank {} does differently in TEST around {}.", s, fn->name);
+  for (auto& [key, kd] : in.keys)
+    if (kd.proto->fclass == pattern::FunctionClass::kCollective) echo_keys->insert(key);
+  echo_keys->insert(sc.key);
+  return f;
+}
+
+double ChangeThreshold(const DiffInput& in, const KeyDiff& k, double b_self) {
+  // The runs' own variation decides, not a share of the iteration: the change must stand out
+  // of both runs' iteration-to-iteration spread of this function.
+  const double noise =
+      ChangeNoise(IterationSpread(k.base.by_rank), IterationSpread(k.test.by_rank));
+  // And it must cost what a diagnosis finding costs (--min-impact of the iteration): two
+  // clean runs on a shared host differ by a millisecond here and there, most in collectives,
+  // which carry every peer's noise (measured: c10d::allreduce_ 1.3 vs 0.5 ms on 3 of 4 ranks).
+  double thr = std::max({policy::kDiffMinUs, policy::kDiffMinRelative * std::fabs(b_self),
+                         policy::kDiffNoiseZ * noise, MinImpactUs(in.iter_us, in.o)});
+  // A function that appears or disappears is a change of the program itself: worth naming
+  // even when small (the regression/improvement it causes is still sized by its time).
+  if (k.base.by_rank.empty() || k.test.by_rank.empty())
+    thr = std::max(policy::kNewFunctionFloorUs, 0.001 * in.iter_us);
+  return thr;
+}
+
+std::optional<Finding> FunctionChangeFinding(const DiffInput& in, const SetupChange& setup,
+                                             const KeyDiff& k, double b_self, double t_self) {
+  const double iter_us = in.iter_us;
+  const double delta = t_self - b_self;
+  const double thr = ChangeThreshold(in, k, b_self);
+  const bool appeared_or_gone = k.base.by_rank.empty() || k.test.by_rank.empty();
+  auto per_iter = [](const FunctionPattern& f) { return f.per_iter_us; };
+  auto calls = [](const FunctionPattern& f) { return f.calls_per_iter; };
+  double b_v = MedianField(k.base.by_rank, in.base_ranks, per_iter);
+  double t_v = MedianField(k.test.by_rank, in.test_ranks, per_iter);
+  double b_c = MedianField(k.base.by_rank, in.base_ranks, calls);
+  double t_c = MedianField(k.test.by_rank, in.test_ranks, calls);
+  // A call count that doubles or halves is a change of the program, whatever its time.
+  const bool calls_changed =
+      !appeared_or_gone && std::fabs(t_c - b_c) >= policy::kDiffMinCallDelta &&
+      std::max(t_c, b_c) >= policy::kDiffCallRatio * std::max(std::min(t_c, b_c), 1e-9);
+  if (std::fabs(delta) <= thr && !calls_changed) return std::nullopt;
+  bool slower = delta > 0 || (std::fabs(delta) <= thr && t_c > b_c);
+
+  // Which ranks changed: those whose own change goes the same way by at least half the
+  // threshold. All of them (or no rank-by-rank match) makes it an all-rank change.
+  std::vector<int> changed;
+  for (int r : in.common) {
+    double bv = SelfOn(k.base, r), tv = SelfOn(k.test, r);
+    if ((slower ? tv - bv : bv - tv) >= 0.5 * thr) changed.push_back(r);
+  }
+  Finding f;
+  f.category = slower ? "regression" : "improvement";
+  if (in.common.empty() || changed.size() == in.common.size() || changed.empty()) {
+    f.finding_class = FindingClass::kAll;
+    f.ranks = in.test_ranks;
+  } else {
+    f.finding_class = FindingClass::kSubset;
+    f.ranks = changed;
+  }
+  std::vector<const RankSummary*> rs;
+  for (const auto& r : in.test)
+    if (std::binary_search(f.ranks.begin(), f.ranks.end(), r.rank)) rs.push_back(&r);
+  f.hosts = HostsOf(rs);
+  const FunctionPattern* proto = k.test.by_rank.empty() ? k.proto : k.test.by_rank.begin()->second;
+  f.functions.push_back(MakeFunctionRef(*proto));
+  f.impact_ms = delta / 1000.0;
+  f.impact_fraction = iter_us > 0 ? delta / iter_us : 0;
+  f.evidence["base_ms"] = b_v / 1000.0;
+  f.evidence["test_ms"] = t_v / 1000.0;
+  f.evidence["base_self_ms"] = b_self / 1000.0;
+  f.evidence["test_self_ms"] = t_self / 1000.0;
+  if (b_v > 0) f.evidence["ratio"] = t_v / b_v;
+  f.evidence["base_calls_per_iter"] = b_c;
+  f.evidence["test_calls_per_iter"] = t_c;
+  std::string what;
+  if (k.base.by_rank.empty()) {
+    what = "new in TEST";
+    f.cause = Cause::kSoftware;
+  } else if (k.test.by_rank.empty()) {
+    what = "gone in TEST";
+    f.cause = Cause::kSoftware;
+  } else if (std::fabs(t_c - b_c) > 0.1 * std::max(b_c, 1.0)) {
+    what = fmt::format("called {:.1f} instead of {:.1f} times per iteration", t_c, b_c);
+    f.cause = Cause::kSoftware;
+  } else {
+    what = "same number of calls, each call takes a different time";
+    f.cause =
+        setup.gpu && proto->kind == trace::EventKind::kKernel ? Cause::kHardware : Cause::kUnknown;
+  }
+  if (setup.world && proto->fclass == pattern::FunctionClass::kCollective)
+    f.cause = Cause::kConfiguration;
+  f.evidence_text["change"] = what;
+  std::string where = f.finding_class == FindingClass::kAll
+                          ? "on all ranks"
+                          : fmt::format("on ranks {}", RankList(f.ranks));
+  f.summary = fmt::format(
+      "{} is {} in TEST ({}): {}/iter vs {} in BASE {}; {}{}/iter ({} of "
+      "the iteration)",
+      proto->name, slower ? "slower" : "faster", what, Ms(t_v), Ms(b_v), where, slower ? "+" : "-",
+      Ms(std::fabs(delta)), Percent(std::fabs(f.impact_fraction)));
+  f.suggestion = slower ? fmt::format(
+                              "Look at what changed around {} between the runs (code, "
+                              "input shapes, library versions, hardware).",
+                              proto->name)
+                        : "An improvement; nothing to do.";
+  return f;
+}
+
+void CapNewOrGone(Diagnosis* d) {
+  auto is_new_or_gone = [](const Finding& f) {
+    auto it = f.evidence_text.find("change");
+    return it != f.evidence_text.end() &&
+           (it->second == "new in TEST" || it->second == "gone in TEST");
+  };
+  std::vector<size_t> ng;
+  for (size_t i = 0; i < d->findings.size(); ++i)
+    if (is_new_or_gone(d->findings[i])) ng.push_back(i);
+  if (ng.size() <= policy::kMaxNewOrGone) return;
+  std::sort(ng.begin(), ng.end(), [&](size_t a, size_t b) {
+    return std::fabs(d->findings[a].impact_ms) > std::fabs(d->findings[b].impact_ms);
+  });
+  std::vector<bool> drop(d->findings.size(), false);
+  for (size_t k = policy::kMaxNewOrGone; k < ng.size(); ++k) drop[ng[k]] = true;
+  std::vector<Finding> kept;
+  for (size_t i = 0; i < d->findings.size(); ++i)
+    if (!drop[i]) kept.push_back(std::move(d->findings[i]));
+  d->findings = std::move(kept);
+  d->job.notes.push_back(fmt::format("{} more functions appear in only one of the runs",
+                                     ng.size() - policy::kMaxNewOrGone));
+}
+
+std::optional<Finding> SpreadSlowdownFinding(
+    const DiffInput& in, const SetupChange& setup,
+    std::vector<std::pair<double, const FunctionPattern*>> contributors, double explained) {
+  const double iter_us = in.iter_us, base_iter_us = in.base_iter_us, iter_delta = in.iter_delta;
+  if (!(!setup.any() && iter_delta > EffectThreshold(base_iter_us, iter_us, in.o) &&
+        explained < 0.5 * iter_delta))
+    return std::nullopt;
+  std::sort(contributors.begin(), contributors.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.cause = Cause::kUnknown;
+  f.category = "regression";
+  f.ranks = in.test_ranks;
+  std::vector<const RankSummary*> rs;
+  for (const auto& r : in.test) rs.push_back(&r);
+  f.hosts = HostsOf(rs);
+  for (size_t i = 0; i < contributors.size() && i < 5 && contributors[i].first > 0; ++i)
+    f.functions.push_back(MakeFunctionRef(*contributors[i].second));
+  f.impact_ms = (iter_delta - explained) / 1000.0;
+  f.impact_fraction = iter_us > 0 ? (iter_delta - explained) / iter_us : 0;
+  f.evidence["base_ms"] = base_iter_us / 1000.0;
+  f.evidence["test_ms"] = iter_us / 1000.0;
+  if (base_iter_us > 0) f.evidence["ratio"] = iter_us / base_iter_us;
+  f.evidence_text["change"] = "the iteration is slower, spread over many functions";
+  f.summary = fmt::format(
+      "the iteration is slower in TEST: {} vs {} in BASE; {} of it is "
+      "spread thinly over many functions",
+      Ms(iter_us), Ms(base_iter_us), Ms(iter_delta - explained));
+  f.suggestion =
+      "A broad slowdown with no single function behind it often means a slower machine, "
+      "different library versions or CPU contention; compare the environments.";
+  return f;
+}
+
+}  // namespace internal::diff
 
 Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
                const std::vector<pattern::RankSummary>& test, const DiagnoseOptions& o) {
+  namespace diff = internal::diff;
   Diagnosis d;
   d.job = internal::BuildJobInfo(internal::Pointers(test));
   JobInfo base_job = internal::BuildJobInfo(internal::Pointers(base));
@@ -116,371 +470,35 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     d.job.notes.push_back(base.empty() ? "BASE has no ranks" : "TEST has no ranks");
     return d;
   }
-  double iter_us = d.job.iteration_ms_median * 1000.0;
-  double base_iter_us = base_job.iteration_ms_median * 1000.0;
-  const std::vector<int> base_ranks = RanksOf(base), test_ranks = RanksOf(test);
-  std::vector<int> common;
-  std::set_intersection(base_ranks.begin(), base_ranks.end(), test_ranks.begin(), test_ranks.end(),
-                        std::back_inserter(common));
-
-  std::map<std::string, KeyDiff> keys;
-  auto add = [&](const std::vector<RankSummary>& side, bool is_base) {
-    for (const auto& r : side) {
-      bool has_self = internal::HasSelfTimes(r);
-      for (const auto& f : r.functions) {
-        KeyDiff& k = keys[f.Key()];
-        if (!k.proto || (is_base && !k.proto)) k.proto = &f;
-        Side& s = is_base ? k.base : k.test;
-        if (s.by_rank.emplace(r.rank, &f).second)
-          s.self_by_rank[r.rank] = internal::SelfUs(f, has_self);
-      }
-    }
-  };
-  add(base, true);
-  add(test, false);
-  const double iter_delta = iter_us - base_iter_us;
-
+  const diff::DiffInput in(base, test, o, base_job.iteration_ms_median * 1000.0,
+                           d.job.iteration_ms_median * 1000.0);
   // The runs' settings first: a different GPU or world size changes every number after it.
-  const Settings bs = SettingsOf(base), ts = SettingsOf(test);
-  const bool gpu_changed =
-      !bs.gpu.empty() && !ts.gpu.empty() && (bs.gpu != ts.gpu || bs.gpus != ts.gpus);
-  const bool world_changed = bs.world_size != ts.world_size;
-  // Versions and backend only where both runs' traces say.
-  auto differs = [](const std::string& a, const std::string& b) {
-    return !a.empty() && !b.empty() && a != b;
-  };
-  const bool backend_changed = differs(bs.backend, ts.backend);
-  const bool nccl_changed = differs(bs.nccl_version, ts.nccl_version);
-  if (gpu_changed || world_changed || backend_changed || nccl_changed) {
-    Finding f;
-    f.finding_class = FindingClass::kAll;
-    f.cause = gpu_changed ? Cause::kHardware : Cause::kConfiguration;
-    f.category = gpu_changed ? "hardware_change" : "configuration_change";
-    f.ranks = test_ranks;
-    std::vector<const RankSummary*> rs;
-    for (const auto& r : test) rs.push_back(&r);
-    f.hosts = internal::HostsOf(rs);
-    std::vector<std::string> parts;
-    if (gpu_changed) {
-      parts.push_back(fmt::format("GPU {} x {} -> {} x {}", bs.gpus, bs.gpu, ts.gpus, ts.gpu));
-      f.evidence_text["base_gpu"] = bs.gpu;
-      f.evidence_text["test_gpu"] = ts.gpu;
-      f.evidence["base_gpus"] = bs.gpus;
-      f.evidence["test_gpus"] = ts.gpus;
-    }
-    if (world_changed) {
-      parts.push_back(fmt::format("world size {} -> {} ranks", bs.world_size, ts.world_size));
-      f.evidence["base_world_size"] = bs.world_size;
-      f.evidence["test_world_size"] = ts.world_size;
-    }
-    // A named setting, as text: "NCCL 2.17.1 -> 2.18.3", evidence base_<key> and test_<key>.
-    auto text_change = [&](const char* label, const std::string& key, const std::string& b,
-                           const std::string& t) {
-      parts.push_back(fmt::format("{} {} -> {}", label, b, t));
-      f.evidence_text["base_" + key] = b;
-      f.evidence_text["test_" + key] = t;
-    };
-    if (backend_changed) text_change("backend", "backend", bs.backend, ts.backend);
-    if (nccl_changed) text_change("NCCL", "nccl_version", bs.nccl_version, ts.nccl_version);
-    std::string what;
-    for (const std::string& p : parts) what += (what.empty() ? "" : "; ") + p;
-    f.evidence_text["change"] = what;
-    f.evidence["base_ms"] = base_iter_us / 1000.0;
-    f.evidence["test_ms"] = iter_us / 1000.0;
-    // The whole iteration's change is read in the light of this one: it leads.
-    f.impact_ms = std::fabs(iter_delta) / 1000.0;
-    f.impact_fraction = iter_us > 0 ? std::fabs(iter_delta) / iter_us : 0;
-    f.confidence = 1.0;
-    f.summary = fmt::format(
-        "the runs differ in their setup: {}; the iteration takes {} in TEST vs {} in BASE, and "
-        "the function changes below are partly this change's",
-        what, Ms(iter_us), Ms(base_iter_us));
-    f.suggestion = gpu_changed
-                       ? "Compare like with like: the same GPU model and count, or read "
-                         "the per-function changes as the hardware's."
-                       : "Compare runs with the same world size and communication stack, or expect "
-                         "collectives and per-rank work to change with them.";
-    d.findings.push_back(std::move(f));
-  }
-
-  // Each rank against itself: a rank that computes more in TEST while its peers wait longer in
-  // collectives is the cause, and the peers' longer collectives are its echo (the diagnosis'
-  // straggler, across runs).
+  const diff::SetupChange setup = diff::CompareSetups(base, test);
+  if (setup.any()) d.findings.push_back(diff::SetupChangeFinding(in, setup));
   std::set<std::string> echo_keys;
-  if (common.size() >= 2) {
-    struct RankChange {
-      double compute = 0;  // the largest rise of a non-collective function's exclusive time
-      const FunctionPattern* fn = nullptr;
-      std::string key;
-      double wait = 0;  // rise of the collectives' exclusive time
-    };
-    std::map<int, RankChange> per_rank;
-    for (auto& [key, k] : keys) {
-      const FunctionPattern* proto = k.proto;
-      const bool coll = proto->fclass == pattern::FunctionClass::kCollective;
-      for (int r : common) {
-        auto bi = k.base.self_by_rank.find(r);
-        auto ti = k.test.self_by_rank.find(r);
-        const double bv = bi == k.base.self_by_rank.end() ? 0 : bi->second;
-        const double tv = ti == k.test.self_by_rank.end() ? 0 : ti->second;
-        RankChange& c = per_rank[r];
-        if (coll) {
-          c.wait += tv - bv;
-        } else if (tv - bv > c.compute) {
-          c.compute = tv - bv;
-          c.fn = ti == k.test.self_by_rank.end() ? proto : k.test.by_rank.at(r);
-          c.key = key;
-        }
-      }
-    }
-    int s = -1;
-    for (const auto& [r, c] : per_rank)
-      if (c.fn && (s < 0 || c.compute > per_rank[s].compute)) s = r;
-    if (s >= 0) {
-      const RankChange& sc = per_rank[s];
-      std::vector<double> peers_wait, peers_same_fn;
-      std::vector<int> waiters;
-      const KeyDiff& sk = keys.at(sc.key);
-      for (const auto& [r, c] : per_rank) {
-        if (r == s) continue;
-        peers_wait.push_back(c.wait);
-        auto bi = sk.base.self_by_rank.find(r);
-        auto ti = sk.test.self_by_rank.find(r);
-        peers_same_fn.push_back((ti == sk.test.self_by_rank.end() ? 0 : ti->second) -
-                                (bi == sk.base.self_by_rank.end() ? 0 : bi->second));
-      }
-      const double wait = Median(peers_wait);
-      // What the rank computes beyond what its peers' same function rose by: a machine that is
-      // slower in TEST raises every rank's compute (measured: aten::mm +43% a call on every
-      // rank between two runs on this VM), and only the excess is the rank's own, and what its
-      // peers wait for.
-      const double peers_rise = std::max(Median(peers_same_fn), 0.0);
-      const double excess = sc.compute - peers_rise;
-      // The excess must stand out of the rank's own iteration-to-iteration spread of that
-      // function in both runs, and what the peers lose waiting (the finding's impact) must cost
-      // what a diagnosis finding costs: between two clean runs on this VM one rank's addmm rose
-      // 3.7 ms and its peers waited 1.2 ms longer (2% of the iteration).
-      auto spread_on_s = [&](const Side& side) {
-        std::map<int, const FunctionPattern*> one;
-        if (auto it = side.by_rank.find(s); it != side.by_rank.end()) one.emplace(s, it->second);
-        return IterationSpread(one);
-      };
-      const auto [b_sd, b_n] = spread_on_s(sk.base);
-      const auto [t_sd, t_n] = spread_on_s(sk.test);
-      const double own_noise =
-          std::sqrt((b_n > 0 ? b_sd * b_sd / b_n : 0) + (t_n > 0 ? t_sd * t_sd / t_n : 0));
-      for (const auto& [r, c] : per_rank)
-        if (r != s && c.wait >= policy::kDiffEchoShare * excess) waiters.push_back(r);
-      if (excess > std::max(policy::kDiffMinUs, MinImpactUs(iter_us, o)) &&
-          excess > policy::kDiffNoiseZ * own_noise &&
-          wait >= std::max(policy::kDiffMinUs, MinImpactUs(iter_us, o)) &&
-          wait >= policy::kDiffEchoShare * excess && sc.wait < policy::kDiffOwnShare * wait) {
-        const FunctionPattern* fn = sc.fn;
-        Finding f;
-        f.finding_class = FindingClass::kSubset;
-        f.cause = Cause::kSoftware;
-        f.category = "straggler";
-        f.ranks = {s};
-        std::vector<const RankSummary*> rs;
-        for (const auto& r : test)
-          if (r.rank == s) rs.push_back(&r);
-        f.hosts = internal::HostsOf(rs);
-        f.functions.push_back(internal::MakeFunctionRef(*fn));
-        f.impact_ms = wait / 1000.0;
-        f.impact_fraction = iter_us > 0 ? wait / iter_us : 0;
-        f.confidence = 1.0;
-        const KeyDiff& k = keys.at(sc.key);
-        auto calls_on = [&](const Side& side) {
-          auto it = side.by_rank.find(s);
-          return it == side.by_rank.end() ? 0.0 : it->second->calls_per_iter;
-        };
-        const double b_c = calls_on(k.base), t_c = calls_on(k.test);
-        f.evidence["extra_compute_ms"] = sc.compute / 1000.0;
-        f.evidence["peers_extra_compute_ms"] = peers_rise / 1000.0;
-        f.evidence["peers_extra_wait_ms"] = wait / 1000.0;
-        f.evidence["base_calls_per_iter"] = b_c;
-        f.evidence["test_calls_per_iter"] = t_c;
-        f.evidence_text["change"] = "a rank computes more; its peers wait for it";
-        f.summary = fmt::format(
-            "rank {} computes more in TEST: {} +{}/iter on rank {} alone ({:.1f} calls per "
-            "iteration vs {:.1f}); ranks {} wait for it in collectives, +{}/iter ({} of the "
-            "iteration)",
-            s, fn->name, Ms(sc.compute), s, t_c, b_c, RankList(waiters), Ms(wait),
-            Percent(f.impact_fraction));
-        f.suggestion =
-            fmt::format("Look at what rank {} does differently in TEST around {}.", s, fn->name);
-        d.findings.push_back(std::move(f));
-        for (auto& [key, kd] : keys)
-          if (kd.proto->fclass == pattern::FunctionClass::kCollective) echo_keys.insert(key);
-        echo_keys.insert(sc.key);
-      }
-    }
-  }
+  if (std::optional<Finding> f = diff::CrossRunStraggler(in, &echo_keys))
+    d.findings.push_back(std::move(*f));
 
-  double explained = 0;
-  std::vector<std::pair<double, const FunctionPattern*>> contributors;
-  for (auto& [key, k] : keys) {
-    double b_self = MedianOver(k.base.self_by_rank, base_ranks);
-    double t_self = MedianOver(k.test.self_by_rank, test_ranks);
+  double explained = 0;  // the regressions' share of the iteration's change
+  std::vector<std::pair<double, const pattern::FunctionPattern*>> contributors;
+  for (auto& [key, k] : in.keys) {
+    double b_self = diff::MedianOver(k.base.self_by_rank, in.base_ranks);
+    double t_self = diff::MedianOver(k.test.self_by_rank, in.test_ranks);
     double delta = t_self - b_self;
     contributors.push_back({delta, k.proto});
     if (echo_keys.count(key)) {
       explained += std::max(0.0, delta);
       continue;  // the straggler finding above names it
     }
-    // The runs' own variation decides, not a share of the iteration: the change must stand out
-    // of both runs' iteration-to-iteration spread of this function.
-    const auto [b_sd, b_n] = IterationSpread(k.base.by_rank);
-    const auto [t_sd, t_n] = IterationSpread(k.test.by_rank);
-    const double noise =
-        std::sqrt((b_n > 0 ? b_sd * b_sd / b_n : 0) + (t_n > 0 ? t_sd * t_sd / t_n : 0));
-    // And it must cost what a diagnosis finding costs (--min-impact of the iteration): two
-    // clean runs on a shared host differ by a millisecond here and there, most in collectives,
-    // which carry every peer's noise (measured: c10d::allreduce_ 1.3 vs 0.5 ms on 3 of 4 ranks).
-    double thr = std::max({policy::kDiffMinUs, policy::kDiffMinRelative * std::fabs(b_self),
-                           policy::kDiffNoiseZ * noise, MinImpactUs(iter_us, o)});
-    // A function that appears or disappears is a change of the program itself: worth naming
-    // even when small (the regression/improvement it causes is still sized by its time).
-    bool appeared_or_gone = k.base.by_rank.empty() || k.test.by_rank.empty();
-    if (appeared_or_gone) thr = std::max(policy::kNewFunctionFloorUs, 0.001 * iter_us);
-
-    auto per_iter = [](const FunctionPattern& f) { return f.per_iter_us; };
-    auto calls = [](const FunctionPattern& f) { return f.calls_per_iter; };
-    double b_v = MedianField(k.base.by_rank, base_ranks, per_iter);
-    double t_v = MedianField(k.test.by_rank, test_ranks, per_iter);
-    double b_c = MedianField(k.base.by_rank, base_ranks, calls);
-    double t_c = MedianField(k.test.by_rank, test_ranks, calls);
-    // A call count that doubles or halves is a change of the program, whatever its time.
-    const bool calls_changed =
-        !appeared_or_gone && std::fabs(t_c - b_c) >= policy::kDiffMinCallDelta &&
-        std::max(t_c, b_c) >= policy::kDiffCallRatio * std::max(std::min(t_c, b_c), 1e-9);
-    if (std::fabs(delta) <= thr && !calls_changed) continue;
-    bool slower = delta > 0 || (std::fabs(delta) <= thr && t_c > b_c);
-
-    // Which ranks changed: those whose own change goes the same way by at least half the
-    // threshold. All of them (or no rank-by-rank match) makes it an all-rank change.
-    std::vector<int> changed;
-    for (int r : common) {
-      auto bi = k.base.self_by_rank.find(r);
-      auto ti = k.test.self_by_rank.find(r);
-      double bv = bi == k.base.self_by_rank.end() ? 0 : bi->second;
-      double tv = ti == k.test.self_by_rank.end() ? 0 : ti->second;
-      if ((slower ? tv - bv : bv - tv) >= 0.5 * thr) changed.push_back(r);
-    }
-    Finding f;
-    f.category = slower ? "regression" : "improvement";
-    if (common.empty() || changed.size() == common.size() || changed.empty()) {
-      f.finding_class = FindingClass::kAll;
-      f.ranks = test_ranks;
-    } else {
-      f.finding_class = FindingClass::kSubset;
-      f.ranks = changed;
-    }
-    std::vector<const RankSummary*> rs;
-    for (const auto& r : test)
-      if (std::binary_search(f.ranks.begin(), f.ranks.end(), r.rank)) rs.push_back(&r);
-    f.hosts = internal::HostsOf(rs);
-    const FunctionPattern* proto =
-        k.test.by_rank.empty() ? k.proto : k.test.by_rank.begin()->second;
-    f.functions.push_back(internal::MakeFunctionRef(*proto));
-    f.impact_ms = delta / 1000.0;
-    f.impact_fraction = iter_us > 0 ? delta / iter_us : 0;
-    f.evidence["base_ms"] = b_v / 1000.0;
-    f.evidence["test_ms"] = t_v / 1000.0;
-    f.evidence["base_self_ms"] = b_self / 1000.0;
-    f.evidence["test_self_ms"] = t_self / 1000.0;
-    if (b_v > 0) f.evidence["ratio"] = t_v / b_v;
-    f.evidence["base_calls_per_iter"] = b_c;
-    f.evidence["test_calls_per_iter"] = t_c;
-    std::string what;
-    if (k.base.by_rank.empty()) {
-      what = "new in TEST";
-      f.cause = Cause::kSoftware;
-    } else if (k.test.by_rank.empty()) {
-      what = "gone in TEST";
-      f.cause = Cause::kSoftware;
-    } else if (std::fabs(t_c - b_c) > 0.1 * std::max(b_c, 1.0)) {
-      what = fmt::format("called {:.1f} instead of {:.1f} times per iteration", t_c, b_c);
-      f.cause = Cause::kSoftware;
-    } else {
-      what = "same number of calls, each call takes a different time";
-      f.cause = gpu_changed && proto->kind == trace::EventKind::kKernel ? Cause::kHardware
-                                                                        : Cause::kUnknown;
-    }
-    if (world_changed && proto->fclass == pattern::FunctionClass::kCollective)
-      f.cause = Cause::kConfiguration;
-    f.evidence_text["change"] = what;
-    std::string where = f.finding_class == FindingClass::kAll
-                            ? "on all ranks"
-                            : fmt::format("on ranks {}", RankList(f.ranks));
-    f.summary = fmt::format(
-        "{} is {} in TEST ({}): {}/iter vs {} in BASE {}; {}{}/iter ({} of "
-        "the iteration)",
-        proto->name, slower ? "slower" : "faster", what, Ms(t_v), Ms(b_v), where,
-        slower ? "+" : "-", Ms(std::fabs(delta)), Percent(std::fabs(f.impact_fraction)));
-    f.suggestion = slower ? fmt::format(
-                                "Look at what changed around {} between the runs (code, "
-                                "input shapes, library versions, hardware).",
-                                proto->name)
-                          : "An improvement; nothing to do.";
-    if (slower) explained += delta;
-    d.findings.push_back(std::move(f));
+    std::optional<Finding> f = diff::FunctionChangeFinding(in, setup, k, b_self, t_self);
+    if (!f) continue;
+    if (f->category == "regression") explained += delta;
+    d.findings.push_back(std::move(*f));
   }
-
-  // Very different programs would list every function; keep the biggest appearances.
-  auto is_new_or_gone = [](const Finding& f) {
-    auto it = f.evidence_text.find("change");
-    return it != f.evidence_text.end() &&
-           (it->second == "new in TEST" || it->second == "gone in TEST");
-  };
-  std::vector<size_t> ng;
-  for (size_t i = 0; i < d.findings.size(); ++i)
-    if (is_new_or_gone(d.findings[i])) ng.push_back(i);
-  if (ng.size() > policy::kMaxNewOrGone) {
-    std::sort(ng.begin(), ng.end(), [&](size_t a, size_t b) {
-      return std::fabs(d.findings[a].impact_ms) > std::fabs(d.findings[b].impact_ms);
-    });
-    std::vector<bool> drop(d.findings.size(), false);
-    for (size_t k = policy::kMaxNewOrGone; k < ng.size(); ++k) drop[ng[k]] = true;
-    std::vector<Finding> kept;
-    for (size_t i = 0; i < d.findings.size(); ++i)
-      if (!drop[i]) kept.push_back(std::move(d.findings[i]));
-    d.findings = std::move(kept);
-    d.job.notes.push_back(fmt::format("{} more functions appear in only one of the runs",
-                                      ng.size() - policy::kMaxNewOrGone));
-  }
-  // A slowdown spread thinly over many functions passes no per-function threshold; name the
-  // iteration itself with the biggest contributors.
-  if (!gpu_changed && !world_changed && !backend_changed && !nccl_changed &&
-      iter_delta > internal::EffectThreshold(base_iter_us, iter_us, o) &&
-      explained < 0.5 * iter_delta) {
-    std::sort(contributors.begin(), contributors.end(),
-              [](const auto& a, const auto& b) { return a.first > b.first; });
-    Finding f;
-    f.finding_class = FindingClass::kAll;
-    f.cause = Cause::kUnknown;
-    f.category = "regression";
-    f.ranks = test_ranks;
-    std::vector<const RankSummary*> rs;
-    for (const auto& r : test) rs.push_back(&r);
-    f.hosts = internal::HostsOf(rs);
-    for (size_t i = 0; i < contributors.size() && i < 5 && contributors[i].first > 0; ++i)
-      f.functions.push_back(internal::MakeFunctionRef(*contributors[i].second));
-    f.impact_ms = (iter_delta - explained) / 1000.0;
-    f.impact_fraction = iter_us > 0 ? (iter_delta - explained) / iter_us : 0;
-    f.evidence["base_ms"] = base_iter_us / 1000.0;
-    f.evidence["test_ms"] = iter_us / 1000.0;
-    if (base_iter_us > 0) f.evidence["ratio"] = iter_us / base_iter_us;
-    f.evidence_text["change"] = "the iteration is slower, spread over many functions";
-    f.summary = fmt::format(
-        "the iteration is slower in TEST: {} vs {} in BASE; {} of it is "
-        "spread thinly over many functions",
-        Ms(iter_us), Ms(base_iter_us), Ms(iter_delta - explained));
-    f.suggestion =
-        "A broad slowdown with no single function behind it often means a slower machine, "
-        "different library versions or CPU contention; compare the environments.";
-    d.findings.push_back(std::move(f));
-  }
+  diff::CapNewOrGone(&d);
+  if (std::optional<Finding> f =
+          diff::SpreadSlowdownFinding(in, setup, std::move(contributors), explained))
+    d.findings.push_back(std::move(*f));
   internal::SortFindings(&d.findings);
   // A change of the runs' settings comes first, whatever its size: every other change is read
   // in its light.

@@ -9,10 +9,11 @@
 #include <map>
 #include <set>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "base/parallel_for.h"
 #include "diagnose/analysis.h"
+#include "diagnose/peer_groups.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose::internal {
@@ -25,151 +26,6 @@ using pattern::FunctionInfo;
 
 // Waiting never makes a rank a straggler on its own.
 bool IsWait(FunctionClass c) { return IsWaitClass(c); }
-
-// Size of the intersection of two sorted id lists.
-size_t Shared(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
-  size_t n = 0;
-  auto i = a.begin(), j = b.begin();
-  while (i != a.end() && j != b.end()) {
-    if (*i < *j) {
-      ++i;
-    } else if (*j < *i) {
-      ++j;
-    } else {
-      ++n, ++i, ++j;
-    }
-  }
-  return n;
-}
-
-// What a rank runs, as sorted function ids: the significant ones (>= 1% of its iteration) and
-// all of them, apart for the two parts of a window (the Python tracer's functions and the
-// profiler's), since a rank may lack one of them (RankSummary::missing_part).
-struct Signature {
-  static constexpr int kPython = 0, kProfiler = 1;
-  int role = -1;  // stage from process-group membership; -1 when unknown
-  std::vector<uint32_t> sig[2], all[2];
-  bool has[2] = {true, true};
-  bool operator==(const Signature& o) const {
-    return role == o.role && sig[0] == o.sig[0] && sig[1] == o.sig[1] && all[0] == o.all[0] &&
-           all[1] == o.all[1] && has[0] == o.has[0] && has[1] == o.has[1];
-  }
-};
-
-uint64_t HashOf(const Signature& s) {
-  uint64_t h = 1469598103934665603ull ^ static_cast<uint64_t>(s.role + 1);
-  auto mix = [&h](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  for (int p = 0; p < 2; ++p) {
-    mix(s.has[p] ? 0xfffffffeull : 0xfffffffdull);
-    for (uint32_t v : s.sig[p]) mix(v);
-    mix(0xffffffffull);
-    for (uint32_t v : s.all[p]) mix(v);
-  }
-  return h;
-}
-
-// How much of what matters on each rank the other runs at all: significant functions of A
-// found anywhere in B, and of B in A. A function that is significant on one rank and merely
-// cheaper on another (a sleeping loader's stack, a Python call path taken more often) is shared
-// work, not a different role; only functions the other rank never runs set ranks apart. Only
-// the parts both ranks have count.
-double Similarity(const Signature& a, const Signature& b) {
-  double n = 0, shared = 0;
-  for (int p = 0; p < 2; ++p) {
-    if (!a.has[p] || !b.has[p]) continue;
-    n += static_cast<double>(a.sig[p].size() + b.sig[p].size());
-    shared += static_cast<double>(Shared(a.sig[p], b.all[p]) + Shared(b.sig[p], a.all[p]));
-  }
-  return n <= 0 ? 1.0 : shared / n;
-}
-
-}  // namespace
-
-// Ranks of one role run (nearly) the same significant functions. Ranks with identical
-// signatures are bucketed by hash first (near-linear: at 100,000 ranks there are a handful of
-// distinct signatures plus the odd ones), then buckets are grouped greedily against each
-// group's first member within a role; a rank left in a group too small to vote joins the big
-// group of its role it resembles most, if it resembles it enough. Buckets only merge identical
-// ranks, so on small jobs the result is the rank-by-rank greedy grouping.
-std::vector<std::vector<size_t>> PeerGroups(const std::vector<CompactRank>& ranks) {
-  std::vector<Signature> sigs(ranks.size());
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const CompactRank& r = ranks[i];
-    Signature& s = sigs[i];
-    s.role = r.role;
-    if (r.missing_part == "python") s.has[Signature::kPython] = false;
-    if (r.missing_part == "torch.profiler") s.has[Signature::kProfiler] = false;
-    double it = IterationUs(r);
-    for (const CompactFunction& f : r.compact) {
-      const int p =
-          f.kind() == trace::EventKind::kPythonFunction ? Signature::kPython : Signature::kProfiler;
-      s.all[p].push_back(f.id());
-      if (it <= 0 || f.per_iter_us >= 0.01 * it) s.sig[p].push_back(f.id());
-    }
-    for (int p = 0; p < 2; ++p) {
-      for (auto* v : {&s.sig[p], &s.all[p]}) {
-        std::sort(v->begin(), v->end());
-        v->erase(std::unique(v->begin(), v->end()), v->end());
-      }
-    }
-  }
-  // Buckets of identical signatures, in order of first appearance.
-  std::vector<std::vector<size_t>> buckets;
-  std::unordered_map<uint64_t, std::vector<size_t>> by_hash;  // hash -> bucket indices
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    auto& cands = by_hash[HashOf(sigs[i])];
-    bool placed = false;
-    for (size_t b : cands)
-      if (sigs[buckets[b][0]] == sigs[i]) {
-        buckets[b].push_back(i);
-        placed = true;
-        break;
-      }
-    if (!placed) {
-      cands.push_back(buckets.size());
-      buckets.push_back({i});
-    }
-  }
-  auto sim = [&](size_t a, size_t b) {
-    return sigs[a].role == sigs[b].role ? Similarity(sigs[a], sigs[b]) : 0.0;
-  };
-  std::vector<std::vector<size_t>> groups;
-  for (auto& bucket : buckets) {
-    bool placed = false;
-    for (auto& g : groups) {
-      if (sim(g[0], bucket[0]) >= policy::kGroupSimilarity) {
-        g.insert(g.end(), bucket.begin(), bucket.end());
-        placed = true;
-        break;
-      }
-    }
-    if (!placed) groups.push_back(std::move(bucket));
-  }
-  std::vector<std::vector<size_t>> out;
-  std::vector<std::vector<size_t>> small;
-  for (auto& g : groups) (g.size() >= 3 ? out : small).push_back(std::move(g));
-  for (auto& g : small) {
-    std::vector<size_t> stay;
-    for (size_t i : g) {
-      int best = -1;
-      double best_sim = policy::kMergeSimilarity;
-      for (size_t k = 0; k < out.size(); ++k) {
-        double s = sim(out[k][0], i);
-        if (s >= best_sim) best = static_cast<int>(k), best_sim = s;
-      }
-      if (best >= 0) {
-        out[best].push_back(i);
-      } else {
-        stay.push_back(i);
-      }
-    }
-    if (!stay.empty()) out.push_back(std::move(stay));
-  }
-  for (auto& g : out) std::sort(g.begin(), g.end());
-  return out;
-}
-
-namespace {
 
 // One function identity across the members of a group.
 struct Row {
@@ -224,6 +80,16 @@ class GroupAnalysis {
   void BuildRows();
   void CompareMembers();
   std::vector<size_t> Candidates() const;
+  // A function of member I whose exclusive time exceeds its peers', or whose inclusive time is
+  // an outlier.
+  struct Culprit {
+    const Row* row;
+    double self_excess, incl_excess;
+    bool outlier;
+  };
+  // The functions that name member I's straggler finding, the biggest first, at most five: own
+  // work (SYNC_ONLY: synchronizing and launch calls instead), by exclusive-time excess.
+  std::vector<Culprit> Culprits(size_t i, bool sync_only) const;
   bool StragglerFinding(size_t i, std::vector<Finding>* out) const;
   bool LateArrivalFinding(size_t i, std::vector<Finding>* out) const;
   double CollectiveEffectUs(double reference_us) const;
@@ -464,16 +330,7 @@ std::string Suggestion(const std::string& category, Cause cause, int rank, const
       rank, fn);
 }
 
-bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const {
-  const Member& mb = m_[i];
-  const CompactRank& r = *mb.r;
-  bool sync_only = mb.high_own.empty() && !mb.own_cpu.high && !mb.own_gpu.high;
-
-  struct Culprit {
-    const Row* row;
-    double self_excess, incl_excess;
-    bool outlier;
-  };
+std::vector<GroupAnalysis::Culprit> GroupAnalysis::Culprits(size_t i, bool sync_only) const {
   std::vector<Culprit> all;
   double max_self = 0;
   for (const Row& row : rows_) {
@@ -501,6 +358,14 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
               [](const Culprit& a, const Culprit& b) { return a.incl_excess > b.incl_excess; });
   }
   if (culprits.size() > 5) culprits.resize(5);
+  return culprits;
+}
+
+bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const {
+  const Member& mb = m_[i];
+  const CompactRank& r = *mb.r;
+  bool sync_only = mb.high_own.empty() && !mb.own_cpu.high && !mb.own_gpu.high;
+  const std::vector<Culprit> culprits = Culprits(i, sync_only);
   if (culprits.empty()) return false;
 
   std::map<FunctionClass, double> by_class;
@@ -817,10 +682,10 @@ void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const
                         std::vector<Finding>* out) {
   const std::vector<CompactRank>& ranks = cj.ranks();
   std::vector<std::vector<size_t>> groups = PeerGroups(ranks);
-  // Groups are independent: analyzed on two threads, findings kept in group order so the
-  // result does not depend on scheduling.
+  // Groups are independent: analyzed on o.threads threads, each group's findings in its own
+  // slot and kept in group order, so the result does not depend on scheduling.
   std::vector<std::vector<Finding>> per_group(groups.size());
-  ParallelFor(groups.size(), [&](size_t k) {
+  ParallelFor(groups.size(), o.threads, [&](size_t k) {
     GroupAnalysis g(cj, std::move(groups[k]), job, o);
     g.Run(&per_group[k]);
   });

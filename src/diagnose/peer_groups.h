@@ -1,0 +1,30 @@
+// Peer grouping: which ranks the diagnosis compares with each other. Ranks of one role (the
+// pipeline stage, from process-group membership) that run (nearly) the same significant
+// functions are peers; the peer comparison (subset.cc) looks for outliers within each group,
+// and reports (report/html.cc) colour ranks by their group's median. This unit owns the
+// grouping rule and its cost: near-linear in ranks, since identical ranks are bucketed first.
+#ifndef PERFTRACKER_DIAGNOSE_PEER_GROUPS_H_
+#define PERFTRACKER_DIAGNOSE_PEER_GROUPS_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "pattern/compact_job.h"
+
+namespace perftracker::diagnose {
+
+// The groups of ranks the peer comparison compares with each other (the same role, nearly the
+// same significant functions): indexes into job.ranks(), each group sorted. For reports.
+std::vector<std::vector<size_t>> PeerGroups(const pattern::CompactJob& job);
+
+namespace internal {
+
+// The same on RANKS: indexes into RANKS, each group sorted; every rank is in exactly one group.
+// Groups come in order of their first member's first appearance, groups of three or more
+// first; a rank that resembles no large group stays in a small one (a singleton if alone).
+std::vector<std::vector<size_t>> PeerGroups(const std::vector<pattern::CompactRank>& ranks);
+
+}  // namespace internal
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_PEER_GROUPS_H_

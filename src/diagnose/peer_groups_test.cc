@@ -1,0 +1,132 @@
+// Peer grouping alone (peer_groups.h): which ranks the diagnosis compares with each other.
+#include "diagnose/peer_groups.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "diagnose/testing.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+using pattern::FunctionClass;
+using pattern::FunctionPattern;
+using pattern::RankSummary;
+using testing::Fn;
+using testing::Rank;
+using trace::EventKind;
+using Groups = std::vector<std::vector<size_t>>;
+
+// Functions PREFIX0 .. PREFIX<n-1>, 5 ms each: significant in a 100 ms step.
+std::vector<FunctionPattern> Fns(const std::string& prefix, int n,
+                                 EventKind kind = EventKind::kCpuOp) {
+  std::vector<FunctionPattern> out;
+  for (int i = 0; i < n; ++i)
+    out.push_back(Fn(prefix + std::to_string(i), FunctionClass::kCompute, 5, 1, kind));
+  return out;
+}
+
+std::vector<FunctionPattern> Concat(std::vector<FunctionPattern> a,
+                                    const std::vector<FunctionPattern>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// One rank per function list, ranks 0.., in that order.
+pattern::CompactJob Job(const std::vector<std::vector<FunctionPattern>>& per_rank) {
+  pattern::CompactJob cj;
+  const int world = static_cast<int>(per_rank.size());
+  for (int r = 0; r < world; ++r) cj.Add(Rank(r, world, per_rank[r], 100));
+  return cj;
+}
+
+TEST(PeerGroupsTest, IdenticalRanksAreOneGroup) {
+  pattern::CompactJob cj = Job(std::vector<std::vector<FunctionPattern>>(5, Fns("op", 6)));
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 1, 2, 3, 4}}));
+}
+
+TEST(PeerGroupsTest, DifferentFunctionSetsAreDifferentRoles) {
+  const auto a = Fns("encoder_op", 6), b = Fns("decoder_op", 6);
+  pattern::CompactJob cj = Job({a, b, a, b, a, b});
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 2, 4}, {1, 3, 5}}));
+}
+
+TEST(PeerGroupsTest, PipelineStagesAreDifferentRolesEvenWithTheSameFunctions) {
+  // Ranks 0-2 are stage 0 and 3-5 stage 1 of their "pp" groups {r, r + 3}.
+  pattern::CompactJob cj;
+  for (int r = 0; r < 6; ++r) {
+    RankSummary rs = Rank(r, 6, Fns("op", 6), 100);
+    trace::ProcessGroup pg;
+    pg.name = "pp";
+    pg.desc = "pp:" + std::to_string(r % 3);
+    pg.ranks = {r % 3, r % 3 + 3};
+    pg.size = 2;
+    rs.process_groups.push_back(pg);
+    cj.Add(std::move(rs));
+  }
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 1, 2}, {3, 4, 5}}));
+}
+
+TEST(PeerGroupsTest, AnOddRankIsASingletonAfterTheGroupsThatCanVote) {
+  const auto common = Fns("op", 10);
+  pattern::CompactJob cj = Job({Fns("other_op", 10), common, common, common, common});
+  EXPECT_EQ(PeerGroups(cj), (Groups{{1, 2, 3, 4}, {0}}));
+}
+
+TEST(PeerGroupsTest, ARankLeftAloneJoinsTheGroupItResemblesEnough) {
+  const auto common = Fns("op", 10);
+  // 8 of 10 shared functions: 80% alike, under the 85% of a peer but over the 75% to join a
+  // group that can vote.
+  const auto close =
+      Concat(std::vector<FunctionPattern>(common.begin(), common.begin() + 8), Fns("extra_op", 2));
+  EXPECT_EQ(PeerGroups(Job({common, common, common, close})), (Groups{{0, 1, 2, 3}}));
+  // 7 of 10: 70% alike, stays alone.
+  const auto far =
+      Concat(std::vector<FunctionPattern>(common.begin(), common.begin() + 7), Fns("extra_op", 3));
+  EXPECT_EQ(PeerGroups(Job({common, common, common, far})), (Groups{{0, 1, 2}, {3}}));
+}
+
+TEST(PeerGroupsTest, AFunctionCheapOnOneRankAndSignificantOnAnotherIsShared) {
+  auto with_loader = [](double ms) {
+    return Concat(Fns("op", 10), {Fn("DataLoader.__next__", FunctionClass::kDataLoader, ms, 1,
+                                     EventKind::kUserAnnotation)});
+  };
+  // 0.1 ms is under 1% of the step on ranks 0-2, 30 ms on rank 3: the same role still.
+  pattern::CompactJob cj =
+      Job({with_loader(0.1), with_loader(0.1), with_loader(0.1), with_loader(30)});
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 1, 2, 3}}));
+}
+
+TEST(PeerGroupsTest, ARankMissingAPartIsComparedOnWhatItHas) {
+  const auto profiler = Fns("op", 5);
+  const auto full = Concat(profiler, Fns("train.py:step_", 5, EventKind::kPythonFunction));
+  pattern::CompactJob cj;
+  for (int r = 0; r < 3; ++r) cj.Add(Rank(r, 4, full, 100));
+  RankSummary partial = Rank(3, 4, profiler, 100);
+  partial.missing_part = "python";
+  cj.Add(partial);
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 1, 2, 3}}));
+  // Without the note, its missing Python functions set it apart.
+  pattern::CompactJob unknown;
+  for (int r = 0; r < 3; ++r) unknown.Add(Rank(r, 4, full, 100));
+  unknown.Add(Rank(3, 4, profiler, 100));
+  EXPECT_EQ(PeerGroups(unknown), (Groups{{0, 1, 2}, {3}}));
+}
+
+TEST(PeerGroupsTest, EveryRankOfALargeJobIsInExactlyOneSortedGroup) {
+  testing::JobSpec spec;  // tp 2, pp 2, dp 4: stage 0 loads data, stage 1 computes the loss
+  spec.slow_gpu = 5;
+  pattern::CompactJob cj;
+  for (auto& r : testing::MakeJob(spec)) cj.Add(std::move(r));
+  cj.SortByRank();
+  const Groups groups = PeerGroups(cj);
+  EXPECT_EQ(groups, internal::PeerGroups(cj.ranks()));
+  EXPECT_EQ(groups, (Groups{{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}}));
+}
+
+TEST(PeerGroupsTest, NoRanksNoGroups) { EXPECT_TRUE(PeerGroups(pattern::CompactJob()).empty()); }
+
+}  // namespace
+}  // namespace perftracker::diagnose
