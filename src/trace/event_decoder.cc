@@ -21,6 +21,8 @@ namespace {
 // Unknown categories counted by name (ReadStats::unknown_cats): enough for the few a real trace
 // holds, while a file full of made-up ones cannot grow the stats without bound.
 constexpr size_t kMaxUnknownCats = 64;
+// Where the categories past kMaxUnknownCats are counted together.
+constexpr std::string_view kOtherUnknownCats = "(other)";
 
 // Kineto "cat" to kind. Returns false for a category we do not know.
 bool KindFromCat(std::string_view cat, EventKind* kind) {
@@ -454,11 +456,18 @@ class EventDecoder {
         return;
       }
     }
-    if (unknown_cats_.size() < kMaxUnknownCats) {
-      unknown_cats_.emplace_back(std::string(cat), 1);
-    } else {
-      CountUnknownCat("(other)");
+    // Past the bound every new category counts under one "(other)" entry, the one allowed
+    // beyond it (it used to be looked up as a new category again, forever).
+    if (unknown_cats_.size() >= kMaxUnknownCats) {
+      cat = kOtherUnknownCats;
+      for (auto& [c, n] : unknown_cats_) {
+        if (c == cat) {
+          ++n;
+          return;
+        }
+      }
     }
+    unknown_cats_.emplace_back(std::string(cat), 1);
   }
 
   static simdjson::error_code Args(od::object& args, trace::Event* ev) {

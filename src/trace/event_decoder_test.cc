@@ -175,5 +175,24 @@ TEST(EventDecoderTest, UnknownCategoriesAreCountedByName) {
   EXPECT_EQ(st->unknown_cats.at("c31"), 2u);
 }
 
+// 70 distinct unknown categories: the first 64 by name, the other 6 (one event each, the 65th
+// category twice) under "(other)". This input used to hang the reader.
+TEST(EventDecoderTest, CategoriesPastTheBoundCountAsOther) {
+  std::string array = "[";
+  for (int i = 0; i < 70; ++i) {
+    array += R"({"ph": "X", "cat": "c)" + std::to_string(i) + R"(", "name": "n", "ts": 1},)";
+  }
+  array += R"({"ph": "X", "cat": "c64", "name": "n", "ts": 1}])";
+  Sink sink;
+  auto st = Decode(array, {2}, 0, &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->unknown_kind, 71u);
+  EXPECT_EQ(st->unknown_cats.size(), 65u);
+  EXPECT_EQ(st->unknown_cats.at("c0"), 1u);
+  EXPECT_EQ(st->unknown_cats.at("c63"), 1u);
+  EXPECT_EQ(st->unknown_cats.count("c64"), 0u);
+  EXPECT_EQ(st->unknown_cats.at("(other)"), 7u);
+}
+
 }  // namespace
 }  // namespace perftracker::trace::internal
