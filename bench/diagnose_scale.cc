@@ -1,5 +1,5 @@
 // Diagnosis at scale: a simulated job of N workers (src/sim, the same ranks `perftracker
-// simulate` writes) is generated rank by rank on two threads straight into the compact job form
+// simulate` writes) is generated rank by rank on --threads threads (default 2) straight into the compact job form
 // (no files), then diagnosed. Prints the time to build the job, the time to diagnose it, peak
 // memory, and whether the top findings name the injected faults.
 //   build/diagnose_scale --workers 100000 --layout tp=8,pp=4 --fault slow-gpu@rank=77
@@ -13,9 +13,9 @@
 #include <fstream>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "base/parallel_for.h"
 #include "diagnose/diagnose.h"
 #include "pattern/compact_job.h"
 #include "sim/simulator.h"
@@ -80,20 +80,14 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   pt::sim::Simulator sim(config);
   pt::pattern::CompactJob job;
-  std::atomic<int> next{0};
   std::atomic<uint64_t> functions{0};
-  auto work = [&] {
-    for (int r = next++; r < config.workers; r = next++) {
-      if (!sim.Writes(r)) continue;
-      pt::pattern::RankSummary s = sim.SimulateRank(r);
-      functions += s.functions.size();
-      job.Add(std::move(s));
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::max(config.threads, 1); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  pt::ParallelFor(config.workers, std::max(config.threads, 1), [&](size_t i) {
+    const int r = static_cast<int>(i);
+    if (!sim.Writes(r)) return;
+    pt::pattern::RankSummary s = sim.SimulateRank(r);
+    functions += s.functions.size();
+    job.Add(std::move(s));  // CompactJob::Add takes its own lock
+  });
   job.SortByRank();
   double build_s = Since(t0);
   double build_gb = PeakRssGb();
