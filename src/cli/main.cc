@@ -1,7 +1,8 @@
 // The `perftracker` command. Offline: analyze (traces -> diagnosis), summarize (one trace ->
 // a compact summary, the per-rank map step), diagnose (summaries -> diagnosis, the reduce
 // step), diff (two runs). Every user error is one line naming the file and what is wrong, and a
-// non-zero exit.
+// non-zero exit. Online (cli/online_commands.h, cli/launcher.h): server, agent, run, trigger,
+// status, report. This file defines every subcommand's flags and dispatches to its runner.
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -26,21 +27,9 @@
 #include "sim/simulator.h"
 #include "trace/reader.h"
 #ifdef PT_ONLINE
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <csignal>
-#include <cstring>
-#include <thread>
-
-#include "agent/agent.h"
-#include "agent/socket_sink.h"
-#include "base/net.h"
-#include "base/window_defaults.h"
+#include "base/credentials.h"
 #include "cli/launcher.h"
-#include "server/collector.h"
-#include "server/store.h"
+#include "cli/online_commands.h"
 #endif
 
 namespace pt = perftracker;
@@ -52,23 +41,6 @@ constexpr bool kOnline = true;
 #else
 constexpr bool kOnline = false;
 #endif
-
-// "90", "90s", "15m", "2h", "1.5h" as seconds.
-pt::StatusOr<double> ParseDuration(const std::string& flag, const std::string& text) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = text.substr(used);
-  double scale = unit.empty() || unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : -1;
-  if (used == 0 || scale < 0 || !(v >= 0) || v * scale > 1e9)
-    return pt::InvalidArgument(
-        fmt::format("{}: '{}' is not a duration (e.g. 90s, 15m, 2h)", flag, text));
-  return v * scale;
-}
 
 int Fail(const pt::Status& status) {
   std::fprintf(stderr, "perftracker: error: %s\n", status.message().c_str());
@@ -285,248 +257,6 @@ int RunDiff(const std::string& base, const std::string& test, const OutputFlags&
   return Emit(pt::diagnose::Diff(*b, *t, flags.diagnose), flags);
 }
 
-#ifdef PT_ONLINE
-// The online path: one server, one agent per node; both stop on SIGINT/SIGTERM (a signal
-// thread, so shutdown work does not run inside a signal handler).
-struct OnlineFlags {
-  pt::diagnose::DiagnoseOptions diagnose;
-  std::string baseline = "on";
-  std::string profile_every;
-  std::string listen = "127.0.0.1:50551";
-  std::string server;  // status, trigger: else from --report-dir
-  std::string report_dir;
-  std::string token_file;
-  std::string job_id;
-  pt::TlsFiles tls;
-  std::string watch_dir;
-  std::string metrics;    // server: Prometheus endpoint
-  std::string socket;     // agent: serve workers on this Unix socket
-  std::string trace_dir;  // agent --socket: where the workers write their traces
-  int keep_traces = 3;
-  std::vector<int> ranks;
-  double max_seconds = pt::window_defaults::kMaxSeconds;
-  double grace_seconds = 30;
-  int iterations = pt::window_defaults::kIterations;
-};
-
-// --tls-cert, --tls-key, --tls-ca: what a server presents and checks, or what a client checks
-// the server with and presents.
-void AddTlsFlags(CLI::App* cmd, pt::TlsFiles* tls, bool server) {
-  cmd->add_option("--tls-cert", tls->cert,
-                  server ? "PEM certificate the server presents (needed off 127.0.0.1)"
-                         : "PEM certificate this client presents (mutual TLS)");
-  cmd->add_option("--tls-key", tls->key, "PEM private key of --tls-cert (mode 0600)");
-  cmd->add_option("--tls-ca", tls->ca,
-                  server ? "PEM CA: only clients with a certificate it signed are accepted"
-                         : "PEM CA the server's certificate must be signed by");
-}
-
-pt::StatusOr<std::string> Token(const OnlineFlags& f) {
-  if (f.token_file.empty()) return std::string();
-  return pt::ReadTokenFile(f.token_file);
-}
-
-// Blocks SIGINT/SIGTERM in every thread and returns a thread that calls STOP on the first one.
-template <typename F>
-std::thread SignalThread(F stop) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return std::thread([set, stop] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    stop();
-  });
-}
-
-int RunServer(const OnlineFlags& f) {
-  auto token = Token(f);
-  if (!token.ok()) return Fail(token.status());
-  pt::server::ServerOptions o;
-  o.listen = f.listen;
-  o.report_dir = f.report_dir;
-  o.token = *token;
-  o.tls = f.tls;
-  o.max_seconds = f.max_seconds;
-  o.upload_grace_seconds = f.grace_seconds;
-  o.metrics_listen = f.metrics;
-  o.schedule.default_iterations = f.iterations;
-  o.diagnose = f.diagnose;
-  o.schedule.baseline_window = f.baseline == "on";
-  if (!f.profile_every.empty()) {
-    auto every = ParseDuration("--profile-every", f.profile_every);
-    if (!every.ok()) return Fail(every.status());
-    o.schedule.profile_every_seconds = *every;
-  }
-  std::thread sig;
-  auto server = [&]() -> pt::StatusOr<std::unique_ptr<pt::server::CollectorServer>> {
-    return pt::server::CollectorServer::Start(o);
-  };
-  // Signals are blocked before gRPC starts its threads, so only the signal thread sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  auto s = server();
-  if (!s.ok()) return Fail(s.status());
-  pt::server::CollectorServer* raw = s->get();
-  std::fprintf(stderr, "perftracker server: listening on %s (port %d)\n", f.listen.c_str(),
-               raw->port());
-  if (raw->metrics_port())
-    std::fprintf(stderr, "perftracker server: metrics at http://%s:%d/metrics\n",
-                 f.metrics.substr(0, f.metrics.rfind(':')).c_str(), raw->metrics_port());
-  sig = std::thread([set, raw] {
-    int signo = 0;
-    sigwait(&set, &signo);
-    raw->Shutdown();
-  });
-  raw->Wait();
-  sig.join();
-  s->reset();
-  return 0;
-}
-
-// {node} in a path: this node's name (Slurm's, else the host's): `perftracker run` inside an
-// allocation starts one agent per node with one command line.
-std::string ForNode(std::string path) {
-  const size_t at = path.find("{node}");
-  if (at == std::string::npos) return path;
-  return path.replace(at, 6, pt::NodeName());
-}
-
-int RunAgent(OnlineFlags f) {
-  f.socket = ForNode(f.socket);
-  f.trace_dir = ForNode(f.trace_dir);
-  auto token = Token(f);
-  if (!token.ok()) return Fail(token.status());
-  if (f.watch_dir.empty() == f.socket.empty())
-    return Fail(pt::InvalidArgument(
-        "agent: say where the workers are: --socket PATH (they connect to it) or --watch DIR"));
-  std::unique_ptr<pt::agent::AgentLocalSink> sink;
-  if (!f.watch_dir.empty()) {
-    if (!std::filesystem::is_directory(f.watch_dir))
-      return Fail(pt::InvalidArgument(fmt::format("{}: --watch needs a folder", f.watch_dir)));
-    sink = std::make_unique<pt::agent::FolderSink>(f.watch_dir);
-  } else {
-    // The node agent of `perftracker run --agent-socket PATH`: workers connect and are told
-    // where to write their windows' traces.
-    std::error_code ec;
-    std::filesystem::create_directories(f.trace_dir, ec);
-    if (ec)
-      return Fail(pt::InvalidArgument(
-          fmt::format("{}: cannot create the trace folder: {}", f.trace_dir, ec.message())));
-    // The socket's folder, when it is missing, is made private: only this user's workers
-    // connect (an existing folder is the caller's to set up).
-    if (const std::filesystem::path parent = std::filesystem::path(f.socket).parent_path();
-        !parent.empty() && !std::filesystem::exists(parent, ec)) {
-      if (mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST)
-        return Fail(pt::InvalidArgument(fmt::format("{}: cannot create the socket's folder: {}",
-                                                    parent.string(), std::strerror(errno))));
-    }
-    pt::agent::SocketSink::Options so;
-    so.retention.keep_windows = f.keep_traces;
-    auto socket_sink = std::make_unique<pt::agent::SocketSink>(
-        f.socket, std::filesystem::absolute(f.trace_dir).string(), so);
-    if (pt::Status st = socket_sink->Start(); !st.ok()) return Fail(st);
-    sink = std::move(socket_sink);
-  }
-  pt::agent::Agent agent({.server = f.server,
-                          .token = *token,
-                          .tls = f.tls,
-                          .host = "",
-                          .job_id = f.job_id,
-                          .ranks = f.ranks,
-                          .poll_seconds = 0.2},
-                         std::move(sink));
-  std::thread sig = SignalThread([&agent] { agent.Stop(); });
-  pt::Status st = agent.Run();
-  if (!st.ok()) {
-    // Run returned by itself: wake the signal thread so it can be joined.
-    kill(getpid(), SIGTERM);
-    sig.join();
-    return Fail(st);
-  }
-  sig.join();
-  return 0;
-}
-
-// `perftracker report DIR`: the HTML page of a run from what its server stored: the diagnosis
-// (DIR/diagnosis.json, or window N's), that window's summaries (the per-rank views), the
-// windows and the run's iteration times (DIR/perftracker.db).
-int RunReport(const std::string& dir, std::string out, int64_t window) {
-  namespace fs = std::filesystem;
-  const std::string db = (fs::path(dir) / "perftracker.db").string();
-  std::error_code ec;
-  if (!fs::exists(db, ec))
-    return Fail(pt::InvalidArgument(
-        fmt::format("{}: no perftracker.db here; give the report folder of a `perftracker run` "
-                    "or `perftracker server`",
-                    dir)));
-  auto run = pt::server::Store::ReadRun(db, window);
-  if (!run.ok()) return Fail(run.status());
-  pt::StatusOr<pt::diagnose::Diagnosis> diagnosis = pt::InvalidArgument("");
-  const std::string latest = (fs::path(dir) / "diagnosis.json").string();
-  if (window == 0 && fs::exists(latest, ec)) {
-    diagnosis = pt::report::ReadDiagnosisFile(latest);
-  } else if (!run->diagnosis_json.empty()) {
-    diagnosis = pt::report::ParseDiagnosisJson(run->diagnosis_json,
-                                               fmt::format("{} (window {})", db, run->window_id));
-  } else {
-    return Fail(pt::InvalidArgument(fmt::format("{}: no diagnosed window yet", dir)));
-  }
-  if (!diagnosis.ok()) return Fail(diagnosis.status());
-  pt::pattern::CompactJob job;
-  int bad = 0;
-  for (const std::string& bytes : run->summaries) {
-    auto s = pt::pattern::ParseSummary(bytes, db);
-    if (s.ok()) {
-      job.Add(std::move(*s));
-    } else {
-      ++bad;
-    }
-  }
-  job.SortByRank();
-  if (bad) diagnosis->job.notes.push_back(fmt::format("{} stored summaries unreadable", bad));
-  pt::report::HtmlInput in;
-  in.title = window > 0 ? fmt::format("perftracker: window {} of {}", window, dir)
-                        : fmt::format("perftracker: {}", dir);
-  in.diagnosis = &*diagnosis;
-  in.job = job.ranks().empty() ? nullptr : &job;
-  in.series = std::move(run->series);
-  in.windows = std::move(run->windows);
-  in.generated = fmt::format("perftracker {}", PT_VERSION);
-  if (out.empty()) out = (fs::path(dir) / "report.html").string();
-  if (pt::Status st = pt::report::WriteHtmlFile(in, out); !st.ok()) return Fail(st);
-  std::printf("%s\n", out.c_str());
-  return 0;
-}
-
-int RunClient(const OnlineFlags& f, bool trigger) {
-  std::string server = f.server;
-  pt::StatusOr<std::string> token = std::string();
-  if (!f.report_dir.empty()) {
-    // A `perftracker run`'s own report folder says where its server is and holds its token.
-    auto c = pt::ReadRunCredentials(f.report_dir);
-    if (!c.ok()) return Fail(c.status());
-    if (server.empty()) server = c->server;
-    token = c->token;
-  }
-  if (!f.token_file.empty()) token = Token(f);
-  if (!token.ok()) return Fail(token.status());
-  if (server.empty())
-    return Fail(pt::InvalidArgument(
-        "say which server: --report-dir DIR of a `perftracker run`, or --server ADDR"));
-  auto out = trigger ? pt::agent::TriggerNow(server, *token, f.tls, "user")
-                     : pt::agent::ServerStatus(server, *token, f.tls);
-  if (!out.ok()) return Fail(out.status());
-  std::fputs(out->c_str(), stdout);
-  return 0;
-}
-#endif
-
 struct SimulateFlags {
   int workers = 0;
   std::string layout;
@@ -569,90 +299,101 @@ int RunSimulate(const SimulateFlags& f) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"perftracker: finds why a PyTorch training job runs slower than it should"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("perftracker ") + PT_VERSION +
-                                        (kOnline ? "" : " (offline build: no run/server/agent)"));
-  app.footer(
-      "Examples:\n"
-      "  perftracker run --nproc 4 -- python train.py      profile a job while it runs\n"
-      "  perftracker analyze traces/ --json diagnosis.json  diagnose profiler traces\n"
-      "Run 'perftracker SUBCOMMAND --help' for a subcommand's options and an example.");
-
+// Every offline subcommand with the variables its flags are parsed into. CLI11 keeps their
+// addresses: the struct stays where main put it.
+struct OfflineCommands {
   OutputFlags analyze_flags;
   std::vector<std::string> analyze_paths;
-  CLI::App* analyze = app.add_subcommand(
+  CLI::App* analyze = nullptr;
+  std::vector<std::string> summarize_paths;
+  std::string summarize_out;
+  CLI::App* summarize = nullptr;
+  OutputFlags diagnose_flags;
+  std::vector<std::string> diagnose_paths;
+  CLI::App* diagnose = nullptr;
+  OutputFlags diff_flags;
+  std::string diff_base, diff_test;
+  CLI::App* diff = nullptr;
+  std::vector<std::string> show_paths;
+  int show_top = 25;
+  std::string show_json;
+  CLI::App* show = nullptr;
+  std::vector<std::string> export_paths;
+  std::string export_out, export_diagnosis;
+  CLI::App* export_trace = nullptr;
+  SimulateFlags sim;
+  CLI::App* simulate = nullptr;
+};
+
+// analyze, summarize, diagnose, diff: traces and summaries to a diagnosis.
+void AddDiagnosisCommands(CLI::App& app, OfflineCommands* c) {
+  c->analyze = app.add_subcommand(
       "analyze", "diagnose a job from its profiler traces (one file per rank, or folders)");
-  analyze->add_option("PATH", analyze_paths, "trace files or folders")->required();
-  AddOutputFlags(analyze, &analyze_flags);
-  analyze->footer(
+  c->analyze->add_option("PATH", c->analyze_paths, "trace files or folders")->required();
+  AddOutputFlags(c->analyze, &c->analyze_flags);
+  c->analyze->footer(
       "Example:\n  perftracker analyze run1/rank-0.json.gz run1/rank-1.json.gz --json d.json\n"
       "  perftracker analyze run1/    (every trace in the folder, one per rank)");
 
-  std::vector<std::string> summarize_paths;
-  std::string summarize_out;
-  CLI::App* summarize = app.add_subcommand(
+  c->summarize = app.add_subcommand(
       "summarize", "turn one rank's trace into a compact summary (the per-rank map step)");
-  summarize->add_option("TRACE", summarize_paths, "trace file (or several, or a folder)")
+  c->summarize->add_option("TRACE", c->summarize_paths, "trace file (or several, or a folder)")
       ->required();
-  summarize
-      ->add_option("-o,--output", summarize_out,
+  c->summarize
+      ->add_option("-o,--output", c->summarize_out,
                    "summary file (a folder when several traces are given)")
       ->required();
-  summarize->footer(
+  c->summarize->footer(
       "Example:\n  perftracker summarize traces/rank-3.json.gz -o summaries/rank-3.summary\n"
       "  perftracker summarize traces/ -o summaries/    (one rank-R.summary per trace)");
 
-  OutputFlags diagnose_flags;
-  std::vector<std::string> diagnose_paths;
-  CLI::App* diagnose =
+  c->diagnose =
       app.add_subcommand("diagnose", "diagnose a job from summaries (or traces): the reduce step");
-  diagnose->add_option("PATH", diagnose_paths, "summary files, traces or folders")->required();
-  AddOutputFlags(diagnose, &diagnose_flags);
-  diagnose->footer("Example:\n  perftracker diagnose summaries/ --json diagnosis.json");
+  c->diagnose->add_option("PATH", c->diagnose_paths, "summary files, traces or folders")
+      ->required();
+  AddOutputFlags(c->diagnose, &c->diagnose_flags);
+  c->diagnose->footer("Example:\n  perftracker diagnose summaries/ --json diagnosis.json");
 
-  OutputFlags diff_flags;
-  std::string diff_base, diff_test;
-  CLI::App* diff = app.add_subcommand("diff", "compare two runs: which functions changed");
-  diff->add_option("BASE", diff_base, "trace, summary or folder of the baseline run")->required();
-  diff->add_option("TEST", diff_test, "trace, summary or folder of the run to compare")->required();
-  AddOutputFlags(diff, &diff_flags);
-  diff->footer("Example:\n  perftracker diff before/ after/ --json diff.json");
+  c->diff = app.add_subcommand("diff", "compare two runs: which functions changed");
+  c->diff->add_option("BASE", c->diff_base, "trace, summary or folder of the baseline run")
+      ->required();
+  c->diff->add_option("TEST", c->diff_test, "trace, summary or folder of the run to compare")
+      ->required();
+  AddOutputFlags(c->diff, &c->diff_flags);
+  c->diff->footer("Example:\n  perftracker diff before/ after/ --json diff.json");
+}
 
-  std::vector<std::string> show_paths;
-  int show_top = 25;
-  CLI::App* show =
-      app.add_subcommand("show", "print the behaviour patterns of traces or summaries");
-  show->add_option("PATH", show_paths, "trace or summary files, or folders")->required();
-  std::string show_json;
-  show->add_option("--top", show_top, "functions per rank");
-  show->add_option("--json", show_json,
-                   "write the per-rank breakdown (schema perftracker.breakdown/1) to FILE");
-  show->footer("Example:\n  perftracker show traces/rank-0.json.gz --top 10 --json breakdown.json");
+// show, export-trace: what traces and summaries hold, for a person or for Perfetto.
+void AddInspectCommands(CLI::App& app, OfflineCommands* c) {
+  c->show = app.add_subcommand("show", "print the behaviour patterns of traces or summaries");
+  c->show->add_option("PATH", c->show_paths, "trace or summary files, or folders")->required();
+  c->show->add_option("--top", c->show_top, "functions per rank");
+  c->show->add_option("--json", c->show_json,
+                      "write the per-rank breakdown (schema perftracker.breakdown/1) to FILE");
+  c->show->footer(
+      "Example:\n  perftracker show traces/rank-0.json.gz --top 10 --json breakdown.json");
 
-  std::vector<std::string> export_paths;
-  std::string export_out, export_diagnosis;
-  CLI::App* export_trace = app.add_subcommand(
+  c->export_trace = app.add_subcommand(
       "export-trace", "one Perfetto / Chrome trace of a window or a job: a process per rank");
-  export_trace
-      ->add_option("PATH", export_paths,
+  c->export_trace
+      ->add_option("PATH", c->export_paths,
                    "a window's trace folder (REPORT_DIR/traces/window-<n>), trace files "
                    "or folders")
       ->required();
-  export_trace->add_option("-o,--output", export_out, "the trace to write (.json or .json.gz)")
+  c->export_trace
+      ->add_option("-o,--output", c->export_out, "the trace to write (.json or .json.gz)")
       ->required();
-  export_trace->add_option("--diagnosis", export_diagnosis,
-                           "mark this diagnosis's findings on their ranks (default for a window "
-                           "folder: REPORT_DIR/windows/<n>/diagnosis.json)");
-  export_trace->footer(
+  c->export_trace->add_option("--diagnosis", c->export_diagnosis,
+                              "mark this diagnosis's findings on their ranks (default for a "
+                              "window folder: REPORT_DIR/windows/<n>/diagnosis.json)");
+  c->export_trace->footer(
       "Example:\n  perftracker export-trace perftracker-report/traces/window-1 -o window-1.json.gz"
       "\n  (open it in ui.perfetto.dev)");
+}
 
-  SimulateFlags sim;
-  CLI::App* simulate = app.add_subcommand(
+void AddSimulateCommand(CLI::App& app, OfflineCommands* c) {
+  SimulateFlags& sim = c->sim;
+  CLI::App* simulate = c->simulate = app.add_subcommand(
       "simulate", "simulate a job's summaries (and small jobs' traces) with injected faults");
   simulate->add_option("--workers", sim.workers, "ranks in the job")->required();
   simulate->add_option("--layout", sim.layout, "tp=T,pp=P[,dp=D][,ep=E]")->required();
@@ -680,10 +421,54 @@ int main(int argc, char** argv) {
       "Example:\n  perftracker simulate --workers 1024 --layout tp=8,pp=4 "
       "--fault slow-gpu@rank=77 --seed 1 -o /tmp/sim\n"
       "  perftracker diagnose /tmp/sim/summaries");
+}
+
+int DispatchOffline(const OfflineCommands& c) {
+  if (*c.analyze) return RunAnalyze(c.analyze_paths, c.analyze_flags);
+  if (*c.summarize) return RunSummarize(c.summarize_paths, c.summarize_out);
+  if (*c.diagnose) return RunAnalyze(c.diagnose_paths, c.diagnose_flags);
+  if (*c.diff) return RunDiff(c.diff_base, c.diff_test, c.diff_flags);
+  if (*c.show) return RunShow(c.show_paths, c.show_top, c.show_json);
+  if (*c.export_trace) return RunExportTrace(c.export_paths, c.export_out, c.export_diagnosis);
+  if (*c.simulate) return RunSimulate(c.sim);
+  return 0;
+}
 
 #ifdef PT_ONLINE
-  OnlineFlags online;
-  CLI::App* server = app.add_subcommand("server", "the central collector of the online path");
+
+// --tls-cert, --tls-key, --tls-ca: what a server presents and checks, or what a client checks
+// the server with and presents.
+void AddTlsFlags(CLI::App* cmd, pt::TlsFiles* tls, bool server) {
+  cmd->add_option("--tls-cert", tls->cert,
+                  server ? "PEM certificate the server presents (needed off 127.0.0.1)"
+                         : "PEM certificate this client presents (mutual TLS)");
+  cmd->add_option("--tls-key", tls->key, "PEM private key of --tls-cert (mode 0600)");
+  cmd->add_option("--tls-ca", tls->ca,
+                  server ? "PEM CA: only clients with a certificate it signed are accepted"
+                         : "PEM CA the server's certificate must be signed by");
+}
+
+// Every online subcommand with the variables its flags are parsed into (see OfflineCommands).
+struct OnlineCommands {
+  pt::cli::OnlineFlags online;
+  CLI::App* server = nullptr;
+  CLI::App* agent = nullptr;
+  pt::cli::RunOptions run_opts;
+  std::string on_hang = "keep";
+  std::string run_baseline = "on", run_every;
+  CLI::App* run = nullptr;
+  CLI::App* trigger = nullptr;
+  CLI::App* status = nullptr;
+  std::string report_dir_arg, report_out;
+  int64_t report_window = 0;
+  CLI::App* report = nullptr;
+};
+
+// server, agent: the online path's long-running parts.
+void AddServerCommands(CLI::App& app, OnlineCommands* c) {
+  pt::cli::OnlineFlags& online = c->online;
+  CLI::App* server = c->server =
+      app.add_subcommand("server", "the central collector of the online path");
   server->add_option("--listen", online.listen, "address:port (non-loopback needs --token-file)");
   server->add_option("--report-dir", online.report_dir, "where diagnoses and the database go")
       ->required();
@@ -705,7 +490,8 @@ int main(int argc, char** argv) {
   server->footer(
       "Example:\n  perftracker server --listen 127.0.0.1:50551 --report-dir reports/\n"
       "  perftracker server --listen 0.0.0.0:50551 --token-file token --report-dir reports/");
-  CLI::App* agent_cmd = app.add_subcommand("agent", "the node agent: relays and uploads windows");
+  CLI::App* agent_cmd = c->agent =
+      app.add_subcommand("agent", "the node agent: relays and uploads windows");
   agent_cmd->add_option("--server", online.server, "server address:port")->required();
   agent_cmd->add_option("--token-file", online.token_file, "shared token file");
   agent_cmd->add_option("--job-id", online.job_id,
@@ -730,9 +516,12 @@ int main(int argc, char** argv) {
       "/tmp/pt-agent.sock --ranks 0,1,2,3\n"
       "  perftracker agent --server head:50551 --token-file token --watch /tmp/traces "
       "--ranks 0,1,2,3");
-  pt::cli::RunOptions run_opts;
-  std::string on_hang = "keep";
-  CLI::App* run = app.add_subcommand(
+}
+
+// run: a training job with the online collector (cli/launcher.h).
+void AddRunCommand(CLI::App& app, OnlineCommands* c) {
+  pt::cli::RunOptions& run_opts = c->run_opts;
+  CLI::App* run = c->run = app.add_subcommand(
       "run", "run a training job with the online collector: perftracker run --nproc N -- CMD");
   run->add_option("--nproc", run_opts.nproc,
                   "ranks to start on this node (0: run CMD once; it starts the ranks, e.g. "
@@ -764,14 +553,14 @@ int main(int argc, char** argv) {
   run->add_option("--max-seconds", run_opts.max_seconds, "a window's profiling time limit");
   run->add_option("--profile-at-iteration", run_opts.profile_at_iteration,
                   "profile a window once a rank completed iteration K");
-  run->add_option("--on-hang", on_hang, "keep (default) or kill the job after a hang report")
+  run->add_option("--on-hang", c->on_hang, "keep (default) or kill the job after a hang report")
       ->check(CLI::IsMember({"keep", "kill"}));
-  std::string run_baseline = "on", run_every;
-  run->add_option("--baseline-window", run_baseline,
+  run->add_option("--baseline-window", c->run_baseline,
                   "on (default): profile one window once every rank is past its warm-up, so a "
                   "problem present from the start is found")
       ->check(CLI::IsMember({"on", "off"}));
-  run->add_option("--profile-every", run_every, "also profile a window every DURATION (e.g. 15m)");
+  run->add_option("--profile-every", c->run_every,
+                  "also profile a window every DURATION (e.g. 15m)");
   run->add_option("--keep-traces", run_opts.keep_traces,
                   "windows whose raw traces stay in REPORT_DIR/traces, newest first (default 3; "
                   "2 GiB at most); older ones are removed once summarized")
@@ -785,14 +574,19 @@ int main(int argc, char** argv) {
       "  perftracker run --nproc 4 -- python train.py --epochs 1\n"
       "  perftracker run --nproc 8 --report-dir out/ --on-hang kill -- python train.py\n"
       "  perftracker run -- torchrun --nproc-per-node 8 train.py   (the command starts the ranks)");
-  CLI::App* trigger = app.add_subcommand("trigger", "profile every rank now");
-  CLI::App* status = app.add_subcommand("status", "ranks, iteration times and windows");
-  for (CLI::App* c : {trigger, status}) {
-    c->add_option("--report-dir", online.report_dir,
-                  "the report folder of a `perftracker run`: its server and token");
-    c->add_option("--server", online.server, "server address:port");
-    c->add_option("--token-file", online.token_file, "shared token file");
-    AddTlsFlags(c, &online.tls, /*server=*/false);
+}
+
+// trigger, status, report: asking a running server, and a run's report folder as a page.
+void AddClientCommands(CLI::App& app, OnlineCommands* c) {
+  pt::cli::OnlineFlags& online = c->online;
+  CLI::App* trigger = c->trigger = app.add_subcommand("trigger", "profile every rank now");
+  CLI::App* status = c->status = app.add_subcommand("status", "ranks, iteration times and windows");
+  for (CLI::App* cmd : {trigger, status}) {
+    cmd->add_option("--report-dir", online.report_dir,
+                    "the report folder of a `perftracker run`: its server and token");
+    cmd->add_option("--server", online.server, "server address:port");
+    cmd->add_option("--token-file", online.token_file, "shared token file");
+    AddTlsFlags(cmd, &online.tls, /*server=*/false);
   }
   trigger->footer(
       "Examples:\n  perftracker trigger --report-dir perftracker-report/   (a running "
@@ -800,20 +594,51 @@ int main(int argc, char** argv) {
   status->footer(
       "Examples:\n  perftracker status --report-dir perftracker-report/\n"
       "  perftracker status --server 127.0.0.1:50551");
-  std::string report_dir_arg, report_out;
-  int64_t report_window = 0;
-  CLI::App* report_cmd = app.add_subcommand(
+  CLI::App* report_cmd = c->report = app.add_subcommand(
       "report", "the HTML page of a run's report folder (what its server stored)");
   report_cmd
-      ->add_option("DIR", report_dir_arg,
+      ->add_option("DIR", c->report_dir_arg,
                    "the report folder of a `perftracker run` or "
                    "`perftracker server`")
       ->required();
-  report_cmd->add_option("-o,--output", report_out, "the page to write (default DIR/report.html)");
-  report_cmd->add_option("--window", report_window, "a window's page (default: the latest)");
+  report_cmd->add_option("-o,--output", c->report_out,
+                         "the page to write (default DIR/report.html)");
+  report_cmd->add_option("--window", c->report_window, "a window's page (default: the latest)");
   report_cmd->footer("Example:\n  perftracker report perftracker-report/ -o report.html");
+}
+
+int Exit(const pt::Status& status) { return status.ok() ? 0 : Fail(status); }
+
+// `perftracker run`: the flags that need more than a copy, perftracker's own command line (for
+// salloc) and Slurm's defaults, then the job.
+int RunJob(OnlineCommands& c, int argc, char** argv) {
+  pt::cli::RunOptions& run_opts = c.run_opts;
+  run_opts.kill_on_hang = c.on_hang == "kill";
+  run_opts.baseline_window = c.run_baseline == "on";
+  if (!c.run_every.empty()) {
+    auto every = pt::cli::ParseDuration("--profile-every", c.run_every);
+    if (!every.ok()) return Fail(every.status());
+    run_opts.profile_every_seconds = *every;
+  }
+  run_opts.argv.assign(argv, argv + argc);
+  pt::cli::ApplySlurmDefaults(&run_opts, c.run->count("--nnodes") > 0,
+                              c.run->count("--node-rank") > 0, c.run->count("--master-addr") > 0);
+  return pt::cli::RunJob(run_opts);
+}
+
+// The exit code of the online subcommand that was given, or none.
+std::optional<int> DispatchOnline(OnlineCommands& c, int argc, char** argv) {
+  if (*c.report) return Exit(pt::cli::RunReport(c.report_dir_arg, c.report_out, c.report_window));
+  if (*c.run) return RunJob(c, argc, argv);
+  if (*c.server) return Exit(pt::cli::RunServer(c.online));
+  if (*c.agent) return Exit(pt::cli::RunAgent(c.online));
+  if (*c.trigger) return Exit(pt::cli::RunClient(c.online, true));
+  if (*c.status) return Exit(pt::cli::RunClient(c.online, false));
+  return std::nullopt;
+}
 #else
-  // An offline build keeps the online commands' names, so a user learns why they do nothing.
+// An offline build keeps the online commands' names, so a user learns why they do nothing.
+std::vector<CLI::App*> AddOfflineStubs(CLI::App& app) {
   std::vector<CLI::App*> offline_stubs;
   for (const char* name : {"run", "server", "agent", "trigger", "status", "report"}) {
     CLI::App* c = app.add_subcommand(name,
@@ -823,11 +648,11 @@ int main(int argc, char** argv) {
     c->prefix_command();
     offline_stubs.push_back(c);
   }
-#endif
+  return offline_stubs;
+}
 
-  CLI11_PARSE(app, argc, argv);
-
-#ifndef PT_ONLINE
+// Exit code 2 for an online command of the offline build, or none.
+std::optional<int> RefuseOfflineStubs(const std::vector<CLI::App*>& offline_stubs) {
   for (CLI::App* c : offline_stubs) {
     if (!*c) continue;
     std::fprintf(stderr,
@@ -837,35 +662,42 @@ int main(int argc, char** argv) {
                  c->get_name().c_str());
     return 2;
   }
+  return std::nullopt;
+}
 #endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"perftracker: finds why a PyTorch training job runs slower than it should"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("perftracker ") + PT_VERSION +
+                                        (kOnline ? "" : " (offline build: no run/server/agent)"));
+  app.footer(
+      "Examples:\n"
+      "  perftracker run --nproc 4 -- python train.py      profile a job while it runs\n"
+      "  perftracker analyze traces/ --json diagnosis.json  diagnose profiler traces\n"
+      "Run 'perftracker SUBCOMMAND --help' for a subcommand's options and an example.");
+
+  OfflineCommands offline;
+  AddDiagnosisCommands(app, &offline);
+  AddInspectCommands(app, &offline);
+  AddSimulateCommand(app, &offline);
+#ifdef PT_ONLINE
+  OnlineCommands online;
+  AddServerCommands(app, &online);
+  AddRunCommand(app, &online);
+  AddClientCommands(app, &online);
+#else
+  std::vector<CLI::App*> offline_stubs = AddOfflineStubs(app);
+#endif
+
+  CLI11_PARSE(app, argc, argv);
 
 #ifdef PT_ONLINE
-  if (*report_cmd) return RunReport(report_dir_arg, report_out, report_window);
-  if (*run) {
-    run_opts.kill_on_hang = on_hang == "kill";
-    run_opts.baseline_window = run_baseline == "on";
-    if (!run_every.empty()) {
-      auto every = ParseDuration("--profile-every", run_every);
-      if (!every.ok()) return Fail(every.status());
-      run_opts.profile_every_seconds = *every;
-    }
-    run_opts.argv.assign(argv, argv + argc);
-    pt::cli::ApplySlurmDefaults(&run_opts, run->count("--nnodes") > 0,
-                                run->count("--node-rank") > 0, run->count("--master-addr") > 0);
-    return pt::cli::RunJob(run_opts);
-  }
-  if (*server) return RunServer(online);
-  if (*agent_cmd) return RunAgent(online);
-  if (*trigger) return RunClient(online, true);
-  if (*status) return RunClient(online, false);
+  if (std::optional<int> rc = DispatchOnline(online, argc, argv)) return *rc;
+#else
+  if (std::optional<int> rc = RefuseOfflineStubs(offline_stubs)) return *rc;
 #endif
-
-  if (*analyze) return RunAnalyze(analyze_paths, analyze_flags);
-  if (*summarize) return RunSummarize(summarize_paths, summarize_out);
-  if (*diagnose) return RunAnalyze(diagnose_paths, diagnose_flags);
-  if (*diff) return RunDiff(diff_base, diff_test, diff_flags);
-  if (*show) return RunShow(show_paths, show_top, show_json);
-  if (*export_trace) return RunExportTrace(export_paths, export_out, export_diagnosis);
-  if (*simulate) return RunSimulate(sim);
-  return 0;
+  return DispatchOffline(offline);
 }

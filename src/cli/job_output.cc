@@ -1,0 +1,109 @@
+#include "cli/job_output.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "base/log.h"
+
+namespace perftracker::cli {
+
+std::pair<int, int> OutputRelay::AddChild() {
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return {-1, -1};
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    close(out[0]);
+    close(out[1]);
+    return {-1, -1};
+  }
+  ends_.push_back({out[0], STDOUT_FILENO, {}});
+  ends_.push_back({err[0], STDERR_FILENO, {}});
+  write_ends_.push_back(out[1]);
+  write_ends_.push_back(err[1]);
+  return {out[1], err[1]};
+}
+
+void OutputRelay::Start() {
+  for (int fd : write_ends_) close(fd);
+  write_ends_.clear();
+  if (!ends_.empty()) thread_ = std::thread([this] { Loop(); });
+}
+
+void OutputRelay::Join() {
+  if (!thread_.joinable()) return;
+  auto until = Clock::now() + std::chrono::seconds(2);
+  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(kStatusInterval / 5);
+  stop_ = true;
+  thread_.join();
+}
+
+void OutputRelay::Loop() {
+  std::vector<char> buf(64 << 10);
+  std::vector<pollfd> fds;
+  std::vector<End*> polled;
+  while (!stop_) {
+    fds.clear();
+    polled.clear();
+    for (End& e : ends_) {
+      if (e.fd < 0) continue;
+      fds.push_back({e.fd, POLLIN, 0});
+      polled.push_back(&e);
+    }
+    if (fds.empty()) break;
+    if (poll(fds.data(), fds.size(), 100) <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      End& e = *polled[i];
+      ssize_t n = read(e.fd, buf.data(), buf.size());
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      if (n <= 0) {
+        if (!e.partial.empty()) log::Passthrough(e.target, e.partial + "\n");
+        close(e.fd);
+        e.fd = -1;
+        continue;
+      }
+      e.partial.append(buf.data(), static_cast<size_t>(n));
+      size_t nl = e.partial.rfind('\n');
+      if (nl != std::string::npos) {
+        log::Passthrough(e.target, std::string_view(e.partial).substr(0, nl + 1));
+        e.partial.erase(0, nl + 1);
+      }
+      if (e.partial.size() > kMaxPassthroughLine) {
+        log::Passthrough(e.target, e.partial);
+        e.partial.clear();
+      }
+    }
+  }
+  for (End& e : ends_)
+    if (e.fd >= 0) close(e.fd);
+  done_ = true;
+}
+
+std::string Elapsed(Clock::duration d) {
+  long s = static_cast<long>(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+  return s >= 3600 ? fmt::format("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+                   : fmt::format("{}:{:02}", s / 60, s % 60);
+}
+
+std::string StatusLine(const agent::AgentProgress& p, Clock::duration elapsed, int ranks) {
+  std::string line = fmt::format("perftracker {} | ", Elapsed(elapsed));
+  if (p.iteration < 0) {
+    line += "starting: the detector learns the iteration";
+  } else {
+    line += fmt::format("iteration {}, {:.1f} ms | detector: {}", p.iteration, p.iteration_ms,
+                        p.trigger.empty() ? "watching" : p.trigger);
+  }
+  if (p.window > 0) {
+    int of = std::max(ranks, p.ranks);
+    line += p.window_uploads < of ? fmt::format(" | window {}: profiling ({}/{} uploaded)",
+                                                p.window, p.window_uploads, of)
+                                  : fmt::format(" | window {}: uploaded", p.window);
+  }
+  return line;
+}
+
+}  // namespace perftracker::cli

@@ -1,0 +1,63 @@
+// What `perftracker run` shows on the terminal while a job runs: the ranks' own lines, relayed
+// whole so that they never share a terminal line with the live status line, and that status line
+// itself. Owns the relay's pipes and its reader thread.
+#ifndef PERFTRACKER_CLI_JOB_OUTPUT_H_
+#define PERFTRACKER_CLI_JOB_OUTPUT_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "agent/agent.h"
+
+namespace perftracker::cli {
+
+using Clock = std::chrono::steady_clock;
+
+// How often the live status line is refreshed: often enough to feel live, rarely enough to cost
+// nothing.
+constexpr auto kStatusInterval = std::chrono::milliseconds(250);
+// A rank's output line longer than this is passed on in pieces (a progress bar without newlines).
+constexpr size_t kMaxPassthroughLine = 64 << 10;
+
+// On a terminal the ranks' stdout and stderr come through pipes, so that their lines and the
+// status line never share a terminal line. One thread reads every pipe and writes whole lines.
+class OutputRelay {
+ public:
+  // Two pipes for a child: returns {child's stdout, child's stderr} write ends, or {-1, -1}.
+  std::pair<int, int> AddChild();
+  // After the children were spawned: the parent's write ends close, the reader starts.
+  void Start();
+  // Returns once every child's pipes reached end of file (all writers, the ranks' own children
+  // included, are gone), or after a bound: a daemon a rank left behind may hold a pipe forever.
+  void Join();
+
+ private:
+  struct End {
+    int fd;
+    int target;
+    std::string partial;
+  };
+
+  void Loop();
+
+  std::vector<End> ends_;
+  std::vector<int> write_ends_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> done_{false};
+};
+
+// "0:24", "1:02:03": a job's running time.
+std::string Elapsed(Clock::duration d);
+
+// "perftracker 0:24 | iteration 137, 84.3 ms | detector: watching | window 1: profiling (2/4)"
+std::string StatusLine(const agent::AgentProgress& p, Clock::duration elapsed, int ranks);
+
+}  // namespace perftracker::cli
+
+#endif  // PERFTRACKER_CLI_JOB_OUTPUT_H_

@@ -1,0 +1,48 @@
+#include "cli/job_output.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace perftracker::cli {
+namespace {
+
+using std::chrono::seconds;
+
+TEST(JobOutputTest, ElapsedAsMinutesThenHours) {
+  EXPECT_EQ(Elapsed(seconds(0)), "0:00");
+  EXPECT_EQ(Elapsed(seconds(84)), "1:24");
+  EXPECT_EQ(Elapsed(seconds(3599)), "59:59");
+  EXPECT_EQ(Elapsed(seconds(3723)), "1:02:03");
+}
+
+TEST(JobOutputTest, StatusLineBeforeTheFirstIteration) {
+  EXPECT_EQ(StatusLine({}, seconds(5), 4),
+            "perftracker 0:05 | starting: the detector learns the iteration");
+}
+
+TEST(JobOutputTest, StatusLineWithAWindow) {
+  agent::AgentProgress p;
+  p.ranks = 2;
+  p.iteration = 137;
+  p.iteration_ms = 84.34;
+  p.window = 1;
+  p.window_uploads = 2;
+  EXPECT_EQ(StatusLine(p, seconds(24), 4),
+            "perftracker 0:24 | iteration 137, 84.3 ms | detector: watching | window 1: "
+            "profiling (2/4 uploaded)");
+  p.trigger = "slowdown on rank 2";
+  p.window_uploads = 4;
+  EXPECT_EQ(StatusLine(p, seconds(24), 4),
+            "perftracker 0:24 | iteration 137, 84.3 ms | detector: slowdown on rank 2 | "
+            "window 1: uploaded");
+  // --nproc 0: the ranks the agent saw count.
+  p.ranks = 8;
+  p.window_uploads = 4;
+  EXPECT_EQ(StatusLine(p, seconds(24), 0),
+            "perftracker 0:24 | iteration 137, 84.3 ms | detector: slowdown on rank 2 | "
+            "window 1: profiling (4/8 uploaded)");
+}
+
+}  // namespace
+}  // namespace perftracker::cli
