@@ -24,7 +24,8 @@ SOURCE_SUFFIXES = ('.cc', '.h')
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))
-    ctags = shutil.which('ctags')
+    # Debian's universal-ctags installs ctags-universal (and ctags as an alternative).
+    ctags = shutil.which('ctags-universal') or shutil.which('ctags')
     if ctags is None:
         print('check_structure: ctags not found (Debian package universal-ctags)')
         return 2

@@ -25,6 +25,8 @@ pkgs=(
   chromium prometheus
   # launcher tests: a real Slurm cluster on this machine, scripts/slurm_local.sh
   slurm-wlm munge
+  # the structure check: Universal Ctags gives each function's end line, scripts/check_structure.py
+  universal-ctags
 )
 if [[ ${1:-} == --list ]]; then  # print the packages, install nothing
   printf '%s\n' "${pkgs[@]}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit tests, integration tests with real torch, a short
-# fixed-length fuzz run of each parser (traces, summaries, worker messages, diagnoses read back), and the check that scripts/deps.sh installs every
-# package the build and the tests used (scripts/check_deps.py).
+# fixed-length fuzz run of each parser (traces, summaries, worker messages, diagnoses read back),
+# the check that scripts/deps.sh installs every package the build and the tests used
+# (scripts/check_deps.py) and the size limits of scripts/check_structure.py.
 #
 # No test skips silently: a skip shows in ctest's summary, and with CI=true (.ci/run sets it) a
 # test that would skip for a missing part fails instead.
@@ -26,4 +27,6 @@ for t in trace_reader summary worker_message diagnosis_reader; do
   echo "fuzz: $t, 20000 runs clean"
 done
 /usr/bin/python3 scripts/check_deps.py --build build --build build-fuzz
+# Sizes that keep the code changeable: no file in src/ over 900 lines, no function over 150.
+/usr/bin/python3 scripts/check_structure.py
 ctest --test-dir build --output-on-failure -j2
