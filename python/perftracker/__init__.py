@@ -3,13 +3,19 @@
 `perftracker._worker` (C++) holds the iteration detector and the Python tracer; `hooks` feeds it
 from torch's DataLoader and optimizers and talks to the node agent. `sitecustomize` turns it on
 in every Python process when PERFTRACKER_AGENT_SOCKET or PERFTRACKER_ENABLE is set.
+
+Modules: hooks (the entry point: enable(), the collector's state), patches (torch's DataLoader,
+optimizers and torch.distributed; the post-import finder), window (profiling windows and
+torch.profiler around them), client (the socket to the node agent), protocol (the worker <->
+agent messages, src/worker/protocol.md), config (defaults and bounds), identity (rank and host
+from the launcher's environment).
 """
 # The compiled module is built into build/python/perftracker while the sources live in
 # python/perftracker: let either directory complete the package.
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 
-def enable(config=None):
+def enable(config=None) -> bool:
     """Installs the collector in this process (what sitecustomize does). Returns True if on."""
     from . import hooks
     return hooks.enable(config)

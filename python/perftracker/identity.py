@@ -6,7 +6,7 @@ sets SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and SLURMD_NODENAME
 mpirun OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK and _NODE_RANK; MPICH and other PMI launchers
 PMI_RANK, PMI_SIZE and MPI_LOCALRANKID. The first launcher in that order whose rank and world
 size are both set names the process (torchrun inside an srun step is torchrun's rank); what no
-launcher sets, torch.distributed fills in once initialised (hooks.py). The host is Slurm's node
+launcher sets, torch.distributed fills in once initialised (client.py). The host is Slurm's node
 name where there is one (several nodes may share a machine), else the machine's host name.
 """
 import os

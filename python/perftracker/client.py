@@ -1,0 +1,364 @@
+"""The worker's side of the socket to the node agent (src/worker/protocol.md): one daemon thread
+drains the detector's news, batches iteration times, sends newline-delimited JSON over a
+non-blocking Unix socket, and reads the agent's commands. Messages are built and commands
+dispatched by protocol.py's names.
+"""
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+from perftracker import config, identity, protocol
+
+if TYPE_CHECKING:
+    from perftracker.hooks import Collector
+
+Message = Dict[str, Any]
+
+
+class AgentClient:
+    """One daemon thread: drains the detector's news, batches iteration times, sends newline-
+    delimited JSON to the agent over a non-blocking Unix socket, and reads its commands. Also
+    appends every message to PERFTRACKER_WORKER_LOG when set (tests, or running without an agent).
+    """
+
+    MAX_OUT = config.MAX_OUT  # bytes waiting for the socket; beyond that, messages are dropped
+    HOLD_MAX_S = config.HOLD_MAX_S  # a window's collection never holds the detector longer
+
+    def __init__(self, collector: "Collector", sock_path: str, log_path: str,
+                 period_s: float = config.CLIENT_PERIOD_S) -> None:
+        # w, the windows and the patches come from the collector each time (tests replace w).
+        self._collector = collector
+        self.sock_path = sock_path
+        self.log_path = log_path
+        self.period_s = period_s
+        self.sock: Optional[socket.socket] = None
+        self.next_connect = 0.0
+        self.out = bytearray()
+        self.inbuf = bytearray()
+        self.dropped = 0
+        self.lock = threading.Lock()
+        self.extra: List[Message] = []  # messages from other threads (send())
+        self.pending_profile: Optional[Tuple[Message, float]] = None  # (command, time received)
+        # The window whose collection holds the detector (worker/shift_detector.h): from the
+        # window's end until the agent says it uploaded the summary, or HOLD_MAX_S.
+        self.held: Optional[Tuple[Any, float]] = None  # (window, monotonic time held)
+        self.replies: List[Message] = []  # answers to commands, shipped in the same tick
+        self.last_iteration = -1  # the last completed iteration index the detector reported
+        self.stop = threading.Event()
+        who = identity.identity()  # the launcher's environment (torchrun, Slurm, MPI)
+        self.ident = {"pid": os.getpid(), "rank": who["rank"], "local_rank": who["local_rank"],
+                      "world_size": who["world_size"], "host": who["host"]}
+        self.thread = threading.Thread(target=self._run, name="perftracker-agent", daemon=True)
+        # The agent's commands (protocol.AGENT_TO_WORKER), by type.
+        self.handlers: Dict[str, Callable[[Message], None]] = {
+            protocol.PROFILE.name: self._on_profile,
+            protocol.STOP.name: self._on_stop,
+            protocol.UPLOADED.name: self._on_uploaded,
+            protocol.STACKS_REQUEST.name: self._on_stacks,
+        }
+
+    @property
+    def _w(self) -> Any:
+        return self._collector.w
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def send(self, msg: Message) -> None:
+        """Queues MSG for the next tick (any thread); dropped beyond MAX_EXTRA_MESSAGES."""
+        with self.lock:
+            if len(self.extra) < config.MAX_EXTRA_MESSAGES:
+                self.extra.append(msg)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.period_s):
+            try:
+                self.tick()
+            except Exception as e:
+                self._collector.turn_off(e)
+                return
+
+    def tick(self) -> None:
+        """Drains and ships everything pending; also called once at exit."""
+        if self.ident["rank"] is None:
+            self.ident["rank"] = _rank()
+        if self.ident["world_size"] is None:
+            self.ident["world_size"] = _world_size()
+        self._start_profile()
+        if self.held is not None and time.monotonic() - self.held[1] > self.HOLD_MAX_S:
+            self._release(None)
+        msgs = self._messages()
+        self._log(msgs)
+        if self.sock_path:
+            self._io(msgs)
+
+    def _log(self, msgs: List[Message]) -> None:
+        if self.log_path and msgs:
+            with open(self.log_path, "a") as f:
+                for m in msgs:
+                    f.write(json.dumps(m) + "\n")
+
+    # ---- the detector's news -> messages ----
+
+    def _messages(self) -> List[Message]:
+        news = self._w.drain()
+        with self.lock:
+            msgs, self.extra = self.extra, []
+        iters = []
+        for n in news:
+            if n[0] == "iter":
+                iters.append([n[1], n[2], n[3], bool(n[4])])
+                self.last_iteration = n[1]
+            elif n[0] in ("window_done", "window_failed"):
+                msgs.append(self._window_message(n[0], n[1]))
+            else:
+                m = _news_message(n)
+                if m is not None:
+                    msgs.append(m)
+        if iters:
+            msgs.insert(0, protocol.make(protocol.ITERATIONS, items=iters))
+        for m in msgs:
+            m.update(self.ident)
+        return msgs
+
+    def _window_message(self, what: str, path: str) -> Message:
+        rec = self._collector.windows.pop(path)
+        if what == "window_done" and self.sock is not None:
+            # While armed the window excludes its iterations itself; from its end until the
+            # agent uploaded the summary, the collection's work slows training.
+            self._hold(rec.get("window"))
+        m = protocol.make(protocol.PYTHON_TRACE, path=path if what == "window_done" else None,
+                          window=rec.get("window"), torch=bool(rec.get("torch")))
+        if what == "window_failed":
+            m["error"] = f"could not write {path}"
+        return m
+
+    # ---- the socket ----
+
+    def _io(self, msgs: List[Message]) -> None:
+        if self.sock is None and time.monotonic() >= self.next_connect:
+            self._connect()
+        if self.sock is None:
+            self.dropped += len(msgs)
+            return
+        if not self._ship(msgs):
+            return
+        try:
+            while True:
+                chunk = self.sock.recv(config.RECV_CHUNK)
+                if not chunk:
+                    self._close()
+                    return
+                self.inbuf += chunk
+                if len(self.inbuf) > self.MAX_OUT:
+                    self.inbuf.clear()  # a runaway peer: forget it rather than grow
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close()
+            return
+        while b"\n" in self.inbuf:
+            line, _, rest = bytes(self.inbuf).partition(b"\n")
+            self.inbuf = bytearray(rest)
+            self._command(line)
+        if self.replies and self.sock is not None:
+            replies, self.replies = self.replies, []
+            for m in replies:
+                m.update(self.ident)
+            self._log(replies)
+            self._ship(replies)
+
+    def _ship(self, msgs: List[Message]) -> bool:
+        """Queues msgs (dropped beyond MAX_OUT) and sends what the socket takes now; False when
+        the connection broke."""
+        data = b"".join(json.dumps(m, separators=(",", ":")).encode() + b"\n" for m in msgs)
+        if len(self.out) + len(data) > self.MAX_OUT:
+            self.dropped += len(msgs)
+        else:
+            self.out += data
+        try:
+            while self.out:
+                n = self.sock.send(self.out)
+                del self.out[:n]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._close()
+            return False
+        return True
+
+    def _connect(self) -> None:
+        self.next_connect = time.monotonic() + config.RECONNECT_S
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(self.sock_path)
+        except OSError:
+            s.close()
+            return
+        self.sock = s
+        self.out.clear()
+        hello = {**protocol.make(protocol.HELLO, v=protocol.VERSION,
+                                 clock_offset_ns=time.time_ns() - time.monotonic_ns()), **self.ident}
+        self.out += json.dumps(hello).encode() + b"\n"
+
+    def _close(self) -> None:
+        self._release(None)  # no agent, no upload to wait for
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        self.sock = None
+        self.out.clear()
+        self.inbuf.clear()
+        self.replies = []
+
+    # ---- the agent's commands ----
+
+    def _command(self, line: bytes) -> None:
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(cmd, dict):
+            return
+        kind = cmd.get("type")
+        handler = self.handlers.get(kind) if isinstance(kind, str) else None
+        if handler is not None:
+            handler(cmd)
+
+    def _on_profile(self, cmd: Message) -> None:
+        self.pending_profile = (cmd, time.monotonic())
+        self._start_profile()
+
+    def _on_stop(self, cmd: Message) -> None:
+        self._w.stop_window()
+
+    def _on_uploaded(self, cmd: Message) -> None:
+        self._release(cmd.get("window"))
+
+    def _on_stacks(self, cmd: Message) -> None:
+        self.replies.append(self.stacks_reply(cmd.get("request_id")))
+
+    def _start_profile(self) -> None:
+        """Starts the pending window once the trace file can be named after the rank (a command
+        that arrives before torch.distributed is initialized waits, up to RANK_WAIT_S, then uses
+        the pid)."""
+        if self.pending_profile is None:
+            return
+        cmd, since = self.pending_profile
+        rank = self.ident["rank"]
+        if rank is None and not cmd.get("path") and time.monotonic() - since < config.RANK_WAIT_S:
+            return
+        self.pending_profile = None
+        tag = f"rank-{rank}" if rank is not None else f"pid-{os.getpid()}"
+        out = str(cmd.get("path") or os.path.join(str(cmd.get("dir") or config.DEFAULT_TRACE_DIR),
+                                                  f"{tag}.python.json"))
+        window = cmd.get("window")
+        if not isinstance(window, int) or isinstance(window, bool):
+            window = None
+        ok = self._collector.windows.start(
+            out, window, int(cmd.get("iters", config.WINDOW_ITERATIONS)),
+            float(cmd.get("max_s", config.WINDOW_MAX_S)), int(cmd.get("start_iter", -1)))
+        self.send(protocol.make(protocol.PROFILE_ACK, accepted=bool(ok), path=out, window=window))
+
+    def _hold(self, window: Any) -> None:
+        """torch.profiler's export and the agent's summarizing slow training: the iterations
+        from the window's end until its upload say nothing about the job. (Those before the
+        window starts do: holding from the command on left the trigger blind for dozens of
+        iterations, and its reference late, across a fault that began meanwhile.)"""
+        self._release(None)
+        self._w.hold_detector(True)
+        self.held = (window, time.monotonic())
+
+    def _release(self, window: Any) -> None:
+        if self.held is not None and (window is None or window == self.held[0]):
+            self.held = None
+            self._w.hold_detector(False)
+
+    def stacks_reply(self, request_id: Any) -> Message:
+        c = self._collector
+        return protocol.make(protocol.STACKS_REPLY, request_id=request_id,
+                             iteration=self.last_iteration,
+                             threads=thread_stacks(c.train_tid, skip=(threading.get_ident(),)),
+                             last_collective=c.patches.last_collective())
+
+
+def _news_message(n: tuple) -> Optional[Message]:
+    """The message for one item of _worker.drain() other than iterations and window ends."""
+    if n[0] == "learned":
+        return protocol.make(protocol.LEARNED, pattern=n[1])
+    if n[0] == "relearn":
+        return protocol.make(protocol.RELEARN)
+    if n[0] == "slowdown":
+        return protocol.make(protocol.TRIGGER, kind="slowdown", iteration=n[1], mean_ns=n[2],
+                             best_ns=n[3])
+    if n[0] == "hang":
+        return protocol.make(protocol.TRIGGER, kind="hang", iteration=n[1], now_ns=n[2],
+                             mean_ns=n[3])
+    return None
+
+
+def thread_stacks(train_tid: Optional[int] = None, skip: Iterable[int] = ()) -> List[Message]:
+    """Every Python thread's stack, outermost frame first, the training thread (TRAIN_TID, else
+    the main thread) first."""
+    frames = sys._current_frames()
+    try:
+        main = train_tid if train_tid is not None else threading.main_thread().ident
+        by_ident = {t.ident: t for t in threading.enumerate()}
+        out = []
+        for ident in sorted(frames, key=lambda i: (i != main, i)):
+            if ident in skip:
+                continue
+            if len(out) >= config.MAX_STACK_THREADS:
+                break
+            out.append(_thread_entry(frames[ident], by_ident.get(ident), ident, main))
+        return out
+    finally:
+        del frames
+
+
+def _thread_entry(f: Any, t: Optional[threading.Thread], ident: int, main: Optional[int]) -> Message:
+    """One thread of a stacks reply (protocol.STACK_THREAD_FIELDS)."""
+    stack = []
+    dropped = 0
+    while f is not None:
+        if len(stack) < config.MAX_STACK_FRAMES:
+            stack.append({"file": f.f_code.co_filename, "line": f.f_lineno, "function": f.f_code.co_name})
+        else:
+            dropped += 1  # the innermost frames are kept: that is where a thread waits
+        f = f.f_back
+    stack.reverse()
+    native = getattr(t, "native_id", None) if t is not None else None
+    entry = {"tid": native if native is not None else ident, "name": t.name if t is not None else "",
+             "main": ident == main, "frames": stack}
+    if dropped:
+        entry["frames_dropped"] = dropped
+    return entry
+
+
+def _from_env_or_dist(field: str, getter: str) -> Optional[int]:
+    """FIELD from the launcher's environment (identity.py), else torch.distributed's value once
+    initialized (mp.spawn sets no env)."""
+    v = identity.identity(hostname="")[field]
+    if v is not None:
+        return v
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return getattr(dist, getter)()
+    except Exception:
+        pass
+    return None
+
+
+def _rank() -> Optional[int]:
+    return _from_env_or_dist("rank", "get_rank")
+
+
+def _world_size() -> Optional[int]:
+    return _from_env_or_dist("world_size", "get_world_size")

@@ -1,0 +1,74 @@
+"""The in-worker collector's numbers and environment variables, named once.
+
+The window defaults mirror src/base/window_defaults.h (tests/test_protocol.py checks that they
+are equal): a `profile` command without `iters` or `max_s` gets the same window the agent, the
+server and the launcher would ask for. Everything else here is a bound of the collector's own
+(src/worker/protocol.md describes what the agent may rely on).
+"""
+
+# ---- profiling windows (src/base/window_defaults.h) ----
+
+# window_defaults::kIterations: iterations a window profiles.
+WINDOW_ITERATIONS = 10
+# window_defaults::kMaxSeconds: a window's profiling time limit.
+WINDOW_MAX_S = 20.0
+# Where a window's trace goes when the command names neither a path nor a directory.
+DEFAULT_TRACE_DIR = "/tmp"
+# A profile command that arrives before torch.distributed is initialized waits this long for
+# the rank (the file is named after it), then names the file after the pid.
+RANK_WAIT_S = 30
+# Windows whose python_trace message is still due; older ones are forgotten.
+WINDOWS_DUE = 16
+# How long the exit hook waits for a window's files (the Python tracer's, torch.profiler's
+# export) still being written: a window that ends with the job is still delivered.
+EXIT_WAIT_S = 10.0
+# The exit hook's poll while torch.profiler exports are still running.
+EXIT_POLL_S = 0.05
+# While the export thread parses torch's events (pure Python, tens of ms per thousand events),
+# the training thread waits for the GIL up to one switch interval (5 ms by default) each time it
+# wants it back; a shorter interval bounds those waits.
+EXPORT_SWITCH_INTERVAL_S = 0.0005
+# A window's collection never holds the detector longer than this (seconds from its end until
+# the agent says it uploaded the summary).
+HOLD_MAX_S = 120.0
+# Error text carried in a torch_trace message is cut to this many characters.
+MAX_ERROR_CHARS = 500
+
+# ---- the agent client ----
+
+# The daemon thread ships messages and reads commands this often.
+CLIENT_PERIOD_S = 0.5
+# While the agent is absent, a connection is tried at most this often.
+RECONNECT_S = 2.0
+# Bytes waiting for the socket (and bytes of unread commands); beyond that, messages are dropped.
+MAX_OUT = 1 << 20
+# Bytes read from the socket at a time.
+RECV_CHUNK = 65536
+# Messages other threads queued (send()) between two ticks; beyond that they are dropped.
+MAX_EXTRA_MESSAGES = 1000
+
+# ---- hang stacks ----
+
+# Threads in one stacks reply (the training thread first).
+MAX_STACK_THREADS = 64
+# Frames per thread: a deeper stack keeps its innermost ones, where the thread waits.
+MAX_STACK_FRAMES = 100
+
+# ---- environment ----
+
+ENV_CONFIG = {  # environment variable -> _worker.install key
+    "PERFTRACKER_LEARN_REPEATS": "learn_repeats",
+    "PERFTRACKER_WINDOW": "window",
+    "PERFTRACKER_SLOWDOWN_RATIO": "slowdown_ratio",
+    "PERFTRACKER_WARMUP_ITERATIONS": "warmup_iterations",
+    "PERFTRACKER_REFERENCE_ITERATIONS": "reference_iterations",
+    "PERFTRACKER_HANG_FACTOR": "hang_factor",
+    "PERFTRACKER_RELEARN_AFTER": "relearn_after",
+    "PERFTRACKER_TRACER_MAX_NODES": "tracer_max_nodes",
+}
+# The node agent's socket ({node}: this node's name, identity.agent_socket).
+AGENT_SOCKET_ENV = "PERFTRACKER_AGENT_SOCKET"
+# Every message is also appended here ({pid}: the process id): tests, or running without an agent.
+WORKER_LOG_ENV = "PERFTRACKER_WORKER_LOG"
+# "PID:RANK" of the process that runs the collector, inherited by the processes it starts.
+OWNER_ENV = "PERFTRACKER_RANK_OWNER"
