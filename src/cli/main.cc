@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -78,7 +79,8 @@ void AddOutputFlags(CLI::App* cmd, OutputFlags* flags) {
                   "write the diagnosis as JSON (perftracker.diagnosis/1)");
   cmd->add_option("--html", flags->html_path,
                   "write the report as one self-contained HTML page (charts, no outside request)");
-  cmd->add_option("--threads", flags->threads, "parallel readers (default: all cores)");
+  cmd->add_option("--threads", flags->threads,
+                  "parallel readers, and diagnosis threads (default: all cores)");
   cmd->add_flag("-q,--quiet", flags->quiet, "no terminal report");
   cmd->add_flag("--stats", flags->stats, "print read throughput, time and peak memory to stderr");
   AddDiagnoseFlags(cmd, &flags->diagnose);
@@ -143,7 +145,9 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
   pt::pattern::LoadStats stats;
   auto job = pt::pattern::LoadCompactJob(paths, {.threads = flags.threads}, &stats);
   if (!job.ok()) return Fail(job.status());
-  pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job, flags.diagnose);
+  pt::diagnose::DiagnoseOptions options = flags.diagnose;
+  options.threads = static_cast<size_t>(std::max(flags.threads, 0));  // as many as the readers
+  pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job, options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   int rc = Emit(diagnosis, flags, &*job, JobTitle(paths));
   if (flags.stats) PrintStats(stats, seconds);
