@@ -1,7 +1,7 @@
 // Diagnosis at scale: a simulated job of N workers (src/sim, the same ranks `perftracker
-// simulate` writes) is generated rank by rank on --threads threads (default 2) straight into the compact job form
-// (no files), then diagnosed. Prints the time to build the job, the time to diagnose it, peak
-// memory, and whether the top findings name the injected faults.
+// simulate` writes) is generated rank by rank on --threads threads (default 2) straight into the
+// compact job form (no files), then diagnosed. Prints the time to build the job, the time to
+// diagnose it, peak memory, and whether the top findings name the injected faults.
 //   build/diagnose_scale --workers 100000 --layout tp=8,pp=4 --fault slow-gpu@rank=77
 // A program that prints its figures, not a timing-gated test.
 #include <fmt/format.h>

@@ -12,6 +12,10 @@
 
 namespace perftracker {
 
+// The median absolute deviation times this estimates the standard deviation of normally
+// distributed values (1 / the normal's 75th percentile); the robust spread everywhere here.
+inline constexpr double kMadToSigma = 1.4826;
+
 inline double Median(std::vector<double> v) {
   std::erase_if(v, [](double x) { return std::isnan(x); });
   if (v.empty()) return 0;

@@ -21,7 +21,7 @@ Reference RobustReference(const std::vector<double>& values) {
   for (double v : values)
     if (!std::isnan(v)) dev.push_back(std::fabs(v - ref.median));
   double mad = Median(std::move(dev));
-  ref.scale = std::max({mad * 1.4826, 0.02 * std::fabs(ref.median), 20.0});
+  ref.scale = std::max({mad * kMadToSigma, 0.02 * std::fabs(ref.median), 20.0});
   return ref;
 }
 

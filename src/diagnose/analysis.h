@@ -17,7 +17,8 @@
 
 namespace perftracker::diagnose::internal {
 
-using ::perftracker::Median;  // base/median.h
+using ::perftracker::kMadToSigma;  // base/median.h
+using ::perftracker::Median;
 
 // The robust reference of a set of per-rank values: median and a MAD-based scale floored at
 // max(1.4826*MAD, 2% of the median, 20 us), so that identical peers (MAD 0) do not turn

@@ -14,23 +14,6 @@ namespace {
 using pattern::CompactRank;
 using pattern::FunctionClass;
 
-// A collective is compared across instances of its kind only with at least this many of them:
-// with two, neither can be voted the odd one.
-constexpr size_t kMinPeerInstances = 3;
-// The spread of instance values is floored (us): identical instances (MAD 0) must not turn
-// microsecond noise into a slow link.
-constexpr double kMinScaleUs = 20.0;
-// MAD to standard deviation under normal noise.
-constexpr double kMadToSigma = 1.4826;
-// The group's median member damps single-rank noise, so an instance needs less than a single
-// function (policy::kMinFraction of the step) to count: 2% of what the collective takes on
-// healthy ranks, 1% of the iteration, and the absolute minimum; the node's findings add its
-// instances up.
-constexpr double kInstanceShareOfReference = 0.02;
-constexpr double kInstanceShareOfIteration = 0.01;
-// A finding names at most this many of the slowed functions.
-constexpr size_t kMaxFunctionRefs = 3;
-
 double LowQuartile(std::vector<double> v) {
   if (v.empty()) return 0;
   size_t k = v.size() / 4;
@@ -48,7 +31,7 @@ Reference HealthyLevel(const std::vector<double>& v) {
   std::vector<double> dev;
   for (double x : v)
     if (x <= mid) dev.push_back(std::fabs(x - ref.median));
-  ref.scale = std::max(kMadToSigma * Median(std::move(dev)), kMinScaleUs);
+  ref.scale = std::max(kMadToSigma * Median(std::move(dev)), policy::kMinInstanceScaleUs);
   return ref;
 }
 
@@ -141,7 +124,7 @@ PeerSets MeasureMembers(std::vector<GroupInstance>* inst) {
 void JudgeInstances(const PeerSets& peers, double iter_us, const DiagnoseOptions& o,
                     std::vector<GroupInstance>* inst, CollectiveEvidence* ev) {
   for (const auto& [key, idx] : peers) {
-    if (idx.size() < kMinPeerInstances) continue;
+    if (static_cast<double>(idx.size()) < policy::kMinPeerInstances) continue;
     std::vector<double> v;
     for (size_t k : idx) v.push_back((*inst)[k].value);
     const Reference ref = HealthyLevel(v);
@@ -164,8 +147,8 @@ void JudgeInstances(const PeerSets& peers, double iter_us, const DiagnoseOptions
       PeerComparison c;
       c.reference = r.median;
       c.excess = v[j] - r.median;
-      double thr = std::max({kInstanceShareOfReference * x.ref_us,
-                             kInstanceShareOfIteration * iter_us, o.min_abs_ms * 1000});
+      double thr = std::max({policy::kInstanceShareOfReference * x.ref_us,
+                             policy::kInstanceShareOfIteration * iter_us, o.min_abs_ms * 1000});
       // The link is judged from transfer time: when even the member that waited least took
       // clearly longer than in other instances, its own transfer was slow, whoever else was
       // late. Every member of a group crossing a slow link is slowed so, late or not.
@@ -396,7 +379,7 @@ std::vector<FunctionRef> LinkFindingWriter::FunctionRefs(const std::vector<std::
     for (const auto& h : hosts) touches |= x.hosts.count(h) > 0;
     if (!touches || !seen.insert(x.fn).second) continue;
     refs.push_back(MakeFunctionRef(cj_.function(x.fn)));
-    if (refs.size() >= kMaxFunctionRefs) break;
+    if (static_cast<double>(refs.size()) >= policy::kMaxLinkFunctions) break;
   }
   return refs;
 }

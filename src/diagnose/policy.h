@@ -91,6 +91,18 @@ namespace perftracker::diagnose::policy {
     "a node's NIC is slow when 80% of its cross-node groups are slow")                             \
   X(kNvlinkShare, 0.5, "share of groups",                                                          \
     "a node's NVLink is slow when half of its intra-node groups are slow")                         \
+  X(kMinPeerInstances, 3, "group instances",                                                       \
+    "a collective is compared across instances of its kind only with 3 or more: with two, "        \
+    "neither can be voted the odd one")                                                            \
+  X(kMinInstanceScaleUs, 20, "us",                                                                 \
+    "the spread of instance values is at least 20 us: identical instances must not turn "          \
+    "microsecond noise into a slow link")                                                          \
+  X(kInstanceShareOfReference, 0.02, "share of the collective",                                    \
+    "a slow instance exceeds 2% of what the collective takes on healthy ranks (the group's "       \
+    "median member damps single-rank noise, so less than one function's threshold)...")            \
+  X(kInstanceShareOfIteration, 0.01, "share of the iteration",                                     \
+    "...and 1% of the iteration; the node's finding adds its instances up")                        \
+  X(kMaxLinkFunctions, 3, "functions", "a link finding names at most 3 of the slowed collectives") \
   X(kBackedUpBytes, 16384, "bytes", "a TCP connection holding 16 KiB unacknowledged is backed up") \
   X(kBackedUpRankBytes, 65536, "bytes",                                                            \
     "a slow link holds 64 KiB on the connections touching its rank: on loopback a peer "           \

@@ -20,7 +20,7 @@ std::vector<IterationClass> ClassifyIterations(const std::vector<double>& d) {
     const double level = Median(late);
     std::vector<double> dev;
     for (double x : late) dev.push_back(std::fabs(x - level));
-    const double sigma = 1.4826 * Median(std::move(dev));
+    const double sigma = kMadToSigma * Median(std::move(dev));
     const double tolerance = std::max(kWarmupTolerance * level, kWarmupSigmas * sigma);
     for (size_t i = 0; i < n / 2; ++i) {
       if (std::fabs(d[i] - level) <= tolerance) break;

@@ -81,7 +81,7 @@ Noise NoiseOf(const std::vector<double>& residuals, double level, bool upper_rho
   std::vector<double> dev;
   dev.reserve(residuals.size());
   for (double r : residuals) dev.push_back(std::fabs(r));
-  n.sigma = std::max(1.4826 * Median(std::move(dev)), kMinSigmaRatio * level);
+  n.sigma = std::max(kMadToSigma * Median(std::move(dev)), kMinSigmaRatio * level);
   double mean = 0;
   for (double r : residuals) mean += r;
   mean /= static_cast<double>(residuals.size());
