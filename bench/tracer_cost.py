@@ -56,7 +56,7 @@ import json, statistics, sys, time
 import torch
 from perftracker import hooks
 hooks.enable({"window": 10})
-w = hooks._w
+w = hooks._collector.w
 torch.set_num_threads(1)
 model = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(4)])
 opt = torch.optim.SGD(model.parameters(), lr=0.01)

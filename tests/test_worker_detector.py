@@ -657,15 +657,15 @@ print("ok")
             code = """
 import os, subprocess, sys, time
 from perftracker import hooks
-assert hooks._w is not None and not hooks._off, "the rank itself is collected"
+assert hooks._collector.w is not None and not hooks._collector.off, "the rank itself is collected"
 pid = os.fork()
 if pid == 0:
-    assert hooks._off and hooks._client is None
+    assert hooks._collector.off and hooks._collector.client is None
     sys.exit(0)  # runs atexit: the parent's hook must not run here
 _, st = os.waitpid(pid, 0)
 assert os.WEXITSTATUS(st) == 0, "the forked child still had the collector on"
 out = subprocess.run([sys.executable, "-c",
-                      "from perftracker import hooks; print(hooks._w is None)"],
+                      "from perftracker import hooks; print(hooks._collector.w is None)"],
                      capture_output=True, text=True).stdout.strip()
 assert out == "True", out
 time.sleep(1.5)  # the client ships its messages every 0.5 s
@@ -690,15 +690,15 @@ print("ok", os.getpid())
 import torch
 from perftracker import hooks
 assert hooks.enable()
-w = hooks._w
+w = hooks._collector.w
 for _ in range(20):
     hooks.on_loader_next(); hooks.on_optimizer_step()
 assert w.start_window(50, 60.0, {out!r})
 hooks.on_loader_next()  # arms the window: torch.profiler starts on this thread
-assert hooks._profiler is not None and torch.autograd._profiler_enabled()
+assert hooks._collector.windows.profiler is not None and torch.autograd._profiler_enabled()
 hooks._turn_off(RuntimeError("test"))
 hooks.on_optimizer_step()  # the training thread's next event stops it
-assert hooks._profiler is None and not torch.autograd._profiler_enabled()
+assert hooks._collector.windows.profiler is None and not torch.autograd._profiler_enabled()
 print("ok")
 """], capture_output=True, text=True, env=env_with(PERFTRACKER_ENABLE="1"), timeout=120)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -710,7 +710,7 @@ print("ok")
         code = f"""
 import gc, time
 from perftracker import hooks
-w = hooks._w
+w = hooks._collector.w
 assert w.gc_event in gc.callbacks and gc.callbacks.count(w.gc_event) == 1
 hooks.enable()  # idempotent: one callback
 assert gc.callbacks.count(w.gc_event) == 1
@@ -788,8 +788,8 @@ print("ok")
 import builtins, sys
 assert getattr(builtins, "_pt_other_site", False), "chained sitecustomize did not run"
 from perftracker import hooks
-assert hooks._w is not None and hooks._w.stats()["installed"]
-hooks._w = None  # break it: the next event raises inside the collector
+assert hooks._collector.w is not None and hooks._collector.w.stats()["installed"]
+hooks._collector.w = None  # break it: the next event raises inside the collector
 hooks.on_loader_next(); hooks.on_loader_next(); hooks.on_optimizer_step()
 print("ok")
 """

@@ -16,7 +16,6 @@ import os
 import sys
 import threading
 import time
-import types
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from perftracker import config, identity, protocol
@@ -195,16 +194,3 @@ def _turn_off(err: BaseException) -> None:
 
 def _patch_distributed(mod: Any) -> None:
     _collector.patches.patch_distributed(mod)
-
-
-class _HooksModule(types.ModuleType):
-    """The collector's state read (and, to test containment, broken) as this module's attributes,
-    as when it was module globals: hooks._w, hooks._off, hooks._client, hooks._profiler."""
-
-    _w = property(lambda m: _collector.w, lambda m, v: setattr(_collector, "w", v))
-    _off = property(lambda m: _collector.off)
-    _client = property(lambda m: _collector.client)
-    _profiler = property(lambda m: _collector.windows.profiler)
-
-
-sys.modules[__name__].__class__ = _HooksModule

@@ -17,6 +17,7 @@
 #include "agent/retry.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/start_thread.h"
 #include "pattern/merge.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
@@ -361,7 +362,8 @@ Status Agent::Run() {
   PT_ASSIGN_OR_RETURN(m.stub, MakeStub(m.options.server, m.options.tls));
   PT_RETURN_IF_ERROR(m.Register());
   if (m.AgentId().empty()) return Status::Ok();  // stopped before the server answered
-  std::thread watcher([&m] { m.WatchLoop(); });
+  std::thread watcher;
+  PT_RETURN_IF_ERROR(StartThread(&watcher, [&m] { m.WatchLoop(); }));
 
   std::unique_lock lk(m.mu);
   while (!m.stopping) {

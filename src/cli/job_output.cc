@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "base/log.h"
+#include "base/start_thread.h"
 
 namespace perftracker::cli {
 
@@ -27,10 +28,11 @@ std::pair<int, int> OutputRelay::AddChild() {
   return {out[1], err[1]};
 }
 
-void OutputRelay::Start() {
+Status OutputRelay::Start() {
   for (int fd : write_ends_) close(fd);
   write_ends_.clear();
-  if (!ends_.empty()) thread_ = std::thread([this] { Loop(); });
+  if (ends_.empty()) return Status::Ok();
+  return StartThread(&thread_, [this] { Loop(); });
 }
 
 void OutputRelay::Join() {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "base/status.h"
 
 namespace perftracker::cli {
 
@@ -30,8 +31,9 @@ class OutputRelay {
  public:
   // Two pipes for a child: returns {child's stdout, child's stderr} write ends, or {-1, -1}.
   std::pair<int, int> AddChild();
-  // After the children were spawned: the parent's write ends close, the reader starts.
-  void Start();
+  // After the children were spawned: the parent's write ends close, the reader starts (an error
+  // when the system refuses the thread: the children's pipes would fill, so the job must stop).
+  Status Start();
   // Returns once every child's pipes reached end of file (all writers, the ranks' own children
   // included, are gone), or after a bound: a daemon a rank left behind may hold a pipe forever.
   void Join();

@@ -21,6 +21,7 @@
 #include "agent/socket_sink.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/start_thread.h"
 #include "cli/job_output.h"
 #include "cli/job_plan.h"
 #include "cli/rank_spawner.h"
@@ -128,7 +129,10 @@ class JobLauncher {
     ao_ = LocalAgentOptions(o_, server_addr_, token_, embedded_ != nullptr);
     if (Status st = StartAgent(); !st.ok()) return Error(st.message());
     if (Status st = SpawnRanks(); !st.ok()) return Error(st.message());
-    relay_.Start();
+    if (Status st = relay_.Start(); !st.ok()) {
+      AbortStart();
+      return Error("run: " + st.message());
+    }
     AnnounceStart();
     StartStatusLine();
     const JobEnd end =
@@ -265,8 +269,7 @@ class JobLauncher {
     auto sink = std::make_unique<agent::SocketSink>(sock_path_, trace_dir_, sink_options);
     if (Status st = sink->Start(); !st.ok()) return st;
     agent_ = std::make_unique<agent::Agent>(ao_, std::move(sink));
-    agent_thread_ = std::thread([this] { agent_status_ = agent_->Run(); });
-    return Status::Ok();
+    return StartThread(&agent_thread_, [this] { agent_status_ = agent_->Run(); });
   }
 
   void StopAgent() {
@@ -285,7 +288,7 @@ class JobLauncher {
     }
     if (!agent_) return;
     agent_->Stop();
-    agent_thread_.join();
+    if (agent_thread_.joinable()) agent_thread_.join();
   }
 
   // COMMAND once (--nproc 0: it starts the ranks) or --nproc ranks with torchrun's variables;
@@ -350,7 +353,7 @@ class JobLauncher {
 
   void StartStatusLine() {
     if (!log::StatusShown()) return;
-    status_thread_ = std::thread([this] {
+    const Status st = StartThread(&status_thread_, [this] {
       while (!job_done_) {
         log::SetStatus(StatusLine(agent_ ? agent_->Progress() : agent::AgentProgress{},
                                   Clock::now() - started_, o_.nproc));
@@ -358,6 +361,7 @@ class JobLauncher {
       }
       log::SetStatus("");
     });
+    if (!st.ok()) log::Detail("", "no status line: {}", st.message());
   }
 
   // After the last rank: what is left of the job goes, the agent stops, the timeline is
