@@ -74,20 +74,14 @@ class Collector:
     # ---- events from the training thread ----
 
     def on_loader_next(self) -> None:
-        if self.off:
-            if self.windows.profiler is not None:
-                self.windows.drop_profiler()
-            return
-        if self.train_tid is None:
-            self.train_tid = threading.get_ident()
-        try:
-            code = self.w.on_loader_next()
-            if code:
-                self.windows.edge(code)
-        except Exception as e:
-            self.turn_off(e)
+        self._training_event(step=False)
 
     def on_optimizer_step(self) -> None:
+        self._training_event(step=True)
+
+    def _training_event(self, step: bool) -> None:
+        """A DataLoader next() (STEP false) or an optimizer step() on the training thread: the
+        C++ detector's edge, if any, opens or closes a window."""
         if self.off:
             if self.windows.profiler is not None:
                 self.windows.drop_profiler()
@@ -95,7 +89,7 @@ class Collector:
         if self.train_tid is None:
             self.train_tid = threading.get_ident()
         try:
-            code = self.w.on_optimizer_step()
+            code = self.w.on_optimizer_step() if step else self.w.on_loader_next()
             if code:
                 self.windows.edge(code)
         except Exception as e:
