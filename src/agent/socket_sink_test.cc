@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "temp_dir.h"
+
 namespace perftracker::agent {
 namespace {
 
@@ -43,22 +45,7 @@ std::vector<T> Collect(size_t n, const std::function<std::vector<T>()>& poll) {
   return all;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    // Short, under /tmp: a Unix socket path is limited to 107 bytes.
-    char tmpl[] = "/tmp/pt-sink-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing_support::TempDir;
 
 // A worker as hooks.py behaves: one Unix stream connection, newline-delimited JSON.
 class FakeWorker {
@@ -156,7 +143,7 @@ class SocketSinkTest : public testing::Test {
     return Collect<WorkerTrace>(n, [&] { return sink_->PollFinished(); });
   }
 
-  TempDir dir_;
+  TempDir dir_{"pt-sink"};
   std::unique_ptr<SocketSink> sink_;
 };
 

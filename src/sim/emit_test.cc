@@ -12,26 +12,14 @@
 #include <sstream>
 #include <string>
 
+#include "temp_dir.h"
+
 namespace perftracker::sim {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/pt-sim-emit-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing_support::TempDir;
 
 Config Job(std::vector<const char*> faults = {}) {
   Config c;
@@ -129,7 +117,7 @@ TEST(WriteRanks, SameBytesWhateverTheThreads) {
   std::map<std::string, std::string> first;
   for (int threads : {1, 3, 64, 1000}) {
     c.threads = threads;
-    TempDir dir;
+    TempDir dir{"pt-sim-emit"};
     fs::create_directories(fs::path(dir.path()) / "summaries");
     fs::create_directories(fs::path(dir.path()) / "traces");
     Simulator sim(c);
@@ -152,7 +140,7 @@ TEST(WriteRanks, SameBytesWhateverTheThreads) {
 
 TEST(WriteRanks, StopsAtAnError) {
   Config c = Job();
-  TempDir dir;
+  TempDir dir{"pt-sim-emit"};
   // No summaries folder: the first rank fails.
   Simulator sim(c);
   RunStats stats;
@@ -165,7 +153,7 @@ TEST(WriteRanks, StopsAtAnError) {
 TEST(Run, WritesTruthSummariesAndTraces) {
   Config c = Job({"slow-gpu@rank=3"});
   c.threads = 4;
-  TempDir dir;
+  TempDir dir{"pt-sim-emit"};
   auto stats = sim::Run(c, dir.path() + "/job");
   ASSERT_TRUE(stats.ok()) << stats.status().message();
   EXPECT_EQ(stats->ranks_written, 16);
