@@ -13,7 +13,15 @@
 
 namespace perftracker::diagnose::internal {
 
+PeerWork& ThreadPeerWork() {
+  thread_local PeerWork work;
+  return work;
+}
+
 Reference RobustReference(const std::vector<double>& values) {
+  PeerWork& work = ThreadPeerWork();
+  ++work.references;
+  work.elements += values.size();
   Reference ref;
   ref.median = Median(values);
   std::vector<double> dev;
@@ -25,6 +33,55 @@ Reference RobustReference(const std::vector<double>& values) {
   return ref;
 }
 
+PeerReference MakePeerReference(const std::vector<double>& values) {
+  PeerReference p;
+  p.known = static_cast<size_t>(
+      std::count_if(values.begin(), values.end(), [](double x) { return !std::isnan(x); }));
+  ThreadPeerWork().elements += values.size();
+  p.ref = RobustReference(values);
+  return p;
+}
+
+SortedSample::SortedSample(const std::vector<double>& values) {
+  sorted_.reserve(values.size());
+  for (double v : values)
+    if (!std::isnan(v)) sorted_.push_back(v);
+  std::sort(sorted_.begin(), sorted_.end());
+  ThreadPeerWork().elements += values.size();
+}
+
+size_t SortedSample::Removed(double v) const {
+  if (std::isnan(v)) return sorted_.size();
+  auto it = std::lower_bound(sorted_.begin(), sorted_.end(), v);
+  return it != sorted_.end() && *it == v ? static_cast<size_t>(it - sorted_.begin())
+                                         : sorted_.size();
+}
+
+double SortedSample::MedianWithout(double v) const {
+  const size_t r = Removed(v);
+  const size_t k = sorted_.size() - (r < sorted_.size() ? 1 : 0);
+  if (k == 0) return 0;  // as Median of nothing
+  auto at = [&](size_t j) { return sorted_[j < r ? j : j + 1]; };
+  const size_t mid = k / 2;
+  const double hi = at(mid);
+  if (k % 2 == 1) return hi;
+  return (at(mid - 1) + hi) / 2;  // as Median: the lower half's largest, then the middle
+}
+
+double SortedSample::MinWithout(double v) const {
+  const size_t r = Removed(v);
+  const size_t k = sorted_.size() - (r < sorted_.size() ? 1 : 0);
+  if (k == 0) return std::numeric_limits<double>::infinity();
+  return sorted_[r == 0 ? 1 : 0];
+}
+
+double SortedSample::MaxWithout(double v) const {
+  const size_t r = Removed(v);
+  const size_t k = sorted_.size() - (r < sorted_.size() ? 1 : 0);
+  if (k == 0) return -std::numeric_limits<double>::infinity();
+  return sorted_[r == sorted_.size() - 1 ? sorted_.size() - 2 : sorted_.size() - 1];
+}
+
 double MinImpactUs(double iteration_us, const DiagnoseOptions& o) {
   return std::max(o.min_abs_ms * 1000.0, o.min_fraction * iteration_us);
 }
@@ -34,29 +91,25 @@ double EffectThreshold(double ref_us, double iteration_us, const DiagnoseOptions
 }
 
 PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double iteration_us,
-                            const DiagnoseOptions& o, const Reference* precomputed) {
+                            const DiagnoseOptions& o, const PeerReference* shared) {
   PeerComparison c;
   if (values.size() < 2 || i >= values.size()) return c;
-  double v = values[i];
+  const double v = values[i];
   // Unknown for this rank (NaN: a part of its data is missing): nothing to compare.
   if (std::isnan(v)) return c;
-  const size_t known = static_cast<size_t>(
-      std::count_if(values.begin(), values.end(), [](double x) { return !std::isnan(x); }));
-  if (known < 2) return c;
-  if (known < values.size()) {
-    // Compare among the ranks that have the value.
-    std::vector<double> have;
-    size_t at = 0;
-    for (size_t j = 0; j < values.size(); ++j) {
-      if (std::isnan(values[j])) continue;
-      if (j == i) at = have.size();
-      have.push_back(values[j]);
-    }
-    return ComparePeers(have, at, iteration_us, o, nullptr);
+  PeerReference local;
+  if (shared == nullptr) {
+    local = MakePeerReference(values);
+    shared = &local;
   }
-  if (values.size() == 2) {
+  // Ranks without the value (NaN) take no part: the comparison is among the KNOWN ranks.
+  const size_t known = shared->known;
+  if (known < 2) return c;
+  if (known == 2) {
     // Two ranks: no majority to vote with, so only a large gap counts.
-    c.reference = values[1 - i];
+    ThreadPeerWork().elements += values.size();
+    for (size_t j = 0; j < values.size(); ++j)
+      if (j != i && !std::isnan(values[j])) c.reference = values[j];
     c.excess = v - c.reference;
     double thr =
         std::max({policy::kTwoRankGap * std::fabs(c.reference), 2 * MinImpactUs(iteration_us, o),
@@ -69,14 +122,15 @@ PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double 
   // among four ranks moves both a lot), so it is compared with the others only. In large
   // groups its influence is negligible and the shared reference saves O(n^2) work.
   Reference ref;
-  if (values.size() <= policy::kLeaveOneOutMax) {
+  if (known <= policy::kLeaveOneOutMax) {
     std::vector<double> others;
-    others.reserve(values.size() - 1);
+    others.reserve(known - 1);
     for (size_t j = 0; j < values.size(); ++j)
-      if (j != i) others.push_back(values[j]);
+      if (j != i && !std::isnan(values[j])) others.push_back(values[j]);
+    ThreadPeerWork().elements += values.size();
     ref = RobustReference(others);
   } else {
-    ref = precomputed ? *precomputed : RobustReference(values);
+    ref = shared->ref;
   }
   c.reference = ref.median;
   c.excess = v - ref.median;

@@ -20,14 +20,50 @@ namespace perftracker::diagnose::internal {
 using ::perftracker::kMadToSigma;  // base/median.h
 using ::perftracker::Median;
 
+// The work the peer comparison does, counted on the thread that does it (one group's analysis
+// runs on one thread), so that a test can check how it grows with a group's size: timing would
+// be fooled by a noisy machine. Counting costs an add per reference or scan, not per element.
+struct PeerWork {
+  uint64_t elements = 0;    // values read to build references and medians, and to scan peers
+  uint64_t references = 0;  // robust references built
+};
+PeerWork& ThreadPeerWork();
+
 // The robust reference of a set of per-rank values: median and a MAD-based scale floored at
 // max(1.4826*MAD, 2% of the median, 20 us), so that identical peers (MAD 0) do not turn
-// microsecond noise into infinite z-scores.
+// microsecond noise into infinite z-scores. NaN values (unknown) take no part.
 struct Reference {
   double median = 0;
   double scale = 0;
 };
 Reference RobustReference(const std::vector<double>& values);
+
+// What every rank's comparison on one row of per-rank values shares, built once per (group,
+// function): how many ranks have a value (NaN: unknown) and the robust reference of those values.
+// Without it each rank's comparison would count and rebuild them: O(n^2) per row.
+struct PeerReference {
+  size_t known = 0;
+  Reference ref;
+};
+PeerReference MakePeerReference(const std::vector<double>& values);
+
+// The known values of a row, sorted once, for "everyone but rank i" in O(log n): the median,
+// the smallest and the largest of the others, exactly as over the others themselves.
+//   SortedSample s({4, 1, NaN, 3});  s.MedianWithout(3) == 2.5;  s.MedianWithout(NaN) == 3
+class SortedSample {
+ public:
+  explicit SortedSample(const std::vector<double>& values);
+  // V is the left-out rank's value (one instance of it is left out); NaN leaves out nothing.
+  double MedianWithout(double v) const;
+  double MinWithout(double v) const;  // +inf when nothing is left
+  double MaxWithout(double v) const;  // -inf when nothing is left
+  size_t size() const { return sorted_.size(); }
+
+ private:
+  // The index in sorted_ of the instance of V that is left out; size() when none is.
+  size_t Removed(double v) const;
+  std::vector<double> sorted_;
+};
 
 // The smallest excess (us per iteration) worth reporting for a value whose reference is `ref_us`.
 double EffectThreshold(double ref_us, double iteration_us, const DiagnoseOptions& o);
@@ -42,9 +78,12 @@ struct PeerComparison {
   bool high = false;     // significantly above
   bool low = false;      // significantly below
 };
-// `ref`, when given, is RobustReference(values), precomputed once for all i.
+// Ranks whose value is NaN are left out (compared among the ranks that have the value); `ref`,
+// when given, is MakePeerReference(values), built once for all i. With it the comparison costs
+// O(1) in groups larger than policy::kLeaveOneOutMax, and O(n) for the known ranks of smaller
+// ones (leave-one-out), so a whole row costs O(n) whatever is missing.
 PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double iteration_us,
-                            const DiagnoseOptions& o, const Reference* ref = nullptr);
+                            const DiagnoseOptions& o, const PeerReference* ref = nullptr);
 
 // Functions whose time is mostly waiting for someone else (peers, the GPU, a full launch queue):
 // they grow on the victims of a slowdown, not on its cause.

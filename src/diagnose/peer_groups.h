@@ -22,7 +22,9 @@ namespace internal {
 // The same on RANKS: indexes into RANKS, each group sorted; every rank is in exactly one group.
 // Groups come in order of their first member's first appearance, groups of three or more
 // first; a rank that resembles no large group stays in a small one (a singleton if alone).
-std::vector<std::vector<size_t>> PeerGroups(const std::vector<pattern::CompactRank>& ranks);
+// Signatures are built on THREADS threads (0: every core); the groups do not depend on it.
+std::vector<std::vector<size_t>> PeerGroups(const std::vector<pattern::CompactRank>& ranks,
+                                            size_t threads = 0);
 
 }  // namespace internal
 }  // namespace perftracker::diagnose

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/parallel_for.h"
 #include "diagnose/analysis.h"
 #include "diagnose/policy.h"
 
@@ -35,24 +36,56 @@ struct RankValue {
   const CompactRank* r = nullptr;
   double value = 0;  // us per iteration
   bool affected = false;
-  std::vector<const CompactFunction*> functions;  // what carries the value, biggest first
+  // What carries the value; biggest first (by exclusive time when by_self) on the typical rank
+  // only, the one whose functions name the finding: sorting every rank's would cost more than
+  // the rule at 100,000 ranks.
+  std::vector<const CompactFunction*> functions;
+  bool by_self = false;
+  bool has_self = false;
 };
 
 struct RuleResult {
   std::vector<RankValue> per_rank;
   int affected = 0;
+  size_t typical = 0;  // index in per_rank of Typical()
 };
 
-// Runs FN(rank, &value) on every rank of the job.
+void SortBy(std::vector<const CompactFunction*>* fs, bool self, bool has_self) {
+  std::sort(fs->begin(), fs->end(), [&](const CompactFunction* a, const CompactFunction* b) {
+    return (self ? SelfUs(*a, has_self) : a->per_iter_us) >
+           (self ? SelfUs(*b, has_self) : b->per_iter_us);
+  });
+}
+
+// The affected rank whose value is the median of the affected ranks (the first rank when none
+// is affected): its functions name the finding.
+size_t TypicalIndex(const RuleResult& res) {
+  std::vector<size_t> a;
+  for (size_t k = 0; k < res.per_rank.size(); ++k)
+    if (res.per_rank[k].affected) a.push_back(k);
+  if (a.empty()) return 0;
+  std::sort(a.begin(), a.end(), [&](size_t x, size_t y) {
+    return res.per_rank[x].value < res.per_rank[y].value;
+  });
+  return a[a.size() / 2];
+}
+
+// Runs FN(rank, &value) on every rank of the job, on the options' threads (FN writes only its
+// rank's value), then orders the typical rank's functions.
 template <typename Fn>
 RuleResult Measure(const RuleInput& in, Fn fn) {
   RuleResult res;
-  for (const auto& r : in.cj.ranks()) {
-    RankValue rv;
-    rv.r = &r;
-    fn(r, &rv);
-    res.affected += rv.affected;
-    res.per_rank.push_back(std::move(rv));
+  const auto& ranks = in.cj.ranks();
+  res.per_rank.resize(ranks.size());
+  ParallelFor(ranks.size(), in.o.threads, [&](size_t k) {
+    res.per_rank[k].r = &ranks[k];
+    fn(ranks[k], &res.per_rank[k]);
+  });
+  for (const RankValue& rv : res.per_rank) res.affected += rv.affected;
+  if (!res.per_rank.empty()) {
+    res.typical = TypicalIndex(res);
+    RankValue& t = res.per_rank[res.typical];
+    SortBy(&t.functions, t.by_self, t.has_self);
   }
   return res;
 }
@@ -76,17 +109,8 @@ bool Reaches(const RuleInput& in, double impact_us) {
   return impact_us >= MinImpactUs(in.iter_us, in.o);
 }
 
-// The affected rank whose value is the median of the affected ranks: its functions name the
-// finding.
-const RankValue& Typical(const RuleResult& res) {
-  std::vector<const RankValue*> a;
-  for (const auto& rv : res.per_rank)
-    if (rv.affected) a.push_back(&rv);
-  if (a.empty()) return res.per_rank.front();
-  std::sort(a.begin(), a.end(),
-            [](const RankValue* x, const RankValue* y) { return x->value < y->value; });
-  return *a[a.size() / 2];
-}
+// The rank whose functions name the finding (TypicalIndex), its functions biggest first.
+const RankValue& Typical(const RuleResult& res) { return res.per_rank[res.typical]; }
 
 // The finding's common part: affected ranks and hosts, the typical rank's first MAX_FUNCTIONS
 // functions, impact and the value's spread over ranks.
@@ -127,13 +151,6 @@ std::string RanksPhrase(const Finding& f, size_t total) {
   return fmt::format("ranks {}", RankList(f.ranks));
 }
 
-void SortBy(std::vector<const CompactFunction*>* fs, bool self, bool has_self) {
-  std::sort(fs->begin(), fs->end(), [&](const CompactFunction* a, const CompactFunction* b) {
-    return (self ? SelfUs(*a, has_self) : a->per_iter_us) >
-           (self ? SelfUs(*b, has_self) : b->per_iter_us);
-  });
-}
-
 }  // namespace
 
 // Data loading on the critical path.
@@ -147,7 +164,6 @@ std::optional<Fired> DataLoaderRule(const RuleInput& in) {
       // Loader functions nest (enumerate(DataLoader) around __next__): the outermost counts.
       rv->value = std::max<double>(rv->value, f.per_iter_us);
     }
-    SortBy(&rv->functions, false, false);
     double it = IterationUs(r);
     rv->affected = it > 0 && rv->value > policy::kLoaderShare * it;
     rv->value = std::max(0.0, rv->value - policy::kLoaderAllowance * it);
@@ -180,7 +196,8 @@ std::optional<Fired> SyncRule(const RuleInput& in) {
       rv->functions.push_back(&f);
       rv->value += SelfUs(f, has_self);
     }
-    SortBy(&rv->functions, true, has_self);
+    rv->by_self = true;
+    rv->has_self = has_self;
     if (r.has_gpu && r.gpu_idle_us > 0) rv->value = std::min(rv->value, r.gpu_idle_us);
     double it = IterationUs(r);
     rv->affected = it > 0 && rv->value > policy::kSyncShare * it;
@@ -211,7 +228,6 @@ std::optional<Fired> PageableCopyRule(const RuleInput& in) {
       rv->functions.push_back(&f);
       rv->value += f.per_iter_us;
     }
-    SortBy(&rv->functions, false, false);
     rv->affected = rv->value > 0;
   });
   if (!Most(in, pageable)) return std::nullopt;
@@ -258,7 +274,6 @@ std::optional<Fired> LaunchBoundRule(const RuleInput& in) {
       gap += f.calls_per_iter * std::max(0.0, issue_us - f.mean_us);
       rv->functions.push_back(&f);
     }
-    SortBy(&rv->functions, false, false);
     if (calls < policy::kTinyKernelCalls) return;
     rv->value = std::min<double>(r.gpu_idle_us, gap);
     rv->affected = rv->value > 0;
@@ -306,7 +321,8 @@ std::optional<Fired> GpuIdleRule(const RuleInput& in, double explained_idle_us) 
       if (IsWaitClass(f.fclass()) || f.fclass() == FunctionClass::kAnnotation) continue;
       rv->functions.push_back(&f);
     }
-    SortBy(&rv->functions, true, has_self);
+    rv->by_self = true;
+    rv->has_self = has_self;
     double it = IterationUs(r);
     rv->affected = it > 0 && rv->value > policy::kGpuIdleShare * it;
   });
@@ -366,7 +382,6 @@ std::optional<Fired> LowBandwidthRule(const RuleInput& in) {
       rv->functions.push_back(&f);
       rv->value += f.per_iter_us * (1.0 - f.busbw_gbps / o.expected_busbw_gbps);
     }
-    SortBy(&rv->functions, false, false);
     rv->affected = !rv->functions.empty();
   });
   // Every rank must be low: a rank with normal bandwidth means the others were waiting.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -32,7 +33,20 @@ struct Row {
   const FunctionInfo* proto = nullptr;    // name, kind, class
   std::vector<const CompactFunction*> f;  // per member, nullptr when absent
   std::vector<double> v, self, calls;     // per member; 0 when absent
-  Reference ref_v, ref_self, ref_calls;
+  // Built once per row, shared by every member's comparison: ref_v for every row (each member is
+  // compared on each), the others when first needed (only straggler candidates need them; a
+  // group is analyzed on one thread).
+  PeerReference ref_v;
+  mutable std::optional<PeerReference> ref_self, ref_calls;
+
+  const PeerReference& RefSelf() const {
+    if (!ref_self) ref_self = MakePeerReference(self);
+    return *ref_self;
+  }
+  const PeerReference& RefCalls() const {
+    if (!ref_calls) ref_calls = MakePeerReference(calls);
+    return *ref_calls;
+  }
 };
 
 struct Outlier {
@@ -68,16 +82,14 @@ class GroupAnalysis {
 
  private:
   size_t n() const { return m_.size(); }
-  PeerComparison Compare(const std::vector<double>& v, size_t i, const Reference& ref) const {
+  PeerComparison Compare(const std::vector<double>& v, size_t i, const PeerReference& ref) const {
     return ComparePeers(v, i, iter_us_, o_, &ref);
   }
-  double PeersMedian(const std::vector<double>& v, size_t i) const {
-    std::vector<double> p;
-    for (size_t k = 0; k < v.size(); ++k)
-      if (k != i) p.push_back(v[k]);
-    return Median(std::move(p));
-  }
   void BuildRows();
+  // Each member's collective-time spread and the sorted samples of the collective times, their
+  // spreads and iteration counts: built once, so that a member's comparison with "everyone but
+  // it" is O(log n), not O(n).
+  void BuildCollectiveSamples();
   void CompareMembers();
   std::vector<size_t> Candidates() const;
   // A function of member I whose exclusive time exceeds its peers', or whose inclusive time is
@@ -109,6 +121,9 @@ class GroupAnalysis {
   std::vector<Member> m_;
   std::vector<Row> rows_;
   std::vector<double> own_cpu_, own_gpu_, coll_;
+  std::vector<double> coll_sd_;  // per member: its collectives' spreads added as variances
+  // Over the members whose collective time is known (coll_ not NaN).
+  std::optional<SortedSample> coll_sorted_, coll_sd_sorted_, coll_iters_sorted_;
 };
 
 void GroupAnalysis::BuildRows() {
@@ -163,15 +178,37 @@ void GroupAnalysis::BuildRows() {
     if (!python_missing) coll_[i] = unknown;
   }
   for (Row& row : rows_) {
-    row.ref_v = RobustReference(row.v);
-    row.ref_self = RobustReference(row.self);
-    row.ref_calls = RobustReference(row.calls);
+    row.ref_v = MakePeerReference(row.v);
   }
+  BuildCollectiveSamples();
+}
+
+void GroupAnalysis::BuildCollectiveSamples() {
+  // Collectives of one rank are summed: their spreads add as independent variances.
+  std::vector<double> var(n(), 0.0);
+  for (const Row& row : rows_) {
+    if (row.proto->fclass != FunctionClass::kCollective) continue;
+    ThreadPeerWork().elements += n();
+    for (size_t k = 0; k < n(); ++k)
+      if (row.f[k]) var[k] += static_cast<double>(row.f[k]->iter_sd_us) * row.f[k]->iter_sd_us;
+  }
+  const double unknown = std::numeric_limits<double>::quiet_NaN();
+  coll_sd_.assign(n(), 0);
+  std::vector<double> sd(n()), iters(n());
+  for (size_t k = 0; k < n(); ++k) {
+    coll_sd_[k] = std::sqrt(var[k]);
+    const bool known = !std::isnan(coll_[k]);
+    sd[k] = known ? coll_sd_[k] : unknown;
+    iters[k] = known ? Iterations(k) : unknown;
+  }
+  coll_sorted_.emplace(coll_);
+  coll_sd_sorted_.emplace(sd);
+  coll_iters_sorted_.emplace(iters);
 }
 
 void GroupAnalysis::CompareMembers() {
-  Reference rc = RobustReference(own_cpu_), rg = RobustReference(own_gpu_),
-            rk = RobustReference(coll_);
+  const PeerReference rc = MakePeerReference(own_cpu_), rg = MakePeerReference(own_gpu_),
+                      rk = MakePeerReference(coll_);
   for (size_t i = 0; i < n(); ++i) {
     Member& mb = m_[i];
     mb.own_cpu = Compare(own_cpu_, i, rc);
@@ -191,7 +228,7 @@ void GroupAnalysis::CompareMembers() {
     if (mb.own_cpu.high) best = std::max(best, mb.own_cpu.excess);
     if (mb.own_gpu.high) best = std::max(best, mb.own_gpu.excess);
     for (const auto& x : mb.high_own) {
-      PeerComparison s = Compare(x.row->self, i, x.row->ref_self);
+      PeerComparison s = Compare(x.row->self, i, x.row->RefSelf());
       best = std::max(best, s.excess);
     }
     mb.excess = best;
@@ -229,6 +266,8 @@ std::vector<size_t> GroupAnalysis::Candidates() const {
 }
 
 double GroupAnalysis::RowZ(const Row& row, size_t i, double excess) const {
+  // O(n), once per straggler candidate that reaches its significance test.
+  ThreadPeerWork().elements += n();
   std::vector<double> sd, iters;
   for (size_t k = 0; k < n(); ++k) {
     if (k == i || row.f[k] == nullptr || std::isnan(row.v[k])) continue;
@@ -240,20 +279,13 @@ double GroupAnalysis::RowZ(const Row& row, size_t i, double excess) const {
 }
 
 double GroupAnalysis::CollectiveZ(size_t i, double excess) const {
-  // Collectives of one rank are summed: their spreads add as independent variances.
-  std::vector<double> var(n(), 0.0);
-  for (const Row& row : rows_) {
-    if (row.proto->fclass != FunctionClass::kCollective) continue;
-    for (size_t k = 0; k < n(); ++k)
-      if (row.f[k]) var[k] += static_cast<double>(row.f[k]->iter_sd_us) * row.f[k]->iter_sd_us;
-  }
-  std::vector<double> sd, iters;
-  for (size_t k = 0; k < n(); ++k) {
-    if (k == i || std::isnan(coll_[k])) continue;
-    sd.push_back(std::sqrt(var[k]));
-    iters.push_back(Iterations(k));
-  }
-  return NoiseZ(excess, std::sqrt(var[i]), Iterations(i), Median(sd), Median(iters), sd.size());
+  // The peers: the members other than I whose collective time is known.
+  const bool known = !std::isnan(coll_[i]);
+  const size_t peers = coll_sd_sorted_->size() - (known ? 1 : 0);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  return NoiseZ(excess, coll_sd_[i], Iterations(i),
+                coll_sd_sorted_->MedianWithout(known ? coll_sd_[i] : nan),
+                coll_iters_sorted_->MedianWithout(known ? Iterations(i) : nan), peers);
 }
 
 void GroupAnalysis::FillCommon(size_t i, Finding* f) const {
@@ -337,7 +369,7 @@ std::vector<GroupAnalysis::Culprit> GroupAnalysis::Culprits(size_t i, bool sync_
     FunctionClass fc = row.proto->fclass;
     if (fc == FunctionClass::kCollective) continue;
     if (IsWait(fc) != sync_only) continue;
-    PeerComparison s = Compare(row.self, i, row.ref_self);
+    PeerComparison s = Compare(row.self, i, row.RefSelf());
     PeerComparison v = Compare(row.v, i, row.ref_v);
     if (s.excess <= 0 && !v.high) continue;
     all.push_back({&row, s.excess, v.excess, v.high});
@@ -391,14 +423,14 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   double top_v = top.row->v[i];
   double top_ref = Compare(top.row->v, i, top.row->ref_v).reference;
   double calls = top.row->calls[i];
-  double calls_ref = Compare(top.row->calls, i, top.row->ref_calls).reference;
-  double peers_wait = PeersMedian(coll_, i) - coll_[i];
+  double calls_ref = Compare(top.row->calls, i, top.row->RefCalls()).reference;
+  double peers_wait = coll_sorted_->MedianWithout(coll_[i]) - coll_[i];
   // More calls than the peers is a difference in the program. Equal calls and more time is
   // timing alone, which the window's iteration-to-iteration noise (a shared host's scheduling)
   // also produces: it must stand out of that noise.
   bool extra_calls = false;
   for (const auto& c : culprits) {
-    double cr = Compare(c.row->calls, i, c.row->ref_calls).reference;
+    double cr = Compare(c.row->calls, i, c.row->RefCalls()).reference;
     if (c.row->calls[i] > cr * policy::kExtraCallsRatio + policy::kExtraCallsAbs)
       extra_calls = true;
   }
@@ -413,7 +445,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   if (f.category == "straggler" || f.category == "memcpy") {
     std::vector<std::string> extra;
     for (const auto& c : culprits) {
-      double cr = Compare(c.row->calls, i, c.row->ref_calls).reference;
+      double cr = Compare(c.row->calls, i, c.row->RefCalls()).reference;
       if (c.row->calls[i] > cr * policy::kExtraCallsRatio + policy::kExtraCallsAbs)
         extra.push_back(
             fmt::format("{} {:.1f} vs {:.1f} calls/iter", c.row->proto->name, c.row->calls[i], cr));
@@ -422,7 +454,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
     std::vector<double> ratios;
     for (const Row& row : rows_) {
       if (IsWait(row.proto->fclass) || !row.f[i]) continue;
-      PeerComparison s = Compare(row.self, i, row.ref_self);
+      PeerComparison s = Compare(row.self, i, row.RefSelf());
       if (s.reference < 0.01 * iter_us_ || s.reference <= 0) continue;
       ++sig;
       double ratio = row.self[i] / s.reference;
@@ -511,12 +543,7 @@ bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) cons
   // iteration-to-iteration noise, and exceeds the spread among the healthy peers themselves.
   const double z = CollectiveZ(i, wait);
   if (z < policy::kMinSignificance) return false;
-  double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  for (size_t k = 0; k < n(); ++k) {
-    if (k == i || std::isnan(coll_[k])) continue;
-    lo = std::min(lo, coll_[k]);
-    hi = std::max(hi, coll_[k]);
-  }
+  const double lo = coll_sorted_->MinWithout(coll_[i]), hi = coll_sorted_->MaxWithout(coll_[i]);
   if (hi >= lo && wait <= hi - lo) return false;
   Finding f;
   f.category = "straggler";
@@ -594,7 +621,8 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
     f.evidence["rank_ms"] = row->v[i] / 1000.0;
     f.evidence["peers_ms"] = highs[0].cmp.reference / 1000.0;
     if (highs[0].cmp.reference > 0) f.evidence["ratio"] = row->v[i] / highs[0].cmp.reference;
-    std::vector<double> peer_bw;
+    std::vector<double> peer_bw;  // O(n), once per communication finding
+    ThreadPeerWork().elements += n();
     for (size_t k = 0; k < n(); ++k)
       if (k != i && row->f[k]) peer_bw.push_back(row->f[k]->busbw_gbps);
     if (fp && fp->msg_bytes > 0) {
@@ -681,7 +709,7 @@ void MergeByHost(std::vector<Finding>* findings) {
 void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
                         std::vector<Finding>* out) {
   const std::vector<CompactRank>& ranks = cj.ranks();
-  std::vector<std::vector<size_t>> groups = PeerGroups(ranks);
+  std::vector<std::vector<size_t>> groups = PeerGroups(ranks, o.threads);
   // Groups are independent: analyzed on o.threads threads, each group's findings in its own
   // slot and kept in group order, so the result does not depend on scheduling.
   std::vector<std::vector<Finding>> per_group(groups.size());
