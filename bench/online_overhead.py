@@ -11,8 +11,16 @@ window (found by the Python tracer's iteration markers) against its 20 steps bef
 in the same run. `--workload call-heavy` makes every rank run tokenizer-like Python every step
 (train_ddp.py --fault call-heavy --fault-rank all): the tracer's cost where Python calls dominate.
 
+Cost of a window with the product's defaults (`--defaults-pairs N`): interleaved pairs of a
+plain run and a `perftracker run` with every default (its baseline window opens after the
+warm-up). Per window of each run: the training time lost during it (its steps against the median
+of the 20 steps before it) and after it (the AFTER steps that follow it, same reference: the
+torch trace export, the node's summarizing, the diagnosis), in ms and in iterations; per pair,
+the run-level cost (total step time of the run against the plain run's).
+
   python3 bench/online_overhead.py [--pairs 5] [--iters 300] [--bin build/perftracker]
   python3 bench/online_overhead.py --pairs 0 --workload call-heavy --calls 20000
+  python3 bench/online_overhead.py --pairs 0 --windows 0 --defaults-pairs 5 --iters 140
 """
 import argparse
 import json
@@ -49,6 +57,10 @@ def main():
     ap.add_argument("--workload", choices=["model", "call-heavy"], default="model")
     ap.add_argument("--windows", type=int, default=3, help="runs with one window each")
     ap.add_argument("--calls", type=int, default=20000, help="Python calls per step (call-heavy)")
+    ap.add_argument("--defaults-pairs", type=int, default=0,
+                    help="interleaved plain / defaults pairs: each window's lost time, run cost")
+    ap.add_argument("--after", type=int, default=20, help="steps after a window counted as its")
+    ap.add_argument("--python", default=PYTHON, help="the ranks' Python (its torch is used)")
     a = ap.parse_args()
     work = [] if a.workload == "model" else ["--fault", "call-heavy", "--fault-rank", "all",
                                             "--fault-start", "0", "--calls", str(a.calls)]
@@ -100,8 +112,84 @@ def main():
         ratios.append(r)
         print(f"window {k} ({a.workload}): {len(inside)} steps at median {statistics.median(inside):.2f} ms vs "
               f"{statistics.median(around):.2f} ms around it: x{r:.3f}", flush=True)
-    print(f"window cost ({a.workload}): median x{statistics.median(ratios):.3f} "
-          f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {a.windows} runs")
+    if ratios:
+        print(f"window cost ({a.workload}): median x{statistics.median(ratios):.3f} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {a.windows} runs")
+    if a.defaults_pairs:
+        defaults_cost(a, work, tmp)
+
+
+def window_marks(report):
+    """Each window's first and last iteration on rank 0, monotonic ns, from its Python trace."""
+    marks = {}
+    traces = os.path.join(report, "traces")
+    for name in sorted(os.listdir(traces)) if os.path.isdir(traces) else []:
+        path = os.path.join(traces, name, "rank-0.python.json")
+        if name.startswith("window-") and os.path.exists(path):
+            with open(path) as f:
+                it = json.load(f).get("iterations", [])
+            if it:
+                marks[int(name[7:])] = (it[0][1], it[-1][2])
+    return marks
+
+
+def lost_per_window(times, marks, after):
+    """(window, steps in it, lost during ms, lost after ms, reference step ms) per window."""
+    step_ms = [x * 1e3 for x in times["step_s"]]
+    starts = times["step_start_ns"]
+    out = []
+    for wid, (lo, hi) in sorted(marks.items()):
+        inside = [i for i, t0 in enumerate(starts) if lo <= t0 < hi]
+        if not inside:
+            continue
+        first, last = inside[0], inside[-1] + 1
+        before = step_ms[max(0, first - 20):first]
+        if len(before) < 5:
+            continue
+        ref = statistics.median(before)
+        during = sum(step_ms[i] - ref for i in inside)
+        following = step_ms[last:last + after]
+        out.append((wid, len(inside), during, sum(x - ref for x in following), ref))
+    return out
+
+
+def defaults_cost(a, work, tmp):
+    """Interleaved plain and defaults runs: each window's lost time and the run-level cost."""
+    costs, per_window = [], []
+    for i in range(a.defaults_pairs):
+        plain = os.path.join(tmp, f"dplain{i}.json")
+        online = os.path.join(tmp, f"donline{i}.json")
+        report = os.path.join(tmp, f"d{i}")
+        order = ["plain", "online"] if i % 2 == 0 else ["online", "plain"]
+        for which in order:
+            if which == "plain":
+                run([a.python, TRAIN, "--nproc", "4", "--iters", str(a.iters), "--times", plain,
+                     *work])
+            else:
+                run([a.bin, "run", "--nproc", "4", "--report-dir", report, "--",
+                     a.python, TRAIN, "--iters", str(a.iters), "--times", online, *work])
+        with open(plain) as f:
+            tp = json.load(f)
+        with open(online) as f:
+            to = json.load(f)
+        sp, so = sum(tp["step_s"][a.skip:]), sum(to["step_s"][a.skip:])
+        costs.append(so / sp - 1)
+        windows = lost_per_window(to, window_marks(report), a.after)
+        for wid, n, during, after, ref in windows:
+            per_window.append((during, after, ref))
+            print(f"pair {i} window {wid}: {n} steps, lost {during:.0f} ms during, {after:.0f} ms "
+                  f"in the {a.after} steps after ({(during + after) / ref:.2f} iterations of "
+                  f"{ref:.1f} ms)", flush=True)
+        print(f"pair {i}: plain {sp:.2f} s, under perftracker (defaults, {len(windows)} window(s)) "
+              f"{so:.2f} s: {100 * (so / sp - 1):+.1f}%", flush=True)
+    if per_window:
+        iters = [(d + x) / r for d, x, r in per_window]
+        print(f"per window: median {statistics.median([d for d, _, _ in per_window]):.0f} ms lost "
+              f"during, {statistics.median([x for _, x, _ in per_window]):.0f} ms after; "
+              f"median {statistics.median(iters):.2f} iterations (max {max(iters):.2f}) over "
+              f"{len(per_window)} windows")
+    print(f"run-level cost with defaults: median {100 * statistics.median(costs):+.1f}% "
+          f"(min {100 * min(costs):+.1f}%, max {100 * max(costs):+.1f}%) over {len(costs)} pairs")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """The profiling window as the Python side sees it: which window the C++ side may arm next,
 the windows whose python_trace message is still due, and torch.profiler around an armed window
-(started and stopped on the training thread, its trace exported on a thread of its own).
+(started and stopped on the training thread, its trace written on a thread of its own).
 
 The C++ side (perftracker._worker) arms and ends windows and runs the Python tracer; this state
 is the one WindowState instance the collector owns (hooks.py), not module globals.
 """
 import collections
+import functools
+import json
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional
 
 from perftracker import config, protocol
 
@@ -108,13 +110,13 @@ class WindowState:
         out = (path or self.out or f"/tmp/perftracker-{os.getpid()}") + ".torch.json"
         window = rec.get("window") if rec is not None else None
         try:
-            finish = stop_profiler(prof)
+            write = stop_profiler(prof)
         except Exception as e:
             sys.stderr.write(f"perftracker: torch profiler stop failed: {e!r}\n")
             self.torch_failed(window, f"torch profiler stop failed: {e!r}")
             return
-        # Parsing the events and exporting them is slow: not on the training thread.
-        threading.Thread(target=self.export, args=(prof, out, window, finish), daemon=True,
+        # Writing the trace is slow: not on the training thread.
+        threading.Thread(target=self.export, args=(write, out, window), daemon=True,
                          name="perftracker-export").start()
 
     def drop_profiler(self) -> None:
@@ -135,8 +137,8 @@ class WindowState:
 
     # ---- the export thread ----
 
-    def export(self, prof: Any, out: str, window: Optional[int] = None,
-               finish: Optional[Callable[[], None]] = None) -> None:
+    def export(self, write: Callable[[str], None], out: str,
+               window: Optional[int] = None) -> None:
         w = self._collector.w
         if w is not None:
             w.hold_detector(True)  # the export slows training: its iterations say nothing
@@ -146,7 +148,7 @@ class WindowState:
                 sys.setswitchinterval(min(self._saved_interval, config.EXPORT_SWITCH_INTERVAL_S))
             self.exports += 1
         try:
-            self._export_now(prof, out, window, finish)
+            self._export_now(write, out, window)
         finally:
             with self._exports_lock:
                 self.exports -= 1
@@ -156,12 +158,9 @@ class WindowState:
             if w is not None:
                 w.hold_detector(False)
 
-    def _export_now(self, prof: Any, out: str, window: Optional[int],
-                    finish: Optional[Callable[[], None]]) -> None:
+    def _export_now(self, write: Callable[[str], None], out: str, window: Optional[int]) -> None:
         try:
-            if finish is not None:
-                finish()
-            prof.export_chrome_trace(out + ".tmp")
+            write(out + ".tmp")
             os.replace(out + ".tmp", out)
             client = self._collector.client
             if client is not None:
@@ -171,31 +170,75 @@ class WindowState:
             self.torch_failed(window, f"torch trace export failed: {e!r}")
 
 
-def stop_profiler(prof: Any) -> Optional[Callable[[], None]]:
-    """Stops torch's profiler on the training thread and returns what finishes it elsewhere.
+def stop_profiler(prof: Any) -> Callable[[str], None]:
+    """Stops torch's profiler on the training thread and returns what writes its trace (a Chrome
+    JSON file at the path it is given), to be called on another thread.
 
-    Stopping must happen on the thread that started it, but torch's __exit__ also parses every
-    recorded event into Python objects, which takes seconds on a busy window and stalls training
-    (the detectors then see a hang). Where torch's autograd profiler exposes the two halves,
-    only the stop runs here; the parse runs in the returned function, on the export thread.
-    Anything else falls back to __exit__ here.
+    Stopping must happen on the thread that started it. What torch does after the stop is the
+    window's cost to training: older versions' __exit__ parses every recorded event into Python
+    objects on the spot (tens of us per event: seconds on a busy window, which stalls training and
+    competes for the GIL afterwards). So the stop here is torch's own disable call, and the trace
+    is written from its raw result: by torch's C++ writer where Kineto is present, else by
+    legacy_trace_writer (the format torch's legacy export writes, without building its event
+    tree). Where torch's own stop is already lazy (torch 2.x: it parses only when events are
+    read), its __exit__ is kept; anything unexpected falls back to __exit__ and torch's export.
     """
     ag = sys.modules.get("torch.autograd.profiler")
-    split = (ag is not None and type(prof) is getattr(ag, "profile", None)
-             and callable(getattr(ag, "_disable_profiler", None))
-             and callable(getattr(prof, "_parse_kineto_results", None))
-             and callable(getattr(ag, "EventList", None))
-             and not getattr(prof, "use_cuda", True) and getattr(prof, "enabled", False))
-    if not split:
+    inner = getattr(prof, "profiler", prof)  # torch.profiler.profile wraps an autograd profile
+    autograd_profile = getattr(ag, "profile", None) if ag is not None else None
+    disable = getattr(ag, "_disable_profiler", None) if ag is not None else None
+    if (autograd_profile is None or type(inner) is not autograd_profile or not callable(disable)
+            or not getattr(inner, "enabled", False)):
         prof.__exit__(None, None, None)
-        return None
-    results = ag._disable_profiler()
+        return prof.export_chrome_trace
+    if callable(getattr(autograd_profile, "_ensure_function_events", None)) and inner is not prof:
+        # torch.profiler.profile over a lazy autograd profile: its stop parses nothing, and its
+        # export is torch's C++ writer.
+        prof.__exit__(None, None, None)
+        return prof.export_chrome_trace
+    if getattr(inner, "use_cuda", False):
+        sys.modules["torch"].cuda.synchronize()  # as torch's __exit__: kernels in flight count
+    results = disable()
+    # The profile objects are dropped without their __exit__ (it would stop a stopped profiler
+    # and parse): marked stopped, so that nothing else tries.
+    inner.enabled = False
+    if callable(getattr(results, "save", None)):
+        return results.save
+    return functools.partial(write_legacy_trace, results)
 
-    def finish() -> None:
-        prof.kineto_results = results
-        parsed = prof._parse_kineto_results(results)
-        prof.function_events = ag.EventList(parsed, use_cuda=prof.use_cuda,
-                                            profile_memory=prof.profile_memory,
-                                            with_flops=prof.with_flops)
-        prof.function_events._build_tree()
-    return finish
+
+# Names torch's own legacy parse leaves out (torch.autograd.profiler_util._filter_name).
+_FILTERED = frozenset(["[memory]", "[OutOfMemory]", "profiler::_record_function_enter",
+                       "profiler::_record_function_enter_new", "profiler::_record_function_exit",
+                       "aten::is_leaf", "aten::output_nr", "aten::_version"])
+
+
+def write_legacy_trace(results: Any, path: str) -> None:
+    """Writes RESULTS (a torch profiler result without Kineto) as torch's legacy
+    export_chrome_trace does: a JSON list of complete events, times in us from the trace start,
+    pid "CPU functions", tid the thread. About 1 us of Python per event where torch's parse and
+    tree take 20-30 (torch 1.13, measured); names are JSON-escaped (torch's writer does not)."""
+    torch = sys.modules.get("torch")
+    demangle = getattr(getattr(torch, "_C", None), "_demangle", None)
+    start = results.trace_start_us()
+    names: Dict[str, Optional[str]] = {}  # raw name -> its JSON text, None when left out
+    parts: List[str] = []
+    for e in results.events():
+        raw = e.name()
+        text = names.get(raw, "")
+        if text == "":
+            if raw in _FILTERED:
+                text = None
+            else:
+                name = demangle(raw) if demangle is not None and len(raw) > 1 else raw
+                text = json.dumps(name)
+            names[raw] = text
+        if text is None:
+            continue
+        parts.append('{"name": %s, "ph": "X", "ts": %d, "dur": %d, "tid": %d, '
+                     '"pid": "CPU functions", "args": {}}'
+                     % (text, e.start_us() - start, e.duration_us(), e.start_thread_id()))
+    with open(path, "w") as f:
+        f.write("[")
+        f.write(", ".join(parts))
+        f.write("]")

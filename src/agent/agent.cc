@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "agent/nvml_sampler.h"
 #include "agent/proc_sampler.h"
 #include "agent/retry.h"
+#include "base/background.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "base/start_thread.h"
@@ -125,6 +127,24 @@ struct Agent::Impl {
   std::map<int, IterationReport> latest;
   std::string last_trigger;
   int window_uploads = 0;
+
+  // Window traces waiting for the post-processing thread (PostLoop), under mu. Summarizing and
+  // uploading them is the node's work after a window: it runs on that one thread at the lowest
+  // CPU priority (base/background.h), off the loop that relays iterations, triggers and
+  // commands, so that neither training nor the detector's messages wait for it.
+  struct Finished {
+    WindowCommand window;
+    WorkerTrace trace;
+    std::map<std::string, double> hardware;
+  };
+  // A window brings one entry per worker of the node; more than this waiting means the thread
+  // cannot keep up (a node of hundreds of workers, windows back to back): the excess is dropped
+  // and logged, and the server reports those ranks as missing from the window.
+  static constexpr size_t kMaxWaitingTraces = 1024;
+  std::deque<Finished> finished;
+  bool post_done = false;  // the loop has ended: PostLoop drains what is left, then returns
+  std::condition_variable post_cv;
+  void PostLoop();
 
   void WatchLoop() {
     while (true) {
@@ -364,6 +384,12 @@ Status Agent::Run() {
   if (m.AgentId().empty()) return Status::Ok();  // stopped before the server answered
   std::thread watcher;
   PT_RETURN_IF_ERROR(StartThread(&watcher, [&m] { m.WatchLoop(); }));
+  std::thread post;
+  if (Status st = StartThread(&post, [&m] { m.PostLoop(); }); !st.ok()) {
+    Stop();
+    watcher.join();
+    return st;
+  }
 
   std::unique_lock lk(m.mu);
   while (!m.stopping) {
@@ -417,22 +443,46 @@ Status Agent::Run() {
     }
     if (w) {
       m.proc.Tick();
-      for (const WorkerTrace& t : m.sink->PollFinished()) {
+      for (WorkerTrace& t : m.sink->PollFinished()) {
+        // The window's hardware figures end now, when the trace is in; the rest waits.
         std::map<std::string, double> hw = m.proc.End(t.pid);
         for (const auto& [k, v] : m.nvml.Sample()) hw[k] = v;
-        m.UploadTrace(*w, t, hw);
-        if (t.pid > 0) m.sink->WindowUploaded(t.pid, w->window_id);
         std::lock_guard plk(m.mu);
-        if (m.window && m.window->window_id == w->window_id) ++m.window_uploads;
-        // The window that answered the trigger is in: the detector watches again.
-        if (m.window_uploads >= static_cast<int>(m.latest.size())) m.last_trigger.clear();
+        if (m.finished.size() >= Impl::kMaxWaitingTraces) {
+          log::Error("agent", "window {}: {} traces wait to be summarized; rank {}'s dropped",
+                     w->window_id, m.finished.size(), t.rank);
+          continue;
+        }
+        m.finished.push_back({*w, std::move(t), std::move(hw)});
+        m.post_cv.notify_one();
       }
     }
     lk.lock();
   }
+  m.post_done = true;
+  m.post_cv.notify_all();
   lk.unlock();
+  post.join();
   watcher.join();
   return Status::Ok();
+}
+
+void Agent::Impl::PostLoop() {
+  if (Status st = BecomeBackgroundThread("pt-agent-post"); !st.ok()) log::Detail("agent", "{}", st.message());
+  std::unique_lock lk(mu);
+  for (;;) {
+    post_cv.wait(lk, [&] { return !finished.empty() || post_done; });
+    if (finished.empty()) return;  // post_done, and nothing left
+    Finished f = std::move(finished.front());
+    finished.pop_front();
+    lk.unlock();
+    UploadTrace(f.window, f.trace, f.hardware);
+    if (f.trace.pid > 0) sink->WindowUploaded(f.trace.pid, f.window.window_id);
+    lk.lock();
+    if (window && window->window_id == f.window.window_id) ++window_uploads;
+    // The window that answered the trigger is in: the detector watches again.
+    if (window_uploads >= static_cast<int>(latest.size())) last_trigger.clear();
+  }
 }
 
 AgentProgress Agent::Progress() const {

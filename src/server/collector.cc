@@ -104,6 +104,7 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
                         }));
   }
   impl->timer = std::thread([raw] { raw->TimerLoop(); });
+  impl->publisher = std::thread([raw] { raw->PublishLoop(); });
   return std::unique_ptr<CollectorServer>(new CollectorServer(std::move(impl)));
 }
 
@@ -146,6 +147,13 @@ void CollectorServer::Shutdown() {
   // Command streams were closed above; the deadline bounds the unary calls still in flight.
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (impl_->timer.joinable()) impl_->timer.join();
+  // The windows already closed are published before the run's last page is written.
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->publisher_done = true;
+  }
+  impl_->publish_cv.notify_all();
+  if (impl_->publisher.joinable()) impl_->publisher.join();
   std::lock_guard lk(impl_->mu);
   // The job ended while a window was open: what arrived is diagnosed; a window no rank could
   // report (training ended before it) is no finding about anyone, only a note.

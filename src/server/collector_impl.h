@@ -110,6 +110,20 @@ struct CollectorServer::Impl final
   std::optional<HangCollection> hang;                // collecting stacks
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
   std::thread timer;
+  // Windows sealed and waiting for the publisher thread (PublishLoop), under mu. A window's
+  // diagnosis, pages and store rows are made there, at the lowest CPU priority
+  // (base/background.h): in `perftracker run` the server shares the node with training, and
+  // nothing in them is urgent. One thread; a window closes at most every few seconds.
+  struct SealedWindow {
+    Window::Sealed sealed;
+    std::vector<report::RunSeries> series;
+    std::vector<report::WindowMark> marks;
+  };
+  std::deque<SealedWindow> to_publish;
+  bool publisher_done = false;  // Shutdown: the publisher drains to_publish, then returns
+  int64_t last_published = 0;   // the newest window the publisher has published
+  std::condition_variable publish_cv;
+  std::thread publisher;
   // Commands kept for an agent without an open stream (the newest; a window needs one).
   static constexpr size_t kMaxQueuedCommands = 16;
   // An agent that called this recently counts as connected while it reconnects its stream.
@@ -132,11 +146,13 @@ struct CollectorServer::Impl final
   // Called with mu held.
   void CloseWindowLocked(int64_t id);
 
-  // Closes window ID like CloseWindowLocked, but diagnoses with LK released: a 10,000-rank
-  // diagnosis takes seconds, and every other call (uploads to the next window, iteration
-  // reports, commands, status) needs the lock. The window is sealed first, so uploads that
-  // arrive meanwhile are refused as for any closed window.
-  void CloseWindow(std::unique_lock<std::mutex>& lk, int64_t id);
+  // Closes window ID like CloseWindowLocked, but hands the diagnosis to the publisher thread:
+  // a 10,000-rank diagnosis takes seconds, and every other call (uploads to the next window,
+  // iteration reports, commands, status) needs the lock. The window is sealed first, so
+  // uploads that arrive meanwhile are refused as for any closed window. Called with mu held.
+  void CloseWindowLater(int64_t id);
+  // The publisher thread: diagnoses and publishes the windows CloseWindowLater sealed.
+  void PublishLoop();
 
   // Each rank's iterations over the run so far (with mu held).
   std::vector<report::RunSeries> SeriesLocked() const;

@@ -281,7 +281,12 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   reply->set_accepted(true);
   // The last expected upload closes the window; its reply waits for the diagnosis (a caller
   // that uploaded everything finds DIR/windows/<n>/diagnosis.json written), other calls don't.
-  if (it->second->Complete()) CloseWindow(lk, req->window_id());
+  // The publisher thread makes it; this one only waits (it holds no CPU meanwhile).
+  if (it->second->Complete()) {
+    const int64_t id = req->window_id();
+    CloseWindowLater(id);
+    publish_cv.wait(lk, [&] { return last_published >= id || publisher_done; });
+  }
   return grpc::Status::OK;
 }
 

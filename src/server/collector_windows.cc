@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/background.h"
 #include "server/collector_impl.h"
 
 namespace perftracker::server {
@@ -77,19 +78,32 @@ void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
   Publish(id, d, "window", job, RenderHtmlLocked(d, job.get(), id));
 }
 
-void CollectorServer::Impl::CloseWindow(std::unique_lock<std::mutex>& lk, int64_t id) {
+void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   Window& w = *windows[id];
   if (w.closed()) return;
-  Window::Sealed sealed = w.Seal();
+  to_publish.push_back({w.Seal(), SeriesLocked(), marks});
   sched->Closed(id, std::chrono::steady_clock::now());
-  std::vector<report::RunSeries> series = SeriesLocked();
-  std::vector<report::WindowMark> windows_so_far = marks;
-  lk.unlock();
-  diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
-  auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
-  std::string html = RenderHtmlFrom(d, job.get(), std::move(series), std::move(windows_so_far), id);
-  lk.lock();
-  Publish(id, d, "window", job, std::move(html));
+  publish_cv.notify_one();
+}
+
+void CollectorServer::Impl::PublishLoop() {
+  if (::perftracker::Status st = BecomeBackgroundThread("pt-publish"); !st.ok()) log::Detail("server", "{}", st.message());
+  std::unique_lock lk(mu);
+  for (;;) {
+    publish_cv.wait(lk, [&] { return !to_publish.empty() || publisher_done; });
+    if (to_publish.empty()) return;  // publisher_done, nothing left
+    SealedWindow w = std::move(to_publish.front());
+    to_publish.pop_front();
+    lk.unlock();
+    const int64_t id = w.sealed.spec.id;
+    diagnose::Diagnosis d = Window::Diagnose(w.sealed, options.diagnose);
+    auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
+    std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);
+    lk.lock();
+    Publish(id, d, "window", job, std::move(html));
+    last_published = std::max(last_published, id);
+    publish_cv.notify_all();
+  }
 }
 
 std::vector<report::RunSeries> CollectorServer::Impl::SeriesLocked() const {
@@ -200,7 +214,7 @@ void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
   ExpireLocked();
   if (const int64_t open = sched->open_window();
       open && windows[open]->Expired(Window::Clock::now()))
-    CloseWindow(lk, open);
+    CloseWindowLater(open);
   if (auto p = sched->TakeConfirmedHang(std::chrono::steady_clock::now()))
     StartHangLocked(p->rank, p->mean_ms, p->since);
   if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();

@@ -52,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/background.h"
 #include "worker/call_tree.h"
 #include "worker/iteration_detector.h"
 #include "worker/window_file.h"
@@ -416,6 +417,9 @@ void Disarm(int64_t now) {  // training thread (the armed one), GIL held
 }
 
 void WriteWindow(std::shared_ptr<PythonWindow> w) {
+  // Its own thread, without the GIL: at the lowest priority, so that training gets the CPU
+  // first (base/background.h). Best effort: a refusal only leaves it at the rank's priority.
+  (void)BecomeBackgroundThread("pt-window-file");
   try {
     const Status st = WritePythonWindow(*w);
     News n{st.ok() ? News::kWindowDone : News::kWindowFailed, 0, 0, 0, st.ok(), {}};

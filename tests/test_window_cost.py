@@ -1,0 +1,114 @@
+"""What a window costs the job after it ends (issue 22): the rank writes its torch trace without
+parsing it into Python objects (torch's C++ writer where Kineto is present, else the legacy
+writer in python/perftracker/window.py), and the node's post-processing (the agent's summaries
+and uploads, the server's diagnosis and pages) runs on threads at the lowest CPU priority.
+Real torch, the product's defaults. No timing gates here: bench/online_overhead.py
+--defaults-pairs measures the lost time.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
+PYPKG = os.path.join(os.path.dirname(ptest.BIN), "python")
+
+# Profiles a few steps of a small model, stops with perftracker's stop_profiler and writes the
+# trace with what it returns; prints what was used and how long the stop took.
+PROFILE_SCRIPT = r"""
+import json, sys, time, torch
+from perftracker import window
+m = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(3)])
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+x = torch.randn(16, 64)
+kineto = torch.autograd.kineto_available()
+p = (torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if kineto
+     else torch.autograd.profiler.profile())
+p.__enter__()
+for i in range(5):
+    with torch.autograd.profiler.record_function("step " + ('"%d"' % i if not kineto else str(i))):
+        opt.zero_grad(); m(x).sum().backward(); opt.step()
+write = window.stop_profiler(p)
+write(sys.argv[1])
+print(json.dumps({"kineto": kineto, "writer": getattr(write, "func", write).__name__,
+                  "torch": torch.__version__}))
+"""
+
+
+def launcher_threads(pid):
+    """{tid: (name, nice)} of the threads of process PID."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[tid] = (name, int(fields[16]))  # field 19 of stat: nice
+    return out
+
+
+class WindowCostTest(unittest.TestCase):
+    def test_trace_written_without_torch_parse_and_read_back(self):
+        tmp = tempfile.mkdtemp(prefix="pt_wcost_")
+        trace = os.path.join(tmp, "rank-0.json")
+        env = dict(os.environ, PYTHONPATH=PYPKG)
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", PROFILE_SCRIPT, trace], capture_output=True,
+                           text=True, env=env, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        info = json.loads(p.stdout.strip().splitlines()[-1])
+        # Where Kineto is present torch's C++ writer (save or its export), else perftracker's.
+        if info["kineto"]:
+            self.assertIn(info["writer"], ("save", "export_chrome_trace"), info)
+        else:
+            self.assertEqual(info["writer"], "write_legacy_trace", info)
+        with open(trace) as f:
+            doc = json.load(f)  # valid JSON, even with quotes in a name
+        events = doc if isinstance(doc, list) else doc["traceEvents"]
+        names = {e.get("name") for e in events}
+        self.assertIn("aten::addmm", names)
+        self.assertFalse(names & {"profiler::_record_function_exit", "[memory]"})
+        if not info["kineto"]:
+            self.assertIn('step "3"', names)  # escaped, read back as it was
+        # The summarizer reads what was written: the model's ops are its functions.
+        shown = ptest.run(["show", trace, "--json", os.path.join(tmp, "show.json")])
+        self.assertEqual(shown.returncode, 0, shown.stderr)
+        self.assertIn("aten::addmm", shown.stdout)
+
+    def test_post_processing_threads_run_at_the_lowest_priority(self):
+        report = tempfile.mkdtemp(prefix="pt_wcost_run_")
+        cmd = [ptest.BIN, "run", "--nproc", "2", "--report-dir", report, "--",
+               ptest.TORCH_PYTHON, TRAIN, "--iters", "300"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = {}  # tid -> (name, nice)
+        try:
+            deadline = time.time() + 120
+            while proc.poll() is None and time.time() < deadline:
+                seen.update(launcher_threads(proc.pid))  # noqa
+                time.sleep(0.2)
+            out, err = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        self.assertEqual(proc.returncode, 0, err[-2000:])
+        threads = sorted(seen.values())
+        low = {name for name, nice in threads if nice == 19}
+        # The server's publisher and the agent's post-processing thread.
+        self.assertEqual(low, {"pt-publish", "pt-agent-post"}, f"threads seen: {threads}")
+        # The launcher's other threads (the agent's relay loop, the server's timer) keep theirs.
+        self.assertTrue(any(nice == 0 for _, nice in threads), threads)
+        # And the windows still got diagnosed, from background threads.
+        with open(os.path.join(report, "windows", "1", "diagnosis.json")) as f:
+            self.assertIn("findings", json.load(f))
+
+
+if __name__ == "__main__":
+    ptest.main()
