@@ -11,12 +11,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "pattern/pattern.h"
+#include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
 
@@ -73,6 +75,12 @@ class CompactJob {
   // SortByRank() (by rank, then source).
   void Add(RankSummary&& r);
   void Add(const RankSummary& r);
+  // The same, with the rank's functions as views (what ReadSummaryFileViews decodes: no
+  // FunctionPattern is built); R's own functions are dropped. The views are read during the
+  // call only.
+  void Add(RankSummary&& r, std::span<const FunctionView> functions);
+  // Room for N ranks (the loader knows how many files it reads).
+  void Reserve(size_t n);
   void SortByRank();
 
   const std::vector<CompactRank>& ranks() const { return ranks_; }
@@ -86,22 +94,41 @@ class CompactJob {
  private:
   struct StringHash {
     using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    size_t operator()(std::string_view s) const { return HashBytesWide(s); }
   };
   using Index = std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>>;
 
-  const FunctionInfo* Intern(const FunctionPattern& f, std::string* key_buf);
-  uint32_t InternGroup(const std::string& g);
-  const trace::ProcessGroup* InternProcessGroup(trace::ProcessGroup&& pg);
-  void AddLocked(RankSummary&& r, std::vector<CompactFunction>&& fns);
+  // A function's identity hash (IdentityHash), or kKeyed for one whose name or stack holds
+  // the key's separator: those are matched on their whole key (by_key_), as Key() compares.
+  static constexpr uint64_t kKeyed = 0;
+  static uint64_t IdentityHash(const FunctionView& f);
+  const FunctionInfo* Intern(const FunctionView& f, uint64_t hash);
+  const FunctionInfo* InternKeyed(const FunctionView& f);
+  const FunctionInfo* NewInfo(const FunctionView& f, std::string key);
+  void GrowSlots();
+  uint32_t InternGroup(std::string_view g);
+  static void ProcessGroupKey(const trace::ProcessGroup& pg, std::string* key);
+  const trace::ProcessGroup* InternProcessGroup(trace::ProcessGroup&& pg, std::string_view key);
+  void AddLocked(RankSummary&& r, std::span<const FunctionView> views,
+                 std::span<const uint64_t> hashes, std::span<const std::string> pg_keys,
+                 std::vector<CompactFunction>&& fns);
+
+  // Identities by hash: open addressing over infos_, found without building a key string.
+  struct Slot {
+    uint64_t hash = kKeyed;  // kKeyed marks a free slot (keyed identities are not here)
+    uint32_t id = 0;
+  };
 
   std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();
   std::deque<FunctionInfo> infos_;  // a deque: CompactFunction points into it
-  Index by_key_;
+  std::vector<Slot> slots_;
+  size_t slots_used_ = 0;
+  Index by_key_;  // every identity, by Key()
   std::vector<std::string> groups_;
   Index group_ids_;
   std::deque<trace::ProcessGroup> pgs_;
-  std::unordered_map<std::string, const trace::ProcessGroup*> pg_index_;
+  std::unordered_map<std::string, const trace::ProcessGroup*, StringHash, std::equal_to<>>
+      pg_index_;  // by ProcessGroupKey
   std::vector<CompactRank> ranks_;
 };
 

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "pattern/job.h"
@@ -142,6 +144,133 @@ TEST(CompactJobTest, LoadCompactJobStreamsSummariesAndChecksTheSet) {
   EXPECT_NE(dup.status().message().find("both claim rank 2"), std::string::npos)
       << dup.status().message();
   EXPECT_EQ(dup.status().message(), LoadJob({dir.string()}).status().message());
+  fs::remove_all(dir);
+}
+
+void ExpectSameFunction(const CompactFunction& a, const CompactFunction& b) {
+  EXPECT_EQ(a.info, b.info);
+  EXPECT_EQ(a.per_iter_us, b.per_iter_us);
+  EXPECT_EQ(a.self_per_iter_us, b.self_per_iter_us);
+  EXPECT_EQ(a.calls_per_iter, b.calls_per_iter);
+  EXPECT_EQ(a.mean_us, b.mean_us);
+  EXPECT_EQ(a.cv, b.cv);
+  EXPECT_EQ(a.msg_bytes, b.msg_bytes);
+  EXPECT_EQ(a.busbw_gbps, b.busbw_gbps);
+  EXPECT_EQ(a.iter_sd_us, b.iter_sd_us);
+  EXPECT_EQ(a.group, b.group);
+  EXPECT_EQ(a.main_thread, b.main_thread);
+  EXPECT_EQ(a.top_level, b.top_level);
+}
+
+// A rank added as views (what the summary decoder hands over) is the rank added as patterns.
+TEST(CompactJobTest, ViewsAddTheSameRankAsPatterns) {
+  RankSummary r = Rank(1, 4);
+  r.functions[0].iter_us = {1, 2, 4};
+  r.functions[1].self_per_iter_us = 5;
+  r.functions[2].main_thread = true;
+  CompactJob job;
+  job.Add(r);
+  std::vector<FunctionView> views;
+  for (const FunctionPattern& f : r.functions) views.push_back(FunctionView::Of(f));
+  RankSummary rest = r;
+  rest.source += ".views";  // sorts after the first
+  rest.functions.clear();
+  job.Add(std::move(rest), views);
+  job.SortByRank();
+  ASSERT_EQ(job.ranks().size(), 2u);
+  EXPECT_EQ(job.function_count(), 3u);
+  const CompactRank& a = job.ranks()[0];
+  const CompactRank& b = job.ranks()[1];
+  ASSERT_EQ(b.compact.size(), a.compact.size());
+  for (size_t k = 0; k < a.compact.size(); ++k) ExpectSameFunction(a.compact[k], b.compact[k]);
+  EXPECT_EQ(a.has_self, b.has_self);
+  EXPECT_EQ(a.any_main, b.any_main);
+  EXPECT_TRUE(b.has_self);
+  EXPECT_TRUE(b.any_main);
+  EXPECT_EQ(a.groups, b.groups);
+  EXPECT_EQ(a.role, b.role);
+  EXPECT_EQ(b.host, r.host);
+  EXPECT_GT(a.compact[0].iter_sd_us, 0);
+}
+
+// Identities are what FunctionPattern::Key() says, a name or stack holding its separator
+// included: two triples that make one key are one function, and FindFunction finds both kinds.
+TEST(CompactJobTest, IdentitiesFollowTheKeyWithSeparatorsInNames) {
+  RankSummary r = Rank(0, 1);
+  r.functions.clear();
+  r.functions.push_back(Fn("a\x1f" "b", FunctionClass::kCompute, 3, "c"));
+  r.functions.push_back(Fn("a", FunctionClass::kCompute, 2, "b\x1f" "c"));
+  r.functions.push_back(Fn("a", FunctionClass::kCompute, 1, "b"));
+  FunctionPattern other_kind = Fn("a", FunctionClass::kCompute, 1, "b");
+  other_kind.kind = trace::EventKind::kCpuOp;
+  r.functions.push_back(other_kind);
+  ASSERT_EQ(r.functions[0].Key(), r.functions[1].Key());
+  CompactJob job;
+  job.Add(r);
+  const CompactRank& c = job.ranks()[0];
+  EXPECT_EQ(job.function_count(), 3u);
+  EXPECT_EQ(c.compact[0].info, c.compact[1].info);
+  EXPECT_NE(c.compact[0].info, c.compact[2].info);
+  EXPECT_NE(c.compact[2].info, c.compact[3].info);
+  for (const FunctionPattern& f : r.functions) {
+    const FunctionInfo* info = job.FindFunction(f.Key());
+    ASSERT_NE(info, nullptr);
+    EXPECT_EQ(info->key, f.Key());
+  }
+  EXPECT_EQ(job.FindFunction(r.functions[3].Key()), c.compact[3].info);
+}
+
+// Iteration spreads, computed several functions at a time, are bit for bit the one-at-a-time
+// formula, whatever mix of iteration counts the functions have.
+TEST(CompactJobTest, IterationSpreadIsTheOneAtATimeFormula) {
+  RankSummary r = Rank(0, 1);
+  r.functions.clear();
+  const std::vector<size_t> counts = {20, 20, 20, 20, 3, 20, 20, 20, 1, 0, 5, 5, 5, 5, 20, 7, 2};
+  for (size_t i = 0; i < counts.size(); ++i) {
+    FunctionPattern f = Fn("f" + std::to_string(i), FunctionClass::kCompute, 1);
+    for (size_t k = 0; k < counts[i]; ++k)
+      f.iter_us.push_back(1000.0f / static_cast<float>(3 + i + 7 * k) + 1e-3f * k);
+    r.functions.push_back(f);
+  }
+  CompactJob job;
+  job.Add(r);
+  const CompactRank& c = job.ranks()[0];
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const std::vector<float>& v = r.functions[i].iter_us;
+    float want = 0;
+    if (v.size() >= 2) {
+      double sum = 0, sq = 0;
+      for (float x : v) sum += x;
+      const double mean = sum / static_cast<double>(v.size());
+      for (float x : v) sq += (x - mean) * (x - mean);
+      want = static_cast<float>(std::sqrt(sq / static_cast<double>(v.size() - 1)));
+    }
+    EXPECT_EQ(c.compact[i].iter_sd_us, want) << i;
+  }
+}
+
+// A job of summary files with a bad one: the same error as LoadJob (the first bad file).
+TEST(CompactJobTest, LoadCompactJobReportsABadFileAsLoadJobDoes) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("pt_compact_bad_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (int r = 0; r < 5; ++r) {
+    ASSERT_TRUE(
+        WriteSummaryFile(Rank(r, 5), (dir / ("rank-" + std::to_string(r) + ".summary")).string())
+            .ok());
+  }
+  const std::string bytes = SerializeSummary(Rank(2, 5));
+  {
+    std::ofstream out(dir / "rank-2.summary", std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 7));
+  }
+  auto job = LoadCompactJob({dir.string()}, {.threads = 2});
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("rank-2.summary: truncated summary at byte"),
+            std::string::npos)
+      << job.status().message();
+  EXPECT_EQ(job.status().message(), LoadJob({dir.string()}).status().message());
   fs::remove_all(dir);
 }
 

@@ -187,22 +187,39 @@ StatusOr<CompactJob> LoadCompactJob(const std::vector<std::string>& paths,
   Status first_error = Status::Ok();
   size_t first_error_file = files.size();
   LoadStats local;
-  ForEachFile(files, options, [&](size_t i, StatusOr<RankSummary>&& r) {
-    if (r.ok()) {
-      // One file is a one-rank job whatever it names; only a set needs every file placed.
-      if (files.size() == 1 && r->rank < 0) {
-        r->rank = 0;
-        if (r->world_size <= 0) r->world_size = 1;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        Count(*r, true, &local);
-      }
-      job.Add(std::move(r).value());
+  // One file is a one-rank job whatever it names; only a set needs every file placed.
+  auto place_alone = [&](RankSummary* r) {
+    if (files.size() == 1 && r->rank < 0) {
+      r->rank = 0;
+      if (r->world_size <= 0) r->world_size = 1;
+    }
+  };
+  auto count = [&](const RankSummary& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    Count(r, true, &local);
+  };
+  auto fail = [&](size_t i, const Status& st) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (i < first_error_file) first_error = st, first_error_file = i;
+  };
+  job.Reserve(files.size());
+  const size_t threads = options.threads > 0 ? static_cast<size_t>(options.threads) : 0;
+  ParallelFor(files.size(), threads, [&](size_t i) {
+    const std::string& f = files[i];
+    if (IsSummaryFile(f)) {
+      // Decoded straight into the compact form: no FunctionPattern per function.
+      StatusOr<SummaryViews> v = ReadSummaryFileViews(f);
+      if (!v.ok()) return fail(i, v.status());
+      place_alone(&v->summary);
+      count(v->summary);
+      job.Add(std::move(v->summary), v->functions);
       return;
     }
-    std::lock_guard<std::mutex> lock(mu);
-    if (i < first_error_file) first_error = r.status(), first_error_file = i;
+    StatusOr<RankSummary> r = SummarizeTrace(f);
+    if (!r.ok()) return fail(i, r.status());
+    place_alone(&*r);
+    count(*r);
+    job.Add(std::move(r).value());
   });
   PT_RETURN_IF_ERROR(first_error);
   job.SortByRank();  // first: the checks then name files in a stable order

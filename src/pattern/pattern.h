@@ -5,7 +5,9 @@
 #define PERFTRACKER_PATTERN_PATTERN_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "trace/event.h"
@@ -62,6 +64,41 @@ struct FunctionPattern {
 
   // Stable identity used to match functions across ranks.
   std::string Key() const;
+};
+
+// A FunctionPattern's fields without owning them: how the summary decoder hands a rank's
+// functions to a compact job (pattern/compact_job.h), which keeps only their numbers and
+// identities, so that no rank needs a string or vector per function on the way. The views
+// live as long as what they point into (the decoder's: until it reads the next summary).
+struct FunctionView {
+  std::string_view name;
+  trace::EventKind kind = trace::EventKind::kCpuOp;
+  FunctionClass fclass = FunctionClass::kOther;
+  std::string_view stack;
+  int32_t device = -1;
+  int32_t stream = -1;
+  bool main_thread = false;
+  bool top_level = false;
+  uint64_t count = 0;
+  double total_us = 0;
+  double mean_us = 0, p50_us = 0, p99_us = 0, max_us = 0, min_us = 0;
+  double cv = 0;
+  double calls_per_iter = 0;
+  double per_iter_us = 0;
+  double share = 0;
+  double self_per_iter_us = 0;
+  std::span<const float> iter_us;
+  // CollectiveInfo's fields (empty and 0 for a function without them).
+  std::string_view coll_op;
+  double coll_msg_bytes = 0;
+  std::string_view coll_dtype;
+  int coll_group_size = 0;
+  std::string_view coll_group;
+  double coll_algbw_gbps = 0;
+  double coll_busbw_gbps = 0;
+
+  static FunctionView Of(const FunctionPattern& f);
+  FunctionPattern ToPattern() const;
 };
 
 // An iteration left out of the per-iteration values: cut by the trace's start or end, or a

@@ -15,6 +15,53 @@
 
 namespace perftracker::pattern {
 
+// The hash StringIdMap uses: a word at a time, two multiplies per word.
+inline uint64_t HashMix(uint64_t h, uint64_t w) {
+  h = (h ^ w) * 0xff51afd7ed558ccdull;
+  return h ^ (h >> 32);
+}
+
+inline uint64_t HashBytes(std::string_view s) {
+  uint64_t h = s.size() * 0x9e3779b97f4a7c15ull;
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = HashMix(h, w);
+  }
+  if (i < s.size()) {
+    uint64_t w = 0;
+    std::memcpy(&w, s.data() + i, s.size() - i);
+    h = HashMix(h, w);
+  }
+  h *= 0xc4ceb9fe1a85ec53ull;
+  return h ^ (h >> 29);
+}
+
+// HashBytes with four words in flight, for long keys (call stacks run to hundreds of bytes,
+// a process group's member list to thousands): one chain of multiplies was a tenth of loading
+// a large job. Short keys get HashBytes.
+inline uint64_t HashBytesWide(std::string_view s) {
+  if (s.size() < 64) return HashBytes(s);
+  // Four scalar chains (written as an array, they became SSE code that emulates 64-bit
+  // multiplies, slower than one chain).
+  uint64_t a = s.size(), b = 0x9e3779b97f4a7c15ull, c = 0xc2b2ae3d27d4eb4full,
+           d = 0x165667b19e3779f9ull;
+  size_t i = 0;
+  for (; i + 32 <= s.size(); i += 32) {
+    uint64_t w0, w1, w2, w3;
+    std::memcpy(&w0, s.data() + i, 8);
+    std::memcpy(&w1, s.data() + i + 8, 8);
+    std::memcpy(&w2, s.data() + i + 16, 8);
+    std::memcpy(&w3, s.data() + i + 24, 8);
+    a = HashMix(a, w0);
+    b = HashMix(b, w1);
+    c = HashMix(c, w2);
+    d = HashMix(d, w3);
+  }
+  return HashMix(HashMix(HashMix(HashMix(HashBytes(s.substr(i)), a), b), c), d);
+}
+
 class StringIdMap {
  public:
   struct Entry {
@@ -56,27 +103,7 @@ class StringIdMap {
 
   using Slot = Entry;
 
-  static uint64_t Mix(uint64_t h, uint64_t w) {
-    h = (h ^ w) * 0xff51afd7ed558ccdull;
-    return h ^ (h >> 32);
-  }
-
-  static uint64_t Hash(std::string_view s) {
-    uint64_t h = s.size() * 0x9e3779b97f4a7c15ull;
-    size_t i = 0;
-    for (; i + 8 <= s.size(); i += 8) {
-      uint64_t w;
-      std::memcpy(&w, s.data() + i, 8);
-      h = Mix(h, w);
-    }
-    if (i < s.size()) {
-      uint64_t w = 0;
-      std::memcpy(&w, s.data() + i, s.size() - i);
-      h = Mix(h, w);
-    }
-    h *= 0xc4ceb9fe1a85ec53ull;
-    return h ^ (h >> 29);
-  }
+  static uint64_t Hash(std::string_view s) { return HashBytes(s); }
 
   void Place(const Slot& slot) {
     size_t i = slot.hash & mask_;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <set>
 #include <string>
 
 namespace perftracker::pattern {
@@ -40,6 +41,25 @@ TEST(StringIdMapTest, InsertKeepsTheFirstIdAndTheEmptyKeyIsAKey) {
   ASSERT_NE(map.Find(""), nullptr);
   EXPECT_EQ(map.Find("")->id, 3u);
   EXPECT_EQ(map.Find(std::string_view("ncclKernel_AllReduce\0", 21)), nullptr);
+}
+
+// The wide hash depends on every byte and the length, short keys and long ones alike: a stack
+// that differs in one frame deep inside, or in its length alone, hashes differently.
+TEST(StringIdMapTest, WideHashSeesEveryByte) {
+  std::string base;
+  for (int i = 0; i < 12; ++i) base += "train.py(" + std::to_string(i) + "): step;";
+  std::set<uint64_t> seen;
+  for (size_t len : {size_t{0}, size_t{7}, size_t{63}, size_t{64}, size_t{65}, size_t{96},
+                     base.size()}) {
+    const std::string s = base.substr(0, len);
+    EXPECT_EQ(HashBytesWide(s), HashBytesWide(std::string(s)));  // bytes, not addresses
+    EXPECT_TRUE(seen.insert(HashBytesWide(s)).second) << len;
+    for (size_t pos = 0; pos < len; pos += 5) {
+      std::string t = s;
+      t[pos] ^= 1;
+      EXPECT_TRUE(seen.insert(HashBytesWide(t)).second) << len << " " << pos;
+    }
+  }
 }
 
 }  // namespace

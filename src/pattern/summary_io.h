@@ -6,6 +6,7 @@
 #define PERFTRACKER_PATTERN_SUMMARY_IO_H_
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -30,6 +31,18 @@ StatusOr<SummaryPayload> UnwrapSummary(std::string_view bytes, const std::string
 
 Status WriteSummaryFile(const RankSummary& summary, const std::string& path);
 StatusOr<RankSummary> ReadSummaryFile(const std::string& path);
+
+// A summary decoded for a compact job (CompactJob::Add): everything but the functions in
+// SUMMARY (whose functions stay empty), and the functions as views into this thread's decoding
+// buffers (and, for a version-1 summary, into BYTES). The views are valid until the thread next
+// parses or reads a summary. The same checks and errors as ParseSummary / ReadSummaryFile,
+// without a string or vector per function.
+struct SummaryViews {
+  RankSummary summary;
+  std::span<const FunctionView> functions;
+};
+StatusOr<SummaryViews> ParseSummaryViews(std::string_view bytes, const std::string& name);
+StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path);
 
 // True if the file starts with the summary magic.
 bool LooksLikeSummaryFile(const std::string& path);

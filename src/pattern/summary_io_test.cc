@@ -428,5 +428,146 @@ TEST(SummaryIoTest, NonFiniteNumbersBecomeZero) {
   EXPECT_EQ(r->iteration_ms[0], 0);
 }
 
+
+// A version-3 summary whose header declares DECLARED bytes around a frame of PAYLOAD.
+std::string WrapDeclaring(const std::string& payload, uint64_t declared) {
+  const std::string honest = Wrap(payload);
+  return honest.substr(0, 12) + Varint(declared) +
+         honest.substr(12 + Varint(payload.size()).size());
+}
+
+RankSummary FromViews(const SummaryViews& v) {
+  RankSummary s = v.summary;
+  for (const FunctionView& f : v.functions) s.functions.push_back(f.ToPattern());
+  return s;
+}
+
+// A summary as large as a real one: a few hundred functions with long Python stacks.
+RankSummary Large(int rank) {
+  RankSummary s = Sample();
+  s.rank = rank;
+  for (int i = 0; i < 400; ++i) {
+    FunctionPattern f = s.functions[1];
+    f.name = "nn.Module: Layer_" + std::to_string(i);
+    f.stack = "train.py(241): <module>;train.py(120): train_step;model.py(" + std::to_string(i) +
+              "): forward";
+    f.per_iter_us = 1000 - i;
+    f.iter_us.assign(20, static_cast<float>(i));
+    s.functions.push_back(f);
+  }
+  return s;
+}
+
+// The compact job's decoder: every function as a view, the rest of the summary as ParseSummary
+// gives it, whatever the version.
+TEST(SummaryIoTest, ViewsHoldWhatParseSummaryDecodes) {
+  const RankSummary s = Sample();
+  const std::string v3 = SerializeSummary(s);
+  StatusOr<SummaryViews> views = ParseSummaryViews(v3, "x.summary");
+  ASSERT_TRUE(views.ok()) << views.status().message();
+  EXPECT_TRUE(views->summary.functions.empty());
+  ASSERT_EQ(views->functions.size(), s.functions.size());
+  EXPECT_EQ(views->functions[0].name, s.functions[0].name);
+  EXPECT_EQ(views->functions[0].coll_group, s.functions[0].coll.group);
+  EXPECT_EQ(views->functions[2].stack, "a.py(1): main");
+  ExpectEqual(s, FromViews(*views));
+
+  std::string inflated;
+  ASSERT_TRUE(UnwrapSummary(v3, "x.summary", &inflated).ok());
+  std::string v1 = v3.substr(0, 12) + inflated;
+  v1[8] = 1;
+  views = ParseSummaryViews(v1, "v1.summary");
+  ASSERT_TRUE(views.ok()) << views.status().message();
+  ExpectEqual(s, FromViews(*views));
+}
+
+// Whatever ParseSummary refuses, the views decoder refuses with the same message.
+TEST(SummaryIoTest, ViewsRefuseWhatParseSummaryRefuses) {
+  const std::string good = SerializeSummary(Sample());
+  auto same = [](std::string_view bytes) {
+    StatusOr<RankSummary> full = ParseSummary(bytes, "g.summary");
+    StatusOr<SummaryViews> views = ParseSummaryViews(bytes, "g.summary");
+    ASSERT_EQ(full.ok(), views.ok());
+    if (full.ok()) {
+      EXPECT_EQ(SerializeSummary(*full), SerializeSummary(FromViews(*views)));
+    } else {
+      EXPECT_EQ(full.status().message(), views.status().message());
+    }
+  };
+  for (size_t n = 0; n <= good.size(); ++n) same(std::string_view(good).substr(0, n));
+  std::mt19937 rng(7);
+  for (int i = 0; i < 5000; ++i) {
+    std::string bytes = good;
+    const int flips = 1 + static_cast<int>(rng() % 8);
+    for (int k = 0; k < flips; ++k) {
+      bytes[12 + rng() % (bytes.size() - 12)] = static_cast<char>(rng());
+    }
+    same(bytes);
+  }
+  same(WrapDeclaring(std::string(10, '\0'), limits::kMaxSummaryPayload));
+  same(Wrap(Varint(17u << 20) + std::string(17u << 20, '\0')));
+}
+
+// One thread through files of different sizes, good and bad, as a loader thread goes through a
+// folder: its buffers are reused, and every file still decodes, or fails, on its own.
+TEST(SummaryIoTest, FilesOfDifferentSizesInARowOnOneThread) {
+  const std::string dir = testing::TempDir();
+  const RankSummary large = Large(3);
+  const RankSummary small = Sample();
+  const std::string large_path = dir + "/pattern_io_large.summary";
+  const std::string small_path = dir + "/pattern_io_small.summary";
+  const std::string liar_path = dir + "/pattern_io_liar.summary";
+  const std::string long_path = dir + "/pattern_io_long.summary";
+  const std::string cut_path = dir + "/pattern_io_cut.summary";
+  ASSERT_TRUE(WriteSummaryFile(large, large_path).ok());
+  ASSERT_TRUE(WriteSummaryFile(small, small_path).ok());
+  auto write = [](const std::string& path, const std::string& bytes) {
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, bytes.size(), f);
+    std::fclose(f);
+  };
+  std::string payload;
+  ASSERT_TRUE(UnwrapSummary(SerializeSummary(small), "s", &payload).ok());
+  // Declares 16 MiB, delivers a small frame; declares less than its frame holds; cut short.
+  write(liar_path, WrapDeclaring(payload, limits::kMaxSummaryPayload));
+  write(long_path, WrapDeclaring(payload, payload.size() - 1));
+  const std::string whole = SerializeSummary(large);
+  write(cut_path, whole.substr(0, whole.size() / 2));
+
+  const std::string not_inflating = ": corrupt summary: the compressed payload does not inflate";
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string* path : {&large_path, &small_path, &liar_path, &large_path, &long_path,
+                                    &cut_path, &small_path, &large_path}) {
+      const RankSummary& want = *path == large_path ? large : small;
+      // The views are read before the next read on this thread replaces them.
+      StatusOr<SummaryViews> v = ReadSummaryFileViews(*path);
+      const StatusOr<RankSummary> from_views =
+          v.ok() ? StatusOr<RankSummary>(FromViews(*v)) : StatusOr<RankSummary>(v.status());
+      StatusOr<RankSummary> r = ReadSummaryFile(*path);
+      if (*path == liar_path || *path == long_path) {
+        ASSERT_FALSE(v.ok());
+        EXPECT_EQ(v.status().message(), *path + not_inflating);
+        EXPECT_EQ(r.status().message(), *path + not_inflating);
+      } else if (*path == cut_path) {
+        ASSERT_FALSE(v.ok());
+        EXPECT_EQ(v.status().message(), *path + ": truncated summary at byte " +
+                                            std::to_string(whole.size() / 2));
+        EXPECT_EQ(r.status().message(), v.status().message());
+      } else {
+        ASSERT_TRUE(from_views.ok()) << from_views.status().message();
+        ASSERT_TRUE(r.ok()) << r.status().message();
+        ExpectEqual(want, *from_views);
+        ExpectEqual(want, *r);
+      }
+    }
+  }
+  StatusOr<SummaryViews> missing = ReadSummaryFileViews(dir + "/pattern_io_none.summary");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(), testing::HasSubstr(": cannot open summary: "));
+  for (const std::string* p : {&large_path, &small_path, &liar_path, &long_path, &cut_path})
+    std::remove(p->c_str());
+}
+
 }  // namespace
 }  // namespace perftracker::pattern
