@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <shared_mutex>
 
 #include "pattern/string_id_map.h"
 
@@ -28,6 +28,32 @@ std::string KeyOf(const FunctionView& f) {
   key.push_back('\x1f');
   key.append(f.stack);
   return key;
+}
+
+// Open addressing (CompactJob's string and identity tables, whose default slot is a free
+// one): SLOT into the first free place from HASH on; the table has one.
+template <typename Slot>
+void Place(std::vector<Slot>* slots, const Slot& slot, uint64_t hash) {
+  const size_t mask = slots->size() - 1;
+  size_t i = hash & mask;
+  while ((*slots)[i].id != Slot{}.id) i = (i + 1) & mask;
+  (*slots)[i] = slot;
+}
+
+// Twice the slots (1024 at first), every used one placed again by HASH_OF(slot).
+template <typename Slot, typename HashOf>
+void Regrow(std::vector<Slot>* slots, HashOf hash_of) {
+  std::vector<Slot> old = std::move(*slots);
+  slots->assign(old.empty() ? 1024 : old.size() * 2, Slot{});
+  for (const Slot& s : old) {
+    if (s.id != Slot{}.id) Place(slots, s, hash_of(s));
+  }
+}
+
+uint64_t IdentitySlotHash(uint32_t name, uint32_t stack, trace::EventKind kind) {
+  const uint64_t h = HashMix(HashMix(0x9e3779b97f4a7c15ull, (uint64_t{name} << 32) | stack),
+                             static_cast<uint64_t>(kind));
+  return (h * 0xc4ceb9fe1a85ec53ull) ^ (h >> 29);
 }
 
 // Standard deviation of a function's time across the window's iterations (0: fewer than two).
@@ -93,19 +119,6 @@ const std::string& CompactJob::Group(uint32_t id) const {
   return id < groups_.size() ? groups_[id] : kNone;
 }
 
-uint64_t CompactJob::IdentityHash(const FunctionView& f) {
-  // Key() joins kind, name and stack with '\x1f'. Without one in name or stack, equal keys
-  // mean equal parts, so those identities are matched part by part; a name or stack that holds
-  // one could make two different triples one key, so those are matched on the key itself.
-  if (f.name.find('\x1f') != std::string_view::npos ||
-      f.stack.find('\x1f') != std::string_view::npos) {
-    return kKeyed;
-  }
-  const uint64_t h = HashMix(HashMix(HashBytesWide(f.name), HashBytesWide(f.stack)),
-                             static_cast<uint64_t>(f.kind) + 1);
-  return h == kKeyed ? 1 : h;
-}
-
 const FunctionInfo* CompactJob::NewInfo(const FunctionView& f, std::string key) {
   const uint32_t id = static_cast<uint32_t>(infos_.size());
   FunctionInfo& info = infos_.emplace_back();
@@ -119,49 +132,61 @@ const FunctionInfo* CompactJob::NewInfo(const FunctionView& f, std::string key) 
   return &info;
 }
 
-const FunctionInfo* CompactJob::InternKeyed(const FunctionView& f) {
+const FunctionInfo* CompactJob::InternKeyed(const FunctionView& f, bool add) {
   std::string key = KeyOf(f);
   auto it = by_key_.find(std::string_view(key));
   if (it != by_key_.end()) return &infos_[it->second];
-  return NewInfo(f, std::move(key));
+  return add ? NewInfo(f, std::move(key)) : nullptr;
 }
 
-void CompactJob::GrowSlots() {
-  std::vector<Slot> old = std::move(slots_);
-  slots_.assign(old.empty() ? 1024 : old.size() * 2, Slot{});
-  const size_t mask = slots_.size() - 1;
-  for (const Slot& s : old) {
-    if (s.hash == kKeyed) continue;
-    size_t i = s.hash & mask;
-    while (slots_[i].hash != kKeyed) i = (i + 1) & mask;
-    slots_[i] = s;
-  }
-}
-
-const FunctionInfo* CompactJob::Intern(const FunctionView& f, uint64_t hash) {
-  if (hash == kKeyed) return InternKeyed(f);
-  if (!slots_.empty()) {
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = hash & mask; slots_[i].hash != kKeyed; i = (i + 1) & mask) {
-      if (slots_[i].hash != hash) continue;
-      const FunctionInfo& info = infos_[slots_[i].id];
-      if (info.kind == f.kind && info.name == f.name && info.stack == f.stack) return &info;
+uint32_t CompactJob::InternString(std::string_view s, uint64_t hash, bool add) {
+  if (!string_slots_.empty()) {
+    const size_t mask = string_slots_.size() - 1;
+    for (size_t i = hash & mask; string_slots_[i].id != kFree; i = (i + 1) & mask) {
+      const StringSlot& slot = string_slots_[i];
+      if (slot.hash == hash && strings_[slot.id] == s) return slot.id;
     }
   }
-  if ((slots_used_ + 1) * 2 > slots_.size()) GrowSlots();
+  if (!add) return kFree;
+  if ((strings_used_ + 1) * 2 > string_slots_.size()) {
+    Regrow(&string_slots_, [](const StringSlot& slot) { return slot.hash; });
+  }
+  const uint32_t id = static_cast<uint32_t>(strings_.size());
+  strings_.emplace_back(s);
+  Place(&string_slots_, StringSlot{hash, id}, hash);
+  ++strings_used_;
+  return id;
+}
+
+const FunctionInfo* CompactJob::InternIdentity(const FunctionView& f, uint32_t name,
+                                               uint32_t stack, bool add) {
+  const uint64_t hash = IdentitySlotHash(name, stack, f.kind);
+  if (!identity_slots_.empty()) {
+    const size_t mask = identity_slots_.size() - 1;
+    for (size_t i = hash & mask; identity_slots_[i].id != kFree; i = (i + 1) & mask) {
+      const IdentitySlot& slot = identity_slots_[i];
+      if (slot.name == name && slot.stack == stack && slot.kind == f.kind) {
+        return &infos_[slot.id];
+      }
+    }
+  }
+  if (!add) return nullptr;
+  if ((identities_used_ + 1) * 2 > identity_slots_.size()) {
+    Regrow(&identity_slots_, [](const IdentitySlot& slot) {
+      return IdentitySlotHash(slot.name, slot.stack, slot.kind);
+    });
+  }
   const FunctionInfo* info = NewInfo(f, KeyOf(f));
-  const size_t mask = slots_.size() - 1;
-  size_t i = hash & mask;
-  while (slots_[i].hash != kKeyed) i = (i + 1) & mask;
-  slots_[i] = {hash, info->id};
-  ++slots_used_;
+  Place(&identity_slots_, IdentitySlot{name, stack, info->id, f.kind}, hash);
+  ++identities_used_;
   return info;
 }
 
-uint32_t CompactJob::InternGroup(std::string_view g) {
+std::optional<uint32_t> CompactJob::InternGroup(std::string_view g, bool add) {
   if (g.empty()) return CompactFunction::kNoGroup;
   auto it = group_ids_.find(g);
   if (it != group_ids_.end()) return it->second;
+  if (!add) return std::nullopt;
   const uint32_t id = static_cast<uint32_t>(groups_.size());
   groups_.emplace_back(g);
   group_ids_.emplace(g, id);
@@ -179,17 +204,18 @@ void CompactJob::ProcessGroupKey(const trace::ProcessGroup& pg, std::string* key
   key->append(reinterpret_cast<const char*>(pg.ranks.data()), pg.ranks.size() * sizeof(int));
 }
 
-const trace::ProcessGroup* CompactJob::InternProcessGroup(trace::ProcessGroup&& pg,
-                                                          std::string_view key) {
+const trace::ProcessGroup* CompactJob::InternProcessGroup(trace::ProcessGroup* pg,
+                                                          std::string_view key, bool add) {
   auto it = pg_index_.find(key);
   if (it != pg_index_.end()) return it->second;
-  const trace::ProcessGroup* p = &pgs_.emplace_back(std::move(pg));
+  if (!add) return nullptr;
+  const trace::ProcessGroup* p = &pgs_.emplace_back(std::move(*pg));
   pg_index_.emplace(std::string(key), p);
   return p;
 }
 
 void CompactJob::Reserve(size_t n) {
-  std::lock_guard<std::mutex> lock(*mu_);
+  std::lock_guard<std::mutex> lock(*ranks_mu_);
   ranks_.reserve(n);
 }
 
@@ -205,59 +231,133 @@ void CompactJob::Add(RankSummary&& r) {
   Add(std::move(r), views);  // reads the views (into r.functions) before dropping those
 }
 
-void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions) {
-  // Everything but the interning happens outside the lock, the identities' hashes included.
-  std::vector<CompactFunction> fns(functions.size());
-  thread_local std::vector<uint64_t> hashes;
-  hashes.resize(functions.size());
+// A rank's names and stacks, each once (LocalString), and where its functions' are.
+struct CompactJob::Prepared {
+  struct LocalString {
+    std::string_view s;
+    uint64_t hash = 0;
+    bool separator = false;  // holds Key()'s '\x1f'
+  };
+  std::vector<LocalString> strings;
+  std::vector<uint32_t> local_of_ref;  // the summary's table index -> strings; kFree: not yet
+  std::vector<uint32_t> name, stack;   // per function, in strings
+  std::vector<std::string> pg_keys;    // ProcessGroupKey of each process group
+  // What Resolve finds: per string its id in strings_, per process group the job's copy.
+  std::vector<uint32_t> ids;
+  std::vector<const trace::ProcessGroup*> pgs;
+
+  void Prepare(std::span<const FunctionView> fns, std::span<const std::string_view> table,
+               const std::vector<trace::ProcessGroup>& groups) {
+    strings.clear();
+    local_of_ref.assign(table.size(), kFree);
+    name.resize(fns.size());
+    stack.resize(fns.size());
+    for (size_t k = 0; k < fns.size(); ++k) {
+      name[k] = Local(fns[k].name, fns[k].name_ref, table);
+      stack[k] = Local(fns[k].stack, fns[k].stack_ref, table);
+    }
+    ids.resize(strings.size());
+    // The process groups' keys too (a data-parallel group lists thousands of ranks).
+    if (pg_keys.size() < groups.size()) pg_keys.resize(groups.size());
+    for (size_t k = 0; k < groups.size(); ++k) ProcessGroupKey(groups[k], &pg_keys[k]);
+    pgs.resize(groups.size());
+  }
+
+ private:
+  uint32_t Local(std::string_view s, uint32_t ref, std::span<const std::string_view> table) {
+    // The table's string itself (a view of its bytes), not only one equal to it.
+    const bool in_table =
+        ref < table.size() && table[ref].data() == s.data() && table[ref].size() == s.size();
+    if (in_table && local_of_ref[ref] != kFree) return local_of_ref[ref];
+    const uint32_t l = static_cast<uint32_t>(strings.size());
+    strings.push_back({s, HashBytesWide(s), s.find('\x1f') != std::string_view::npos});
+    if (in_table) local_of_ref[ref] = l;
+    return l;
+  }
+};
+
+void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
+                     std::span<const std::string_view> strings) {
+  // Everything but finding the strings, identities and groups in the job's tables happens
+  // outside its lock, the strings' hashes included.
+  CompactRank c;
+  c.compact.resize(functions.size());
   for (size_t k = 0; k < functions.size(); ++k) {
     const FunctionView& f = functions[k];
-    CompactFunction& c = fns[k];
-    c.per_iter_us = static_cast<float>(f.per_iter_us);
-    c.self_per_iter_us = static_cast<float>(f.self_per_iter_us);
-    c.calls_per_iter = static_cast<float>(f.calls_per_iter);
-    c.mean_us = static_cast<float>(f.mean_us);
-    c.cv = static_cast<float>(f.cv);
-    c.main_thread = f.main_thread;
-    c.top_level = f.top_level;
+    CompactFunction& cf = c.compact[k];
+    cf.per_iter_us = static_cast<float>(f.per_iter_us);
+    cf.self_per_iter_us = static_cast<float>(f.self_per_iter_us);
+    cf.calls_per_iter = static_cast<float>(f.calls_per_iter);
+    cf.mean_us = static_cast<float>(f.mean_us);
+    cf.cv = static_cast<float>(f.cv);
+    cf.main_thread = f.main_thread;
+    cf.top_level = f.top_level;
     if (f.fclass == FunctionClass::kCollective) {
-      c.msg_bytes = static_cast<float>(f.coll_msg_bytes);
-      c.busbw_gbps = static_cast<float>(f.coll_busbw_gbps);
+      cf.msg_bytes = static_cast<float>(f.coll_msg_bytes);
+      cf.busbw_gbps = static_cast<float>(f.coll_busbw_gbps);
     }
-    hashes[k] = IdentityHash(f);
-  }
-  IterationSds(functions, fns.data());
-  // The process groups' keys too (a data-parallel group lists thousands of ranks).
-  thread_local std::vector<std::string> pg_keys;
-  if (pg_keys.size() < r.process_groups.size()) pg_keys.resize(r.process_groups.size());
-  for (size_t k = 0; k < r.process_groups.size(); ++k) {
-    ProcessGroupKey(r.process_groups[k], &pg_keys[k]);
-  }
-  std::lock_guard<std::mutex> lock(*mu_);
-  AddLocked(std::move(r), functions, hashes, pg_keys, std::move(fns));
-}
-
-void CompactJob::AddLocked(RankSummary&& r, std::span<const FunctionView> views,
-                           std::span<const uint64_t> hashes,
-                           std::span<const std::string> pg_keys,
-                           std::vector<CompactFunction>&& fns) {
-  CompactRank& c = ranks_.emplace_back();
-  for (size_t k = 0; k < views.size(); ++k) {
-    const FunctionView& f = views[k];
-    fns[k].info = Intern(f, hashes[k]);
-    if (f.fclass == FunctionClass::kCollective) fns[k].group = InternGroup(f.coll_group);
     c.has_self |= f.self_per_iter_us > 0;
     c.any_main |= f.main_thread;
   }
+  IterationSds(functions, c.compact.data());
   c.role = PipelineStage(r);
-  for (size_t k = 0; k < r.process_groups.size(); ++k) {
-    c.groups.push_back(InternProcessGroup(std::move(r.process_groups[k]), pg_keys[k]));
+  thread_local Prepared p;
+  p.Prepare(functions, strings, r.process_groups);
+  // Once a job has seen a few ranks, their strings, identities and groups are all known: each
+  // rank finds them under the shared lock, so that loading threads do not wait on each other,
+  // and only a rank that brings something new takes the lock alone.
+  bool found;
+  {
+    std::shared_lock<std::shared_mutex> lock(*mu_);
+    found = Resolve(functions, &r.process_groups, &p, c.compact, false);
   }
+  if (!found) {
+    std::unique_lock<std::shared_mutex> lock(*mu_);
+    Resolve(functions, &r.process_groups, &p, c.compact, true);
+  }
+  c.groups = p.pgs;
   r.process_groups.clear();
   r.functions.clear();
   r.functions.shrink_to_fit();
   static_cast<RankSummary&>(c) = std::move(r);
-  c.compact = std::move(fns);
+  std::lock_guard<std::mutex> lock(*ranks_mu_);
+  ranks_.push_back(std::move(c));
+}
+
+bool CompactJob::Resolve(std::span<const FunctionView> views,
+                         std::vector<trace::ProcessGroup>* groups, Prepared* p,
+                         std::span<CompactFunction> fns, bool add) {
+  // Ids of the strings a key compares part by part; one holding the separator is left out
+  // (its function is matched on its whole key).
+  for (size_t l = 0; l < p->strings.size(); ++l) {
+    const Prepared::LocalString& s = p->strings[l];
+    if (s.separator) {
+      p->ids[l] = kFree;
+      continue;
+    }
+    p->ids[l] = InternString(s.s, s.hash, add);
+    if (p->ids[l] == kFree) return false;
+  }
+  for (size_t k = 0; k < views.size(); ++k) {
+    const FunctionView& f = views[k];
+    const uint32_t name = p->ids[p->name[k]], stack = p->ids[p->stack[k]];
+    // Key() joins kind, name and stack with '\x1f'. Without one in name or stack, equal keys
+    // mean equal parts, so those are matched part by part; a name or stack holding one could
+    // make two different triples one key, so those are matched on the key itself.
+    fns[k].info = name == kFree || stack == kFree ? InternKeyed(f, add)
+                                                  : InternIdentity(f, name, stack, add);
+    if (fns[k].info == nullptr) return false;
+    if (f.fclass == FunctionClass::kCollective) {
+      const std::optional<uint32_t> group = InternGroup(f.coll_group, add);
+      if (!group) return false;
+      fns[k].group = *group;
+    }
+  }
+  for (size_t k = 0; k < groups->size(); ++k) {
+    p->pgs[k] = InternProcessGroup(&(*groups)[k], p->pg_keys[k], add);
+    if (p->pgs[k] == nullptr) return false;
+  }
+  return true;
 }
 
 void CompactJob::SortByRank() {

@@ -11,6 +11,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -78,7 +80,10 @@ class CompactJob {
   // The same, with the rank's functions as views (what ReadSummaryFileViews decodes: no
   // FunctionPattern is built); R's own functions are dropped. The views are read during the
   // call only.
-  void Add(RankSummary&& r, std::span<const FunctionView> functions);
+  // STRINGS is the summary's string table that the views' name_ref and stack_ref index
+  // (SummaryViews::strings); without it each name and stack counts as a string of its own.
+  void Add(RankSummary&& r, std::span<const FunctionView> functions,
+           std::span<const std::string_view> strings = {});
   // Room for N ranks (the loader knows how many files it reads).
   void Reserve(size_t n);
   void SortByRank();
@@ -98,32 +103,52 @@ class CompactJob {
   };
   using Index = std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>>;
 
-  // A function's identity hash (IdentityHash), or kKeyed for one whose name or stack holds
-  // the key's separator: those are matched on their whole key (by_key_), as Key() compares.
-  static constexpr uint64_t kKeyed = 0;
-  static uint64_t IdentityHash(const FunctionView& f);
-  const FunctionInfo* Intern(const FunctionView& f, uint64_t hash);
-  const FunctionInfo* InternKeyed(const FunctionView& f);
+  // What Add works out before it takes the lock (compact_job.cc).
+  struct Prepared;
+  // Each finds a string, identity, group or process group in the job's tables, and with ADD
+  // adds it when missing (under the exclusive lock); without, it gives kFree, nullptr or
+  // nullopt for one the job does not have yet.
+  uint32_t InternString(std::string_view s, uint64_t hash, bool add);
+  const FunctionInfo* InternIdentity(const FunctionView& f, uint32_t name, uint32_t stack,
+                                     bool add);
+  const FunctionInfo* InternKeyed(const FunctionView& f, bool add);
+  std::optional<uint32_t> InternGroup(std::string_view g, bool add);
+  // Moves *PG into the job when it adds it.
+  const trace::ProcessGroup* InternProcessGroup(trace::ProcessGroup* pg, std::string_view key,
+                                                bool add);
   const FunctionInfo* NewInfo(const FunctionView& f, std::string key);
-  void GrowSlots();
-  uint32_t InternGroup(std::string_view g);
   static void ProcessGroupKey(const trace::ProcessGroup& pg, std::string* key);
-  const trace::ProcessGroup* InternProcessGroup(trace::ProcessGroup&& pg, std::string_view key);
-  void AddLocked(RankSummary&& r, std::span<const FunctionView> views,
-                 std::span<const uint64_t> hashes, std::span<const std::string> pg_keys,
-                 std::vector<CompactFunction>&& fns);
+  // Finds (or with ADD, adds) every string, identity and group a rank names: FNS' info and
+  // group, P's ids and process groups. Without ADD, false as soon as one is missing.
+  bool Resolve(std::span<const FunctionView> views, std::vector<trace::ProcessGroup>* groups,
+               Prepared* p, std::span<CompactFunction> fns, bool add);
 
-  // Identities by hash: open addressing over infos_, found without building a key string.
-  struct Slot {
-    uint64_t hash = kKeyed;  // kKeyed marks a free slot (keyed identities are not here)
-    uint32_t id = 0;
+  // Open addressing, half full at most; kFree marks a free slot.
+  static constexpr uint32_t kFree = UINT32_MAX;
+  struct StringSlot {
+    uint64_t hash = 0;
+    uint32_t id = kFree;
+  };
+  struct IdentitySlot {
+    uint32_t name = 0;  // ids in strings_
+    uint32_t stack = 0;
+    uint32_t id = kFree;  // in infos_
+    trace::EventKind kind = trace::EventKind::kCpuOp;
   };
 
-  std::unique_ptr<std::mutex> mu_ = std::make_unique<std::mutex>();
+  // The tables below ranks_: shared to find, exclusive to add. ranks_ has its own.
+  std::unique_ptr<std::shared_mutex> mu_ = std::make_unique<std::shared_mutex>();
+  std::unique_ptr<std::mutex> ranks_mu_ = std::make_unique<std::mutex>();
   std::deque<FunctionInfo> infos_;  // a deque: CompactFunction points into it
-  std::vector<Slot> slots_;
-  size_t slots_used_ = 0;
-  Index by_key_;  // every identity, by Key()
+  Index by_key_;                    // every identity, by Key()
+  // Function names and stacks, each stored once, and the identities of functions whose name
+  // and stack hold no key separator, by (kind, name id, stack id): an identity is found with
+  // integer compares once its two strings are, and those are found once per summary.
+  std::deque<std::string> strings_;
+  std::vector<StringSlot> string_slots_;
+  size_t strings_used_ = 0;
+  std::vector<IdentitySlot> identity_slots_;
+  size_t identities_used_ = 0;
   std::vector<std::string> groups_;
   Index group_ids_;
   std::deque<trace::ProcessGroup> pgs_;

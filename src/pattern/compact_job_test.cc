@@ -220,6 +220,59 @@ TEST(CompactJobTest, IdentitiesFollowTheKeyWithSeparatorsInNames) {
   EXPECT_EQ(job.FindFunction(r.functions[3].Key()), c.compact[3].info);
 }
 
+// With the summary's string table, each name and stack is matched once however many functions
+// share it; a reference that does not point at the view's own bytes is not trusted.
+TEST(CompactJobTest, StringTableReferencesGiveTheSameIdentities) {
+  const std::vector<std::string> bytes = {"gemm", "train.py(3): step", "a\x1f" "b", "",
+                                          "c",    "a",                 "b\x1f" "c"};
+  const std::vector<std::string_view> table(bytes.begin(), bytes.end());
+  const std::string elsewhere = "gemm";  // equal bytes, not the table's
+  struct Use {
+    std::string_view name;
+    uint32_t name_ref;
+    std::string_view stack;
+    uint32_t stack_ref;
+  };
+  const std::vector<Use> uses = {
+      {table[0], 0, table[3], 3},   // gemm, no stack
+      {table[0], 0, table[1], 1},   // gemm at train.py
+      {table[2], 2, table[4], 4},   // "a\x1fb" at "c" ...
+      {table[5], 5, table[6], 6},   // ... and "a" at "b\x1fc": one key
+      {elsewhere, 0, table[3], 3},  // gemm again, from other bytes
+      {table[1], 4, table[3], 3},   // a wrong reference: its own name counts
+  };
+  RankSummary patterns = Rank(0, 1);
+  patterns.functions.clear();
+  std::vector<FunctionView> views;
+  for (const Use& u : uses) {
+    FunctionPattern f = Fn(std::string(u.name), FunctionClass::kCompute, 1, std::string(u.stack));
+    patterns.functions.push_back(f);
+    FunctionView v = FunctionView::Of(patterns.functions.back());
+    v.name = u.name;
+    v.stack = u.stack;
+    v.name_ref = u.name_ref;
+    v.stack_ref = u.stack_ref;
+    views.push_back(v);
+  }
+  CompactJob by_table;
+  RankSummary rest = patterns;
+  rest.functions.clear();
+  by_table.Add(std::move(rest), views, table);
+  CompactJob by_pattern;
+  by_pattern.Add(patterns);
+  ASSERT_EQ(by_table.function_count(), by_pattern.function_count());
+  EXPECT_EQ(by_table.function_count(), 4u);
+  const CompactRank& t = by_table.ranks()[0];
+  const CompactRank& p = by_pattern.ranks()[0];
+  for (size_t k = 0; k < uses.size(); ++k) {
+    EXPECT_EQ(t.compact[k].info->key, patterns.functions[k].Key()) << k;
+    EXPECT_EQ(t.compact[k].id(), p.compact[k].id()) << k;
+  }
+  EXPECT_EQ(t.compact[0].info, t.compact[4].info);
+  EXPECT_EQ(t.compact[2].info, t.compact[3].info);
+  EXPECT_EQ(t.compact[5].info->name, "train.py(3): step");
+}
+
 // Iteration spreads, computed several functions at a time, are bit for bit the one-at-a-time
 // formula, whatever mix of iteration counts the functions have.
 TEST(CompactJobTest, IterationSpreadIsTheOneAtATimeFormula) {

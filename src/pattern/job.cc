@@ -212,7 +212,7 @@ StatusOr<CompactJob> LoadCompactJob(const std::vector<std::string>& paths,
       if (!v.ok()) return fail(i, v.status());
       place_alone(&v->summary);
       count(v->summary);
-      job.Add(std::move(v->summary), v->functions);
+      job.Add(std::move(v->summary), v->functions, v->strings);
       return;
     }
     StatusOr<RankSummary> r = SummarizeTrace(f);

@@ -71,6 +71,7 @@ struct FunctionPattern {
 // identities, so that no rank needs a string or vector per function on the way. The views
 // live as long as what they point into (the decoder's: until it reads the next summary).
 struct FunctionView {
+  static constexpr uint32_t kNoRef = UINT32_MAX;
   std::string_view name;
   trace::EventKind kind = trace::EventKind::kCpuOp;
   FunctionClass fclass = FunctionClass::kOther;
@@ -96,6 +97,11 @@ struct FunctionView {
   std::string_view coll_group;
   double coll_algbw_gbps = 0;
   double coll_busbw_gbps = 0;
+  // Where name and stack are in the decoder's string table (SummaryViews::strings): a compact
+  // job then hashes and matches each string once per summary, not once per function that
+  // names it. kNoRef: not from a table.
+  uint32_t name_ref = kNoRef;
+  uint32_t stack_ref = kNoRef;
 
   static FunctionView Of(const FunctionPattern& f);
   FunctionPattern ToPattern() const;

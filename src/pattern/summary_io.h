@@ -40,6 +40,8 @@ StatusOr<RankSummary> ReadSummaryFile(const std::string& path);
 struct SummaryViews {
   RankSummary summary;
   std::span<const FunctionView> functions;
+  // The summary's string table, which FunctionView::name_ref and stack_ref index.
+  std::span<const std::string_view> strings;
 };
 StatusOr<SummaryViews> ParseSummaryViews(std::string_view bytes, const std::string& name);
 StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path);
