@@ -66,43 +66,38 @@ float IterationSd(std::span<const float> iter_us) {
   return static_cast<float>(std::sqrt(sq / static_cast<double>(iter_us.size() - 1)));
 }
 
-// IterationSd of every function into OUT, four at a time where four in a row have as many
-// iterations: each sum still adds its own values in order (the same bits as one at a time),
-// but four chains of dependent additions overlap instead of waiting on each other.
+// IterationSd of every function into OUT, kChains at a time where as many in a row have as
+// many iterations: each sum still adds its own values in order (the same bits as one at a
+// time), but the chains of dependent additions overlap instead of waiting on each other.
 void IterationSds(std::span<const FunctionView> fns, CompactFunction* out) {
+  constexpr size_t kChains = 4;
   size_t k = 0;
-  for (; k + 4 <= fns.size(); k += 4) {
+  for (; k + kChains <= fns.size(); k += kChains) {
     const size_t n = fns[k].iter_us.size();
-    if (n < 2 || fns[k + 1].iter_us.size() != n || fns[k + 2].iter_us.size() != n ||
-        fns[k + 3].iter_us.size() != n) {
-      for (size_t j = k; j < k + 4; ++j) out[j].iter_sd_us = IterationSd(fns[j].iter_us);
+    bool same = n >= 2;
+    for (size_t j = 1; j < kChains; ++j) same &= fns[k + j].iter_us.size() == n;
+    if (!same) {
+      for (size_t j = k; j < k + kChains; ++j) out[j].iter_sd_us = IterationSd(fns[j].iter_us);
       continue;
     }
-    const float* a = fns[k].iter_us.data();
-    const float* b = fns[k + 1].iter_us.data();
-    const float* c = fns[k + 2].iter_us.data();
-    const float* d = fns[k + 3].iter_us.data();
-    double sa = 0, sb = 0, sc = 0, sd = 0;
+    const float* v[kChains];
+    for (size_t j = 0; j < kChains; ++j) v[j] = fns[k + j].iter_us.data();
+    double sum[kChains] = {}, sq[kChains] = {}, mean[kChains];
+    // Unrolled, so that the chains live in registers.
     for (size_t i = 0; i < n; ++i) {
-      sa += a[i];
-      sb += b[i];
-      sc += c[i];
-      sd += d[i];
+#pragma GCC unroll 4
+      for (size_t j = 0; j < kChains; ++j) sum[j] += v[j][i];
     }
     const double count = static_cast<double>(n);
-    const double ma = sa / count, mb = sb / count, mc = sc / count, md = sd / count;
-    double qa = 0, qb = 0, qc = 0, qd = 0;
+    for (size_t j = 0; j < kChains; ++j) mean[j] = sum[j] / count;
     for (size_t i = 0; i < n; ++i) {
-      qa += (a[i] - ma) * (a[i] - ma);
-      qb += (b[i] - mb) * (b[i] - mb);
-      qc += (c[i] - mc) * (c[i] - mc);
-      qd += (d[i] - md) * (d[i] - md);
+#pragma GCC unroll 4
+      for (size_t j = 0; j < kChains; ++j) sq[j] += (v[j][i] - mean[j]) * (v[j][i] - mean[j]);
     }
     const double dof = static_cast<double>(n - 1);
-    out[k].iter_sd_us = static_cast<float>(std::sqrt(qa / dof));
-    out[k + 1].iter_sd_us = static_cast<float>(std::sqrt(qb / dof));
-    out[k + 2].iter_sd_us = static_cast<float>(std::sqrt(qc / dof));
-    out[k + 3].iter_sd_us = static_cast<float>(std::sqrt(qd / dof));
+    for (size_t j = 0; j < kChains; ++j) {
+      out[k + j].iter_sd_us = static_cast<float>(std::sqrt(sq[j] / dof));
+    }
   }
   for (; k < fns.size(); ++k) out[k].iter_sd_us = IterationSd(fns[k].iter_us);
 }
@@ -159,8 +154,7 @@ uint32_t CompactJob::InternString(std::string_view s, uint64_t hash, bool add) {
 }
 
 const FunctionInfo* CompactJob::InternIdentity(const FunctionView& f, uint32_t name,
-                                               uint32_t stack, bool add) {
-  const uint64_t hash = IdentitySlotHash(name, stack, f.kind);
+                                               uint32_t stack, uint64_t hash, bool add) {
   if (!identity_slots_.empty()) {
     const size_t mask = identity_slots_.size() - 1;
     for (size_t i = hash & mask; identity_slots_[i].id != kFree; i = (i + 1) & mask) {
@@ -242,8 +236,10 @@ struct CompactJob::Prepared {
   std::vector<uint32_t> local_of_ref;  // the summary's table index -> strings; kFree: not yet
   std::vector<uint32_t> name, stack;   // per function, in strings
   std::vector<std::string> pg_keys;    // ProcessGroupKey of each process group
-  // What Resolve finds: per string its id in strings_, per process group the job's copy.
+  // What Resolve finds: per string its id in strings_, per process group the job's copy; and
+  // per function its IdentitySlotHash.
   std::vector<uint32_t> ids;
+  std::vector<uint64_t> identity_hashes;
   std::vector<const trace::ProcessGroup*> pgs;
 
   void Prepare(std::span<const FunctionView> fns, std::span<const std::string_view> table,
@@ -327,6 +323,13 @@ void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
 bool CompactJob::Resolve(std::span<const FunctionView> views,
                          std::vector<trace::ProcessGroup>* groups, Prepared* p,
                          std::span<CompactFunction> fns, bool add) {
+  // The slots a rank will probe, asked for all at once: the probes then wait on memory once,
+  // not once each.
+  if (!string_slots_.empty()) {
+    for (const Prepared::LocalString& s : p->strings) {
+      __builtin_prefetch(&string_slots_[s.hash & (string_slots_.size() - 1)]);
+    }
+  }
   // Ids of the strings a key compares part by part; one holding the separator is left out
   // (its function is matched on its whole key).
   for (size_t l = 0; l < p->strings.size(); ++l) {
@@ -338,14 +341,23 @@ bool CompactJob::Resolve(std::span<const FunctionView> views,
     p->ids[l] = InternString(s.s, s.hash, add);
     if (p->ids[l] == kFree) return false;
   }
+  p->identity_hashes.resize(views.size());
+  for (size_t k = 0; k < views.size(); ++k) {
+    const uint32_t name = p->ids[p->name[k]], stack = p->ids[p->stack[k]];
+    p->identity_hashes[k] = IdentitySlotHash(name, stack, views[k].kind);
+    if (!identity_slots_.empty()) {
+      __builtin_prefetch(&identity_slots_[p->identity_hashes[k] & (identity_slots_.size() - 1)]);
+    }
+  }
   for (size_t k = 0; k < views.size(); ++k) {
     const FunctionView& f = views[k];
     const uint32_t name = p->ids[p->name[k]], stack = p->ids[p->stack[k]];
     // Key() joins kind, name and stack with '\x1f'. Without one in name or stack, equal keys
     // mean equal parts, so those are matched part by part; a name or stack holding one could
     // make two different triples one key, so those are matched on the key itself.
-    fns[k].info = name == kFree || stack == kFree ? InternKeyed(f, add)
-                                                  : InternIdentity(f, name, stack, add);
+    fns[k].info = name == kFree || stack == kFree
+                      ? InternKeyed(f, add)
+                      : InternIdentity(f, name, stack, p->identity_hashes[k], add);
     if (fns[k].info == nullptr) return false;
     if (f.fclass == FunctionClass::kCollective) {
       const std::optional<uint32_t> group = InternGroup(f.coll_group, add);

@@ -109,8 +109,9 @@ class CompactJob {
   // adds it when missing (under the exclusive lock); without, it gives kFree, nullptr or
   // nullopt for one the job does not have yet.
   uint32_t InternString(std::string_view s, uint64_t hash, bool add);
+  // HASH: IdentitySlotHash(name, stack, f.kind).
   const FunctionInfo* InternIdentity(const FunctionView& f, uint32_t name, uint32_t stack,
-                                     bool add);
+                                     uint64_t hash, bool add);
   const FunctionInfo* InternKeyed(const FunctionView& f, bool add);
   std::optional<uint32_t> InternGroup(std::string_view g, bool add);
   // Moves *PG into the job when it adds it.
