@@ -3,7 +3,10 @@
 // ranks of 500 functions would take 17 GB. Here every function identity (kind, name, stack,
 // class) is stored once per job and each rank keeps, per function, only the numbers diagnosis
 // compares (48 bytes); process groups, shared by their members, are stored once too. Summaries
-// are added one at a time and dropped, so a job streams in from disk or the network.
+// are added one at a time and dropped, so a job streams in from disk or the network: as
+// RankSummary, or (the loader's way) as FunctionViews into the summary decoder's buffers, with
+// no string or vector per function. Adds run from many threads: lookups in the identity tables
+// take a shared lock, only a rank that brings something new takes the exclusive one.
 #ifndef PERFTRACKER_PATTERN_COMPACT_JOB_H_
 #define PERFTRACKER_PATTERN_COMPACT_JOB_H_
 
