@@ -143,7 +143,8 @@ struct CollectorServer::Impl final
   TriggerResult OpenWindowLocked(const std::string& reason, int iterations, bool slowdown = false,
                                  double mean_ms = 0);
 
-  // Called with mu held.
+  // Closes and publishes window ID on this thread, with mu held: at shutdown only, once the
+  // publisher has drained (every other close goes through CloseWindowLater, in order).
   void CloseWindowLocked(int64_t id);
 
   // Closes window ID like CloseWindowLocked, but hands the diagnosis to the publisher thread:

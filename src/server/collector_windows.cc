@@ -128,7 +128,8 @@ int64_t CollectorServer::Impl::FurthestStepLocked() const {
 void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
                                             std::chrono::steady_clock::time_point since) {
   // A profiling window in progress cannot finish while ranks are stuck: report what it has.
-  if (sched->open_window()) CloseWindowLocked(sched->open_window());
+  // Queued behind any window still being published, so windows are published in order.
+  if (sched->open_window()) CloseWindowLater(sched->open_window());
   HangCollection h;
   h.id = ++last_window;
   h.since = since;
