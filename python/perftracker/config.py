@@ -24,9 +24,10 @@ WINDOWS_DUE = 16
 EXIT_WAIT_S = 10.0
 # The exit hook's poll while torch.profiler exports are still running.
 EXIT_POLL_S = 0.05
-# While the export thread parses torch's events (pure Python, tens of ms per thousand events),
-# the training thread waits for the GIL up to one switch interval (5 ms by default) each time it
-# wants it back; a shorter interval bounds those waits.
+# While the export thread writes the torch trace in Python (window.write_legacy_trace, about
+# 1 us per event where torch has no Kineto), the training thread waits for the GIL up to one
+# switch interval (5 ms by default) each time it wants it back; a shorter interval bounds those
+# waits. (torch's C++ writer holds the GIL throughout: no interval helps there.)
 EXPORT_SWITCH_INTERVAL_S = 0.0005
 # A window's collection never holds the detector longer than this (seconds from its end until
 # the agent says it uploaded the summary).
