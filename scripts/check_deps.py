@@ -132,7 +132,7 @@ def is_ours(path, builds):
 
 def ninja_deps(build):
     """System headers the compilers read, from ninja's dependency log."""
-    out = subprocess.run(["ninja", "-C", build, "-t", "deps"], capture_output=True, text=True)
+    out = subprocess.run(["/usr/bin/ninja", "-C", build, "-t", "deps"], capture_output=True, text=True)
     if out.returncode != 0:
         fail_usage(f"{build}: ninja -t deps failed: {out.stderr.strip()}")
     return {line.strip() for line in out.stdout.splitlines()

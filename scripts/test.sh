@@ -10,13 +10,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
+source scripts/tools.sh
 # The fuzzer needs clang's libFuzzer: its own build folder.
 # binutils' ar and ranlib (as the main build uses): with clang, CMake would pick llvm-ar where
 # llvm-14 happens to be installed, and the build would differ between machines.
-CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERFTRACKER_FUZZ=ON \
+CXX=clang++ pt_configure build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERFTRACKER_FUZZ=ON \
   -DCMAKE_AR=/usr/bin/ar -DCMAKE_RANLIB=/usr/bin/ranlib \
-  -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
-ninja -C build-fuzz trace_reader_fuzz summary_fuzz worker_message_fuzz diagnosis_reader_fuzz
+  -DPython3_EXECUTABLE=/usr/bin/python3
+"$NINJA" -C build-fuzz trace_reader_fuzz summary_fuzz worker_message_fuzz diagnosis_reader_fuzz
 # Each target: a fixed seed and run count from its committed corpus (copied: libFuzzer adds
 # what it finds to the folder it is given). -rss_limit_mb: a parser that lets input make it
 # hold more than this fails the run.
@@ -29,4 +30,4 @@ done
 /usr/bin/python3 scripts/check_deps.py --build build --build build-fuzz
 # Sizes that keep the code changeable: no file in src/ over 900 lines, no function over 150.
 /usr/bin/python3 scripts/check_structure.py
-ctest --test-dir build --output-on-failure -j2
+"$CTEST" --test-dir build --output-on-failure -j2
