@@ -373,8 +373,10 @@ class WorkerDetector(unittest.TestCase):
         for rank, (msgs, iters) in logs.items():
             learned = [m for m in msgs if m["type"] == "learned"]
             self.assertEqual([m["pattern"] for m in learned], ["DO"], rank)
-            self.assertEqual(len(iters), ITERS - M, rank)
-            self.assertEqual([i[0] for i in iters], list(range(ITERS - M)))
+            # Numbered by the steps before each (the first after learning follows M of them); the
+            # last one never completes (no iteration starts after it).
+            self.assertEqual(len(iters), ITERS - M - 1, rank)
+            self.assertEqual([i[0] for i in iters], list(range(M, ITERS - 1)))
             self.assertTrue(all(i[2] > i[1] for i in iters))
             triggers += [m for m in msgs if m["type"] == "trigger"]
         return triggers
@@ -409,14 +411,14 @@ class WorkerDetector(unittest.TestCase):
             for t in trig:  # the recent median against the reference, above the 3% floor at least
                 self.assertGreater(t["mean_ns"], t["best_ns"] * 1.03)
             # DDP keeps the ranks in step, so every rank's detector sees the straggler.
-            if not [t for t in trig if t["iteration"] >= FAULT_AT - M]:
+            if not [t for t in trig if t["iteration"] >= FAULT_AT]:
                 missed.append(rank)
                 stats = [m for m in msgs if m["type"] == "stats"]
                 print(f"\n{tag}: rank {rank} missed the slowdown; detector at exit: {stats}",
                       file=sys.stderr)
             # The agent died mid-run and training went on: iterations ended after its death.
             self.assertGreater(iters[-1][2], agent.died_ns, rank)
-            self.assertEqual(len(iters), ITERS - M, rank)
+            self.assertEqual(len(iters), ITERS - M - 1, rank)
         # The agent heard from both workers before it died and asked each for a window.
         self.assertTrue({m["pid"] for m in agent.received if m["type"] == "iterations"}, agent.received[:3])
         acks = [m for m in agent.received if m["type"] == "profile_ack"]
@@ -459,7 +461,7 @@ class WorkerDetector(unittest.TestCase):
                     h = [m for m in msgs if m["type"] == "trigger" and m["kind"] == "hang"]
                     # A loaded machine can stall one iteration past 5x the mean: look for the hang
                     # at the iteration where rank 0 blocks.
-                    h = [m for m in h if m["iteration"] == 30 - M]
+                    h = [m for m in h if m["iteration"] == 30]
                     if h:
                         hung[rank] = h[0]
             # While the job hangs, the agent asks every worker for its stacks.
@@ -482,7 +484,7 @@ class WorkerDetector(unittest.TestCase):
         self.assertEqual(sorted(stacks), [0, 1], agent.received[-4:])
         script = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
         for rank, s in stacks.items():
-            self.assertEqual(s["iteration"], 30 - M - 1, rank)  # the last one that completed
+            self.assertEqual(s["iteration"], 29, rank)  # the last one that completed
             main = [t for t in s["threads"] if t["main"]]
             self.assertEqual(len(main), 1, s["threads"])
             self.assertNotIn("perftracker-agent", [t["name"] for t in s["threads"]])
@@ -772,7 +774,7 @@ w._inject_failure()
 for _ in range(20):
     assert w.on_loader_next() == 0 and w.on_optimizer_step() == 0
 s = w.stats()
-assert s["failed"] and s["iterations"] == 10, s
+assert s["failed"] and s["iterations"] == 19, s  # the one after the 19th step
 print("ok")
 """)
         self.assertEqual(p.stdout, "ok\n")

@@ -19,3 +19,12 @@ def enable(config=None) -> bool:
     """Installs the collector in this process (what sitecustomize does). Returns True if on."""
     from . import hooks
     return hooks.enable(config)
+
+
+def step() -> None:
+    """Marks the end of one iteration, for a loop that has neither a DataLoader nor a torch
+    optimizer (an evaluation or inference loop, a custom engine). One line at the end of the loop
+    body; from the first call on, only these marks delimit iterations in this process. A no-op
+    until the collector is on (perftracker run, PERFTRACKER_ENABLE), and never raises."""
+    from . import hooks
+    hooks.on_marker()

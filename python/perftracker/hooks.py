@@ -27,7 +27,7 @@ from perftracker.window import WindowState
 
 # What other code uses from here (sitecustomize.py, tests, bench), and the names the single-module
 # collector had (the numbers now live in config.py, the collectives in patches.py).
-__all__ = ["enable", "on_loader_next", "on_optimizer_step", "is_helper_of_a_rank", "last_collective",
+__all__ = ["enable", "on_loader_next", "on_optimizer_step", "on_marker", "is_helper_of_a_rank", "last_collective",
            "thread_stacks", "Collector", "AgentClient", "OWNER_ENV", "ENV_CONFIG", "COLLECTIVES",
            "EXIT_WAIT_S", "EXPORT_SWITCH_INTERVAL_S", "MAX_STACK_FRAMES", "MAX_STACK_THREADS"]
 
@@ -79,9 +79,15 @@ class Collector:
     def on_optimizer_step(self) -> None:
         self._training_event(step=True)
 
-    def _training_event(self, step: bool) -> None:
-        """A DataLoader next() (STEP false) or an optimizer step() on the training thread: the
-        C++ detector's edge, if any, opens or closes a window."""
+    def on_marker(self) -> None:
+        """perftracker.step(): the user's end of an iteration."""
+        if self.w is None:
+            return  # the collector is not on in this process
+        self._training_event(step=None)
+
+    def _training_event(self, step: Optional[bool]) -> None:
+        """A DataLoader next() (STEP False), an optimizer step() (True) or a marker (None) on the
+        training thread: the C++ detector's edge, if any, opens or closes a window."""
         if self.off:
             if self.windows.profiler is not None:
                 self.windows.drop_profiler()
@@ -89,7 +95,8 @@ class Collector:
         if self.train_tid is None:
             self.train_tid = threading.get_ident()
         try:
-            code = self.w.on_optimizer_step() if step else self.w.on_loader_next()
+            code = (self.w.on_marker() if step is None else
+                    self.w.on_optimizer_step() if step else self.w.on_loader_next())
             if code:
                 self.windows.edge(code)
         except Exception as e:
@@ -164,6 +171,7 @@ _collector = Collector()
 # The training thread's events (the torch patches call the same methods).
 on_loader_next = _collector.on_loader_next
 on_optimizer_step = _collector.on_optimizer_step
+on_marker = _collector.on_marker
 
 
 def enable(config: Optional[Dict[str, float]] = None) -> bool:

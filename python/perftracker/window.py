@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # "torch": whether torch.profiler started for it}.
 WindowRecord = Dict[str, Any]
 
-# _worker's edge codes from on_loader_next / on_optimizer_step.
+# _worker's edge codes from on_loader_next / on_optimizer_step / on_marker.
 ARMED = 1
 ENDED = 2
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -11,8 +12,8 @@ namespace {
 
 constexpr int64_t kMs = 1000000;
 
-// Feeds a letter pattern ("DO", "DDOO", ...) repeatedly; each event `step_ns` after the previous,
-// so an iteration of P events lasts (P - 1) * step_ns plus the gap before the next one.
+// Feeds a letter pattern ("DO", "DDOO", "O", "M", ...) repeatedly; each event `step_ns` after the
+// previous, so an iteration of P events lasts P * step_ns (from its start to the next start).
 class Feeder {
  public:
   explicit Feeder(IterationDetector* d) : d_(d) {}
@@ -22,12 +23,15 @@ class Feeder {
     for (int t = 0; t < times; ++t) {
       for (char c : seq) {
         now_ += step_ns;
-        DetectorUpdate u =
-            d_->OnEvent(c == 'D' ? EventKind::kLoaderNext : EventKind::kOptimizerStep, now_);
+        const EventKind k = c == 'D'   ? EventKind::kLoaderNext
+                            : c == 'O' ? EventKind::kOptimizerStep
+                                       : EventKind::kMarker;
+        DetectorUpdate u = d_->OnEvent(k, now_);
         learned_ |= u.learned;
         relearned_ |= u.relearning;
-        if (u.slowdown) slowdowns_.push_back(d_->iterations() - 1);
+        if (u.slowdown) slowdowns_.push_back(u.iteration.index);
         if (u.iteration_done) done.push_back(u);
+        if (u.started) started_.push_back(u.started_index);
       }
     }
     return done;
@@ -36,6 +40,7 @@ class Feeder {
   bool learned_ = false;
   bool relearned_ = false;
   std::vector<int64_t> slowdowns_;  // iteration index of each slowdown
+  std::vector<int64_t> started_;    // the number of each iteration that started
 
  private:
   IterationDetector* d_;
@@ -63,11 +68,16 @@ TEST(IterationDetectorTest, LearnsLoaderOptimizerAfterTenRepeats) {
   f.Feed("DO", 1, kMs);
   EXPECT_TRUE(d.learned());
   EXPECT_EQ(d.PatternString(), "DO");
+  // The first start after learning opens an iteration; each later one completes the previous.
   auto done = f.Feed("DO", 5, kMs);
-  ASSERT_EQ(done.size(), 5u);
-  EXPECT_EQ(done[0].iteration.duration_ns(), kMs);
+  ASSERT_EQ(done.size(), 4u);
+  EXPECT_EQ(done[0].iteration.duration_ns(), 2 * kMs);  // from one next() to the next
   EXPECT_EQ(done[1].iteration.start_ns - done[0].iteration.start_ns, 2 * kMs);
   EXPECT_TRUE(done[0].iteration.clean);
+  // Numbered by the steps before it: 10 steps went by before the first start after learning.
+  EXPECT_EQ(done[0].iteration.index, 10);
+  EXPECT_EQ(done[3].iteration.index, 13);
+  EXPECT_EQ(d.iterations(), 14);
 }
 
 TEST(IterationDetectorTest, LearnsRotatedStart) {
@@ -80,7 +90,7 @@ TEST(IterationDetectorTest, LearnsRotatedStart) {
   EXPECT_EQ(d.PatternString(), "DDOO");
   auto done = f.Feed("DDOO", 3, kMs);
   ASSERT_EQ(done.size(), 3u);
-  EXPECT_EQ(done[0].iteration.duration_ns(), 3 * kMs);
+  EXPECT_EQ(done[0].iteration.duration_ns(), 4 * kMs);
 }
 
 TEST(IterationDetectorTest, LearnsPipelinePattern) {
@@ -105,11 +115,97 @@ TEST(IterationDetectorTest, LearnsPipelinePattern) {
   EXPECT_EQ(done.size(), 4u);
 }
 
-TEST(IterationDetectorTest, NoLearningFromOneKindOnly) {
+TEST(IterationDetectorTest, LearnsStepsOnlyPipelineStage) {
+  // A pipeline stage that receives activations: no DataLoader, one optimizer step per iteration.
+  IterationDetector d;
+  Feeder f(&d);
+  f.Feed("O", 9, 10 * kMs);
+  EXPECT_FALSE(d.learned());
+  f.Feed("O", 1, 10 * kMs);
+  ASSERT_TRUE(d.learned());
+  EXPECT_EQ(d.PatternString(), "O");
+  auto done = f.Feed("O", 5, 10 * kMs);
+  ASSERT_EQ(done.size(), 4u);
+  EXPECT_EQ(done[0].iteration.duration_ns(), 10 * kMs);
+  EXPECT_EQ(done[0].iteration.index, 11);  // began at the 11th step
+  EXPECT_TRUE(done[0].iteration.clean);
+}
+
+TEST(IterationDetectorTest, RolesNumberTheSameStepAlike) {
+  // Stage 0 reads data (D O), stage 1 only steps (O): the iteration that begins after step k is
+  // number k on both, although they learned at different events.
+  IterationDetector s0, s1;
+  std::vector<int64_t> n0, n1;
+  for (int k = 1; k <= 40; ++k) {
+    const int64_t t = k * 10 * kMs;
+    DetectorUpdate u = s0.OnEvent(EventKind::kLoaderNext, t);
+    if (u.started) n0.push_back(u.started_index);
+    s0.OnEvent(EventKind::kOptimizerStep, t + 8 * kMs);
+    u = s1.OnEvent(EventKind::kOptimizerStep, t + 8 * kMs);
+    if (u.started) n1.push_back(u.started_index);
+  }
+  ASSERT_TRUE(s0.learned() && s1.learned());
+  ASSERT_FALSE(n0.empty());
+  ASSERT_FALSE(n1.empty());
+  // s0's start at step k's next() follows k-1 steps; s1's start is step k itself.
+  EXPECT_EQ(n0.back(), 39);
+  EXPECT_EQ(n1.back(), 40);
+  // The window that starts at number 30 opens right after step 30 on both: s0 at its next
+  // next(), s1 at the step.
+  EXPECT_NE(std::find(n0.begin(), n0.end(), 30), n0.end());
+  EXPECT_NE(std::find(n1.begin(), n1.end(), 30), n1.end());
+}
+
+TEST(IterationDetectorTest, LoaderOnlyNeedsTheWholeHistory) {
+  // Gradient accumulation gives long runs of batches before a step: batches alone are an
+  // iteration (an evaluation loop) only once the whole history holds nothing else.
   IterationDetector d;
   Feeder f(&d);
   f.Feed("D", 500, kMs);
   EXPECT_FALSE(d.learned());
+  f.Feed("D", 140, kMs);
+  ASSERT_TRUE(d.learned());
+  EXPECT_EQ(d.PatternString(), "D");
+
+  IterationDetector acc;
+  Feeder fa(&acc);
+  fa.Feed("DDDDDDDDDDDDDDDDO", 12, kMs);  // 16 micro-batches per step
+  ASSERT_TRUE(acc.learned());
+  EXPECT_EQ(acc.pattern().size(), 17u);
+}
+
+TEST(IterationDetectorTest, MarkersTakeOver) {
+  // A loop that calls perftracker.step(): markers alone delimit iterations from then on, whatever
+  // else the loop does (here an evaluation DataLoader whose batch count varies).
+  IterationDetector d;
+  Feeder f(&d);
+  f.Feed("DO", 15, kMs);
+  ASSERT_EQ(d.PatternString(), "DO");
+  for (int i = 0; i < 20; ++i) f.Feed(i % 2 ? "DDDM" : "DDM", 1, kMs);
+  ASSERT_TRUE(d.learned());
+  EXPECT_EQ(d.PatternString(), "M");
+  EXPECT_EQ(d.relearn_count(), 1);
+  const int64_t unmatched = d.unmatched();  // from the "DO" phase, before the first marker
+  auto done = f.Feed("DDM", 3, kMs);
+  ASSERT_EQ(done.size(), 3u);
+  EXPECT_EQ(done[1].iteration.duration_ns(), 3 * kMs);
+  EXPECT_TRUE(done[1].iteration.clean);  // loader events are not unmatched: they do not count
+  EXPECT_EQ(d.unmatched(), unmatched);
+}
+
+TEST(IterationDetectorTest, WorkAfterTheStepBelongsToTheIteration) {
+  // 10 ms of training (next() to step()), then 90 ms of logging and evaluation before the next
+  // next(): the iteration is 100 ms, and a silence of 90 ms after each step is no hang.
+  IterationDetector d;
+  int64_t t = 0;
+  for (int i = 0; i < 30; ++i) {
+    d.OnEvent(EventKind::kLoaderNext, t);
+    d.OnEvent(EventKind::kOptimizerStep, t + 10 * kMs);
+    EXPECT_FALSE(d.CheckHang(t + 99 * kMs)) << i;
+    t += 100 * kMs;
+  }
+  EXPECT_DOUBLE_EQ(d.mean_ns(), 100.0 * kMs);
+  EXPECT_EQ(d.hang_count(), 0);
 }
 
 TEST(IterationDetectorTest, NoiseBeforeAndDuringTracking) {
@@ -127,7 +223,7 @@ TEST(IterationDetectorTest, NoiseBeforeAndDuringTracking) {
       (u.iteration.clean ? clean : dirty)++;
     }
   }
-  EXPECT_EQ(clean + dirty, 300);
+  EXPECT_EQ(clean + dirty, 299);  // the first start after learning only opens an iteration
   EXPECT_EQ(dirty, 30);
   EXPECT_EQ(d.unmatched(), 30);
   EXPECT_FALSE(f.relearned_);
@@ -155,16 +251,19 @@ TEST(IterationDetectorTest, SlowdownFiresAtTheRightIteration) {
   Feeder f(&d);
   f.Feed("DO", 10, 10 * kMs);  // learned on the 10th repeat
   ASSERT_TRUE(d.learned());
-  f.Feed("DO", 100, 10 * kMs);  // 10 warm-up + 50 reference iterations of 10 ms, and 40 more
-  ASSERT_EQ(d.iterations(), 100);
-  EXPECT_DOUBLE_EQ(d.shift().reference_ns(), 10.0 * kMs);
+  // 99 iterations of 20 ms (next() to next()), numbered 10 to 108: 10 warm-up, 50 reference, 39
+  // more.
+  f.Feed("DO", 100, 10 * kMs);
+  ASSERT_EQ(d.iterations(), 109);
+  EXPECT_DOUBLE_EQ(d.shift().reference_ns(), 20.0 * kMs);
   // No noise: the threshold is the floor, 0.6 x 5%.
-  EXPECT_NEAR(d.shift().threshold_ns(), 10.3 * kMs, 1e3);
-  // From iteration 100 on, 20 ms. The median of the last 20 passes 10.3 ms with the 10th slow
-  // one (iteration 109), and must stay above for 5 iterations: it fires at iteration 113.
+  EXPECT_NEAR(d.shift().threshold_ns(), 20.6 * kMs, 1e3);
+  // From iteration 109 on, slower (109 half, then 40 ms). The median of the last 20 passes the
+  // threshold with the 10th slow one (iteration 118), and must stay above for 5 iterations: it
+  // fires at iteration 122.
   f.Feed("DO", 50, 20 * kMs);
   ASSERT_EQ(f.slowdowns_.size(), 1u);  // fires once, not once per slow iteration
-  EXPECT_EQ(f.slowdowns_[0], 113);
+  EXPECT_EQ(f.slowdowns_[0], 122);
 }
 
 TEST(IterationDetectorTest, SlowdownRearmsAfterRecovery) {
@@ -188,9 +287,9 @@ TEST(IterationDetectorTest, WindowIterationsDoNotFeedTheTrigger) {
   d.SetExcluded(true);  // a traced window: slower by the tracer's own cost
   f.Feed("DO", 30, 20 * kMs);
   d.SetExcluded(false);
-  f.Feed("DO", 30, 10 * kMs);
+  f.Feed("DO", 60, 10 * kMs);  // the first is half slow; the last 50 (the mean's) are 20 ms
   EXPECT_EQ(d.slowdown_count(), 0);
-  EXPECT_DOUBLE_EQ(d.mean_ns(), 10.0 * kMs);
+  EXPECT_DOUBLE_EQ(d.mean_ns(), 20.0 * kMs);
 }
 
 TEST(IterationDetectorTest, HangAfterFiveMeanIterations) {
@@ -200,13 +299,13 @@ TEST(IterationDetectorTest, HangAfterFiveMeanIterations) {
   EXPECT_FALSE(d.CheckHang(f.now() + 1000 * kMs));  // not learned yet: never a hang
   f.Feed("DO", 20, 10 * kMs);
   ASSERT_TRUE(d.learned());
-  EXPECT_DOUBLE_EQ(d.mean_ns(), 10.0 * kMs);
-  EXPECT_FALSE(d.CheckHang(f.now() + 49 * kMs));
-  EXPECT_TRUE(d.CheckHang(f.now() + 50 * kMs));
-  EXPECT_FALSE(d.CheckHang(f.now() + 60 * kMs));  // once per silent gap
+  EXPECT_DOUBLE_EQ(d.mean_ns(), 20.0 * kMs);  // next() to next()
+  EXPECT_FALSE(d.CheckHang(f.now() + 99 * kMs));
+  EXPECT_TRUE(d.CheckHang(f.now() + 100 * kMs));
+  EXPECT_FALSE(d.CheckHang(f.now() + 110 * kMs));  // once per silent gap
   EXPECT_EQ(d.hang_count(), 1);
   f.Feed("DO", 1, 10 * kMs);
-  EXPECT_TRUE(d.CheckHang(f.now() + 100 * kMs));
+  EXPECT_TRUE(d.CheckHang(f.now() + 200 * kMs));
   EXPECT_EQ(d.hang_count(), 2);
 }
 
@@ -230,10 +329,9 @@ TEST(IterationDetectorTest, RelearnsAfterPatternChange) {
   auto done = f.Feed("DDOO", 3, kMs);
   ASSERT_EQ(done.size(), 3u);
   EXPECT_TRUE(done[0].iteration.clean);
-  // The index went on across the relearn: 28 DO iterations before the change (30 fed, the
-  // first learned, its successor skipped), then the DDOO iterations that passed while the
-  // detector did not match and while it learned. A rank whose index restarted at 0 would never
-  // reach the start iteration the server picks from every rank's latest.
+  // The number went on across the relearn (it counts steps, and never goes back): a rank whose
+  // number restarted at 0 would never reach the start iteration the server picks from every
+  // rank's latest.
   EXPECT_GT(done[0].iteration.index, 28 + 11);
   EXPECT_EQ(done[1].iteration.index, done[0].iteration.index + 1);
 }

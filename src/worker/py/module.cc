@@ -8,13 +8,14 @@
 // invariant) sets it, disarms the tracer and logs one line to stderr, and from then on every
 // entry point returns at once.
 //
-// The fast path is on_loader_next() / on_optimizer_step(): a clock read, the detector under a
+// The fast path is on_loader_next() / on_optimizer_step() / on_marker(): a clock read, the detector under a
 // mutex (only the hang watchdog thread competes for it, for microseconds), and a push of the
 // detector's news into a bounded queue that Python drains from a background thread (drain()).
 //
 // The Python tracer uses PyEval_SetProfile, which arms only the calling thread, so a window
 // requested from any thread (the agent client's) is armed by the training thread itself at its
-// next loader next() once the requested iteration is reached, and disarmed there (or from inside
+// next iteration start (worker/iteration_detector.h: a loader next() after a step, a step on
+// a rank without a DataLoader, a marker) once the requested iteration is reached, and disarmed there (or from inside
 // the profile callback once the time limit passes or stop is requested). Function identity is
 // the whole call stack. Calls are aggregated as they return into a CallTree (worker/call_tree.h):
 // one node per call-stack path with counts, times, a histogram and per-iteration figures, so the
@@ -489,8 +490,7 @@ int OnEvent(EventKind kind) {
                 {}});
     }
     iters = d.iterations();
-    if (g->win_pending && !end_first && kind == EventKind::kLoaderNext && d.learned() &&
-        iters >= g->win_start_iter) {
+    if (g->win_pending && !end_first && u.started && iters >= g->win_start_iter) {
       g->win_pending = false;
       arm = true;
     }
@@ -670,6 +670,7 @@ PyObject* GcEvent(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject* OnLoaderNext(PyObject*, PyObject*) { return EventEntry(EventKind::kLoaderNext); }
 PyObject* OnOptimizerStep(PyObject*, PyObject*) { return EventEntry(EventKind::kOptimizerStep); }
+PyObject* OnMarker(PyObject*, PyObject*) { return EventEntry(EventKind::kMarker); }
 
 PyObject* StartWindow(PyObject*, PyObject* args) {
   long long n = 0, start = -1;
@@ -824,6 +825,7 @@ PyMethodDef kMethods[] = {
     {"uninstall", Uninstall, METH_NOARGS, "uninstall()"},
     {"on_loader_next", OnLoaderNext, METH_NOARGS, "a DataLoader iterator's next(); 0/1/2"},
     {"on_optimizer_step", OnOptimizerStep, METH_NOARGS, "an optimizer's step(); 0/1/2"},
+    {"on_marker", OnMarker, METH_NOARGS, "perftracker.step(): the end of an iteration; 0/1/2"},
     {"gc_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(GcEvent)),
      METH_FASTCALL, "gc.callbacks entry: gc_event(phase, info=None); phase 'start'/'stop' or 0/1"},
     {"start_window", StartWindow, METH_VARARGS,
