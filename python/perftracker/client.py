@@ -41,6 +41,10 @@ class AgentClient:
         self.inbuf = bytearray()
         self.dropped = 0
         self.lock = threading.Lock()
+        # One tick at a time: the exit hook ticks on the training thread while the client thread
+        # may be in its own tick, and socket.send() exports `out` without the GIL (a resize of it
+        # from the other thread raised BufferError and turned the collector off at exit).
+        self.tick_lock = threading.Lock()
         self.extra: List[Message] = []  # messages from other threads (send())
         self.pending_profile: Optional[Tuple[Message, float]] = None  # (command, time received)
         # The window whose collection holds the detector (worker/shift_detector.h): from the
@@ -82,8 +86,17 @@ class AgentClient:
                 self._collector.turn_off(e)
                 return
 
-    def tick(self) -> None:
-        """Drains and ships everything pending; also called once at exit."""
+    def tick(self, timeout_s: float = -1) -> None:
+        """Drains and ships everything pending; also called once at exit (then with a TIMEOUT_S:
+        a tick never blocks for long, and one that cannot start in time is skipped)."""
+        if not self.tick_lock.acquire(timeout=timeout_s):
+            return
+        try:
+            self._tick()
+        finally:
+            self.tick_lock.release()
+
+    def _tick(self) -> None:
         if self.ident["rank"] is None:
             self.ident["rank"] = _rank()
         if self.ident["world_size"] is None:

@@ -161,7 +161,7 @@ class Collector:
                 # The detector's state at the end: the agent logs it (why a slowdown did or did
                 # not fire), and so does the worker log.
                 self.client.send(protocol.make(protocol.STATS, **self.w.stats()))
-                self.client.tick()
+                self.client.tick(timeout_s=EXIT_WAIT_S)
         except Exception:
             pass
 

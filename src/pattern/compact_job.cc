@@ -4,16 +4,18 @@
 #include <cmath>
 #include <shared_mutex>
 
+#include "pattern/names.h"
 #include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
 namespace {
 
-// Position in the rank's "pp" group (Megatron order): ranks of different pipeline stages run
-// different layers and are never peers, even when their function sets look alike.
+// Position in the rank's pipeline group (IsPipelineGroup; Megatron order): ranks of different
+// pipeline stages run different layers and are never peers, even when their functions look
+// alike.
 int PipelineStage(const RankSummary& r) {
   for (const auto& pg : r.process_groups) {
-    if (pg.name != "pp" || pg.ranks.size() < 2) continue;
+    if (!IsPipelineGroup(pg) || pg.ranks.size() < 2) continue;
     auto it = std::find(pg.ranks.begin(), pg.ranks.end(), r.rank);
     if (it != pg.ranks.end()) return static_cast<int>(it - pg.ranks.begin());
   }

@@ -171,6 +171,11 @@ FunctionClass ClassifyFunction(EventKind kind, std::string_view name) {
 FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view stack) {
   const FunctionClass c = ClassifyFunction(trace::EventKind::kPythonFunction, name);
   if (c != FunctionClass::kPython || stack.empty()) return c;
+  if (StartsWith(name, "<built-in")) {
+    const size_t last = stack.rfind(';');
+    const std::string_view caller = last == stack.npos ? stack : stack.substr(last + 1);
+    if (Contains(caller, "torch/distributed/")) return FunctionClass::kCollective;
+  }
   const size_t at = stack.find("torch/utils/data/dataloader.py(");
   if (at == std::string_view::npos) return c;
   const std::string_view rest = stack.substr(at);
@@ -192,6 +197,14 @@ std::string CollectiveOp(std::string_view name) {
     }
   }
   return OpFromSquashed(Squash(name));
+}
+
+bool IsPipelineGroup(const trace::ProcessGroup& pg) {
+  const auto named = [](std::string_view s) {
+    return s == "pp" || StartsWith(s, "pp:") || (s.size() > 3 && s.substr(s.size() - 3) == "_pp") ||
+           Contains(s, "pipeline");
+  };
+  return named(pg.name) || named(pg.desc);
 }
 
 int DtypeBytes(std::string_view d) {

@@ -16,7 +16,9 @@ void NormalizeNameInto(std::string_view name, trace::EventKind kind, std::string
 
 FunctionClass ClassifyFunction(trace::EventKind kind, std::string_view name);
 // The class of a python_function called below STACK (callers, outermost first, ";"-joined):
-// Python code the DataLoader's next() runs (collate, transforms, reads) is data loading.
+// Python code the DataLoader's next() runs (collate, transforms, reads) is data loading; a
+// builtin that torch.distributed's Python calls directly (Work.wait(), a process group's send or
+// recv, a pipeline schedule's batch wait) is communication: its time is spent waiting for peers.
 FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view stack);
 
 // Canonical collective op ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
@@ -24,6 +26,11 @@ FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view sta
 // "Collective name" arg or an event name (ncclDevKernel_AllReduce_..., gloo:all_reduce,
 // c10d::allreduce_, nccl:_all_gather_base); "" if none is recognised.
 std::string CollectiveOp(std::string_view name);
+
+// Whether a process group (a trace's pg_config entry: pg_name, pg_desc) connects the stages of
+// a pipeline: named "pp" (Megatron-style), or described as one ("mesh_pp" for a DeviceMesh
+// dimension named "pp", "pipeline...").
+bool IsPipelineGroup(const trace::ProcessGroup& pg);
 
 // Bytes per element of a Kineto dtype ("Float", "BFloat16", ...); 0 if unknown.
 int DtypeBytes(std::string_view dtype);

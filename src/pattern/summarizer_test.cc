@@ -433,6 +433,39 @@ TEST(NamesTest, Classify) {
   EXPECT_EQ(ClassifyFunction(EventKind::kCpuOp, "aten::conv2d"), FunctionClass::kCompute);
 }
 
+TEST(NamesTest, BuiltinsTorchDistributedCallsAreCommunication) {
+  // A pipeline stage waiting for its neighbour's activations: Work.wait() called from
+  // torch.distributed's Python is time spent on peers, not the rank's own work.
+  const std::string stack =
+      "train.py(1): <module>;torch/distributed/pipelining/schedules.py(683): _wait_batch_p2p";
+  EXPECT_EQ(ClassifyPythonFunction("<built-in method wait of PyCapsule object at 0x1>", stack),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyPythonFunction("<built-in method recv>",
+                                   "a.py(1): f;torch/distributed/distributed_c10d.py(2): recv"),
+            FunctionClass::kCollective);
+  // The same builtin called from the user's code, or Python code inside torch.distributed, is not.
+  EXPECT_EQ(ClassifyPythonFunction("<built-in method wait>", "train.py(1): <module>"),
+            FunctionClass::kPython);
+  EXPECT_EQ(ClassifyPythonFunction("torch/distributed/x.py(3): helper", stack),
+            FunctionClass::kPython);
+}
+
+TEST(NamesTest, PipelineGroups) {
+  auto pg = [](std::string name, std::string desc) {
+    trace::ProcessGroup g;
+    g.name = std::move(name);
+    g.desc = std::move(desc);
+    return g;
+  };
+  EXPECT_TRUE(IsPipelineGroup(pg("pp", "")));            // Megatron-style name
+  EXPECT_TRUE(IsPipelineGroup(pg("4", "mesh_pp")));      // DeviceMesh dimension "pp" (torch 2.x)
+  EXPECT_TRUE(IsPipelineGroup(pg("7", "pipeline_stage")));
+  EXPECT_FALSE(IsPipelineGroup(pg("1", "mesh_dp")));
+  EXPECT_FALSE(IsPipelineGroup(pg("0", "default_pg")));
+  EXPECT_FALSE(IsPipelineGroup(pg("2", "mesh_tp")));
+  EXPECT_FALSE(IsPipelineGroup(pg("3", "app")));
+}
+
 TEST(NamesTest, CollectiveOps) {
   EXPECT_EQ(CollectiveOp("ncclDevKernel_AllReduce_Sum_f32_RING_LL"), "all_reduce");
   EXPECT_EQ(CollectiveOp("ncclKernel_ReduceScatter_RING_LL_Sum_float"), "reduce_scatter");
