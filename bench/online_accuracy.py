@@ -10,6 +10,13 @@ slowdown trigger opened (the baseline window opens in every run and is not count
 windows per hour of training.
 
   /usr/bin/python3 bench/online_accuracy.py [--repeats 3] [--only straggler,clean] [--json out.json]
+
+--shapes runs the job-shape matrix instead (tests/job_shapes.py: DDP, FSDP2, TP x DP, pipelining,
+a manual pipeline, torch.compile, the Hugging Face and Lightning trainers, each clean and with a
+straggler on rank 2) on torch 2.x (--python, default .venv/bin/python) and reports the pass rate
+per shape:
+
+  /usr/bin/python3 bench/online_accuracy.py --shapes [--repeats 3] [--only pipeline,fsdp2]
 """
 import argparse
 import json
@@ -27,6 +34,9 @@ SOURCE = os.path.dirname(HERE)
 TRAIN = os.path.join(SOURCE, "examples", "train_ddp.py")
 CHECK = os.path.join(SOURCE, "..", "shared", "tools", "check_diagnosis.py")
 PYTHON = "/usr/bin/python3"
+VENV_PYTHON = os.path.join(SOURCE, ".venv", "bin", "python")
+sys.path.insert(0, os.path.join(SOURCE, "tests"))
+import job_shapes  # noqa: E402
 
 # name: (train_ddp.py arguments, perftracker run arguments, what check_diagnosis.py expects)
 SCENARIOS = {
@@ -79,13 +89,42 @@ def run_once(binary, name, tmp):
             "exit": p.returncode}
 
 
+def shapes(a):
+    """The job-shape matrix, A.repeats times, interleaved; the pass rate per shape and case."""
+    names = [n for n in a.only.split(",") if n] or [s.name for s in job_shapes.SHAPES]
+    tmp = tempfile.mkdtemp(prefix="pt_shapes_")
+    results = {}
+    for r in range(a.repeats):
+        for name in names:
+            for straggler in (False, True):
+                case = f"{name}/{'straggler' if straggler else 'clean'}"
+                report = os.path.join(tmp, f"{name}-{r}-{'s' if straggler else 'c'}")
+                p, secs = job_shapes.run_shape(a.bin, a.python, job_shapes.BY_NAME[name], straggler, report)
+                ok, named = job_shapes.judge(report, straggler) if p.returncode == 0 else \
+                    (False, f"exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
+                results.setdefault(case, []).append({"ok": ok, "named": named, "seconds": secs})
+                print(f"{case} #{r + 1}: {'PASS' if ok else 'FAIL'} in {secs:.0f} s: {named}", flush=True)
+    print("\nshape/case                   pass")
+    for case, rs in results.items():
+        print(f"{case:28s} {sum(x['ok'] for x in rs)}/{len(rs)}")
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--only", default="", help="comma-separated scenario names")
+    ap.add_argument("--only", default="", help="comma-separated scenario (or shape) names")
     ap.add_argument("--bin", default=os.path.join(SOURCE, "build", "perftracker"))
     ap.add_argument("--json", default="", help="write every run's result here")
+    ap.add_argument("--shapes", action="store_true", help="the job-shape matrix on torch 2.x")
+    ap.add_argument("--python", default=VENV_PYTHON, help="the torch 2.x Python of --shapes")
     a = ap.parse_args()
+    if a.shapes:
+        results = shapes(a)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(results, f, indent=1)
+        return
     names = [n for n in a.only.split(",") if n] or list(SCENARIOS)
     tmp = tempfile.mkdtemp(prefix="pt_accuracy_")
     results = {}
