@@ -514,6 +514,29 @@ class WorkerModule(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return p
 
+    def test_a_job_that_ends_inside_a_window_exits_cleanly(self):
+        # The last iterations of a job are profiled and the process exits with torch.profiler
+        # running: the exit hook stops it (torch 2.13 crashed in its teardown, exit code 139) and
+        # the Python window is still written.
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_exitwin_"), "rank-0.python.json")
+        p = self.run_py(f"""
+import torch
+from perftracker import hooks
+hooks.enable()
+m = torch.nn.Linear(32, 32)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(800, 32)), batch_size=8)
+for i, (x,) in enumerate(dl):
+    if i == 35:
+        assert hooks._collector.windows.start({out!r}, None, 10, 20.0, -1)
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+    if i == 40:
+        break
+assert hooks._collector.w.stats()["window_armed"]
+""")
+        self.assertNotIn("Fatal", p.stderr)
+        self.assertTrue(os.path.exists(out), p.stderr)
+
     def test_window_writes_an_aggregate_analyze_reads(self):
         out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
         self.run_py(f"""
