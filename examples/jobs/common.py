@@ -13,7 +13,8 @@ step_sleep and times its steps with StepTimer, in the style of examples/train_dd
                       kernels): with a small model on shared cores the step time is then
                       dominated by a stable wait and is quiet
   --times PATH        rank 0 writes every step's wall time here (JSON: step_s, step_start_ns,
-                      and startup_s / first_step_s / extra numbers the script adds)
+                      and startup_s / first_step_s / extra numbers the script adds); with
+                      '{rank}' in PATH every rank writes its own file
   --threads T         torch.set_num_threads (default 1)
   --seed S
 """
@@ -37,7 +38,7 @@ def process_age_s():
         return 0.0
 
 
-def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, fault_size=512, batch=32):
+def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, fault_size=512, batch=32):
     p.add_argument("--steps", type=int, default=steps, help="training steps (optimizer steps)")
     p.add_argument("--batch", type=int, default=batch, help="per data-parallel replica batch size")
     p.add_argument("--seed", type=int, default=0)
@@ -50,7 +51,8 @@ def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, fault_size=5
     p.add_argument("--fault-size", type=int, default=fault_size, help="size of the straggler's square matrices")
     p.add_argument("--step-sleep-ms", type=float, default=step_sleep_ms,
                    help="every step also waits this long, so the step time is dominated by a stable wait")
-    p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
+    p.add_argument("--times", default="",
+                   help="rank 0 writes every step's duration here (JSON); '{rank}' in PATH: every rank writes one")
     p.add_argument("--print-every", type=int, default=10, help="rank 0 prints step time / loss every K steps (0: never)")
     return p
 
@@ -165,15 +167,18 @@ class StepTimer:
         return out
 
     def finish(self):
-        """Rank 0: print the summary and write --times."""
-        if self.rank != 0:
+        """Rank 0: print the summary and write --times (every rank when PATH contains '{rank}')."""
+        per_rank = "{rank}" in self.args.times
+        if self.rank != 0 and not per_rank:
             return
         summ = self.summary()
         summ["total_s"] = round(process_age_s(), 3)
-        print(f"[{self.name}] summary " + " ".join(f"{k}={v}" for k, v in summ.items()), flush=True)
+        if self.rank == 0:
+            print(f"[{self.name}] summary " + " ".join(f"{k}={v}" for k, v in summ.items()), flush=True)
         if self.args.times:
-            with open(self.args.times, "w") as f:
-                json.dump(dict({"step_s": self.step_s, "step_start_ns": self.step_start_ns}, **summ), f)
+            with open(self.args.times.replace("{rank}", str(self.rank)), "w") as f:
+                json.dump(dict({"step_s": self.step_s, "step_start_ns": self.step_start_ns, "rank": self.rank},
+                               **summ), f)
 
 
 class SyntheticClassification:

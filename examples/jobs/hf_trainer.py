@@ -33,7 +33,7 @@ from common import DistEnv, StepTimer, Straggler, add_common_args, step_sleep  #
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=8)
+    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, batch=8)
     p.add_argument("--seq", type=int, default=32, help="sequence length")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--hidden", type=int, default=64)
@@ -93,7 +93,8 @@ def main():
                       max_position_embeddings=args.seq, tie_word_embeddings=False)
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(cfg)
-    out_dir = args.output_dir or tempfile.mkdtemp(prefix=f"hf_trainer_r{env.rank}_")
+    tmp = None if args.output_dir else tempfile.TemporaryDirectory(prefix=f"hf_trainer_r{env.rank}_")
+    out_dir = args.output_dir or tmp.name  # save_strategy="no": the Trainer writes nothing there
     targs = TrainingArguments(
         output_dir=out_dir, max_steps=args.steps, per_device_train_batch_size=args.batch,
         learning_rate=3e-3, warmup_steps=0, logging_steps=max(1, args.print_every), save_strategy="no", report_to="none",
@@ -107,6 +108,8 @@ def main():
     trainer.train()
 
     timer.finish()
+    if tmp is not None:
+        tmp.cleanup()
     import torch.distributed as dist
     if dist.is_initialized():
         dist.barrier()

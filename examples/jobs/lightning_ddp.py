@@ -39,7 +39,7 @@ from common import (DistEnv, StepTimer, Straggler, SyntheticClassification, add_
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=32)
+    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, batch=32)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--blocks", type=int, default=2)
     p.add_argument("--classes", type=int, default=16)

@@ -38,7 +38,7 @@ from pipeline import STAGES, build_stages  # noqa: E402  (the same model, cut th
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=32)
+    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, batch=32)
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--blocks", type=int, default=4, help="blocks in all (half on each stage)")

@@ -41,7 +41,7 @@ from common import (DistEnv, ReplicaBatches, StepTimer, Straggler, SyntheticClas
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=32)
+    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, batch=32)
     p.add_argument("--tp", type=int, default=2, help="tensor parallel size (dp = WORLD_SIZE / tp)")
     p.add_argument("--dp", choices=["fsdp", "allreduce"], default="fsdp", help="data-parallel gradient sync")
     p.add_argument("--dim", type=int, default=256)
