@@ -53,7 +53,8 @@ def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, fault_size=5
                    help="every step also waits this long, so the step time is dominated by a stable wait")
     p.add_argument("--times", default="",
                    help="rank 0 writes every step's duration here (JSON); '{rank}' in PATH: every rank writes one")
-    p.add_argument("--print-every", type=int, default=10, help="rank 0 prints step time / loss every K steps (0: never)")
+    p.add_argument("--print-every", type=int, default=10,
+                   help="rank 0 prints step time / loss every K steps (0: never)")
     return p
 
 

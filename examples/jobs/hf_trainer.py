@@ -97,7 +97,8 @@ def main():
     out_dir = args.output_dir or tmp.name  # save_strategy="no": the Trainer writes nothing there
     targs = TrainingArguments(
         output_dir=out_dir, max_steps=args.steps, per_device_train_batch_size=args.batch,
-        learning_rate=3e-3, warmup_steps=0, logging_steps=max(1, args.print_every), save_strategy="no", report_to="none",
+        learning_rate=3e-3, warmup_steps=0, logging_steps=max(1, args.print_every), save_strategy="no",
+        report_to="none",
         use_cpu=True, ddp_backend="gloo", ddp_find_unused_parameters=False, dataloader_num_workers=0,
         disable_tqdm=True, seed=args.seed, data_seed=args.seed, log_level="error")
     trainer = Trainer(model=model, args=targs, train_dataset=ArithmeticTokens(4096, args.seq, args.vocab, args.seed),

@@ -24,7 +24,8 @@ step K on, so the other ranks wait for it in DDP's gradient all-reduce.
 
 Run (one rank per process, external launcher):
   torchrun --standalone --nproc-per-node 4 examples/jobs/lightning_ddp.py --steps 60
-  torchrun --standalone --nproc-per-node 4 examples/jobs/lightning_ddp.py --fault straggler --fault-rank 2 --fault-start 20
+  torchrun --standalone --nproc-per-node 4 examples/jobs/lightning_ddp.py \\
+      --fault straggler --fault-rank 2 --fault-start 20
   perftracker run --nproc 4 -- python examples/jobs/lightning_ddp.py
 """
 import argparse

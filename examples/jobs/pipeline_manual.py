@@ -23,7 +23,8 @@ waits in dist.recv for its activations, ranks 0/1 in the dp all-reduce.
 
 Run (one rank per process, 4 ranks, external launcher):
   torchrun --standalone --nproc-per-node 4 examples/jobs/pipeline_manual.py --steps 60
-  torchrun --standalone --nproc-per-node 4 examples/jobs/pipeline_manual.py --fault straggler --fault-rank 2 --fault-start 20
+  torchrun --standalone --nproc-per-node 4 examples/jobs/pipeline_manual.py \\
+      --fault straggler --fault-rank 2 --fault-start 20
   perftracker run --nproc 4 -- python examples/jobs/pipeline_manual.py
 """
 import argparse
