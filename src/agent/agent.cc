@@ -123,6 +123,16 @@ struct Agent::Impl {
   grpc::ClientContext* watch_ctx = nullptr;
   std::optional<WindowCommand> window;  // the window being profiled
   bool window_started = false;
+  int64_t window_received = 0;  // the newest window command from the server
+  // Registered (again): the next report says the window received and every worker, since a
+  // new server knows none of it.
+  bool report_all = true;
+  // Run's thread only: what the server has not yet acknowledged (worker statuses by pid, the
+  // window received as last reported).
+  std::map<int, WorkerStatus> unsent_workers;
+  int64_t window_received_sent = -1;
+  // Worker statuses in one report, at most (the rest follow in the next).
+  static constexpr size_t kMaxWorkersPerReport = 4096;
   // For Progress(), under mu: each local rank's latest iteration.
   std::map<int, IterationReport> latest;
   std::string last_trigger;
@@ -173,6 +183,7 @@ struct Agent::Impl {
         if (Status st = sink->StartWindow(w); !st.ok()) log::Error("agent", "{}", st.message());
         std::lock_guard lk(mu);
         window = w;
+        window_received = std::max(window_received, w.window_id);
         window_started = false;
         window_uploads = 0;
         cv.notify_all();
@@ -227,12 +238,14 @@ struct Agent::Impl {
     }
     std::lock_guard lk(mu);
     agent_id = reply.agent_id();
+    report_all = true;
     log::Detail("agent", "registered with {} as {}; nvml {}", options.server, agent_id,
                 nvml.status());
     return Status::Ok();
   }
 
   void ForwardTrigger(const WorkerTrigger& t);
+  void Report(const std::vector<IterationReport>& iters);
   void UploadStacks(int64_t request_id, const pattern::RankStacks& s);
 
   // One upload RPC under the retry policy, each attempt with its own deadline; the waits end
@@ -333,6 +346,65 @@ void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
               st.ok() ? "" : ": server unreachable: ", st.ok() ? "" : st.error_message());
 }
 
+void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
+  int64_t received = 0;
+  bool all = false;
+  {
+    std::lock_guard lk(mu);
+    for (const auto& it : iters) {
+      IterationReport& l = latest[it.rank];
+      if (it.step >= l.step) l = it;
+    }
+    received = window_received;
+    all = std::exchange(report_all, false);
+  }
+  if (all) window_received_sent = -1;
+  for (WorkerStatus& w : all ? sink->AllWorkers() : sink->PollWorkerChanges())
+    unsent_workers[w.pid] = w;
+  if (iters.empty() && unsent_workers.empty() && received == window_received_sent) return;
+  v1::ReportIterationsRequest ir;
+  ir.set_agent_id(AgentId());
+  ir.set_window_received(received);
+  ir.set_relays_workers(sink->RelaysWorkers());
+  std::map<int, v1::IterationBatch*> by_rank;
+  for (const auto& it : iters) {
+    if (options.profile_at_iteration >= 0 && it.step >= options.profile_at_iteration) {
+      options.profile_at_iteration = -1;
+      ForwardTrigger({it.rank, "user", it.step, it.iteration_ms, 0});
+    }
+    auto& b = by_rank[it.rank];
+    if (!b) {
+      b = ir.add_batches();
+      b->set_rank(it.rank);
+    }
+    b->add_steps(it.step);
+    b->add_iteration_ms(it.iteration_ms);
+  }
+  std::vector<int> sent;
+  for (const auto& [pid, w] : unsent_workers) {
+    if (sent.size() >= kMaxWorkersPerReport) break;
+    v1::WorkerState* ws = ir.add_workers();
+    ws->set_rank(w.rank);
+    ws->set_pid(w.pid);
+    ws->set_window_sent(w.window_sent);
+    ws->set_window_acked(w.window_acked);
+    ws->set_window_accepted(w.window_accepted);
+    ws->set_exited(w.exited);
+    ws->set_exit_message(w.exit_message);
+    ws->set_process_gone(w.process_gone);
+    ws->set_last_iteration(w.last_iteration);
+    sent.push_back(pid);
+  }
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options.token, 5);
+  v1::ReportIterationsReply rr;
+  // Iterations are best effort (the next batch follows); worker statuses and the window
+  // received go again until the server has them.
+  if (!stub->ReportIterations(&ctx, ir, &rr).ok()) return;
+  window_received_sent = received;
+  for (int pid : sent) unsent_workers.erase(pid);
+}
+
 void Agent::Impl::UploadStacks(int64_t request_id, const pattern::RankStacks& s) {
   v1::UploadStacksRequest req;
   req.set_agent_id(AgentId());
@@ -399,36 +471,7 @@ Status Agent::Run() {
     bool begin = w && !m.window_started;
     if (begin) m.window_started = true;
     lk.unlock();
-    std::vector<IterationReport> iters = m.sink->PollIterations();
-    if (!iters.empty()) {
-      {
-        std::lock_guard plk(m.mu);
-        for (const auto& it : iters) {
-          IterationReport& l = m.latest[it.rank];
-          if (it.step >= l.step) l = it;
-        }
-      }
-      v1::ReportIterationsRequest ir;
-      ir.set_agent_id(m.AgentId());
-      std::map<int, v1::IterationBatch*> by_rank;
-      for (const auto& it : iters) {
-        if (m.options.profile_at_iteration >= 0 && it.step >= m.options.profile_at_iteration) {
-          m.options.profile_at_iteration = -1;
-          m.ForwardTrigger({it.rank, "user", it.step, it.iteration_ms, 0});
-        }
-        auto& b = by_rank[it.rank];
-        if (!b) {
-          b = ir.add_batches();
-          b->set_rank(it.rank);
-        }
-        b->add_steps(it.step);
-        b->add_iteration_ms(it.iteration_ms);
-      }
-      grpc::ClientContext ctx;
-      Prepare(&ctx, m.options.token, 5);
-      v1::ReportIterationsReply rr;
-      (void)m.stub->ReportIterations(&ctx, ir, &rr);  // best effort: the next batch follows
-    }
+    m.Report(m.sink->PollIterations());
     for (const WorkerTrigger& t : m.sink->PollTriggers()) {
       {
         std::lock_guard plk(m.mu);

@@ -54,6 +54,21 @@ struct WorkerTrigger {
   double best_ms = 0;  // slowdown: the best mean since learning
 };
 
+// What the agent knows of one local worker process, for the server (proto WorkerState): whether
+// a window's command reached it, and whether it exited. The server says with it why a rank did
+// not report for a window.
+struct WorkerStatus {
+  int rank = -1;
+  int pid = 0;
+  int64_t window_sent = 0;   // the newest window whose profile command went to it
+  int64_t window_acked = 0;  // the newest window it answered (profile_ack); 0: none
+  bool window_accepted = false;
+  bool exited = false;        // its connection closed
+  bool exit_message = false;  // it sent its exit message (stats) first: a normal exit
+  bool process_gone = false;  // its process no longer exists
+  int64_t last_iteration = -1;
+};
+
 // How the agent reaches local workers. The worker side (a Unix-socket interface) plugs in here;
 // FolderSink is the stand-in that picks up trace files dropped into a folder.
 class AgentLocalSink {
@@ -76,6 +91,13 @@ class AgentLocalSink {
   virtual void WindowUploaded(int pid, int64_t window_id) {}
   // Stack replies since the last call, with the request id they answer.
   virtual std::vector<std::pair<int64_t, pattern::RankStacks>> PollStacks() { return {}; }
+  // Workers whose status changed since the last call, the newest status of each.
+  virtual std::vector<WorkerStatus> PollWorkerChanges() { return {}; }
+  // The status of every worker known (after the agent registered again: a new server knows
+  // none of them).
+  virtual std::vector<WorkerStatus> AllWorkers() { return {}; }
+  // Whether the ranks are worker processes this sink talks to (a socket; a folder is not).
+  virtual bool RelaysWorkers() const { return false; }
 };
 
 // Trace files (*.json, *.json.gz) appearing in DIR while a window is open belong to it. Files

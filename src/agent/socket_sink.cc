@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <signal.h>
 #include <simdjson.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -42,6 +43,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxConnections = 1024;
 constexpr size_t kMaxQueuedIterations = 200000;  // the agent polls every 0.2 s; this is minutes
 constexpr size_t kMaxQueued = 10000;             // triggers, stack replies, finished traces
+constexpr size_t kMaxKnownWorkers = 4 * kMaxConnections;  // live and exited, for the server
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kReadRoundsPerWakeup = 16;  // then let the other connections have a turn
 
@@ -50,6 +52,25 @@ void Log(const std::string& line) { log::Write(log::Level::kDetail, "agent", lin
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string RankName(int rank) { return rank >= 0 ? std::to_string(rank) : "?"; }
+
+// Whether process PID has ended: no such process, or a zombie its parent has not reaped yet. (A
+// worker in another PID namespace than the agent's cannot be told; its pid then reads as gone
+// once its connection closed.)
+bool ProcessGone(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;  // no /proc: kill() said it exists
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "PID (COMM) STATE ...": COMM may hold anything, so the state follows the last ')'.
+  const char* close = std::strrchr(buf, ')');
+  return close != nullptr && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
 
 }  // namespace
 
@@ -68,6 +89,10 @@ struct SocketSink::Impl {
     std::string host;
     int64_t clock_offset_ns = 0;
     std::optional<int64_t> window_sent;  // the last window whose profile command it got
+    int64_t window_acked = 0;            // the last window it answered (profile_ack)
+    bool window_accepted = false;
+    int64_t last_iteration = -1;
+    bool exit_message = false;  // its stats message: it is exiting normally
     std::deque<IterationReport> unranked;
   };
 
@@ -94,6 +119,11 @@ struct SocketSink::Impl {
   std::string window_line;  // the profile command, as sent
   Clock::time_point window_since;
   std::set<int> window_done_pids;  // workers whose trace for the window arrived
+  // Each worker's newest status by pid (live and exited, at most kMaxKnownWorkers), the pids
+  // changed since the last poll, and exited pids whose process may not have ended yet.
+  std::map<int, WorkerStatus> workers;
+  std::set<int> changed;
+  std::map<int, Clock::time_point> exit_rechecks;
 
   dom::parser parser;  // I/O thread only
   WorkerMessage msg;   // the line being handled (I/O thread only)
@@ -103,6 +133,51 @@ struct SocketSink::Impl {
     const char b = 1;
     // A full pipe already means "wake up".
     [[maybe_unused]] ssize_t r = write(wake_write, &b, 1);
+  }
+
+  static WorkerStatus StatusOf(const Conn& c) {
+    WorkerStatus w;
+    w.rank = c.rank;
+    w.pid = c.pid;
+    w.window_sent = c.window_sent.value_or(0);
+    w.window_acked = c.window_acked;
+    w.window_accepted = c.window_accepted;
+    w.exit_message = c.exit_message;
+    w.last_iteration = c.last_iteration;
+    return w;
+  }
+
+  // The worker's status changed: the server hears of it at the agent's next report.
+  void Note(const WorkerStatus& w) {
+    if (w.pid <= 0) return;
+    if (!workers.count(w.pid) && workers.size() >= kMaxKnownWorkers) {
+      auto old = std::find_if(workers.begin(), workers.end(),
+                              [](const auto& kv) { return kv.second.exited; });
+      if (old == workers.end()) return;
+      changed.erase(old->first);
+      exit_rechecks.erase(old->first);
+      workers.erase(old);
+    }
+    workers[w.pid] = w;
+    changed.insert(w.pid);
+    if (!w.exited) exit_rechecks.erase(w.pid);
+  }
+  void Note(const Conn& c) { Note(StatusOf(c)); }
+
+  // Exited workers whose process has ended since: changed.
+  void RecheckExits(Clock::time_point now) {
+    for (auto it = exit_rechecks.begin(); it != exit_rechecks.end();) {
+      auto w = workers.find(it->first);
+      if (w != workers.end() && ProcessGone(it->first)) {
+        w->second.process_gone = true;
+        changed.insert(it->first);
+        it = exit_rechecks.erase(it);
+      } else if (w == workers.end() || Seconds(now - it->second) > options.exit_recheck_seconds) {
+        it = exit_rechecks.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 
   void CloseAll() {
@@ -167,6 +242,7 @@ struct SocketSink::Impl {
     if (Seconds(Clock::now() - window_since) > open_s) return;
     Send(c, window_line);
     c.window_sent = window->window_id;
+    Note(c);
   }
 
   // ---- input ----
@@ -253,6 +329,7 @@ struct SocketSink::Impl {
                         c.pid));
         break;
       case T::kStats: {
+        c.exit_message = true;
         // The worker's detector at exit: why a slowdown did or did not fire.
         const double ref = msg.reference_ns / 1e6, thr = msg.threshold_ns / 1e6;
         Log(fmt::format(
@@ -263,6 +340,9 @@ struct SocketSink::Impl {
         break;
       }
       case T::kProfileAck:
+        c.window_acked = msg.window.value_or(c.window_sent.value_or(0));
+        c.window_accepted = msg.accepted;
+        Note(c);
         Log(fmt::format("rank {} (pid {}) {} the window, writing {}", RankName(c.rank), c.pid,
                         msg.accepted ? "accepted" : "refused", log::Printable(msg.path)));
         break;
@@ -275,12 +355,14 @@ struct SocketSink::Impl {
   }
 
   void UpdateIdentity(Conn& c, const WorkerMessage& m) {
+    const int pid = c.pid, rank = c.rank;
     if (m.pid) c.pid = *m.pid;
     if (m.local_rank) c.local_rank = *m.local_rank;
     if (m.world_size) c.world_size = *m.world_size;
     if (m.host) c.host = *m.host;
+    if (m.rank) c.rank = *m.rank;
+    if (c.pid != pid || c.rank != rank) Note(c);  // a new worker, or its rank now known
     if (!m.rank) return;
-    c.rank = *m.rank;
     // The iterations that came before torch.distributed knew the rank.
     for (IterationReport& r : c.unranked) {
       r.rank = c.rank;
@@ -299,6 +381,7 @@ struct SocketSink::Impl {
 
   void OnIterations(Conn& c, const WorkerMessage& m) {
     for (const IterationItem& item : m.items) {
+      c.last_iteration = std::max(c.last_iteration, item.index);
       IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6};
       if (c.rank >= 0) {
         PushIteration(r);
@@ -463,7 +546,15 @@ struct SocketSink::Impl {
   void Drop(std::map<int, Conn>::iterator it) {
     Conn& c = it->second;
     if (c.pid > 0) {
-      Log(fmt::format("worker pid {} rank {} disconnected", c.pid, RankName(c.rank)));
+      WorkerStatus w = StatusOf(c);
+      w.exited = true;
+      w.process_gone = ProcessGone(c.pid);
+      Note(w);
+      if (!w.process_gone) exit_rechecks[c.pid] = Clock::now();
+      Log(fmt::format("worker pid {} rank {} disconnected{}", c.pid, RankName(c.rank),
+                      w.process_gone   ? ": its process ended"
+                      : c.exit_message ? " (exiting)"
+                                       : ""));
     }
     counters.dropped_iterations += c.unranked.size();
     close(it->first);
@@ -589,6 +680,7 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   for (auto& [fd, c] : m.conns) {
     m.Send(c, m.window_line);
     c.window_sent = command.window_id;
+    m.Note(c);
   }
   m.Wake();
   return Status::Ok();
@@ -647,6 +739,29 @@ std::vector<std::pair<int64_t, pattern::RankStacks>> SocketSink::PollStacks() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);
   return std::exchange(m.stacks, {});
+}
+
+std::vector<WorkerStatus> SocketSink::PollWorkerChanges() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  m.RecheckExits(Clock::now());
+  std::vector<WorkerStatus> out;
+  for (int pid : m.changed) {
+    auto it = m.workers.find(pid);
+    // The server files a worker under its rank: one not known yet is said once it is.
+    if (it != m.workers.end() && it->second.rank >= 0) out.push_back(it->second);
+  }
+  m.changed.clear();
+  return out;
+}
+
+std::vector<WorkerStatus> SocketSink::AllWorkers() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  std::vector<WorkerStatus> out;
+  for (const auto& [pid, w] : m.workers)
+    if (w.rank >= 0) out.push_back(w);
+  return out;
 }
 
 SocketSink::Counters SocketSink::counters() const {

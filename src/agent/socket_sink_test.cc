@@ -7,12 +7,14 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -368,6 +370,59 @@ TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
   auto again = Connect(50, "0");
   ASSERT_TRUE(sink_->RequestStacks(3).ok());
   EXPECT_EQ(again->ReadLine(), R"({"type":"stacks","request_id":3})");
+}
+
+// What the server hears of each worker (issue 23: why a rank did not report): the window's
+// command sent and answered, and how the worker ended: its process gone, or a normal exit.
+TEST_F(SocketSinkTest, WorkerStatusFollowsTheCommandAndTheExit) {
+  const pid_t gone = fork();  // a pid whose process has ended
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  const int alive = getpid();
+  std::map<int, WorkerStatus> latest;  // by rank
+  // Polls until rank RANK's newest status satisfies PRED.
+  auto until = [&](int rank, const std::function<bool(const WorkerStatus&)>& pred) {
+    return WaitFor([&] {
+      for (const WorkerStatus& w : sink_->PollWorkerChanges()) latest[w.rank] = w;
+      auto it = latest.find(rank);
+      return it != latest.end() && pred(it->second);
+    });
+  };
+  auto dead = Connect(gone, "0");
+  auto live = Connect(alive, "1");
+  ASSERT_TRUE(until(0, [&](const WorkerStatus& w) { return w.pid == gone && !w.exited; }));
+  ASSERT_TRUE(until(1, [&](const WorkerStatus& w) { return w.window_sent == 0; }));
+
+  ASSERT_TRUE(sink_->StartWindow({7, 120, 10, 20}).ok());
+  EXPECT_NE(live->ReadLine(), "");
+  ASSERT_TRUE(until(0, [](const WorkerStatus& w) { return w.window_sent == 7; }));
+  EXPECT_EQ(latest[0].window_acked, 0);
+  ASSERT_TRUE(live->Line(fmt::format(
+      R"({{"type":"iterations","items":[[118,1000000,3500000,true]],{}}})", Ident(alive, "1"))));
+  ASSERT_TRUE(live->Line(fmt::format(
+      R"({{"type":"profile_ack","accepted":true,"path":"x","window":7,{}}})", Ident(alive, "1"))));
+  ASSERT_TRUE(until(1, [](const WorkerStatus& w) { return w.window_acked == 7; }));
+  EXPECT_TRUE(latest[1].window_accepted);
+  EXPECT_EQ(latest[1].last_iteration, 118);
+
+  dead->Close();  // killed: no exit message, its process is gone
+  ASSERT_TRUE(until(0, [](const WorkerStatus& w) { return w.exited; }));
+  EXPECT_TRUE(latest[0].process_gone);
+  EXPECT_FALSE(latest[0].exit_message);
+
+  ASSERT_TRUE(
+      live->Line(fmt::format(R"({{"type":"stats","iterations":119,{}}})", Ident(alive, "1"))));
+  live->Close();  // said goodbye; its process (this test) still runs
+  ASSERT_TRUE(until(1, [](const WorkerStatus& w) { return w.exited; }));
+  EXPECT_TRUE(latest[1].exit_message);
+  EXPECT_FALSE(latest[1].process_gone);
+  EXPECT_EQ(latest[1].window_acked, 7);
+
+  // After the agent registers again, every worker is said again.
+  std::vector<WorkerStatus> all = sink_->AllWorkers();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE(sink_->RelaysWorkers());
 }
 
 TEST_F(SocketSinkTest, UploadedIsSentToTheWorkerWhoseWindowItWas) {

@@ -142,7 +142,7 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
   std::string id = fmt::format("agent-{}-{}", next_agent++, secret->substr(0, 24));
   for (int r : req->ranks()) declared_by[r] = id;
   AgentState& a = agents[id];
-  a.last_seen = std::chrono::steady_clock::now();
+  a.last_seen = a.registered = std::chrono::steady_clock::now();
   a.host = req->host();
   a.ranks.assign(req->ranks().begin(), req->ranks().end());
   for (int r : a.ranks) ranks[r].host = a.host;
@@ -160,10 +160,21 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
   auto agent = agents.find(req->agent_id());
   if (agent == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
   agent->second.last_seen = std::chrono::steady_clock::now();
+  if (req->has_window_received()) agent->second.window_received = req->window_received();
+  agent->second.relays_workers |= req->relays_workers();
+  for (const v1::WorkerState& w : req->workers()) {
+    if (!limits::ValidRank(w.rank()) || !OwnsLocked(req->agent_id(), w.rank()).ok()) continue;
+    RankState& r = ranks[w.rank()];
+    WorkerSeen seen{w.pid(),    w.window_sent(),  w.window_acked(), w.window_accepted(),
+                    w.exited(), w.exit_message(), w.process_gone(), w.last_iteration()};
+    if (!r.worker || r.worker->ReplacedBy(seen)) r.worker = seen;
+    r.agent = req->agent_id();
+  }
   for (const v1::IterationBatch& b : req->batches()) {
     if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
     if (!OwnsLocked(req->agent_id(), b.rank()).ok()) continue;
     RankState& r = ranks[b.rank()];
+    r.agent = req->agent_id();
     int n = std::min(b.steps_size(), b.iteration_ms_size());
     for (int i = 0; i < n; ++i) {
       r.last_step = std::max(r.last_step, b.steps(i));

@@ -11,6 +11,7 @@
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
+#include "report/diagnosis_reader.h"
 #include "server/collector.h"
 #include "server/store.h"
 #include "server/window.h"
@@ -297,6 +298,126 @@ TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(fs::exists(latest));
   EXPECT_NE(Slurp(latest).find("missing_rank"), std::string::npos);
+  (*server)->Shutdown();
+}
+
+// Issue 23: a window's silent ranks are one missing_rank finding (not one from the window and one
+// from the traces' world size), and it says why each rank is silent from what the agent
+// reported: rank 1's process exited, rank 3 took the command but made no iteration since.
+TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
+  ServerOptions o;
+  o.report_dir = TempDir("why");
+  o.print = false;
+  o.max_seconds = 0.2;
+  o.upload_grace_seconds = 0.5;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+  std::string id;
+  ASSERT_TRUE(c.Register({0, 1, 2, 3}, &id, "node-a"));
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(c.Report(r, {10}, {12.5}));
+  TriggerResult t = (*server)->Trigger("test", 4);
+  ASSERT_EQ(t.window_id, 1);
+
+  v1::ReportIterationsRequest req;
+  req.set_agent_id(id);
+  req.set_window_received(t.window_id);
+  req.set_relays_workers(true);
+  for (int r = 0; r < 4; ++r) {
+    v1::WorkerState* w = req.add_workers();
+    w->set_rank(r);
+    w->set_pid(100 + r);
+    w->set_window_sent(t.window_id);
+    w->set_window_acked(t.window_id);
+    w->set_window_accepted(true);
+    w->set_last_iteration(10);
+    if (r == 1) {
+      w->set_exited(true);
+      w->set_process_gone(true);
+    }
+  }
+  v1::ReportIterationsReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  for (int r : {0, 2}) {
+    v1::UploadWindowRequest up;
+    up.set_agent_id(id);
+    up.set_window_id(t.window_id);
+    up.set_rank(r);
+    up.set_summary(pattern::SerializeSummary(Synthetic(r, 4, 10)));
+    v1::UploadWindowReply ur;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+    ASSERT_TRUE(ur.accepted()) << ur.message();
+  }
+  const std::string path = o.report_dir + "/windows/1/diagnosis.json";
+  for (int i = 0; i < 100 && !fs::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto d = report::ReadDiagnosisFile(path);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  std::vector<diagnose::Finding> missing;
+  for (const auto& f : d->findings)
+    if (f.category == "missing_rank") missing.push_back(f);
+  ASSERT_EQ(missing.size(), 1u) << Slurp(path);
+  EXPECT_EQ(d->findings[0].category, "missing_rank");
+  EXPECT_EQ(missing[0].ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(missing[0].summary,
+            "ranks 1,3 did not report for window 1: rank 1 dead (process exited at iteration 10, "
+            "killed or crashed without an exit message, pid 101); rank 3 no iteration since the "
+            "command (last iteration 10). The diagnosis covers 2 of 4 ranks.");
+  EXPECT_EQ(missing[0].evidence.at("missing_rank_dead"), 1);
+  EXPECT_EQ(missing[0].evidence.at("missing_no_iteration_since_command"), 1);
+  (*server)->Shutdown();
+}
+
+// The agent went away: its ranks' silence is its agent's, and a restarted agent that registered
+// after the window opened never got the command.
+TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
+  ServerOptions o;
+  o.report_dir = TempDir("gone");
+  o.print = false;
+  o.max_seconds = 0.2;
+  o.upload_grace_seconds = 1.0;
+  o.agent_expiry_seconds = 0.5;  // the agent of rank 1 is forgotten before the deadline
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+  std::string a0, a1, a2;
+  ASSERT_TRUE(c.Register({0}, &a0));
+  ASSERT_TRUE(c.Register({1}, &a1));
+  ASSERT_TRUE(c.Register({2}, &a2));
+  TriggerResult t = (*server)->Trigger("test", 4);
+  // Rank 2's agent restarts: its new self registers after the window opened and says it has
+  // received no window.
+  std::string a2b;
+  ASSERT_TRUE(c.Register({2}, &a2b));
+  v1::ReportIterationsRequest req;
+  req.set_agent_id(a2b);
+  req.set_window_received(0);
+  v1::ReportIterationsReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  v1::UploadWindowRequest up;
+  up.set_agent_id(a0);
+  up.set_window_id(t.window_id);
+  up.set_rank(0);
+  up.set_summary(pattern::SerializeSummary(Synthetic(0, 3, 10)));
+  v1::UploadWindowReply ur;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  // Rank 2's new agent keeps calling, so it is not forgotten.
+  const std::string path = o.report_dir + "/windows/1/diagnosis.json";
+  for (int i = 0; i < 100 && !fs::exists(path); ++i) {
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto d = report::ReadDiagnosisFile(path);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_FALSE(d->findings.empty());
+  const diagnose::Finding& f = d->findings[0];
+  EXPECT_EQ(f.category, "missing_rank");
+  EXPECT_EQ(f.ranks, (std::vector<int>{1, 2}));
+  EXPECT_NE(f.summary.find("rank 1 agent gone"), std::string::npos) << f.summary;
+  EXPECT_NE(f.summary.find("rank 2 command not delivered (its agent registered after the window "
+                           "opened (restarted?) and never got the command)"),
+            std::string::npos)
+      << f.summary;
   (*server)->Shutdown();
 }
 
