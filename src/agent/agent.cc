@@ -306,7 +306,9 @@ struct Agent::Impl {
     // The server needs the world size to know whom a window waits for when the agent could not
     // declare its ranks (the command launched them).
     if (summary->world_size <= 0 && t.world_size > 0) summary->world_size = t.world_size;
-    if (summary->host.empty()) summary->host = options.host;
+    // The agent's node name (never empty: NodeName()) wins over the trace's: torch 2.x Kineto
+    // writes the OS host name, not the scheduler's name for the node (SLURMD_NODENAME, a pod).
+    summary->host = options.host;
     summary->missing_part = t.missing_part;
     summary->missing_why = t.missing_why;
     std::string bytes = pattern::SerializeSummary(*summary);
