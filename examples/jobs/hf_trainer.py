@@ -22,18 +22,16 @@ Run (one rank per process, external launcher):
   torchrun --standalone --nproc-per-node 4 examples/jobs/hf_trainer.py --fault straggler --fault-rank 2 --fault-start 20
   perftracker run --nproc 4 -- python examples/jobs/hf_trainer.py
 """
-import argparse
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import DistEnv, StepTimer, Straggler, add_common_args, step_sleep  # noqa: E402
+from common import DistEnv, StepTimer, Straggler, finish_job, job_parser, step_sleep  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, batch=8)
+    p = job_parser(__doc__, steps=60, step_sleep_ms=60.0, fault_work=16, batch=8)
     p.add_argument("--seq", type=int, default=32, help="sequence length")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--hidden", type=int, default=64)
@@ -108,13 +106,9 @@ def main():
               f"torch threads {torch.get_num_threads()}", flush=True)
     trainer.train()
 
-    timer.finish()
+    finish_job(timer)
     if tmp is not None:
         tmp.cleanup()
-    import torch.distributed as dist
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
