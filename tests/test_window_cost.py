@@ -86,7 +86,10 @@ class WindowCostTest(unittest.TestCase):
     def test_post_processing_threads_run_at_the_lowest_priority(self):
         report = tempfile.mkdtemp(prefix="pt_wcost_run_")
         cmd = [ptest.BIN, "run", "--nproc", "2", "--report-dir", report, "--",
-               ptest.TORCH_PYTHON, TRAIN, "--iters", "300"]
+               # Each step waits 30 ms (as a GPU-bound step waits for its kernels): on torch 2.x a
+               # step of this model alone is 7-10 ms, and 300 of them ended before the baseline
+               # window, which starts 2 s of iterations ahead.
+               ptest.TORCH_PYTHON, TRAIN, "--iters", "300", "--step-sleep-ms", "30"]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         seen = {}  # tid -> (name, nice)
         try:
