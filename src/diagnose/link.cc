@@ -48,6 +48,11 @@ int SharedEndpoint(const std::vector<Conn>& conns, const std::map<std::string, i
   return -1;
 }
 
+// Whether an endpoint ("ip:port", "[ip]:port") is on the loopback interface.
+bool Loopback(std::string_view end) {
+  return end.substr(0, 4) == "127." || end.substr(0, 5) == "[::1]" || end.substr(0, 4) == "::1:";
+}
+
 }  // namespace
 
 std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
@@ -60,6 +65,10 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
       std::string ends = key.substr(kPrefix.size());
       size_t gt = ends.find('>');
       if (gt == std::string::npos) continue;
+      // Loopback has no link to be slow: its queues back up only when a receiver is slow to
+      // read (a rank starved of CPU on an oversubscribed host, a straggler), which the peer
+      // comparison names as what it is.
+      if (Loopback(ends.substr(0, gt)) || Loopback(ends.substr(gt + 1))) continue;
       conns.push_back({rank, ends.substr(0, gt), ends.substr(gt + 1), v});
       owner[conns.back().local] = rank;
     }

@@ -54,6 +54,20 @@ TEST(SlowLink, TheRankAtTheEndOfEveryBackedUpConnection) {
   EXPECT_EQ(f->functions[0].name, "gloo:all_reduce");
 }
 
+TEST(SlowLink, LoopbackQueuesAreNoLink) {
+  // Ranks of one host on 127.0.0.1: the same queues mean a slow reader, not a slow link.
+  RankMetrics m;
+  auto end = [](int r, int k) { return "127.0.0.1:" + std::to_string(1000 + 10 * r + k); };
+  auto conn = [&](int from, int to, double bytes) {
+    m[from]["tcp.sendq." + end(from, to) + ">" + end(to, from)] = bytes;
+    m[to].try_emplace("tcp.sendq." + end(to, from) + ">" + end(from, to), 0.0);
+  };
+  conn(2, 3, 90000);
+  conn(1, 2, 50000);
+  conn(3, 0, 800);
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(4).ranks()).has_value());
+}
+
 TEST(SlowLink, BackpressureAroundTheRingStillNamesTheSlowRank) {
   // Measured: 4 gloo ranks, rank 2's egress capped at 100 Mbit/s. Its own sends and its
   // upstream peer's sends to it hold most, and the queues shrink around the ring; rank 3 has as
