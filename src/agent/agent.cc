@@ -233,6 +233,10 @@ struct Agent::Impl {
   }
 
   void ForwardTrigger(const WorkerTrigger& t);
+  // The workers' iterations and ended connections since the last poll, to the server (best
+  // effort: the next batch follows).
+  void ReportIterations(const std::vector<IterationReport>& iters,
+                        const std::vector<WorkerExit>& exits);
   void UploadStacks(int64_t request_id, const pattern::RankStacks& s);
 
   // One upload RPC under the retry policy, each attempt with its own deadline; the waits end
@@ -333,6 +337,53 @@ void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
               st.ok() ? "" : ": server unreachable: ", st.ok() ? "" : st.error_message());
 }
 
+void Agent::Impl::ReportIterations(const std::vector<IterationReport>& iters,
+                                   const std::vector<WorkerExit>& exits) {
+  if (iters.empty() && exits.empty()) return;
+  {
+    std::lock_guard plk(mu);
+    for (const auto& it : iters) {
+      IterationReport& l = latest[it.rank];
+      // A restarted rank (a later attempt) numbers its iterations from 0 again.
+      if (it.step >= l.step || it.attempt != l.attempt) l = it;
+    }
+  }
+  v1::ReportIterationsRequest ir;
+  ir.set_agent_id(AgentId());
+  std::map<std::pair<int, int>, v1::IterationBatch*> by_worker;  // (rank, pid)
+  for (const auto& it : iters) {
+    if (options.profile_at_iteration >= 0 && it.step >= options.profile_at_iteration) {
+      options.profile_at_iteration = -1;
+      ForwardTrigger({it.rank, "user", it.step, it.iteration_ms, 0});
+    }
+    auto& b = by_worker[{it.rank, it.pid}];
+    if (!b) {
+      b = ir.add_batches();
+      b->set_rank(it.rank);
+      b->set_pid(it.pid);
+      b->set_attempt(it.attempt);
+    }
+    b->add_steps(it.step);
+    b->add_iteration_ms(it.iteration_ms);
+  }
+  for (const WorkerExit& e : exits) {
+    log::Detail("agent", "rank {} (pid {}, attempt {}) ended {} after iteration {}", e.rank, e.pid,
+                e.attempt, e.clean ? "with its exit hook" : "without its exit hook (killed or crashed)",
+                e.last_iteration);
+    v1::WorkerExit* x = ir.add_exits();
+    x->set_rank(e.rank);
+    x->set_pid(e.pid);
+    x->set_attempt(e.attempt);
+    x->set_clean(e.clean);
+    x->set_last_iteration(e.last_iteration);
+    x->set_unix_seconds(e.unix_seconds);
+  }
+  grpc::ClientContext ctx;
+  Prepare(&ctx, options.token, 5);
+  v1::ReportIterationsReply rr;
+  (void)stub->ReportIterations(&ctx, ir, &rr);
+}
+
 void Agent::Impl::UploadStacks(int64_t request_id, const pattern::RankStacks& s) {
   v1::UploadStacksRequest req;
   req.set_agent_id(AgentId());
@@ -399,36 +450,7 @@ Status Agent::Run() {
     bool begin = w && !m.window_started;
     if (begin) m.window_started = true;
     lk.unlock();
-    std::vector<IterationReport> iters = m.sink->PollIterations();
-    if (!iters.empty()) {
-      {
-        std::lock_guard plk(m.mu);
-        for (const auto& it : iters) {
-          IterationReport& l = m.latest[it.rank];
-          if (it.step >= l.step) l = it;
-        }
-      }
-      v1::ReportIterationsRequest ir;
-      ir.set_agent_id(m.AgentId());
-      std::map<int, v1::IterationBatch*> by_rank;
-      for (const auto& it : iters) {
-        if (m.options.profile_at_iteration >= 0 && it.step >= m.options.profile_at_iteration) {
-          m.options.profile_at_iteration = -1;
-          m.ForwardTrigger({it.rank, "user", it.step, it.iteration_ms, 0});
-        }
-        auto& b = by_rank[it.rank];
-        if (!b) {
-          b = ir.add_batches();
-          b->set_rank(it.rank);
-        }
-        b->add_steps(it.step);
-        b->add_iteration_ms(it.iteration_ms);
-      }
-      grpc::ClientContext ctx;
-      Prepare(&ctx, m.options.token, 5);
-      v1::ReportIterationsReply rr;
-      (void)m.stub->ReportIterations(&ctx, ir, &rr);  // best effort: the next batch follows
-    }
+    m.ReportIterations(m.sink->PollIterations(), m.sink->PollExits());
     for (const WorkerTrigger& t : m.sink->PollTriggers()) {
       {
         std::lock_guard plk(m.mu);

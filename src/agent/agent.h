@@ -30,6 +30,22 @@ struct IterationReport {
   int rank = -1;
   int64_t step = 0;
   double iteration_ms = 0;
+  int pid = 0;      // the worker process (0: unknown)
+  int attempt = 0;  // its launcher's restart count (torchrun's TORCHELASTIC_RESTART_COUNT)
+};
+
+// A worker's connection ended: the process exited, was killed, or crashed. An elastic launcher
+// (torchrun --max-restarts) then starts every rank again; the server tells the attempts apart
+// and reports how each ended.
+struct WorkerExit {
+  int rank = -1;
+  int pid = 0;
+  int attempt = 0;
+  // It said goodbye (its exit hook sent the detector's statistics): a Python exit, even one by
+  // an exception. Without it the process was killed or crashed (SIGKILL, SIGTERM, a fault).
+  bool clean = false;
+  int64_t last_iteration = -1;  // the last iteration it reported (-1: none)
+  double unix_seconds = 0;      // when the agent saw the connection end
 };
 
 // The traces a worker finished for the current window: the first path owns the iterations (the
@@ -65,6 +81,8 @@ class AgentLocalSink {
   virtual std::vector<WorkerTrace> PollFinished() = 0;
   // Iterations the workers completed since the last call.
   virtual std::vector<IterationReport> PollIterations() { return {}; }
+  // Workers whose connection ended since the last call.
+  virtual std::vector<WorkerExit> PollExits() { return {}; }
   // Worker processes whose CPU time and context switches are sampled.
   virtual std::vector<int> WorkerPids() { return {}; }
   // Detector triggers since the last call (forwarded to the server, which opens the window).

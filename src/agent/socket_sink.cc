@@ -65,8 +65,11 @@ struct SocketSink::Impl {
     int rank = -1;
     int local_rank = -1;
     int world_size = -1;
+    int attempt = -1;  // the launcher's restart count (-1: not said)
     std::string host;
     int64_t clock_offset_ns = 0;
+    bool goodbye = false;         // its exit hook said goodbye (the stats message)
+    int64_t last_index = -1;      // the last iteration it reported
     std::optional<int64_t> window_sent;  // the last window whose profile command it got
     std::deque<IterationReport> unranked;
   };
@@ -88,12 +91,15 @@ struct SocketSink::Impl {
   std::vector<WorkerTrigger> triggers;
   std::vector<std::pair<int64_t, pattern::RankStacks>> stacks;
   std::vector<WorkerTrace> finished;
+  std::vector<WorkerExit> exits;
   // Each worker's Python and torch traces of a window, put together.
   TracePairing pairing{{}};  // its options set with `options`, in the constructor
   std::optional<WindowCommand> window;
   std::string window_line;  // the profile command, as sent
   Clock::time_point window_since;
   std::set<int> window_done_pids;  // workers whose trace for the window arrived
+  std::set<int> window_pids;       // workers that got the command when it came
+  int window_attempt = -1;         // their highest restart count (-1: none had said who it is)
 
   dom::parser parser;  // I/O thread only
   WorkerMessage msg;   // the line being handled (I/O thread only)
@@ -162,11 +168,23 @@ struct SocketSink::Impl {
   void MaybeSendWindow(Conn& c) {
     if (!window || c.pid <= 0 || c.window_sent == window->window_id) return;
     if (window_done_pids.count(c.pid)) return;
+    if (!WindowIsFor(c)) return;
     const double open_s =
         std::max(window->max_seconds, window_defaults::kMaxSeconds) + options.late_join_seconds;
     if (Seconds(Clock::now() - window_since) > open_s) return;
     Send(c, window_line);
     c.window_sent = window->window_id;
+  }
+
+  // Whether the open window's command is for worker C: not when C is a later attempt of the job
+  // (a higher restart count than the workers the command went to, or those workers are all
+  // gone: torchrun restarted the ranks, whose iterations start at 0 again).
+  bool WindowIsFor(const Conn& c) const {
+    if (window_attempt >= 0 && c.attempt > window_attempt) return false;
+    if (window_pids.empty() || window_pids.count(c.pid)) return true;
+    for (const auto& [fd, other] : conns)
+      if (other.pid > 0 && window_pids.count(other.pid)) return true;
+    return false;
   }
 
   // ---- input ----
@@ -253,6 +271,7 @@ struct SocketSink::Impl {
                         c.pid));
         break;
       case T::kStats: {
+        c.goodbye = true;
         // The worker's detector at exit: why a slowdown did or did not fire.
         const double ref = msg.reference_ns / 1e6, thr = msg.threshold_ns / 1e6;
         Log(fmt::format(
@@ -279,6 +298,7 @@ struct SocketSink::Impl {
     if (m.local_rank) c.local_rank = *m.local_rank;
     if (m.world_size) c.world_size = *m.world_size;
     if (m.host) c.host = *m.host;
+    if (m.attempt) c.attempt = *m.attempt;
     if (!m.rank) return;
     c.rank = *m.rank;
     // The iterations that came before torch.distributed knew the rank.
@@ -299,7 +319,9 @@ struct SocketSink::Impl {
 
   void OnIterations(Conn& c, const WorkerMessage& m) {
     for (const IterationItem& item : m.items) {
-      IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6};
+      IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6, c.pid,
+                        std::max(c.attempt, 0)};
+      c.last_index = std::max(c.last_index, item.index);
       if (c.rank >= 0) {
         PushIteration(r);
         continue;
@@ -463,7 +485,15 @@ struct SocketSink::Impl {
   void Drop(std::map<int, Conn>::iterator it) {
     Conn& c = it->second;
     if (c.pid > 0) {
-      Log(fmt::format("worker pid {} rank {} disconnected", c.pid, RankName(c.rank)));
+      Log(fmt::format("worker pid {} rank {} disconnected{}", c.pid, RankName(c.rank),
+                      c.goodbye ? "" : " without its exit hook (killed or crashed)"));
+      if (exits.size() < kMaxQueued) {
+        const double now = std::chrono::duration<double>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+        exits.push_back(
+            {c.rank, c.pid, std::max(c.attempt, 0), c.goodbye, c.last_index, now});
+      }
     }
     counters.dropped_iterations += c.unranked.size();
     close(it->first);
@@ -586,9 +616,14 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   m.window_line = w.Take();
   m.window_since = Clock::now();
   m.window_done_pids.clear();
+  m.window_pids.clear();
+  m.window_attempt = -1;
   for (auto& [fd, c] : m.conns) {
     m.Send(c, m.window_line);
     c.window_sent = command.window_id;
+    if (c.pid <= 0) continue;
+    m.window_pids.insert(c.pid);
+    m.window_attempt = std::max(m.window_attempt, std::max(c.attempt, 0));
   }
   m.Wake();
   return Status::Ok();
@@ -625,6 +660,12 @@ std::vector<IterationReport> SocketSink::PollIterations() {
   std::vector<IterationReport> out(m.iterations.begin(), m.iterations.end());
   m.iterations.clear();
   return out;
+}
+
+std::vector<WorkerExit> SocketSink::PollExits() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  return std::exchange(m.exits, {});
 }
 
 std::vector<int> SocketSink::WorkerPids() {

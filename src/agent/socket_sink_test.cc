@@ -370,6 +370,60 @@ TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
   EXPECT_EQ(again->ReadLine(), R"({"type":"stacks","request_id":3})");
 }
 
+// An elastic restart: torchrun starts every rank again, their iterations count from 0, and the
+// old window's command would keep them from the next window.
+TEST_F(SocketSinkTest, ARestartedRankDoesNotGetTheOldAttemptsWindow) {
+  auto a = Connect(70, "0");
+  auto b = Connect(71, "1");
+  ASSERT_TRUE(sink_->StartWindow({8, 60, 10, 20}).ok());
+  EXPECT_NE(a->ReadLine(), "");
+  EXPECT_NE(b->ReadLine(), "");
+  // A worker with a higher restart count is a later attempt, even while the old ones live.
+  auto later = std::make_unique<FakeWorker>(SocketPath());
+  ASSERT_TRUE(later->Line(R"({"type":"hello","v":1,"pid":80,"rank":0,"attempt":1})"));
+  EXPECT_EQ(later->ReadLine(500), "");
+  // The old attempt's processes are gone: a new process gets no command, whatever it says.
+  a->Close();
+  b->Close();
+  ASSERT_TRUE(WaitFor([&] { return sink_->WorkerPids() == std::vector<int>{80}; }));
+  auto fresh = Connect(81, "1");
+  EXPECT_EQ(fresh->ReadLine(500), "");
+  // The next window reaches the new attempt.
+  ASSERT_TRUE(sink_->StartWindow({9, 25, 10, 20}).ok());
+  EXPECT_NE(later->ReadLine().find(R"("window":9)"), std::string::npos);
+  EXPECT_NE(fresh->ReadLine().find(R"("window":9)"), std::string::npos);
+}
+
+TEST_F(SocketSinkTest, EndedWorkersSayWhetherTheirExitHookRan) {
+  auto killed = Connect(90, "1");
+  auto exited = Connect(91, "0");
+  ASSERT_TRUE(killed->Line(
+      R"({"type":"iterations","items":[[5,0,1000000,true],[6,1000000,2000000,true]],"pid":90,)"
+      R"("rank":1,"attempt":2})"));
+  ASSERT_TRUE(exited->Line(R"({"type":"stats","iterations":7,"pid":91,"rank":0,"attempt":2})"));
+  std::vector<IterationReport> its =
+      Collect<IterationReport>(2, [&] { return sink_->PollIterations(); });
+  ASSERT_EQ(its.size(), 2u);
+  EXPECT_EQ(its[0].pid, 90);
+  EXPECT_EQ(its[0].attempt, 2);
+  ASSERT_TRUE(WaitFor([&] { return sink_->counters().lines >= 4; }));
+  killed->Close();
+  std::vector<WorkerExit> ends = Collect<WorkerExit>(1, [&] { return sink_->PollExits(); });
+  exited->Close();
+  for (auto& e : Collect<WorkerExit>(1, [&] { return sink_->PollExits(); })) ends.push_back(e);
+  ASSERT_EQ(ends.size(), 2u);
+  EXPECT_EQ(ends[0].pid, 90);
+  EXPECT_EQ(ends[0].rank, 1);
+  EXPECT_EQ(ends[0].attempt, 2);
+  EXPECT_FALSE(ends[0].clean);
+  EXPECT_EQ(ends[0].last_iteration, 6);
+  EXPECT_GT(ends[0].unix_seconds, 1e9);
+  EXPECT_EQ(ends[1].pid, 91);
+  EXPECT_TRUE(ends[1].clean);
+  EXPECT_EQ(ends[1].last_iteration, -1);
+  EXPECT_TRUE(sink_->PollExits().empty());
+}
+
 TEST_F(SocketSinkTest, UploadedIsSentToTheWorkerWhoseWindowItWas) {
   auto a = Connect(61, "0");
   auto b = Connect(62, "1");

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/credentials.h"
 #include "base/json_writer.h"
@@ -160,19 +161,47 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
   auto agent = agents.find(req->agent_id());
   if (agent == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
   agent->second.last_seen = std::chrono::steady_clock::now();
-  for (const v1::IterationBatch& b : req->batches()) {
+  ReportIterationsLocked(req->agent_id(), agent->second.host, *req);
+  return grpc::Status::OK;
+}
+
+void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
+                                                   const std::string& host,
+                                                   const v1::ReportIterationsRequest& req) {
+  for (const v1::IterationBatch& b : req.batches()) {
     if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
-    if (!OwnsLocked(req->agent_id(), b.rank()).ok()) continue;
+    if (!OwnsLocked(agent_id, b.rank()).ok()) continue;
+    const int restart = limits::ValidAttempt(b.attempt()) ? b.attempt() : 0;
+    const AttemptLog::Placed placed = attempts.Place(b.rank(), std::max(b.pid(), 0), restart, host);
+    if (placed.placement == AttemptLog::Placement::kNew) NewAttemptLocked(b.rank(), b.pid());
     RankState& r = ranks[b.rank()];
-    int n = std::min(b.steps_size(), b.iteration_ms_size());
+    const int n = std::min(b.steps_size(), b.iteration_ms_size());
+    int64_t furthest = -1;
+    for (int i = 0; i < n; ++i) furthest = std::max(furthest, b.steps(i));
+    attempts.Progress(placed.attempt, b.rank(), furthest, n);
+    if (placed.placement == AttemptLog::Placement::kEarlier) {
+      // An earlier attempt's last batches: the run's statistics, not the current progress.
+      for (int i = 0; i < n; ++i) r.Add(b.iteration_ms(i));
+      continue;
+    }
+    r.attempt = placed.attempt;
+    // The chart shows the attempts one after another: steps are run-wide there.
+    const int64_t offset = attempts.Current().run_offset;
     for (int i = 0; i < n; ++i) {
       r.last_step = std::max(r.last_step, b.steps(i));
-      r.AddStep(b.steps(i), b.iteration_ms(i));
+      r.AddStep(b.steps(i) + offset, b.iteration_ms(i));
     }
+    r.attempt_iterations += n;
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
   }
-  return grpc::Status::OK;
+  for (const v1::WorkerExit& e : req.exits()) {
+    if (!limits::ValidRank(e.rank()) || !OwnsLocked(agent_id, e.rank()).ok()) continue;
+    // The time only orders the ends (a NaN would break the sort).
+    const double t = std::isfinite(e.unix_seconds()) ? e.unix_seconds() : 0;
+    attempts.Ended(e.rank(), e.pid(), limits::ValidAttempt(e.attempt()) ? e.attempt() : 0,
+                   e.clean(), std::max<int64_t>(e.last_iteration(), -1), t, host);
+  }
 }
 
 grpc::ServerWriteReactor<v1::Command>* CollectorServer::Impl::WatchCommands(
@@ -274,8 +303,10 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   if (rs.host.empty()) rs.host = s.host;
   // Without iteration reports (a folder-watching agent), the window's iterations are all the
   // server knows of the rank's pace.
-  if (rs.count == 0)
+  if (rs.count == 0) {
     for (double ms : s.iteration_ms) rs.Add(ms);
+    rs.attempt_iterations += static_cast<int64_t>(s.iteration_ms.size());
+  }
   log::Detail("server", "window {}: rank {} from {}, summary {} bytes", req->window_id(), s.rank,
               row.host, req->summary().size());
   reply->set_accepted(true);

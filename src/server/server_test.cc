@@ -129,11 +129,15 @@ class Client {
     return ok;
   }
   // Reports one rank's iterations STEPS, each taking MS[i], as the agent registered last.
-  bool Report(int rank, const std::vector<int64_t>& steps, const std::vector<double>& ms) {
+  // PID and ATTEMPT: the worker process and its launcher's restart count.
+  bool Report(int rank, const std::vector<int64_t>& steps, const std::vector<double>& ms,
+              int pid = 0, int attempt = 0) {
     v1::ReportIterationsRequest req;
     req.set_agent_id(agent_);
     auto* b = req.add_batches();
     b->set_rank(rank);
+    b->set_pid(pid);
+    b->set_attempt(attempt);
     for (size_t i = 0; i < steps.size(); ++i) {
       b->add_steps(steps[i]);
       b->add_iteration_ms(ms[i]);
@@ -707,6 +711,89 @@ TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(fs::exists(o.report_dir + "/windows/2/diagnosis.json"));
   (*server)->Shutdown();
+}
+
+// torchrun --max-restarts: a rank is killed, every rank starts again in a new process, numbered
+// from iteration 0. The server starts afresh (a baseline of the new attempt, windows placed by
+// its iterations) and the job-end diagnosis shows both attempts.
+TEST(Server, AnElasticRestartIsANewAttemptInTheSameReport) {
+  ServerOptions o;
+  o.report_dir = TempDir("attempts");
+  o.print = false;
+  o.max_seconds = 0.5;
+  o.upload_grace_seconds = 0.5;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({}, &agent, "vm"));  // torchrun starts the ranks: none declared
+  auto report = [&](int rank, int64_t from, int64_t to, int pid, int attempt) {
+    std::vector<int64_t> steps;
+    std::vector<double> ms;
+    for (int64_t i = from; i <= to; ++i) {
+      steps.push_back(i);
+      ms.push_back(100);  // a window starts 2 s = 20 iterations ahead
+    }
+    return c.Report(rank, steps, ms, pid, attempt);
+  };
+  auto status = [&] {
+    v1::StatusReply st;
+    EXPECT_TRUE(c.Call(&v1::Collector::Stub::Status, v1::StatusRequest(), &st).ok());
+    return st;
+  };
+  ASSERT_TRUE(report(0, 0, 59, 100, 0));
+  ASSERT_TRUE(report(1, 0, 59, 101, 0));
+  // The baseline of attempt 0 opens; nobody uploads it.
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 50; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+      if (status().windows_size() == 1) return true;
+    return false;
+  }());
+  EXPECT_EQ(status().windows(0).start_iteration(), 59 + 20);
+  // Rank 1 is killed; rank 0's Python exits.
+  v1::ReportIterationsRequest ends;
+  ends.set_agent_id(agent);
+  for (auto [rank, clean, t] : {std::tuple{1, false, 100.0}, std::tuple{0, true, 100.4}}) {
+    v1::WorkerExit* e = ends.add_exits();
+    e->set_rank(rank);
+    e->set_pid(100 + rank);
+    e->set_clean(clean);
+    e->set_last_iteration(59);
+    e->set_unix_seconds(t);
+  }
+  v1::ReportIterationsReply none;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, ends, &none).ok());
+  // torchrun starts both again (restart count 1); their iterations count from 0.
+  ASSERT_TRUE(report(0, 0, 9, 200, 1));
+  ASSERT_TRUE(report(1, 0, 9, 201, 1));
+  v1::StatusReply st = status();
+  ASSERT_EQ(st.windows_size(), 1);
+  EXPECT_EQ(st.windows(0).state(), "done");  // attempt 0's window is over (nobody uploaded it)
+  EXPECT_EQ(st.ranks(0).last_step(), 9);
+  // Attempt 1's own baseline, placed by its own iterations.
+  ASSERT_TRUE(report(0, 10, 25, 200, 1));
+  ASSERT_TRUE(report(1, 10, 25, 201, 1));
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 50; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
+      if (status().windows_size() == 2) return true;
+    return false;
+  }());
+  EXPECT_EQ(status().windows(1).start_iteration(), 25 + 20);  // not after attempt 0's 59
+  (*server)->Shutdown();
+  const std::string json = Slurp(o.report_dir + "/diagnosis.json");
+  EXPECT_NE(json.find("\"attempts\""), std::string::npos) << json;
+  EXPECT_NE(json.find("attempt 0 (restart count 0): ranks 0,1, pids 100,101 on vm; up to "
+                      "iteration 59; ended: rank 1 (pid 101 on vm) first, killed or crashed (no "
+                      "exit hook), after iteration 59, then rank 0 (1 exited, 0 killed or "
+                      "crashed)"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("attempt 1 (restart count 1): ranks 0,1, pids 200,201 on vm; up to "
+                      "iteration 25"),
+            std::string::npos)
+      << json;
+  RunSummary sum = (*server)->Summary();
+  EXPECT_EQ(sum.attempts.size(), 2u);
 }
 
 }  // namespace

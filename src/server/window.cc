@@ -117,6 +117,10 @@ diagnose::Diagnosis Window::Diagnose(const Sealed& sealed,
         fmt::format("no report from rank(s) {}", diagnose::RankList(missing)));
   }
   if (diagnosis.job.world_size < sealed.expected) diagnosis.job.world_size = sealed.expected;
+  if (sealed.spec.attempt > 0)
+    diagnosis.job.notes.push_back(fmt::format(
+        "attempt {} of the job (its ranks were started again): iterations count from 0 again",
+        sealed.spec.attempt));
   return diagnosis;
 }
 
