@@ -149,6 +149,11 @@ class Collector:
 
     def at_exit(self) -> None:
         try:
+            if self.w is not None and os.getpid() == self.pid and not self.off:
+                self.windows.end_at_exit()  # a window still open ends with the job
+        except Exception:
+            pass
+        try:
             if self.w is not None and os.getpid() == self.pid:
                 end = time.monotonic() + EXIT_WAIT_S
                 self.w.wait_writers(EXIT_WAIT_S)
