@@ -9,16 +9,22 @@ check looks at what was actually used and asks Debian which package each piece c
   - every library on a link line and the sanitizer/libFuzzer runtimes (build.ninja);
   - every CMake package file the configure read (build.ninja's re-run dependencies);
   - the programs the build ran (compilers, cmake, ninja, protoc, grpc_cpp_plugin, python);
-  - every Python module the tests, the examples and the worker package import (resolved by the
-    interpreter the tests use) and every program the tests run (subprocess calls).
+  - every Python module the tests, the examples and the worker package import, resolved by both
+    interpreters the tests use: Debian's /usr/bin/python3 (torch 1.13) and the virtual
+    environment .venv that deps.sh makes (torch 2.13); and every program the tests run
+    (subprocess calls).
 
 Each file is mapped to its package with `dpkg -S`; the package must be listed in deps.sh, be
 pulled in by one listed (`apt-cache depends --recurse` without recommends, as deps.sh installs),
 or be part of every Debian system (Essential or Priority required). Anything else fails, naming
 the package and what used it. A file that belongs to no package fails too: deps.sh cannot
-install it.
+install it. Files inside .venv come from pip, not Debian: each must belong to a distribution
+that scripts/requirements.txt pins, at the pinned version. A module must resolve in at least
+one of the two interpreters (the test drivers run on /usr/bin/python3, the torch jobs on
+either).
 
   scripts/check_deps.py [--deps scripts/deps.sh] [--build build] [--build build-fuzz]
+                        [--venv .venv] [--requirements scripts/requirements.txt]
 
 Exit 0 when everything is covered, 1 naming what is not, 2 when it cannot check (no build).
 """
@@ -125,9 +131,17 @@ def owners(paths):
     return found
 
 
-def is_ours(path, builds):
+def is_ours(path, builds, venv=None):
+    """A file of this checkout or its builds; the virtual environment's files are not ours
+    (pip installed them)."""
     path = os.path.realpath(path)
+    if venv and in_venv(path, venv):
+        return False
     return path.startswith(ROOT + os.sep) or any(path.startswith(b + os.sep) for b in builds)
+
+
+def in_venv(path, venv):
+    return os.path.abspath(path).startswith(venv + os.sep)
 
 
 def ninja_deps(build):
@@ -288,10 +302,25 @@ for name in sys.argv[1].split(","):
     if spec is None:
         out[name] = "missing"
     elif spec.origin in (None, "built-in", "frozen"):
-        out[name] = "builtin"
+        # A namespace package has no origin: where it lies is its search path.
+        locs = list(spec.submodule_search_locations or [])
+        out[name] = locs[0] if locs else "builtin"
     else:
         out[name] = spec.origin
 print(json.dumps(out))
+"""
+
+# {distribution: version} of what pip installed in a virtual environment, and {file: its
+# distribution} for every file a distribution's RECORD lists.
+DISTRIBUTIONS = r"""
+import importlib.metadata as md, json, os
+dists, files = {}, {}
+for d in md.distributions():
+    name = d.metadata["Name"]
+    dists[name] = d.version
+    for f in d.files or ():
+        files[os.path.normpath(str(d.locate_file(f)))] = name
+print(json.dumps({"dists": dists, "files": files}))
 """
 
 
@@ -305,6 +334,58 @@ def resolve_modules(python, mods, builds):
     return json.loads(out.stdout)
 
 
+def canonical(dist):
+    """A distribution's name as pip compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", dist).lower()
+
+
+def pinned(req_path):
+    """{canonical name: version} of a requirements file's `name==version` lines."""
+    out = {}
+    try:
+        lines = open(req_path).read().splitlines()
+    except OSError as e:
+        fail_usage(f"{req_path}: {e.strerror}")
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        m = re.match(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;]+)", line)
+        if m:
+            out[canonical(m.group(1))] = m.group(2)
+    return out
+
+
+def venv_problems(venv, req_path, venv_files):
+    """The files used from the virtual environment, each checked against the pinned set: its
+    distribution must be pinned, at the installed version (a local label such as +cpu aside)."""
+    python = os.path.join(venv, "bin", "python")
+    out = subprocess.run([python, "-c", DISTRIBUTIONS], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail_usage(f"{python} cannot list its distributions: {out.stderr.strip()[-500:]}")
+    inst = json.loads(out.stdout)
+    pins = pinned(req_path)
+    # A package's folder (a module's search path) belongs to the distribution of its files.
+    owner_of = dict(inst["files"])
+    for f, d in inst["files"].items():
+        owner_of.setdefault(os.path.dirname(f), d)
+    problems, dists = [], set()
+    for f, why in sorted(venv_files.items()):
+        dist = owner_of.get(os.path.normpath(f))
+        if dist is None:
+            problems.append(f"{f} ({why}) belongs to no distribution pip installed in {shown(venv)}")
+            continue
+        version = inst["dists"].get(dist, "")
+        want = pins.get(canonical(dist))
+        if want is None:
+            problems.append(f"distribution {dist} {version} is used from {shown(venv)} but "
+                            f"{shown(req_path)} does not pin it: {f} ({why})")
+        elif version.split("+")[0] != want.split("+")[0]:
+            problems.append(f"{shown(venv)} has {dist} {version}, {shown(req_path)} pins {want}: "
+                            f"{f} ({why}); run scripts/deps.sh")
+        else:
+            dists.add(dist)
+    return problems, dists
+
+
 def shown(path):
     rel = os.path.relpath(path, ROOT)
     return path if rel.startswith("..") else rel
@@ -315,6 +396,10 @@ def main():
     ap.add_argument("--deps", default=os.path.join(ROOT, "scripts", "deps.sh"))
     ap.add_argument("--build", action="append", help="build folder(s) (default: build, build-fuzz)")
     ap.add_argument("--python", default="/usr/bin/python3", help="the interpreter the tests use")
+    ap.add_argument("--venv", default=os.path.join(ROOT, ".venv"),
+                    help="the virtual environment deps.sh makes (torch 2.13)")
+    ap.add_argument("--requirements", default=os.path.join(ROOT, "scripts", "requirements.txt"),
+                    help="the packages pinned for the virtual environment")
     ap.add_argument("-v", "--verbose", action="store_true", help="list every package used")
     args = ap.parse_args()
     builds = [os.path.realpath(b) for b in (args.build or [os.path.join(ROOT, "build"),
@@ -325,18 +410,19 @@ def main():
     allowed = closure(listed)
 
     used = {}  # file -> what used it
+    venv_dir = os.path.abspath(args.venv)
     for b in builds:
         entries = cache(b)
         compiler = entries.get("CMAKE_CXX_COMPILER", "c++")
         name = os.path.basename(b)
         for f in ninja_deps(b):
-            if not is_ours(f, builds):
+            if not is_ours(f, builds, venv_dir):
                 used.setdefault(os.path.normpath(f), f"{name}: a header the compiler read")
         for f in link_inputs(b, compiler):
-            if not is_ours(f, builds):
+            if not is_ours(f, builds, venv_dir):
                 used.setdefault(os.path.normpath(f), f"{name}: a library on a link line")
         for f in cmake_inputs(b):
-            if not is_ours(f, builds):
+            if not is_ours(f, builds, venv_dir):
                 used.setdefault(os.path.normpath(f), f"{name}: a file the configure read")
         for f in sanitizer_runtimes(b, compiler):
             used.setdefault(f, f"{name}: a sanitizer or libFuzzer runtime")
@@ -344,13 +430,31 @@ def main():
             used.setdefault(f, f"{name}: a program the build ran")
 
     problems = []
+    venv = os.path.abspath(args.venv)
+    venv_python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(venv_python):
+        fail_usage(f"{venv_python} not found (scripts/deps.sh makes {shown(venv)})")
+    # The venv's interpreter is Debian's python3, run through a link.
+    used.setdefault(os.path.realpath(venv_python), f"the interpreter of {shown(venv)}")
     mods, progs = python_imports()
-    for name, origin in sorted(resolve_modules(args.python, mods, builds).items()):
-        if origin.startswith("missing"):
+    venv_files = {}
+    resolved = [(py, resolve_modules(py, mods, builds)) for py in (args.python, venv_python)]
+    for name in sorted(mods):
+        origins = [(py, r[name]) for py, r in resolved]
+        if all(o.startswith("missing") for _, o in origins):
             problems.append(f"python module '{name}' (imported by {mods[name]}) is not installed "
-                            f"for {args.python}")
-        elif origin != "builtin" and not is_ours(origin, builds):
-            used.setdefault(origin, f"python module '{name}', imported by {mods[name]}")
+                            f"for {args.python} nor in {shown(venv)}")
+            continue
+        for py, origin in origins:
+            why = f"python module '{name}', imported by {mods[name]}, for {shown(py)}"
+            if origin.startswith("missing") or origin == "builtin" or is_ours(origin, builds, venv):
+                continue
+            if in_venv(origin, venv):
+                venv_files.setdefault(os.path.normpath(origin), why)
+            else:
+                used.setdefault(origin, why)
+    more, venv_dists = venv_problems(venv, args.requirements, venv_files)
+    problems += more
     for prog, where in sorted(progs.items()):
         path = shutil.which(prog, path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         if path is None:
@@ -391,7 +495,8 @@ def main():
     n_pkgs = len([k for k in by_package if not isinstance(k, tuple)])
     print(f"check_deps: {len(used)} files, programs and modules from {n_pkgs} packages, all "
           f"installed by {shown(args.deps)} ({len(listed)} listed) or the base "
-          f"system")
+          f"system; {len(venv_files)} modules from {len(venv_dists)} distributions in "
+          f"{shown(venv)}, all pinned by {shown(args.requirements)}")
     return 0
 
 

@@ -33,10 +33,12 @@ class Shape:
         return cmd
 
 
-STEPS = ["--steps", "75"]
+# Enough steps for the baseline window: it opens once every rank reported 20 iterations and
+# starts 2 s ahead of the furthest rank (server/scheduler.h), then profiles 10 iterations.
+STEPS = ["--steps", "90"]
 SHAPES = [
     Shape("ddp", os.path.join(SOURCE, "examples", "train_ddp.py"),
-          ["--iters", "75", "--step-sleep-ms", "40", "--fault-work", "3"], roles="4 identical replicas"),
+          ["--iters", "110", "--step-sleep-ms", "40", "--fault-work", "15"], roles="4 identical replicas"),
     Shape("fsdp2", os.path.join(JOBS, "fsdp2.py"), STEPS, roles="FSDP2 fully_shard over 4 ranks"),
     Shape("tp_dp", os.path.join(JOBS, "tp_dp.py"), STEPS, roles="2x2 mesh: tensor parallel x data parallel"),
     Shape("pipeline", os.path.join(JOBS, "pipeline.py"), STEPS,

@@ -9,6 +9,9 @@ import unittest
 SOURCE = os.environ.get("PT_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.environ.get("PT_SHARED", os.path.join(SOURCE, "..", "shared"))
 BIN = os.environ.get("PERFTRACKER_BIN", os.path.join(SOURCE, "build", "perftracker"))
+# The Python that runs torch jobs. ctest sets it: .venv/bin/python (torch 2.13, the virtual
+# environment scripts/deps.sh makes), /usr/bin/python3 (Debian's torch 1.13) for the
+# legacy_torch113_* tests. Run by hand without it: torch 1.13.
 TORCH_PYTHON = os.environ.get("PT_TORCH_PYTHON", "/usr/bin/python3")
 KINETO = os.path.join(SHARED, "traces", "kineto")
 

@@ -14,7 +14,8 @@ SHARED = {"resnet_ns_rank-0": ["resnet_ns_rank-0.pt.trace.json.gz"],
           "nccl_2rank_rank0": ["nccl_2rank_rank0.json.gz"],
           "job128": ["job128_rank-0.json.gz", "job128_rank-1.json.gz"]}
 LOCAL = {"amd_mi250": ["amd_mi250.json.gz"], "control": ["control.json.gz"], "test": ["test.json.gz"],
-         "gpu_tail_158ms": ["gpu_tail_158ms.json.gz"]}
+         "gpu_tail_158ms": ["gpu_tail_158ms.json.gz"],
+         "torch213_gloo_cpu": ["../torch213/rank-0.json.gz", "../torch213/rank-1.json.gz"]}
 TOLERANCE = 0.01
 
 
@@ -96,6 +97,21 @@ class HtaCrossCheck(unittest.TestCase):
         for ours, key in (("compute_ms", "compute_us"), ("non_compute_ms", "non_compute_us"),
                           ("idle_ms", "idle_us")):
             self.assertClose(r["gpu"][ours], h[key], 1, ours)
+
+
+    def test_cpu_only_torch213_steps_are_htas_iterations(self):
+        # torch 2.13 on CPU (gloo): no GPU kernels, so HTA has no temporal breakdown of it (README);
+        # its iterations are the four ProfilerSteps #3-#6. perftracker counts the same four:
+        # the first is warm-up (slowed by the profiler's start), named in a note, the rest steady.
+        ranks, out = self.ours("torch213_gloo_cpu")
+        for rank, h in self.hta["torch213_gloo_cpu"].items():
+            r = ranks[rank]
+            self.assertEqual(h["steps"], [3, 4, 5, 6])
+            self.assertEqual(r["iterations"] + r["warmup_iterations"] + r["partial_iterations"],
+                             h["iterations"], out)
+            self.assertEqual(r["partial_iterations"], 0, out)
+            self.assertNotIn("gpu", r)
+        self.assertIn("(no GPU events)", out)
 
 
 class HtaDiff(unittest.TestCase):

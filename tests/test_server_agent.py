@@ -2,6 +2,7 @@
 the agents' folders, and DIR/diagnosis.json with both ranks; token refusal off 127.0.0.1."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -37,6 +38,49 @@ def make_pki(tmp, ip):
             "-CAcreateserial", "-out", f[f"{who}.crt"], "-days", "2", "-extfile", f["san.cnf"])
         os.chmod(f[f"{who}.key"], 0o600)
     return f
+
+
+# A worker as src/worker/protocol.md describes it, without torch: it reports an iteration every
+# 50 ms and answers a profile command by MODE: "report" sends TRACE as its window's trace, "die"
+# kills itself (SIGKILL: no exit message), "stuck" reports no iteration any more.
+FAKE_WORKER = r"""
+import json, os, signal, socket, sys, time
+path, rank, mode, trace = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+s = socket.socket(socket.AF_UNIX)
+s.connect(path)
+ident = {"pid": os.getpid(), "rank": rank, "local_rank": rank, "world_size": 3, "host": "fake"}
+def send(**m):
+    m.update(ident)
+    s.sendall((json.dumps(m) + "\n").encode())
+send(type="hello", v=1, clock_offset_ns=0)
+s.setblocking(False)
+i, buf, stuck = 0, b"", False
+while True:
+    if not stuck:
+        t = time.monotonic_ns()
+        send(type="iterations", items=[[i, t - 10000000, t, True]])
+        i += 1
+    try:
+        data = s.recv(65536)
+        if not data:
+            sys.exit(0)
+        buf += data
+    except BlockingIOError:
+        pass
+    while b"\n" in buf:
+        line, buf = buf.split(b"\n", 1)
+        cmd = json.loads(line)
+        if cmd.get("type") != "profile":
+            continue
+        send(type="profile_ack", accepted=True, path="x", window=cmd["window"])
+        if mode == "report":
+            send(type="python_trace", path=trace, window=cmd["window"], torch=False)
+        elif mode == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        else:
+            stuck = True
+    time.sleep(0.05)
+"""
 
 
 def free_port():
@@ -145,6 +189,52 @@ class ServerAgent(unittest.TestCase):
         self.assertNotIn("upload attempt 6", log)
         self.assertIn("upload refused", log)
         self.assertIsNone(agent.poll(), "the agent keeps running after giving up on one upload")
+
+    def test_silent_ranks_are_one_finding_that_says_why(self):
+        """Issue 23: three fake workers (the worker protocol, no torch) on one socket agent; when
+        window 1 comes, rank 0 reports, rank 1 is killed, rank 2 stops iterating. The window has
+        one missing_rank finding naming ranks 1 and 2, each with its reason."""
+        addr = f"127.0.0.1:{free_port()}"
+        report = os.path.join(self.tmp, "report")
+        self.start("server", "--listen", addr, "--report-dir", report, "--max-seconds", "2",
+                   "--grace-seconds", "3")
+        sock = os.path.join(self.tmp, "agent.sock")
+        self.start("agent", "--server", addr, "--socket", sock, "--trace-dir",
+                   os.path.join(self.tmp, "traces"), "--ranks", "0,1,2")
+        self.assertTrue(wait_for(lambda: os.path.exists(sock)), self.log())
+        trace = os.path.join(self.tmp, "rank-0.json.gz")
+        shutil.copy(os.path.join(ptest.KINETO, "job128_rank-0.json.gz"), trace)
+        worker = os.path.join(self.tmp, "fake_worker.py")
+        with open(worker, "w") as f:
+            f.write(FAKE_WORKER)
+        for rank, mode in ((0, "report"), (1, "die"), (2, "stuck")):
+            log = open(os.path.join(self.tmp, f"log{len(self.procs)}.txt"), "w")
+            self.logs.append(log)
+            self.procs.append(subprocess.Popen(
+                [sys.executable, worker, sock, str(rank), mode, trace], stdout=log,
+                stderr=subprocess.STDOUT))
+        # Every rank's iterations reach the server (a registered rank is listed at step -1).
+        def iterating():
+            out = ptest.run(["status", "--server", addr]).stdout
+            steps = re.findall(r"rank \d+ on .*?: last step (-?\d+)", out)
+            return len(steps) == 3 and min(int(x) for x in steps) >= 5
+        self.assertTrue(wait_for(iterating), self.log())
+        t = ptest.run(["trigger", "--server", addr])
+        self.assertEqual(t.returncode, 0, t.stderr)
+        path = os.path.join(report, "windows", "1", "diagnosis.json")
+        self.assertTrue(wait_for(lambda: os.path.exists(path), 60), self.log())
+        with open(path) as f:
+            d = json.load(f)
+        missing = [x for x in d["findings"] if x["category"] == "missing_rank"]
+        self.assertEqual(len(missing), 1, d["findings"])
+        m = missing[0]
+        self.assertEqual(m["ranks"], [1, 2], m)
+        self.assertTrue(m["evidence"]["rank_1"].startswith("rank_dead: process exited"), m)
+        self.assertTrue(m["evidence"]["rank_2"].startswith("no_iteration_since_command"), m)
+        self.assertIn("rank 1 dead (process exited at iteration", m["summary"])
+        self.assertIn("rank 2 no iteration since the command", m["summary"])
+        self.assertIn("The diagnosis covers 1 of 3 ranks.", m["summary"])
+        print(f"missing_rank: {m['summary']}", file=sys.stderr)
 
     def test_non_loopback_requires_token(self):
         port = free_port()

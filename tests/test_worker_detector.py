@@ -514,6 +514,29 @@ class WorkerModule(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         return p
 
+    def test_a_job_that_ends_inside_a_window_exits_cleanly(self):
+        # The last iterations of a job are profiled and the process exits with torch.profiler
+        # running: the exit hook stops it (torch 2.13 crashed in its teardown, exit code 139) and
+        # the Python window is still written.
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_exitwin_"), "rank-0.python.json")
+        p = self.run_py(f"""
+import torch
+from perftracker import hooks
+hooks.enable()
+m = torch.nn.Linear(32, 32)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+dl = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(800, 32)), batch_size=8)
+for i, (x,) in enumerate(dl):
+    if i == 35:
+        assert hooks._collector.windows.start({out!r}, None, 10, 20.0, -1)
+    m(x).sum().backward(); opt.step(); opt.zero_grad()
+    if i == 40:
+        break
+assert hooks._collector.w.stats()["window_armed"]
+""")
+        self.assertNotIn("Fatal", p.stderr)
+        self.assertTrue(os.path.exists(out), p.stderr)
+
     def test_window_writes_an_aggregate_analyze_reads(self):
         out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
         self.run_py(f"""
@@ -706,35 +729,6 @@ print("ok")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout, "ok\n", p.stderr)
         self.assertIn("worker collector turned off", p.stderr)
-
-    def test_a_window_open_at_exit_ends_with_the_job(self):
-        # The job ends before the window's last iteration: the window ends at exit with the
-        # iterations it had (both files written, both messages sent), and torch.profiler is not
-        # left running into the interpreter's shutdown (seen: SIGSEGV at exit, torch 2.13).
-        d = tempfile.mkdtemp(prefix="pt_exit_")
-        out, log = os.path.join(d, "rank-0.python.json"), os.path.join(d, "worker.log")
-        p = subprocess.run([ptest.TORCH_PYTHON, "-c", f"""
-import torch
-from perftracker import hooks
-assert hooks.enable()
-for _ in range(20):
-    hooks.on_loader_next(); hooks.on_optimizer_step()
-assert hooks._collector.windows.start({out!r}, 7, 50, 60.0, -1)  # as a profile command does
-for _ in range(4):
-    hooks.on_loader_next(); torch.mm(torch.ones(64, 64), torch.ones(64, 64)); hooks.on_optimizer_step()
-assert hooks._collector.windows.profiler is not None
-"""], capture_output=True, text=True, env=env_with(PERFTRACKER_ENABLE="1", PERFTRACKER_WORKER_LOG=log),
-            timeout=120)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        with open(log) as f:
-            msgs = [json.loads(line) for line in f]
-        py = [m for m in msgs if m["type"] == "python_trace"]
-        tt = [m for m in msgs if m["type"] == "torch_trace"]
-        self.assertEqual([(m["path"], m["window"], m["torch"]) for m in py], [(out, 7, True)], msgs[-5:])
-        self.assertEqual([m["path"] for m in tt], [out + ".torch.json"], msgs[-5:])
-        doc, _ = window_nodes(out)
-        self.assertGreaterEqual(len(doc["iterations"]), 3)
-        self.assertTrue(os.path.getsize(out + ".torch.json") > 0)
 
     def test_gc_is_charged_to_the_stack_that_triggered_it(self):
         out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")

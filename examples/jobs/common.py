@@ -13,10 +13,18 @@ step_sleep and times its steps with StepTimer, in the style of examples/train_dd
                       kernels): with a small model on shared cores the step time is then
                       dominated by a stable wait and is quiet
   --times PATH        rank 0 writes every step's wall time here (JSON: step_s, step_start_ns,
-                      and startup_s / first_step_s / extra numbers the script adds)
+                      and startup_s / first_step_s / extra numbers the script adds); with
+                      '{rank}' in PATH every rank writes its own file
   --threads T         torch.set_num_threads (default 1)
   --seed S
+
+It also holds what several scripts share: the residual MLP model (mlp_block, build_mlp), its flags
+(add_model_args), the per-replica DataLoader (replica_batches), the hand-written gradient average
+(allreduce_mean), the classifier training loop (train_classifier) and the end of a job
+(finish_job).
 """
+import argparse
+import functools
 import json
 import os
 import statistics
@@ -37,7 +45,7 @@ def process_age_s():
         return 0.0
 
 
-def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, fault_size=512, batch=32):
+def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, fault_size=512, batch=32):
     p.add_argument("--steps", type=int, default=steps, help="training steps (optimizer steps)")
     p.add_argument("--batch", type=int, default=batch, help="per data-parallel replica batch size")
     p.add_argument("--seed", type=int, default=0)
@@ -50,8 +58,24 @@ def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, fault_size=5
     p.add_argument("--fault-size", type=int, default=fault_size, help="size of the straggler's square matrices")
     p.add_argument("--step-sleep-ms", type=float, default=step_sleep_ms,
                    help="every step also waits this long, so the step time is dominated by a stable wait")
-    p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
-    p.add_argument("--print-every", type=int, default=10, help="rank 0 prints step time / loss every K steps (0: never)")
+    p.add_argument("--times", default="",
+                   help="rank 0 writes every step's duration here (JSON); '{rank}' in PATH: every rank writes one")
+    p.add_argument("--print-every", type=int, default=10,
+                   help="rank 0 prints step time / loss every K steps (0: never)")
+    return p
+
+
+def job_parser(doc, **defaults):
+    """The script's ArgumentParser (its docstring as description) with add_common_args(**defaults)."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_common_args(p, **defaults)
+
+
+def add_model_args(p, blocks=2, blocks_help=None):
+    """--dim, --blocks, --classes of the residual MLP classifier."""
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--blocks", type=int, default=blocks, **({"help": blocks_help} if blocks_help else {}))
+    p.add_argument("--classes", type=int, default=16)
     return p
 
 
@@ -77,6 +101,13 @@ def setup_torch(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     return torch
+
+
+def start_job(args, name):
+    """The rank's DistEnv, torch (setup_torch) and the StepTimer of job `name`: (env, torch, timer)."""
+    env = DistEnv()
+    torch = setup_torch(args)
+    return env, torch, StepTimer(args, env.rank, name)
 
 
 class Straggler:
@@ -165,15 +196,18 @@ class StepTimer:
         return out
 
     def finish(self):
-        """Rank 0: print the summary and write --times."""
-        if self.rank != 0:
+        """Rank 0: print the summary and write --times (every rank when PATH contains '{rank}')."""
+        per_rank = "{rank}" in self.args.times
+        if self.rank != 0 and not per_rank:
             return
         summ = self.summary()
         summ["total_s"] = round(process_age_s(), 3)
-        print(f"[{self.name}] summary " + " ".join(f"{k}={v}" for k, v in summ.items()), flush=True)
+        if self.rank == 0:
+            print(f"[{self.name}] summary " + " ".join(f"{k}={v}" for k, v in summ.items()), flush=True)
         if self.args.times:
-            with open(self.args.times, "w") as f:
-                json.dump(dict({"step_s": self.step_s, "step_start_ns": self.step_start_ns}, **summ), f)
+            with open(self.args.times.replace("{rank}", str(self.rank)), "w") as f:
+                json.dump(dict({"step_s": self.step_s, "step_start_ns": self.step_start_ns, "rank": self.rank},
+                               **summ), f)
 
 
 class SyntheticClassification:
@@ -223,3 +257,104 @@ class ReplicaBatches:
 
     def __len__(self):
         return self.per_epoch
+
+
+@functools.lru_cache(maxsize=None)
+def _mlp_classes():
+    import torch.nn as nn  # imported here: scripts set environment variables before torch loads
+
+    class Block(nn.Module):
+        """Pre-norm residual MLP block: x + down(gelu(up(norm(x))))."""
+
+        def __init__(self, d):
+            super().__init__()
+            self.norm = nn.LayerNorm(d)
+            self.up = nn.Linear(d, 4 * d)
+            self.act = nn.GELU()
+            self.down = nn.Linear(4 * d, d)
+
+        def forward(self, x):
+            return x + self.down(self.act(self.up(self.norm(x))))
+
+    class Net(nn.Module):
+        """--blocks blocks, a final LayerNorm and a linear head to --classes logits."""
+
+        def __init__(self, d, blocks, classes):
+            super().__init__()
+            self.blocks = nn.ModuleList(Block(d) for _ in range(blocks))
+            self.norm = nn.LayerNorm(d)
+            self.head = nn.Linear(d, classes)
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return self.head(self.norm(x))
+
+    return Block, Net
+
+
+def mlp_block(d):
+    """One pre-norm residual MLP block of width d."""
+    return _mlp_classes()[0](d)
+
+
+def build_mlp(args):
+    """The residual MLP classifier of --dim, --blocks, --classes (same seed: same weights on every rank)."""
+    return _mlp_classes()[1](args.dim, args.blocks, args.classes)
+
+
+def replica_batches(args, replica, replicas):
+    """The synthetic classification task and an iterator over data-parallel replica `replica`'s
+    (x, y) batches (a DataLoader with ReplicaBatches as the batch_sampler)."""
+    import torch.utils.data
+    task = SyntheticClassification(8192, args.dim, args.classes, args.seed)
+    loader = torch.utils.data.DataLoader(
+        task.dataset(), batch_sampler=ReplicaBatches(task.n, args.batch, replica, replicas, args.seed))
+    return task, iter(loader)
+
+
+def allreduce_mean(grads, group, size):
+    """Average the tensors `grads` over `group` (of `size` ranks) in place, one flat all-reduce."""
+    import torch
+    import torch.distributed as dist
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    flat /= size
+    off = 0
+    for g in grads:
+        g.copy_(flat[off:off + g.numel()].view_as(g))
+        off += g.numel()
+
+
+def train_classifier(args, env, timer, model, replica, replicas, after_backward=None):
+    """torch.optim.AdamW, then --steps training steps of the classifier on data-parallel replica
+    `replica`'s batches: forward and loss, the straggler's work (before the gradient sync),
+    backward, after_backward() if given, the --step-sleep-ms wait, the optimizer step; each step
+    timed by `timer`. Then finish_job."""
+    import torch
+    import torch.nn.functional as F
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    _, batches = replica_batches(args, replica, replicas)
+    straggler = Straggler(args, env.rank)
+    for step in range(args.steps):
+        timer.start(step)
+        x, y = next(batches)
+        loss = F.cross_entropy(model(x), y)
+        straggler.maybe_work(step)
+        loss.backward()
+        if after_backward is not None:
+            after_backward()
+        step_sleep(args)
+        opt.step()
+        opt.zero_grad()
+        timer.stop(step, loss.item())
+    finish_job(timer)
+
+
+def finish_job(timer):
+    """Rank 0's summary and --times, then a last barrier and the end of the process group."""
+    timer.finish()
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

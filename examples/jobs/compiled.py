@@ -31,22 +31,16 @@ Run (one rank per process, external launcher):
   TORCHINDUCTOR_CACHE_DIR=/tmp/ind-cache torchrun --standalone --nproc-per-node 2 examples/jobs/compiled.py
   perftracker run --nproc 4 -- python examples/jobs/compiled.py
 """
-import argparse
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (DistEnv, ReplicaBatches, StepTimer, Straggler, SyntheticClassification,  # noqa: E402
-                    add_common_args, setup_torch, step_sleep)
+from common import add_model_args, build_mlp, job_parser, start_job, train_classifier  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=32)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--blocks", type=int, default=2)
-    p.add_argument("--classes", type=int, default=16)
+    p = add_model_args(job_parser(__doc__, steps=60, step_sleep_ms=60.0, fault_work=16, batch=32))
     p.add_argument("--cache-dir", default="", help="TORCHINDUCTOR_CACHE_DIR for every rank (default: Inductor's)")
     p.add_argument("--optimize-ddp", type=int, default=0,
                    help="1: let Dynamo's DDPOptimizer split the graph at DDP's bucket boundaries "
@@ -56,51 +50,19 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def build_model(args):
-    import torch.nn as nn
-
-    class Block(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.norm = nn.LayerNorm(d)
-            self.up = nn.Linear(d, 4 * d)
-            self.act = nn.GELU()
-            self.down = nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            return x + self.down(self.act(self.up(self.norm(x))))
-
-    class Net(nn.Module):
-        def __init__(self, d, blocks, classes):
-            super().__init__()
-            self.blocks = nn.ModuleList(Block(d) for _ in range(blocks))
-            self.norm = nn.LayerNorm(d)
-            self.head = nn.Linear(d, classes)
-
-        def forward(self, x):
-            for b in self.blocks:
-                x = b(x)
-            return self.head(self.norm(x))
-
-    return Net(args.dim, args.blocks, args.classes)
-
-
 def main():
     args = parse_args()
-    env = DistEnv()
     if args.cache_dir:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.cache_dir
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # read when Inductor is imported
-    torch = setup_torch(args)
+    env, torch, timer = start_job(args, "compiled")
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    timer = StepTimer(args, env.rank, "compiled")
     dist.init_process_group("gloo")
     import torch._dynamo
     torch._dynamo.config.optimize_ddp = bool(args.optimize_ddp)
-    model = build_model(args)
+    model = build_mlp(args)
     compiled = torch.compile(model)
 
     if args.compile_first:
@@ -114,27 +76,7 @@ def main():
         dist.barrier()
 
     ddp = DDP(compiled)
-    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
-    task = SyntheticClassification(8192, args.dim, args.classes, args.seed)
-    loader = torch.utils.data.DataLoader(
-        task.dataset(), batch_sampler=ReplicaBatches(task.n, args.batch, env.rank, env.world, args.seed))
-    batches = iter(loader)
-    straggler = Straggler(args, env.rank)
-
-    for step in range(args.steps):
-        timer.start(step)
-        x, y = next(batches)
-        loss = F.cross_entropy(ddp(x), y)
-        straggler.maybe_work(step)
-        loss.backward()  # compiled backward, then DDP's gradient all-reduce
-        step_sleep(args)
-        opt.step()
-        opt.zero_grad()
-        timer.stop(step, loss.item())
-
-    timer.finish()
-    dist.barrier()
-    dist.destroy_process_group()
+    train_classifier(args, env, timer, ddp, env.rank, env.world)  # backward: compiled, then DDP's all-reduce
 
 
 if __name__ == "__main__":

@@ -22,18 +22,16 @@ Run (one rank per process, external launcher):
   torchrun --standalone --nproc-per-node 4 examples/jobs/hf_trainer.py --fault straggler --fault-rank 2 --fault-start 20
   perftracker run --nproc 4 -- python examples/jobs/hf_trainer.py
 """
-import argparse
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import DistEnv, StepTimer, Straggler, add_common_args, step_sleep  # noqa: E402
+from common import DistEnv, StepTimer, Straggler, finish_job, job_parser, step_sleep  # noqa: E402
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=8)
+    p = job_parser(__doc__, steps=60, step_sleep_ms=60.0, fault_work=16, batch=8)
     p.add_argument("--seq", type=int, default=32, help="sequence length")
     p.add_argument("--vocab", type=int, default=256)
     p.add_argument("--hidden", type=int, default=64)
@@ -93,10 +91,12 @@ def main():
                       max_position_embeddings=args.seq, tie_word_embeddings=False)
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(cfg)
-    out_dir = args.output_dir or tempfile.mkdtemp(prefix=f"hf_trainer_r{env.rank}_")
+    tmp = None if args.output_dir else tempfile.TemporaryDirectory(prefix=f"hf_trainer_r{env.rank}_")
+    out_dir = args.output_dir or tmp.name  # save_strategy="no": the Trainer writes nothing there
     targs = TrainingArguments(
         output_dir=out_dir, max_steps=args.steps, per_device_train_batch_size=args.batch,
-        learning_rate=3e-3, warmup_steps=0, logging_steps=max(1, args.print_every), save_strategy="no", report_to="none",
+        learning_rate=3e-3, warmup_steps=0, logging_steps=max(1, args.print_every), save_strategy="no",
+        report_to="none",
         use_cpu=True, ddp_backend="gloo", ddp_find_unused_parameters=False, dataloader_num_workers=0,
         disable_tqdm=True, seed=args.seed, data_seed=args.seed, log_level="error")
     trainer = Trainer(model=model, args=targs, train_dataset=ArithmeticTokens(4096, args.seq, args.vocab, args.seed),
@@ -106,11 +106,9 @@ def main():
               f"torch threads {torch.get_num_threads()}", flush=True)
     trainer.train()
 
-    timer.finish()
-    import torch.distributed as dist
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    finish_job(timer)
+    if tmp is not None:
+        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -24,32 +24,27 @@ step K on, so the other ranks wait for it in DDP's gradient all-reduce.
 
 Run (one rank per process, external launcher):
   torchrun --standalone --nproc-per-node 4 examples/jobs/lightning_ddp.py --steps 60
-  torchrun --standalone --nproc-per-node 4 examples/jobs/lightning_ddp.py --fault straggler --fault-rank 2 --fault-start 20
+  torchrun --standalone --nproc-per-node 4 examples/jobs/lightning_ddp.py \\
+      --fault straggler --fault-rank 2 --fault-start 20
   perftracker run --nproc 4 -- python examples/jobs/lightning_ddp.py
 """
-import argparse
 import os
 import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (DistEnv, StepTimer, Straggler, SyntheticClassification, add_common_args,  # noqa: E402
-                    setup_torch, step_sleep)
+from common import (Straggler, SyntheticClassification, add_model_args, finish_job,  # noqa: E402
+                    job_parser, mlp_block, start_job, step_sleep)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=32)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--blocks", type=int, default=2)
-    p.add_argument("--classes", type=int, default=16)
-    return p.parse_args(argv)
+    p = job_parser(__doc__, steps=60, step_sleep_ms=60.0, fault_work=16, batch=32)
+    return add_model_args(p).parse_args(argv)
 
 
 def main():
     args = parse_args()
-    env = DistEnv()
-    torch = setup_torch(args)
+    env, torch, timer = start_job(args, "lightning_ddp")
     import lightning as L
     import torch.nn as nn
     import torch.nn.functional as F
@@ -57,23 +52,12 @@ def main():
     for noise in (".*does not have many workers.*", ".*The `srun` command is available.*", ".*LeafSpec.*"):
         warnings.filterwarnings("ignore", noise)
 
-    timer = StepTimer(args, env.rank, "lightning_ddp")
     straggler = Straggler(args, env.rank)
-
-    class Block(nn.Module):
-        def __init__(self, d):
-            super().__init__()
-            self.norm = nn.LayerNorm(d)
-            self.up = nn.Linear(d, 4 * d)
-            self.down = nn.Linear(4 * d, d)
-
-        def forward(self, x):
-            return x + self.down(F.gelu(self.up(self.norm(x))))
 
     class Classifier(L.LightningModule):
         def __init__(self):
             super().__init__()
-            self.net = nn.Sequential(*[Block(args.dim) for _ in range(args.blocks)], nn.LayerNorm(args.dim),
+            self.net = nn.Sequential(*[mlp_block(args.dim) for _ in range(args.blocks)], nn.LayerNorm(args.dim),
                                      nn.Linear(args.dim, args.classes))
 
         def training_step(self, batch, batch_idx):
@@ -117,11 +101,7 @@ def main():
     torch.manual_seed(args.seed)
     trainer.fit(Classifier(), train_dataloaders=loader)
 
-    timer.finish()
-    import torch.distributed as dist
-    if dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
+    finish_job(timer)
 
 
 if __name__ == "__main__":

@@ -23,79 +23,47 @@ waits in dist.recv for its activations, ranks 0/1 in the dp all-reduce.
 
 Run (one rank per process, 4 ranks, external launcher):
   torchrun --standalone --nproc-per-node 4 examples/jobs/pipeline_manual.py --steps 60
-  torchrun --standalone --nproc-per-node 4 examples/jobs/pipeline_manual.py --fault straggler --fault-rank 2 --fault-start 20
+  torchrun --standalone --nproc-per-node 4 examples/jobs/pipeline_manual.py \\
+      --fault straggler --fault-rank 2 --fault-start 20
   perftracker run --nproc 4 -- python examples/jobs/pipeline_manual.py
 """
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (DistEnv, ReplicaBatches, StepTimer, Straggler, SyntheticClassification,  # noqa: E402
-                    add_common_args, setup_torch, step_sleep)
-from pipeline import STAGES, build_stages  # noqa: E402  (the same model, cut the same way)
+from common import start_job  # noqa: E402
+from pipeline_common import (STAGES, StageData, add_pipeline_model_args, build_stages,  # noqa: E402
+                             init_pipeline, pipeline_parser, run_pipeline_steps)  # pipeline.py's model and data
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=12, batch=32)
-    p.add_argument("--microbatches", type=int, default=4)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--blocks", type=int, default=4, help="blocks in all (half on each stage)")
-    p.add_argument("--classes", type=int, default=16)
-    return p.parse_args(argv)
+    return add_pipeline_model_args(pipeline_parser(__doc__)).parse_args(argv)
 
 
 def main():
     args = parse_args()
-    env = DistEnv()
-    torch = setup_torch(args)
+    env, torch, timer = start_job(args, "pipeline_manual")
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    timer = StepTimer(args, env.rank, "pipeline_manual")
-    if env.world % STAGES:
-        sys.exit(f"WORLD_SIZE {env.world} is not a multiple of {STAGES} stages")
-    replicas = env.world // STAGES
-    dist.init_process_group("gloo")
+    replicas = init_pipeline(env)
     stage_idx, replica = env.rank % STAGES, env.rank // STAGES
     # dp groups: the same stage of every replica. new_group is collective: every rank makes all.
     dp_groups = [dist.new_group([r * STAGES + s for r in range(replicas)]) for s in range(STAGES)]
     dp_group = dp_groups[stage_idx]
-    is_first, is_last = stage_idx == 0, stage_idx == STAGES - 1
+    is_first = stage_idx == 0
     next_rank, prev_rank = env.rank + 1, env.rank - 1
 
     module = build_stages(args)[stage_idx]
     opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
-    params = list(module.parameters())
     M = args.microbatches
     micro = args.batch // M
+    data = StageData(args, replica, replicas, is_first)
 
-    task = SyntheticClassification(8192, args.dim, args.classes, args.seed)
-    order = ReplicaBatches(task.n, args.batch, replica, replicas, args.seed)
-    if is_first:
-        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(task.x), batch_sampler=order)
-        batches = iter(loader)
-    straggler = Straggler(args, env.rank)
-
-    def allreduce_grads():
-        grads = [p.grad for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=dp_group)
-        flat /= replicas
-        off = 0
-        for g in grads:
-            g.copy_(flat[off:off + g.numel()].view_as(g))
-            off += g.numel()
-
-    for step in range(args.steps):
-        timer.start(step)
-        straggler.maybe_work(step)
-        loss_value = None
+    def pipeline_step(step):
         if is_first:
-            (x,) = next(batches)
             outs = []
-            for mb in x.chunk(M):  # forwards: send activations downstream
+            for mb in data.next_inputs().chunk(M):  # forwards: send activations downstream
                 out = module(mb)
                 dist.send(out.detach().contiguous(), dst=next_rank)
                 outs.append(out)
@@ -103,31 +71,21 @@ def main():
                 grad = torch.empty_like(out)
                 dist.recv(grad, src=next_rank)
                 out.backward(grad)
-        else:
-            y = task.y[order.step(step)].chunk(M)  # no DataLoader: targets from the seed
-            acts, losses = [], []
-            for i in range(M):
-                act = torch.empty(micro, args.dim)
-                dist.recv(act, src=prev_rank)
-                act.requires_grad_()
-                losses.append(F.cross_entropy(module(act), y[i]))
-                acts.append(act)
-            for act, loss in zip(acts, losses):
-                (loss / M).backward()
-                dist.send(act.grad, dst=prev_rank)
-            loss_value = torch.stack([l.detach() for l in losses]).mean().item()
-        allreduce_grads()
-        step_sleep(args)
-        opt.step()
-        opt.zero_grad()
-        timer.stop(step)
-        if loss_value is not None and replica == 0 and args.print_every and \
-                (step % args.print_every == 0 or step == args.steps - 1):
-            print(f"[pipeline_manual] rank {env.rank} (last stage) step {step} loss {loss_value:.4f}", flush=True)
+            return None
+        y = data.targets(step).chunk(M)  # no DataLoader: targets from the seed
+        acts, losses = [], []
+        for i in range(M):
+            act = torch.empty(micro, args.dim)
+            dist.recv(act, src=prev_rank)
+            act.requires_grad_()
+            losses.append(F.cross_entropy(module(act), y[i]))
+            acts.append(act)
+        for act, loss in zip(acts, losses):
+            (loss / M).backward()
+            dist.send(act.grad, dst=prev_rank)
+        return torch.stack([l.detach() for l in losses]).mean().item()
 
-    timer.finish()
-    dist.barrier()
-    dist.destroy_process_group()
+    run_pipeline_steps(args, env, timer, replica, replicas, dp_group, module, opt, pipeline_step)
 
 
 if __name__ == "__main__":

@@ -149,8 +149,13 @@ class Collector:
 
     def at_exit(self) -> None:
         try:
-            if self.w is not None and os.getpid() == self.pid and not self.off:
-                self.windows.end_at_exit()  # a window still open ends with the job
+            if (self.w is not None and os.getpid() == self.pid and self.windows.profiler is not None
+                    and threading.get_ident() == self.train_tid):
+                # The job ends inside a window: stop the tracer and torch's profiler here, while
+                # the interpreter is whole (torch 2.13 crashes in its teardown with a profiler
+                # still running: exit code 139 instead of the job's own).
+                self.w.stop_window()
+                self.windows.drop_profiler()
         except Exception:
             pass
         try:

@@ -103,20 +103,7 @@ class WindowState:
             self.profiler = self.profiler_rec = None
             sys.stderr.write(f"perftracker: torch profiler not started: {e!r}\n")
 
-    def end_at_exit(self) -> None:
-        """The process exits inside a window (the job ended before the window's last
-        iteration): the window ends here, on the training thread, with the iterations it has. A
-        torch.profiler still running when the interpreter shuts down crashed the rank (SIGSEGV,
-        torch 2.13) and failed the job. The trace is written on this thread: the exit hook
-        waits for it anyway, and a thread cannot start at interpreter shutdown (Python 3.12)."""
-        w = self._collector.w
-        if w is None or threading.get_ident() != self._collector.train_tid:
-            return
-        w.stop_window()  # disarms the tracer armed on this thread; cancels a pending window
-        if self.profiler is not None:
-            self._end_profiler(in_thread=False)
-
-    def _end_profiler(self, in_thread: bool = True) -> None:
+    def _end_profiler(self) -> None:
         prof, self.profiler = self.profiler, None
         rec, self.profiler_rec = self.profiler_rec, None
         path = rec.get("path") if rec is not None else None
@@ -127,9 +114,6 @@ class WindowState:
         except Exception as e:
             sys.stderr.write(f"perftracker: torch profiler stop failed: {e!r}\n")
             self.torch_failed(window, f"torch profiler stop failed: {e!r}")
-            return
-        if not in_thread:
-            self.export(write, out, window)
             return
         # Writing the trace is slow: not on the training thread.
         threading.Thread(target=self.export, args=(write, out, window), daemon=True,

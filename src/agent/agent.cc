@@ -123,6 +123,16 @@ struct Agent::Impl {
   grpc::ClientContext* watch_ctx = nullptr;
   std::optional<WindowCommand> window;  // the window being profiled
   bool window_started = false;
+  int64_t window_received = 0;  // the newest window command from the server
+  // Registered (again): the next report says the window received and every worker, since a
+  // new server knows none of it.
+  bool report_all = true;
+  // Run's thread only: what the server has not yet acknowledged (worker statuses by pid, the
+  // window received as last reported).
+  std::map<int, WorkerStatus> unsent_workers;
+  int64_t window_received_sent = -1;
+  // Worker statuses in one report, at most (the rest follow in the next).
+  static constexpr size_t kMaxWorkersPerReport = 4096;
   // For Progress(), under mu: each local rank's latest iteration.
   std::map<int, IterationReport> latest;
   std::string last_trigger;
@@ -173,6 +183,7 @@ struct Agent::Impl {
         if (Status st = sink->StartWindow(w); !st.ok()) log::Error("agent", "{}", st.message());
         std::lock_guard lk(mu);
         window = w;
+        window_received = std::max(window_received, w.window_id);
         window_started = false;
         window_uploads = 0;
         cv.notify_all();
@@ -227,16 +238,14 @@ struct Agent::Impl {
     }
     std::lock_guard lk(mu);
     agent_id = reply.agent_id();
+    report_all = true;
     log::Detail("agent", "registered with {} as {}; nvml {}", options.server, agent_id,
                 nvml.status());
     return Status::Ok();
   }
 
   void ForwardTrigger(const WorkerTrigger& t);
-  // The workers' iterations and ended connections since the last poll, to the server (best
-  // effort: the next batch follows).
-  void ReportIterations(const std::vector<IterationReport>& iters,
-                        const std::vector<WorkerExit>& exits);
+  void Report(const std::vector<IterationReport>& iters);
   void UploadStacks(int64_t request_id, const pattern::RankStacks& s);
 
   // One upload RPC under the retry policy, each attempt with its own deadline; the waits end
@@ -297,7 +306,9 @@ struct Agent::Impl {
     // The server needs the world size to know whom a window waits for when the agent could not
     // declare its ranks (the command launched them).
     if (summary->world_size <= 0 && t.world_size > 0) summary->world_size = t.world_size;
-    if (summary->host.empty()) summary->host = options.host;
+    // The agent's node name (never empty: NodeName()) wins over the trace's: torch 2.x Kineto
+    // writes the OS host name, not the scheduler's name for the node (SLURMD_NODENAME, a pod).
+    summary->host = options.host;
     summary->missing_part = t.missing_part;
     summary->missing_why = t.missing_why;
     std::string bytes = pattern::SerializeSummary(*summary);
@@ -337,19 +348,27 @@ void Agent::Impl::ForwardTrigger(const WorkerTrigger& t) {
               st.ok() ? "" : ": server unreachable: ", st.ok() ? "" : st.error_message());
 }
 
-void Agent::Impl::ReportIterations(const std::vector<IterationReport>& iters,
-                                   const std::vector<WorkerExit>& exits) {
-  if (iters.empty() && exits.empty()) return;
+void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
+  int64_t received = 0;
+  bool all = false;
   {
-    std::lock_guard plk(mu);
+    std::lock_guard lk(mu);
     for (const auto& it : iters) {
       IterationReport& l = latest[it.rank];
       // A restarted rank (a later attempt) numbers its iterations from 0 again.
       if (it.step >= l.step || it.attempt != l.attempt) l = it;
     }
+    received = window_received;
+    all = std::exchange(report_all, false);
   }
+  if (all) window_received_sent = -1;
+  for (WorkerStatus& w : all ? sink->AllWorkers() : sink->PollWorkerChanges())
+    unsent_workers[w.pid] = w;
+  if (iters.empty() && unsent_workers.empty() && received == window_received_sent) return;
   v1::ReportIterationsRequest ir;
   ir.set_agent_id(AgentId());
+  ir.set_window_received(received);
+  ir.set_relays_workers(sink->RelaysWorkers());
   std::map<std::pair<int, int>, v1::IterationBatch*> by_worker;  // (rank, pid)
   for (const auto& it : iters) {
     if (options.profile_at_iteration >= 0 && it.step >= options.profile_at_iteration) {
@@ -366,22 +385,31 @@ void Agent::Impl::ReportIterations(const std::vector<IterationReport>& iters,
     b->add_steps(it.step);
     b->add_iteration_ms(it.iteration_ms);
   }
-  for (const WorkerExit& e : exits) {
-    log::Detail("agent", "rank {} (pid {}, attempt {}) ended {} after iteration {}", e.rank, e.pid,
-                e.attempt, e.clean ? "with its exit hook" : "without its exit hook (killed or crashed)",
-                e.last_iteration);
-    v1::WorkerExit* x = ir.add_exits();
-    x->set_rank(e.rank);
-    x->set_pid(e.pid);
-    x->set_attempt(e.attempt);
-    x->set_clean(e.clean);
-    x->set_last_iteration(e.last_iteration);
-    x->set_unix_seconds(e.unix_seconds);
+  std::vector<int> sent;
+  for (const auto& [pid, w] : unsent_workers) {
+    if (sent.size() >= kMaxWorkersPerReport) break;
+    v1::WorkerState* ws = ir.add_workers();
+    ws->set_rank(w.rank);
+    ws->set_pid(w.pid);
+    ws->set_window_sent(w.window_sent);
+    ws->set_window_acked(w.window_acked);
+    ws->set_window_accepted(w.window_accepted);
+    ws->set_exited(w.exited);
+    ws->set_exit_message(w.exit_message);
+    ws->set_process_gone(w.process_gone);
+    ws->set_last_iteration(w.last_iteration);
+    ws->set_attempt(w.attempt);
+    ws->set_exited_unix_seconds(w.exited_unix_s);
+    sent.push_back(pid);
   }
   grpc::ClientContext ctx;
   Prepare(&ctx, options.token, 5);
   v1::ReportIterationsReply rr;
-  (void)stub->ReportIterations(&ctx, ir, &rr);
+  // Iterations are best effort (the next batch follows); worker statuses and the window
+  // received go again until the server has them.
+  if (!stub->ReportIterations(&ctx, ir, &rr).ok()) return;
+  window_received_sent = received;
+  for (int pid : sent) unsent_workers.erase(pid);
 }
 
 void Agent::Impl::UploadStacks(int64_t request_id, const pattern::RankStacks& s) {
@@ -450,7 +478,7 @@ Status Agent::Run() {
     bool begin = w && !m.window_started;
     if (begin) m.window_started = true;
     lk.unlock();
-    m.ReportIterations(m.sink->PollIterations(), m.sink->PollExits());
+    m.Report(m.sink->PollIterations());
     for (const WorkerTrigger& t : m.sink->PollTriggers()) {
       {
         std::lock_guard plk(m.mu);

@@ -34,20 +34,6 @@ struct IterationReport {
   int attempt = 0;  // its launcher's restart count (torchrun's TORCHELASTIC_RESTART_COUNT)
 };
 
-// A worker's connection ended: the process exited, was killed, or crashed. An elastic launcher
-// (torchrun --max-restarts) then starts every rank again; the server tells the attempts apart
-// and reports how each ended.
-struct WorkerExit {
-  int rank = -1;
-  int pid = 0;
-  int attempt = 0;
-  // It said goodbye (its exit hook sent the detector's statistics): a Python exit, even one by
-  // an exception. Without it the process was killed or crashed (SIGKILL, SIGTERM, a fault).
-  bool clean = false;
-  int64_t last_iteration = -1;  // the last iteration it reported (-1: none)
-  double unix_seconds = 0;      // when the agent saw the connection end
-};
-
 // The traces a worker finished for the current window: the first path owns the iterations (the
 // Python tracer's file with ProfilerStep markers), the others (torch.profiler's) are merged into
 // it (pattern/merge.h).
@@ -70,6 +56,25 @@ struct WorkerTrigger {
   double best_ms = 0;  // slowdown: the best mean since learning
 };
 
+// What the agent knows of one local worker process, for the server (proto WorkerState): whether
+// a window's command reached it, and whether it exited. The server says with it why a rank did
+// not report for a window.
+struct WorkerStatus {
+  int rank = -1;
+  int pid = 0;
+  int64_t window_sent = 0;   // the newest window whose profile command went to it
+  int64_t window_acked = 0;  // the newest window it answered (profile_ack); 0: none
+  bool window_accepted = false;
+  bool exited = false;        // its connection closed
+  bool exit_message = false;  // it sent its exit message (stats) first: a normal exit
+  bool process_gone = false;  // its process no longer exists
+  int64_t last_iteration = -1;
+  // Its launcher's restart count (torchrun's TORCHELASTIC_RESTART_COUNT; an elastic restart
+  // starts every rank again), and when its connection closed (unix seconds, 0: it has not).
+  int attempt = 0;
+  double exited_unix_s = 0;
+};
+
 // How the agent reaches local workers. The worker side (a Unix-socket interface) plugs in here;
 // FolderSink is the stand-in that picks up trace files dropped into a folder.
 class AgentLocalSink {
@@ -81,8 +86,6 @@ class AgentLocalSink {
   virtual std::vector<WorkerTrace> PollFinished() = 0;
   // Iterations the workers completed since the last call.
   virtual std::vector<IterationReport> PollIterations() { return {}; }
-  // Workers whose connection ended since the last call.
-  virtual std::vector<WorkerExit> PollExits() { return {}; }
   // Worker processes whose CPU time and context switches are sampled.
   virtual std::vector<int> WorkerPids() { return {}; }
   // Detector triggers since the last call (forwarded to the server, which opens the window).
@@ -94,6 +97,13 @@ class AgentLocalSink {
   virtual void WindowUploaded(int pid, int64_t window_id) {}
   // Stack replies since the last call, with the request id they answer.
   virtual std::vector<std::pair<int64_t, pattern::RankStacks>> PollStacks() { return {}; }
+  // Workers whose status changed since the last call, the newest status of each.
+  virtual std::vector<WorkerStatus> PollWorkerChanges() { return {}; }
+  // The status of every worker known (after the agent registered again: a new server knows
+  // none of them).
+  virtual std::vector<WorkerStatus> AllWorkers() { return {}; }
+  // Whether the ranks are worker processes this sink talks to (a socket; a folder is not).
+  virtual bool RelaysWorkers() const { return false; }
 };
 
 // Trace files (*.json, *.json.gz) appearing in DIR while a window is open belong to it. Files

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <signal.h>
 #include <simdjson.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -42,6 +43,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxConnections = 1024;
 constexpr size_t kMaxQueuedIterations = 200000;  // the agent polls every 0.2 s; this is minutes
 constexpr size_t kMaxQueued = 10000;             // triggers, stack replies, finished traces
+constexpr size_t kMaxKnownWorkers = 4 * kMaxConnections;  // live and exited, for the server
 constexpr size_t kReadChunk = 64 << 10;
 constexpr int kReadRoundsPerWakeup = 16;  // then let the other connections have a turn
 
@@ -50,6 +52,25 @@ void Log(const std::string& line) { log::Write(log::Level::kDetail, "agent", lin
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string RankName(int rank) { return rank >= 0 ? std::to_string(rank) : "?"; }
+
+// Whether process PID has ended: no such process, or a zombie its parent has not reaped yet. (A
+// worker in another PID namespace than the agent's cannot be told; its pid then reads as gone
+// once its connection closed.)
+bool ProcessGone(int pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  std::FILE* f = std::fopen(path, "re");
+  if (f == nullptr) return false;  // no /proc: kill() said it exists
+  char buf[512];
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = '\0';
+  // "PID (COMM) STATE ...": COMM may hold anything, so the state follows the last ')'.
+  const char* close = std::strrchr(buf, ')');
+  return close != nullptr && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
 
 }  // namespace
 
@@ -68,9 +89,11 @@ struct SocketSink::Impl {
     int attempt = -1;  // the launcher's restart count (-1: not said)
     std::string host;
     int64_t clock_offset_ns = 0;
-    bool goodbye = false;         // its exit hook said goodbye (the stats message)
-    int64_t last_index = -1;      // the last iteration it reported
     std::optional<int64_t> window_sent;  // the last window whose profile command it got
+    int64_t window_acked = 0;            // the last window it answered (profile_ack)
+    bool window_accepted = false;
+    int64_t last_iteration = -1;
+    bool exit_message = false;  // its stats message: it is exiting normally
     std::deque<IterationReport> unranked;
   };
 
@@ -91,7 +114,6 @@ struct SocketSink::Impl {
   std::vector<WorkerTrigger> triggers;
   std::vector<std::pair<int64_t, pattern::RankStacks>> stacks;
   std::vector<WorkerTrace> finished;
-  std::vector<WorkerExit> exits;
   // Each worker's Python and torch traces of a window, put together.
   TracePairing pairing{{}};  // its options set with `options`, in the constructor
   std::optional<WindowCommand> window;
@@ -100,6 +122,11 @@ struct SocketSink::Impl {
   std::set<int> window_done_pids;  // workers whose trace for the window arrived
   std::set<int> window_pids;       // workers that got the command when it came
   int window_attempt = -1;         // their highest restart count (-1: none had said who it is)
+  // Each worker's newest status by pid (live and exited, at most kMaxKnownWorkers), the pids
+  // changed since the last poll, and exited pids whose process may not have ended yet.
+  std::map<int, WorkerStatus> workers;
+  std::set<int> changed;
+  std::map<int, Clock::time_point> exit_rechecks;
 
   dom::parser parser;  // I/O thread only
   WorkerMessage msg;   // the line being handled (I/O thread only)
@@ -109,6 +136,52 @@ struct SocketSink::Impl {
     const char b = 1;
     // A full pipe already means "wake up".
     [[maybe_unused]] ssize_t r = write(wake_write, &b, 1);
+  }
+
+  static WorkerStatus StatusOf(const Conn& c) {
+    WorkerStatus w;
+    w.rank = c.rank;
+    w.pid = c.pid;
+    w.window_sent = c.window_sent.value_or(0);
+    w.window_acked = c.window_acked;
+    w.window_accepted = c.window_accepted;
+    w.exit_message = c.exit_message;
+    w.last_iteration = c.last_iteration;
+    w.attempt = std::max(c.attempt, 0);
+    return w;
+  }
+
+  // The worker's status changed: the server hears of it at the agent's next report.
+  void Note(const WorkerStatus& w) {
+    if (w.pid <= 0) return;
+    if (!workers.count(w.pid) && workers.size() >= kMaxKnownWorkers) {
+      auto old = std::find_if(workers.begin(), workers.end(),
+                              [](const auto& kv) { return kv.second.exited; });
+      if (old == workers.end()) return;
+      changed.erase(old->first);
+      exit_rechecks.erase(old->first);
+      workers.erase(old);
+    }
+    workers[w.pid] = w;
+    changed.insert(w.pid);
+    if (!w.exited) exit_rechecks.erase(w.pid);
+  }
+  void Note(const Conn& c) { Note(StatusOf(c)); }
+
+  // Exited workers whose process has ended since: changed.
+  void RecheckExits(Clock::time_point now) {
+    for (auto it = exit_rechecks.begin(); it != exit_rechecks.end();) {
+      auto w = workers.find(it->first);
+      if (w != workers.end() && ProcessGone(it->first)) {
+        w->second.process_gone = true;
+        changed.insert(it->first);
+        it = exit_rechecks.erase(it);
+      } else if (w == workers.end() || Seconds(now - it->second) > options.exit_recheck_seconds) {
+        it = exit_rechecks.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
 
   void CloseAll() {
@@ -174,6 +247,7 @@ struct SocketSink::Impl {
     if (Seconds(Clock::now() - window_since) > open_s) return;
     Send(c, window_line);
     c.window_sent = window->window_id;
+    Note(c);
   }
 
   // Whether the open window's command is for worker C: not when C is a later attempt of the job
@@ -271,7 +345,7 @@ struct SocketSink::Impl {
                         c.pid));
         break;
       case T::kStats: {
-        c.goodbye = true;
+        c.exit_message = true;
         // The worker's detector at exit: why a slowdown did or did not fire.
         const double ref = msg.reference_ns / 1e6, thr = msg.threshold_ns / 1e6;
         Log(fmt::format(
@@ -282,6 +356,9 @@ struct SocketSink::Impl {
         break;
       }
       case T::kProfileAck:
+        c.window_acked = msg.window.value_or(c.window_sent.value_or(0));
+        c.window_accepted = msg.accepted;
+        Note(c);
         Log(fmt::format("rank {} (pid {}) {} the window, writing {}", RankName(c.rank), c.pid,
                         msg.accepted ? "accepted" : "refused", log::Printable(msg.path)));
         break;
@@ -294,13 +371,15 @@ struct SocketSink::Impl {
   }
 
   void UpdateIdentity(Conn& c, const WorkerMessage& m) {
+    const int pid = c.pid, rank = c.rank;
     if (m.pid) c.pid = *m.pid;
     if (m.local_rank) c.local_rank = *m.local_rank;
     if (m.world_size) c.world_size = *m.world_size;
     if (m.host) c.host = *m.host;
     if (m.attempt) c.attempt = *m.attempt;
+    if (m.rank) c.rank = *m.rank;
+    if (c.pid != pid || c.rank != rank) Note(c);  // a new worker, or its rank now known
     if (!m.rank) return;
-    c.rank = *m.rank;
     // The iterations that came before torch.distributed knew the rank.
     for (IterationReport& r : c.unranked) {
       r.rank = c.rank;
@@ -319,9 +398,9 @@ struct SocketSink::Impl {
 
   void OnIterations(Conn& c, const WorkerMessage& m) {
     for (const IterationItem& item : m.items) {
+      c.last_iteration = std::max(c.last_iteration, item.index);
       IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6, c.pid,
                         std::max(c.attempt, 0)};
-      c.last_index = std::max(c.last_index, item.index);
       if (c.rank >= 0) {
         PushIteration(r);
         continue;
@@ -485,15 +564,18 @@ struct SocketSink::Impl {
   void Drop(std::map<int, Conn>::iterator it) {
     Conn& c = it->second;
     if (c.pid > 0) {
+      WorkerStatus w = StatusOf(c);
+      w.exited = true;
+      w.exited_unix_s =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
+      w.process_gone = ProcessGone(c.pid);
+      Note(w);
+      if (!w.process_gone) exit_rechecks[c.pid] = Clock::now();
       Log(fmt::format("worker pid {} rank {} disconnected{}", c.pid, RankName(c.rank),
-                      c.goodbye ? "" : " without its exit hook (killed or crashed)"));
-      if (exits.size() < kMaxQueued) {
-        const double now = std::chrono::duration<double>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
-        exits.push_back(
-            {c.rank, c.pid, std::max(c.attempt, 0), c.goodbye, c.last_index, now});
-      }
+                      w.process_gone   ? ": its process ended"
+                      : c.exit_message ? " (exiting)"
+                                       : ""));
     }
     counters.dropped_iterations += c.unranked.size();
     close(it->first);
@@ -621,6 +703,7 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   for (auto& [fd, c] : m.conns) {
     m.Send(c, m.window_line);
     c.window_sent = command.window_id;
+    m.Note(c);
     if (c.pid <= 0) continue;
     m.window_pids.insert(c.pid);
     m.window_attempt = std::max(m.window_attempt, std::max(c.attempt, 0));
@@ -662,12 +745,6 @@ std::vector<IterationReport> SocketSink::PollIterations() {
   return out;
 }
 
-std::vector<WorkerExit> SocketSink::PollExits() {
-  Impl& m = *impl_;
-  std::lock_guard lk(m.mu);
-  return std::exchange(m.exits, {});
-}
-
 std::vector<int> SocketSink::WorkerPids() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);
@@ -688,6 +765,29 @@ std::vector<std::pair<int64_t, pattern::RankStacks>> SocketSink::PollStacks() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);
   return std::exchange(m.stacks, {});
+}
+
+std::vector<WorkerStatus> SocketSink::PollWorkerChanges() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  m.RecheckExits(Clock::now());
+  std::vector<WorkerStatus> out;
+  for (int pid : m.changed) {
+    auto it = m.workers.find(pid);
+    // The server files a worker under its rank: one not known yet is said once it is.
+    if (it != m.workers.end() && it->second.rank >= 0) out.push_back(it->second);
+  }
+  m.changed.clear();
+  return out;
+}
+
+std::vector<WorkerStatus> SocketSink::AllWorkers() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.mu);
+  std::vector<WorkerStatus> out;
+  for (const auto& [pid, w] : m.workers)
+    if (w.rank >= 0) out.push_back(w);
+  return out;
 }
 
 SocketSink::Counters SocketSink::counters() const {

@@ -33,6 +33,8 @@ class SocketSink : public AgentLocalSink {
     double late_join_seconds = 60;
     // Raw traces kept on the node: the newest windows' folders, within a size cap.
     TraceRetention retention;
+    // After a worker's connection closed, how long its process is looked for again.
+    double exit_recheck_seconds = 10;
   };
 
   // What the I/O thread dropped or skipped, for logs and tests.
@@ -70,12 +72,17 @@ class SocketSink : public AgentLocalSink {
   Status StartWindow(const WindowCommand& command) override;
   std::vector<WorkerTrace> PollFinished() override;
   std::vector<IterationReport> PollIterations() override;
-  std::vector<WorkerExit> PollExits() override;
   std::vector<int> WorkerPids() override;
   std::vector<WorkerTrigger> PollTriggers() override;
   Status RequestStacks(int64_t request_id) override;
   void WindowUploaded(int pid, int64_t window_id) override;
   std::vector<std::pair<int64_t, pattern::RankStacks>> PollStacks() override;
+  // A worker's status changes when its rank becomes known, a window's command is sent to it, it
+  // answers the command, or its connection closes (then whether its process is gone is checked
+  // again for exit_recheck_seconds: a socket closes before its process has quite ended).
+  std::vector<WorkerStatus> PollWorkerChanges() override;
+  std::vector<WorkerStatus> AllWorkers() override;
+  bool RelaysWorkers() const override { return true; }
 
   Counters counters() const;
   // The folder a window's traces are written to.

@@ -7,12 +7,14 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -382,6 +384,15 @@ TEST_F(SocketSinkTest, ARestartedRankDoesNotGetTheOldAttemptsWindow) {
   auto later = std::make_unique<FakeWorker>(SocketPath());
   ASSERT_TRUE(later->Line(R"({"type":"hello","v":1,"pid":80,"rank":0,"attempt":1})"));
   EXPECT_EQ(later->ReadLine(500), "");
+  // Its iterations say which process and attempt they come from (the server tells the
+  // attempts apart by them).
+  ASSERT_TRUE(later->Line(
+      R"({"type":"iterations","items":[[3,0,1000000,true]],"pid":80,"rank":0,"attempt":1})"));
+  std::vector<IterationReport> its =
+      Collect<IterationReport>(1, [&] { return sink_->PollIterations(); });
+  ASSERT_EQ(its.size(), 1u);
+  EXPECT_EQ(its[0].pid, 80);
+  EXPECT_EQ(its[0].attempt, 1);
   // The old attempt's processes are gone: a new process gets no command, whatever it says.
   a->Close();
   b->Close();
@@ -394,34 +405,59 @@ TEST_F(SocketSinkTest, ARestartedRankDoesNotGetTheOldAttemptsWindow) {
   EXPECT_NE(fresh->ReadLine().find(R"("window":9)"), std::string::npos);
 }
 
-TEST_F(SocketSinkTest, EndedWorkersSayWhetherTheirExitHookRan) {
-  auto killed = Connect(90, "1");
-  auto exited = Connect(91, "0");
-  ASSERT_TRUE(killed->Line(
-      R"({"type":"iterations","items":[[5,0,1000000,true],[6,1000000,2000000,true]],"pid":90,)"
-      R"("rank":1,"attempt":2})"));
-  ASSERT_TRUE(exited->Line(R"({"type":"stats","iterations":7,"pid":91,"rank":0,"attempt":2})"));
-  std::vector<IterationReport> its =
-      Collect<IterationReport>(2, [&] { return sink_->PollIterations(); });
-  ASSERT_EQ(its.size(), 2u);
-  EXPECT_EQ(its[0].pid, 90);
-  EXPECT_EQ(its[0].attempt, 2);
-  ASSERT_TRUE(WaitFor([&] { return sink_->counters().lines >= 4; }));
-  killed->Close();
-  std::vector<WorkerExit> ends = Collect<WorkerExit>(1, [&] { return sink_->PollExits(); });
-  exited->Close();
-  for (auto& e : Collect<WorkerExit>(1, [&] { return sink_->PollExits(); })) ends.push_back(e);
-  ASSERT_EQ(ends.size(), 2u);
-  EXPECT_EQ(ends[0].pid, 90);
-  EXPECT_EQ(ends[0].rank, 1);
-  EXPECT_EQ(ends[0].attempt, 2);
-  EXPECT_FALSE(ends[0].clean);
-  EXPECT_EQ(ends[0].last_iteration, 6);
-  EXPECT_GT(ends[0].unix_seconds, 1e9);
-  EXPECT_EQ(ends[1].pid, 91);
-  EXPECT_TRUE(ends[1].clean);
-  EXPECT_EQ(ends[1].last_iteration, -1);
-  EXPECT_TRUE(sink_->PollExits().empty());
+// What the server hears of each worker (issue 23: why a rank did not report): the window's
+// command sent and answered, and how the worker ended: its process gone, or a normal exit.
+TEST_F(SocketSinkTest, WorkerStatusFollowsTheCommandAndTheExit) {
+  const pid_t gone = fork();  // a pid whose process has ended
+  if (gone == 0) _exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  const int alive = getpid();
+  std::map<int, WorkerStatus> latest;  // by rank
+  // Polls until rank RANK's newest status satisfies PRED.
+  auto until = [&](int rank, const std::function<bool(const WorkerStatus&)>& pred) {
+    return WaitFor([&] {
+      for (const WorkerStatus& w : sink_->PollWorkerChanges()) latest[w.rank] = w;
+      auto it = latest.find(rank);
+      return it != latest.end() && pred(it->second);
+    });
+  };
+  auto dead = Connect(gone, "0");
+  auto live = Connect(alive, "1");
+  ASSERT_TRUE(until(0, [&](const WorkerStatus& w) { return w.pid == gone && !w.exited; }));
+  ASSERT_TRUE(until(1, [&](const WorkerStatus& w) { return w.window_sent == 0; }));
+
+  ASSERT_TRUE(sink_->StartWindow({7, 120, 10, 20}).ok());
+  EXPECT_NE(live->ReadLine(), "");
+  ASSERT_TRUE(until(0, [](const WorkerStatus& w) { return w.window_sent == 7; }));
+  EXPECT_EQ(latest[0].window_acked, 0);
+  ASSERT_TRUE(live->Line(fmt::format(
+      R"({{"type":"iterations","items":[[118,1000000,3500000,true]],{}}})", Ident(alive, "1"))));
+  ASSERT_TRUE(live->Line(fmt::format(
+      R"({{"type":"profile_ack","accepted":true,"path":"x","window":7,{}}})", Ident(alive, "1"))));
+  ASSERT_TRUE(until(1, [](const WorkerStatus& w) { return w.window_acked == 7; }));
+  EXPECT_TRUE(latest[1].window_accepted);
+  EXPECT_EQ(latest[1].last_iteration, 118);
+
+  dead->Close();  // killed: no exit message, its process is gone
+  ASSERT_TRUE(until(0, [](const WorkerStatus& w) { return w.exited; }));
+  EXPECT_TRUE(latest[0].process_gone);
+  EXPECT_FALSE(latest[0].exit_message);
+  EXPECT_GT(latest[0].exited_unix_s, 1e9);  // when: orders an attempt's ends across nodes
+  EXPECT_EQ(latest[0].attempt, 0);
+
+  ASSERT_TRUE(
+      live->Line(fmt::format(R"({{"type":"stats","iterations":119,{}}})", Ident(alive, "1"))));
+  live->Close();  // said goodbye; its process (this test) still runs
+  ASSERT_TRUE(until(1, [](const WorkerStatus& w) { return w.exited; }));
+  EXPECT_TRUE(latest[1].exit_message);
+  EXPECT_FALSE(latest[1].process_gone);
+  EXPECT_EQ(latest[1].window_acked, 7);
+
+  // After the agent registers again, every worker is said again.
+  std::vector<WorkerStatus> all = sink_->AllWorkers();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE(sink_->RelaysWorkers());
 }
 
 TEST_F(SocketSinkTest, UploadedIsSentToTheWorkerWhoseWindowItWas) {

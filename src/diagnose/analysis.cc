@@ -194,6 +194,10 @@ double IterationUs(const pattern::RankSummary& r) { return r.MeanIterationMs() *
 
 void SortFindings(std::vector<Finding>* findings) {
   std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
+    // Silent ranks first: the diagnosis is incomplete without them, and a silent rank blocks
+    // every other in the next collective.
+    bool ma = a.category == "missing_rank", mb = b.category == "missing_rank";
+    if (ma != mb) return ma;
     bool ga = a.impact_ms >= 0, gb = b.impact_ms >= 0;
     if (ga != gb) return ga;
     // A low-confidence finding never outranks a confident one, whatever its impact.

@@ -113,8 +113,9 @@ std::string Percent(double fraction);
 std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks);
 double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseconds
 
-// Regressions and problems first, confident ones (policy::kConfident) before the others, each by
-// impact; improvements (negative impact) after, biggest first.
+// The missing_rank finding first; then regressions and problems, confident ones
+// (policy::kConfident) before the others, each by impact; improvements (negative impact) after,
+// biggest first.
 void SortFindings(std::vector<Finding>* findings);
 
 // How many standard errors EXCESS is, when a rank's value over N_RANK iterations with spread

@@ -1,8 +1,9 @@
 #include "diagnose/diagnose.h"
 
-#include <fmt/format.h>
-
+#include <algorithm>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "diagnose/analysis.h"
 
@@ -15,38 +16,47 @@ Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks, const Diagnos
   return Diagnose(job, options);
 }
 
-Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options) {
+namespace {
+
+// The ranks under the world size without a trace (offline: the files given are the job).
+MissingRanks RanksWithoutTrace(const JobInfo& job) {
+  std::set<int> present(job.ranks.begin(), job.ranks.end());
+  MissingRanks m;
+  for (int r = 0; r < job.world_size; ++r)
+    if (!present.count(r)) m.ranks.push_back({r, MissingReason::kNoTrace, "", -1});
+  return m;
+}
+
+// The one missing_rank finding and its note (diagnose/missing_ranks.h).
+void AddMissingRanks(MissingRanks missing, Diagnosis* d) {
+  std::set<int> present(d->job.ranks.begin(), d->job.ranks.end());
+  // A rank that reported is not missing, whatever the caller thought.
+  std::erase_if(missing.ranks, [&](const MissingRank& m) { return present.count(m.rank) > 0; });
+  const int reported = static_cast<int>(present.size());
+  const int listed = reported + static_cast<int>(missing.ranks.size());
+  // The ranks the caller waited for, else the world size: a window of a profiled subset covers
+  // its ranks, not the whole world its traces name.
+  const int expected =
+      std::max(missing.expected > 0 ? missing.expected : d->job.world_size, listed);
+  if (missing.expected > 0) d->job.world_size = std::max(d->job.world_size, missing.expected);
+  std::optional<Finding> f = MissingRankFinding(missing, reported, expected);
+  if (!f) return;
+  d->job.notes.push_back(MissingRankNote(missing, expected));
+  d->findings.push_back(std::move(*f));
+}
+
+}  // namespace
+
+Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options,
+                   const MissingRanks* missing) {
   Diagnosis d;
   d.job = internal::BuildJobInfo(internal::Pointers(job.ranks()));
   if (job.ranks().empty()) {
     d.job.notes.push_back("no ranks to diagnose");
+    if (missing) AddMissingRanks(*missing, &d);
     return d;
   }
-  std::set<int> present(d.job.ranks.begin(), d.job.ranks.end());
-  std::vector<int> missing;
-  for (int r = 0; r < d.job.world_size; ++r)
-    if (!present.count(r)) missing.push_back(r);
-  if (!missing.empty()) {
-    std::string list = RankList(missing);
-    d.job.notes.push_back(fmt::format("rank{} {} of {} missing: no trace or summary",
-                                      missing.size() > 1 ? "s" : "", list, d.job.world_size));
-    Finding f;
-    f.finding_class = FindingClass::kSubset;
-    f.cause = Cause::kUnknown;
-    f.category = "missing_rank";
-    f.ranks = missing;
-    f.evidence["ranks_missing"] = static_cast<double>(missing.size());
-    f.evidence["world_size"] = d.job.world_size;
-    f.evidence_text["reasoning"] =
-        "the world size names more ranks than there are traces; a rank that crashed, hung or "
-        "was not profiled writes none, and its problems cannot be seen";
-    f.summary = fmt::format("rank{} {} missing: the diagnosis covers {} of {} ranks",
-                            missing.size() > 1 ? "s" : "", list, present.size(), d.job.world_size);
-    f.suggestion =
-        "Collect every rank's trace (check the profiler output folder of the missing ranks and "
-        "whether those processes crashed or hung).";
-    d.findings.push_back(std::move(f));
-  }
+  AddMissingRanks(missing ? *missing : RanksWithoutTrace(d.job), &d);
   internal::FindSubsetProblems(job, d.job, options, &d.findings);
   internal::FindAllRankProblems(job, d.job, options, &d.findings);
   internal::SortFindings(&d.findings);

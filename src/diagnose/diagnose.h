@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "diagnose/finding.h"
+#include "diagnose/missing_ranks.h"
 #include "diagnose/peer_groups.h"  // PeerGroups, for reports
 #include "diagnose/policy.h"
 #include "pattern/compact_job.h"
@@ -29,8 +30,12 @@ struct DiagnoseOptions {
   size_t threads = 0;
 };
 
-// JOB's ranks sorted by rank (CompactJob::SortByRank).
-Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options = {});
+// JOB's ranks sorted by rank (CompactJob::SortByRank). The ranks that did not report are one
+// missing_rank finding (diagnose/missing_ranks.h), listed first: MISSING where the caller knows
+// whom it waited for and why they are silent (the online server), else every rank under the
+// traces' world size without a trace.
+Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options = {},
+                   const MissingRanks* missing = nullptr);
 // The same on full summaries, for small jobs: they are copied into a CompactJob and sorted.
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks,
                    const DiagnoseOptions& options = {});

@@ -13,6 +13,7 @@
 #include "base/parallel_for.h"
 #include "diagnose/analysis.h"
 #include "diagnose/policy.h"
+#include "pattern/names.h"
 
 namespace perftracker::diagnose {
 namespace internal {
@@ -41,6 +42,9 @@ size_t Shared(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
 // What a rank runs, as sorted function ids: the significant ones (>= 1% of its iteration) and
 // all of them, apart for the two parts of a window (the Python tracer's functions and the
 // profiler's), since a rank may lack one of them (RankSummary::missing_part).
+// Roles from replica sets (ReplicaSets) are numbered from here, apart from pipeline stages.
+constexpr int kReplicaRoleBase = 1 << 24;
+
 struct Signature {
   static constexpr int kPython = 0, kProfiler = 1;
   int role = -1;  // stage from process-group membership; -1 when unknown
@@ -184,9 +188,56 @@ Groups MergeSmallGroups(Groups groups, const Likeness& sim) {
 
 }  // namespace
 
+std::vector<int> ReplicaSets(const std::vector<CompactRank>& ranks) {
+  std::vector<int> parent(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) parent[i] = static_cast<int>(i);
+  const auto find = [&parent](int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  // A group (a collective's group id, or a process group's address: CompactJob stores each
+  // once) -> a rank in it.
+  std::unordered_map<uintptr_t, int> first_member;
+  const auto join = [&](uintptr_t key, size_t i) {
+    auto [it, fresh] = first_member.emplace(key, static_cast<int>(i));
+    if (!fresh) parent[find(static_cast<int>(i))] = find(it->second);
+  };
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    bool any = false;
+    for (const CompactFunction& f : ranks[i].compact) {
+      if (f.group == CompactFunction::kNoGroup) continue;
+      const std::string op = pattern::CollectiveOp(f.name());
+      if (op == "send" || op == "recv" || op == "send_recv") continue;  // between stages
+      any = true;
+      join(uintptr_t{f.group} << 1, i);  // even keys: collectives
+    }
+    // Where collectives carry no group (gloo on CPU in torch 2.x), the process groups the rank
+    // belongs to (the trace's pg_config): all but the world, the pipeline's own groups and the
+    // embedding groups that tie the first stage to the last.
+    for (const trace::ProcessGroup* pg : ranks[i].groups) {
+      if (pg->ranks.size() < 2 || static_cast<int>(pg->ranks.size()) >= ranks[i].world_size ||
+          pattern::IsPipelineGroup(*pg) || pattern::IsEmbeddingGroup(*pg)) {
+        continue;
+      }
+      any = true;
+      join(reinterpret_cast<uintptr_t>(pg) | 1, i);  // odd keys: process groups
+    }
+    if (!any) return {};  // nothing to go by for this rank: no sets at all
+  }
+  std::vector<int> set(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) set[i] = find(static_cast<int>(i));
+  return set;
+}
+
 Groups PeerGroups(const std::vector<CompactRank>& ranks, size_t threads) {
   std::vector<Signature> sigs(ranks.size());
   ParallelFor(ranks.size(), threads, [&](size_t i) { sigs[i] = SignatureOf(ranks[i]); });
+  // Without a pipeline group's name the replica sets tell the roles apart (ReplicaSets).
+  const std::vector<int> sets = ReplicaSets(ranks);
+  if (!sets.empty()) {
+    for (size_t i = 0; i < ranks.size(); ++i)
+      if (sigs[i].role < 0) sigs[i].role = kReplicaRoleBase + sets[i];
+  }
   const Likeness sim(sigs);
   Groups out = MergeSmallGroups(GroupBuckets(BucketIdentical(sigs), sim), sim);
   for (auto& g : out) std::sort(g.begin(), g.end());

@@ -69,6 +69,80 @@ TEST(PeerGroupsTest, PipelineStagesAreDifferentRolesEvenWithTheSameFunctions) {
   EXPECT_EQ(PeerGroups(cj), (Groups{{0, 1, 2}, {3, 4, 5}}));
 }
 
+// A collective NAME on process group GROUP (its ranks' list, as traces give it).
+FunctionPattern Coll(const std::string& name, const std::string& group) {
+  FunctionPattern f = Fn(name, FunctionClass::kCollective, 5);
+  f.coll.group = group;
+  return f;
+}
+
+// A hand-written pipeline, 2 stages x 3 replicas: the stages exchange activations with send and
+// recv on the world group and all-reduce gradients with their replicas ({0,2,4} and {1,3,5});
+// no process group is named for the pipeline, and both stages run the same functions.
+std::vector<std::vector<FunctionPattern>> ManualPipeline() {
+  std::vector<std::vector<FunctionPattern>> ranks;
+  for (int r = 0; r < 6; ++r) {
+    auto fns = Fns("op", 6);
+    fns.push_back(Coll("c10d::send", "[0, 1, 2, 3, 4, 5]"));
+    fns.push_back(Coll("c10d::recv_", "[0, 1, 2, 3, 4, 5]"));
+    fns.push_back(Coll("c10d::allreduce_", r % 2 ? "[1, 3, 5]" : "[0, 2, 4]"));
+    ranks.push_back(fns);
+  }
+  return ranks;
+}
+
+TEST(PeerGroupsTest, ReplicaSetsTellAHandWrittenPipelinesStagesApart) {
+  pattern::CompactJob cj = Job(ManualPipeline());
+  EXPECT_EQ(internal::ReplicaSets(cj.ranks()), (std::vector<int>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 2, 4}, {1, 3, 5}}));
+}
+
+TEST(PeerGroupsTest, ReplicaSetsFromProcessGroupsWhereCollectivesNameNone) {
+  // gloo on CPU (torch 2.x): collectives carry no group, the trace's pg_config lists the rank's
+  // groups: the world (left out) and its stage's data-parallel group.
+  pattern::CompactJob cj;
+  for (int r = 0; r < 6; ++r) {
+    auto fns = Fns("op", 6);
+    fns.push_back(Coll("c10d::allreduce_", ""));
+    RankSummary rs = Rank(r, 6, fns, 100);
+    trace::ProcessGroup world, dp;
+    world.name = "0";
+    world.desc = "default_pg";
+    world.ranks = {0, 1, 2, 3, 4, 5};
+    dp.name = r % 2 ? "2" : "1";
+    dp.desc = "undefined";
+    dp.ranks = r % 2 ? std::vector<int>{1, 3, 5} : std::vector<int>{0, 2, 4};
+    rs.process_groups = {world, dp};
+    cj.Add(std::move(rs));
+  }
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 2, 4}, {1, 3, 5}}));
+}
+
+TEST(PeerGroupsTest, ShardsThatShareAGroupAreOneSet) {
+  // Tensor parallel x data parallel on a 2x2 mesh: tp groups {0,1} {2,3}, dp groups {0,2} {1,3}.
+  // Every rank shares a collective group with another: one set, one group (the shards of a
+  // layer do the same work).
+  std::vector<std::vector<FunctionPattern>> ranks;
+  for (int r = 0; r < 4; ++r) {
+    auto fns = Fns("op", 6);
+    fns.push_back(Coll("c10d::allreduce_", r < 2 ? "[0, 1]" : "[2, 3]"));
+    fns.push_back(Coll("c10d::allgather_", r % 2 ? "[1, 3]" : "[0, 2]"));
+    ranks.push_back(fns);
+  }
+  pattern::CompactJob cj = Job(ranks);
+  EXPECT_EQ(internal::ReplicaSets(cj.ranks()), (std::vector<int>(4, 0)));
+  EXPECT_EQ(PeerGroups(cj), (Groups{{0, 1, 2, 3}}));
+}
+
+TEST(PeerGroupsTest, NoReplicaSetsWhenARankRanNoCollective) {
+  // A rank whose window lacks the profiler's part has no collectives: no sets, so that it is
+  // not cut off from its peers for lack of data.
+  auto ranks = ManualPipeline();
+  ranks[3] = Fns("op", 6);
+  pattern::CompactJob cj = Job(ranks);
+  EXPECT_TRUE(internal::ReplicaSets(cj.ranks()).empty());
+}
+
 TEST(PeerGroupsTest, AnOddRankIsASingletonAfterTheGroupsThatCanVote) {
   const auto common = Fns("op", 10);
   pattern::CompactJob cj = Job({Fns("other_op", 10), common, common, common, common});

@@ -199,12 +199,25 @@ std::string CollectiveOp(std::string_view name) {
   return OpFromSquashed(Squash(name));
 }
 
+namespace {
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+}  // namespace
+
 bool IsPipelineGroup(const trace::ProcessGroup& pg) {
-  const auto named = [](std::string_view s) {
+  const auto named = [](std::string_view raw) {
+    const std::string s = Lower(raw);
     return s == "pp" || StartsWith(s, "pp:") || (s.size() > 3 && s.substr(s.size() - 3) == "_pp") ||
            Contains(s, "pipeline");
   };
   return named(pg.name) || named(pg.desc);
+}
+
+bool IsEmbeddingGroup(const trace::ProcessGroup& pg) {
+  return Contains(Lower(pg.name), "embedding") || Contains(Lower(pg.desc), "embedding");
 }
 
 int DtypeBytes(std::string_view d) {

@@ -29,8 +29,11 @@ std::string CollectiveOp(std::string_view name);
 
 // Whether a process group (a trace's pg_config entry: pg_name, pg_desc) connects the stages of
 // a pipeline: named "pp" (Megatron-style), or described as one ("mesh_pp" for a DeviceMesh
-// dimension named "pp", "pipeline...").
+// dimension named "pp", "pipeline...", any case).
 bool IsPipelineGroup(const trace::ProcessGroup& pg);
+// Whether it ties the first pipeline stage to the last for the shared embedding (Megatron's
+// EMBEDDING_GROUP, POSITION_EMBEDDING_GROUP): its members are different stages.
+bool IsEmbeddingGroup(const trace::ProcessGroup& pg);
 
 // Bytes per element of a Kineto dtype ("Float", "BFloat16", ...); 0 if unknown.
 int DtypeBytes(std::string_view dtype);

@@ -464,6 +464,9 @@ TEST(NamesTest, PipelineGroups) {
   EXPECT_FALSE(IsPipelineGroup(pg("0", "default_pg")));
   EXPECT_FALSE(IsPipelineGroup(pg("2", "mesh_tp")));
   EXPECT_FALSE(IsPipelineGroup(pg("3", "app")));
+  EXPECT_TRUE(IsPipelineGroup(pg("5", "PIPELINE_MODEL_PARALLEL_GROUP")));  // Megatron-core
+  EXPECT_TRUE(IsEmbeddingGroup(pg("6", "EMBEDDING_GROUP")));
+  EXPECT_FALSE(IsEmbeddingGroup(pg("1", "mesh_dp")));
 }
 
 TEST(NamesTest, CollectiveOps) {

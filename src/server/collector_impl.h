@@ -54,6 +54,11 @@ struct AgentState {
   std::chrono::steady_clock::time_point last_seen;  // its last call or open command stream
   std::deque<v1::Command> queue;                    // commands while no stream is open
   CommandStream* stream = nullptr;                  // the agent's open WatchCommands stream
+  std::chrono::steady_clock::time_point registered;
+  // What it reports of itself (ReportIterationsRequest): the newest window command it received
+  // (nullopt: it does not say), and whether its ranks are worker processes on its socket.
+  std::optional<int64_t> window_received;
+  bool relays_workers = false;
 };
 
 // A hang: every rank's stacks, collected until all expected ranks replied or a deadline.
@@ -161,6 +166,12 @@ struct CollectorServer::Impl final
   // Each rank's iterations over the run so far (with mu held).
   std::vector<report::RunSeries> SeriesLocked() const;
   void AddMarkLocked(report::WindowMark m);
+
+  // Says why each silent rank of SEALED did not report (server/rank_state.h ExplainMissing),
+  // from what the server knows of the rank and of its agent now. Called with mu held.
+  void ExplainMissingLocked(Window::Sealed* sealed) const;
+  AgentSeen AgentOfLocked(int rank, const RankState* state, const Window::Sealed& sealed,
+                          std::chrono::steady_clock::time_point now) const;
 
   // Called with mu held.
   int64_t FurthestStepLocked() const;

@@ -143,7 +143,7 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
   std::string id = fmt::format("agent-{}-{}", next_agent++, secret->substr(0, 24));
   for (int r : req->ranks()) declared_by[r] = id;
   AgentState& a = agents[id];
-  a.last_seen = std::chrono::steady_clock::now();
+  a.last_seen = a.registered = std::chrono::steady_clock::now();
   a.host = req->host();
   a.ranks.assign(req->ranks().begin(), req->ranks().end());
   for (int r : a.ranks) ranks[r].host = a.host;
@@ -161,6 +161,8 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
   auto agent = agents.find(req->agent_id());
   if (agent == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
   agent->second.last_seen = std::chrono::steady_clock::now();
+  if (req->has_window_received()) agent->second.window_received = req->window_received();
+  agent->second.relays_workers |= req->relays_workers();
   ReportIterationsLocked(req->agent_id(), agent->second.host, *req);
   return grpc::Status::OK;
 }
@@ -168,6 +170,20 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
 void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
                                                    const std::string& host,
                                                    const v1::ReportIterationsRequest& req) {
+  for (const v1::WorkerState& w : req.workers()) {
+    if (!limits::ValidRank(w.rank()) || !OwnsLocked(agent_id, w.rank()).ok()) continue;
+    RankState& r = ranks[w.rank()];
+    WorkerSeen seen{w.pid(),    w.window_sent(),  w.window_acked(), w.window_accepted(),
+                    w.exited(), w.exit_message(), w.process_gone(), w.last_iteration()};
+    if (!r.worker || r.worker->ReplacedBy(seen)) r.worker = seen;
+    r.agent = agent_id;
+    if (!w.exited()) continue;
+    // How the job's attempt ended (server/attempts.h); the time only orders the ends (a NaN
+    // would break the sort).
+    const double t = std::isfinite(w.exited_unix_seconds()) ? w.exited_unix_seconds() : 0;
+    attempts.Ended(w.rank(), w.pid(), limits::ValidAttempt(w.attempt()) ? w.attempt() : 0,
+                   w.exit_message(), std::max<int64_t>(w.last_iteration(), -1), t, host);
+  }
   for (const v1::IterationBatch& b : req.batches()) {
     if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
     if (!OwnsLocked(agent_id, b.rank()).ok()) continue;
@@ -175,6 +191,7 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
     const AttemptLog::Placed placed = attempts.Place(b.rank(), std::max(b.pid(), 0), restart, host);
     if (placed.placement == AttemptLog::Placement::kNew) NewAttemptLocked(b.rank(), b.pid());
     RankState& r = ranks[b.rank()];
+    r.agent = agent_id;
     const int n = std::min(b.steps_size(), b.iteration_ms_size());
     int64_t furthest = -1;
     for (int i = 0; i < n; ++i) furthest = std::max(furthest, b.steps(i));
@@ -194,13 +211,6 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
     r.attempt_iterations += n;
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
-  }
-  for (const v1::WorkerExit& e : req.exits()) {
-    if (!limits::ValidRank(e.rank()) || !OwnsLocked(agent_id, e.rank()).ok()) continue;
-    // The time only orders the ends (a NaN would break the sort).
-    const double t = std::isfinite(e.unix_seconds()) ? e.unix_seconds() : 0;
-    attempts.Ended(e.rank(), e.pid(), limits::ValidAttempt(e.attempt()) ? e.attempt() : 0,
-                   e.clean(), std::max<int64_t>(e.last_iteration(), -1), t, host);
   }
 }
 

@@ -46,7 +46,14 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   auto deadline = Window::Clock::now() +
                   std::chrono::duration_cast<Window::Clock::duration>(std::chrono::duration<double>(
                       options.max_seconds + options.upload_grace_seconds));
+  // Where each rank stood when the command went out (every rank of the current attempt, when
+  // none is declared).
+  std::map<int, int64_t> steps;
+  const std::set<int> current = expected.empty() ? CurrentRanksLocked() : std::set<int>();
+  for (const auto& [r, st] : ranks)
+    if (expected.empty() ? current.count(r) > 0 : expected.count(r) > 0) steps[r] = st.last_step;
   windows[spec.id] = std::make_unique<Window>(spec, expected, deadline);
+  windows[spec.id]->SetStepsAtOpen(std::move(steps));
   // The chart's steps are run-wide (the attempts one after another).
   AddMarkLocked({spec.id, spec.start_iteration + attempts.Current().run_offset, spec.iterations,
                  spec.attempt == 0 ? reason
@@ -79,6 +86,7 @@ void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
   Window& w = *windows[id];
   if (w.closed()) return;
   Window::Sealed sealed = w.Seal();
+  ExplainMissingLocked(&sealed);
   sched->Closed(id, std::chrono::steady_clock::now());
   diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
   auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
@@ -88,7 +96,9 @@ void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
 void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   Window& w = *windows[id];
   if (w.closed()) return;
-  to_publish.push_back({w.Seal(), SeriesLocked(), marks});
+  Window::Sealed sealed = w.Seal();
+  ExplainMissingLocked(&sealed);
+  to_publish.push_back({std::move(sealed), SeriesLocked(), marks});
   sched->Closed(id, std::chrono::steady_clock::now());
   publish_cv.notify_one();
 }
@@ -110,6 +120,51 @@ void CollectorServer::Impl::PublishLoop() {
     Publish(id, d, "window", job, std::move(html));
     last_published = std::max(last_published, id);
     publish_cv.notify_all();
+  }
+}
+
+AgentSeen CollectorServer::Impl::AgentOfLocked(int rank, const RankState* state,
+                                               const Window::Sealed& sealed,
+                                               std::chrono::steady_clock::time_point now) const {
+  AgentSeen a;
+  std::string id;
+  if (auto d = declared_by.find(rank); d != declared_by.end()) {
+    id = d->second;
+  } else if (state != nullptr) {
+    id = state->agent;
+  }
+  auto it = id.empty() ? agents.end() : agents.find(id);
+  if (it == agents.end()) {
+    // The window waited for the rank because an agent declared it, or an agent reported for it:
+    // that agent is gone. Otherwise no agent was ever known to serve it.
+    a.gone = sealed.declared || !id.empty();
+    return a;
+  }
+  const AgentState& agent = it->second;
+  a.identified = true;
+  a.host = agent.host;
+  a.silent_seconds = std::chrono::duration<double>(now - agent.last_seen).count();
+  a.connected = agent.stream != nullptr ||
+                now - agent.last_seen < std::chrono::seconds(kAgentConnectedSeconds);
+  a.registered_after_open = agent.registered > sealed.opened;
+  a.window_received = agent.window_received;
+  a.command_waiting =
+      std::any_of(agent.queue.begin(), agent.queue.end(), [&](const v1::Command& c) {
+        return c.has_profile() && c.profile().window_id() == sealed.spec.id;
+      });
+  a.relays_workers = agent.relays_workers;
+  return a;
+}
+
+void CollectorServer::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
+  const auto now = std::chrono::steady_clock::now();
+  for (diagnose::MissingRank& m : sealed->missing.ranks) {
+    auto st = ranks.find(m.rank);
+    const RankState* state = st == ranks.end() ? nullptr : &st->second;
+    auto at_open = sealed->steps_at_open.find(m.rank);
+    MissedWindow window{sealed->spec.id, sealed->spec.start_iteration,
+                        at_open == sealed->steps_at_open.end() ? -1 : at_open->second};
+    m = ExplainMissing(m.rank, state, AgentOfLocked(m.rank, state, *sealed, now), window);
   }
 }
 

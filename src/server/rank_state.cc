@@ -1,5 +1,7 @@
 #include "server/rank_state.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace perftracker::server {
@@ -77,6 +79,103 @@ diagnose::IterationStats RankState::Stats() const {
   s.p50_ms = at(0.5);
   s.p99_ms = at(0.99);
   return s;
+}
+
+namespace {
+
+using diagnose::MissingRank;
+using diagnose::MissingReason;
+
+// The worker's process ended: dead, whatever else is true.
+std::optional<MissingRank> Dead(int rank, const WorkerSeen* w, int64_t last) {
+  if (w == nullptr || !w->exited || !(w->process_gone || w->exit_message)) return std::nullopt;
+  std::string when =
+      last >= 0 ? fmt::format("at iteration {}", last) : "before its first iteration";
+  return MissingRank{
+      rank, MissingReason::kRankDead,
+      fmt::format("process exited {}, {}, pid {}", when,
+                  w->exit_message ? "a normal exit" : "killed or crashed without an exit message",
+                  w->pid),
+      last};
+}
+
+std::optional<MissingRank> AgentGone(int rank, const AgentSeen& a, int64_t last) {
+  if (a.gone)
+    return MissingRank{rank, MissingReason::kAgentGone,
+                       "no agent serves it any more: its agent was silent too long and forgotten",
+                       last};
+  if (!a.identified || a.connected) return std::nullopt;
+  return MissingRank{rank, MissingReason::kAgentGone,
+                     fmt::format("its agent{} silent for {:.0f} s",
+                                 a.host.empty() ? "" : " on " + a.host, a.silent_seconds),
+                     last};
+}
+
+// The command on its way: the server's queue, the agent, the agent's socket, the worker.
+std::optional<MissingRank> NotDelivered(int rank, const WorkerSeen* w, const AgentSeen& a,
+                                        int64_t window, int64_t last) {
+  auto make = [&](std::string detail) {
+    return MissingRank{rank, MissingReason::kCommandNotDelivered, std::move(detail), last};
+  };
+  // An agent that confirmed the command got it, wherever the server's copy is.
+  const bool confirmed = a.window_received && *a.window_received >= window;
+  if (a.identified && !confirmed && a.command_waiting)
+    return make("the command still waited for its agent's command stream");
+  if (a.identified && !confirmed && a.window_received)
+    return make(a.registered_after_open
+                    ? "its agent registered after the window opened (restarted?) and never got "
+                      "the command"
+                    : "its agent did not confirm the command");
+  if (w == nullptr) {
+    if (a.relays_workers) return make("no worker of this rank is connected to its agent");
+    return std::nullopt;
+  }
+  if (w->exited)
+    return make(fmt::format("its worker (pid {}) disconnected from the agent", w->pid));
+  if (w->window_sent < window)
+    return make(fmt::format("its agent did not send it to the worker (pid {})", w->pid));
+  if (w->window_acked < window)
+    return make(fmt::format("the worker (pid {}) did not acknowledge it", w->pid));
+  if (!w->window_accepted && w->window_acked == window)
+    return make(
+        fmt::format("the worker (pid {}) refused it: another window was pending or open", w->pid));
+  return std::nullopt;
+}
+
+// The rank got the command but never reached the window's first iteration.
+std::optional<MissingRank> NoIteration(int rank, int64_t last, const WorkerSeen* w,
+                                       const AgentSeen& a, const MissedWindow& window) {
+  auto make = [&](std::string detail) {
+    return MissingRank{rank, MissingReason::kNoIterationSinceCommand, std::move(detail), last};
+  };
+  if (last < 0) {
+    // Only an agent that relays iterations can say there were none (a folder agent never does).
+    if (w == nullptr && !a.relays_workers) return std::nullopt;
+    return make("no iteration reported at all: it never learned an iteration");
+  }
+  if (window.step_at_open >= 0 && last <= window.step_at_open)
+    return make(fmt::format("last iteration {}", last));
+  if (last < window.start_iteration)
+    return make(
+        fmt::format("last iteration {}, the window starts at {}", last, window.start_iteration));
+  return std::nullopt;
+}
+
+}  // namespace
+
+diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const AgentSeen& agent,
+                                     const MissedWindow& window) {
+  const WorkerSeen* w = state && state->worker ? &*state->worker : nullptr;
+  int64_t last = state ? state->last_step : -1;
+  if (w) last = std::max(last, w->last_iteration);
+  if (auto m = Dead(rank, w, last)) return *m;
+  if (auto m = AgentGone(rank, agent, last)) return *m;
+  if (auto m = NotDelivered(rank, w, agent, window.id, last)) return *m;
+  if (auto m = NoIteration(rank, last, w, agent, window)) return *m;
+  std::string detail;
+  if (last >= window.start_iteration)
+    detail = fmt::format("it reached iteration {}, but its summary never arrived", last);
+  return {rank, MissingReason::kUnknown, detail, last};
 }
 
 }  // namespace perftracker::server

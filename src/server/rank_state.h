@@ -1,11 +1,14 @@
 // One rank's iteration times over the whole run (RankState): count, mean, extremes and a
 // bounded sample for percentiles, and a bounded series of bucket means for the report's chart.
-// Fed by the agents' iteration reports; memory stays flat however long the run.
+// Fed by the agents' iteration reports; memory stays flat however long the run. With them, what
+// the rank's agent said of its worker process (WorkerSeen), and ExplainMissing: why a rank did
+// not report for a window, from what the server knows of it and of its agent.
 #ifndef PERFTRACKER_SERVER_RANK_STATE_H_
 #define PERFTRACKER_SERVER_RANK_STATE_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +16,25 @@
 #include "report/html.h"
 
 namespace perftracker::server {
+
+// What a node agent last said of a rank's worker process (ReportIterations' WorkerState).
+struct WorkerSeen {
+  int pid = 0;
+  int64_t window_sent = 0;   // the newest window whose command the agent wrote to it
+  int64_t window_acked = 0;  // the newest window it answered; 0: none
+  bool window_accepted = false;
+  bool exited = false;        // its connection to the agent closed
+  bool exit_message = false;  // it said it was exiting first: a normal exit
+  bool process_gone = false;  // its process no longer exists
+  int64_t last_iteration = -1;
+
+  // Whether NEWER replaces this one: a live worker's state always does; an exit only that of
+  // the same process or of a worker already gone (a rank restarted under a new pid keeps its
+  // live state when the old pid's exit is reported late).
+  bool ReplacedBy(const WorkerSeen& newer) const {
+    return !newer.exited || newer.pid == pid || exited;
+  }
+};
 
 struct RankState {
   std::string host;
@@ -27,6 +49,10 @@ struct RankState {
   // keeps memory flat on long runs.
   std::vector<float> samples;
   uint64_t rng = 0x9e3779b97f4a7c15ull;
+  // The agent that last reported for the rank (its iterations or its worker), and what it said
+  // of the worker.
+  std::string agent;
+  std::optional<WorkerSeen> worker;
 
   static constexpr size_t kMaxSamples = 1 << 18;
   // The run's iteration times for the report's chart: bucket means of `stride` steps, at most
@@ -51,6 +77,36 @@ struct RankState {
   // Count, mean, extremes and percentiles (from the sample) of the times added.
   diagnose::IterationStats Stats() const;
 };
+
+// What the server knows of a silent rank's node agent when a window closes.
+struct AgentSeen {
+  bool identified = false;  // the server knows which agent serves the rank, and it is registered
+  bool gone = false;        // the agent that served it was forgotten (silent too long)
+  std::string host;
+  bool connected = false;  // a command stream open, or a call in the last seconds
+  double silent_seconds = 0;
+  bool registered_after_open = false;  // registered (again) after the window opened
+  // The newest window command it confirmed receiving (nullopt: it does not say).
+  std::optional<int64_t> window_received;
+  bool command_waiting = false;  // the window's command still waits in the server's queue for it
+  bool relays_workers = false;   // its ranks are worker processes on its socket
+};
+
+// The window a rank did not report for.
+struct MissedWindow {
+  int64_t id = 0;
+  int64_t start_iteration = 0;
+  // The rank's last reported iteration when the window opened (-1: none or unknown).
+  int64_t step_at_open = -1;
+};
+
+// Why RANK did not report for WINDOW, from its state (null: the server never heard of it) and its
+// agent's. The first that applies: its process exited (kRankDead), its agent is gone
+// (kAgentGone), the command did not reach it or its worker did not take it
+// (kCommandNotDelivered), it made no iteration since the command or did not reach the window's
+// first iteration (kNoIterationSinceCommand); else kUnknown. The detail says what was seen.
+diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const AgentSeen& agent,
+                                     const MissedWindow& window);
 
 }  // namespace perftracker::server
 

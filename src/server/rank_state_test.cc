@@ -57,5 +57,148 @@ TEST(RankStateTest, ReservoirKeepsMemoryFlat) {
   EXPECT_EQ(r.Stats().count, static_cast<int64_t>(RankState::kMaxSamples + 1000));
 }
 
+// ExplainMissing: why a rank did not report for window 5, which starts at iteration 100 and
+// opened when the rank stood at iteration 40.
+
+using diagnose::MissingReason;
+
+constexpr MissedWindow kWindow{5, 100, 40};
+
+// A rank whose agent is connected, confirmed the window and relays workers; its worker got the
+// command, accepted it, and the rank went on to iteration 60.
+struct Silent {
+  RankState state;
+  AgentSeen agent;
+  Silent() {
+    state.last_step = 60;
+    state.worker = WorkerSeen{1234, 5, 5, true, false, false, false, 60};
+    agent.identified = true;
+    agent.connected = true;
+    agent.host = "node-b";
+    agent.window_received = 5;
+    agent.relays_workers = true;
+  }
+  diagnose::MissingRank Explain(MissedWindow w = kWindow) const {
+    return ExplainMissing(3, &state, agent, w);
+  }
+};
+
+TEST(ExplainMissingTest, DeadWhenItsProcessEnded) {
+  Silent s;
+  s.state.worker->exited = true;
+  s.state.worker->process_gone = true;
+  s.state.worker->last_iteration = 57;
+  s.state.last_step = 57;
+  s.agent.connected = false;  // dead comes first, whatever else
+  diagnose::MissingRank m = s.Explain();
+  EXPECT_EQ(m.rank, 3);
+  EXPECT_EQ(m.reason, MissingReason::kRankDead);
+  EXPECT_EQ(m.detail,
+            "process exited at iteration 57, killed or crashed without an exit message, pid 1234");
+  EXPECT_EQ(m.last_iteration, 57);
+  s.state.worker->process_gone = false;
+  s.state.worker->exit_message = true;
+  EXPECT_EQ(s.Explain().detail, "process exited at iteration 57, a normal exit, pid 1234");
+}
+
+TEST(ExplainMissingTest, AgentGoneWhenSilentOrForgotten) {
+  Silent s;
+  s.agent.connected = false;
+  s.agent.silent_seconds = 42;
+  diagnose::MissingRank m = s.Explain();
+  EXPECT_EQ(m.reason, MissingReason::kAgentGone);
+  EXPECT_EQ(m.detail, "its agent on node-b silent for 42 s");
+  AgentSeen forgotten;
+  forgotten.gone = true;
+  EXPECT_EQ(ExplainMissing(3, &s.state, forgotten, kWindow).reason, MissingReason::kAgentGone);
+}
+
+TEST(ExplainMissingTest, CommandNotDeliveredAlongTheWay) {
+  auto detail = [](const Silent& s) {
+    diagnose::MissingRank m = s.Explain();
+    EXPECT_EQ(m.reason, MissingReason::kCommandNotDelivered) << m.detail;
+    return m.detail;
+  };
+  {
+    Silent s;
+    s.agent.command_waiting = true;
+    s.agent.window_received.reset();  // an agent that does not say
+    EXPECT_EQ(detail(s), "the command still waited for its agent's command stream");
+  }
+  {
+    Silent s;
+    s.agent.window_received = 4;
+    EXPECT_EQ(detail(s), "its agent did not confirm the command");
+    s.agent.registered_after_open = true;
+    EXPECT_EQ(detail(s),
+              "its agent registered after the window opened (restarted?) and never got the "
+              "command");
+  }
+  {
+    Silent s;
+    s.state.worker.reset();
+    EXPECT_EQ(detail(s), "no worker of this rank is connected to its agent");
+  }
+  {
+    Silent s;
+    s.state.worker->exited = true;  // its process still runs
+    EXPECT_EQ(detail(s), "its worker (pid 1234) disconnected from the agent");
+  }
+  {
+    Silent s;
+    s.state.worker->window_sent = 4;
+    EXPECT_EQ(detail(s), "its agent did not send it to the worker (pid 1234)");
+  }
+  {
+    Silent s;
+    s.state.worker->window_acked = 4;
+    EXPECT_EQ(detail(s), "the worker (pid 1234) did not acknowledge it");
+  }
+  {
+    Silent s;
+    s.state.worker->window_accepted = false;
+    EXPECT_EQ(detail(s), "the worker (pid 1234) refused it: another window was pending or open");
+  }
+}
+
+TEST(ExplainMissingTest, NoIterationSinceTheCommand) {
+  Silent s;
+  s.state.last_step = 40;  // where it stood when the window opened
+  s.state.worker->last_iteration = 40;
+  diagnose::MissingRank m = s.Explain();
+  EXPECT_EQ(m.reason, MissingReason::kNoIterationSinceCommand);
+  EXPECT_EQ(m.detail, "last iteration 40");
+  EXPECT_EQ(m.last_iteration, 40);
+  s.state.last_step = 60;  // moving, but short of the window's first iteration
+  s.state.worker->last_iteration = 60;
+  EXPECT_EQ(s.Explain().detail, "last iteration 60, the window starts at 100");
+  s.state.last_step = -1;  // never learned an iteration
+  s.state.worker->last_iteration = -1;
+  EXPECT_EQ(s.Explain().detail, "no iteration reported at all: it never learned an iteration");
+}
+
+TEST(ExplainMissingTest, UnknownOtherwise) {
+  Silent s;
+  s.state.last_step = 120;  // past the window: it profiled, its summary never came
+  diagnose::MissingRank m = s.Explain();
+  EXPECT_EQ(m.reason, MissingReason::kUnknown);
+  EXPECT_EQ(m.detail, "it reached iteration 120, but its summary never arrived");
+  // A folder-watching agent says nothing of workers or iterations: nothing to go by.
+  AgentSeen folder;
+  folder.identified = true;
+  folder.connected = true;
+  EXPECT_EQ(ExplainMissing(3, nullptr, folder, kWindow).reason, MissingReason::kUnknown);
+}
+
+TEST(ExplainMissingTest, ALateExitOfAnOldPidKeepsTheNewWorker) {
+  WorkerSeen live{2000, 5, 5, true, false, false, false, 60};
+  WorkerSeen old_exit{1000, 4, 4, true, true, false, true, 30};
+  EXPECT_FALSE(live.ReplacedBy(old_exit));
+  WorkerSeen own_exit = live;
+  own_exit.exited = true;
+  EXPECT_TRUE(live.ReplacedBy(own_exit));
+  EXPECT_TRUE(old_exit.ReplacedBy(live));
+}
+
 }  // namespace
 }  // namespace perftracker::server

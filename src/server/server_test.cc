@@ -11,6 +11,7 @@
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
+#include "report/diagnosis_reader.h"
 #include "server/collector.h"
 #include "server/store.h"
 #include "server/window.h"
@@ -129,15 +130,11 @@ class Client {
     return ok;
   }
   // Reports one rank's iterations STEPS, each taking MS[i], as the agent registered last.
-  // PID and ATTEMPT: the worker process and its launcher's restart count.
-  bool Report(int rank, const std::vector<int64_t>& steps, const std::vector<double>& ms,
-              int pid = 0, int attempt = 0) {
+  bool Report(int rank, const std::vector<int64_t>& steps, const std::vector<double>& ms) {
     v1::ReportIterationsRequest req;
     req.set_agent_id(agent_);
     auto* b = req.add_batches();
     b->set_rank(rank);
-    b->set_pid(pid);
-    b->set_attempt(attempt);
     for (size_t i = 0; i < steps.size(); ++i) {
       b->add_steps(steps[i]);
       b->add_iteration_ms(ms[i]);
@@ -301,6 +298,126 @@ TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(fs::exists(latest));
   EXPECT_NE(Slurp(latest).find("missing_rank"), std::string::npos);
+  (*server)->Shutdown();
+}
+
+// Issue 23: a window's silent ranks are one missing_rank finding (not one from the window and one
+// from the traces' world size), and it says why each rank is silent from what the agent
+// reported: rank 1's process exited, rank 3 took the command but made no iteration since.
+TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
+  ServerOptions o;
+  o.report_dir = TempDir("why");
+  o.print = false;
+  o.max_seconds = 0.2;
+  o.upload_grace_seconds = 0.5;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+  std::string id;
+  ASSERT_TRUE(c.Register({0, 1, 2, 3}, &id, "node-a"));
+  for (int r = 0; r < 4; ++r) ASSERT_TRUE(c.Report(r, {10}, {12.5}));
+  TriggerResult t = (*server)->Trigger("test", 4);
+  ASSERT_EQ(t.window_id, 1);
+
+  v1::ReportIterationsRequest req;
+  req.set_agent_id(id);
+  req.set_window_received(t.window_id);
+  req.set_relays_workers(true);
+  for (int r = 0; r < 4; ++r) {
+    v1::WorkerState* w = req.add_workers();
+    w->set_rank(r);
+    w->set_pid(100 + r);
+    w->set_window_sent(t.window_id);
+    w->set_window_acked(t.window_id);
+    w->set_window_accepted(true);
+    w->set_last_iteration(10);
+    if (r == 1) {
+      w->set_exited(true);
+      w->set_process_gone(true);
+    }
+  }
+  v1::ReportIterationsReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  for (int r : {0, 2}) {
+    v1::UploadWindowRequest up;
+    up.set_agent_id(id);
+    up.set_window_id(t.window_id);
+    up.set_rank(r);
+    up.set_summary(pattern::SerializeSummary(Synthetic(r, 4, 10)));
+    v1::UploadWindowReply ur;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+    ASSERT_TRUE(ur.accepted()) << ur.message();
+  }
+  const std::string path = o.report_dir + "/windows/1/diagnosis.json";
+  for (int i = 0; i < 100 && !fs::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto d = report::ReadDiagnosisFile(path);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  std::vector<diagnose::Finding> missing;
+  for (const auto& f : d->findings)
+    if (f.category == "missing_rank") missing.push_back(f);
+  ASSERT_EQ(missing.size(), 1u) << Slurp(path);
+  EXPECT_EQ(d->findings[0].category, "missing_rank");
+  EXPECT_EQ(missing[0].ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(missing[0].summary,
+            "ranks 1,3 did not report for window 1: rank 1 dead (process exited at iteration 10, "
+            "killed or crashed without an exit message, pid 101); rank 3 no iteration since the "
+            "command (last iteration 10). The diagnosis covers 2 of 4 ranks.");
+  EXPECT_EQ(missing[0].evidence.at("missing_rank_dead"), 1);
+  EXPECT_EQ(missing[0].evidence.at("missing_no_iteration_since_command"), 1);
+  (*server)->Shutdown();
+}
+
+// The agent went away: its ranks' silence is its agent's, and a restarted agent that registered
+// after the window opened never got the command.
+TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
+  ServerOptions o;
+  o.report_dir = TempDir("gone");
+  o.print = false;
+  o.max_seconds = 0.2;
+  o.upload_grace_seconds = 1.0;
+  o.agent_expiry_seconds = 0.5;  // the agent of rank 1 is forgotten before the deadline
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+  std::string a0, a1, a2;
+  ASSERT_TRUE(c.Register({0}, &a0));
+  ASSERT_TRUE(c.Register({1}, &a1));
+  ASSERT_TRUE(c.Register({2}, &a2));
+  TriggerResult t = (*server)->Trigger("test", 4);
+  // Rank 2's agent restarts: its new self registers after the window opened and says it has
+  // received no window.
+  std::string a2b;
+  ASSERT_TRUE(c.Register({2}, &a2b));
+  v1::ReportIterationsRequest req;
+  req.set_agent_id(a2b);
+  req.set_window_received(0);
+  v1::ReportIterationsReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  v1::UploadWindowRequest up;
+  up.set_agent_id(a0);
+  up.set_window_id(t.window_id);
+  up.set_rank(0);
+  up.set_summary(pattern::SerializeSummary(Synthetic(0, 3, 10)));
+  v1::UploadWindowReply ur;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  // Rank 2's new agent keeps calling, so it is not forgotten.
+  const std::string path = o.report_dir + "/windows/1/diagnosis.json";
+  for (int i = 0; i < 100 && !fs::exists(path); ++i) {
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  auto d = report::ReadDiagnosisFile(path);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_FALSE(d->findings.empty());
+  const diagnose::Finding& f = d->findings[0];
+  EXPECT_EQ(f.category, "missing_rank");
+  EXPECT_EQ(f.ranks, (std::vector<int>{1, 2}));
+  EXPECT_NE(f.summary.find("rank 1 agent gone"), std::string::npos) << f.summary;
+  EXPECT_NE(f.summary.find("rank 2 command not delivered (its agent registered after the window "
+                           "opened (restarted?) and never got the command)"),
+            std::string::npos)
+      << f.summary;
   (*server)->Shutdown();
 }
 
@@ -711,89 +828,6 @@ TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(fs::exists(o.report_dir + "/windows/2/diagnosis.json"));
   (*server)->Shutdown();
-}
-
-// torchrun --max-restarts: a rank is killed, every rank starts again in a new process, numbered
-// from iteration 0. The server starts afresh (a baseline of the new attempt, windows placed by
-// its iterations) and the job-end diagnosis shows both attempts.
-TEST(Server, AnElasticRestartIsANewAttemptInTheSameReport) {
-  ServerOptions o;
-  o.report_dir = TempDir("attempts");
-  o.print = false;
-  o.max_seconds = 0.5;
-  o.upload_grace_seconds = 0.5;
-  auto server = CollectorServer::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({}, &agent, "vm"));  // torchrun starts the ranks: none declared
-  auto report = [&](int rank, int64_t from, int64_t to, int pid, int attempt) {
-    std::vector<int64_t> steps;
-    std::vector<double> ms;
-    for (int64_t i = from; i <= to; ++i) {
-      steps.push_back(i);
-      ms.push_back(100);  // a window starts 2 s = 20 iterations ahead
-    }
-    return c.Report(rank, steps, ms, pid, attempt);
-  };
-  auto status = [&] {
-    v1::StatusReply st;
-    EXPECT_TRUE(c.Call(&v1::Collector::Stub::Status, v1::StatusRequest(), &st).ok());
-    return st;
-  };
-  ASSERT_TRUE(report(0, 0, 59, 100, 0));
-  ASSERT_TRUE(report(1, 0, 59, 101, 0));
-  // The baseline of attempt 0 opens; nobody uploads it.
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 50; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
-      if (status().windows_size() == 1) return true;
-    return false;
-  }());
-  EXPECT_EQ(status().windows(0).start_iteration(), 59 + 20);
-  // Rank 1 is killed; rank 0's Python exits.
-  v1::ReportIterationsRequest ends;
-  ends.set_agent_id(agent);
-  for (auto [rank, clean, t] : {std::tuple{1, false, 100.0}, std::tuple{0, true, 100.4}}) {
-    v1::WorkerExit* e = ends.add_exits();
-    e->set_rank(rank);
-    e->set_pid(100 + rank);
-    e->set_clean(clean);
-    e->set_last_iteration(59);
-    e->set_unix_seconds(t);
-  }
-  v1::ReportIterationsReply none;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, ends, &none).ok());
-  // torchrun starts both again (restart count 1); their iterations count from 0.
-  ASSERT_TRUE(report(0, 0, 9, 200, 1));
-  ASSERT_TRUE(report(1, 0, 9, 201, 1));
-  v1::StatusReply st = status();
-  ASSERT_EQ(st.windows_size(), 1);
-  EXPECT_EQ(st.windows(0).state(), "done");  // attempt 0's window is over (nobody uploaded it)
-  EXPECT_EQ(st.ranks(0).last_step(), 9);
-  // Attempt 1's own baseline, placed by its own iterations.
-  ASSERT_TRUE(report(0, 10, 25, 200, 1));
-  ASSERT_TRUE(report(1, 10, 25, 201, 1));
-  ASSERT_TRUE([&] {
-    for (int i = 0; i < 50; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(50)))
-      if (status().windows_size() == 2) return true;
-    return false;
-  }());
-  EXPECT_EQ(status().windows(1).start_iteration(), 25 + 20);  // not after attempt 0's 59
-  (*server)->Shutdown();
-  const std::string json = Slurp(o.report_dir + "/diagnosis.json");
-  EXPECT_NE(json.find("\"attempts\""), std::string::npos) << json;
-  EXPECT_NE(json.find("attempt 0 (restart count 0): ranks 0,1, pids 100,101 on vm; up to "
-                      "iteration 59; ended: rank 1 (pid 101 on vm) first, killed or crashed (no "
-                      "exit hook), after iteration 59, then rank 0 (1 exited, 0 killed or "
-                      "crashed)"),
-            std::string::npos)
-      << json;
-  EXPECT_NE(json.find("attempt 1 (restart count 1): ranks 0,1, pids 200,201 on vm; up to "
-                      "iteration 25"),
-            std::string::npos)
-      << json;
-  RunSummary sum = (*server)->Summary();
-  EXPECT_EQ(sum.attempts.size(), 2u);
 }
 
 }  // namespace

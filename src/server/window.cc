@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-
 #include "diagnose/link.h"
 #include "pattern/summary_io.h"
 
@@ -13,7 +11,8 @@ Window::Window(WindowSpec spec, std::set<int> expected, Clock::time_point deadli
     : spec_(spec),
       expected_(std::move(expected)),
       declared_(!expected_.empty()),
-      deadline_(deadline) {}
+      deadline_(deadline),
+      opened_(Clock::now()) {}
 
 StatusOr<pattern::RankSummary> Window::Parse(const RankUpload& upload, int64_t window_id) {
   return pattern::ParseSummary(upload.summary_bytes,
@@ -79,8 +78,15 @@ Window::Sealed Window::Seal() {
   sealed.job = std::move(job_);
   job_ = pattern::CompactJob();
   for (const auto& [r, u] : uploads_) sealed.metrics[r] = u.hardware;
-  sealed.missing = Missing();
-  sealed.expected = static_cast<int>(expected_.size());
+  for (int r : Missing())
+    sealed.missing.ranks.push_back({r, diagnose::MissingReason::kUnknown, "", -1});
+  sealed.missing.window_id = spec_.id;
+  sealed.missing.start_iteration = spec_.start_iteration;
+  sealed.missing.deadline_s = spec_.max_seconds;
+  sealed.missing.expected = static_cast<int>(expected_.size());
+  sealed.steps_at_open = std::move(steps_at_open_);
+  sealed.opened = opened_;
+  sealed.declared = declared_;
   return sealed;
 }
 
@@ -90,33 +96,10 @@ diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
 
 diagnose::Diagnosis Window::Diagnose(const Sealed& sealed,
                                      const diagnose::DiagnoseOptions& options) {
-  const std::vector<pattern::CompactRank>& ranks = sealed.job.ranks();
-  const std::vector<int>& missing = sealed.missing;
-  diagnose::Diagnosis diagnosis;
-  if (!ranks.empty()) diagnosis = diagnose::Diagnose(sealed.job, options);
-  diagnose::AddMetricFindings(sealed.metrics, ranks, &diagnosis);
-  if (!missing.empty()) {
-    diagnose::Finding f;
-    f.finding_class = diagnose::FindingClass::kSubset;
-    f.cause = diagnose::Cause::kUnknown;
-    f.category = "missing_rank";
-    f.ranks = missing;
-    f.evidence["missing_ranks"] = static_cast<double>(missing.size());
-    f.evidence["reported_ranks"] = static_cast<double>(ranks.size());
-    f.evidence["deadline_s"] = sealed.spec.max_seconds;
-    f.summary = fmt::format(
-        "no report from rank{} {} for window {} before its deadline: the rank may be hung, "
-        "dead, or its agent unreachable",
-        missing.size() == 1 ? "" : "s", diagnose::RankList(missing), sealed.spec.id);
-    f.suggestion =
-        "check that the rank's process is alive and progressing (py-spy dump, NCCL debug logs) "
-        "and that its node agent runs";
-    // A silent rank blocks everyone in the next collective: it goes first.
-    diagnosis.findings.insert(diagnosis.findings.begin(), std::move(f));
-    diagnosis.job.notes.push_back(
-        fmt::format("no report from rank(s) {}", diagnose::RankList(missing)));
-  }
-  if (diagnosis.job.world_size < sealed.expected) diagnosis.job.world_size = sealed.expected;
+  // One code path for the silent ranks: diagnose::Diagnose builds their one finding from the
+  // window's list (and adds none of its own from the traces' world size).
+  diagnose::Diagnosis diagnosis = diagnose::Diagnose(sealed.job, options, &sealed.missing);
+  diagnose::AddMetricFindings(sealed.metrics, sealed.job.ranks(), &diagnosis);
   if (sealed.spec.attempt > 0)
     diagnosis.job.notes.push_back(fmt::format(
         "attempt {} of the job (its ranks were started again): iterations count from 0 again",

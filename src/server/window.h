@@ -1,6 +1,8 @@
 // One profiling window on the server: opened by a trigger, it collects each rank's summary until
 // every expected rank reported or its deadline passed, then closes into a diagnosis. A rank that
-// never reports is itself a finding ("missing_rank"): a hung or dead rank is often the problem.
+// never reports is itself a finding ("missing_rank", diagnose/missing_ranks.h): a hung or dead
+// rank is often the problem. The window lists the silent ranks; the collector says why each is
+// silent (server/rank_state.h ExplainMissing) before the diagnosis.
 #ifndef PERFTRACKER_SERVER_WINDOW_H_
 #define PERFTRACKER_SERVER_WINDOW_H_
 
@@ -73,7 +75,14 @@ class Window {
   std::vector<int> Missing() const;
   const std::map<int, RankUpload>& uploads() const { return uploads_; }
 
-  // Diagnoses what arrived and adds a missing_rank finding for the ranks that did not.
+  // Each expected rank's last reported iteration when the window opened (ExplainMissing tells
+  // "no iteration since the command" by it).
+  void SetStepsAtOpen(std::map<int, int64_t> steps) { steps_at_open_ = std::move(steps); }
+  Clock::time_point opened() const { return opened_; }
+  bool declared() const { return declared_; }
+
+  // Diagnoses what arrived, with one missing_rank finding for the ranks that did not (their
+  // reasons unknown: the collector explains them between Seal and Diagnose).
   diagnose::Diagnosis Close(const diagnose::DiagnoseOptions& options = {});
 
   // Close in two steps, so a server diagnoses without holding its lock: Seal closes the window
@@ -83,8 +92,12 @@ class Window {
     WindowSpec spec;
     pattern::CompactJob job;
     diagnose::RankMetrics metrics;
-    std::vector<int> missing;
-    int expected = 0;
+    // The expected ranks that did not report, each with reason kUnknown until explained, and
+    // the window's numbers for the finding.
+    diagnose::MissingRanks missing;
+    std::map<int, int64_t> steps_at_open;
+    Clock::time_point opened;
+    bool declared = false;
   };
   Sealed Seal();
   static diagnose::Diagnosis Diagnose(const Sealed& sealed,
@@ -95,6 +108,8 @@ class Window {
   std::set<int> expected_;
   bool declared_;  // agents named the ranks
   Clock::time_point deadline_;
+  Clock::time_point opened_;
+  std::map<int, int64_t> steps_at_open_;
   bool closed_ = false;
   std::map<int, RankUpload> uploads_;
   pattern::CompactJob job_;

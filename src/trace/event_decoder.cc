@@ -240,12 +240,18 @@ class EventDecoder {
     const char saved = seg[t];
     seg[-1] = '[';
     seg[t] = ']';
-    Status st = ParseDocument(doc_len, s, /*repaired=*/false);
+    Status st = ParseDocument(doc_len, s, /*repaired=*/0, /*skip=*/0);
     seg[t] = saved;
     return st;
   }
 
-  Status ParseDocument(size_t doc_len, uint64_t s, bool repaired) {
+  // The repairs ParseDocument may make to a segment, once each (`repaired`).
+  static constexpr int kUtf8Repaired = 1;
+  static constexpr int kQuotesRepaired = 2;
+
+  // Parses the framed segment; the first `skip` events were decoded by an earlier try (before
+  // its error) and are passed over.
+  Status ParseDocument(size_t doc_len, uint64_t s, int repaired, size_t skip) {
     od::document doc;
     od::array arr;
     // One parser per thread, kept across files: its index buffers are sized for a segment and
@@ -254,17 +260,19 @@ class EventDecoder {
     char* const doc_start = seg_ - 1;
     auto err = parser.iterate(doc_start, doc_len, seg_cap_).get(doc);
     if (!err) err = doc.get_array().get(arr);
-    if (err == simdjson::UTF8_ERROR && !repaired) {
+    if (err == simdjson::UTF8_ERROR && !(repaired & kUtf8Repaired)) {
       RepairUtf8(doc_start + 1, doc_len - 2);
-      return ParseDocument(doc_len, s, true);
+      return ParseDocument(doc_len, s, repaired | kUtf8Repaired, skip);
     }
-    if (err) return JsonError(nullptr, err, s);
+    if (err) return RepairQuotesOr(JsonError(nullptr, err, s), doc_len, s, repaired, skip);
+    size_t index = 0;
     for (auto el : arr) {
       if (auto e = el.error()) {
         const char* loc = nullptr;
         if (doc.current_location().get(loc)) loc = nullptr;
-        return JsonError(loc, e, s);
+        return RepairQuotesOr(JsonError(loc, e, s), doc_len, s, repaired, index);
       }
+      if (index++ < skip) continue;  // decoded before the repair
       od::value& v = el.value_unsafe();  // not a copy: see DecodeEvent
       // Mapped input: pull the next segment toward the cache while this one is decoded, so its
       // stage 1 does not wait on memory.
@@ -275,11 +283,24 @@ class EventDecoder {
       if (auto e = DecodeEvent(v)) {
         const char* loc = nullptr;
         if (doc.current_location().get(loc)) loc = nullptr;
-        return JsonError(loc, e, s);
+        return RepairQuotesOr(JsonError(loc, e, s), doc_len, s, repaired, index - 1);
       }
       if (bad_why_ != nullptr) NoteFirstBad(doc, s);
     }
     return Status::Ok();
+  }
+
+  // Broken JSON in a segment: if unescaped quotes inside strings explain it (torch 2.13's
+  // writer leaves the quotes of names unescaped, json_fields.h), the segment is parsed again
+  // with them turned into ' (in place: the length stays), passing over the `done` events
+  // decoded before the error (the repair leaves every byte before its first change as it was).
+  // Otherwise, or if the repaired segment is still broken, `error` is the answer.
+  Status RepairQuotesOr(Status error, size_t doc_len, uint64_t s, int repaired, size_t done) {
+    if ((repaired & kQuotesRepaired) || RepairUnescapedQuotes(seg_, doc_len - 2) == 0) {
+      return error;
+    }
+    Status again = ParseDocument(doc_len, s, repaired | kQuotesRepaired, done);
+    return again.ok() ? again : error;
   }
 
   // Records where the first malformed event was found (off the hot path: only once per trace).

@@ -83,4 +83,30 @@ void ReadRanks(od::value& v, std::vector<int>* out) {
   if (cur >= 0) out->push_back(static_cast<int>(cur));
 }
 
+size_t RepairUnescapedQuotes(char* data, size_t len) {
+  size_t turned = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < len; ++i) {
+    const char c = data[i];
+    if (!in_string) {
+      in_string = c == '"';
+      continue;
+    }
+    if (c == '\\') {
+      ++i;  // the escaped byte, whatever it is
+      continue;
+    }
+    if (c != '"') continue;
+    size_t j = i + 1;
+    while (j < len && (data[j] == ' ' || data[j] == '\t' || data[j] == '\n' || data[j] == '\r')) ++j;
+    if (j == len || data[j] == ',' || data[j] == ':' || data[j] == '}' || data[j] == ']') {
+      in_string = false;
+    } else {
+      data[i] = '\'';
+      ++turned;
+    }
+  }
+  return turned;
+}
+
 }  // namespace perftracker::trace::internal

@@ -71,6 +71,15 @@ bool ReadText(od::value& v, std::string* out);
 // Rank lists: a JSON array of integers, or a string such as "[0, 1]".
 void ReadRanks(od::value& v, std::vector<int>* out);
 
+// Some torch versions' trace writers (2.13's Kineto export among them) copy names into the JSON
+// without escaping their double quotes: "name": "say "hi"". Walks DATA as JSON text that starts
+// outside any string and turns each quote that would end a string but is not followed (after
+// whitespace) by one of , : } ] or the end of DATA into a ', in place: the name reads say 'hi'.
+// Returns how many it turned. Valid JSON comes back unchanged (every closing quote of valid JSON
+// is followed so), and so does every byte before the first quote it turns. A quote followed by
+// one of those four (say "a", b) still ends the string there: such a name stays broken JSON.
+size_t RepairUnescapedQuotes(char* data, size_t len);
+
 }  // namespace perftracker::trace::internal
 
 #endif  // PERFTRACKER_TRACE_JSON_FIELDS_H_

@@ -4,6 +4,7 @@
 
 #include <climits>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace perftracker::trace::internal {
@@ -109,6 +110,33 @@ TEST(JsonFieldsTest, IsValueError) {
   EXPECT_FALSE(IsValueError(simdjson::TAPE_ERROR));
   EXPECT_FALSE(IsValueError(simdjson::T_ATOM_ERROR));
   EXPECT_FALSE(IsValueError(simdjson::SUCCESS));
+}
+
+// RepairUnescapedQuotes' result for `text`, and how many quotes it turned.
+std::pair<std::string, size_t> Repaired(std::string text) {
+  const size_t n = RepairUnescapedQuotes(text.data(), text.size());
+  return {text, n};
+}
+
+TEST(JsonFieldsTest, RepairUnescapedQuotes) {
+  using R = std::pair<std::string, size_t>;
+  // torch 2.13's writer: a name with quotes, pretty-printed as Kineto writes it.
+  EXPECT_EQ(Repaired("{\n  \"name\": \"say \"hi\" / back\",\n  \"ph\": \"X\"\n}"),
+            R("{\n  \"name\": \"say 'hi' / back\",\n  \"ph\": \"X\"\n}", 2));
+  // An odd number, a quote at either end of the name, and one right before the closing quote.
+  EXPECT_EQ(Repaired(R"({"name": "say "hi", "a": ""x", "b": "x"""})"),
+            R(R"({"name": "say 'hi", "a": "'x", "b": "x''"})", 4));
+  // Valid JSON stays as it is: escaped quotes and backslashes, quotes before whitespace and the
+  // end, strings as keys and in arrays, brackets and commas inside strings.
+  for (const std::string& ok :
+       {std::string(R"({"a\"b": "c\\", "d": ["e\"", "f]", "g,"] , "h" : "x\\\"y"})"),
+        std::string("[\"a\" ,\t\"b\"\r\n]"), std::string(R"("text")"),
+        std::string(R"({"name": "tail)")}) {
+    EXPECT_EQ(Repaired(ok), R(ok, 0)) << ok;
+  }
+  // What it cannot tell from a closing quote: a quote followed by , : } or ] ends the string
+  // (the name a", b): left as it is, still broken.
+  EXPECT_EQ(Repaired(R"({"name": "a", b"})"), R(R"({"name": "a", b"})", 0));
 }
 
 }  // namespace

@@ -27,13 +27,93 @@
 
 namespace perftracker::trace {
 namespace internal {
+namespace {
+
+// Most whitespace looked at after a quote before it is taken to end its string.
+constexpr size_t kMaxQuoteLookahead = 1 << 16;
+
+// The bytes of another source with the unescaped quotes inside strings turned into ', as
+// RepairUnescapedQuotes (json_fields.h) turns them, looking past the end of a read for what
+// follows a quote: the same length, streamed, memory bounded. Pass 1 needs it when a name holds
+// an odd number of unescaped quotes (its string tracking would be off for the rest of the
+// file); pass 2 repairs its segments itself.
+class QuoteRepairSource : public ByteSource {
+ public:
+  explicit QuoteRepairSource(std::unique_ptr<ByteSource> in) : in_(std::move(in)) {}
+  bool compressed() const override { return in_->compressed(); }
+
+  StatusOr<size_t> Read(char* dst, size_t n) override {
+    size_t out = 0;
+    while (out < n) {
+      if (pos_ == buf_.size()) {
+        buf_.clear();
+        pos_ = 0;
+        if (eof_) break;
+        PT_RETURN_IF_ERROR(More(n));
+        continue;
+      }
+      char c = buf_[pos_];
+      if (!in_string_) {
+        in_string_ = c == '"';
+      } else if (escape_) {
+        escape_ = false;
+      } else if (c == '\\') {
+        escape_ = true;
+      } else if (c == '"') {
+        size_t j = pos_ + 1;
+        for (;;) {
+          while (j < buf_.size() && IsWs(buf_[j])) ++j;
+          if (j < buf_.size() || eof_ || j - pos_ > kMaxQuoteLookahead) break;
+          PT_RETURN_IF_ERROR(More(n));
+        }
+        const char next = j < buf_.size() ? buf_[j] : ',';
+        if (next == ',' || next == ':' || next == '}' || next == ']') {
+          in_string_ = false;
+        } else {
+          c = '\'';
+        }
+      }
+      dst[out++] = c;
+      ++pos_;
+    }
+    return out;
+  }
+
+ private:
+  static bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+  // Appends up to `n` more bytes of the source to buf_ (none at its end).
+  Status More(size_t n) {
+    const size_t have = buf_.size();
+    buf_.resize(have + std::max<size_t>(n, 4096));
+    StatusOr<size_t> got = in_->Read(buf_.data() + have, buf_.size() - have);
+    if (!got.ok()) {
+      buf_.resize(have);
+      return got.status();
+    }
+    buf_.resize(have + *got);
+    eof_ = *got == 0;
+    return Status::Ok();
+  }
+
+  std::unique_ptr<ByteSource> in_;
+  std::string buf_;  // read from the source, handed out up to pos_
+  size_t pos_ = 0;
+  bool in_string_ = false;
+  bool escape_ = false;
+  bool eof_ = false;
+};
+
+}  // namespace
 
 StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& name,
                                   EventSink* sink, const ReadOptions& options,
                                   const ReaderTuning& tuning) {
+  bool repair_quotes = false;
   auto opened = [&]() -> StatusOr<std::unique_ptr<ByteSource>> {
     StatusOr<std::unique_ptr<ByteSource>> src = open();
     if (!src.ok()) return Status(src.status().code(), name + ": " + src.status().message());
+    if (repair_quotes) return std::unique_ptr<ByteSource>(new QuoteRepairSource(std::move(*src)));
     return src;
   };
   ScanResult p1;
@@ -44,7 +124,19 @@ StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& n
   {
     PT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> src, opened());
     if (tuning.map) map = src->Map(kPad, &map_size);
-    PT_RETURN_IF_ERROR(ScanTrace(name, tuning, src.get(), map, map_size, &p1));
+    Status scanned = ScanTrace(name, tuning, src.get(), map, map_size, &p1);
+    if (!scanned.ok() && scanned.code() == StatusCode::kInvalidArgument) {
+      // Broken JSON: read again with unescaped quotes repaired (torch 2.13 writes them), both
+      // passes streamed through the repair. Nothing reached the sink yet. If that does not
+      // help either, the first error is the answer.
+      repair_quotes = true;
+      map = nullptr;
+      p1 = ScanResult{};
+      PT_ASSIGN_OR_RETURN(src, opened());
+      if (!ScanTrace(name, tuning, src.get(), nullptr, 0, &p1).ok()) return scanned;
+    } else if (!scanned.ok()) {
+      return scanned;
+    }
     if (map != nullptr) mapped = std::move(src);
   }
   TraceMeta& meta = p1.meta;

@@ -415,6 +415,123 @@ TEST(ReaderTest, EscapesStraddlingBlocksAndChunks) {
   }
 }
 
+// torch 2.13's trace writer does not escape the double quotes of names. A pretty-printed Kineto
+// trace (as torch writes it) with such names, an even and an odd number of quotes, placed so
+// they straddle chunks and segments: every event reads, each quote as ', whether the file is
+// mapped or streamed, and the ProfilerStep spans are all found.
+TEST(ReaderTest, UnescapedQuotesInNames) {
+  struct NameSink : EventSink {
+    std::vector<std::string> names;
+    TraceMeta meta;
+    void OnBegin(const TraceMeta& m) override { meta = m; }
+    void OnEvent(const Event& e) override { names.emplace_back(e.name); }
+  };
+  // {as written, as read}; the second and fourth have an odd number of quotes.
+  const std::vector<std::pair<std::string, std::string>> quoted = {
+      {"say \"hi\" / back", "say 'hi' / back"},
+      {"record \"x", "record 'x"},
+      {"\"quoted\"", "'quoted'"},
+      {"a \"\" \" b", "a '' ' b"}};
+  for (int odd = 0; odd < 2; ++odd) {
+    std::string json = "{\n  \"schemaVersion\": 1,\n  \"traceEvents\": [\n";
+    std::vector<std::string> want;
+    for (int i = 0; i < 60; ++i) {
+      std::string raw = "aten::mm", name = raw;
+      const size_t k = static_cast<size_t>(i / 7) % quoted.size();
+      if (i % 7 == 3 && (odd || k % 2 == 0)) {
+        raw = quoted[k].first;
+        name = quoted[k].second;
+      }
+      if (i % 10 == 0) raw = name = "ProfilerStep#" + std::to_string(i / 10);
+      json += "  {\n    \"ph\": \"X\", \"cat\": \"" +
+              std::string(i % 10 == 0 ? "user_annotation" : "cpu_op") + "\",\n    \"name\": \"" +
+              raw + "\", \"pid\": 1, \"tid\": 1,\n    \"ts\": " + std::to_string(i * 10) +
+              ", \"dur\": 5\n  },\n";
+      want.push_back(name);
+    }
+    json += "  {\n    \"ph\": \"i\", \"name\": \"Record Window End\", \"ts\": 600\n  }\n  ]\n}\n";
+    const std::string plain = TempPath("unescaped_quotes.json");
+    WriteFile(plain, json);
+    for (int variant = 0; variant < 4; ++variant) {
+      internal::ReaderTuning tuning;
+      tuning.segment_bytes = (variant & 1) ? 200 : 4 << 20;
+      tuning.read_bytes = (variant & 1) ? 7 : 1 << 20;
+      NameSink sink;
+      auto open = [&]() -> StatusOr<std::unique_ptr<ByteSource>> {
+        if (variant & 2) return OpenFileSource(plain);
+        return OpenMemorySource(json);
+      };
+      auto st = internal::ReadTraceFrom(open, "q.json", &sink, {}, tuning);
+      ASSERT_TRUE(st.ok()) << odd << "/" << variant << ": " << st.status().message();
+      EXPECT_EQ(st->malformed_events, 0u);
+      EXPECT_EQ(st->bytes, json.size());
+      EXPECT_EQ(sink.names, want) << odd << "/" << variant;
+      EXPECT_EQ(sink.meta.profiler_steps.size(), 6u) << odd << "/" << variant;
+    }
+    std::remove(plain.c_str());
+  }
+  // A quote followed by a comma cannot be told from the string's end: still an error.
+  CountingSink sink;
+  auto st = ReadTraceBuffer(R"({"traceEvents": [{"ph": "X", "name": "a", b", "ts": 1}]})", "c.json",
+                            &sink);
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.status().message(), ::testing::HasSubstr("c.json: malformed JSON at byte"));
+}
+
+// Real traces of torch 2.13's profiler (tests/data/torch213, its README): a 2-rank DDP job on
+// CPU (gloo), Kineto with stacks and shapes. The job from distributedInfo, the ProfilerStep#N
+// spans, Python events with their ids, gloo's collectives (without record_param_comms: torch
+// 2.13 writes none for gloo, so no collective metadata); and a trace whose names hold the double
+// quotes torch 2.13 leaves unescaped.
+TEST(ReaderTest, Torch213Traces) {
+  struct Sink : CountingSink {
+    uint64_t python = 0, python_with_ids = 0, gloo = 0, c10d = 0;
+    std::vector<std::string> quoted;
+    void OnEvent(const Event& e) override {
+      CountingSink::OnEvent(e);
+      if (e.kind == EventKind::kPythonFunction) {
+        ++python;
+        if (e.python_id >= 0) ++python_with_ids;
+      }
+      if (e.name == "gloo:all_reduce" && e.kind == EventKind::kUserAnnotation) ++gloo;
+      if (e.name == "c10d::allreduce_" && e.kind == EventKind::kCpuOp) ++c10d;
+      if (e.name.find('\'') != std::string_view::npos) quoted.emplace_back(e.name);
+    }
+  };
+  const std::string dir = PT_SOURCE_DIR "/tests/data/torch213/";
+  for (int rank = 0; rank < 2; ++rank) {
+    Sink sink;
+    auto st = ReadTrace(dir + "rank-" + std::to_string(rank) + ".json.gz", &sink);
+    ASSERT_TRUE(st.ok()) << st.status().message();
+    EXPECT_EQ(st->malformed_events, 0u);
+    EXPECT_EQ(st->unknown_kind, 0u);
+    const TraceMeta& m = sink.meta;
+    EXPECT_EQ(m.rank, rank);
+    EXPECT_EQ(m.rank_source, "distributedInfo");
+    EXPECT_EQ(m.world_size, 2);
+    EXPECT_EQ(m.backend, "gloo");
+    ASSERT_EQ(m.process_groups.size(), 1u);
+    EXPECT_EQ(m.process_groups[0].desc, "default_pg");
+    EXPECT_EQ(m.process_groups[0].size, 2);
+    EXPECT_EQ(m.process_groups[0].ranks, (std::vector<int>{0, 1}));
+    ASSERT_EQ(m.profiler_steps.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(m.profiler_steps[i].step, static_cast<int64_t>(i + 3));
+    EXPECT_EQ(m.optimizer_steps.size(), 4u);
+    EXPECT_EQ(sink.python, 3466u);
+    EXPECT_EQ(sink.python_with_ids, sink.python);
+    EXPECT_EQ(sink.gloo, 4u);
+    EXPECT_EQ(sink.c10d, 4u);
+    EXPECT_TRUE(sink.collectives.empty());  // no "Collective name": no record_param_comms
+  }
+  Sink sink;
+  auto st = ReadTrace(dir + "quoted_names/rank-0.json.gz", &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->malformed_events, 0u);
+  EXPECT_EQ(sink.meta.profiler_steps.size(), 3u);
+  EXPECT_EQ(sink.quoted, (std::vector<std::string>{"say 'hi' / back", "odd 'quote", "say 'hi' / back",
+                                                   "odd 'quote", "say 'hi' / back", "odd 'quote"}));
+}
+
 void ExpectError(const std::string& path, const std::string& needle) {
   CountingSink sink;
   auto st = ReadTrace(path, &sink);

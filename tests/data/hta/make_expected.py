@@ -7,6 +7,17 @@ needs Debian's python3-pandas python3-plotly python3-networkx python3-pydot pyth
 source tree (expected.json was made with commit f4d0062, "Add POST_PROCESSED_ANNOTATION_CATEGORY_
 PATTERN to OSS HTA (#343)"). Options: TraceAnalysis(include_last_profiler_step=True), nanosecond
 rounding off (HTA_DISABLE_NS_ROUNDING=1); values are HTA's totals over its iterations.
+
+With trace names as arguments, only those are computed, and printed merged into the
+expected.json there is (the others as they were):
+
+  python tests/data/hta/make_expected.py torch213_gloo_cpu > /tmp/e.json && mv /tmp/e.json tests/data/hta/expected.json
+
+`torch213_gloo_cpu` (tests/data/torch213: torch 2.13, CPU only) was made so, with HTA 0.5.0 from
+PyPI (pip install HolisticTraceAnalysis, in a virtual environment of its own). A trace without GPU
+kernels has no temporal breakdown in HTA (get_temporal_breakdown raises IndexError: it takes the
+first and last of the rank's merged GPU kernels, and there are none): for such a trace only HTA's
+iterations (get_iterations, its ProfilerStep numbers) are stored.
 """
 import json
 import logging
@@ -31,15 +42,29 @@ TRACES = {
     "control": [os.path.join(HERE, "control.json.gz")],
     "test": [os.path.join(HERE, "test.json.gz")],
     "gpu_tail_158ms": [os.path.join(HERE, "gpu_tail_158ms.json.gz")],
+    "torch213_gloo_cpu": [os.path.join(HERE, "..", "torch213", f"rank-{r}.json.gz") for r in (0, 1)],
 }
+# Traces without GPU kernels: HTA has no temporal breakdown of them, only their iterations.
+CPU_ONLY = {"torch213_gloo_cpu"}
 
+names = sys.argv[1:] or list(TRACES)
 out = {}
-for name, files in TRACES.items():
+if sys.argv[1:]:
+    with open(os.path.join(HERE, "expected.json")) as f:
+        out = json.load(f)
+for name in names:
+    files = TRACES[name]
     d = tempfile.mkdtemp()
     for i, f in enumerate(files):
         shutil.copy(f, os.path.join(d, f"rank{i}_" + os.path.basename(f)))
     a = TraceAnalysis(trace_dir=d, include_last_profiler_step=True)
     res = {}
+    if name in CPU_ONLY:
+        for r in sorted(a.t.get_ranks()):
+            steps = [int(s) for s in a.t.get_iterations(r)]
+            res[str(r)] = {"iterations": len(steps), "steps": steps}
+        out[name] = res
+        continue
     for _, row in a.get_temporal_breakdown(visualize=False).iterrows():
         r = int(row["rank"])
         res[str(r)] = {"iterations": len(a.t.get_iterations(r)), "idle_us": float(row["idle_time(us)"]),
