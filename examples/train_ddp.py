@@ -22,6 +22,11 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  hundred calls)
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
                  limit on the rank's own link, inside its network namespace)
+
+--die-at-step K (with --die-rank R): rank R kills itself with SIGKILL at step K of the job's first
+attempt (TORCHELASTIC_RESTART_COUNT unset or 0), as a crashed or OOM-killed process would end;
+under `torchrun --max-restarts 1` every rank then starts again and the second attempt runs to
+its end.
 """
 import argparse
 import json
@@ -57,6 +62,9 @@ def parse_args(argv=None):
                         "with a small model the iteration time is then quiet even on shared cores")
     p.add_argument("--log-every", type=int, default=0,
                    help="all-reduce the loss (dist.all_reduce) and print it every K steps (0 = never)")
+    p.add_argument("--die-at-step", type=int, default=-1,
+                   help="--die-rank kills itself (SIGKILL) at this step of the first attempt (-1 = never)")
+    p.add_argument("--die-rank", type=int, default=0, help="the rank --die-at-step kills")
     p.add_argument("--profile-dir", default="", help="write one profiler trace per rank here")
     p.add_argument("--profile-iters", default="", help="A:B, iterations to profile (default: all)")
     p.add_argument("--port", type=int, default=0, help="MASTER_PORT when spawning (0 = pick one)")
@@ -205,7 +213,13 @@ def worker(rank, world, args):
         return loss
 
     step_times, step_starts = [], []
+    first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
     for step in range(args.iters):
+        if step == args.die_at_step and rank == args.die_rank and first_attempt:
+            import signal
+            print(f"rank {rank} (pid {os.getpid()}): killing itself at step {step}",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         t_step = time.perf_counter()
         step_starts.append(time.monotonic_ns())
         if is_faulty and step == args.fault_start:

@@ -19,19 +19,19 @@ class Identity(unittest.TestCase):
     def test_torchrun(self):
         self.assertEqual(self.who(RANK="3", WORLD_SIZE="8", LOCAL_RANK="1", GROUP_RANK="1"),
                          {"launcher": "torch", "rank": 3, "world_size": 8, "local_rank": 1,
-                          "node_rank": 1, "host": "machine"})
+                          "node_rank": 1, "host": "machine", "attempt": 0})
 
     def test_slurm_names_the_node(self):
         self.assertEqual(self.who(SLURM_PROCID="5", SLURM_NTASKS="8", SLURM_LOCALID="1",
                                   SLURM_NODEID="2", SLURMD_NODENAME="n2"),
                          {"launcher": "slurm", "rank": 5, "world_size": 8, "local_rank": 1,
-                          "node_rank": 2, "host": "n2"})
+                          "node_rank": 2, "host": "n2", "attempt": 0})
 
     def test_open_mpi(self):
         self.assertEqual(self.who(OMPI_COMM_WORLD_RANK="2", OMPI_COMM_WORLD_SIZE="4",
                                   OMPI_COMM_WORLD_LOCAL_RANK="0", OMPI_COMM_WORLD_NODE_RANK="1"),
                          {"launcher": "openmpi", "rank": 2, "world_size": 4, "local_rank": 0,
-                          "node_rank": 1, "host": "machine"})
+                          "node_rank": 1, "host": "machine", "attempt": 0})
 
     def test_mpich_pmi(self):
         w = self.who(PMI_RANK="1", PMI_SIZE="2", MPI_LOCALRANKID="1")
@@ -53,6 +53,27 @@ class Identity(unittest.TestCase):
             self.assertIsNone(w["launcher"], env)
             self.assertIsNone(w["rank"], env)
             self.assertEqual(w["host"], "machine")
+
+    def test_torchrun_restart_is_the_attempt(self):
+        def attempt(count):
+            return self.who(RANK="1", WORLD_SIZE="4", TORCHELASTIC_RESTART_COUNT=count)["attempt"]
+        self.assertEqual(attempt("2"), 2)
+        for bad in ("", "x", "-1", str(1 << 21)):
+            self.assertEqual(attempt(bad), 0, bad)
+
+    def test_a_launchers_own_python_is_no_rank(self):
+        py = "/venv/bin/python3"
+        self.assertTrue(identity.is_launcher(["/venv/bin/torchrun", "--nproc-per-node", "2", "t.py"],
+                                             [py, "/venv/bin/torchrun", "--nproc-per-node", "2", "t.py"]))
+        self.assertTrue(identity.is_launcher(["-m", "t.py"],
+                                             [py, "-u", "-m", "torch.distributed.run", "t.py"]))
+        self.assertTrue(identity.is_launcher(["-m"], [py, "-mtorch.distributed.launch", "t.py"]))
+        # A rank (the script torchrun starts), and a script whose own arguments say -m.
+        self.assertFalse(identity.is_launcher(["t.py", "--x"], [py, "-u", "t.py", "--x"]))
+        self.assertFalse(identity.is_launcher(["t.py", "-m", "torch.distributed.run"],
+                                              [py, "t.py", "-m", "torch.distributed.run"]))
+        self.assertFalse(identity.is_launcher(["-c"], [py, "-c", "pass"]))
+        self.assertFalse(identity.is_launcher([], []))
 
     def test_each_node_finds_its_own_agent(self):
         t = "/tmp/perftracker-7-{node}.sock"

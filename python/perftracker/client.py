@@ -55,7 +55,8 @@ class AgentClient:
         self.stop = threading.Event()
         who = identity.identity()  # the launcher's environment (torchrun, Slurm, MPI)
         self.ident = {"pid": os.getpid(), "rank": who["rank"], "local_rank": who["local_rank"],
-                      "world_size": who["world_size"], "host": who["host"]}
+                      "world_size": who["world_size"], "host": who["host"],
+                      "attempt": who["attempt"]}
         self.thread = threading.Thread(target=self._run, name="perftracker-agent", daemon=True)
         # The agent's commands (protocol.AGENT_TO_WORKER), by type.
         self.handlers: Dict[str, Callable[[Message], None]] = {

@@ -26,6 +26,13 @@ LAUNCHERS = (
 
 # A job has at most this many ranks (base/limits.h kMaxWorldSize): anything else is not a rank.
 MAX_WORLD_SIZE = 1 << 20
+# torchrun's restart count of this process's workers; larger values are not believed (limits.h
+# kMaxAttempt).
+ATTEMPT_ENV = "TORCHELASTIC_RESTART_COUNT"
+MAX_ATTEMPT = 1 << 20
+# Launchers that are Python programs: their own process starts the ranks and is none of them.
+LAUNCHER_SCRIPTS = ("torchrun",)
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 def _int(environ, name):
@@ -36,6 +43,37 @@ def _int(environ, name):
     return v if 0 <= v <= MAX_WORLD_SIZE else None
 
 
+def attempt(environ=None):
+    """torchrun's restart count (TORCHELASTIC_RESTART_COUNT): 0 for the first attempt and
+    without torchrun."""
+    environ = os.environ if environ is None else environ
+    try:
+        v = int(environ.get(ATTEMPT_ENV, "0") or "0")
+    except ValueError:
+        return 0
+    return v if 0 <= v <= MAX_ATTEMPT else 0
+
+
+def is_launcher(argv=None, orig_argv=None):
+    """True in a launcher's own Python process (torchrun, `python -m torch.distributed.run` or
+    `.launch`): it starts the ranks and is none of them, so it must not report as a worker.
+    ARGV / ORIG_ARGV default to sys.argv / sys.orig_argv (both set before sitecustomize runs)."""
+    import sys
+    argv = getattr(sys, "argv", None) if argv is None else argv
+    orig_argv = getattr(sys, "orig_argv", None) if orig_argv is None else orig_argv
+    if argv and os.path.basename(str(argv[0])) in LAUNCHER_SCRIPTS:
+        return True
+    orig = [str(a) for a in (orig_argv or [])]
+    for i, a in enumerate(orig[1:], start=1):
+        if a == "-m":
+            return i + 1 < len(orig) and orig[i + 1] in LAUNCHER_MODULES
+        if a.startswith("-m"):
+            return a[2:] in LAUNCHER_MODULES
+        if not a.startswith("-"):
+            break  # a script: the interpreter's options are over
+    return False
+
+
 def agent_socket(template, environ=None):
     """The node agent's socket: TEMPLATE with {node} replaced by this node's name (`perftracker
     run` inside a Slurm allocation starts one agent per node, each on its own socket)."""
@@ -43,11 +81,11 @@ def agent_socket(template, environ=None):
 
 
 def identity(environ=None, hostname=None):
-    """{"launcher", "rank", "world_size", "local_rank", "node_rank", "host"}; launcher and the
-    numbers are None where no launcher says."""
+    """{"launcher", "rank", "world_size", "local_rank", "node_rank", "host", "attempt"};
+    launcher and the numbers are None where no launcher says (attempt: 0)."""
     environ = os.environ if environ is None else environ
     out = {"launcher": None, "rank": None, "world_size": None, "local_rank": None,
-           "node_rank": None, "host": None}
+           "node_rank": None, "host": None, "attempt": attempt(environ)}
     for name, fields in LAUNCHERS:
         rank, world = _int(environ, fields["rank"]), _int(environ, fields["world_size"])
         if rank is None or world is None or rank >= world:

@@ -24,8 +24,9 @@ class MessageType(NamedTuple):
 # hello's "v".
 VERSION = 1
 
-# The worker's identity, on every worker -> agent message.
-IDENTITY = ("pid", "rank", "local_rank", "world_size", "host")
+# The worker's identity, on every worker -> agent message. attempt: torchrun's restart count
+# (identity.attempt).
+IDENTITY = ("pid", "rank", "local_rank", "world_size", "host", "attempt")
 
 # ---- worker -> agent ----
 

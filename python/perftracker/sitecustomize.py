@@ -25,9 +25,11 @@ def _chain():
 def _activate():
     if not (os.environ.get("PERFTRACKER_AGENT_SOCKET") or os.environ.get("PERFTRACKER_ENABLE")):
         return
-    from perftracker import hooks
+    from perftracker import hooks, identity
     if hooks.is_helper_of_a_rank():
         return  # started by a rank (same RANK): the rank reports, its helpers do not
+    if identity.is_launcher():
+        return  # torchrun's own process starts the ranks; it is none of them
     hooks.enable()
 
 

@@ -355,7 +355,8 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
     std::lock_guard lk(mu);
     for (const auto& it : iters) {
       IterationReport& l = latest[it.rank];
-      if (it.step >= l.step) l = it;
+      // A restarted rank (a later attempt) numbers its iterations from 0 again.
+      if (it.step >= l.step || it.attempt != l.attempt) l = it;
     }
     received = window_received;
     all = std::exchange(report_all, false);
@@ -368,16 +369,18 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
   ir.set_agent_id(AgentId());
   ir.set_window_received(received);
   ir.set_relays_workers(sink->RelaysWorkers());
-  std::map<int, v1::IterationBatch*> by_rank;
+  std::map<std::pair<int, int>, v1::IterationBatch*> by_worker;  // (rank, pid)
   for (const auto& it : iters) {
     if (options.profile_at_iteration >= 0 && it.step >= options.profile_at_iteration) {
       options.profile_at_iteration = -1;
       ForwardTrigger({it.rank, "user", it.step, it.iteration_ms, 0});
     }
-    auto& b = by_rank[it.rank];
+    auto& b = by_worker[{it.rank, it.pid}];
     if (!b) {
       b = ir.add_batches();
       b->set_rank(it.rank);
+      b->set_pid(it.pid);
+      b->set_attempt(it.attempt);
     }
     b->add_steps(it.step);
     b->add_iteration_ms(it.iteration_ms);
@@ -395,6 +398,8 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
     ws->set_exit_message(w.exit_message);
     ws->set_process_gone(w.process_gone);
     ws->set_last_iteration(w.last_iteration);
+    ws->set_attempt(w.attempt);
+    ws->set_exited_unix_seconds(w.exited_unix_s);
     sent.push_back(pid);
   }
   grpc::ClientContext ctx;

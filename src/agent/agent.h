@@ -30,6 +30,8 @@ struct IterationReport {
   int rank = -1;
   int64_t step = 0;
   double iteration_ms = 0;
+  int pid = 0;      // the worker process (0: unknown)
+  int attempt = 0;  // its launcher's restart count (torchrun's TORCHELASTIC_RESTART_COUNT)
 };
 
 // The traces a worker finished for the current window: the first path owns the iterations (the
@@ -67,6 +69,10 @@ struct WorkerStatus {
   bool exit_message = false;  // it sent its exit message (stats) first: a normal exit
   bool process_gone = false;  // its process no longer exists
   int64_t last_iteration = -1;
+  // Its launcher's restart count (torchrun's TORCHELASTIC_RESTART_COUNT; an elastic restart
+  // starts every rank again), and when its connection closed (unix seconds, 0: it has not).
+  int attempt = 0;
+  double exited_unix_s = 0;
 };
 
 // How the agent reaches local workers. The worker side (a Unix-socket interface) plugs in here;

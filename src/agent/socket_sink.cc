@@ -86,6 +86,7 @@ struct SocketSink::Impl {
     int rank = -1;
     int local_rank = -1;
     int world_size = -1;
+    int attempt = -1;  // the launcher's restart count (-1: not said)
     std::string host;
     int64_t clock_offset_ns = 0;
     std::optional<int64_t> window_sent;  // the last window whose profile command it got
@@ -119,6 +120,8 @@ struct SocketSink::Impl {
   std::string window_line;  // the profile command, as sent
   Clock::time_point window_since;
   std::set<int> window_done_pids;  // workers whose trace for the window arrived
+  std::set<int> window_pids;       // workers that got the command when it came
+  int window_attempt = -1;         // their highest restart count (-1: none had said who it is)
   // Each worker's newest status by pid (live and exited, at most kMaxKnownWorkers), the pids
   // changed since the last poll, and exited pids whose process may not have ended yet.
   std::map<int, WorkerStatus> workers;
@@ -144,6 +147,7 @@ struct SocketSink::Impl {
     w.window_accepted = c.window_accepted;
     w.exit_message = c.exit_message;
     w.last_iteration = c.last_iteration;
+    w.attempt = std::max(c.attempt, 0);
     return w;
   }
 
@@ -237,12 +241,24 @@ struct SocketSink::Impl {
   void MaybeSendWindow(Conn& c) {
     if (!window || c.pid <= 0 || c.window_sent == window->window_id) return;
     if (window_done_pids.count(c.pid)) return;
+    if (!WindowIsFor(c)) return;
     const double open_s =
         std::max(window->max_seconds, window_defaults::kMaxSeconds) + options.late_join_seconds;
     if (Seconds(Clock::now() - window_since) > open_s) return;
     Send(c, window_line);
     c.window_sent = window->window_id;
     Note(c);
+  }
+
+  // Whether the open window's command is for worker C: not when C is a later attempt of the job
+  // (a higher restart count than the workers the command went to, or those workers are all
+  // gone: torchrun restarted the ranks, whose iterations start at 0 again).
+  bool WindowIsFor(const Conn& c) const {
+    if (window_attempt >= 0 && c.attempt > window_attempt) return false;
+    if (window_pids.empty() || window_pids.count(c.pid)) return true;
+    for (const auto& [fd, other] : conns)
+      if (other.pid > 0 && window_pids.count(other.pid)) return true;
+    return false;
   }
 
   // ---- input ----
@@ -360,6 +376,7 @@ struct SocketSink::Impl {
     if (m.local_rank) c.local_rank = *m.local_rank;
     if (m.world_size) c.world_size = *m.world_size;
     if (m.host) c.host = *m.host;
+    if (m.attempt) c.attempt = *m.attempt;
     if (m.rank) c.rank = *m.rank;
     if (c.pid != pid || c.rank != rank) Note(c);  // a new worker, or its rank now known
     if (!m.rank) return;
@@ -382,7 +399,8 @@ struct SocketSink::Impl {
   void OnIterations(Conn& c, const WorkerMessage& m) {
     for (const IterationItem& item : m.items) {
       c.last_iteration = std::max(c.last_iteration, item.index);
-      IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6};
+      IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6, c.pid,
+                        std::max(c.attempt, 0)};
       if (c.rank >= 0) {
         PushIteration(r);
         continue;
@@ -548,6 +566,9 @@ struct SocketSink::Impl {
     if (c.pid > 0) {
       WorkerStatus w = StatusOf(c);
       w.exited = true;
+      w.exited_unix_s =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
       w.process_gone = ProcessGone(c.pid);
       Note(w);
       if (!w.process_gone) exit_rechecks[c.pid] = Clock::now();
@@ -677,10 +698,15 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   m.window_line = w.Take();
   m.window_since = Clock::now();
   m.window_done_pids.clear();
+  m.window_pids.clear();
+  m.window_attempt = -1;
   for (auto& [fd, c] : m.conns) {
     m.Send(c, m.window_line);
     c.window_sent = command.window_id;
     m.Note(c);
+    if (c.pid <= 0) continue;
+    m.window_pids.insert(c.pid);
+    m.window_attempt = std::max(m.window_attempt, std::max(c.attempt, 0));
   }
   m.Wake();
   return Status::Ok();

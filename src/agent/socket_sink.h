@@ -65,7 +65,10 @@ class SocketSink : public AgentLocalSink {
   void Stop();
 
   // Sends every connected worker a profile command writing under
-  // <trace_dir>/window-<id>; workers connecting later while the window is open get it too.
+  // <trace_dir>/window-<id>; workers connecting later while the window is open get it too,
+  // unless they are a later attempt of the job: a higher restart count than the workers that
+  // got the command, or every one of those workers is gone (an elastic restart numbers its
+  // iterations from 0 again, and a stale window would keep its ranks from the next one).
   Status StartWindow(const WindowCommand& command) override;
   std::vector<WorkerTrace> PollFinished() override;
   std::vector<IterationReport> PollIterations() override;

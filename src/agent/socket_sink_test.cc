@@ -372,6 +372,39 @@ TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
   EXPECT_EQ(again->ReadLine(), R"({"type":"stacks","request_id":3})");
 }
 
+// An elastic restart: torchrun starts every rank again, their iterations count from 0, and the
+// old window's command would keep them from the next window.
+TEST_F(SocketSinkTest, ARestartedRankDoesNotGetTheOldAttemptsWindow) {
+  auto a = Connect(70, "0");
+  auto b = Connect(71, "1");
+  ASSERT_TRUE(sink_->StartWindow({8, 60, 10, 20}).ok());
+  EXPECT_NE(a->ReadLine(), "");
+  EXPECT_NE(b->ReadLine(), "");
+  // A worker with a higher restart count is a later attempt, even while the old ones live.
+  auto later = std::make_unique<FakeWorker>(SocketPath());
+  ASSERT_TRUE(later->Line(R"({"type":"hello","v":1,"pid":80,"rank":0,"attempt":1})"));
+  EXPECT_EQ(later->ReadLine(500), "");
+  // Its iterations say which process and attempt they come from (the server tells the
+  // attempts apart by them).
+  ASSERT_TRUE(later->Line(
+      R"({"type":"iterations","items":[[3,0,1000000,true]],"pid":80,"rank":0,"attempt":1})"));
+  std::vector<IterationReport> its =
+      Collect<IterationReport>(1, [&] { return sink_->PollIterations(); });
+  ASSERT_EQ(its.size(), 1u);
+  EXPECT_EQ(its[0].pid, 80);
+  EXPECT_EQ(its[0].attempt, 1);
+  // The old attempt's processes are gone: a new process gets no command, whatever it says.
+  a->Close();
+  b->Close();
+  ASSERT_TRUE(WaitFor([&] { return sink_->WorkerPids() == std::vector<int>{80}; }));
+  auto fresh = Connect(81, "1");
+  EXPECT_EQ(fresh->ReadLine(500), "");
+  // The next window reaches the new attempt.
+  ASSERT_TRUE(sink_->StartWindow({9, 25, 10, 20}).ok());
+  EXPECT_NE(later->ReadLine().find(R"("window":9)"), std::string::npos);
+  EXPECT_NE(fresh->ReadLine().find(R"("window":9)"), std::string::npos);
+}
+
 // What the server hears of each worker (issue 23: why a rank did not report): the window's
 // command sent and answered, and how the worker ended: its process gone, or a normal exit.
 TEST_F(SocketSinkTest, WorkerStatusFollowsTheCommandAndTheExit) {
@@ -410,6 +443,8 @@ TEST_F(SocketSinkTest, WorkerStatusFollowsTheCommandAndTheExit) {
   ASSERT_TRUE(until(0, [](const WorkerStatus& w) { return w.exited; }));
   EXPECT_TRUE(latest[0].process_gone);
   EXPECT_FALSE(latest[0].exit_message);
+  EXPECT_GT(latest[0].exited_unix_s, 1e9);  // when: orders an attempt's ends across nodes
+  EXPECT_EQ(latest[0].attempt, 0);
 
   ASSERT_TRUE(
       live->Line(fmt::format(R"({{"type":"stats","iterations":119,{}}})", Ident(alive, "1"))));

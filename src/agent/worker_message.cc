@@ -57,6 +57,7 @@ void ParseIdentity(dom::element doc, WorkerMessage* m) {
   if (auto v = GetInt(doc, "world_size"); v && limits::ValidWorldSize(*v))
     m->world_size = ToInt(*v);
   if (auto v = GetString(doc, "host")) m->host = std::move(*v);
+  if (auto v = GetInt(doc, "attempt"); v && limits::ValidAttempt(*v)) m->attempt = ToInt(*v);
 }
 
 bool ParseIterations(dom::element doc, WorkerMessage* m) {

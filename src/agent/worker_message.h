@@ -48,8 +48,9 @@ struct IterationItem {
 
 struct WorkerMessage {
   WorkerMessageType type = WorkerMessageType::kMalformed;
-  // Identity, on every message (absent: not known yet).
-  std::optional<int> pid, rank, local_rank, world_size;
+  // Identity, on every message (absent: not known yet). attempt: the launcher's restart count
+  // of the worker (torchrun's TORCHELASTIC_RESTART_COUNT).
+  std::optional<int> pid, rank, local_rank, world_size, attempt;
   std::optional<std::string> host;
   // hello
   int64_t version = 0;

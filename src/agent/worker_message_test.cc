@@ -19,8 +19,9 @@ WorkerMessage Parse(const std::string& line) {
 TEST(WorkerMessage, IdentityAndHello) {
   WorkerMessage m =
       Parse(R"({"type":"hello","v":1,"clock_offset_ns":42,"pid":7,"rank":3,"local_rank":1,)"
-            R"("world_size":8,"host":"n1"})");
+            R"("world_size":8,"host":"n1","attempt":2})");
   EXPECT_EQ(m.type, T::kHello);
+  EXPECT_EQ(m.attempt, 2);
   EXPECT_EQ(m.version, 1);
   EXPECT_EQ(m.clock_offset_ns, 42);
   EXPECT_EQ(m.pid, 7);
@@ -32,8 +33,11 @@ TEST(WorkerMessage, IdentityAndHello) {
 
 TEST(WorkerMessage, ImpossibleIdentityIsUnknown) {
   WorkerMessage m = Parse(
-      R"({"type":"hello","pid":-4,"rank":2000000000,"local_rank":-1,"world_size":0,"host":null})");
+      R"({"type":"hello","pid":-4,"rank":2000000000,"local_rank":-1,"world_size":0,"host":null,)"
+      R"("attempt":-1})");
   EXPECT_EQ(m.type, T::kHello);
+  EXPECT_FALSE(m.attempt);
+  EXPECT_FALSE(Parse(R"({"type":"hello","attempt":1e12})").attempt);
   EXPECT_FALSE(m.pid);
   EXPECT_FALSE(m.rank);
   EXPECT_FALSE(m.local_rank);

@@ -17,6 +17,11 @@ inline constexpr int kMaxWorldSize = 1 << 20;
 inline constexpr bool ValidRank(int64_t rank) { return rank >= 0 && rank < kMaxWorldSize; }
 inline constexpr bool ValidWorldSize(int64_t n) { return n >= 1 && n <= kMaxWorldSize; }
 
+// A launcher's restart count of its workers (torchrun's TORCHELASTIC_RESTART_COUNT): a job is
+// restarted a handful of times, a runaway one thousands; a larger number is not believed.
+inline constexpr int kMaxAttempt = 1 << 20;
+inline constexpr bool ValidAttempt(int64_t n) { return n >= 0 && n <= kMaxAttempt; }
+
 // The inflated body of one rank's summary. Real ones are 50-400 KB (a few hundred functions,
 // a few thousand Python call-stack nodes); 16 MiB is forty times the largest seen, and bounds
 // what a small compressed file (a zstd bomb) can make a reader hold.

@@ -65,6 +65,10 @@ std::string ClosingSummary(const JobOutcome& j) {
     const server::RunSummary& sum = *j.embedded;
     ended += fmt::format("; {} window(s) diagnosed{}", sum.windows,
                          sum.hangs ? fmt::format(", {} hang(s)", sum.hangs) : "");
+    if (!sum.attempts.empty()) {
+      ended += fmt::format("\n  {} attempts (the ranks were started again):", sum.attempts.size());
+      for (const std::string& a : sum.attempts) ended += "\n    " + a;
+    }
     if (sum.has_latest && !sum.latest.findings.empty()) {
       const diagnose::Finding& top = sum.latest.findings[0];
       ended += fmt::format("\n  latest diagnosis: {} finding(s); first: {}",

@@ -141,6 +141,16 @@ TEST(JobPlanTest, ClosingSummaryWithTheEmbeddedServer) {
             "diagnosed, 1 hang(s)\n"
             "  latest diagnosis: 2 finding(s); first: rank 5 is slow\n"
             "  report: /r/diagnosis.json   log: /r/perftracker.log");
+  // An elastic restart: every attempt, one line each.
+  sum.attempts = {"attempt 0 (restart count 0): ranks 0-3; ended: rank 1 first", "attempt 1"};
+  EXPECT_EQ(ClosingSummary(j),
+            "job ended (exit 0) after 0:42, 120 iterations, last 84.3 ms; 2 window(s) "
+            "diagnosed, 1 hang(s)\n"
+            "  2 attempts (the ranks were started again):\n"
+            "    attempt 0 (restart count 0): ranks 0-3; ended: rank 1 first\n"
+            "    attempt 1\n"
+            "  latest diagnosis: 2 finding(s); first: rank 5 is slow\n"
+            "  report: /r/diagnosis.json   log: /r/perftracker.log");
 }
 
 }  // namespace

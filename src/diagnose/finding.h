@@ -53,6 +53,25 @@ struct IterationStats {
   double mean_ms = 0, p50_ms = 0, p99_ms = 0, min_ms = 0, max_ms = 0;
 };
 
+// One attempt of an online job: an elastic launcher (torchrun --max-restarts) starts every rank
+// again after one failed, and the new processes number their iterations from 0.
+struct AttemptInfo {
+  struct End {
+    int rank = -1;
+    int pid = 0;
+    bool clean = false;  // its exit hook ran (a Python exit); false: killed or crashed
+    int64_t last_iteration = -1;
+  };
+  int attempt = 0;        // 0, 1, ... in the order the server saw them
+  int restart_count = 0;  // the launcher's (TORCHELASTIC_RESTART_COUNT), the highest its ranks said
+  std::vector<int> ranks;
+  std::map<int, int> pids;  // rank -> process
+  std::vector<std::string> hosts;
+  int64_t last_iteration = -1;  // the furthest iteration any of its ranks reported
+  std::vector<End> ends;        // the ranks whose process ended, first first
+  std::string summary;          // one line for people
+};
+
 struct JobInfo {
   int world_size = 0;
   std::vector<int> ranks;
@@ -61,6 +80,7 @@ struct JobInfo {
   std::map<int, double> iteration_ms_per_rank;   // mean per rank
   std::vector<std::string> notes;                // flagged conditions (no markers, ...)
   std::map<int, IterationStats> run_iterations;  // online: the whole run, per rank
+  std::vector<AttemptInfo> attempts;             // online, at the job's end: every attempt
 };
 
 struct Diagnosis {

@@ -67,6 +67,39 @@ diagnose::Cause CauseFrom(const std::string& s) {
   return diagnose::Cause::kUnknown;
 }
 
+// job.attempts (online, at the job's end): each attempt's ranks, processes and how it ended.
+void ReadAttempts(dom::object job, diagnose::JobInfo* out) {
+  dom::array attempts;
+  if (At(job, "attempts").get(attempts) != simdjson::SUCCESS) return;
+  for (dom::element e : attempts) {
+    dom::object o;
+    if (e.get(o) != simdjson::SUCCESS) continue;
+    diagnose::AttemptInfo& a = out->attempts.emplace_back();
+    a.attempt = Whole<int>(At(o, "attempt"));
+    a.restart_count = Whole<int>(At(o, "restart_count"));
+    a.last_iteration = Whole<int64_t>(At(o, "last_iteration"));
+    a.summary = Str(At(o, "summary"));
+    dom::array arr;
+    if (At(o, "ranks").get(arr) == simdjson::SUCCESS)
+      for (dom::element r : arr) a.ranks.push_back(Whole<int>(r));
+    if (At(o, "hosts").get(arr) == simdjson::SUCCESS)
+      for (dom::element h : arr) a.hosts.push_back(Str(h));
+    dom::object pids;
+    if (At(o, "pids").get(pids) == simdjson::SUCCESS)
+      for (auto [k, v] : pids)
+        if (int r; IntKey(k, &r)) a.pids[r] = Whole<int>(v);
+    if (At(o, "ends").get(arr) == simdjson::SUCCESS)
+      for (dom::element x : arr) {
+        dom::object eo;
+        if (x.get(eo) != simdjson::SUCCESS) continue;
+        bool clean = false;
+        if (At(eo, "clean").get(clean) != simdjson::SUCCESS) clean = false;
+        a.ends.push_back({Whole<int>(At(eo, "rank")), Whole<int>(At(eo, "pid")), clean,
+                          Whole<int64_t>(At(eo, "last_iteration"))});
+      }
+  }
+}
+
 void ReadJob(dom::object job, diagnose::JobInfo* out) {
   out->world_size = Whole<int>(At(job, "world_size"));
   out->iterations = Whole<int>(At(job, "iterations"));
@@ -84,6 +117,7 @@ void ReadJob(dom::object job, diagnose::JobInfo* out) {
   dom::array notes;
   if (At(job, "notes").get(notes) == simdjson::SUCCESS)
     for (dom::element n : notes) out->notes.push_back(Str(n));
+  ReadAttempts(job, out);
   dom::object run;
   if (At(job, "run_iteration_ms").get(run) == simdjson::SUCCESS) {
     dom::object per;

@@ -25,6 +25,18 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
   ASSERT_FALSE(d.findings.empty());
   d.job.notes.push_back("a note with \"quotes\"");
   d.job.run_iterations[0] = {100, 40, 39, 60, 30, 70};
+  diagnose::AttemptInfo a;
+  a.attempt = 0;
+  a.ranks = {0, 1};
+  a.pids = {{0, 100}, {1, 101}};
+  a.hosts = {"vm"};
+  a.last_iteration = 59;
+  a.ends = {{1, 101, false, 59}, {0, 100, true, 58}};
+  a.summary = "attempt 0 (restart count 0): ranks 0,1";
+  d.job.attempts = {a, a};
+  d.job.attempts[1].attempt = 1;
+  d.job.attempts[1].restart_count = 1;
+  d.job.attempts[1].ends.clear();
   d.findings[0].evidence_text["reasoning"] = "because";
   const std::string json = RenderJson(d);
   auto back = ParseDiagnosisJson(json, "d.json");
@@ -32,6 +44,13 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
   EXPECT_EQ(RenderJson(*back), json);
   EXPECT_EQ(back->findings[0].ranks, std::vector<int>{1});
   EXPECT_EQ(back->findings[0].functions[0].stack.size(), 2u);
+  ASSERT_EQ(back->job.attempts.size(), 2u);
+  EXPECT_EQ(back->job.attempts[0].ends[0].pid, 101);
+  EXPECT_FALSE(back->job.attempts[0].ends[0].clean);
+  EXPECT_TRUE(back->job.attempts[0].ends[1].clean);
+  EXPECT_EQ(back->job.attempts[1].restart_count, 1);
+  // The text report lists them when there was a restart.
+  EXPECT_NE(RenderText(*back).find("attempt 0 (restart count 0): ranks 0,1\n"), std::string::npos);
 }
 
 TEST(DiagnosisReaderTest, AbsentKeysAreDefaults) {

@@ -375,6 +375,13 @@ std::string RenderHtml(const HtmlInput& in) {
                          Escape(w.reason));
     out += "</tbody></table>";
   }
+  if (d.job.attempts.size() > 1) {
+    // An elastic restart: every attempt, how far it got and how it ended; the chart shows the
+    // attempts' iterations one after another.
+    out += "<h2>Attempts</h2><ul class=\"attempts\">";
+    for (const auto& a : d.job.attempts) out += "<li>" + Escape(a.summary) + "</li>";
+    out += "</ul>";
+  }
   if (!d.job.notes.empty()) {
     out += "<h2>Notes</h2><ul class=\"notes\">";
     for (const auto& n : d.job.notes) out += "<li>" + Escape(n) + "</li>";

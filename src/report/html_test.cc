@@ -92,6 +92,16 @@ TEST(HtmlTest, ACleanJobSaysSo) {
   in.job = &job;
   const std::string page = RenderHtml(in);
   EXPECT_NE(page.find("No findings: nothing costs more than the thresholds."), std::string::npos);
+  EXPECT_EQ(page.find("<h2>Attempts</h2>"), std::string::npos);  // one attempt: not listed
+  // An elastic restart: both attempts, escaped.
+  d.job.attempts.resize(2);
+  d.job.attempts[0].summary = "attempt 0: ended: rank 1 first, killed or crashed <no hook>";
+  d.job.attempts[1].summary = "attempt 1 (restart count 1): ranks 0-3";
+  const std::string restarted = RenderHtml(in);
+  EXPECT_NE(restarted.find("<h2>Attempts</h2>"), std::string::npos);
+  EXPECT_NE(restarted.find("<li>attempt 0: ended: rank 1 first, killed or crashed &lt;no hook&gt;"
+                           "</li><li>attempt 1 (restart count 1): ranks 0-3</li>"),
+            std::string::npos);
 }
 
 TEST(HtmlTest, TenThousandRanksGiveDistributionsAndOutliersUnderFiveMegabytes) {

@@ -137,6 +137,32 @@ std::string RenderJson(const Diagnosis& d) {
     }
     w.EndObject().EndObject();
   }
+  if (!d.job.attempts.empty()) {
+    w.Key("attempts").BeginArray();
+    for (const auto& a : d.job.attempts) {
+      w.BeginObject();
+      w.Key("attempt").Int(a.attempt).Key("restart_count").Int(a.restart_count);
+      w.Key("ranks").BeginArray();
+      for (int r : a.ranks) w.Int(r);
+      w.EndArray();
+      w.Key("pids").BeginObject();
+      for (const auto& [r, pid] : a.pids) w.Key(std::to_string(r)).Int(pid);
+      w.EndObject();
+      w.Key("hosts").BeginArray();
+      for (const auto& h : a.hosts) w.String(h);
+      w.EndArray();
+      w.Key("last_iteration").Int(a.last_iteration);
+      w.Key("ends").BeginArray();
+      for (const auto& e : a.ends) {
+        w.BeginObject().Key("rank").Int(e.rank).Key("pid").Int(e.pid);
+        w.Key("clean").Bool(e.clean).Key("last_iteration").Int(e.last_iteration).EndObject();
+      }
+      w.EndArray();
+      w.Key("summary").String(a.summary);
+      w.EndObject();
+    }
+    w.EndArray();
+  }
   w.EndObject();
   w.Key("findings").BeginArray();
   for (const auto& f : d.findings) WriteFinding(f, &w);
@@ -160,6 +186,8 @@ std::string RenderText(const Diagnosis& d) {
       out += fmt::format("  rank {:>4}: {:>6} {:>8} {:>8} {:>8} {:>8}\n", rank, s.count,
                          Num(s.mean_ms), Num(s.p50_ms), Num(s.p99_ms), Num(s.max_ms));
   }
+  if (job.attempts.size() > 1)
+    for (const auto& a : job.attempts) out += a.summary + "\n";
   for (const auto& n : job.notes) out += fmt::format("note: {}\n", n);
   out += "\n";
   if (d.findings.empty()) {

@@ -120,6 +120,8 @@ RunSummary CollectorServer::Summary() const {
     r.has_latest = true;
     r.latest = *impl_->latest;
   }
+  if (impl_->attempts.attempts().size() > 1)
+    for (const diagnose::AttemptInfo& a : impl_->attempts.Report()) r.attempts.push_back(a.summary);
   return r;
 }
 
@@ -183,6 +185,11 @@ void CollectorServer::Shutdown() {
     final_d.job.notes.push_back("no profiling window fired or completed during the run");
   }
   if (unprofiled) final_d.job.notes.push_back(*unprofiled);
+  // Every attempt of the job: its ranks, processes, how far it got and how it ended.
+  final_d.job.attempts = impl_->attempts.Report();
+  if (impl_->attempts.dropped() > 0)
+    final_d.job.notes.push_back(fmt::format("{} earlier attempt(s) not kept (the newest {} are)",
+                                            impl_->attempts.dropped(), AttemptLog::kMaxAttempts));
   std::vector<double> means;
   for (const auto& [r, st] : impl_->ranks) {
     if (st.count == 0) continue;

@@ -61,6 +61,8 @@ struct RunSummary {
   int hangs = 0;    // hangs diagnosed
   bool has_latest = false;
   diagnose::Diagnosis latest;  // the latest diagnosis
+  // One line per attempt of the job (server/attempts.h), when its ranks were started again.
+  std::vector<std::string> attempts;
 };
 
 class CollectorServer {

@@ -29,6 +29,7 @@
 #include "diagnose/hang.h"
 #include "perftracker.grpc.pb.h"
 #include "report/html.h"
+#include "server/attempts.h"
 #include "server/collector.h"
 #include "server/command_stream.h"
 #include "server/metrics_http.h"
@@ -87,6 +88,8 @@ struct CollectorServer::Impl final
   std::map<int, std::string> declared_by;  // rank -> the agent that registered it
   std::optional<std::string> job_key;      // the job being collected (RegisterRequest.job_id)
   std::map<int, RankState> ranks;
+  // The job's attempts: an elastic launcher starts every rank again after a failure.
+  AttemptLog attempts;
   std::map<int64_t, std::unique_ptr<Window>> windows;
   // The online policy: when windows open, cooldowns, hang confirmation (server/scheduler.h).
   // Guarded by mu like the rest; the single source of which window is open.
@@ -172,6 +175,19 @@ struct CollectorServer::Impl final
 
   // Called with mu held.
   int64_t FurthestStepLocked() const;
+
+  // The ranks the current attempt waits for, when no agent declared any: those that reported
+  // in it (with mu held).
+  std::set<int> CurrentRanksLocked() const;
+
+  // Attempt attempts.current() began (RANK came back in process PID): the old attempt's open
+  // window closes with what arrived, a hang collection ends, and progress and scheduling start
+  // afresh, as for a new job, but in the same report. Called with mu held.
+  void NewAttemptLocked(int rank, int pid);
+
+  // One agent's iteration batches and ended workers (HOST: the agent's), with mu held.
+  void ReportIterationsLocked(const std::string& agent_id, const std::string& host,
+                              const v1::ReportIterationsRequest& req);
 
   // Called with mu held.
   void StartHangLocked(int rank, double mean_ms, std::chrono::steady_clock::time_point since);

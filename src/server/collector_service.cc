@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/credentials.h"
 #include "base/json_writer.h"
@@ -162,28 +163,55 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
   agent->second.last_seen = std::chrono::steady_clock::now();
   if (req->has_window_received()) agent->second.window_received = req->window_received();
   agent->second.relays_workers |= req->relays_workers();
-  for (const v1::WorkerState& w : req->workers()) {
-    if (!limits::ValidRank(w.rank()) || !OwnsLocked(req->agent_id(), w.rank()).ok()) continue;
+  ReportIterationsLocked(req->agent_id(), agent->second.host, *req);
+  return grpc::Status::OK;
+}
+
+void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
+                                                   const std::string& host,
+                                                   const v1::ReportIterationsRequest& req) {
+  for (const v1::WorkerState& w : req.workers()) {
+    if (!limits::ValidRank(w.rank()) || !OwnsLocked(agent_id, w.rank()).ok()) continue;
     RankState& r = ranks[w.rank()];
     WorkerSeen seen{w.pid(),    w.window_sent(),  w.window_acked(), w.window_accepted(),
                     w.exited(), w.exit_message(), w.process_gone(), w.last_iteration()};
     if (!r.worker || r.worker->ReplacedBy(seen)) r.worker = seen;
-    r.agent = req->agent_id();
+    r.agent = agent_id;
+    if (!w.exited()) continue;
+    // How the job's attempt ended (server/attempts.h); the time only orders the ends (a NaN
+    // would break the sort).
+    const double t = std::isfinite(w.exited_unix_seconds()) ? w.exited_unix_seconds() : 0;
+    attempts.Ended(w.rank(), w.pid(), limits::ValidAttempt(w.attempt()) ? w.attempt() : 0,
+                   w.exit_message(), std::max<int64_t>(w.last_iteration(), -1), t, host);
   }
-  for (const v1::IterationBatch& b : req->batches()) {
+  for (const v1::IterationBatch& b : req.batches()) {
     if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
-    if (!OwnsLocked(req->agent_id(), b.rank()).ok()) continue;
+    if (!OwnsLocked(agent_id, b.rank()).ok()) continue;
+    const int restart = limits::ValidAttempt(b.attempt()) ? b.attempt() : 0;
+    const AttemptLog::Placed placed = attempts.Place(b.rank(), std::max(b.pid(), 0), restart, host);
+    if (placed.placement == AttemptLog::Placement::kNew) NewAttemptLocked(b.rank(), b.pid());
     RankState& r = ranks[b.rank()];
-    r.agent = req->agent_id();
-    int n = std::min(b.steps_size(), b.iteration_ms_size());
+    r.agent = agent_id;
+    const int n = std::min(b.steps_size(), b.iteration_ms_size());
+    int64_t furthest = -1;
+    for (int i = 0; i < n; ++i) furthest = std::max(furthest, b.steps(i));
+    attempts.Progress(placed.attempt, b.rank(), furthest, n);
+    if (placed.placement == AttemptLog::Placement::kEarlier) {
+      // An earlier attempt's last batches: the run's statistics, not the current progress.
+      for (int i = 0; i < n; ++i) r.Add(b.iteration_ms(i));
+      continue;
+    }
+    r.attempt = placed.attempt;
+    // The chart shows the attempts one after another: steps are run-wide there.
+    const int64_t offset = attempts.Current().run_offset;
     for (int i = 0; i < n; ++i) {
       r.last_step = std::max(r.last_step, b.steps(i));
-      r.AddStep(b.steps(i), b.iteration_ms(i));
+      r.AddStep(b.steps(i) + offset, b.iteration_ms(i));
     }
+    r.attempt_iterations += n;
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
   }
-  return grpc::Status::OK;
 }
 
 grpc::ServerWriteReactor<v1::Command>* CollectorServer::Impl::WatchCommands(
@@ -285,8 +313,10 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   if (rs.host.empty()) rs.host = s.host;
   // Without iteration reports (a folder-watching agent), the window's iterations are all the
   // server knows of the rank's pace.
-  if (rs.count == 0)
+  if (rs.count == 0) {
     for (double ms : s.iteration_ms) rs.Add(ms);
+    rs.attempt_iterations += static_cast<int64_t>(s.iteration_ms.size());
+  }
   log::Detail("server", "window {}: rank {} from {}, summary {} bytes", req->window_id(), s.rank,
               row.host, req->summary().size());
   reply->set_accepted(true);

@@ -19,11 +19,11 @@ JobProgress CollectorServer::Impl::ProgressLocked() const {
   if (n > 0 && sum > 0) p.mean_iteration_ms = sum / n;
   std::set<int> expected;
   for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
-  if (expected.empty())
-    for (const auto& [r, st] : ranks) expected.insert(r);
+  if (expected.empty()) expected = CurrentRanksLocked();
   for (int r : expected) {
     auto it = ranks.find(r);
-    const int64_t count = it == ranks.end() ? 0 : it->second.count;
+    // This attempt's iterations: a restarted rank learns its iteration again.
+    const int64_t count = it == ranks.end() ? 0 : it->second.attempt_iterations;
     p.fewest_iterations = p.fewest_iterations < 0 ? count : std::min(p.fewest_iterations, count);
   }
   return p;
@@ -40,18 +40,26 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   spec.iterations = sched->Iterations(iterations);
   spec.max_seconds = options.max_seconds;
   spec.start_iteration = sched->StartIteration(ProgressLocked());
+  spec.attempt = attempts.current();
   std::set<int> expected;
   for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
   auto deadline = Window::Clock::now() +
                   std::chrono::duration_cast<Window::Clock::duration>(std::chrono::duration<double>(
                       options.max_seconds + options.upload_grace_seconds));
-  // Where each rank stood when the command went out (every rank known, when none is declared).
+  // Where each rank stood when the command went out (every rank of the current attempt, when
+  // none is declared).
   std::map<int, int64_t> steps;
+  const std::set<int> current = expected.empty() ? CurrentRanksLocked() : std::set<int>();
   for (const auto& [r, st] : ranks)
-    if (expected.empty() || expected.count(r)) steps[r] = st.last_step;
+    if (expected.empty() ? current.count(r) > 0 : expected.count(r) > 0) steps[r] = st.last_step;
   windows[spec.id] = std::make_unique<Window>(spec, expected, deadline);
   windows[spec.id]->SetStepsAtOpen(std::move(steps));
-  AddMarkLocked({spec.id, spec.start_iteration, spec.iterations, reason});
+  // The chart's steps are run-wide (the attempts one after another).
+  AddMarkLocked({spec.id, spec.start_iteration + attempts.Current().run_offset, spec.iterations,
+                 spec.attempt == 0 ? reason
+                                   : fmt::format("{} (attempt {}, its iterations {}..{})", reason,
+                                                 spec.attempt, spec.start_iteration,
+                                                 spec.start_iteration + spec.iterations - 1)});
   ++windows_opened[ReasonKind(reason)];
   sched->Opened(spec.id, spec.start_iteration, std::chrono::steady_clock::now(), slowdown, mean_ms);
   if (::perftracker::Status st =
@@ -66,8 +74,9 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   p->set_max_seconds(spec.max_seconds);
   SendLocked(cmd);
   cv.notify_all();
-  log::Event("", "window {} opened ({}): profiling iterations {}..{} on every rank", spec.id,
-             reason, spec.start_iteration, spec.start_iteration + spec.iterations - 1);
+  log::Event("", "window {} opened ({}): profiling iterations {}..{} on every rank{}", spec.id,
+             reason, spec.start_iteration, spec.start_iteration + spec.iterations - 1,
+             spec.attempt > 0 ? fmt::format(" (attempt {})", spec.attempt) : "");
   log::Detail("server", "window {} opened ({}): iterations {}..+{}, {} agents", spec.id, reason,
               spec.start_iteration, spec.iterations, agents.size());
   return {spec.id, spec.start_iteration, false};
@@ -172,6 +181,41 @@ void CollectorServer::Impl::AddMarkLocked(report::WindowMark m) {
   marks.push_back(std::move(m));
 }
 
+std::set<int> CollectorServer::Impl::CurrentRanksLocked() const {
+  std::set<int> out;
+  for (const auto& [r, st] : ranks)
+    if (st.attempt == attempts.current()) out.insert(r);
+  return out;
+}
+
+void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
+  const auto& all = attempts.attempts();
+  const Attempt& cur = all.back();
+  log::Event("", "attempt {} began: rank {} runs in a new process (pid {}, restart count {}); "
+                 "its iterations count from 0 again and its detector learns again",
+             cur.number, rank, pid, cur.restart_count);
+  if (all.size() >= 2) log::Event("", "{}", AttemptLog::Info(all[all.size() - 2]).summary);
+  // The old attempt's ranks will not upload any more: its window closes with what arrived (one
+  // that got nothing is dropped, as at the job's end), and a hang's stacks are what came.
+  if (hang) FinishHangLocked();
+  if (const int64_t open = sched->open_window()) {
+    Window& w = *windows[open];
+    if (w.Reported().empty()) {
+      w.Seal();
+      sched->Closed(open, std::chrono::steady_clock::now());
+      log::Detail("server", "window {} dropped: its attempt ended before any rank reported it",
+                  open);
+    } else {
+      CloseWindowLater(open);
+    }
+  }
+  sched->NewAttempt();
+  for (auto& [r, st] : ranks) {
+    st.last_step = -1;
+    st.attempt_iterations = 0;
+  }
+}
+
 int64_t CollectorServer::Impl::FurthestStepLocked() const {
   int64_t step = -1;
   for (const auto& [r, st] : ranks) step = std::max(step, st.last_step);
@@ -192,7 +236,7 @@ void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
   // How long the job has been stuck: the detector fires after hang_factor x the mean.
   h.stalled_seconds = mean_ms > 0 ? 5 * mean_ms / 1e3 : 0;
   for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
-  for (const auto& [r, st] : ranks) h.expected.insert(r);
+  for (int r : CurrentRanksLocked()) h.expected.insert(r);
   AddMarkLocked({h.id, -1, 0, "hang"});
   ++windows_opened["hang"];
   if (::perftracker::Status st = store->AddWindow(job_id, h.id, -1, 0, "hang"); !st.ok())

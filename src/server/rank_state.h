@@ -38,7 +38,9 @@ struct WorkerSeen {
 
 struct RankState {
   std::string host;
-  int64_t last_step = -1;
+  int attempt = 0;  // the job's attempt of its latest report (server/attempts.h)
+  int64_t last_step = -1;  // the furthest step of the current attempt
+  int64_t attempt_iterations = 0;  // iterations reported in the current attempt
   double last_ms = 0;
   double sum_ms = 0;
   int64_t count = 0;

@@ -74,6 +74,18 @@ void WindowScheduler::ForgetHang() {
 
 void WindowScheduler::NewJob() { baseline_done_ = false; }
 
+void WindowScheduler::NewAttempt() {
+  baseline_done_ = false;
+  followup_.reset();
+  pending_hang_.reset();
+  collecting_hang_ = false;
+  hang_reported_ = false;
+  hang_step_ = -1;
+  last_slowdown_closed_.reset();
+  slowdown_window_ = 0;
+  slowdown_mean_ms_ = 0;
+}
+
 WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int64_t iteration, double mean_ms,
                                                             const std::string& reason, Time now) {
   const bool cooling = last_slowdown_closed_ &&

@@ -90,6 +90,11 @@ class WindowScheduler {
   void ForgetHang();
   // Another job took over the server: its baseline is still to come.
   void NewJob();
+  // The job's ranks were started again (an elastic restart, server/attempts.h): they number
+  // their iterations from 0 and their detectors learn again, so the new attempt gets a baseline
+  // of its own; a hang pending or reported, a deferred slowdown and the slowdown cooldown were
+  // about processes that are gone. Call with no window open (close it first).
+  void NewAttempt();
 
   // --- what the adapter asks it ---
 

@@ -136,6 +136,34 @@ TEST_F(SchedulerTest, TheBaselineWaitsForEveryRanksWarmUp) {
   EXPECT_TRUE(s.Due({.fewest_iterations = 20}, At(1001)));
 }
 
+TEST_F(SchedulerTest, ANewAttemptStartsAfreshLikeANewJob) {
+  ScheduleOptions o;
+  o.hang_confirm_seconds = 0;
+  WindowScheduler s(o, At(0));
+  ASSERT_TRUE(s.Due({.fewest_iterations = 20}, At(1)));  // attempt 0's baseline
+  Open(s, 1, 30, 1);
+  s.Closed(1, At(5));
+  ASSERT_EQ(s.OnSlowdown(50, 120, "slow", At(6)), Action::kOpen);
+  Open(s, 2, 60, 6, /*slowdown=*/true, 120);
+  s.Closed(2, At(9));
+  // A rank died; the others hung in a collective and a hang was reported at step 70.
+  s.OnHangTrigger(1, 100, 70, At(10));
+  ASSERT_TRUE(s.TakeConfirmedHang(At(10)));
+  s.HangStarted(70);
+  s.HangFinished();
+  EXPECT_EQ(s.OnSlowdown(5, 130, "slow", At(11)), Action::kIgnore);
+  // torchrun started every rank again: their iterations count from 0, and nothing of the
+  // old processes holds the new ones back.
+  s.NewAttempt();
+  EXPECT_FALSE(s.Due({.fewest_iterations = 19}, At(12)));
+  ASSERT_TRUE(s.Due({.fewest_iterations = 20}, At(13)));  // attempt 1's own baseline
+  Open(s, 3, 25, 13);
+  s.Closed(3, At(16));
+  EXPECT_EQ(s.OnSlowdown(40, 125, "slow", At(17)), Action::kOpen);  // no cooldown, no hang
+  s.OnHangTrigger(2, 100, 45, At(18));
+  EXPECT_TRUE(s.TakeConfirmedHang(At(18)));
+}
+
 TEST_F(SchedulerTest, PeriodicWindowsCountFromTheLastOpened) {
   ScheduleOptions o;
   o.baseline_window = false;

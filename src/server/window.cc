@@ -100,6 +100,10 @@ diagnose::Diagnosis Window::Diagnose(const Sealed& sealed,
   // window's list (and adds none of its own from the traces' world size).
   diagnose::Diagnosis diagnosis = diagnose::Diagnose(sealed.job, options, &sealed.missing);
   diagnose::AddMetricFindings(sealed.metrics, sealed.job.ranks(), &diagnosis);
+  if (sealed.spec.attempt > 0)
+    diagnosis.job.notes.push_back(fmt::format(
+        "attempt {} of the job (its ranks were started again): iterations count from 0 again",
+        sealed.spec.attempt));
   return diagnosis;
 }
 

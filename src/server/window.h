@@ -26,6 +26,7 @@ struct WindowSpec {
   int64_t start_iteration = 0;
   int iterations = 0;
   double max_seconds = 0;
+  int attempt = 0;  // the job's attempt it profiles (server/attempts.h)
 };
 
 struct RankUpload {
