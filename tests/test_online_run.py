@@ -1,7 +1,8 @@
 """The online path end to end: `perftracker run --nproc 4 -- python examples/train_ddp.py` with a
 real fault that switches on after the detector learned the baseline. The in-worker detector
 fires, the embedded server opens one window on every rank, the agent summarizes and uploads,
-and DIR/diagnosis.json must name the fault. Real torch (Debian python3-torch), gloo, 4 ranks.
+and DIR/diagnosis.json must name the fault. Real torch (PT_TORCH_PYTHON: torch 2.13, and
+Debian's 1.13 for the legacy smoke set), gloo, 4 ranks.
 
 Every number is the product's default. Four ranks share this machine's two cores, so a healthy
 iteration varies by about 15%; the slowdown trigger measures that noise itself and fires only on
@@ -25,8 +26,36 @@ import ptest  # noqa: E402
 TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
 # Every detector and diagnosis number is the product's default. A fault starts at iteration 130:
 # after learning (10), the slowdown trigger's warm-up (10) and reference (50), and the baseline
-# window that opens once every rank is past 20 iterations.
+# window, which opens once every rank is past 20 iterations, at least 2 s ahead of the furthest
+# rank (server/scheduler.h), and profiles 10. So a job with a fault at 130 waits 30 ms in every
+# step (STEP: as a GPU-bound step waits for its kernels): a step lasts 40-50 ms on torch 2.13 and
+# ~90 ms on 1.13 here, and the baseline window profiles about iterations 75-95 (60-70 on 1.13).
+# Without the wait a 2.13 step lasts 7-15 ms, the 2 s lead is well over 100 of them, and the
+# window opened at 151, after the fault: it found the fault and no slowdown window came.
 FAULT_AT = "130"
+STEP = ["--step-sleep-ms", "30"]
+
+
+def fault_work_for(ms):
+    """--fault-work (extra 256x256 matmuls per step, one thread) that costs about MS ms on this
+    torch. Their price is the BLAS's: ~0.35 ms each with torch 2.13 (MKL), ~6 ms with Debian's
+    torch 1.13; a fixed count is a 7% fault on one and a 100% fault on the other. The fastest of
+    a few batches is the price: time lost to other processes here would shrink the fault."""
+    code = ("import time, torch\n"
+            "torch.set_num_threads(1)\n"
+            "a = torch.randn(256, 256)\n"
+            "torch.mm(a, a)\n"
+            "best = 1e9\n"
+            "for _ in range(7):\n"
+            "    t = time.perf_counter()\n"
+            "    for _ in range(10):\n"
+            "        torch.mm(a, a)\n"
+            "    best = min(best, (time.perf_counter() - t) / 10)\n"
+            "print(best * 1e3)\n")
+    p = subprocess.run([ptest.TORCH_PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    per = float(p.stdout.split()[-1])
+    return max(1, round(ms / per)), per
 
 
 def run_job(report, train_args, run_args=(), timeout=400, env=None, wrapper=(), nproc=4):
@@ -107,9 +136,10 @@ class OnlineRun(unittest.TestCase):
             with open(log_path) as f:
                 d["_log"] = f.read()
         onset = re.search(r"fault \S+ on at step \d+ \(unix ([0-9.]+)\)", p.stderr)
-        done = re.search(r"(?:window|hang) \d+ diagnosed \(unix ([0-9.]+)\)", d["_log"])
-        delay = f", fault to diagnosis {float(done.group(1)) - float(onset.group(1)):.1f} s" \
-            if onset and done else ""
+        # The first diagnosis after the fault (the baseline window's comes before it).
+        done = [float(t) for t in re.findall(r"(?:window|hang) \d+ diagnosed \(unix ([0-9.]+)\)", d["_log"])
+                if onset and float(t) >= float(onset.group(1))]
+        delay = f", fault to diagnosis {done[0] - float(onset.group(1)):.1f} s" if done else ""
         print(f"{name}: {p.seconds:.1f} s, windows {windows(report)}{delay}", file=sys.stderr)
         return d
 
@@ -125,8 +155,12 @@ class OnlineRun(unittest.TestCase):
         self.assertGreater(per["0"]["count"], 50)
 
     def test_1_straggler(self):
-        d = self.job("straggler", "--iters", "320", "--fault", "straggler", "--fault-rank", "2",
-                     "--fault-start", FAULT_AT, "--fault-work", "8")
+        # Rank 2 computes ~40 ms more per step (on torch 1.13 that was --fault-work 8): the step
+        # about doubles.
+        work, per = fault_work_for(40)
+        print(f"straggler: --fault-work {work} ({per:.2f} ms per matmul)", file=sys.stderr)
+        d = self.job("straggler", "--iters", "320", *STEP, "--fault", "straggler", "--fault-rank", "2",
+                     "--fault-start", FAULT_AT, "--fault-work", str(work))
         self.assertFired(d)
         f = d["findings"][0]
         self.assertEqual(f["ranks"], [2], d["_out"])
@@ -150,13 +184,13 @@ class OnlineRun(unittest.TestCase):
         self.assertIn("detector: slowdown", d["_log"])
 
     def test_2_one_slow_loader(self):
-        d = self.job("loader1", "--iters", "320", "--fault", "slow-loader", "--fault-rank", "1",
+        d = self.job("loader1", "--iters", "320", *STEP, "--fault", "slow-loader", "--fault-rank", "1",
                      "--fault-start", FAULT_AT, "--fault-ms", "80")
         self.assertFired(d)
         self.assertCheck(d, "rank=1,function~dataloader|collate|loader")
 
     def test_3_every_loader_slow(self):
-        d = self.job("loader_all", "--iters", "320", "--fault", "slow-loader", "--fault-rank", "all",
+        d = self.job("loader_all", "--iters", "320", *STEP, "--fault", "slow-loader", "--fault-rank", "all",
                      "--fault-start", FAULT_AT, "--fault-ms", "40")
         self.assertFired(d)
         f = d["findings"][0]
@@ -170,9 +204,9 @@ class OnlineRun(unittest.TestCase):
         try:
             env = {"PT_SLOW_RANK": "2", "PT_NETNS": ns.name, "PT_IF_NS": ns.inner,
                    "PT_IF_HOST": ns.outer}
-            # Rank 2's own egress (inside its namespace) is rate-limited from iteration 80.
+            # Rank 2's own egress (inside its namespace) is rate-limited from iteration FAULT_AT.
             tbf = f"tc qdisc add dev {ns.inner} root tbf rate 100mbit burst 32kbit latency 100ms"
-            d = self.job("link", "--iters", "320", "--fault", "cmd", "--fault-rank", "2",
+            d = self.job("link", "--iters", "320", *STEP, "--fault", "cmd", "--fault-rank", "2",
                          "--fault-start", FAULT_AT, "--fault-cmd", tbf,
                          run_args=["--master-addr", ns.host_ip], env=env,
                          wrapper=[os.path.join(ptest.SOURCE, "tests", "netns_rank.sh")])
@@ -186,7 +220,7 @@ class OnlineRun(unittest.TestCase):
         self.assertCheck(d, "rank=2,category~communication")
 
     def test_5_hang_names_the_rank_and_its_line(self):
-        d = self.job("hang", "--iters", "450", "--fault", "hang", "--fault-rank", "2",
+        d = self.job("hang", "--iters", "450", *STEP, "--fault", "hang", "--fault-rank", "2",
                      "--fault-start", FAULT_AT, run_args=["--on-hang", "kill"], expect_rc=None)
         self.assertCheck(d, "hang=2")
         f = [x for x in d["findings"] if x["category"] == "hang"][0]
@@ -194,7 +228,7 @@ class OnlineRun(unittest.TestCase):
         self.assertIn("train_ddp.py:", where, d["_out"])
 
     def test_6_gc(self):
-        d = self.job("gc", "--iters", "320", "--fault", "gc", "--fault-rank", "3",
+        d = self.job("gc", "--iters", "320", *STEP, "--fault", "gc", "--fault-rank", "3",
                      "--fault-start", FAULT_AT, "--gc-garbage", "80000")
         self.assertFired(d)
         self.assertCheck(d, "rank=3,category~gc")
@@ -242,13 +276,17 @@ class OnlineRun(unittest.TestCase):
 
     def test_12_problems_present_from_the_start(self):
         # A fault from the first iteration never makes the job slower than it was: no slowdown
-        # trigger can fire. The baseline window finds it by comparing the ranks.
-        d = self.job("loader_from_0", "--iters", "200", "--fault", "slow-loader", "--fault-rank", "1",
+        # trigger can fire. The baseline window finds it by comparing the ranks. (STEP: without
+        # the wait, 200 torch 2.13 steps ended before the baseline window's iterations.)
+        d = self.job("loader_from_0", "--iters", "200", *STEP, "--fault", "slow-loader", "--fault-rank", "1",
                      "--fault-start", "0", "--fault-ms", "12")
         self.assertIn("window 1 opened (baseline", d["_stderr"])
         self.assertCheck(d, "rank=1,function~dataloader|collate|loader")
-        d = self.job("straggler_from_0", "--iters", "200", "--fault", "straggler", "--fault-rank", "2",
-                     "--fault-start", "0", "--fault-work", "3")
+        # Rank 2 computes ~20 ms more per step (on torch 1.13 that was --fault-work 3).
+        work, per = fault_work_for(20)
+        print(f"straggler_from_0: --fault-work {work} ({per:.2f} ms per matmul)", file=sys.stderr)
+        d = self.job("straggler_from_0", "--iters", "200", *STEP, "--fault", "straggler", "--fault-rank", "2",
+                     "--fault-start", "0", "--fault-work", str(work))
         self.assertIn("window 1 opened (baseline", d["_stderr"])
         self.assertCheck(d, "rank=2")
 

@@ -23,6 +23,37 @@ PYDIR = os.path.join(BUILD, "python")
 ITERS = 160
 M = 10  # learn_repeats: iterations before the sequence is adopted (not reported)
 FAULT_AT = 100
+# Every step of the clean and the straggler jobs also waits 30 ms (as a GPU-bound step waits for
+# its kernels): a step lasts ~40 ms on torch 2.13, as a bare step did on Debian's 1.13, which
+# these tests were tuned for, and its time is quiet on shared cores. Without the wait a 2.13 step
+# lasts 3-8 ms: the trigger's 20-step median spans ~0.1 s, and any other process here that takes
+# a core that long moves it (under load the clean run fired in 2 of 9 runs, 1 of 9 with the wait,
+# where the detector measured its noise at +5-15% instead of +8-140%). The straggler costs about
+# half a step (FAULT_MS).
+STEP_SLEEP_MS = 30
+FAULT_MS = 20
+
+
+def fault_work_for(ms):
+    """--fault-work (extra 256x256 matmuls per step, one thread) that costs about MS ms on this
+    torch. Their price is the BLAS's: ~0.35 ms each with torch 2.13 (MKL), ~6 ms with Debian's
+    torch 1.13; a fixed count is a 3% fault on one and a 40% fault on the other. The fastest of
+    a few batches is the price: time lost to other processes here would shrink the fault."""
+    code = ("import time, torch\n"
+            "torch.set_num_threads(1)\n"
+            "a = torch.randn(256, 256)\n"
+            "torch.mm(a, a)\n"
+            "best = 1e9\n"
+            "for _ in range(7):\n"
+            "    t = time.perf_counter()\n"
+            "    for _ in range(10):\n"
+            "        torch.mm(a, a)\n"
+            "    best = min(best, (time.perf_counter() - t) / 10)\n"
+            "print(best * 1e3)\n")
+    p = subprocess.run([ptest.TORCH_PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    per = float(p.stdout.split()[-1])
+    return max(1, round(ms / per)), per
 
 
 def built():
@@ -57,7 +88,7 @@ def window_nodes(path):
 
 def train(env, *args, timeout=120):
     cmd = [ptest.TORCH_PYTHON, os.path.join(ptest.SOURCE, "examples", "train_ddp.py"), "--nproc", "2",
-           "--iters", str(ITERS), *args]
+           "--iters", str(ITERS), "--step-sleep-ms", str(STEP_SLEEP_MS), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
 
 
@@ -395,10 +426,13 @@ class WorkerDetector(unittest.TestCase):
         sock = os.path.join(self.tmp, tag + ".sock")
         traces = os.path.join(self.tmp, tag + "-traces")
         os.makedirs(traces)
+        work, per = fault_work_for(FAULT_MS)
+        print(f"\n{tag}: --fault-work {work} ({per:.2f} ms per matmul)", file=sys.stderr)
         agent = FakeAgent(sock, traces, die_after_s=60.0)
         agent.start()
         p = train(env_with(PERFTRACKER_ENABLE="1", PERFTRACKER_WORKER_LOG=log, PERFTRACKER_AGENT_SOCKET=sock),
-                  "--fault", "straggler", "--fault-start", str(FAULT_AT), "--fault-rank", "0")
+                  "--fault", "straggler", "--fault-start", str(FAULT_AT), "--fault-rank", "0",
+                  "--fault-work", str(work))
         agent.join()
         self.assertEqual(p.returncode, 0, p.stderr[-2000:])
         self.assertEqual(p.stdout, self.baseline.stdout)
