@@ -28,12 +28,13 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<pattern::CompactRa
 
 // Replica sets: ranks that run a collective (not a point-to-point send or recv) on the same
 // process group, or belong to the same process group other than the world, the pipeline's and
-// the embedding's (where traces name no group for collectives), hold the same part of the model -- data-parallel replicas of a stage, the
-// tensor-parallel shards of its layers -- while ranks that only exchange point-to-point messages
-// are different pipeline stages. The sets tell the stages of a pipeline apart where no process
-// group is named for it (a hand-written pipeline on dist.send/recv and dist.new_group). For each
-// rank (index into RANKS) a set number, or empty when some rank ran no collective at all in the
-// window (nothing to go by: the sets would split ranks for lack of data).
+// the embedding's (where traces name no group for collectives), hold the same part of the model --
+// data-parallel replicas of a stage, the tensor-parallel shards of its layers -- while ranks that
+// only exchange point-to-point messages are different pipeline stages. The sets tell the stages of
+// a pipeline apart where no process group is named for it (a hand-written pipeline on
+// dist.send/recv and dist.new_group). For each rank (index into RANKS) a set number, or empty when
+// some rank ran no collective at all in the window (nothing to go by: the sets would split ranks
+// for lack of data).
 std::vector<int> ReplicaSets(const std::vector<pattern::CompactRank>& ranks);
 
 }  // namespace internal

@@ -155,8 +155,8 @@ uint32_t CompactJob::InternString(std::string_view s, uint64_t hash, bool add) {
   return id;
 }
 
-const FunctionInfo* CompactJob::InternIdentity(const FunctionView& f, uint32_t name,
-                                               uint32_t stack, uint64_t hash, bool add) {
+const FunctionInfo* CompactJob::InternIdentity(const FunctionView& f, uint32_t name, uint32_t stack,
+                                               uint64_t hash, bool add) {
   if (!identity_slots_.empty()) {
     const size_t mask = identity_slots_.size() - 1;
     for (size_t i = hash & mask; identity_slots_[i].id != kFree; i = (i + 1) & mask) {

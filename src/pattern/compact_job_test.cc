@@ -223,8 +223,15 @@ TEST(CompactJobTest, IdentitiesFollowTheKeyWithSeparatorsInNames) {
 // With the summary's string table, each name and stack is matched once however many functions
 // share it; a reference that does not point at the view's own bytes is not trusted.
 TEST(CompactJobTest, StringTableReferencesGiveTheSameIdentities) {
-  const std::vector<std::string> bytes = {"gemm", "train.py(3): step", "a\x1f" "b", "",
-                                          "c",    "a",                 "b\x1f" "c"};
+  const std::vector<std::string> bytes = {"gemm",
+                                          "train.py(3): step",
+                                          "a\x1f"
+                                          "b",
+                                          "",
+                                          "c",
+                                          "a",
+                                          "b\x1f"
+                                          "c"};
   const std::vector<std::string_view> table(bytes.begin(), bytes.end());
   const std::string elsewhere = "gemm";  // equal bytes, not the table's
   struct Use {

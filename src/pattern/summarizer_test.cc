@@ -457,8 +457,8 @@ TEST(NamesTest, PipelineGroups) {
     g.desc = std::move(desc);
     return g;
   };
-  EXPECT_TRUE(IsPipelineGroup(pg("pp", "")));            // Megatron-style name
-  EXPECT_TRUE(IsPipelineGroup(pg("4", "mesh_pp")));      // DeviceMesh dimension "pp" (torch 2.x)
+  EXPECT_TRUE(IsPipelineGroup(pg("pp", "")));        // Megatron-style name
+  EXPECT_TRUE(IsPipelineGroup(pg("4", "mesh_pp")));  // DeviceMesh dimension "pp" (torch 2.x)
   EXPECT_TRUE(IsPipelineGroup(pg("7", "pipeline_stage")));
   EXPECT_FALSE(IsPipelineGroup(pg("1", "mesh_dp")));
   EXPECT_FALSE(IsPipelineGroup(pg("0", "default_pg")));

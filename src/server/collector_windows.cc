@@ -191,8 +191,9 @@ std::set<int> CollectorServer::Impl::CurrentRanksLocked() const {
 void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
   const auto& all = attempts.attempts();
   const Attempt& cur = all.back();
-  log::Event("", "attempt {} began: rank {} runs in a new process (pid {}, restart count {}); "
-                 "its iterations count from 0 again and its detector learns again",
+  log::Event("",
+             "attempt {} began: rank {} runs in a new process (pid {}, restart count {}); "
+             "its iterations count from 0 again and its detector learns again",
              cur.number, rank, pid, cur.restart_count);
   if (all.size() >= 2) log::Event("", "{}", AttemptLog::Info(all[all.size() - 2]).summary);
   // The old attempt's ranks will not upload any more: its window closes with what arrived (one

@@ -38,8 +38,8 @@ struct WorkerSeen {
 
 struct RankState {
   std::string host;
-  int attempt = 0;  // the job's attempt of its latest report (server/attempts.h)
-  int64_t last_step = -1;  // the furthest step of the current attempt
+  int attempt = 0;                 // the job's attempt of its latest report (server/attempts.h)
+  int64_t last_step = -1;          // the furthest step of the current attempt
   int64_t attempt_iterations = 0;  // iterations reported in the current attempt
   double last_ms = 0;
   double sum_ms = 0;

@@ -272,7 +272,7 @@ class EventDecoder {
         if (doc.current_location().get(loc)) loc = nullptr;
         return RepairQuotesOr(JsonError(loc, e, s), doc_len, s, repaired, index);
       }
-      if (index++ < skip) continue;  // decoded before the repair
+      if (index++ < skip) continue;      // decoded before the repair
       od::value& v = el.value_unsafe();  // not a copy: see DecodeEvent
       // Mapped input: pull the next segment toward the cache while this one is decoded, so its
       // stage 1 does not wait on memory.

@@ -98,7 +98,8 @@ size_t RepairUnescapedQuotes(char* data, size_t len) {
     }
     if (c != '"') continue;
     size_t j = i + 1;
-    while (j < len && (data[j] == ' ' || data[j] == '\t' || data[j] == '\n' || data[j] == '\r')) ++j;
+    while (j < len && (data[j] == ' ' || data[j] == '\t' || data[j] == '\n' || data[j] == '\r'))
+      ++j;
     if (j == len || data[j] == ',' || data[j] == ':' || data[j] == '}' || data[j] == ']') {
       in_string = false;
     } else {

@@ -528,8 +528,9 @@ TEST(ReaderTest, Torch213Traces) {
   ASSERT_TRUE(st.ok()) << st.status().message();
   EXPECT_EQ(st->malformed_events, 0u);
   EXPECT_EQ(sink.meta.profiler_steps.size(), 3u);
-  EXPECT_EQ(sink.quoted, (std::vector<std::string>{"say 'hi' / back", "odd 'quote", "say 'hi' / back",
-                                                   "odd 'quote", "say 'hi' / back", "odd 'quote"}));
+  EXPECT_EQ(sink.quoted,
+            (std::vector<std::string>{"say 'hi' / back", "odd 'quote", "say 'hi' / back",
+                                      "odd 'quote", "say 'hi' / back", "odd 'quote"}));
 }
 
 void ExpectError(const std::string& path, const std::string& needle) {

@@ -145,7 +145,7 @@ class IterationDetector {
   bool hang_reported_ = false;
 
   // Iteration statistics since (re)learning.
-  int64_t iterations_ = 0;  // iterations completed since the process began
+  int64_t iterations_ = 0;          // iterations completed since the process began
   std::vector<int64_t> durations_;  // ring of the last `window` clean iteration durations
   size_t dur_next_ = 0;
   int64_t dur_sum_ = 0;

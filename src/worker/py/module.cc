@@ -8,20 +8,21 @@
 // invariant) sets it, disarms the tracer and logs one line to stderr, and from then on every
 // entry point returns at once.
 //
-// The fast path is on_loader_next() / on_optimizer_step() / on_marker(): a clock read, the detector under a
-// mutex (only the hang watchdog thread competes for it, for microseconds), and a push of the
-// detector's news into a bounded queue that Python drains from a background thread (drain()).
+// The fast path is on_loader_next() / on_optimizer_step() / on_marker(): a clock read, the detector
+// under a mutex (only the hang watchdog thread competes for it, for microseconds), and a push of
+// the detector's news into a bounded queue that Python drains from a background thread (drain()).
 //
 // The Python tracer uses PyEval_SetProfile, which arms only the calling thread, so a window
 // requested from any thread (the agent client's) is armed by the training thread itself at its
 // next iteration start (worker/iteration_detector.h: a loader next() after a step, a step on
-// a rank without a DataLoader, a marker) once the requested iteration is reached, and disarmed there (or from inside
-// the profile callback once the time limit passes or stop is requested). Function identity is
-// the whole call stack. Calls are aggregated as they return into a CallTree (worker/call_tree.h):
-// one node per call-stack path with counts, times, a histogram and per-iteration figures, so the
-// tracer loses nothing at any call rate and its memory is bounded by the node cap, not by the
-// number of calls. At window end the tree is handed to a writer thread that writes it as
-// "perftracker.python_window/1" JSON (worker/window_file.h) to PATH.tmp and renames it to PATH.
+// a rank without a DataLoader, a marker) once the requested iteration is reached, and disarmed
+// there (or from inside the profile callback once the time limit passes or stop is requested).
+// Function identity is the whole call stack. Calls are aggregated as they return into a CallTree
+// (worker/call_tree.h): one node per call-stack path with counts, times, a histogram and
+// per-iteration figures, so the tracer loses nothing at any call rate and its memory is bounded by
+// the node cap, not by the number of calls. At window end the tree is handed to a writer thread
+// that writes it as "perftracker.python_window/1" JSON (worker/window_file.h) to PATH.tmp and
+// renames it to PATH.
 //
 // Python's garbage collector is invisible to PyEval_SetProfile: gc_event(), installed by
 // hooks.py as a gc.callbacks entry, records each collection on an armed thread as a call of
