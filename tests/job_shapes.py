@@ -7,11 +7,13 @@ The straggler runs from the first step, so the baseline window (on by default: i
 every rank is past its warm-up) is the one that must name it; a job this short never reaches the
 slowdown trigger's reference (warm-up and 50 reference iterations after learning).
 """
-import glob
-import json
 import os
 import subprocess
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ptest import windows  # noqa: E402
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = os.path.join(SOURCE, "examples", "jobs")
@@ -60,15 +62,6 @@ def run_shape(bin_path, python, shape, straggler, report, timeout=900):
     t = time.monotonic()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     return p, time.monotonic() - t
-
-
-def windows(report):
-    """{window id: diagnosis dict} of every diagnosed window in REPORT."""
-    out = {}
-    for path in glob.glob(os.path.join(report, "windows", "*", "diagnosis.json")):
-        with open(path) as f:
-            out[int(os.path.basename(os.path.dirname(path)))] = json.load(f)
-    return out
 
 
 def share(finding):

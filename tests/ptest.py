@@ -1,4 +1,5 @@
 """Shared helpers for perftracker's integration tests (run by ctest with PERFTRACKER_BIN set)."""
+import glob
 import json
 import os
 import subprocess
@@ -60,6 +61,37 @@ def train(outdir, *args, nproc=4, iters=30, profile="10:30", timeout=600):
     if p.returncode != 0:
         raise AssertionError(f"training failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
     return outdir
+
+
+def fault_work_for(ms):
+    """--fault-work (extra 256x256 matmuls per step, one thread) that costs about MS ms on this
+    torch. Their price is the BLAS's: ~0.35 ms each with torch 2.13 (MKL), ~6 ms with Debian's
+    torch 1.13; a fixed count of them is a small fault on one and a large one on the other. The fastest of
+    a few batches is the price: time lost to other processes here would shrink the fault."""
+    code = ("import time, torch\n"
+            "torch.set_num_threads(1)\n"
+            "a = torch.randn(256, 256)\n"
+            "torch.mm(a, a)\n"
+            "best = 1e9\n"
+            "for _ in range(7):\n"
+            "    t = time.perf_counter()\n"
+            "    for _ in range(10):\n"
+            "        torch.mm(a, a)\n"
+            "    best = min(best, (time.perf_counter() - t) / 10)\n"
+            "print(best * 1e3)\n")
+    p = subprocess.run([TORCH_PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    per = float(p.stdout.split()[-1])
+    return max(1, round(ms / per)), per
+
+
+def windows(report):
+    """{window id: diagnosis dict} of every diagnosed window in a `perftracker run` REPORT dir."""
+    out = {}
+    for path in glob.glob(os.path.join(report, "windows", "*", "diagnosis.json")):
+        with open(path) as f:
+            out[int(os.path.basename(os.path.dirname(path)))] = json.load(f)
+    return out
 
 
 def online_built():

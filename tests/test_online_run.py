@@ -36,28 +36,6 @@ FAULT_AT = "130"
 STEP = ["--step-sleep-ms", "30"]
 
 
-def fault_work_for(ms):
-    """--fault-work (extra 256x256 matmuls per step, one thread) that costs about MS ms on this
-    torch. Their price is the BLAS's: ~0.35 ms each with torch 2.13 (MKL), ~6 ms with Debian's
-    torch 1.13; a fixed count is a 7% fault on one and a 100% fault on the other. The fastest of
-    a few batches is the price: time lost to other processes here would shrink the fault."""
-    code = ("import time, torch\n"
-            "torch.set_num_threads(1)\n"
-            "a = torch.randn(256, 256)\n"
-            "torch.mm(a, a)\n"
-            "best = 1e9\n"
-            "for _ in range(7):\n"
-            "    t = time.perf_counter()\n"
-            "    for _ in range(10):\n"
-            "        torch.mm(a, a)\n"
-            "    best = min(best, (time.perf_counter() - t) / 10)\n"
-            "print(best * 1e3)\n")
-    p = subprocess.run([ptest.TORCH_PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    per = float(p.stdout.split()[-1])
-    return max(1, round(ms / per)), per
-
-
 def run_job(report, train_args, run_args=(), timeout=400, env=None, wrapper=(), nproc=4):
     cmd = [ptest.BIN, "run", "--nproc", str(nproc), "--report-dir", report, *run_args, "--",
            *wrapper, ptest.TORCH_PYTHON, TRAIN, *train_args]
@@ -157,7 +135,7 @@ class OnlineRun(unittest.TestCase):
     def test_1_straggler(self):
         # Rank 2 computes ~40 ms more per step (on torch 1.13 that was --fault-work 8): the step
         # about doubles.
-        work, per = fault_work_for(40)
+        work, per = ptest.fault_work_for(40)
         print(f"straggler: --fault-work {work} ({per:.2f} ms per matmul)", file=sys.stderr)
         d = self.job("straggler", "--iters", "320", *STEP, "--fault", "straggler", "--fault-rank", "2",
                      "--fault-start", FAULT_AT, "--fault-work", str(work))
@@ -283,7 +261,7 @@ class OnlineRun(unittest.TestCase):
         self.assertIn("window 1 opened (baseline", d["_stderr"])
         self.assertCheck(d, "rank=1,function~dataloader|collate|loader")
         # Rank 2 computes ~20 ms more per step (on torch 1.13 that was --fault-work 3).
-        work, per = fault_work_for(20)
+        work, per = ptest.fault_work_for(20)
         print(f"straggler_from_0: --fault-work {work} ({per:.2f} ms per matmul)", file=sys.stderr)
         d = self.job("straggler_from_0", "--iters", "200", *STEP, "--fault", "straggler", "--fault-rank", "2",
                      "--fault-start", "0", "--fault-work", str(work))

@@ -10,7 +10,6 @@
   starts every rank again, monitoring goes on in the new attempt (a window of attempt 1 is
   opened and diagnosed, the straggler named again), and the report shows both attempts.
 """
-import glob
 import json
 import os
 import shutil
@@ -39,15 +38,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def windows(report):
-    """{window id: diagnosis} of every diagnosed window in REPORT."""
-    out = {}
-    for path in glob.glob(os.path.join(report, "windows", "*", "diagnosis.json")):
-        with open(path) as f:
-            out[int(os.path.basename(os.path.dirname(path)))] = json.load(f)
-    return out
 
 
 def first_finding(diagnosis):
@@ -90,7 +80,7 @@ class Torchrun(unittest.TestCase):
                                ["--iters", "120", "--fault", "straggler", "--fault-rank", "2",
                                 "--fault-start", "0"])
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
-        ws = windows(report)
+        ws = ptest.windows(report)
         self.assertTrue(ws, f"no window diagnosed\n{p.stderr[-3000:]}")
         first = ws[min(ws)]
         f, named = first_finding(first)
@@ -148,7 +138,7 @@ class Torchrun(unittest.TestCase):
         secs = time.monotonic() - t
         for node, proc in procs.items():
             self.assertEqual(proc.returncode, 0, f"{node}: {out[node][1][-3000:]}")
-        ws = windows(reports["nodeA"])  # node A's embedded server writes the report
+        ws = ptest.windows(reports["nodeA"])  # node A's embedded server writes the report
         self.assertTrue(ws, f"no window diagnosed\n{out['nodeA'][1][-3000:]}")
         first = ws[min(ws)]
         f, named = first_finding(first)
@@ -192,7 +182,7 @@ class Torchrun(unittest.TestCase):
         self.assertIn("2 attempts", p.stderr + p.stdout)
         # Monitoring went on: a window of attempt 1 was opened and diagnosed, every rank
         # reported it, and it names the straggler again.
-        ws = windows(report)
+        ws = ptest.windows(report)
         later = {w: d for w, d in ws.items()
                  if any("attempt 1 of the job" in n for n in d["job"]["notes"])}
         self.assertTrue(later, f"no window of attempt 1: {sorted(ws)}\n{p.stderr[-3000:]}")

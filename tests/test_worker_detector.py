@@ -34,28 +34,6 @@ STEP_SLEEP_MS = 30
 FAULT_MS = 20
 
 
-def fault_work_for(ms):
-    """--fault-work (extra 256x256 matmuls per step, one thread) that costs about MS ms on this
-    torch. Their price is the BLAS's: ~0.35 ms each with torch 2.13 (MKL), ~6 ms with Debian's
-    torch 1.13; a fixed count is a 3% fault on one and a 40% fault on the other. The fastest of
-    a few batches is the price: time lost to other processes here would shrink the fault."""
-    code = ("import time, torch\n"
-            "torch.set_num_threads(1)\n"
-            "a = torch.randn(256, 256)\n"
-            "torch.mm(a, a)\n"
-            "best = 1e9\n"
-            "for _ in range(7):\n"
-            "    t = time.perf_counter()\n"
-            "    for _ in range(10):\n"
-            "        torch.mm(a, a)\n"
-            "    best = min(best, (time.perf_counter() - t) / 10)\n"
-            "print(best * 1e3)\n")
-    p = subprocess.run([ptest.TORCH_PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    per = float(p.stdout.split()[-1])
-    return max(1, round(ms / per)), per
-
-
 def built():
     return os.path.isdir(os.path.join(PYDIR, "perftracker")) and \
         glob.glob(os.path.join(PYDIR, "perftracker", "_worker*.so"))
@@ -426,7 +404,7 @@ class WorkerDetector(unittest.TestCase):
         sock = os.path.join(self.tmp, tag + ".sock")
         traces = os.path.join(self.tmp, tag + "-traces")
         os.makedirs(traces)
-        work, per = fault_work_for(FAULT_MS)
+        work, per = ptest.fault_work_for(FAULT_MS)
         print(f"\n{tag}: --fault-work {work} ({per:.2f} ms per matmul)", file=sys.stderr)
         agent = FakeAgent(sock, traces, die_after_s=60.0)
         agent.start()
