@@ -37,6 +37,18 @@ mount --rbind /sys "$root/sys"
 mount --bind /dev "$root/dev"
 mount --bind /dev/pts "$root/dev/pts"
 mount -t tmpfs shm "$root/dev/shm"
+# What a new machine of this kind has before any command runs: the wheels that lie on its disk
+# (torch 2.13.0's CPU build among them) and the pip settings that point at them. Without them pip
+# would take torch from PyPI, a CUDA build of several GB. Carried read-only, as they are here.
+pip_env=()
+for d in /opt/wheels /opt/pypi /opt/pypi-more /etc/xdg/pip; do
+  [[ -d $d ]] || continue
+  mkdir -p "$root$d"
+  mount --bind -o ro "$d" "$root$d"
+  mounts+=("${d#/}")
+done
+[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
+while IFS= read -r v; do pip_env+=("$v"); done < <(env | grep '^PIP_' || true)
 
 # The checkout as a clean clone of HEAD, shared/ beside it as the tests expect.
 rm -rf "$root/work/main"
@@ -51,7 +63,7 @@ run() {  # NAME COMMAND: runs COMMAND in the fresh root's checkout, logs to ROOT
   local name=$1 cmd=$2 t0=$SECONDS
   echo "fresh_check: $name: $cmd"
   if chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb \
-      /bin/bash -c "cd /work/main && $cmd" >"$root/$name.log" 2>&1; then
+      "${pip_env[@]}" /bin/bash -c "cd /work/main && $cmd" >"$root/$name.log" 2>&1; then
     echo "fresh_check: $name passed in $((SECONDS - t0)) s (log: $root/$name.log)"
   else
     echo "fresh_check: $name FAILED after $((SECONDS - t0)) s; the end of $root/$name.log:"
