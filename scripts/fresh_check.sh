@@ -48,7 +48,13 @@ for d in /opt/wheels /opt/pypi /opt/pypi-more /etc/xdg/pip; do
   mounts+=("${d#/}")
 done
 [[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$root/etc/pip.conf"
-while IFS= read -r v; do pip_env+=("$v"); done < <(env | grep '^PIP_' || true)
+while IFS= read -r v; do pip_env+=("$v"); done < <(env | grep '^PIP_' | grep -v '^PIP_CERT=' || true)
+# This machine reaches PyPI through a proxy whose certificate authority its own bundle holds; the
+# fresh root's ca-certificates package does not, so pip gets this machine's bundle.
+if [[ -f /etc/ssl/certs/ca-certificates.crt ]]; then
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/pip-ca.crt"
+  pip_env+=("PIP_CERT=/etc/pip-ca.crt")
+fi
 
 # The checkout as a clean clone of HEAD, shared/ beside it as the tests expect.
 rm -rf "$root/work/main"
