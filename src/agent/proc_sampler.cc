@@ -219,8 +219,11 @@ void ProcSampler::Begin(const std::vector<int>& pids) {
   conns_.clear();
   ticks_.clear();
   for (int pid : pids) ticks_[pid] = 0;
-  for (int pid : pids)
+  os_.clear();
+  for (int pid : pids) {
     if (auto c = ReadPidCpu(pid, proc_); c.ok()) pids_[pid] = *c;
+    os_[pid] = ReadOs(pid);
+  }
   running_sum_ = 0;
   running_n_ = 0;
   auto h = ReadHostCpu(proc_);
@@ -276,6 +279,7 @@ std::map<std::string, double> ProcSampler::End(int pid) {
     t->second = -1;
     conns_.erase(pid);
   }
+  AddOsMetrics(pid, &m);
   if (running_n_ > 0) m["host.procs_running"] = running_sum_ / running_n_;
   m["host.cores"] = static_cast<double>(sysconf(_SC_NPROCESSORS_ONLN));
   if (have_host_) {
@@ -292,6 +296,103 @@ std::map<std::string, double> ProcSampler::End(int pid) {
     }
   }
   return m;
+}
+
+namespace {
+
+// A worker's DataLoader processes are few; a process with more children than this is not one
+// whose children the agent should walk every window.
+constexpr size_t kMaxChildren = 64;
+
+// Sums the run and wait time that THREADS gained since BEGIN (threads new since then count
+// whole: they ran only within the window).
+void AddSchedDelta(const std::map<int, SchedStat>& begin, const std::map<int, SchedStat>& now,
+                   double* run_s, double* wait_s) {
+  for (const auto& [tid, s] : now) {
+    auto b = begin.find(tid);
+    const uint64_t run0 = b == begin.end() ? 0 : std::min(b->second.run_ns, s.run_ns);
+    const uint64_t wait0 = b == begin.end() ? 0 : std::min(b->second.wait_ns, s.wait_ns);
+    *run_s += static_cast<double>(s.run_ns - run0) * 1e-9;
+    *wait_s += static_cast<double>(s.wait_ns - wait0) * 1e-9;
+  }
+}
+
+}  // namespace
+
+ProcSampler::OsBegin ProcSampler::ReadOs(int pid) const {
+  OsBegin b;
+  b.threads = ReadThreadSchedStats(pid, proc_);
+  for (int child : ReadChildren(pid, proc_, kMaxChildren)) {
+    b.children[child] = ReadThreadSchedStats(child, proc_);
+    if (auto c = ReadPidCpu(child, proc_); c.ok())
+      b.children_cpu_ticks[child] = c->utime_ticks + c->stime_ticks;
+  }
+  if (auto io = ReadPidIo(pid, proc_); io.ok()) b.io = *io;
+  if (auto mem = ReadPidMemory(pid, proc_); mem.ok()) b.memory = *mem;
+  if (auto cg = ReadCgroupCpu(pid, proc_, cgroup_root_); cg.ok()) b.cgroup = *cg;
+  return b;
+}
+
+void ProcSampler::AddOsMetrics(int pid, std::map<std::string, double>* m) const {
+  auto it = os_.find(pid);
+  if (it == os_.end()) return;
+  const OsBegin& b = it->second;
+  const OsBegin e = ReadOs(pid);
+  if (!e.threads.empty()) {
+    double run = 0, wait = 0;
+    AddSchedDelta(b.threads, e.threads, &run, &wait);
+    (*m)["proc.run_s"] = run;
+    (*m)["proc.runq_wait_s"] = wait;
+  }
+  // Children: those of the end (a DataLoader's workers live through the window; ones that
+  // ended took their time with them and are not counted).
+  static const double kTick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  double kid_cpu = 0, kid_run = 0, kid_wait = 0;
+  for (const auto& [child, threads] : e.children) {
+    auto bt = b.children.find(child);
+    AddSchedDelta(bt == b.children.end() ? std::map<int, SchedStat>{} : bt->second, threads,
+                  &kid_run, &kid_wait);
+    auto ec = e.children_cpu_ticks.find(child);
+    auto bc = b.children_cpu_ticks.find(child);
+    if (ec != e.children_cpu_ticks.end())
+      kid_cpu += static_cast<double>(ec->second - (bc == b.children_cpu_ticks.end()
+                                                       ? 0
+                                                       : std::min(bc->second, ec->second))) /
+                 kTick;
+  }
+  (*m)["children.count"] = static_cast<double>(e.children.size());
+  if (!e.children.empty()) {
+    (*m)["children.cpu_s"] = kid_cpu;
+    (*m)["children.run_s"] = kid_run;
+    (*m)["children.runq_wait_s"] = kid_wait;
+  }
+  auto delta = [](uint64_t a, uint64_t z) { return static_cast<double>(z >= a ? z - a : 0); };
+  if (b.io && e.io) {
+    (*m)["proc.read_bytes"] = delta(b.io->read_bytes, e.io->read_bytes);
+    (*m)["proc.write_bytes"] = delta(b.io->write_bytes, e.io->write_bytes);
+    (*m)["proc.rchar"] = delta(b.io->rchar, e.io->rchar);
+    (*m)["proc.wchar"] = delta(b.io->wchar, e.io->wchar);
+  }
+  if (e.memory) {
+    static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
+    (*m)["proc.rss_bytes"] = static_cast<double>(e.memory->rss_pages) * kPage;
+    (*m)["proc.threads"] = static_cast<double>(e.memory->threads);
+    if (b.memory) {
+      (*m)["proc.rss_growth_bytes"] =
+          (static_cast<double>(e.memory->rss_pages) - static_cast<double>(b.memory->rss_pages)) *
+          kPage;
+      (*m)["proc.major_faults"] = delta(b.memory->major_faults, e.memory->major_faults);
+    }
+  }
+  if (b.cgroup && e.cgroup) {
+    (*m)["cgroup.nr_periods"] = delta(b.cgroup->nr_periods, e.cgroup->nr_periods);
+    (*m)["cgroup.nr_throttled"] = delta(b.cgroup->nr_throttled, e.cgroup->nr_throttled);
+    (*m)["cgroup.throttled_s"] = std::max(0.0, e.cgroup->throttled_s - b.cgroup->throttled_s);
+    (*m)["cgroup.quota_cpus"] = e.cgroup->quota_cpus;
+  }
+  const HostMemory hm = ReadHostMemory(proc_);
+  if (hm.total_bytes > 0) (*m)["host.mem_total_bytes"] = hm.total_bytes;
+  if (hm.available_bytes >= 0) (*m)["host.mem_available_bytes"] = hm.available_bytes;
 }
 
 }  // namespace perftracker::agent

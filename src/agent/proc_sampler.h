@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "agent/os_stats.h"
 #include "base/status.h"
 
 namespace perftracker::agent {
@@ -59,10 +61,18 @@ std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc = "/proc");
 // "host.cores" the CPUs are oversubscribed), ... for the node, and for one worker (End(pid))
 // "proc.cpu_s",
 // "proc.voluntary_ctxt_switches", "proc.nonvoluntary_ctxt_switches" and, per connection,
-// "tcp.sendq.<local>><remote>" = mean send-queue bytes over the ticks (the 16 largest).
+// "tcp.sendq.<local>><remote>" = mean send-queue bytes over the ticks (the 16 largest), and the
+// OS evidence of agent/os_stats.h over the window:
+//   "proc.run_s", "proc.runq_wait_s"    its threads' time on a CPU and waiting for one
+//   "proc.read_bytes", "proc.write_bytes", "proc.rchar", "proc.wchar"   its I/O
+//   "proc.major_faults", "proc.rss_bytes" (at the end), "proc.rss_growth_bytes", "proc.threads"
+//   "children.count", "children.cpu_s", "children.runq_wait_s"  its children (DataLoader workers)
+//   "cgroup.nr_periods", "cgroup.nr_throttled", "cgroup.throttled_s", "cgroup.quota_cpus"
+//   "host.mem_total_bytes", "host.mem_available_bytes"
 class ProcSampler {
  public:
-  explicit ProcSampler(std::string proc = "/proc") : proc_(std::move(proc)) {}
+  explicit ProcSampler(std::string proc = "/proc", std::string cgroup_root = "/sys/fs/cgroup")
+      : proc_(std::move(proc)), cgroup_root_(std::move(cgroup_root)) {}
   void Begin(const std::vector<int>& pids);
   void Tick();  // samples the connections of workers not ended yet
   std::map<std::string, double> End(int pid);
@@ -72,7 +82,21 @@ class ProcSampler {
     double sum = 0;
     int n = 0;
   };
+  // What the OS said of one worker at Begin.
+  struct OsBegin {
+    std::map<int, SchedStat> threads;
+    std::map<int, std::map<int, SchedStat>> children;  // child pid -> its threads
+    std::map<int, uint64_t> children_cpu_ticks;
+    std::optional<PidIo> io;
+    std::optional<PidMemory> memory;
+    std::optional<CgroupCpu> cgroup;
+  };
+  OsBegin ReadOs(int pid) const;
+  void AddOsMetrics(int pid, std::map<std::string, double>* m) const;
+
   std::string proc_;
+  std::string cgroup_root_;
+  std::map<int, OsBegin> os_;
   double begin_s_ = 0;
   std::map<int, PidCpu> pids_;
   std::map<int, std::map<std::pair<std::string, std::string>, Conn>> conns_;

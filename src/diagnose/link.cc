@@ -7,6 +7,7 @@
 #include <set>
 
 #include "diagnose/analysis.h"
+#include "diagnose/causes.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose {
@@ -157,50 +158,10 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
   return f;
 }
 
-bool ExplainByHostContention(const RankMetrics& metrics, Finding* f) {
-  if (f->finding_class != FindingClass::kSubset || f->ranks.size() != 1 ||
-      f->confidence != policy::kConfidenceTimingOnly || f->category == "communication")
-    return false;
-  const int rank = f->ranks[0];
-  auto it = metrics.find(rank);
-  if (it == metrics.end()) return false;
-  auto get = [&](const std::map<std::string, double>& m, const char* key) {
-    auto v = m.find(key);
-    return v == m.end() ? -1.0 : v->second;
-  };
-  const double running = get(it->second, "host.procs_running");
-  const double cores = get(it->second, "host.cores");
-  if (running < 0 || cores <= 0 || running <= cores * policy::kOversubscribed) return false;
-  // Whom the scheduler set aside: the rank's involuntary switches against its host's others.
-  std::vector<double> peers;
-  for (const auto& [r, m] : metrics)
-    if (r != rank) peers.push_back(get(m, "proc.nonvoluntary_ctxt_switches"));
-  const double own = get(it->second, "proc.nonvoluntary_ctxt_switches");
-  const std::string host = f->hosts.empty() ? "its host" : "host " + f->hosts[0];
-  f->evidence["host_runnable_threads"] = running;
-  f->evidence["host_cores"] = cores;
-  if (own >= 0) f->evidence["involuntary_switches"] = own;
-  if (!peers.empty()) f->evidence["peers_involuntary_switches"] = internal::Median(peers);
-  f->evidence_text["reasoning"] = fmt::format(
-      "rank {} is slower than its peers with the same calls while {}'s CPUs are oversubscribed "
-      "({:.1f} runnable threads on {:.0f} cores): the scheduler, not its own work, slows it",
-      rank, host, running, cores);
-  f->summary = fmt::format(
-      "{}'s CPUs are oversubscribed ({:.1f} runnable threads on {:.0f} cores): rank {} gets less "
-      "CPU than its peers and runs slower with the same work; the job loses {:.1f} ms/iter",
-      host, running, cores, rank, f->impact_ms);
-  f->suggestion =
-      "Give every rank its own cores: fewer ranks or fewer threads per rank on the host "
-      "(OMP_NUM_THREADS, torch.set_num_threads, DataLoader workers), pin them (taskset, numactl), "
-      "and move other processes off it.";
-  f->category = "cpu_contention";
-  f->cause = Cause::kConfiguration;
-  return true;
-}
-
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d) {
-  for (Finding& f : d->findings) ExplainByHostContention(metrics, &f);
+  const CauseInput in{metrics, d->job.iteration_ms_median};
+  for (Finding& f : d->findings) ExplainRankFinding(in, &f);
   if (std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks)) {
     std::erase_if(d->findings, [](const Finding& f) {
       return f.finding_class == FindingClass::kAll &&

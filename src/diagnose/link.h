@@ -27,15 +27,9 @@ using pattern::RankMetrics;
 std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
                                         const std::vector<pattern::CompactRank>& ranks);
 
-// A rank slower than its peers by timing alone (equal calls) on a host whose CPUs are
-// oversubscribed (more runnable threads than cores, "host.procs_running" > "host.cores") is
-// slowed by scheduling, not by its own work: FINDING becomes a host finding ("cpu_contention",
-// cause configuration). False when it does not apply.
-bool ExplainByHostContention(const RankMetrics& metrics, Finding* finding);
-
 // Adds the metric-based findings to D: a slow link replaces the all-rank communication
-// findings it explains; a timing-only rank finding on an oversubscribed host becomes a host
-// finding; findings stay sorted (SortFindings).
+// findings it explains; a rank finding whose cause the OS's evidence names is rewritten by the
+// cause rules (diagnose/causes.h); findings stay sorted (SortFindings).
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d);
 

@@ -136,41 +136,6 @@ TEST(SlowLink, ReplacesTheAllRankCommunicationFindingsItExplains) {
   EXPECT_EQ(d.findings[1].category, "data_loader");
 }
 
-TEST(HostContention, ATimingOnlyStragglerOnAnOversubscribedHostIsAHostFinding) {
-  auto finding = [] {
-    Finding f;
-    f.finding_class = FindingClass::kSubset;
-    f.category = "python";
-    f.cause = Cause::kSoftware;
-    f.confidence = policy::kConfidenceTimingOnly;
-    f.ranks = {3};
-    f.hosts = {"vm"};
-    f.impact_ms = 10;
-    return f;
-  };
-  RankMetrics m;
-  for (int r = 0; r < 4; ++r) {
-    m[r]["host.procs_running"] = 5.5;  // four ranks and their helpers on two cores
-    m[r]["host.cores"] = 2;
-    m[r]["proc.nonvoluntary_ctxt_switches"] = r == 3 ? 900 : 300;
-  }
-  Finding f = finding();
-  ASSERT_TRUE(ExplainByHostContention(m, &f));
-  EXPECT_EQ(f.category, "cpu_contention");
-  EXPECT_EQ(f.cause, Cause::kConfiguration);
-  EXPECT_EQ(f.evidence.at("involuntary_switches"), 900);
-  EXPECT_EQ(f.evidence.at("peers_involuntary_switches"), 300);
-  EXPECT_NE(f.summary.find("oversubscribed (5.5 runnable threads on 2 cores)"), std::string::npos)
-      << f.summary;
-  // More calls than its peers is the program, whatever the host: left alone.
-  Finding calls = finding();
-  calls.confidence = policy::kConfidenceExtraCalls;
-  EXPECT_FALSE(ExplainByHostContention(m, &calls));
-  // A host with a core per runnable thread: left alone.
-  for (auto& [r, v] : m) v["host.procs_running"] = 1.5;
-  Finding quiet = finding();
-  EXPECT_FALSE(ExplainByHostContention(m, &quiet));
-}
 
 }  // namespace
 }  // namespace perftracker::diagnose

@@ -111,11 +111,27 @@ namespace perftracker::diagnose::policy {
     "a rank's link is slow when 80% of the job's backed-up bytes touch it")                        \
   X(kOversubscribed, 1.0, "runnable threads per core",                                             \
     "a host with more runnable threads than cores (mean over the window) is oversubscribed: "      \
-    "its ranks take turns on the CPUs")                                                            \
+    "its ranks take turns on the CPUs, which alone blames none of them")                           \
+  /* Causes from the OS's evidence (diagnose/causes.h). */                                        \
+  X(kMinQuotaPeriods, 10, "scheduling periods",                                                    \
+    "a cgroup's throttled share needs 10 periods (1 s at the default 100 ms) to mean anything")    \
+  X(kThrottledShare, 0.2, "share of periods",                                                      \
+    "a quota that throttles a rank in a fifth of its periods slows it measurably; a quota met "    \
+    "now and then at a burst does not")                                                            \
+  X(kThrottledPeersAtMost, 0.5, "of the rank's share",                                             \
+    "peers throttled half as often or more share the limit: it is not this rank's cause")          \
+  X(kRunQueueWaitRatio, 1.5, "x the peers' wait per CPU second",                                   \
+    "on a shared host every rank waits for a CPU; one denied it waits half as long again per "     \
+    "second of its own CPU as its peers' median")                                                  \
+  X(kRunQueueExplainsShare, 0.3, "of the finding's impact",                                        \
+    "the extra run-queue wait must be at least 30% of what the rank loses per iteration to be "    \
+    "its cause")                                                                                   \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \
   X(kConfidenceExtraCalls, 0.9, "confidence",                                                      \
     "more calls than the peers: a difference in the program, not in timing")                       \
   X(kConfidenceRule, 0.8, "confidence", "an expected-pattern rule measured on every rank")         \
+  X(kConfidenceOsEvidence, 0.85, "confidence",                                                    \
+    "the kernel's own accounting (a throttled quota, run-queue wait) names the cause")             \
   X(kConfidenceTimingOnly, 0.6, "confidence",                                                      \
     "equal calls, longer time, beyond the noise: slower device, host or input")                    \
   X(kConfidenceLateArrival, 0.4, "confidence",                                                     \

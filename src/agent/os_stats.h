@@ -1,0 +1,94 @@
+// What the OS says about one worker process beyond its CPU time, read from /proc and the cgroup
+// file system: the evidence that tells a rank starved of CPU from one with more work.
+//   - scheduler statistics per thread (/proc/PID/task/TID/schedstat): time run and time spent
+//     runnable but waiting in the run queue. A rank that waits in the run queue markedly more per
+//     second of CPU than its peers is denied the CPU; a busy host alone says nothing of the rank.
+//   - the CPU quota of its cgroup (v1 cpu.stat/cpu.cfs_quota_us, v2 cpu.stat/cpu.max): periods,
+//     throttled periods and the time throttled.
+//   - I/O (/proc/PID/io), resident memory and major faults (/proc/PID/stat), the process's
+//     children (DataLoader workers, /proc/PID/task/TID/children), and the host's memory.
+// Each text is parsed by a function of its own that tests feed with recorded text; the readers
+// bound what they read (a /proc file is small; a garbled one is an error, never a crash).
+#ifndef PERFTRACKER_AGENT_OS_STATS_H_
+#define PERFTRACKER_AGENT_OS_STATS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/status.h"
+
+namespace perftracker::agent {
+
+// /proc/PID/task/TID/schedstat: "run_ns wait_ns timeslices", e.g. "187550053 8479843 432".
+struct SchedStat {
+  uint64_t run_ns = 0;
+  uint64_t wait_ns = 0;  // runnable, waiting for a CPU
+  uint64_t slices = 0;
+};
+StatusOr<SchedStat> ParseSchedStat(std::string_view text);
+
+// /proc/PID/io: "rchar: 1\nwchar: 2\n...read_bytes: 3\nwrite_bytes: 4\n...".
+struct PidIo {
+  uint64_t rchar = 0, wchar = 0;             // bytes through read/write calls (page cache too)
+  uint64_t read_bytes = 0, write_bytes = 0;  // bytes the storage layer fetched / will write
+};
+StatusOr<PidIo> ParsePidIo(std::string_view text);
+
+// The fields of /proc/PID/stat beyond CPU time: major faults (field 12), threads (20) and the
+// resident set in pages (24). The command name is in parentheses and may hold spaces or ')'.
+struct PidMemory {
+  uint64_t major_faults = 0;
+  uint64_t threads = 0;
+  uint64_t rss_pages = 0;
+};
+StatusOr<PidMemory> ParsePidStatMemory(std::string_view text);
+
+// A cgroup's CPU accounting. v1 cpu.stat: "nr_periods 10\nnr_throttled 4\nthrottled_time NS";
+// v2 cpu.stat: "usage_usec ...\nnr_periods 10\nnr_throttled 4\nthrottled_usec US".
+struct CgroupCpu {
+  uint64_t nr_periods = 0;
+  uint64_t nr_throttled = 0;
+  double throttled_s = 0;
+  double quota_cpus = -1;  // the quota in CPUs (0.25: a quarter of one); -1: none
+};
+StatusOr<CgroupCpu> ParseCgroupCpuStat(std::string_view text);
+// v2 cpu.max: "25000 100000" is 0.25 CPUs, "max 100000" none (-1).
+double ParseCpuMax(std::string_view text);
+// v1: cpu.cfs_quota_us ("-1": none) and cpu.cfs_period_us.
+double CpuQuotaV1(std::string_view quota_us, std::string_view period_us);
+
+// The cgroup folder that accounts a process's CPU, from /proc/PID/cgroup ("4:cpu,cpuacct:/a/b"
+// for v1, "0::/a/b" for v2; a v1 cpu controller wins where both are mounted). MOUNTS names the
+// cgroup root (/sys/fs/cgroup). Empty when the text names none.
+std::string CpuCgroupDir(std::string_view proc_pid_cgroup, const std::string& root);
+
+// /proc/meminfo's MemTotal and MemAvailable, in bytes (-1 where absent).
+struct HostMemory {
+  double total_bytes = -1;
+  double available_bytes = -1;
+};
+HostMemory ParseMeminfo(std::string_view text);
+
+// Readers over PROC (default /proc) and the cgroup ROOT.
+// The sum over the process's threads, keyed by thread id so that deltas match thread to thread.
+std::map<int, SchedStat> ReadThreadSchedStats(int pid, const std::string& proc = "/proc");
+StatusOr<PidIo> ReadPidIo(int pid, const std::string& proc = "/proc");
+StatusOr<PidMemory> ReadPidMemory(int pid, const std::string& proc = "/proc");
+// The process's children (of every thread), at most MAX.
+std::vector<int> ReadChildren(int pid, const std::string& proc = "/proc", size_t max = 256);
+StatusOr<CgroupCpu> ReadCgroupCpu(int pid, const std::string& proc = "/proc",
+                                  const std::string& root = "/sys/fs/cgroup");
+HostMemory ReadHostMemory(const std::string& proc = "/proc");
+
+// Bytes read from one /proc or cgroup file at most: they are a few hundred bytes; a thread
+// list of a huge process is longer, and more than this is not a file the agent should trust.
+inline constexpr size_t kMaxProcFileBytes = 1 << 20;
+// Reads PATH whole (at most kMaxProcFileBytes).
+StatusOr<std::string> ReadProcFile(const std::string& path);
+
+}  // namespace perftracker::agent
+
+#endif  // PERFTRACKER_AGENT_OS_STATS_H_

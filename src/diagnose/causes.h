@@ -1,0 +1,67 @@
+// Cause rules that read the OS's evidence (agent/os_stats.h, reaching the diagnosis as the
+// window's per-rank metrics) to say why a rank is slower than its peers when timing alone cannot:
+// equal calls, longer time could be a throttled quota, a rank denied the CPU, or more work.
+// Each rule is a class with a name and its own unit test (causes_test.cc); ExplainRankFinding
+// runs them in order, and the first whose evidence holds rewrites the finding's category, cause,
+// summary and advice, keeping the functions timing named.
+//
+// What a busy host alone says is not evidence against one rank: every rank of a host shares
+// its CPUs. A rank is starved only when the scheduler makes it wait markedly more per second of
+// its own CPU than its peers, or its cgroup's quota throttles it and not them.
+#ifndef PERFTRACKER_DIAGNOSE_CAUSES_H_
+#define PERFTRACKER_DIAGNOSE_CAUSES_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "diagnose/finding.h"
+#include "pattern/collected.h"
+
+namespace perftracker::diagnose {
+
+using pattern::RankMetrics;
+
+// What every cause rule reads: the window's metrics of every rank and the job's iteration.
+struct CauseInput {
+  const RankMetrics& metrics;
+  double iteration_ms = 0;  // the window's median iteration (0: unknown)
+};
+
+class CauseRule {
+ public:
+  virtual ~CauseRule() = default;
+  virtual const char* name() const = 0;  // the category it gives a finding
+  // Rewrites F (a finding on one rank) when the rule's evidence holds; false otherwise.
+  virtual bool Explain(const CauseInput& in, Finding* f) const = 0;
+};
+
+// "cpu_throttled": the rank's cgroup CPU quota throttles it in a good share of its scheduling
+// periods while its peers' do not.
+class CpuThrottledRule : public CauseRule {
+ public:
+  const char* name() const override { return "cpu_throttled"; }
+  bool Explain(const CauseInput& in, Finding* f) const override;
+};
+
+// "cpu_contention": the rank's threads wait in the run queue markedly more per second of CPU
+// than its peers', and that extra wait is a good part of what it loses per iteration.
+class RunQueueContentionRule : public CauseRule {
+ public:
+  const char* name() const override { return "cpu_contention"; }
+  bool Explain(const CauseInput& in, Finding* f) const override;
+};
+
+// The rules in the order they are tried: the direct evidence (a quota) first.
+const std::vector<std::unique_ptr<CauseRule>>& CauseRules();
+
+// Runs the rules on F when it is a finding on one rank that a host cause could explain (a
+// straggler by timing or by its functions; not communication, a hang or a missing rank). When
+// none fires and the rank shares an oversubscribed host, the finding says why the host is not
+// the cause (the rank waits no more than its peers). Returns the rule that fired, or nullptr.
+const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f);
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_CAUSES_H_

@@ -1,0 +1,134 @@
+#include "diagnose/causes.h"
+
+#include <gtest/gtest.h>
+
+#include "diagnose/policy.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+// A timing-only straggler on rank 2 of four, 10 ms per iteration lost, 50 ms iterations.
+Finding Straggler() {
+  Finding f;
+  f.finding_class = FindingClass::kSubset;
+  f.category = "straggler";
+  f.cause = Cause::kUnknown;
+  f.confidence = policy::kConfidenceTimingOnly;
+  f.ranks = {2};
+  f.hosts = {"vm"};
+  f.impact_ms = 10;
+  return f;
+}
+
+// Recorded on this project's 2-core VM: four DDP ranks (gloo) and their helpers, 10 s windows
+// of 50 ms iterations (200 iterations).
+RankMetrics BusyHost() {
+  RankMetrics m;
+  for (int r = 0; r < 4; ++r) {
+    m[r]["window.seconds"] = 10;
+    m[r]["host.procs_running"] = 5.5;
+    m[r]["host.cores"] = 2;
+    m[r]["proc.run_s"] = 4.0 + 0.2 * r;
+    m[r]["proc.runq_wait_s"] = 2.4 + 0.1 * r;
+    m[r]["cgroup.nr_periods"] = 0;
+    m[r]["cgroup.nr_throttled"] = 0;
+    m[r]["cgroup.throttled_s"] = 0;
+  }
+  return m;
+}
+
+TEST(CpuThrottledRule, NamesTheQuotaWithItsFigures) {
+  RankMetrics m = BusyHost();
+  m[2]["cgroup.nr_periods"] = 100;
+  m[2]["cgroup.nr_throttled"] = 75;
+  m[2]["cgroup.throttled_s"] = 7.5;
+  m[2]["cgroup.quota_cpus"] = 0.25;
+  Finding f = Straggler();
+  CpuThrottledRule rule;
+  ASSERT_TRUE(rule.Explain({m, 50}, &f));
+  EXPECT_EQ(f.category, "cpu_throttled");
+  EXPECT_EQ(f.cause, Cause::kHardware);
+  EXPECT_DOUBLE_EQ(f.evidence.at("throttled_periods_share"), 0.75);
+  EXPECT_DOUBLE_EQ(f.evidence.at("quota_cpus"), 0.25);
+  EXPECT_NE(f.summary.find("quota of 0.25 CPUs"), std::string::npos) << f.summary;
+  EXPECT_NE(f.summary.find("75% of its scheduling periods, 7.5 s throttled in a 10.0 s window"),
+            std::string::npos)
+      << f.summary;
+}
+
+TEST(CpuThrottledRule, LeavesAQuotaEveryRankSharesAndAFewThrottledPeriods) {
+  RankMetrics m = BusyHost();
+  for (auto& [r, v] : m) {  // every rank throttled alike: no rank's own cause
+    v["cgroup.nr_periods"] = 100;
+    v["cgroup.nr_throttled"] = r == 2 ? 80 : 60;
+  }
+  Finding f = Straggler();
+  EXPECT_FALSE(CpuThrottledRule().Explain({m, 50}, &f));
+  m = BusyHost();
+  m[2]["cgroup.nr_periods"] = 100;
+  m[2]["cgroup.nr_throttled"] = 10;  // a burst now and then
+  EXPECT_FALSE(CpuThrottledRule().Explain({m, 50}, &f));
+  m[2]["cgroup.nr_periods"] = 5;  // too few periods to tell
+  m[2]["cgroup.nr_throttled"] = 5;
+  EXPECT_FALSE(CpuThrottledRule().Explain({m, 50}, &f));
+  EXPECT_EQ(f.category, "straggler");
+}
+
+TEST(RunQueueContentionRule, NamesARankTheSchedulerHoldsBack) {
+  RankMetrics m = BusyHost();
+  // A competing process on rank 2's core: 4 s waiting for 4 s on the CPU, peers ~0.6 s per s.
+  m[2]["proc.run_s"] = 4.0;
+  m[2]["proc.runq_wait_s"] = 4.0;
+  Finding f = Straggler();
+  ASSERT_TRUE(RunQueueContentionRule().Explain({m, 50}, &f));
+  EXPECT_EQ(f.category, "cpu_contention");
+  EXPECT_NEAR(f.evidence.at("runq_wait_per_cpu_s"), 1.0, 1e-9);
+  // Peers (ranks 0, 1, 3): 2.4/4.0, 2.5/4.2, 2.7/4.6 -> median 0.595.
+  EXPECT_NEAR(f.evidence.at("peers_runq_wait_per_cpu_s"), 2.5 / 4.2, 1e-9);
+  // (4.0 - 0.595 * 4.0) s over 200 iterations.
+  EXPECT_NEAR(f.evidence.at("extra_runq_wait_ms_per_iteration"), (4.0 - 2.5 / 4.2 * 4) * 5, 1e-9);
+  EXPECT_NE(f.summary.find("denied the CPU on host vm"), std::string::npos) << f.summary;
+}
+
+TEST(RunQueueContentionRule, ABusyHostAloneIsNoCause) {
+  // The busy host of every rank, rank 2 with more work (longer sequences): it runs more and
+  // waits at its peers' rate. Before this rule such a rank was called CPU contention.
+  RankMetrics m = BusyHost();
+  m[2]["proc.run_s"] = 6.0;
+  m[2]["proc.runq_wait_s"] = 3.6;
+  Finding f = Straggler();
+  EXPECT_FALSE(RunQueueContentionRule().Explain({m, 50}, &f));
+  EXPECT_EQ(ExplainRankFinding({m, 50}, &f), nullptr);
+  EXPECT_EQ(f.category, "straggler");
+  EXPECT_NE(f.evidence_text.at("host").find("the host is not why it is slower"), std::string::npos);
+  // Waiting markedly more, but far too little to explain 10 ms per iteration: not the cause.
+  m[2]["proc.run_s"] = 4.0;
+  m[2]["proc.runq_wait_s"] = 2.4 * 1.6 * 4.0 / 4.0;
+  m[2]["window.seconds"] = 10;
+  Finding g = Straggler();
+  g.impact_ms = 40;
+  EXPECT_FALSE(RunQueueContentionRule().Explain({m, 50}, &g));
+}
+
+TEST(ExplainRankFinding, ThrottlingComesFirstAndOnlyRankFindingsAreExplained) {
+  RankMetrics m = BusyHost();
+  m[2]["cgroup.nr_periods"] = 100;
+  m[2]["cgroup.nr_throttled"] = 75;
+  m[2]["proc.runq_wait_s"] = 8.0;  // it waits too; the quota is the direct evidence
+  Finding f = Straggler();
+  const CauseRule* rule = ExplainRankFinding({m, 50}, &f);
+  ASSERT_NE(rule, nullptr);
+  EXPECT_STREQ(rule->name(), "cpu_throttled");
+  Finding comm = Straggler();
+  comm.category = "communication";
+  EXPECT_EQ(ExplainRankFinding({m, 50}, &comm), nullptr);
+  Finding all = Straggler();
+  all.finding_class = FindingClass::kAll;
+  EXPECT_EQ(ExplainRankFinding({m, 50}, &all), nullptr);
+  Finding two = Straggler();
+  two.ranks = {1, 2};
+  EXPECT_EQ(ExplainRankFinding({m, 50}, &two), nullptr);
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
