@@ -190,7 +190,8 @@ HostMemory ParseMeminfo(std::string_view text) {
 std::map<int, SchedStat> ReadThreadSchedStats(int pid, const std::string& proc) {
   std::map<int, SchedStat> out;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(fmt::format("{}/{}/task", proc, pid), ec)) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(fmt::format("{}/{}/task", proc, pid), ec)) {
     const std::string name = e.path().filename().string();
     int tid = 0;
     auto [p, err] = std::from_chars(name.data(), name.data() + name.size(), tid);
@@ -216,7 +217,8 @@ StatusOr<PidMemory> ReadPidMemory(int pid, const std::string& proc) {
 std::vector<int> ReadChildren(int pid, const std::string& proc, size_t max) {
   std::set<int> kids;
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(fmt::format("{}/{}/task", proc, pid), ec)) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(fmt::format("{}/{}/task", proc, pid), ec)) {
     auto text = ReadProcFile(e.path().string() + "/children");
     if (!text.ok()) continue;
     std::string_view s = *text;

@@ -89,8 +89,9 @@ TEST(OsStats, FindsTheCpuCgroup) {
 }
 
 TEST(OsStats, ParsesMeminfo) {
-  HostMemory m = ParseMeminfo("MemTotal:       24683568 kB\nMemFree:        20382000 kB\n"
-                              "MemAvailable:   23917288 kB\n");
+  HostMemory m = ParseMeminfo(
+      "MemTotal:       24683568 kB\nMemFree:        20382000 kB\n"
+      "MemAvailable:   23917288 kB\n");
   EXPECT_DOUBLE_EQ(m.total_bytes, 24683568.0 * 1024);
   EXPECT_DOUBLE_EQ(m.available_bytes, 23917288.0 * 1024);
   EXPECT_EQ(ParseMeminfo("x").total_bytes, -1);
@@ -119,8 +120,8 @@ TEST(OsStats, SamplerReportsWindowDeltasFromAFakeProc) {
                                         kid_ticks));
     write(proc + "/9/status", "voluntary_ctxt_switches: 1\nnonvoluntary_ctxt_switches: 2\n");
     write(proc + "/9/task/9/schedstat", "5 5 1\n");
-    write(proc + "/7/io", fmt::format("rchar: 0\nwchar: {0}\nread_bytes: 0\nwrite_bytes: {0}\n",
-                                      wbytes));
+    write(proc + "/7/io",
+          fmt::format("rchar: 0\nwchar: {0}\nread_bytes: 0\nwrite_bytes: {0}\n", wbytes));
     write(proc + "/7/cgroup", "1:cpu:/rank\n");
     write(cg + "/cpu/rank/cpu.stat",
           fmt::format("nr_periods {}\nnr_throttled {}\nthrottled_time {}\n", periods, thr,

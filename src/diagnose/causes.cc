@@ -173,8 +173,8 @@ const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
   const double cores = Get(it->second, "host.cores");
   const double own = WaitPerCpu(it->second);
   const double peers = PeersMedian(in.metrics, f->ranks[0], WaitPerCpu);
-  if (!std::isnan(running) && !std::isnan(cores) && running > cores * policy::kOversubscribed && !std::isnan(own) &&
-      !std::isnan(peers)) {
+  if (!std::isnan(running) && !std::isnan(cores) && running > cores * policy::kOversubscribed &&
+      !std::isnan(own) && !std::isnan(peers)) {
     f->evidence["runq_wait_per_cpu_s"] = own;
     f->evidence["peers_runq_wait_per_cpu_s"] = peers;
     f->evidence_text["host"] = fmt::format(

@@ -136,6 +136,5 @@ TEST(SlowLink, ReplacesTheAllRankCommunicationFindingsItExplains) {
   EXPECT_EQ(d.findings[1].category, "data_loader");
 }
 
-
 }  // namespace
 }  // namespace perftracker::diagnose

@@ -112,7 +112,7 @@ namespace perftracker::diagnose::policy {
   X(kOversubscribed, 1.0, "runnable threads per core",                                             \
     "a host with more runnable threads than cores (mean over the window) is oversubscribed: "      \
     "its ranks take turns on the CPUs, which alone blames none of them")                           \
-  /* Causes from the OS's evidence (diagnose/causes.h). */                                        \
+  /* Causes from the OS's evidence (diagnose/causes.h). */                                         \
   X(kMinQuotaPeriods, 10, "scheduling periods",                                                    \
     "a cgroup's throttled share needs 10 periods (1 s at the default 100 ms) to mean anything")    \
   X(kThrottledShare, 0.2, "share of periods",                                                      \
@@ -130,7 +130,7 @@ namespace perftracker::diagnose::policy {
   X(kConfidenceExtraCalls, 0.9, "confidence",                                                      \
     "more calls than the peers: a difference in the program, not in timing")                       \
   X(kConfidenceRule, 0.8, "confidence", "an expected-pattern rule measured on every rank")         \
-  X(kConfidenceOsEvidence, 0.85, "confidence",                                                    \
+  X(kConfidenceOsEvidence, 0.85, "confidence",                                                     \
     "the kernel's own accounting (a throttled quota, run-queue wait) names the cause")             \
   X(kConfidenceTimingOnly, 0.6, "confidence",                                                      \
     "equal calls, longer time, beyond the noise: slower device, host or input")                    \
