@@ -16,6 +16,9 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  gradient all-reduce in loss.backward(), or the explicit all-reduce of the loss
                  on a --log-every step
   cpu-contention a busy process competes for the rank's CPU
+  cpu-quota      the rank moves itself into the cgroup --fault-cgroup (a folder of the cgroup file
+                 system whose CPU quota the caller set, e.g. cpu.cfs_quota_us or cpu.max): the
+                 kernel then throttles it as a container's CPU limit does
   sync           (GPU) needless torch.cuda.synchronize() and .item() every step
   call-heavy     tokenizer-like Python every step: --calls short calls, each building two small
                  GC-tracked objects, so the cyclic GC runs often (young collections every few
@@ -47,9 +50,10 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd",
-                            "call-heavy"])
+                            "call-heavy", "cpu-quota"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
+    p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
     p.add_argument("--fault-ms", type=float, default=15.0, help="loader sleep per batch (ms)")
@@ -233,6 +237,10 @@ def worker(rank, world, args):
             elif args.fault == "cmd":
                 import subprocess
                 subprocess.run(args.fault_cmd, shell=True, check=True)
+            elif args.fault == "cpu-quota":
+                # cgroup.procs moves the whole process, its threads included.
+                with open(os.path.join(args.fault_cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
             elif args.fault == "cpu-contention":
                 import multiprocessing as mp
                 contention = mp.get_context("fork").Process(target=busy_loop, args=(time.time() + 3600,), daemon=True)
