@@ -16,6 +16,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  gradient all-reduce in loss.backward(), or the explicit all-reduce of the loss
                  on a --log-every step
   cpu-contention a busy process competes for the rank's CPU
+  skew           the rank's batches hold --fault-scale times the rows (data skew: longer
+                 sequences, a bigger share of the data): the same calls on larger inputs
   cpu-quota      the rank moves itself into the cgroup --fault-cgroup (a folder of the cgroup file
                  system whose CPU quota the caller set, e.g. cpu.cfs_quota_us or cpu.max): the
                  kernel then throttles it as a container's CPU limit does
@@ -50,10 +52,11 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd",
-                            "call-heavy", "cpu-quota"])
+                            "call-heavy", "cpu-quota", "skew"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")
+    p.add_argument("--fault-scale", type=int, default=3, help="rows per batch x this (--fault skew)")
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
     p.add_argument("--fault-ms", type=float, default=15.0, help="loader sleep per batch (ms)")
@@ -189,6 +192,8 @@ def worker(rank, world, args):
 
     def train_step(step):
         x, y = next_batch()
+        if is_faulty and step >= args.fault_start and args.fault == "skew":
+            x, y = x.repeat(args.fault_scale, 1), y.repeat(args.fault_scale)
         x, y = x.to(device), y.to(device)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(ddp(x), y)
