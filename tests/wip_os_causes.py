@@ -1,0 +1,124 @@
+"""WORK IN PROGRESS (issue 24), not in .ci/run yet: both cases open no window or find nothing on
+this machine so far (see the closing note of 2026-12-03); renamed to test_os_causes.py once
+they pass.
+
+Causes from the OS's evidence, on real faults (issue 24): a rank held by a cgroup CPU quota is
+throttled, named with its quota and throttled share, and is slow, not hung; a rank with more work
+(three times the rows per batch, as longer sequences are) is a straggler, not "CPU contention",
+though four ranks share this machine's two cores.
+
+Real torch (PT_TORCH_PYTHON), gloo, 4 ranks under `perftracker run` with the product's defaults;
+the job waits 30 ms in every step as in test_online_run.py (its FAULT_AT comment says why).
+The quota needs root and a cgroup file system with the cpu controller (v1 or v2); where there is
+none the test says so and, under CI, fails.
+"""
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+from test_online_run import FAULT_AT, STEP, load, run_job, windows  # noqa: E402
+
+V1 = "/sys/fs/cgroup/cpu"
+V2 = "/sys/fs/cgroup"
+
+
+class CpuQuota:
+    """A cgroup whose CPU quota is CPUS, removed by close(); `error` says why it could not be made."""
+
+    def __init__(self, cpus, period_us=100000):
+        self.path, self.error, self.parent = None, None, None
+        name = f"pt_quota_{os.getpid()}"
+        quota = int(cpus * period_us)
+        try:
+            if os.path.exists(os.path.join(V1, "cpu.cfs_quota_us")):
+                self.parent, self.path = V1, os.path.join(V1, name)
+                os.mkdir(self.path)
+                self._write("cpu.cfs_period_us", str(period_us))
+                self._write("cpu.cfs_quota_us", str(quota))
+            elif os.path.exists(os.path.join(V2, "cgroup.controllers")):
+                with open(os.path.join(V2, "cgroup.subtree_control"), "w") as f:
+                    f.write("+cpu")
+                self.parent, self.path = V2, os.path.join(V2, name)
+                os.mkdir(self.path)
+                self._write("cpu.max", f"{quota} {period_us}")
+            else:
+                self.error = "no cgroup file system with the cpu controller"
+        except OSError as e:
+            self.error = f"cannot make a cgroup with a CPU quota: {e}"
+            self.close()
+
+    def _write(self, name, text):
+        with open(os.path.join(self.path, name), "w") as f:
+            f.write(text)
+
+    def close(self):
+        if not self.path or not os.path.isdir(self.path):
+            return
+        try:  # whatever is left (the job has ended) goes back to the parent
+            with open(os.path.join(self.path, "cgroup.procs")) as f:
+                for pid in f.read().split():
+                    with open(os.path.join(self.parent, "cgroup.procs"), "w") as g:
+                        g.write(pid)
+        except OSError:
+            pass
+        try:
+            os.rmdir(self.path)
+        except OSError:
+            pass
+
+
+@unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")
+class OsCauses(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pt_os_")
+
+    def job(self, name, *train_args):
+        report = os.path.join(self.tmp, name)
+        p = run_job(report, list(train_args))
+        out = f"--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}"
+        self.assertEqual(p.returncode, 0, out)
+        d = load(report)
+        d["_out"] = out
+        d["_report"] = report
+        print(f"{name}: {p.seconds:.1f} s, windows {windows(report)}; first finding: "
+              f"{d['findings'][0]['summary'] if d['findings'] else 'none'}", file=sys.stderr)
+        return d
+
+    def test_cpu_quota_is_throttling_not_a_hang(self):
+        # A tenth of a CPU for rank 2 from iteration 130. A step is ~10 ms of CPU and a 30 ms wait, so a
+        # rank uses about a quarter of a CPU: a tenth makes its compute take 2.5x as long.
+        quota = CpuQuota(0.1)
+        if quota.error:
+            self.skipTest(quota.error)
+        try:
+            d = self.job("quota", "--iters", "320", *STEP, "--fault", "cpu-quota", "--fault-rank", "2",
+                         "--fault-start", FAULT_AT, "--fault-cgroup", quota.path)
+        finally:
+            quota.close()
+        self.assertTrue(d["findings"], "no finding\n" + d["_out"])
+        f = d["findings"][0]
+        self.assertEqual(f["ranks"], [2], d["_out"])
+        self.assertEqual(f["category"], "cpu_throttled", d["_out"])
+        self.assertIn("quota of 0.10 CPUs", f["summary"], d["_out"])
+        self.assertGreaterEqual(f["evidence"]["throttled_periods_share"], 0.2, d["_out"])
+        for g in d["findings"]:
+            self.assertNotEqual(g["category"], "hang", d["_out"])
+
+    def test_more_work_is_no_cpu_contention(self):
+        # Rank 2's batches hold eight times the rows from iteration 130 (data skew): the same calls
+        # on larger inputs. Four ranks on two cores keep the host oversubscribed all along; that
+        # alone names no rank's cause.
+        d = self.job("skew", "--iters", "320", *STEP, "--fault", "skew", "--fault-rank", "2",
+                     "--fault-start", FAULT_AT, "--fault-scale", "8")
+        self.assertTrue(d["findings"], "no finding\n" + d["_out"])
+        f = d["findings"][0]
+        self.assertEqual(f["ranks"], [2], d["_out"])
+        self.assertNotIn(f["category"], ("cpu_contention", "cpu_throttled"), d["_out"])
+
+
+if __name__ == "__main__":
+    ptest.main()
