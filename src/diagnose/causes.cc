@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -184,6 +185,33 @@ const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
         HostOf(*f), running, cores, f->ranks[0], own, peers);
   }
   return nullptr;
+}
+
+std::vector<Finding> FindThrottledRanks(const CauseInput& in,
+                                        const std::map<int, std::string>& hosts,
+                                        const std::vector<Finding>& existing) {
+  std::vector<Finding> out;
+  if (in.iteration_ms <= 0) return out;
+  for (const auto& [rank, m] : in.metrics) {
+    const bool named = std::any_of(existing.begin(), existing.end(), [&](const Finding& f) {
+      return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
+    });
+    if (named) continue;
+    const double throttled_ms = PerIterationMs(m, Get(m, "cgroup.throttled_s"), in.iteration_ms);
+    if (std::isnan(throttled_ms) || throttled_ms < policy::kMinAbsMs ||
+        throttled_ms < in.iteration_ms * policy::kMinFraction)
+      continue;
+    Finding f;
+    f.finding_class = FindingClass::kSubset;
+    f.category = "straggler";
+    f.ranks = {rank};
+    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) f.hosts = {h->second};
+    f.impact_ms = throttled_ms;
+    f.impact_fraction = throttled_ms / in.iteration_ms;
+    f.evidence["throttled_ms_per_iteration"] = throttled_ms;
+    if (CpuThrottledRule().Explain(in, &f)) out.push_back(std::move(f));
+  }
+  return out;
 }
 
 }  // namespace perftracker::diagnose

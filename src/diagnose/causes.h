@@ -62,6 +62,15 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules();
 // the cause (the rank waits no more than its peers). Returns the rule that fired, or nullptr.
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f);
 
+// A finding for every rank that its own cgroup quota throttles (CpuThrottledRule's evidence) and
+// that no finding of EXISTING names yet, when the time throttled per iteration reaches the
+// peer comparison's size gates (policy kMinAbsMs, kMinFraction). A quota slows all a rank does
+// alike and makes its peers wait in collectives, so its functions may stand under the timing
+// noise gates while the kernel's own count is plain. HOSTS: rank -> host, where known.
+std::vector<Finding> FindThrottledRanks(const CauseInput& in,
+                                        const std::map<int, std::string>& hosts,
+                                        const std::vector<Finding>& existing);
+
 }  // namespace perftracker::diagnose
 
 #endif  // PERFTRACKER_DIAGNOSE_CAUSES_H_

@@ -130,5 +130,35 @@ TEST(ExplainRankFinding, ThrottlingComesFirstAndOnlyRankFindingsAreExplained) {
   EXPECT_EQ(ExplainRankFinding({m, 50}, &two), nullptr);
 }
 
+// Recorded: a real 4-rank job, rank 2 in a cgroup of 0.1 CPUs (tests/wip_os_causes.py), its
+// slowdown window of 3 s at ~50 ms iterations. The peer comparison named nobody.
+TEST(FindThrottledRanks, NamesAThrottledRankNoFindingNamed) {
+  RankMetrics m;
+  const double runq[4] = {0.516, 0.479, 1.766, 0.5};
+  for (int r = 0; r < 4; ++r) {
+    m[r]["window.seconds"] = 2.976;
+    m[r]["proc.run_s"] = 0.26;
+    m[r]["proc.runq_wait_s"] = runq[r];
+    m[r]["cgroup.nr_periods"] = r == 2 ? 29 : 0;
+    m[r]["cgroup.nr_throttled"] = r == 2 ? 20 : 0;
+    m[r]["cgroup.throttled_s"] = r == 2 ? 0.699 : 0;
+    m[r]["cgroup.quota_cpus"] = r == 2 ? 0.1 : -1;
+  }
+  std::vector<Finding> found = FindThrottledRanks({m, 49.8}, {{2, "vm"}}, {});
+  ASSERT_EQ(found.size(), 1u);
+  const Finding& f = found[0];
+  EXPECT_EQ(f.ranks, std::vector<int>{2});
+  EXPECT_EQ(f.hosts, std::vector<std::string>{"vm"});
+  EXPECT_EQ(f.category, "cpu_throttled");
+  EXPECT_NEAR(f.impact_ms, 0.699 * 49.8 / 2.976, 1e-9);  // 11.7 ms per iteration
+  EXPECT_NE(f.summary.find("quota of 0.10 CPUs"), std::string::npos) << f.summary;
+  // A rank already named is explained by ExplainRankFinding, not found twice.
+  Finding named = Straggler();
+  EXPECT_TRUE(FindThrottledRanks({m, 49.8}, {}, {named}).empty());
+  // Throttled for less than the size gates: nothing.
+  m[2]["cgroup.throttled_s"] = 0.01;
+  EXPECT_TRUE(FindThrottledRanks({m, 49.8}, {}, {}).empty());
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose
