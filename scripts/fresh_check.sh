@@ -21,6 +21,13 @@ if [[ ! -x $root/usr/bin/apt-get ]]; then
   debootstrap --variant=minbase bookworm "$root" "$mirror" >"$root.debootstrap.log" 2>&1
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# An installed Debian has /etc/hosts (localhost, and its name on 127.0.1.1); debootstrap writes
+# none, and without it "localhost" does not resolve: torchrun --standalone then cannot reach its
+# own rendezvous store, which no real machine shows.
+if [[ ! -s $root/etc/hosts ]]; then
+  printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+    "$(hostname)" >"$root/etc/hosts"
+fi
 
 mounts=(proc sys dev dev/pts dev/shm)
 cleanup() {
