@@ -56,7 +56,7 @@ double ToDouble(std::string_view s, bool* ok) {
 
 }  // namespace
 
-StatusOr<std::string> ReadProcFile(const std::string& path) {
+StatusOr<std::string> ReadProcFile(const std::string& path, size_t max_bytes) {
   FILE* f = std::fopen(path.c_str(), "re");
   if (f == nullptr) return NotFound(fmt::format("{}: cannot read", path));
   std::string out;
@@ -64,9 +64,9 @@ StatusOr<std::string> ReadProcFile(const std::string& path) {
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) {
     out.append(buf, n);
-    if (out.size() > kMaxProcFileBytes) {
+    if (out.size() > max_bytes) {
       std::fclose(f);
-      return DataLoss(fmt::format("{}: over {} bytes", path, kMaxProcFileBytes));
+      return DataLoss(fmt::format("{}: over {} bytes", path, max_bytes));
     }
   }
   std::fclose(f);

@@ -61,7 +61,7 @@ double ParseCpuMax(std::string_view text);
 double CpuQuotaV1(std::string_view quota_us, std::string_view period_us);
 
 // The cgroup folder that accounts a process's CPU, from /proc/PID/cgroup ("4:cpu,cpuacct:/a/b"
-// for v1, "0::/a/b" for v2; a v1 cpu controller wins where both are mounted). MOUNTS names the
+// for v1, "0::/a/b" for v2; a v1 cpu controller wins where both are mounted). ROOT names the
 // cgroup root (/sys/fs/cgroup). Empty when the text names none.
 std::string CpuCgroupDir(std::string_view proc_pid_cgroup, const std::string& root);
 
@@ -86,8 +86,11 @@ HostMemory ReadHostMemory(const std::string& proc = "/proc");
 // Bytes read from one /proc or cgroup file at most: they are a few hundred bytes; a thread
 // list of a huge process is longer, and more than this is not a file the agent should trust.
 inline constexpr size_t kMaxProcFileBytes = 1 << 20;
-// Reads PATH whole (at most kMaxProcFileBytes).
-StatusOr<std::string> ReadProcFile(const std::string& path);
+// A namespace's TCP table (/proc/PID/net/tcp) has a 150-byte line per connection: 64 MiB holds
+// ~400,000 of them, more than any training host keeps open.
+inline constexpr size_t kMaxTcpTableBytes = 64 << 20;
+// Reads PATH whole, the one reader of /proc and cgroup files (an error past MAX_BYTES).
+StatusOr<std::string> ReadProcFile(const std::string& path, size_t max_bytes = kMaxProcFileBytes);
 
 }  // namespace perftracker::agent
 

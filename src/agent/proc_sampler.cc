@@ -7,20 +7,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 namespace perftracker::agent {
 namespace {
-
-StatusOr<std::string> ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound(fmt::format("{}: cannot read", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -187,7 +178,8 @@ std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc) {
   std::vector<TcpSocket> out;
   if (inodes.empty()) return out;
   for (bool v6 : {false, true}) {
-    auto text = ReadAll(fmt::format("{}/{}/net/tcp{}", proc, pid, v6 ? "6" : ""));
+    auto text =
+        ReadProcFile(fmt::format("{}/{}/net/tcp{}", proc, pid, v6 ? "6" : ""), kMaxTcpTableBytes);
     if (!text.ok()) continue;
     for (TcpSocket& s : ParseProcNetTcp(*text, v6))
       if (inodes.count(s.inode)) out.push_back(std::move(s));
@@ -196,20 +188,20 @@ std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc) {
 }
 
 StatusOr<PidCpu> ReadPidCpu(int pid, const std::string& proc) {
-  PT_ASSIGN_OR_RETURN(std::string stat, ReadAll(fmt::format("{}/{}/stat", proc, pid)));
+  PT_ASSIGN_OR_RETURN(std::string stat, ReadProcFile(fmt::format("{}/{}/stat", proc, pid)));
   PT_ASSIGN_OR_RETURN(PidCpu cpu, ParsePidStat(stat));
-  PT_ASSIGN_OR_RETURN(std::string status, ReadAll(fmt::format("{}/{}/status", proc, pid)));
+  PT_ASSIGN_OR_RETURN(std::string status, ReadProcFile(fmt::format("{}/{}/status", proc, pid)));
   PT_RETURN_IF_ERROR(ParsePidStatus(status, &cpu));
   return cpu;
 }
 
 StatusOr<HostCpu> ReadHostCpu(const std::string& proc) {
-  PT_ASSIGN_OR_RETURN(std::string text, ReadAll(proc + "/stat"));
+  PT_ASSIGN_OR_RETURN(std::string text, ReadProcFile(proc + "/stat"));
   return ParseHostCpu(text);
 }
 
 StatusOr<std::map<std::string, NicBytes>> ReadNetDev(const std::string& proc) {
-  PT_ASSIGN_OR_RETURN(std::string text, ReadAll(proc + "/net/dev"));
+  PT_ASSIGN_OR_RETURN(std::string text, ReadProcFile(proc + "/net/dev"));
   return ParseNetDev(text);
 }
 

@@ -59,6 +59,16 @@ double PerIterationMs(const std::map<std::string, double>& m, double seconds, do
 
 std::string HostOf(const Finding& f) { return f.hosts.empty() ? "its host" : "host " + f.hosts[0]; }
 
+// What every cause rule sets on the finding it explains.
+void Rewrite(Finding* f, const char* category, Cause cause, std::string summary,
+             std::string suggestion) {
+  f->summary = std::move(summary);
+  f->suggestion = std::move(suggestion);
+  f->category = category;
+  f->cause = cause;
+  f->confidence = policy::kConfidenceOsEvidence;
+}
+
 bool IsHostExplainable(const Finding& f) {
   return f.finding_class == FindingClass::kSubset && f.ranks.size() == 1 &&
          f.category != "communication" && f.category != "low_bandwidth" && f.category != "hang" &&
@@ -96,18 +106,14 @@ bool CpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
       "rank {}'s cgroup CPU quota{} throttled it in {:.0f}% of its scheduling periods{} ({:.0f}% "
       "for its peers): the kernel stops it, not its own work",
       rank, quota_text, share * 100, time_text, std::isnan(peers) ? 0.0 : peers * 100);
-  f->summary = fmt::format(
-      "rank {} is throttled by its cgroup's CPU quota{}: held off the CPU in {:.0f}% of its "
-      "scheduling periods{}, it runs slower than its peers with the same work; the job loses "
-      "{:.1f} ms/iter",
-      rank, quota_text, share * 100, time_text, f->impact_ms);
-  f->suggestion =
-      "raise or remove the CPU quota of that rank's container or cgroup (cpu.max, "
-      "cpu.cfs_quota_us; Kubernetes CPU limits) to at least what its peers use, or give it fewer "
-      "threads (OMP_NUM_THREADS, torch.set_num_threads, DataLoader workers)";
-  f->category = name();
-  f->cause = Cause::kHardware;
-  f->confidence = policy::kConfidenceOsEvidence;
+  Rewrite(f, name(), Cause::kHardware,
+          fmt::format("rank {} is throttled by its cgroup's CPU quota{}: held off the CPU in "
+                      "{:.0f}% of its scheduling periods{}, it runs slower than its peers with "
+                      "the same work; the job loses {:.1f} ms/iter",
+                      rank, quota_text, share * 100, time_text, f->impact_ms),
+          "raise or remove the CPU quota of that rank's container or cgroup (cpu.max, "
+          "cpu.cfs_quota_us; Kubernetes CPU limits) to at least what its peers use, or give it "
+          "fewer threads (OMP_NUM_THREADS, torch.set_num_threads, DataLoader workers)");
   return true;
 }
 
@@ -137,18 +143,14 @@ bool RunQueueContentionRule::Explain(const CauseInput& in, Finding* f) const {
       "s: {:.1f} ms per iteration more than theirs for its own work; the scheduler, not its "
       "work, slows it",
       rank, own, peers, extra_ms);
-  f->summary = fmt::format(
-      "rank {} is denied the CPU on {}: its threads wait {:.1f}x longer in the run queue per "
-      "second of CPU than its peers' ({:.1f} ms per iteration more), so it runs slower with the "
-      "same work; the job loses {:.1f} ms/iter",
-      rank, HostOf(*f), peers > 0 ? own / peers : own, extra_ms, f->impact_ms);
-  f->suggestion =
-      "find what shares that rank's CPUs (top -H, a pinned or high-priority process, a lower "
-      "nice value of the rank, more threads than its cores); give every rank its own cores "
-      "(taskset, numactl) and move other processes off them";
-  f->category = name();
-  f->cause = Cause::kConfiguration;
-  f->confidence = policy::kConfidenceOsEvidence;
+  Rewrite(f, name(), Cause::kConfiguration,
+          fmt::format("rank {} is denied the CPU on {}: its threads wait {:.1f}x longer in the "
+                      "run queue per second of CPU than its peers' ({:.1f} ms per iteration "
+                      "more), so it runs slower with the same work; the job loses {:.1f} ms/iter",
+                      rank, HostOf(*f), peers > 0 ? own / peers : own, extra_ms, f->impact_ms),
+          "find what shares that rank's CPUs (top -H, a pinned or high-priority process, a lower "
+          "nice value of the rank, more threads than its cores); give every rank its own cores "
+          "(taskset, numactl) and move other processes off them");
   return true;
 }
 

@@ -30,7 +30,8 @@ struct Finding {
   FindingClass finding_class = FindingClass::kSubset;
   Cause cause = Cause::kUnknown;
   // straggler, data_loader, communication, gc, python, sync, memcpy, launch_bound,
-  // low_bandwidth, gpu_idle, regression, hang, missing_rank, ...
+  // low_bandwidth, gpu_idle, regression, hang, missing_rank, cpu_throttled, cpu_contention
+  // (diagnose/causes.h), ...
   std::string category;
   std::vector<int> ranks;
   std::vector<std::string> hosts;
