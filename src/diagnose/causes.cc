@@ -194,7 +194,10 @@ std::vector<Finding> FindThrottledRanks(const CauseInput& in,
                                         const std::vector<Finding>& existing) {
   std::vector<Finding> out;
   if (in.iteration_ms <= 0) return out;
-  for (const auto& [rank, m] : in.metrics) {
+  for (const auto& entry : in.metrics) {
+    // A named copy, not a structured binding: clang 14 (the fuzz build) cannot capture one.
+    const int rank = entry.first;
+    const auto& m = entry.second;
     const bool named = std::any_of(existing.begin(), existing.end(), [&](const Finding& f) {
       return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
     });

@@ -155,6 +155,9 @@ void GroupAnalysis::BuildRows() {
       row.self[i] += self;
       row.calls[i] += f.calls_per_iter;
       bool gpu = trace::IsGpuKind(f.kind());
+      // Already inside a Python frame's self time (an online window's torch.profiler op):
+      // compared on its own row, not counted twice in the totals.
+      if (f.in_python) continue;
       if (f.fclass() == FunctionClass::kCollective) {
         coll_[i] += gpu ? f.per_iter_us : self;
       } else if (!IsWait(f.fclass())) {

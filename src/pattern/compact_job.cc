@@ -290,6 +290,7 @@ void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
     cf.cv = static_cast<float>(f.cv);
     cf.main_thread = f.main_thread;
     cf.top_level = f.top_level;
+    cf.in_python = f.in_python;
     if (f.fclass == FunctionClass::kCollective) {
       cf.msg_bytes = static_cast<float>(f.coll_msg_bytes);
       cf.busbw_gbps = static_cast<float>(f.coll_busbw_gbps);

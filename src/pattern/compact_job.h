@@ -54,6 +54,7 @@ struct CompactFunction {
   uint32_t group = kNoGroup;  // collectives: the process group, an id of CompactJob::Group()
   bool main_thread = false;
   bool top_level = false;
+  bool in_python = false;  // FunctionPattern::in_python
 
   uint32_t id() const { return info->id; }
   const std::string& name() const { return info->name; }

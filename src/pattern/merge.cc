@@ -85,6 +85,12 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
                                      : secondary.gpu_idle_us * scale;
   }
 
+  // The Python tracer follows the training thread whole: its frames' self times hold every
+  // CPU op that thread ran, builtins' C calls included (<built-in method mm> holds aten::mm).
+  const bool python_covers_main =
+      std::any_of(p.functions.begin(), p.functions.end(), [](const FunctionPattern& f) {
+        return f.kind == trace::EventKind::kPythonFunction && f.main_thread;
+      });
   std::unordered_set<std::string> keys;
   keys.reserve(p.functions.size());
   for (const FunctionPattern& f : p.functions) keys.insert(f.Key());
@@ -92,6 +98,9 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
     if (!keys.insert(f.Key()).second) continue;
     FunctionPattern& added = p.functions.emplace_back(f);
     Rebase(&added, n_secondary, n_primary, mean_iter_us);
+    if (python_covers_main && f.main_thread && !trace::IsGpuKind(f.kind) &&
+        f.kind != trace::EventKind::kPythonFunction)
+      added.in_python = true;
   }
 
   SumReadStats(&p.read_stats, secondary.read_stats);

@@ -2,6 +2,8 @@
 // markers own the iterations) and torch.profiler's trace of the same window, written side by
 // side by the worker. The two profilers keep separate clocks, so nothing is aligned in time:
 // the secondary trace's functions and GPU figures are re-based on the primary's iterations.
+// The secondary's CPU ops on the training thread are marked in_python when the primary's
+// Python frames cover that thread: their time is already in those frames' self times.
 #ifndef PERFTRACKER_PATTERN_MERGE_H_
 #define PERFTRACKER_PATTERN_MERGE_H_
 

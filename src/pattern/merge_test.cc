@@ -87,11 +87,15 @@ TEST(MergeTest, AddsMissingFunctionsRebasedOnPrimaryIterations) {
   // 1 iteration there, 4 here: its own per-iteration values stay (the noise estimate's).
   EXPECT_EQ(conv->iter_us.size(), 1u);
   EXPECT_TRUE(conv->main_thread);
+  // On the training thread, which the Python tracer's frames cover: its time is in them.
+  EXPECT_TRUE(conv->in_python);
 
   const FunctionPattern* add = Find(p, "aten::add");
   ASSERT_NE(add, nullptr);
   EXPECT_DOUBLE_EQ(add->per_iter_us, 100);
   EXPECT_FALSE(add->main_thread);
+  EXPECT_FALSE(add->in_python);  // another thread: the tracer did not see it
+  EXPECT_FALSE(Find(p, "train.py(5): step")->in_python);
 
   for (size_t i = 1; i < p.functions.size(); ++i) {
     EXPECT_GE(p.functions[i - 1].per_iter_us, p.functions[i].per_iter_us);

@@ -1,5 +1,6 @@
 #include "pattern/names.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "pattern/summarizer.h"
@@ -145,6 +146,12 @@ FunctionClass ClassifyFunction(EventKind kind, std::string_view name) {
   if (StartsWith(name, "c10d::") && !CollectiveOp(name.substr(6)).empty()) {
     return FunctionClass::kCollective;
   }
+  // torch 2.x's functional collectives (DTensor, tensor parallel, torch.compile):
+  // _c10d_functional::all_reduce only issues the collective, and wait_tensor is where the rank
+  // waits for its peers, so both are communication, not the rank's own work.
+  if (const std::string_view op = FunctionalCollectiveOp(name); !op.empty()) {
+    if (op == "wait_tensor" || !CollectiveOp(op).empty()) return FunctionClass::kCollective;
+  }
   if (StartsWith(name, "enumerate(DataLoader)") || Contains(name, "DataLoader") ||
       (Contains(name, "dataloader") &&
        (Contains(name, "_next_data") || Contains(name, "__next__")))) {
@@ -170,7 +177,17 @@ FunctionClass ClassifyFunction(EventKind kind, std::string_view name) {
 
 FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view stack) {
   const FunctionClass c = ClassifyFunction(trace::EventKind::kPythonFunction, name);
-  if (c != FunctionClass::kPython || stack.empty()) return c;
+  if (c != FunctionClass::kPython) return c;
+  // Everything a functional collective's wait runs is waiting for peers: under
+  // <built-in method wait_tensor> the op's autograd wrapper redispatches to the C++ wait, and
+  // a tracer that does not see that pybind call books the wait as the Python frame's self time.
+  if (IsCollectiveWaitFrame(name)) return FunctionClass::kCollective;
+  for (size_t at = 0; at < stack.size();) {
+    const size_t end = std::min(stack.find(';', at), stack.size());
+    if (IsCollectiveWaitFrame(stack.substr(at, end - at))) return FunctionClass::kCollective;
+    at = end + 1;
+  }
+  if (stack.empty()) return c;
   if (StartsWith(name, "<built-in")) {
     const size_t last = stack.rfind(';');
     const std::string_view caller = last == stack.npos ? stack : stack.substr(last + 1);
@@ -190,13 +207,32 @@ std::string CollectiveOp(std::string_view name) {
     name.remove_prefix(name.find('_') + 1);
     return OpFromSquashed(Squash(name.substr(0, name.find('_'))));
   }
+  if (const std::string_view op = FunctionalCollectiveOp(name); !op.empty()) name = op;
   for (std::string_view p : {"gloo:", "nccl:", "c10d::"}) {
     if (StartsWith(name, p)) {
       name.remove_prefix(p.size());
       break;
     }
   }
+  if (name == "wait_tensor") return "wait";
   return OpFromSquashed(Squash(name));
+}
+
+std::string_view FunctionalCollectiveOp(std::string_view name) {
+  // The autograd variant first: "_c10d_functional::" is its prefix.
+  for (std::string_view p :
+       {"_c10d_functional_autograd::", "_c10d_functional::", "c10d_functional::"}) {
+    if (StartsWith(name, p)) return name.substr(p.size());
+  }
+  return {};
+}
+
+bool IsCollectiveWaitFrame(std::string_view frame) {
+  if (StartsWith(frame, "<built-in method wait_tensor")) return true;
+  const size_t at = frame.find("torch/distributed/_functional_collectives.py(");
+  if (at == frame.npos) return false;
+  const std::string_view fn = frame.substr(frame.rfind(' ') + 1);
+  return fn == "wait_tensor" || fn == "wait";
 }
 
 namespace {

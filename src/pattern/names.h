@@ -19,13 +19,24 @@ FunctionClass ClassifyFunction(trace::EventKind kind, std::string_view name);
 // Python code the DataLoader's next() runs (collate, transforms, reads) is data loading; a
 // builtin that torch.distributed's Python calls directly (Work.wait(), a process group's send or
 // recv, a pipeline schedule's batch wait) is communication: its time is spent waiting for peers.
+// So is every frame at or below a functional collective's wait (IsCollectiveWaitFrame).
 FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view stack);
 
 // Canonical collective op ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
 // "broadcast", "reduce", "send", "recv", "send_recv", "barrier", "gather", "scatter") from a
 // "Collective name" arg or an event name (ncclDevKernel_AllReduce_..., gloo:all_reduce,
 // c10d::allreduce_, nccl:_all_gather_base); "" if none is recognised.
+// _c10d_functional::wait_tensor (torch 2.x's functional collectives) gives "wait".
 std::string CollectiveOp(std::string_view name);
+
+// The op of a torch 2.x functional collective ("all_reduce" of "_c10d_functional::all_reduce",
+// "wait_tensor" of "_c10d_functional::wait_tensor", the autograd and legacy namespaces alike);
+// empty for any other name. A view into NAME.
+std::string_view FunctionalCollectiveOp(std::string_view name);
+
+// True for a Python frame that waits for a functional collective: "<built-in method
+// wait_tensor ...>" or torch/distributed/_functional_collectives.py's wait_tensor or wait.
+bool IsCollectiveWaitFrame(std::string_view frame);
 
 // Whether a process group (a trace's pg_config entry: pg_name, pg_desc) connects the stages of
 // a pipeline: named "pp" (Megatron-style), or described as one ("mesh_pp" for a DeviceMesh

@@ -55,6 +55,7 @@ FunctionView FunctionView::Of(const FunctionPattern& f) {
   v.stream = f.stream;
   v.main_thread = f.main_thread;
   v.top_level = f.top_level;
+  v.in_python = f.in_python;
   v.count = f.count;
   v.total_us = f.total_us;
   v.mean_us = f.mean_us;
@@ -88,6 +89,7 @@ FunctionPattern FunctionView::ToPattern() const {
   f.stream = stream;
   f.main_thread = main_thread;
   f.top_level = top_level;
+  f.in_python = in_python;
   f.count = count;
   f.total_us = total_us;
   f.mean_us = mean_us;

@@ -49,6 +49,11 @@ struct FunctionPattern {
   int32_t stream = -1;
   bool main_thread = false;  // ran on the thread that owns the iterations (critical path)
   bool top_level = false;    // not nested in another event of the same thread
+  // Its time is already inside the Python tracer's frames: a torch.profiler op on the training
+  // thread of an online window (pattern/merge.h), where the tracer's frame that called it holds
+  // the same time as self time. Compared as a function; left out of the rank's own-work and
+  // collective totals, which would count that time twice.
+  bool in_python = false;
 
   uint64_t count = 0;
   double total_us = 0;
@@ -80,6 +85,7 @@ struct FunctionView {
   int32_t stream = -1;
   bool main_thread = false;
   bool top_level = false;
+  bool in_python = false;
   uint64_t count = 0;
   double total_us = 0;
   double mean_us = 0, p50_us = 0, p99_us = 0, max_us = 0, min_us = 0;

@@ -205,7 +205,10 @@ struct Summarizer::Impl {
     }
     std::sort(v.begin(), v.end(),
               [](const trace::Span& a, const trace::Span& b) { return a.ts_us < b.ts_us; });
-    step_tid = optimizer ? kNoTid : best;
+    // Optimizer.step runs on the training thread as ProfilerStep does. Without it the thread with
+    // the most top-level work would be the main one, which in a gloo job is a gloo worker
+    // (its collectives span the whole step), not the thread the iterations belong to.
+    step_tid = best;
     double prev_end = -kInf;
     for (const auto& s : v) {
       const double end = s.ts_us + s.dur_us;

@@ -450,6 +450,41 @@ TEST(NamesTest, BuiltinsTorchDistributedCallsAreCommunication) {
             FunctionClass::kPython);
 }
 
+TEST(NamesTest, FunctionalCollectivesAreCommunication) {
+  // Tensor parallel (DTensor) on torch 2.x: the CPU op that waits, and the Python frames below
+  // the wait, whose self time holds it when the tracer misses the pybind redispatch call.
+  EXPECT_EQ(ClassifyFunction(EventKind::kCpuOp, "_c10d_functional::wait_tensor"),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyFunction(EventKind::kCpuOp, "_c10d_functional::all_reduce"),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyFunction(EventKind::kCpuOp, "_c10d_functional_autograd::all_to_all_single"),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyFunction(EventKind::kCpuOp, "_c10d_functional::_wrap_tensor_autograd"),
+            FunctionClass::kCompute);
+  EXPECT_EQ(CollectiveOp("_c10d_functional::wait_tensor"), "wait");
+  EXPECT_EQ(CollectiveOp("c10d_functional::all_gather_into_tensor"), "all_gather");
+  EXPECT_EQ(CollectiveOp("_c10d_functional::reduce_scatter_tensor"), "reduce_scatter");
+  const std::string wait =
+      "train.py(1): <module>;/v/torch/distributed/tensor/_redistribute.py(1529): "
+      "redistribute_local_tensor;/v/torch/distributed/_functional_collectives.py(1121): wait;"
+      "/v/torch/distributed/_functional_collectives.py(136): wait_tensor;/v/torch/_ops.py(1267): "
+      "__call__;<built-in method wait_tensor>;/v/torch/_library/autograd.py(108): autograd_impl";
+  EXPECT_EQ(ClassifyPythonFunction("/v/torch/_ops.py(879): redispatch", wait),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyPythonFunction("<built-in method wait_tensor>",
+                                   "a.py(1): f;/v/torch/_ops.py(1267): __call__"),
+            FunctionClass::kCollective);
+  // The same frames outside a wait are the rank's own Python.
+  const std::string issue =
+      "train.py(1): <module>;/v/torch/distributed/_functional_collectives.py(161): all_reduce;"
+      "/v/torch/_ops.py(1267): __call__;<built-in method all_reduce>;"
+      "/v/torch/_library/autograd.py(108): autograd_impl";
+  EXPECT_EQ(ClassifyPythonFunction("/v/torch/_ops.py(879): redispatch", issue),
+            FunctionClass::kPython);
+  EXPECT_FALSE(IsCollectiveWaitFrame("my/_functional_collectives.py(3): wait"));
+  EXPECT_FALSE(IsCollectiveWaitFrame("/v/torch/distributed/_functional_collectives.py(9): waiter"));
+}
+
 TEST(NamesTest, PipelineGroups) {
   auto pg = [](std::string name, std::string desc) {
     trace::ProcessGroup g;

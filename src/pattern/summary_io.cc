@@ -350,7 +350,7 @@ std::string SerializeSummary(const RankSummary& s) {
     w.Str(f.stack);
     w.S(f.device);
     w.S(f.stream);
-    w.U((f.main_thread ? 1u : 0u) | (f.top_level ? 2u : 0u));
+    w.U((f.main_thread ? 1u : 0u) | (f.top_level ? 2u : 0u) | (f.in_python ? 4u : 0u));
     w.U(f.count);
     for (double v : {f.total_us, f.mean_us, f.p50_us, f.p99_us, f.max_us, f.min_us, f.cv,
                      f.calls_per_iter, f.per_iter_us, f.share, f.self_per_iter_us}) {
@@ -529,9 +529,10 @@ void ReadFunction(Reader& r, const StringTable& table, std::vector<float>* iter_
   f->device = r.S32();
   f->stream = r.S32();
   const uint64_t flags = r.U();
-  if (flags > 3) r.Corrupt();
+  if (flags > 7) r.Corrupt();
   f->main_thread = flags & 1;
   f->top_level = flags & 2;
+  f->in_python = flags & 4;
   f->count = r.U();
   r.Doubles({&f->total_us, &f->mean_us, &f->p50_us, &f->p99_us, &f->max_us, &f->min_us, &f->cv,
              &f->calls_per_iter, &f->per_iter_us, &f->share, &f->self_per_iter_us});

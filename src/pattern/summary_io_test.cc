@@ -72,6 +72,7 @@ RankSummary Sample() {
   FunctionPattern h = g;
   h.stack = "a.py(1): main";
   h.top_level = true;
+  h.in_python = true;
   s.functions.push_back(h);
   s.read_stats.bytes = 123456789;
   s.read_stats.events = 40000;
@@ -137,6 +138,7 @@ void ExpectEqual(const RankSummary& a, const RankSummary& b) {
     EXPECT_EQ(x.stream, y.stream);
     EXPECT_EQ(x.main_thread, y.main_thread);
     EXPECT_EQ(x.top_level, y.top_level);
+    EXPECT_EQ(x.in_python, y.in_python);
     EXPECT_EQ(x.count, y.count);
     EXPECT_EQ(x.total_us, y.total_us);
     EXPECT_EQ(x.mean_us, y.mean_us);
