@@ -25,6 +25,9 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
   call-heavy     tokenizer-like Python every step: --calls short calls, each building two small
                  GC-tracked objects, so the cyclic GC runs often (young collections every few
                  hundred calls)
+  stall          the rank computes for --fault-ms once, at step --fault-start, while its peers
+                 wait for it (a rank that evaluates or serializes a checkpoint alone): a step
+                 that takes seconds and then completes, slow but not hung
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
                  limit on the rank's own link, inside its network namespace)
 
@@ -51,7 +54,7 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
-                   choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd",
+                   choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
                             "call-heavy", "cpu-quota", "skew"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
@@ -59,7 +62,8 @@ def parse_args(argv=None):
     p.add_argument("--fault-scale", type=int, default=3, help="rows per batch x this (--fault skew)")
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
-    p.add_argument("--fault-ms", type=float, default=15.0, help="loader sleep per batch (ms)")
+    p.add_argument("--fault-ms", type=float, default=15.0,
+                   help="loader sleep per batch (ms); for --fault stall, the one step's compute")
     p.add_argument("--fault-work", type=int, default=3, help="extra matmuls per step (straggler)")
     p.add_argument("--gc-heap", type=int, default=500000, help="long-lived GC-tracked objects (gc fault)")
     p.add_argument("--gc-garbage", type=int, default=40000, help="reference cycles per step (gc fault)")
@@ -98,6 +102,15 @@ def faulty(args, rank):
     if args.fault == "none":
         return False
     return args.fault_rank == "all" or int(args.fault_rank) == rank
+
+
+def stall_compute(seconds):
+    """Matrix multiplies for SECONDS on this thread: real work, not a sleep."""
+    import torch
+    a = torch.randn(256, 256)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        a = torch.tanh(a @ a)
 
 
 def busy_loop(stop_at):
@@ -242,6 +255,8 @@ def worker(rank, world, args):
             elif args.fault == "cmd":
                 import subprocess
                 subprocess.run(args.fault_cmd, shell=True, check=True)
+            elif args.fault == "stall":
+                stall_compute(args.fault_ms / 1000.0)
             elif args.fault == "cpu-quota":
                 # cgroup.procs moves the whole process, its threads included.
                 with open(os.path.join(args.fault_cgroup, "cgroup.procs"), "w") as f:

@@ -21,53 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 from test_online_run import FAULT_AT, STEP, load, run_job, windows  # noqa: E402
 
-V1 = "/sys/fs/cgroup/cpu"
-V2 = "/sys/fs/cgroup"
-
-
-class CpuQuota:
-    """A cgroup whose CPU quota is CPUS, removed by close(); `error` says why it could not be made."""
-
-    def __init__(self, cpus, period_us=100000):
-        self.path, self.error, self.parent = None, None, None
-        name = f"pt_quota_{os.getpid()}"
-        quota = int(cpus * period_us)
-        try:
-            if os.path.exists(os.path.join(V1, "cpu.cfs_quota_us")):
-                self.parent, self.path = V1, os.path.join(V1, name)
-                os.mkdir(self.path)
-                self._write("cpu.cfs_period_us", str(period_us))
-                self._write("cpu.cfs_quota_us", str(quota))
-            elif os.path.exists(os.path.join(V2, "cgroup.controllers")):
-                with open(os.path.join(V2, "cgroup.subtree_control"), "w") as f:
-                    f.write("+cpu")
-                self.parent, self.path = V2, os.path.join(V2, name)
-                os.mkdir(self.path)
-                self._write("cpu.max", f"{quota} {period_us}")
-            else:
-                self.error = "no cgroup file system with the cpu controller"
-        except OSError as e:
-            self.error = f"cannot make a cgroup with a CPU quota: {e}"
-            self.close()
-
-    def _write(self, name, text):
-        with open(os.path.join(self.path, name), "w") as f:
-            f.write(text)
-
-    def close(self):
-        if not self.path or not os.path.isdir(self.path):
-            return
-        try:  # whatever is left (the job has ended) goes back to the parent
-            with open(os.path.join(self.path, "cgroup.procs")) as f:
-                for pid in f.read().split():
-                    with open(os.path.join(self.parent, "cgroup.procs"), "w") as g:
-                        g.write(pid)
-        except OSError:
-            pass
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+from test_os_causes import CpuQuota  # noqa: E402
 
 
 @unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")

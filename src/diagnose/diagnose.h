@@ -40,9 +40,17 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
 Diagnosis Diagnose(const std::vector<pattern::RankSummary>& ranks,
                    const DiagnoseOptions& options = {});
 
+// How the findings of a diff name its two sides ("slower in TEST: 5 ms vs 2 ms in BASE"); the
+// online server compares a window with the job's baseline window under other names.
+struct DiffNames {
+  std::string base = "BASE";
+  std::string test = "TEST";
+};
+
 // Regression between two runs: which functions changed and by how much (BASE vs TEST).
 Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
-               const std::vector<pattern::RankSummary>& test, const DiagnoseOptions& options = {});
+               const std::vector<pattern::RankSummary>& test, const DiagnoseOptions& options = {},
+               const DiffNames& names = {});
 
 }  // namespace perftracker::diagnose
 

@@ -40,11 +40,12 @@ KeyDiffs CollectKeys(const std::vector<pattern::RankSummary>& base,
 struct DiffInput {
   DiffInput(const std::vector<pattern::RankSummary>& base,
             const std::vector<pattern::RankSummary>& test, const DiagnoseOptions& o,
-            double base_iter_us, double iter_us);
+            double base_iter_us, double iter_us, DiffNames names = {});
 
   const std::vector<pattern::RankSummary>& base;
   const std::vector<pattern::RankSummary>& test;
   const DiagnoseOptions& o;
+  DiffNames names;
   double base_iter_us, iter_us;             // median iterations, us
   double iter_delta;                        // iter_us - base_iter_us
   std::vector<int> base_ranks, test_ranks;  // sorted

@@ -225,4 +225,62 @@ Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector
   return d;
 }
 
+Diagnosis SlowNotHung(const Diagnosis& hang, double stalled_seconds, int64_t resumed_step) {
+  Diagnosis d = hang;
+  std::erase_if(d.job.notes, [](const std::string& n) {
+    return n.starts_with("the job stopped making progress");
+  });
+  d.job.notes.push_back(
+      fmt::format("no iteration for {:.1f} s, then the job went on at iteration {}: slow, not hung",
+                  stalled_seconds, resumed_step));
+  for (Finding& f : d.findings) {
+    if (f.category != "hang") continue;
+    f.evidence["stalled_seconds"] = stalled_seconds;
+    f.evidence["resumed_at_iteration"] = static_cast<double>(resumed_step);
+    f.impact_ms = stalled_seconds * 1e3;
+    const auto text = [&](const std::string& key) {
+      auto it = f.evidence_text.find(key);
+      return it == f.evidence_text.end() ? std::string() : it->second;
+    };
+    const std::string waits = text("others_wait_at");
+    if (f.finding_class == FindingClass::kAll) {
+      f.category = "stall";
+      f.summary = fmt::format(
+          "every rank stopped for {:.1f} s{}, then the job went on at iteration {}: a pause of "
+          "the whole job, not a hang",
+          stalled_seconds, waits.empty() ? "" : fmt::format(" at {}", waits), resumed_step);
+      f.suggestion =
+          "a pause every rank takes at the same place: a checkpoint, an evaluation, a slow "
+          "shared file system or a collective with a slow member outside the job; move it off "
+          "the training step or make it asynchronous";
+      f.evidence_text["reasoning"] =
+          "every rank stood at the same place and the iterations resumed: the job was paused";
+      continue;
+    }
+    f.category = "straggler";
+    f.cause = Cause::kUnknown;
+    std::vector<std::string> places;
+    for (int r : f.ranks) {
+      const std::string at = text(fmt::format("rank_{}_at", r));
+      places.push_back(at.empty() ? fmt::format("rank {}", r)
+                                  : fmt::format("rank {} at {}", r, at));
+    }
+    f.summary = fmt::format(
+        "{} slow, not hung: no iteration for {:.1f} s while {}{}, then the job went on at "
+        "iteration {}",
+        f.ranks.size() == 1 ? fmt::format("rank {} was", f.ranks[0])
+                            : fmt::format("ranks {} were", RankList(f.ranks)),
+        stalled_seconds, fmt::join(places, "; "),
+        waits.empty() ? "" : fmt::format(" and the others waited at {}", waits), resumed_step);
+    f.suggestion = fmt::format(
+        "{}'s iterations complete, slowly: the slowdown window that follows profiles why (a CPU "
+        "quota, a competing process, larger inputs, a slow data source)",
+        f.ranks.size() == 1 ? fmt::format("rank {}", f.ranks[0])
+                            : fmt::format("ranks {}", RankList(f.ranks)));
+    f.evidence_text["reasoning"] =
+        "the others waited for it and its iterations then completed: a straggler, not a hang";
+  }
+  return d;
+}
+
 }  // namespace perftracker::diagnose

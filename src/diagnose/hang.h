@@ -28,6 +28,13 @@ using pattern::ThreadStack;
 Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector<int>& expected,
                        double stalled_seconds);
 
+// A reported hang after which the job went on: iterations resumed (at RESUMED_STEP) after
+// STALLED_SECONDS without one. Slow is not hung, so each hang finding of HANG becomes what the
+// stall was: a straggler where ranks were named (the rank the others waited for, at the place
+// its stacks showed; why it is slow is the next window's to say), or a stall of the whole job
+// where every rank stood at the same place. Other findings are kept; the hang's notes are not.
+Diagnosis SlowNotHung(const Diagnosis& hang, double stalled_seconds, int64_t resumed_step);
+
 // True when the frame is inside communication or a wait on it (torch.distributed, DDP,
 // autograd's backward that runs the all-reduce hooks, Work.wait, barrier).
 bool IsCommunicationFrame(const StackFrame& frame);

@@ -85,6 +85,33 @@ TEST(Hang, EveryRankAtTheSamePlaceIsAnAllRankFinding) {
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>({0, 1}));
 }
 
+TEST(Hang, ResumedHangIsAStraggler) {
+  std::vector<RankStacks> replies = {
+      Rank(0, {kMain, kStep, kBackward, kEngine}), Rank(1, {kMain, kStep, kBackward, kEngine}),
+      Rank(2, {kMain, kStep, kHang}), Rank(3, {kMain, kStep, kBackward, kEngine})};
+  Diagnosis d = SlowNotHung(DiagnoseHang(replies, {0, 1, 2, 3}, 9.5), 14.0, 41);
+  ASSERT_EQ(d.findings.size(), 1u);
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.category, "straggler");
+  EXPECT_EQ(f.ranks, std::vector<int>({2}));
+  EXPECT_EQ(f.evidence.at("stalled_seconds"), 14.0);
+  EXPECT_EQ(f.evidence.at("resumed_at_iteration"), 41);
+  EXPECT_NE(f.summary.find("rank 2 was slow, not hung"), std::string::npos) << f.summary;
+  EXPECT_NE(f.summary.find("rank 2 at /job/train.py:120"), std::string::npos) << f.summary;
+  EXPECT_EQ(f.summary.find("hang ("), std::string::npos) << f.summary;
+  ASSERT_EQ(d.job.notes.size(), 1u);
+  EXPECT_NE(d.job.notes[0].find("slow, not hung"), std::string::npos);
+}
+
+TEST(Hang, ResumedAllRankHangIsAStall) {
+  std::vector<RankStacks> replies = {Rank(0, {kMain, kStep}), Rank(1, {kMain, kStep})};
+  Diagnosis d = SlowNotHung(DiagnoseHang(replies, {0, 1}, 7), 8, 10);
+  ASSERT_EQ(d.findings.size(), 1u);
+  EXPECT_EQ(d.findings[0].category, "stall");
+  EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
+  EXPECT_NE(d.findings[0].summary.find("not a hang"), std::string::npos);
+}
+
 TEST(Hang, NoRanksNoFinding) { EXPECT_TRUE(DiagnoseHang({}, {}, 1).findings.empty()); }
 
 }  // namespace

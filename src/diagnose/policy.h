@@ -127,6 +127,15 @@ namespace perftracker::diagnose::policy {
   X(kRunQueueExplainsShare, 0.3, "of the finding's impact",                                        \
     "the extra run-queue wait must be at least 30% of what the rank loses per iteration to be "    \
     "its cause")                                                                                   \
+  /* The temporal differential: a window against the job's baseline (diagnose/since_baseline.h) */ \
+  X(kBaselineSlowdown, 0.10, "of the baseline's iteration",                                        \
+    "a window within 10% of the baseline's iteration has nothing to explain: the slowdown "        \
+    "trigger's own margin is wider")                                                               \
+  X(kBaselineSampleRanks, 64, "ranks",                                                             \
+    "the baseline's patterns are kept for 64 ranks spread over the job: a change on every rank "   \
+    "shows on any of them, and a 100,000-rank job keeps no more than that")                        \
+  X(kBaselineMaxFindings, 3, "findings",                                                           \
+    "at most the 3 largest changes since the baseline are listed: the rest are their echoes")      \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \
   X(kConfidenceExtraCalls, 0.9, "confidence",                                                      \
     "more calls than the peers: a difference in the program, not in timing")                       \

@@ -27,6 +27,7 @@
 
 #include "base/log.h"
 #include "diagnose/hang.h"
+#include "diagnose/since_baseline.h"
 #include "perftracker.grpc.pb.h"
 #include "report/html.h"
 #include "server/attempts.h"
@@ -116,6 +117,16 @@ struct CollectorServer::Impl final
   int windows_diagnosed = 0;
   int hangs_diagnosed = 0;
   std::optional<HangCollection> hang;                // collecting stacks
+  // The last hang reported, until iterations resume (then amended: slow, not hung) or the next.
+  struct ReportedHang {
+    int64_t id = 0;
+    diagnose::Diagnosis diagnosis;
+    std::chrono::steady_clock::time_point since;
+    double stalled_before = 0;  // seconds without an iteration when its trigger arrived
+    std::vector<report::WaitGroup> waits;
+  };
+  std::optional<ReportedHang> reported_hang;
+  int64_t root_report_id = 0;  // the window or hang whose diagnosis DIR/diagnosis.json holds
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
   std::thread timer;
   // Windows sealed and waiting for the publisher thread (PublishLoop), under mu. A window's
@@ -128,6 +139,10 @@ struct CollectorServer::Impl final
     std::vector<report::WindowMark> marks;
   };
   std::deque<SealedWindow> to_publish;
+  // The attempt's baseline window, which every later window is compared with
+  // (diagnose/since_baseline.h). The publisher thread's alone: no lock.
+  std::optional<diagnose::Baseline> baseline;
+  int baseline_attempt = -1;
   bool publisher_done = false;  // Shutdown: the publisher drains to_publish, then returns
   int64_t last_published = 0;   // the newest window the publisher has published
   std::condition_variable publish_cv;
@@ -194,7 +209,13 @@ struct CollectorServer::Impl final
 
   // Called with mu held.
   void FinishHangLocked();
+  // Iterations resumed after a reported hang (WindowScheduler::TakeResumedHang): republishes its
+  // diagnosis as diagnose::SlowNotHung says. Returns whether it did. Called with mu held.
+  bool AmendResumedHangLocked();
   void TimerLoop();
+  // Keeps the baseline window's sample, or adds to D what changed since it (the publisher
+  // thread's, without mu).
+  void CompareWithBaseline(Window::Sealed* sealed, diagnose::Diagnosis* d);
 
   // Forgets what a long job no longer needs (with mu held): agents silent for
   // agent_expiry_seconds with no open stream (their ranks are no longer waited for), and
@@ -232,6 +253,8 @@ struct CollectorServer::Impl final
 
   // Writes DIR/windows/<id>/diagnosis.json and report.html, and DIR/diagnosis.json and
   // report.html (the latest), stores and prints D. JOB: the window's patterns (null: a hang).
+  // WHAT "amended": D replaces window ID's earlier diagnosis; DIR's files only if they still
+  // hold that window's, and no window or hang is counted again.
   void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,
                std::shared_ptr<const pattern::CompactJob> job, std::string html);
 

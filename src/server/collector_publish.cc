@@ -61,10 +61,15 @@ void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, co
   fs::path dir = fs::path(options.report_dir) / "windows" / std::to_string(id);
   std::error_code ec;
   fs::create_directories(dir, ec);
+  const bool amended = std::string_view(what) == "amended";
+  const bool root = !amended || root_report_id == id;
   ::perftracker::Status st = WriteReport(d, (dir / "diagnosis.json").string());
-  if (st.ok()) st = WriteReport(d, (fs::path(options.report_dir) / "diagnosis.json").string());
+  if (st.ok() && root)
+    st = WriteReport(d, (fs::path(options.report_dir) / "diagnosis.json").string());
   if (st.ok()) st = WriteAtomically((dir / "report.html").string(), html);
-  if (st.ok()) st = WriteAtomically((fs::path(options.report_dir) / "report.html").string(), html);
+  if (st.ok() && root)
+    st = WriteAtomically((fs::path(options.report_dir) / "report.html").string(), html);
+  if (root) root_report_id = id;
   if (job) {
     latest_job = std::move(job);
     latest_window_id = id;
@@ -80,8 +85,8 @@ void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, co
   if (!st.ok()) log::Error("server", "{}", st.message());
   if (::perftracker::Status s2 = store->FinishWindow(id, d, json); !s2.ok())
     log::Error("server", "{}", s2.message());
-  latest = d;
-  ++(std::string_view(what) == "hang" ? hangs_diagnosed : windows_diagnosed);
+  if (root) latest = d;
+  if (!amended) ++(std::string_view(what) == "hang" ? hangs_diagnosed : windows_diagnosed);
   log::Detail(
       "server", "{} {} diagnosed (unix {:.3f}): {} finding(s)", what, id,
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),

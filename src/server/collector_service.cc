@@ -211,6 +211,7 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
     r.attempt_iterations += n;
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
+    AmendResumedHangLocked();
   }
 }
 

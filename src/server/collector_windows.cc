@@ -41,6 +41,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   spec.max_seconds = options.max_seconds;
   spec.start_iteration = sched->StartIteration(ProgressLocked());
   spec.attempt = attempts.current();
+  spec.baseline = ReasonKind(reason) == "baseline";
   std::set<int> expected;
   for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
   auto deadline = Window::Clock::now() +
@@ -103,6 +104,23 @@ void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   publish_cv.notify_one();
 }
 
+void CollectorServer::Impl::CompareWithBaseline(Window::Sealed* sealed, diagnose::Diagnosis* d) {
+  const WindowSpec& spec = sealed->spec;
+  if (spec.baseline) {
+    baseline = diagnose::Baseline{spec.id, spec.start_iteration,
+                                  spec.start_iteration + spec.iterations - 1,
+                                  std::move(sealed->sample), sealed->metrics};
+    baseline_attempt = spec.attempt;
+    return;
+  }
+  // Another attempt's baseline is of processes that are gone (iterations numbered anew).
+  if (!baseline || baseline_attempt != spec.attempt) return;
+  diagnose::SinceBaselineResult since = diagnose::SinceBaseline(
+      *baseline, sealed->sample, sealed->metrics, d->findings, options.diagnose);
+  for (auto& f : since.findings) d->findings.push_back(std::move(f));
+  if (!since.note.empty()) d->job.notes.push_back(std::move(since.note));
+}
+
 void CollectorServer::Impl::PublishLoop() {
   if (::perftracker::Status st = BecomeBackgroundThread("pt-publish"); !st.ok()) log::Detail("server", "{}", st.message());
   std::unique_lock lk(mu);
@@ -114,6 +132,7 @@ void CollectorServer::Impl::PublishLoop() {
     lk.unlock();
     const int64_t id = w.sealed.spec.id;
     diagnose::Diagnosis d = Window::Diagnose(w.sealed, options.diagnose);
+    CompareWithBaseline(&w.sealed, &d);
     auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
     std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);
     lk.lock();
@@ -211,6 +230,7 @@ void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
     }
   }
   sched->NewAttempt();
+  reported_hang.reset();  // its processes are gone: nothing of it resumes
   for (auto& [r, st] : ranks) {
     st.last_step = -1;
     st.attempt_iterations = 0;
@@ -266,7 +286,26 @@ void CollectorServer::Impl::FinishHangLocked() {
   latest_waits = report::GroupWaits(replies);
   Publish(h.id, d, "hang", nullptr,
           RenderHtmlLocked(d, latest_job.get(), h.id, latest_waits, latest_window_id));
+  reported_hang = ReportedHang{h.id, d, h.since, h.stalled_seconds, latest_waits};
+  // Iterations resumed while the stacks were collected: slow, not hung, and not a hang to act on.
+  if (AmendResumedHangLocked()) return;
   if (options.on_hang) hang_callback = d;
+}
+
+bool CollectorServer::Impl::AmendResumedHangLocked() {
+  const std::optional<int64_t> step = sched->TakeResumedHang();
+  if (!step || !reported_hang) return false;
+  ReportedHang h = std::move(*reported_hang);
+  reported_hang.reset();
+  const double stalled =
+      h.stalled_before +
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
+  diagnose::Diagnosis d = diagnose::SlowNotHung(h.diagnosis, stalled, *step);
+  log::Event("", "hang {} was not one: iterations resumed at {} after {:.1f} s", h.id, *step,
+             stalled);
+  Publish(h.id, d, "amended", nullptr,
+          RenderHtmlLocked(d, latest_job.get(), h.id, std::move(h.waits), latest_window_id));
+  return true;
 }
 
 void CollectorServer::Impl::TimerLoop() {

@@ -47,7 +47,10 @@ void WindowScheduler::Closed(int64_t id, Time now) {
 }
 
 std::optional<int> WindowScheduler::Progressed(int64_t step) {
-  // Iterations again after a reported hang: the next hang is a new one.
+  // Iterations again after a hang: it was slow, not hung (amended once it is reported), and the
+  // next hang is a new one.
+  if ((hang_reported_ || collecting_hang_) && step > hang_step_ && !resumed_step_)
+    resumed_step_ = step;
   if (hang_reported_ && step > hang_step_) hang_reported_ = false;
   if (pending_hang_ && step > pending_hang_->step) {
     const int rank = pending_hang_->rank;
@@ -60,11 +63,23 @@ std::optional<int> WindowScheduler::Progressed(int64_t step) {
 void WindowScheduler::HangStarted(int64_t furthest_step) {
   collecting_hang_ = true;
   hang_step_ = furthest_step;
+  resumed_step_.reset();
 }
 
 void WindowScheduler::HangFinished() {
   collecting_hang_ = false;
-  hang_reported_ = true;
+  // Resumed while its stacks were collected: reported, and amended at once.
+  hang_reported_ = !resumed_step_;
+}
+
+std::optional<int64_t> WindowScheduler::TakeResumedHang() {
+  if (collecting_hang_ || !resumed_step_) return std::nullopt;
+  const int64_t step = *resumed_step_;
+  resumed_step_.reset();
+  // Profile the rank that was slow: its window says why (the cause the hang's stacks cannot).
+  if (!open_window_ && !followup_)
+    followup_ = Scheduled{"after a stall: the job was slow, not hung; profiling why", true, 0};
+  return step;
 }
 
 void WindowScheduler::ForgetHang() {
@@ -81,6 +96,7 @@ void WindowScheduler::NewAttempt() {
   collecting_hang_ = false;
   hang_reported_ = false;
   hang_step_ = -1;
+  resumed_step_.reset();
   last_slowdown_closed_.reset();
   slowdown_window_ = 0;
   slowdown_mean_ms_ = 0;

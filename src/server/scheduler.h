@@ -83,6 +83,10 @@ class WindowScheduler {
   // A rank reported iterations up to STEP. Returns the rank whose pending hang trigger this
   // progress cleared, if any (iterations resumed: a pause, not a hang).
   std::optional<int> Progressed(int64_t step);
+  // Once after a hang was reported (its stacks collected and diagnosed) and iterations then
+  // resumed: the step they resumed at. The job was slow, not hung: the adapter amends the hang's
+  // diagnosis (diagnose::SlowNotHung), and a slowdown window follows to profile why it was slow.
+  std::optional<int64_t> TakeResumedHang();
   // A hang's stacks are being collected (FURTHEST_STEP: where the job stood), then reported.
   void HangStarted(int64_t furthest_step);
   void HangFinished();
@@ -154,6 +158,8 @@ class WindowScheduler {
   bool collecting_hang_ = false;
   bool hang_reported_ = false;  // until iterations progress past hang_step_
   int64_t hang_step_ = -1;
+  // Where iterations resumed after a hang being collected or reported; taken once it is reported.
+  std::optional<int64_t> resumed_step_;
   // When each caller host last opened a window with `perftracker trigger`; bounded: forgotten
   // all at once past the cap, which only lets a flood through once.
   static constexpr size_t kMaxTriggerCallers = 1024;

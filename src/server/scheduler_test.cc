@@ -120,6 +120,44 @@ TEST_F(SchedulerTest, AReportedHangHoldsTriggersUntilIterationsResume) {
   EXPECT_TRUE(s.TakeConfirmedHang(At(11)));
 }
 
+TEST_F(SchedulerTest, AHangAfterWhichIterationsResumeWasSlowNotHung) {
+  ScheduleOptions o;
+  o.hang_confirm_seconds = 0;
+  o.baseline_window = false;
+  WindowScheduler s(o, At(0));
+  s.OnHangTrigger(2, 400, 30, At(1));
+  ASSERT_TRUE(s.TakeConfirmedHang(At(1)));
+  s.HangStarted(30);
+  s.Progressed(30);  // no further than where the job stood: still stuck
+  s.HangFinished();
+  EXPECT_FALSE(s.TakeResumedHang());
+  EXPECT_FALSE(s.Due({30, 400, 30}, At(5)));
+  s.Progressed(31);  // the slow rank finished its iteration
+  EXPECT_EQ(s.TakeResumedHang(), 31);
+  EXPECT_FALSE(s.TakeResumedHang());  // once
+  // A window follows to profile the rank that was slow.
+  auto due = s.Due({31, 400, 31}, At(6));
+  ASSERT_TRUE(due);
+  EXPECT_TRUE(due->slowdown);
+  EXPECT_NE(due->reason.find("slow, not hung"), std::string::npos);
+}
+
+TEST_F(SchedulerTest, IterationsResumingWhileStacksAreCollectedAmendAtOnce) {
+  ScheduleOptions o;
+  o.hang_confirm_seconds = 0;
+  WindowScheduler s(o, At(0));
+  s.OnHangTrigger(2, 400, 30, At(1));
+  ASSERT_TRUE(s.TakeConfirmedHang(At(1)));
+  s.HangStarted(30);
+  s.Progressed(32);
+  EXPECT_FALSE(s.TakeResumedHang());  // not diagnosed yet: nothing to amend
+  s.HangFinished();
+  EXPECT_EQ(s.TakeResumedHang(), 32);
+  // Not held as a reported hang: a new hang trigger counts.
+  s.OnHangTrigger(2, 400, 40, At(9));
+  EXPECT_TRUE(s.TakeConfirmedHang(At(9)));
+}
+
 TEST_F(SchedulerTest, TheBaselineWaitsForEveryRanksWarmUp) {
   WindowScheduler s({}, At(0));
   EXPECT_FALSE(s.Due({.fewest_iterations = -1}, At(1)));  // no rank known yet

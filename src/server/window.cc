@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "diagnose/link.h"
+#include "diagnose/since_baseline.h"
 #include "pattern/summary_io.h"
 
 namespace perftracker::server {
@@ -45,6 +46,7 @@ StatusOr<Window::Kept> Window::AddParsed(RankUpload upload, pattern::RankSummary
   std::string().swap(upload.summary_bytes);  // parsed; the store keeps the bytes
   uploads_[rank] = std::move(upload);
   Kept kept{rank, summary.host, summary.iteration_ms, summary.MeanIterationMs()};
+  if (diagnose::InBaselineSample(rank, summary.world_size)) sample_.push_back(summary);
   job_.Add(std::move(summary));
   return kept;
 }
@@ -87,6 +89,8 @@ Window::Sealed Window::Seal() {
   sealed.steps_at_open = std::move(steps_at_open_);
   sealed.opened = opened_;
   sealed.declared = declared_;
+  sealed.sample = std::move(sample_);
+  sample_.clear();
   return sealed;
 }
 

@@ -27,6 +27,7 @@ struct WindowSpec {
   int iterations = 0;
   double max_seconds = 0;
   int attempt = 0;  // the job's attempt it profiles (server/attempts.h)
+  bool baseline = false;  // the attempt's baseline window: later ones are compared with it
 };
 
 struct RankUpload {
@@ -98,6 +99,9 @@ class Window {
     std::map<int, int64_t> steps_at_open;
     Clock::time_point opened;
     bool declared = false;
+    // The sampled ranks' whole patterns (diagnose::InBaselineSample), for the comparison with
+    // the baseline window (diagnose/since_baseline.h).
+    std::vector<pattern::RankSummary> sample;
   };
   Sealed Seal();
   static diagnose::Diagnosis Diagnose(const Sealed& sealed,
@@ -113,6 +117,7 @@ class Window {
   bool closed_ = false;
   std::map<int, RankUpload> uploads_;
   pattern::CompactJob job_;
+  std::vector<pattern::RankSummary> sample_;  // Sealed::sample
 };
 
 }  // namespace perftracker::server

@@ -1,0 +1,199 @@
+#include "diagnose/since_baseline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "diagnose/analysis.h"
+#include "diagnose/policy.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+
+double MedianIterationMs(const std::vector<pattern::RankSummary>& ranks) {
+  std::vector<double> v;
+  for (const auto& r : ranks)
+    if (!r.iteration_ms.empty()) v.push_back(r.MeanIterationMs());
+  return v.empty() ? 0 : internal::Median(v);
+}
+
+double Get(const std::map<std::string, double>& m, const char* key) {
+  auto v = m.find(key);
+  return v == m.end() ? kNone : v->second;
+}
+
+// The median over ranks of VALUE (NaN where no rank has it).
+template <typename F>
+double MedianOf(const pattern::RankMetrics& metrics, F value) {
+  std::vector<double> v;
+  for (const auto& [rank, m] : metrics)
+    if (const double x = value(m); !std::isnan(x)) v.push_back(x);
+  return v.empty() ? kNone : internal::Median(v);
+}
+
+double ThrottledShare(const std::map<std::string, double>& m) {
+  const double periods = Get(m, "cgroup.nr_periods"), throttled = Get(m, "cgroup.nr_throttled");
+  if (std::isnan(periods) || std::isnan(throttled) || periods < policy::kMinQuotaPeriods)
+    return kNone;
+  return throttled / periods;
+}
+
+double WaitPerCpu(const std::map<std::string, double>& m) {
+  const double run = Get(m, "proc.run_s"), wait = Get(m, "proc.runq_wait_s");
+  if (std::isnan(run) || std::isnan(wait) || run <= 0) return kNone;
+  return wait / run;
+}
+
+}  // namespace
+
+namespace internal {
+
+// What the OS says changed on the typical rank between the two windows.
+struct OsChange {
+  const char* category = nullptr;  // "cpu_throttled", "cpu_contention", or none
+  Cause cause = Cause::kUnknown;
+  std::string text;  // for the finding; what did not change when category is null
+  std::map<std::string, double> evidence;
+};
+
+OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetrics& now) {
+  OsChange c;
+  const double thr_b = MedianOf(base, ThrottledShare), thr_n = MedianOf(now, ThrottledShare);
+  const double wait_b = MedianOf(base, WaitPerCpu), wait_n = MedianOf(now, WaitPerCpu);
+  if (!std::isnan(thr_n)) c.evidence["throttled_share"] = thr_n;
+  if (!std::isnan(thr_b)) c.evidence["baseline_throttled_share"] = thr_b;
+  if (!std::isnan(wait_n)) c.evidence["runq_wait_per_cpu_s"] = wait_n;
+  if (!std::isnan(wait_b)) c.evidence["baseline_runq_wait_per_cpu_s"] = wait_b;
+  // A quota that throttles the typical rank now and did not (half as often at most) then.
+  if (!std::isnan(thr_n) && thr_n >= policy::kThrottledShare &&
+      (std::isnan(thr_b) || thr_b <= policy::kThrottledPeersAtMost * thr_n)) {
+    c.category = "cpu_throttled";
+    c.cause = Cause::kHardware;
+    c.text = fmt::format(
+        "their CPU quota throttles them in {:.0f}% of its scheduling periods ({} in the baseline "
+        "window)",
+        100 * thr_n,
+        std::isnan(thr_b) ? std::string("no quota") : fmt::format("{:.0f}%", 100 * thr_b));
+    return c;
+  }
+  if (!std::isnan(wait_n) && !std::isnan(wait_b) && wait_b > 0 &&
+      wait_n >= policy::kRunQueueWaitRatio * wait_b) {
+    c.category = "cpu_contention";
+    c.cause = Cause::kConfiguration;
+    c.text = fmt::format(
+        "they wait for a CPU {:.2f} s per second of their own CPU ({:.2f} in the baseline "
+        "window): something else now runs on their hosts",
+        wait_n, wait_b);
+    return c;
+  }
+  if (!std::isnan(thr_n) || !std::isnan(wait_n))
+    c.text = "nothing the OS reports changed (CPU quota, run-queue wait)";
+  return c;
+}
+
+}  // namespace internal
+
+bool InBaselineSample(int rank, int world) {
+  const int n = static_cast<int>(policy::kBaselineSampleRanks);
+  if (world <= n || rank < 0) return true;
+  const int stride = (world + n - 1) / n;
+  return rank % stride == 0;
+}
+
+SinceBaselineResult SinceBaseline(const Baseline& base,
+                                  const std::vector<pattern::RankSummary>& now,
+                                  const pattern::RankMetrics& now_metrics,
+                                  const std::vector<Finding>& existing,
+                                  const DiagnoseOptions& options) {
+  SinceBaselineResult result;
+  std::vector<Finding>& out = result.findings;
+  if (base.ranks.empty() || now.empty()) return result;
+  const double base_ms = MedianIterationMs(base.ranks), now_ms = MedianIterationMs(now);
+  const double delta_ms = now_ms - base_ms;
+  // Nothing to explain: the window is no slower than the healthy job was.
+  if (base_ms <= 0 || delta_ms < policy::kBaselineSlowdown * base_ms) return result;
+
+  const std::string base_name = fmt::format("the baseline window (iterations {}..{})",
+                                            base.first_iteration, base.last_iteration);
+  Diagnosis d = Diff(base.ranks, now, options, DiffNames{base_name, "this window"});
+  std::set<int> named;
+  for (const Finding& f : existing) named.insert(f.ranks.begin(), f.ranks.end());
+  std::set<int> all_ranks;
+  for (const auto& r : now) all_ranks.insert(r.rank);
+  for (const auto& [r, m] : now_metrics) all_ranks.insert(r);
+  for (Finding& f : d.findings) {
+    if (f.category != "regression" && f.category != "straggler") continue;
+    // "Slower, spread thinly over many functions": on a shared host that is its drift, unless
+    // the OS says what changed (below).
+    if (f.evidence_text.count("change") &&
+        f.evidence_text.at("change").starts_with("the iteration is slower, spread"))
+      continue;
+    if (!f.ranks.empty() &&
+        std::all_of(f.ranks.begin(), f.ranks.end(), [&](int r) { return named.count(r) > 0; }))
+      continue;
+    // The comparison saw a sample of the ranks; a change on all of them is the job's.
+    if (f.finding_class == FindingClass::kAll) f.ranks.assign(all_ranks.begin(), all_ranks.end());
+    f.evidence["baseline_window"] = static_cast<double>(base.window_id);
+    out.push_back(std::move(f));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Finding& a, const Finding& b) { return a.impact_ms > b.impact_ms; });
+  if (out.size() > policy::kBaselineMaxFindings) out.resize(policy::kBaselineMaxFindings);
+
+  const internal::OsChange os = internal::OsChangeSince(base.metrics, now_metrics);
+  const double fraction = now_ms > 0 ? delta_ms / now_ms : 0;
+  if (out.empty() && os.category == nullptr) {
+    result.note = fmt::format(
+        "the iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms), and nothing measurable changed "
+        "since: no profiled function{}",
+        now_ms, now_ms / base_ms, base_name, base_ms, os.text.empty() ? "" : ", and " + os.text);
+    return result;
+  }
+  if (out.empty()) {
+    // Slower than the baseline with no profiled function to name, but the OS says what changed.
+    Finding f;
+    f.finding_class = FindingClass::kAll;
+    f.category = "regression";
+    f.ranks.assign(all_ranks.begin(), all_ranks.end());
+    f.impact_ms = delta_ms;
+    f.impact_fraction = fraction;
+    f.confidence = policy::kConfidenceTimingOnly;
+    f.evidence["baseline_ms"] = base_ms;
+    f.evidence["window_ms"] = now_ms;
+    f.evidence["baseline_window"] = static_cast<double>(base.window_id);
+    f.summary = fmt::format(
+        "the iteration takes {:.1f} ms ({:.1f} ms in the baseline), spread over all the work",
+        now_ms, base_ms);
+    f.suggestion =
+        "Compare the environment of the two windows: other processes on the hosts, CPU quotas "
+        "and frequency, the input data, or the job's own periodic work (checkpoints, logging).";
+    out.push_back(std::move(f));
+  }
+  Finding& top = out.front();
+  for (const auto& [k, v] : os.evidence) top.evidence[k] = v;
+  if (!os.text.empty()) top.evidence_text["os"] = os.text;
+  if (os.category != nullptr && top.finding_class == FindingClass::kAll) {
+    top.category = os.category;
+    top.cause = os.cause;
+    top.confidence = policy::kConfidenceOsEvidence;
+    top.impact_ms = std::max(top.impact_ms, delta_ms);
+    top.impact_fraction = std::max(top.impact_fraction, fraction);
+    top.summary = fmt::format("every rank is {:.2f}x slower than in {} and {}; {}",
+                              now_ms / base_ms, base_name, os.text, top.summary);
+    top.suggestion =
+        std::string(os.category) == "cpu_throttled"
+            ? "Raise or remove the CPU quota of the job's cgroup (cpu.max / cpu.cfs_quota_us), or "
+              "ask the scheduler for as many CPUs as the ranks' threads use."
+            : "Find what else now runs on the hosts (top, pidstat) and move it, or pin the ranks "
+              "to CPUs of their own.";
+  }
+  return result;
+}
+
+}  // namespace perftracker::diagnose

@@ -1,0 +1,57 @@
+// The temporal differential: a window compared with the job's own baseline window, the same
+// ranks when the job was healthy. The peer comparison finds a problem on some ranks; a problem
+// on every rank (every rank throttled, a slower library path, contention on every host) leaves
+// the peers alike and only shows against the job's own past. What changed on every rank since
+// the baseline is a finding, with what the OS says changed with it (a CPU quota that now
+// throttles, a longer run queue); a window that is slower than the baseline and where nothing
+// measurable changed says so in a note, so that a slowdown window never ends with nothing to say.
+// (A note, not a finding: a shared host drifts by a tenth now and then, and a finding must name
+// something.)
+//
+// The comparison is the run diff (diagnose::Diff) of the two windows under the online names,
+// on a sample of ranks (policy::kBaselineSampleRanks): a change on every rank shows on any of
+// them, and a 100,000-rank job keeps no more than that of its baseline.
+#ifndef PERFTRACKER_DIAGNOSE_SINCE_BASELINE_H_
+#define PERFTRACKER_DIAGNOSE_SINCE_BASELINE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "diagnose/diagnose.h"
+#include "diagnose/finding.h"
+#include "pattern/collected.h"
+#include "pattern/pattern.h"
+
+namespace perftracker::diagnose {
+
+// The job's baseline window as the comparison keeps it.
+struct Baseline {
+  int64_t window_id = 0;
+  int64_t first_iteration = 0, last_iteration = 0;
+  std::vector<pattern::RankSummary> ranks;  // the sampled ranks' patterns
+  pattern::RankMetrics metrics;             // every rank's OS metrics of that window
+};
+
+// True when RANK is one the comparison keeps of a job of WORLD ranks: every k-th rank, so that
+// the same ranks are kept in every window.
+bool InBaselineSample(int rank, int world);
+
+struct SinceBaselineResult {
+  std::vector<Finding> findings;
+  std::string note;  // for the diagnosis' notes; empty when there is nothing to say
+};
+
+// What changed in a window (NOW: its sampled ranks' patterns, NOW_METRICS: every rank's
+// metrics) since BASE, when its iteration is slower than the baseline's (policy
+// kBaselineSlowdown): functions slower or called more on every rank, a rank that computes more
+// (unless EXISTING, the window's own findings, names it), the OS's change as their cause; with
+// none of them, a finding of the OS's change alone, else the note that nothing measurable did.
+SinceBaselineResult SinceBaseline(const Baseline& base,
+                                  const std::vector<pattern::RankSummary>& now,
+                                  const pattern::RankMetrics& now_metrics,
+                                  const std::vector<Finding>& existing,
+                                  const DiagnoseOptions& options = {});
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_SINCE_BASELINE_H_

@@ -1,0 +1,124 @@
+#include "diagnose/since_baseline.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "diagnose/testing.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+using pattern::FunctionClass;
+using pattern::FunctionPattern;
+using pattern::RankSummary;
+using testing::Fn;
+using testing::Rank;
+
+// Four ranks whose step is MM ms of aten::mm (same calls) plus 5 ms of all-reduce.
+std::vector<RankSummary> Job(double mm_ms, double iteration_ms) {
+  std::vector<RankSummary> out;
+  for (int r = 0; r < 4; ++r)
+    out.push_back(Rank(r, 4,
+                       {Fn("aten::mm", FunctionClass::kCompute, mm_ms, 16),
+                        Fn("c10d::allreduce_", FunctionClass::kCollective, 5, 2)},
+                       iteration_ms));
+  return out;
+}
+
+// Every rank's OS metrics: its cgroup throttled in THROTTLED of 50 periods, WAIT s run-queue wait
+// per CPU second.
+pattern::RankMetrics Metrics(double throttled, double wait) {
+  pattern::RankMetrics m;
+  for (int r = 0; r < 4; ++r)
+    m[r] = {{"cgroup.nr_periods", 50},
+            {"cgroup.nr_throttled", throttled},
+            {"proc.run_s", 2},
+            {"proc.runq_wait_s", 2 * wait},
+            {"window.seconds", 3}};
+  return m;
+}
+
+Baseline MakeBaseline() {
+  Baseline b;
+  b.window_id = 1;
+  b.first_iteration = 20;
+  b.last_iteration = 29;
+  b.ranks = Job(20, 26);
+  b.metrics = Metrics(0, 1.0);
+  return b;
+}
+
+TEST(SinceBaselineTest, AFunctionSlowerOnEveryRankWithTheQuotaThatThrottlesThem) {
+  // Since the baseline every rank's aten::mm takes 1.9x longer with the same calls, and their
+  // quota throttles them in 75% of its periods.
+  std::vector<Finding> f =
+      SinceBaseline(MakeBaseline(), Job(38, 44), Metrics(37.5, 1.0), {}).findings;
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].category, "cpu_throttled");
+  EXPECT_EQ(f[0].finding_class, FindingClass::kAll);
+  EXPECT_EQ(f[0].cause, Cause::kHardware);
+  EXPECT_EQ(f[0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  ASSERT_FALSE(f[0].functions.empty());
+  EXPECT_EQ(f[0].functions[0].name, "aten::mm");
+  EXPECT_NE(f[0].summary.find("throttles them in 75%"), std::string::npos) << f[0].summary;
+  EXPECT_NE(f[0].summary.find("baseline window (iterations 20..29)"), std::string::npos)
+      << f[0].summary;
+  EXPECT_NEAR(f[0].evidence.at("throttled_share"), 0.75, 1e-9);
+}
+
+TEST(SinceBaselineTest, ContentionWhenTheRunQueueGrew) {
+  std::vector<Finding> f = SinceBaseline(MakeBaseline(), Job(38, 44), Metrics(0, 2.5), {}).findings;
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].category, "cpu_contention");
+  EXPECT_EQ(f[0].cause, Cause::kConfiguration);
+}
+
+TEST(SinceBaselineTest, SlowerWithNothingMeasurableChangedIsANote) {
+  // The iteration is 1.5x longer but no profiled function changed, nor anything the OS reports.
+  const SinceBaselineResult r = SinceBaseline(MakeBaseline(), Job(20, 39), Metrics(0, 1.0), {});
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_NE(r.note.find("nothing measurable changed"), std::string::npos) << r.note;
+  EXPECT_NE(r.note.find("nothing the OS reports changed"), std::string::npos) << r.note;
+}
+
+TEST(SinceBaselineTest, SlowerWithOnlyTheQuotaChangedIsAFinding) {
+  std::vector<Finding> f =
+      SinceBaseline(MakeBaseline(), Job(20, 39), Metrics(40, 1.0), {}).findings;
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].category, "cpu_throttled");
+  EXPECT_NEAR(f[0].impact_ms, 13, 1e-9);
+  EXPECT_NE(f[0].summary.find("throttles them in 80%"), std::string::npos) << f[0].summary;
+}
+
+TEST(SinceBaselineTest, NoSlowerThanTheBaselineIsNothingToExplain) {
+  const SinceBaselineResult r = SinceBaseline(MakeBaseline(), Job(21, 27), Metrics(0, 1.0), {});
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_TRUE(r.note.empty());
+}
+
+TEST(SinceBaselineTest, RanksTheWindowAlreadyNamedAreNotNamedAgain) {
+  // Rank 2 computes more since the baseline; the window's peer comparison named it already.
+  std::vector<RankSummary> now = Job(20, 40);
+  now[2].functions[0] = Fn("aten::mm", FunctionClass::kCompute, 34, 32);
+  for (int r : {0, 1, 3})
+    now[r].functions[1] = Fn("c10d::allreduce_", FunctionClass::kCollective, 19, 2);
+  Finding peer;
+  peer.category = "straggler";
+  peer.ranks = {2};
+  for (const Finding& f : SinceBaseline(MakeBaseline(), now, Metrics(0, 1.0), {peer}).findings)
+    EXPECT_NE(f.ranks, std::vector<int>{2}) << f.summary;
+}
+
+TEST(SinceBaselineTest, TheSampleKeepsTheSameRanksInEveryWindow) {
+  EXPECT_TRUE(InBaselineSample(5, 8));  // small jobs: every rank
+  int kept = 0;
+  for (int r = 0; r < 100000; ++r) kept += InBaselineSample(r, 100000);
+  EXPECT_LE(kept, 64);
+  EXPECT_GE(kept, 60);
+  EXPECT_TRUE(InBaselineSample(0, 100000));
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
