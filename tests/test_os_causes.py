@@ -112,10 +112,10 @@ class OsCauses(unittest.TestCase):
         self.assertGreaterEqual(slow[0]["evidence"]["stalled_seconds"], 5, out)
 
     def test_every_rank_throttled_is_named_against_the_baseline(self):
-        # From iteration 130 every rank shares one quota of half a CPU (the four use about one
-        # together): every rank slows alike, the peers stay alike, and the slowdown window must
-        # say what changed since the baseline window.
-        quota = CpuQuota(0.5)
+        # From iteration 130 every rank shares one quota of a quarter of a CPU (the four use half
+        # a CPU together): every rank slows alike, the peers stay alike, and the slowdown window
+        # must say what changed since the baseline window.
+        quota = CpuQuota(0.25)
         if quota.error:
             self.skipTest(quota.error)
         try:
