@@ -31,24 +31,6 @@ double PeersMedian(const RankMetrics& metrics, int rank, F value) {
   return v.empty() ? kNone : internal::Median(v);
 }
 
-// Share of the cgroup's scheduling periods in which the quota throttled it (NaN: no quota data
-// or too few periods to tell).
-double ThrottledShare(const std::map<std::string, double>& m) {
-  const double periods = Get(m, "cgroup.nr_periods");
-  const double throttled = Get(m, "cgroup.nr_throttled");
-  if (std::isnan(periods) || std::isnan(throttled) || periods < policy::kMinQuotaPeriods)
-    return kNone;
-  return throttled / periods;
-}
-
-// Seconds waiting in the run queue per second run (NaN: no scheduler statistics).
-double WaitPerCpu(const std::map<std::string, double>& m) {
-  const double run = Get(m, "proc.run_s");
-  const double wait = Get(m, "proc.runq_wait_s");
-  if (std::isnan(run) || std::isnan(wait) || run <= 0) return kNone;
-  return wait / run;
-}
-
 // Per-iteration ms of a window total in seconds: the window ran window.seconds for its
 // iterations of ITERATION_MS each.
 double PerIterationMs(const std::map<std::string, double>& m, double seconds, double iteration_ms) {
@@ -77,6 +59,21 @@ bool IsHostExplainable(const Finding& f) {
 }
 
 }  // namespace
+
+double ThrottledShare(const std::map<std::string, double>& m) {
+  const double periods = Get(m, "cgroup.nr_periods");
+  const double throttled = Get(m, "cgroup.nr_throttled");
+  if (std::isnan(periods) || std::isnan(throttled) || periods < policy::kMinQuotaPeriods)
+    return kNone;
+  return throttled / periods;
+}
+
+double RunQueueWaitPerCpu(const std::map<std::string, double>& m) {
+  const double run = Get(m, "proc.run_s");
+  const double wait = Get(m, "proc.runq_wait_s");
+  if (std::isnan(run) || std::isnan(wait) || run <= 0) return kNone;
+  return wait / run;
+}
 
 bool CpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
   const int rank = f->ranks[0];
@@ -122,8 +119,8 @@ bool RunQueueContentionRule::Explain(const CauseInput& in, Finding* f) const {
   auto it = in.metrics.find(rank);
   if (it == in.metrics.end()) return false;
   const std::map<std::string, double>& m = it->second;
-  const double own = WaitPerCpu(m);
-  const double peers = PeersMedian(in.metrics, rank, WaitPerCpu);
+  const double own = RunQueueWaitPerCpu(m);
+  const double peers = PeersMedian(in.metrics, rank, RunQueueWaitPerCpu);
   if (std::isnan(own) || std::isnan(peers)) return false;
   if (own < peers * policy::kRunQueueWaitRatio) return false;
   // The wait it has beyond what its peers' rate would give it for the same CPU time.
@@ -174,8 +171,8 @@ const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
   if (it == in.metrics.end()) return nullptr;
   const double running = Get(it->second, "host.procs_running");
   const double cores = Get(it->second, "host.cores");
-  const double own = WaitPerCpu(it->second);
-  const double peers = PeersMedian(in.metrics, f->ranks[0], WaitPerCpu);
+  const double own = RunQueueWaitPerCpu(it->second);
+  const double peers = PeersMedian(in.metrics, f->ranks[0], RunQueueWaitPerCpu);
   if (!std::isnan(running) && !std::isnan(cores) && running > cores * policy::kOversubscribed &&
       !std::isnan(own) && !std::isnan(peers)) {
     f->evidence["runq_wait_per_cpu_s"] = own;

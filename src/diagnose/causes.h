@@ -23,6 +23,13 @@ namespace perftracker::diagnose {
 
 using pattern::RankMetrics;
 
+// Share of a rank's cgroup scheduling periods in which its CPU quota throttled it, from its
+// window metrics (NaN: no quota data, or too few periods to tell: policy kMinQuotaPeriods).
+double ThrottledShare(const std::map<std::string, double>& metrics);
+// Seconds its threads waited in the run queue per second they ran (NaN: no scheduler
+// statistics).
+double RunQueueWaitPerCpu(const std::map<std::string, double>& metrics);
+
 // What every cause rule reads: the window's metrics of every rank and the job's iteration.
 struct CauseInput {
   const RankMetrics& metrics;

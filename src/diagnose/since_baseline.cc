@@ -9,6 +9,7 @@
 #include <string>
 
 #include "diagnose/analysis.h"
+#include "diagnose/causes.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose {
@@ -23,11 +24,6 @@ double MedianIterationMs(const std::vector<pattern::RankSummary>& ranks) {
   return v.empty() ? 0 : internal::Median(v);
 }
 
-double Get(const std::map<std::string, double>& m, const char* key) {
-  auto v = m.find(key);
-  return v == m.end() ? kNone : v->second;
-}
-
 // The median over ranks of VALUE (NaN where no rank has it).
 template <typename F>
 double MedianOf(const pattern::RankMetrics& metrics, F value) {
@@ -35,19 +31,6 @@ double MedianOf(const pattern::RankMetrics& metrics, F value) {
   for (const auto& [rank, m] : metrics)
     if (const double x = value(m); !std::isnan(x)) v.push_back(x);
   return v.empty() ? kNone : internal::Median(v);
-}
-
-double ThrottledShare(const std::map<std::string, double>& m) {
-  const double periods = Get(m, "cgroup.nr_periods"), throttled = Get(m, "cgroup.nr_throttled");
-  if (std::isnan(periods) || std::isnan(throttled) || periods < policy::kMinQuotaPeriods)
-    return kNone;
-  return throttled / periods;
-}
-
-double WaitPerCpu(const std::map<std::string, double>& m) {
-  const double run = Get(m, "proc.run_s"), wait = Get(m, "proc.runq_wait_s");
-  if (std::isnan(run) || std::isnan(wait) || run <= 0) return kNone;
-  return wait / run;
 }
 
 }  // namespace
@@ -65,7 +48,8 @@ struct OsChange {
 OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetrics& now) {
   OsChange c;
   const double thr_b = MedianOf(base, ThrottledShare), thr_n = MedianOf(now, ThrottledShare);
-  const double wait_b = MedianOf(base, WaitPerCpu), wait_n = MedianOf(now, WaitPerCpu);
+  const double wait_b = MedianOf(base, RunQueueWaitPerCpu),
+               wait_n = MedianOf(now, RunQueueWaitPerCpu);
   if (!std::isnan(thr_n)) c.evidence["throttled_share"] = thr_n;
   if (!std::isnan(thr_b)) c.evidence["baseline_throttled_share"] = thr_b;
   if (!std::isnan(wait_n)) c.evidence["runq_wait_per_cpu_s"] = wait_n;
