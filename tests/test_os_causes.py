@@ -20,7 +20,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
-from test_online_run import FAULT_AT, STEP, load, run_job, windows  # noqa: E402
+from test_online_run import FAULT_AT, STEP, run_job  # noqa: E402
 
 V1 = "/sys/fs/cgroup/cpu"
 V2 = "/sys/fs/cgroup"
@@ -80,13 +80,15 @@ def window_findings(report):
     return out
 
 
-@unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")
-class OsCauses(unittest.TestCase):
+class OsJobs:
+    """Runs 4-rank train_ddp.py jobs under `perftracker run` (mixed into a TestCase)."""
+
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="pt_os_")
 
     def job(self, name, *train_args):
+        """({window id: its findings}, the job's output for messages)."""
         report = os.path.join(self.tmp, name)
         p = run_job(report, list(train_args))
         out = f"--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}"
@@ -97,6 +99,9 @@ class OsCauses(unittest.TestCase):
             for w, fs in sorted(ws.items())), file=sys.stderr)
         return ws, out
 
+
+@unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")
+class OsCauses(OsJobs, unittest.TestCase):
     def test_a_stall_that_ends_is_slow_not_a_hang(self):
         # Rank 2 computes for 9 s at iteration 130 while its peers wait in the all-reduce: the
         # hang detector fires (5 mean iterations of silence), the server confirms it after 5 s

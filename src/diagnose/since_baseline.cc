@@ -47,7 +47,18 @@ struct OsChange {
 
 OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetrics& now) {
   OsChange c;
-  const double thr_b = MedianOf(base, ThrottledShare), thr_n = MedianOf(now, ThrottledShare);
+  // A rank without a quota (too few periods to tell) is not throttled: the typical rank is
+  // throttled only when most ranks are (one rank under a quota is the peer comparison's).
+  const auto throttled = [](const std::map<std::string, double>& m) {
+    const double s = ThrottledShare(m);
+    return std::isnan(s) ? 0.0 : s;
+  };
+  const auto any_quota = [](const pattern::RankMetrics& ms) {
+    return std::any_of(ms.begin(), ms.end(),
+                       [](const auto& rm) { return !std::isnan(ThrottledShare(rm.second)); });
+  };
+  const double thr_b = any_quota(base) ? MedianOf(base, throttled) : kNone;
+  const double thr_n = any_quota(now) ? MedianOf(now, throttled) : kNone;
   const double wait_b = MedianOf(base, RunQueueWaitPerCpu),
                wait_n = MedianOf(now, RunQueueWaitPerCpu);
   if (!std::isnan(thr_n)) c.evidence["throttled_share"] = thr_n;

@@ -68,6 +68,15 @@ TEST(SinceBaselineTest, AFunctionSlowerOnEveryRankWithTheQuotaThatThrottlesThem)
   EXPECT_NEAR(f[0].evidence.at("throttled_share"), 0.75, 1e-9);
 }
 
+TEST(SinceBaselineTest, OneThrottledRankIsNotEveryRanksChange) {
+  // Only rank 2 runs under a quota (the peer comparison names it); the others have none.
+  pattern::RankMetrics m = Metrics(0, 1.0);
+  for (int r : {0, 1, 3}) m[r]["cgroup.nr_periods"] = 0;
+  m[2]["cgroup.nr_throttled"] = 30;
+  for (const Finding& f : SinceBaseline(MakeBaseline(), Job(38, 44), m, {}).findings)
+    EXPECT_NE(f.category, "cpu_throttled") << f.summary;
+}
+
 TEST(SinceBaselineTest, ContentionWhenTheRunQueueGrew) {
   std::vector<Finding> f = SinceBaseline(MakeBaseline(), Job(38, 44), Metrics(0, 2.5), {}).findings;
   ASSERT_FALSE(f.empty());
