@@ -197,6 +197,8 @@ TEST(CrossRunStragglerTest, PeersWaitingInsideTheirBackwardAreNotTheStraggler) {
   EXPECT_EQ(f->ranks, std::vector<int>{2});
   ASSERT_FALSE(f->functions.empty());
   EXPECT_EQ(f->functions[0].name, "aten::mm");
+  // Where the waiters wait is the straggler's echo, not a regression of its own.
+  EXPECT_TRUE(echo.count(Fn("run_backward", FunctionClass::kPython, 1).Key()));
 }
 
 TEST(CrossRunStragglerTest, NobodyWaitingIsNoStraggler) {
