@@ -83,6 +83,28 @@ TEST(SlowLink, BackpressureAroundTheRingStillNamesTheSlowRank) {
   EXPECT_EQ(f->evidence.at("backed_up_peers"), 2);
 }
 
+TEST(SlowLink, BackpressureSpreadFurtherStillNamesTheSlowRank) {
+  // Measured (test_online_run, 100 Mbit/s on rank 2 of 4): every connection of the ring backed
+  // up; rank 2's two hold 71% of the bytes.
+  RankMetrics m;
+  Conn(&m, 2, 1, 66109);
+  Conn(&m, 3, 2, 34647);
+  Conn(&m, 1, 0, 20974);
+  Conn(&m, 0, 3, 20709);
+  auto f = DiagnoseSlowLink(m, Ranks(4).ranks());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->ranks, std::vector<int>({2}));
+}
+
+TEST(SlowLink, EveryLinkOfTheRingBackedUpAlikeIsNoRank) {
+  RankMetrics m;
+  Conn(&m, 2, 1, 50000);
+  Conn(&m, 3, 2, 49000);
+  Conn(&m, 1, 0, 48000);
+  Conn(&m, 0, 3, 47000);
+  EXPECT_FALSE(DiagnoseSlowLink(m, Ranks(4).ranks()).has_value());
+}
+
 TEST(SlowLink, OneBackedUpPairIsNoRank) {
   // Which end of a single backed-up connection is slow cannot be told.
   RankMetrics m;
