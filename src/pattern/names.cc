@@ -152,6 +152,15 @@ FunctionClass ClassifyFunction(EventKind kind, std::string_view name) {
   if (const std::string_view op = FunctionalCollectiveOp(name); !op.empty()) {
     if (op == "wait_tensor" || !CollectiveOp(op).empty()) return FunctionClass::kCollective;
   }
+  // FSDP2's own ranges around its collectives ("FSDP::all_gather (blocks.1)",
+  // "FSDP::post_backward_reduce", "FSDP::post_backward_rs_wait"): on gloo the wait for the
+  // slowest peer is their self time (measured: 57.9 ms on the rank that waited, 8.8 ms on its
+  // peers). Their copy-in and copy-out are the rank's own work.
+  if (StartsWith(name, "FSDP::") && !Contains(name, "copy_in") && !Contains(name, "copy_out") &&
+      (StartsWith(name, "FSDP::all_gather") || StartsWith(name, "FSDP::reduce_scatter") ||
+       StartsWith(name, "FSDP::post_backward_reduce") || Contains(name, "_wait"))) {
+    return FunctionClass::kCollective;
+  }
   if (StartsWith(name, "enumerate(DataLoader)") || Contains(name, "DataLoader") ||
       (Contains(name, "dataloader") &&
        (Contains(name, "_next_data") || Contains(name, "__next__")))) {

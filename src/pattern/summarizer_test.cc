@@ -462,6 +462,17 @@ TEST(NamesTest, FunctionalCollectivesAreCommunication) {
   EXPECT_EQ(ClassifyFunction(EventKind::kCpuOp, "_c10d_functional::_wrap_tensor_autograd"),
             FunctionClass::kCompute);
   EXPECT_EQ(CollectiveOp("_c10d_functional::wait_tensor"), "wait");
+  // FSDP2's ranges around its collectives, not its copies.
+  EXPECT_EQ(ClassifyFunction(EventKind::kUserAnnotation, "FSDP::all_gather (blocks.1)"),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyFunction(EventKind::kUserAnnotation, "FSDP::post_backward_rs_wait ()"),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyFunction(EventKind::kUserAnnotation, "FSDP::post_backward_reduce"),
+            FunctionClass::kCollective);
+  EXPECT_EQ(ClassifyFunction(EventKind::kUserAnnotation, "FSDP::all_gather_copy_in"),
+            FunctionClass::kAnnotation);
+  EXPECT_EQ(ClassifyFunction(EventKind::kUserAnnotation, "FSDP::pre_forward (blocks.0)"),
+            FunctionClass::kAnnotation);
   EXPECT_EQ(CollectiveOp("c10d_functional::all_gather_into_tensor"), "all_gather");
   EXPECT_EQ(CollectiveOp("_c10d_functional::reduce_scatter_tensor"), "reduce_scatter");
   const std::string wait =
