@@ -19,16 +19,9 @@ double Get(const std::map<std::string, double>& m, const char* key) {
   return v == m.end() ? kNone : v->second;
 }
 
-// The median of VALUE over every rank but RANK that has it (NaN when none has).
 template <typename F>
 double PeersMedian(const RankMetrics& metrics, int rank, F value) {
-  std::vector<double> v;
-  for (const auto& [r, m] : metrics) {
-    if (r == rank) continue;
-    const double x = value(m);
-    if (!std::isnan(x)) v.push_back(x);
-  }
-  return v.empty() ? kNone : internal::Median(v);
+  return MedianOverRanks(metrics, value, rank);
 }
 
 // Per-iteration ms of a window total in seconds: the window ran window.seconds for its

@@ -11,11 +11,14 @@
 #ifndef PERFTRACKER_DIAGNOSE_CAUSES_H_
 #define PERFTRACKER_DIAGNOSE_CAUSES_H_
 
+#include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "diagnose/analysis.h"
 #include "diagnose/finding.h"
 #include "pattern/collected.h"
 
@@ -29,6 +32,18 @@ double ThrottledShare(const std::map<std::string, double>& metrics);
 // Seconds its threads waited in the run queue per second they ran (NaN: no scheduler
 // statistics).
 double RunQueueWaitPerCpu(const std::map<std::string, double>& metrics);
+
+// The median of VALUE(a rank's metrics) over every rank but SKIP_RANK where it is not NaN (NaN
+// when no rank has it): a rank's peers, or with SKIP_RANK -1 the typical rank.
+template <typename F>
+double MedianOverRanks(const RankMetrics& metrics, F value, int skip_rank = -1) {
+  std::vector<double> v;
+  for (const auto& [r, m] : metrics) {
+    if (r == skip_rank) continue;
+    if (const double x = value(m); !std::isnan(x)) v.push_back(x);
+  }
+  return v.empty() ? std::numeric_limits<double>::quiet_NaN() : internal::Median(v);
+}
 
 // What every cause rule reads: the window's metrics of every rank and the job's iteration.
 struct CauseInput {

@@ -24,15 +24,6 @@ double MedianIterationMs(const std::vector<pattern::RankSummary>& ranks) {
   return v.empty() ? 0 : internal::Median(v);
 }
 
-// The median over ranks of VALUE (NaN where no rank has it).
-template <typename F>
-double MedianOf(const pattern::RankMetrics& metrics, F value) {
-  std::vector<double> v;
-  for (const auto& [rank, m] : metrics)
-    if (const double x = value(m); !std::isnan(x)) v.push_back(x);
-  return v.empty() ? kNone : internal::Median(v);
-}
-
 }  // namespace
 
 namespace internal {
@@ -57,10 +48,10 @@ OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetr
     return std::any_of(ms.begin(), ms.end(),
                        [](const auto& rm) { return !std::isnan(ThrottledShare(rm.second)); });
   };
-  const double thr_b = any_quota(base) ? MedianOf(base, throttled) : kNone;
-  const double thr_n = any_quota(now) ? MedianOf(now, throttled) : kNone;
-  const double wait_b = MedianOf(base, RunQueueWaitPerCpu),
-               wait_n = MedianOf(now, RunQueueWaitPerCpu);
+  const double thr_b = any_quota(base) ? MedianOverRanks(base, throttled) : kNone;
+  const double thr_n = any_quota(now) ? MedianOverRanks(now, throttled) : kNone;
+  const double wait_b = MedianOverRanks(base, RunQueueWaitPerCpu),
+               wait_n = MedianOverRanks(now, RunQueueWaitPerCpu);
   if (!std::isnan(thr_n)) c.evidence["throttled_share"] = thr_n;
   if (!std::isnan(thr_b)) c.evidence["baseline_throttled_share"] = thr_b;
   if (!std::isnan(wait_n)) c.evidence["runq_wait_per_cpu_s"] = wait_n;
