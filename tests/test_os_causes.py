@@ -4,7 +4,10 @@
   on one rank) sets off the hang detector; when its step then completes the hang report is
   amended: the rank was slow, not hung;
 - every rank held by one cgroup CPU quota from mid-run: the peers stay alike, so only the
-  comparison with the job's own baseline window can say what changed, and names the quota.
+  comparison with the job's own baseline window can say what changed, and names the quota;
+- a rank whose batches hold four times the rows (data skew, as longer sequences are) does more
+  work: named with its ops' input shapes against its peers', not as CPU contention, though four
+  ranks share this machine's two cores.
 
 Real torch (PT_TORCH_PYTHON), gloo, 4 ranks under `perftracker run` with the product's defaults;
 the job waits 30 ms in every step as in test_online_run.py (its FAULT_AT comment says why).
@@ -135,6 +138,22 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertTrue(named, out)
         self.assertIn("baseline window", named[0]["summary"], out)
         self.assertGreaterEqual(named[0]["evidence"]["throttled_share"], 0.2, out)
+
+    def test_more_work_is_named_with_the_input_shapes(self):
+        # From iteration 130 rank 2's batches hold 4x the rows (hidden 512: the weights are as
+        # large as the batch, so the total of an op's inputs grows 1.4x and its data input 4x).
+        ws, out = self.job("skew", "--iters", "320", *STEP, "--hidden", "512", "--fault", "skew",
+                           "--fault-rank", "2", "--fault-start", FAULT_AT, "--fault-scale", "4")
+        later = [f for w, fs in ws.items() if w > min(ws) for f in fs] if ws else []
+        self.assertTrue(later, "no finding after the baseline window\n" + out)
+        f = later[0]
+        self.assertEqual(f["ranks"], [2], out)
+        self.assertEqual(f["category"], "more_work", out)
+        self.assertIn("[256, 512]", f["summary"], out)
+        self.assertIn("vs [64, 512]", f["summary"], out)
+        self.assertEqual(f["evidence"]["input_elements_ratio"], 4.0, out)
+        for g in (g for fs in ws.values() for g in fs):
+            self.assertNotIn(g["category"], ("cpu_contention", "cpu_throttled", "hang"), out)
 
 
 if __name__ == "__main__":

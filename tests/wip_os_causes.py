@@ -1,6 +1,6 @@
-"""WORK IN PROGRESS (issue 24), not in .ci/run yet: both cases open no window or find nothing on
-this machine so far (see the closing notes of 2026-12-03); moved into test_os_causes.py once
-they pass.
+"""WORK IN PROGRESS (issue 24), not in .ci/run yet: the one-rank quota case opens no window or
+finds nothing in some runs on this machine (see the closing notes of 2026-12-03); moved into
+test_os_causes.py once it passes reliably. (The data-skew case moved there: more_work.)
 
 Causes from the OS's evidence, on real faults (issue 24): a rank held by a cgroup CPU quota is
 throttled, named with its quota and throttled share, and is slow, not hung; a rank with more work
@@ -44,18 +44,6 @@ class WipOsCauses(OsJobs, unittest.TestCase):
         self.assertGreaterEqual(f["evidence"]["throttled_periods_share"], 0.2, out)
         for g in (g for fs in ws.values() for g in fs):
             self.assertNotEqual(g["category"], "hang", out)
-
-    def test_more_work_is_no_cpu_contention(self):
-        # Rank 2's batches hold eight times the rows from iteration 130 (data skew): the same calls
-        # on larger inputs. Four ranks on two cores keep the host oversubscribed all along; that
-        # alone names no rank's cause.
-        ws, out = self.job("skew", "--iters", "320", *STEP, "--fault", "skew", "--fault-rank", "2",
-                     "--fault-start", FAULT_AT, "--fault-scale", "8")
-        latest = ws[max(ws)] if ws else []
-        self.assertTrue(latest, "no finding\n" + out)
-        f = latest[0]
-        self.assertEqual(f["ranks"], [2], out)
-        self.assertNotIn(f["category"], ("cpu_contention", "cpu_throttled"), out)
 
 
 if __name__ == "__main__":

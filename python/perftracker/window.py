@@ -93,9 +93,12 @@ class WindowState:
                 cuda = getattr(torch, "cuda", None)
                 if cuda is not None and cuda.is_available() and cuda.is_initialized():
                     acts.append(torch.profiler.ProfilerActivity.CUDA)
-                self.profiler = torch.profiler.profile(activities=acts)
+                # Input shapes: the same calls on larger inputs are more work (data skew, padding),
+                # not a slower rank (diagnose/causes.h MoreWorkRule). A window is short; the
+                # shapes cost a few microseconds per op while it lasts.
+                self.profiler = torch.profiler.profile(activities=acts, record_shapes=True)
             else:
-                self.profiler = torch.autograd.profiler.profile()
+                self.profiler = torch.autograd.profiler.profile(record_shapes=True)
             self.profiler.__enter__()
             if rec is not None:
                 rec["torch"] = True
@@ -223,7 +226,11 @@ def write_legacy_trace(results: Any, path: str) -> None:
     start = results.trace_start_us()
     names: Dict[str, Optional[str]] = {}  # raw name -> its JSON text, None when left out
     parts: List[str] = []
-    for e in results.events():
+    events = list(results.events())
+    shapes = None
+    if events and callable(getattr(events[0], "shapes", None)):
+        shapes = lambda ev: ev.shapes()  # noqa: E731
+    for e in events:
         raw = e.name()
         text = names.get(raw, "")
         if text == "":
@@ -235,9 +242,13 @@ def write_legacy_trace(results: Any, path: str) -> None:
             names[raw] = text
         if text is None:
             continue
+        # record_shapes: torch's legacy export leaves the shapes out; the diagnosis compares
+        # them between ranks (more work), so they go in as Kineto names them.
+        dims = shapes(e) if shapes is not None else None
+        args = '{"Input Dims": %s}' % json.dumps(dims) if dims and any(dims) else "{}"
         parts.append('{"name": %s, "ph": "X", "ts": %d, "dur": %d, "tid": %d, '
-                     '"pid": "CPU functions", "args": {}}'
-                     % (text, e.start_us() - start, e.duration_us(), e.start_thread_id()))
+                     '"pid": "CPU functions", "args": %s}'
+                     % (text, e.start_us() - start, e.duration_us(), e.start_thread_id(), args))
     with open(path, "w") as f:
         f.write("[")
         f.write(", ".join(parts))

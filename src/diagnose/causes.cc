@@ -1,13 +1,16 @@
 #include "diagnose/causes.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <span>
 
 #include "diagnose/analysis.h"
 #include "diagnose/policy.h"
+#include "pattern/input_shapes.h"
 
 namespace perftracker::diagnose {
 namespace {
@@ -107,6 +110,133 @@ bool CpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
   return true;
 }
 
+namespace {
+
+// One shaped function of the rank against the same function on its peers.
+struct ShapeDiff {
+  const pattern::CompactShape* own = nullptr;
+  const pattern::CompactFunction* fn = nullptr;
+  double peers_elements = 0;  // median over the peers that run it
+  double peers_per_iter_us = 0;
+  std::string peers_dims;  // the commonest among them
+  double rise_us = 0;      // its time per iteration above the peers' median
+  double ratio = 0;        // how much larger its inputs are (pattern::LargestInputRatio too)
+};
+
+const pattern::CompactRank* FindRank(std::span<const pattern::CompactRank> ranks, int rank) {
+  for (const pattern::CompactRank& r : ranks)
+    if (r.rank == rank) return &r;
+  return nullptr;
+}
+
+// The rank's shaped functions whose inputs are larger than its peers' by kMoreWorkRatio.
+std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
+                                    const pattern::CompactRank& me) {
+  struct PeerValues {
+    std::vector<double> elements, per_iter_us;
+    std::map<std::string, int> dims;
+  };
+  std::map<uint32_t, PeerValues> peers;  // by function id
+  for (const pattern::CompactShape& s : me.shapes) peers[me.compact[s.index].id()];
+  for (const pattern::CompactRank& r : ranks) {
+    if (r.rank == me.rank || r.role != me.role) continue;
+    for (const pattern::CompactShape& s : r.shapes) {
+      auto it = peers.find(r.compact[s.index].id());
+      if (it == peers.end()) continue;
+      it->second.elements.push_back(s.elements);
+      it->second.per_iter_us.push_back(r.compact[s.index].per_iter_us);
+      ++it->second.dims[s.dims];
+    }
+  }
+  std::vector<ShapeDiff> out;
+  for (const pattern::CompactShape& s : me.shapes) {
+    PeerValues& p = peers[me.compact[s.index].id()];
+    if (p.elements.empty()) continue;
+    ShapeDiff d;
+    d.own = &s;
+    d.fn = &me.compact[s.index];
+    d.peers_elements = internal::Median(p.elements);
+    if (d.peers_elements <= 0) continue;
+    d.peers_dims = std::max_element(p.dims.begin(), p.dims.end(), [](const auto& a, const auto& b) {
+                     return a.second < b.second;
+                   })->first;
+    // The total, or one input where a weight of the same size on every rank hides it there
+    // (aten::linear's [256, 512] against [64, 512] beside a [512, 512] weight: 1.4x, and 4x).
+    d.ratio =
+        std::max(s.elements / d.peers_elements, pattern::LargestInputRatio(s.dims, d.peers_dims));
+    if (d.ratio < policy::kMoreWorkRatio) continue;
+    d.peers_per_iter_us = internal::Median(p.per_iter_us);
+    d.rise_us = d.fn->per_iter_us - d.peers_per_iter_us;
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool MoreWorkRule::Explain(const CauseInput& in, Finding* f) const {
+  const int rank = f->ranks[0];
+  const pattern::CompactRank* me = FindRank(in.ranks, rank);
+  if (me == nullptr || me->shapes.empty()) return false;
+  std::vector<ShapeDiff> larger = LargerInputs(in.ranks, *me);
+  if (larger.empty()) return false;
+  // The function whose larger inputs cost the most; nested ops (aten::linear holds aten::addmm)
+  // share their time, so the largest one rise, not a sum, is what the inputs explain.
+  const ShapeDiff& top = *std::max_element(
+      larger.begin(), larger.end(),
+      [](const ShapeDiff& a, const ShapeDiff& b) { return a.rise_us < b.rise_us; });
+  double explained_ms = top.rise_us / 1000;
+  // On a GPU the CPU op only launches: the larger inputs' time is in the rank's kernels.
+  double compute_rise_ms = kNone;
+  if (me->has_gpu) {
+    std::vector<double> peer_compute;
+    for (const pattern::CompactRank& r : in.ranks)
+      if (r.rank != rank && r.role == me->role && r.has_gpu) peer_compute.push_back(r.compute_us);
+    if (!peer_compute.empty()) {
+      compute_rise_ms = (me->compute_us - internal::Median(peer_compute)) / 1000;
+      explained_ms = std::max(explained_ms, compute_rise_ms);
+    }
+  }
+  if (explained_ms <= 0 || explained_ms < f->impact_ms * policy::kMoreWorkExplainsShare)
+    return false;
+  const double ratio = top.ratio;
+  f->evidence["input_elements_per_call"] = top.own->elements;
+  f->evidence["peers_input_elements_per_call"] = top.peers_elements;
+  f->evidence["input_elements_ratio"] = ratio;
+  f->evidence["larger_input_extra_ms_per_iteration"] = top.rise_us / 1000;
+  if (!std::isnan(compute_rise_ms))
+    f->evidence["gpu_compute_extra_ms_per_iteration"] = compute_rise_ms;
+  f->evidence_text["input_shapes"] = top.own->dims;
+  f->evidence_text["peers_input_shapes"] = top.peers_dims;
+  std::vector<std::string> others;
+  for (const ShapeDiff& d : larger)
+    if (&d != &top && others.size() < 3) others.push_back(d.fn->name());
+  if (!others.empty())
+    f->evidence_text["also_larger_inputs"] = fmt::format("{}", fmt::join(others, ", "));
+  f->evidence_text["reasoning"] = fmt::format(
+      "rank {} calls {} on inputs of {:.0f} elements per call, its peers on {:.0f} (up to {:.1f}x "
+      "in one input): "
+      "the same calls on more data take {:.1f} ms per iteration more; its machine is not slower, "
+      "its share of the work is larger",
+      rank, top.fn->name(), top.own->elements, top.peers_elements, ratio, explained_ms);
+  // The function timing named stays; the one with the larger inputs leads.
+  const std::string name = top.fn->name();
+  std::erase_if(f->functions, [&](const FunctionRef& r) { return r.name == name; });
+  f->functions.insert(f->functions.begin(),
+                      FunctionRef{name, std::string(trace::EventKindName(top.fn->kind())), {}});
+  Rewrite(f, this->name(), Cause::kSoftware,
+          fmt::format("rank {} does more work than its peers: its {} inputs are {} vs {} on its "
+                      "peers ({:.1f}x the data per call), {:.1f} ms/iter more; the job "
+                      "loses {:.1f} ms/iter",
+                      rank, name, top.own->dims.empty() ? "larger" : top.own->dims,
+                      top.peers_dims.empty() ? "smaller" : top.peers_dims, ratio, explained_ms,
+                      f->impact_ms),
+          "even out the work per rank: batch by length (bucketing) or pad to one length, shard "
+          "the data by size rather than by count, and check the sampler gives every rank the "
+          "same share");
+  return true;
+}
+
 bool RunQueueContentionRule::Explain(const CauseInput& in, Finding* f) const {
   const int rank = f->ranks[0];
   auto it = in.metrics.find(rank);
@@ -148,6 +278,7 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
   static const auto* rules = [] {
     auto* v = new std::vector<std::unique_ptr<CauseRule>>;
     v->push_back(std::make_unique<CpuThrottledRule>());
+    v->push_back(std::make_unique<MoreWorkRule>());
     v->push_back(std::make_unique<RunQueueContentionRule>());
     return v;
   }();
@@ -156,6 +287,8 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
 
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
   if (!IsHostExplainable(*f)) return nullptr;
+  for (const auto& rule : CauseRules())
+    if (f->category == rule->name()) return nullptr;  // explained already
   for (const auto& rule : CauseRules())
     if (rule->Explain(in, f)) return rule.get();
   // None fired: a busy host is no evidence against this rank. Say so where it is busy, so that

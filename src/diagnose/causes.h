@@ -1,6 +1,7 @@
 // Cause rules that read the OS's evidence (agent/os_stats.h, reaching the diagnosis as the
-// window's per-rank metrics) to say why a rank is slower than its peers when timing alone cannot:
-// equal calls, longer time could be a throttled quota, a rank denied the CPU, or more work.
+// window's per-rank metrics) and the ops' input shapes to say why a rank is slower than its peers
+// when timing alone cannot: equal calls, longer time could be a throttled quota, a rank denied
+// the CPU, or more work.
 // Each rule is a class with a name and its own unit test (causes_test.cc); ExplainRankFinding
 // runs them in order, and the first whose evidence holds rewrites the finding's category, cause,
 // summary and advice, keeping the functions timing named.
@@ -15,12 +16,14 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "diagnose/analysis.h"
 #include "diagnose/finding.h"
 #include "pattern/collected.h"
+#include "pattern/compact_job.h"
 
 namespace perftracker::diagnose {
 
@@ -45,10 +48,12 @@ double MedianOverRanks(const RankMetrics& metrics, F value, int skip_rank = -1) 
   return v.empty() ? std::numeric_limits<double>::quiet_NaN() : internal::Median(v);
 }
 
-// What every cause rule reads: the window's metrics of every rank and the job's iteration.
+// What every cause rule reads: the window's metrics of every rank, the job's iteration and its
+// ranks' patterns (for the functions' input shapes).
 struct CauseInput {
   const RankMetrics& metrics;
   double iteration_ms = 0;  // the window's median iteration (0: unknown)
+  std::span<const pattern::CompactRank> ranks = {};
 };
 
 class CauseRule {
@@ -67,6 +72,17 @@ class CpuThrottledRule : public CauseRule {
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
+// "more_work": the rank runs the same functions on larger inputs than its peers of the same
+// role (record_shapes' input shapes: a quarter more elements per call, policy kMoreWorkRatio),
+// and those functions' extra time (or, on a GPU, its compute kernels') is a good part of what it
+// loses: data skew, padding or uneven shards, not a slow machine. Names the function and both
+// shapes ("aten::mm inputs [512, 256], [256, 256] vs [64, 256], [256, 256] on its peers").
+class MoreWorkRule : public CauseRule {
+ public:
+  const char* name() const override { return "more_work"; }
+  bool Explain(const CauseInput& in, Finding* f) const override;
+};
+
 // "cpu_contention": the rank's threads wait in the run queue markedly more per second of CPU
 // than its peers', and that extra wait is a good part of what it loses per iteration.
 class RunQueueContentionRule : public CauseRule {
@@ -75,13 +91,16 @@ class RunQueueContentionRule : public CauseRule {
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
-// The rules in the order they are tried: the direct evidence (a quota) first.
+// The rules in the order they are tried: the direct evidence (a quota) first, then the rank's
+// own work (its inputs), then the scheduler's wait.
 const std::vector<std::unique_ptr<CauseRule>>& CauseRules();
 
 // Runs the rules on F when it is a finding on one rank that a host cause could explain (a
 // straggler by timing or by its functions; not communication, a hang or a missing rank). When
 // none fires and the rank shares an oversubscribed host, the finding says why the host is not
-// the cause (the rank waits no more than its peers). Returns the rule that fired, or nullptr.
+// the cause (the rank waits no more than its peers). A finding a rule already explained (an
+// offline diagnosis runs the shape rule before a window adds its metrics) is kept as it is.
+// Returns the rule that fired, or nullptr.
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f);
 
 // A finding for every rank that its own cgroup quota throttles (CpuThrottledRule's evidence) and

@@ -1,5 +1,6 @@
 #include "diagnose/causes.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "diagnose/policy.h"
@@ -158,6 +159,102 @@ TEST(FindThrottledRanks, NamesAThrottledRankNoFindingNamed) {
   // Throttled for less than the size gates: nothing.
   m[2]["cgroup.throttled_s"] = 0.01;
   EXPECT_TRUE(FindThrottledRanks({m, 49.8}, {}, {}).empty());
+}
+
+// Four ranks of one role, each with aten::linear and aten::mm: per-iteration µs and the inputs'
+// shapes and elements (the skew fault of examples/train_ddp.py: rank 2's batches hold 8x the
+// rows; its aten::mm inputs [512, 256], [256, 256] against its peers' [64, 256], [256, 256]).
+std::vector<pattern::CompactRank> ShapedJob(pattern::CompactJob* job, double rank2_mm_us,
+                                            int rank2_rows) {
+  for (int r = 0; r < 4; ++r) {
+    pattern::RankSummary s;
+    s.rank = r;
+    s.world_size = 4;
+    s.iteration_ms = {50, 50, 50};
+    const int rows = r == 2 ? rank2_rows : 64;
+    for (const char* name : {"aten::linear", "aten::mm"}) {
+      pattern::FunctionPattern f;
+      f.name = name;
+      f.kind = trace::EventKind::kCpuOp;
+      f.count = 30;
+      f.calls_per_iter = 10;
+      f.per_iter_us = r == 2 ? rank2_mm_us : 4000;
+      f.input_dims = fmt::format("[{}, 256], [256, 256]", rows);
+      f.input_elements = rows * 256.0 + 256 * 256;
+      s.functions.push_back(f);
+    }
+    pattern::FunctionPattern plain;  // a function without shapes
+    plain.name = "aten::add_";
+    plain.per_iter_us = 100;
+    s.functions.push_back(plain);
+    job->Add(std::move(s));
+  }
+  job->SortByRank();
+  return job->ranks();
+}
+
+TEST(MoreWorkRule, NamesTheLargerInputsAndBothShapes) {
+  pattern::CompactJob job;
+  const std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 14000, 512);
+  ASSERT_EQ(ranks[2].shapes.size(), 2u);
+  const RankMetrics none;
+  Finding f = Straggler();
+  f.functions = {{"<built-in method mm>", "python_function", {}}};
+  ASSERT_TRUE(MoreWorkRule().Explain({none, 50, ranks}, &f));
+  EXPECT_EQ(f.category, "more_work");
+  EXPECT_EQ(f.cause, Cause::kSoftware);
+  // 2.4x the elements in all, 8x in the activation beside the same weight.
+  EXPECT_DOUBLE_EQ(f.evidence.at("input_elements_ratio"), 8.0);
+  EXPECT_DOUBLE_EQ(f.evidence.at("larger_input_extra_ms_per_iteration"), 10);
+  EXPECT_NE(f.summary.find("inputs are [512, 256], [256, 256] vs [64, 256], [256, 256] on its "
+                           "peers (8.0x the data per call), 10.0 ms/iter more"),
+            std::string::npos)
+      << f.summary;
+  // The function with the larger inputs leads; what timing named stays.
+  ASSERT_EQ(f.functions.size(), 2u);
+  EXPECT_EQ(f.functions[1].name, "<built-in method mm>");
+  EXPECT_TRUE(f.functions[0].name == "aten::linear" || f.functions[0].name == "aten::mm");
+}
+
+TEST(MoreWorkRule, SameShapesOrTooLittleTimeIsNoCause) {
+  const RankMetrics none;
+  {
+    pattern::CompactJob job;  // slower on the same inputs: not more work
+    const std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 14000, 64);
+    Finding f = Straggler();
+    EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f));
+  }
+  {
+    pattern::CompactJob job;  // a fifth more rows: within the jitter of real batches
+    const std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 14000, 76);
+    Finding f = Straggler();
+    EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f));
+  }
+  {
+    pattern::CompactJob job;  // larger inputs, but 2 ms of the 10 the rank loses
+    const std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 6000, 512);
+    Finding f = Straggler();
+    EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f));
+  }
+  Finding f = Straggler();  // no patterns at all
+  EXPECT_FALSE(MoreWorkRule().Explain({none, 50}, &f));
+}
+
+TEST(ExplainRankFinding, MoreWorkBeforeTheRunQueueAndExplainedOnce) {
+  pattern::CompactJob job;
+  const std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 14000, 512);
+  // It also waits more in the run queue (more work, more time runnable on a busy host).
+  RankMetrics m = BusyHost();
+  m[2]["proc.runq_wait_s"] = 8.0;
+  Finding f = Straggler();
+  const CauseRule* rule = ExplainRankFinding({m, 50, ranks}, &f);
+  ASSERT_NE(rule, nullptr);
+  EXPECT_STREQ(rule->name(), "more_work");
+  // A window's second pass (its metrics after the offline diagnosis) keeps that explanation.
+  const std::string summary = f.summary;
+  EXPECT_EQ(ExplainRankFinding({m, 50, ranks}, &f), nullptr);
+  EXPECT_EQ(f.category, "more_work");
+  EXPECT_EQ(f.summary, summary);
 }
 
 }  // namespace

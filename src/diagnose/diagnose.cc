@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "diagnose/analysis.h"
+#include "diagnose/causes.h"
 
 namespace perftracker::diagnose {
 
@@ -58,6 +59,11 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
   }
   AddMissingRanks(missing ? *missing : RanksWithoutTrace(d.job), &d);
   internal::FindSubsetProblems(job, d.job, options, &d.findings);
+  // The causes a trace alone shows (input shapes); a window's OS metrics add theirs later
+  // (AddMetricFindings).
+  const RankMetrics no_metrics;
+  const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks()};
+  for (Finding& f : d.findings) ExplainRankFinding(causes, &f);
   internal::FindAllRankProblems(job, d.job, options, &d.findings);
   internal::SortFindings(&d.findings);
   return d;

@@ -160,7 +160,7 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
 
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d) {
-  const CauseInput in{metrics, d->job.iteration_ms_median};
+  const CauseInput in{metrics, d->job.iteration_ms_median, ranks};
   for (Finding& f : d->findings) ExplainRankFinding(in, &f);
   std::map<int, std::string> hosts;
   for (const pattern::CompactRank& r : ranks) hosts[r.rank] = r.host;

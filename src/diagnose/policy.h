@@ -129,6 +129,14 @@ namespace perftracker::diagnose::policy {
   X(kRunQueueExplainsShare, 0.3, "of the finding's impact",                                        \
     "the extra run-queue wait must be at least 30% of what the rank loses per iteration to be "    \
     "its cause")                                                                                   \
+  X(kMoreWorkRatio, 1.25, "x the peers' input elements per call",                                  \
+    "a rank whose op inputs hold a quarter more elements per call than its peers' median (in "     \
+    "all, "                                                                                        \
+    "or in one input beside a weight of the same size) does more work (data skew, padding, "       \
+    "uneven shards); batch-to-batch length jitter averages out over a window's calls")             \
+  X(kMoreWorkExplainsShare, 0.3, "of the finding's impact",                                        \
+    "the larger inputs' extra time must be at least 30% of what the rank loses per iteration to "  \
+    "be its cause")                                                                                \
   /* The temporal differential: a window against the job's baseline (diagnose/since_baseline.h) */ \
   X(kBaselineSlowdown, 0.05, "of the baseline's iteration",                                        \
     "a window within 5% of the baseline's iteration has nothing to explain; the slowdown "         \

@@ -297,6 +297,9 @@ void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
     }
     c.has_self |= f.self_per_iter_us > 0;
     c.any_main |= f.main_thread;
+    if (f.input_elements > 0 && c.shapes.size() < kMaxShapedFunctions)
+      c.shapes.push_back({static_cast<uint32_t>(k), static_cast<float>(f.input_elements),
+                          std::string(f.input_dims)});
   }
   IterationSds(functions, c.compact.data());
   c.role = PipelineStage(r);

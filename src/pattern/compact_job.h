@@ -64,10 +64,21 @@ struct CompactFunction {
 // 100,000 ranks of 500 functions: 2.4 GB of these.
 static_assert(sizeof(CompactFunction) <= 48);
 
+// A function of a rank whose inputs' shapes the trace recorded (FunctionPattern::input_dims).
+struct CompactShape {
+  uint32_t index = 0;  // in CompactRank::compact
+  float elements = 0;  // mean input elements per call
+  std::string dims;    // the shapes its time went to most
+};
+// Shaped functions a rank keeps, its costliest: what "more work" compares (a record_shapes
+// trace shapes every CPU op, and the cheap ones tell nothing of where the time went).
+inline constexpr size_t kMaxShapedFunctions = 32;
+
 // A rank: its summary without functions (iterations, GPU time split, host, ...) plus its
 // functions in compact form, sorted as the summary had them (per_iter_us, descending).
 struct CompactRank : RankSummary {
   std::vector<CompactFunction> compact;
+  std::vector<CompactShape> shapes;  // by cost, at most kMaxShapedFunctions
   // The summary's process groups, stored once per job (RankSummary::process_groups is empty).
   std::vector<const trace::ProcessGroup*> groups;
   int role = -1;          // pipeline stage: position in the rank's "pp" group; -1 when unknown

@@ -76,6 +76,8 @@ FunctionView FunctionView::Of(const FunctionPattern& f) {
   v.coll_group = f.coll.group;
   v.coll_algbw_gbps = f.coll.algbw_gbps;
   v.coll_busbw_gbps = f.coll.busbw_gbps;
+  v.input_dims = f.input_dims;
+  v.input_elements = f.input_elements;
   return v;
 }
 
@@ -110,6 +112,8 @@ FunctionPattern FunctionView::ToPattern() const {
   f.coll.group = coll_group;
   f.coll.algbw_gbps = coll_algbw_gbps;
   f.coll.busbw_gbps = coll_busbw_gbps;
+  f.input_dims = input_dims;
+  f.input_elements = input_elements;
   return f;
 }
 

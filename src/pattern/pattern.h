@@ -67,6 +67,12 @@ struct FunctionPattern {
 
   CollectiveInfo coll;  // set when fclass == kCollective
 
+  // Its inputs where the trace recorded shapes (record_shapes; pattern/input_shapes.h): the
+  // shapes its time went to most, as text ("[64, 256], [256, 256]"), and the mean element count
+  // of its inputs per call. Empty and 0 without shapes.
+  std::string input_dims;
+  double input_elements = 0;
+
   // Stable identity used to match functions across ranks.
   std::string Key() const;
 };
@@ -103,6 +109,8 @@ struct FunctionView {
   std::string_view coll_group;
   double coll_algbw_gbps = 0;
   double coll_busbw_gbps = 0;
+  std::string_view input_dims;  // FunctionPattern's
+  double input_elements = 0;
   // Where name and stack are in the decoder's string table (SummaryViews::strings): a compact
   // job then hashes and matches each string once per summary, not once per function that
   // names it. kNoRef: not from a table.
@@ -124,7 +132,9 @@ struct ExcludedIteration {
 };
 
 struct RankSummary {
-  static constexpr int kVersion = 3;  // 3: zstd payload; 2 (deflated) and 1 still read
+  // 4: a function may carry its input shapes (flag 8); 3: zstd payload; 2 (deflated) and 1
+  // still read.
+  static constexpr int kVersion = 4;
   int rank = -1;
   int world_size = -1;
   std::string host;

@@ -378,6 +378,32 @@ TEST(SummarizerTest, LegacyCallStack) {
   EXPECT_EQ(r.functions[0].count, 2u);
 }
 
+TEST(SummarizerTest, InputShapesKeepTheCostliestAndTheMeanElements) {
+  Summarizer s;
+  s.OnBegin({});
+  Event e = Cpu("aten::mm", 0, 10);
+  e.input_dims = "[[64, 256], [256, 256]]";
+  s.OnEvent(e);
+  s.OnEvent(e);
+  e.input_dims = "[[512,256],[256,256]]";  // one call, but the most time
+  e.dur_us = 30;
+  s.OnEvent(e);
+  e.input_dims = "[[\"not\", \"dims\"]]";  // counted as a call, not as a shape
+  s.OnEvent(e);
+  Event plain = Cpu("aten::add_", 0, 1);
+  s.OnEvent(plain);
+  RankSummary r = s.Finish();
+  const FunctionPattern* mm = Find(r, "aten::mm");
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->count, 4u);
+  EXPECT_EQ(mm->input_dims, "[512, 256], [256, 256]");
+  EXPECT_DOUBLE_EQ(mm->input_elements, (2 * 81920.0 + 196608) / 3);
+  const FunctionPattern* add = Find(r, "aten::add_");
+  ASSERT_NE(add, nullptr);
+  EXPECT_EQ(add->input_dims, "");
+  EXPECT_EQ(add->input_elements, 0);
+}
+
 TEST(SummarizerTest, NoEventsDoesNotCrash) {
   Summarizer s;
   RankSummary r = s.Finish();

@@ -1,5 +1,6 @@
 // Layout: "PTSUMMRY", u32 LE major version, then a varint with the payload's size and the
-// payload compressed: version 3 with zstd (a frame with its checksum), version 2 deflated with
+// payload compressed: version 3 and 4 with zstd (a frame with its checksum; 4 adds a function's
+// input shapes, behind its flag 8, which 3's readers refuse), version 2 deflated with
 // zlib (still read); version 1 stored the payload as is. The payload is a string table (varint
 // count, varint-length strings) and the body. Python stacks repeat long paths, so compression
 // shrinks a summary a lot (agents upload one per rank and window); zstd because inflating was
@@ -350,7 +351,9 @@ std::string SerializeSummary(const RankSummary& s) {
     w.Str(f.stack);
     w.S(f.device);
     w.S(f.stream);
-    w.U((f.main_thread ? 1u : 0u) | (f.top_level ? 2u : 0u) | (f.in_python ? 4u : 0u));
+    const bool shaped = !f.input_dims.empty() || f.input_elements > 0;
+    w.U((f.main_thread ? 1u : 0u) | (f.top_level ? 2u : 0u) | (f.in_python ? 4u : 0u) |
+        (shaped ? 8u : 0u));
     w.U(f.count);
     for (double v : {f.total_us, f.mean_us, f.p50_us, f.p99_us, f.max_us, f.min_us, f.cv,
                      f.calls_per_iter, f.per_iter_us, f.share, f.self_per_iter_us}) {
@@ -368,6 +371,10 @@ std::string SerializeSummary(const RankSummary& s) {
       w.Str(f.coll.group);
       w.D(f.coll.algbw_gbps);
       w.D(f.coll.busbw_gbps);
+    }
+    if (shaped) {
+      w.Str(f.input_dims);
+      w.D(f.input_elements);
     }
   }
   const trace::ReadStats& r = s.read_stats;
@@ -529,7 +536,7 @@ void ReadFunction(Reader& r, const StringTable& table, std::vector<float>* iter_
   f->device = r.S32();
   f->stream = r.S32();
   const uint64_t flags = r.U();
-  if (flags > 7) r.Corrupt();
+  if (flags > 15) r.Corrupt();
   f->main_thread = flags & 1;
   f->top_level = flags & 2;
   f->in_python = flags & 4;
@@ -553,6 +560,13 @@ void ReadFunction(Reader& r, const StringTable& table, std::vector<float>* iter_
     f->coll_op = f->coll_dtype = f->coll_group = {};
     f->coll_msg_bytes = f->coll_algbw_gbps = f->coll_busbw_gbps = 0;
     f->coll_group_size = 0;
+  }
+  if (flags & 8) {
+    f->input_dims = r.Str(table);
+    f->input_elements = r.D();
+  } else {
+    f->input_dims = {};
+    f->input_elements = 0;
   }
 }
 

@@ -73,6 +73,8 @@ RankSummary Sample() {
   h.stack = "a.py(1): main";
   h.top_level = true;
   h.in_python = true;
+  h.input_dims = "[64, 256], [256, 256]";
+  h.input_elements = 81920;
   s.functions.push_back(h);
   s.read_stats.bytes = 123456789;
   s.read_stats.events = 40000;
@@ -139,6 +141,8 @@ void ExpectEqual(const RankSummary& a, const RankSummary& b) {
     EXPECT_EQ(x.main_thread, y.main_thread);
     EXPECT_EQ(x.top_level, y.top_level);
     EXPECT_EQ(x.in_python, y.in_python);
+    EXPECT_EQ(x.input_dims, y.input_dims);
+    EXPECT_EQ(x.input_elements, y.input_elements);
     EXPECT_EQ(x.count, y.count);
     EXPECT_EQ(x.total_us, y.total_us);
     EXPECT_EQ(x.mean_us, y.mean_us);
@@ -190,12 +194,12 @@ TEST(SummaryIoTest, RoundTrip) {
   EXPECT_EQ(SerializeSummary(*back), bytes);
 }
 
-// Summaries of earlier releases stay readable: version 2 deflated the same payload with zlib,
-// version 1 stored it as is.
+// Summaries of earlier releases stay readable: version 3 is version 4 without input shapes,
+// version 2 deflated the same payload with zlib, version 1 stored it as is.
 TEST(SummaryIoTest, ReadsVersionsOneAndTwo) {
   const RankSummary s = Sample();
   const std::string v3 = SerializeSummary(s);
-  ASSERT_EQ(v3[8], 3);
+  ASSERT_EQ(v3[8], 4);
   size_t pos = 12;
   uint64_t size = 0;
   for (int shift = 0;; shift += 7) {
@@ -294,7 +298,7 @@ TEST(SummaryIoTest, NewerVersion) {
   StatusOr<RankSummary> r = ParseSummary(bytes, "x.summary");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "x.summary: summary version 7 is newer than this perftracker (3)");
+            "x.summary: summary version 7 is newer than this perftracker (4)");
 }
 
 TEST(SummaryIoTest, EveryTruncationFailsCleanly) {

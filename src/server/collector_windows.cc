@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/background.h"
+#include "diagnose/causes.h"
 #include "server/collector_impl.h"
 
 namespace perftracker::server {
@@ -117,7 +118,14 @@ void CollectorServer::Impl::CompareWithBaseline(Window::Sealed* sealed, diagnose
   if (!baseline || baseline_attempt != spec.attempt) return;
   diagnose::SinceBaselineResult since = diagnose::SinceBaseline(
       *baseline, sealed->sample, sealed->metrics, d->findings, options.diagnose);
-  for (auto& f : since.findings) d->findings.push_back(std::move(f));
+  // A rank the comparison with the baseline names gets the same cause rules as one its peers
+  // name (its inputs, its quota, its run-queue wait in this window).
+  const diagnose::CauseInput causes{sealed->metrics, d->job.iteration_ms_median,
+                                    sealed->job.ranks()};
+  for (auto& f : since.findings) {
+    diagnose::ExplainRankFinding(causes, &f);
+    d->findings.push_back(std::move(f));
+  }
   if (!since.note.empty()) d->job.notes.push_back(std::move(since.note));
 }
 

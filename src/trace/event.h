@@ -64,6 +64,10 @@ struct Event {
 
   // Legacy / record_shapes traces may carry a "Call stack" string ("file(line): fn;...").
   std::string_view call_stack;
+
+  // record_shapes: "Input Dims", the raw JSON of one list per input ("[[8, 96], [96, 128], []]";
+  // [] for a scalar or a non-tensor). Empty when absent.
+  std::string_view input_dims;
 };
 
 struct ProcessGroup {

@@ -526,7 +526,15 @@ class EventDecoder {
           }
           break;
         case 'I':
-          if (KeyIs(k, "In msg nelems") && ReadInt(v, &i)) ev->in_msg_nelems = i;
+          if (KeyIs(k, "In msg nelems")) {
+            if (ReadInt(v, &i)) ev->in_msg_nelems = i;
+          } else if (KeyIs(k, "Input Dims")) {
+            od::array arr;
+            if (v.get_array().get(arr) == simdjson::SUCCESS) {
+              if (arr.raw_json().get(ev->input_dims)) {
+              }
+            }
+          }
           break;
         case 'O':
           if (KeyIs(k, "Out msg nelems") && ReadInt(v, &i)) ev->out_msg_nelems = i;

@@ -21,6 +21,7 @@ struct Decoded {
   int32_t stream;
   std::string collective;
   std::string pg_ranks;
+  std::string input_dims;
 };
 
 struct Sink : EventSink {
@@ -28,7 +29,7 @@ struct Sink : EventSink {
   void OnEvent(const Event& e) override {
     events.push_back({std::string(e.name), e.kind, e.ts_us, e.dur_us, e.pid, e.tid, e.correlation,
                       e.external_id, e.stream, std::string(e.collective_name),
-                      std::string(e.pg_ranks)});
+                      std::string(e.pg_ranks), std::string(e.input_dims)});
   }
 };
 
@@ -71,7 +72,8 @@ const std::string kEvents = R"([
    "dur": 1},
   {"ph": "X", "cat": "novel_cat", "name": "x", "pid": 1, "tid": 2, "ts": 12, "dur": 1},
   {"ph": "X", "name": "ProfilerStep#1", "pid": 1, "tid": 2, "ts": 8, "dur": 30},
-  {"ph": "X", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 13, "dur": 3}
+  {"ph": "X", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 13, "dur": 3,
+   "args": {"Input Dims": [[8, 96], [96, 128]], "Input type": ["float", "float"]}}
 ])";
 
 TEST(EventDecoderTest, DecodesKindsAndCountsTheRest) {
@@ -105,6 +107,8 @@ TEST(EventDecoderTest, DecodesKindsAndCountsTheRest) {
       EXPECT_EQ(sink.events[3].kind, EventKind::kUserAnnotation);  // no cat: by its name
       EXPECT_EQ(sink.events[4].kind, EventKind::kCpuOp);
       EXPECT_EQ(sink.events[4].correlation, -1);
+      EXPECT_EQ(sink.events[4].input_dims, "[[8, 96], [96, 128]]");  // record_shapes, raw
+      EXPECT_EQ(k.input_dims, "");
     }
   }
 }
