@@ -28,6 +28,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
   stall          the rank computes for --fault-ms once, at step --fault-start, while its peers
                  wait for it (a rank that evaluates or serializes a checkpoint alone): a step
                  that takes seconds and then completes, slow but not hung
+  leak           the rank keeps --fault-mb MiB every step (a tensor appended to a list, as a loss
+                 history kept with its graph is): its memory grows until the host runs out
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
                  limit on the rank's own link, inside its network namespace)
 
@@ -55,7 +57,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
-                            "call-heavy", "cpu-quota", "skew"])
+                            "call-heavy", "cpu-quota", "skew", "leak"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")
@@ -64,6 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
     p.add_argument("--fault-ms", type=float, default=15.0,
                    help="loader sleep per batch (ms); for --fault stall, the one step's compute")
+    p.add_argument("--fault-mb", type=float, default=2.0, help="MiB kept per step (--fault leak)")
     p.add_argument("--fault-work", type=int, default=3, help="extra matmuls per step (straggler)")
     p.add_argument("--gc-heap", type=int, default=500000, help="long-lived GC-tracked objects (gc fault)")
     p.add_argument("--gc-garbage", type=int, default=40000, help="reference cycles per step (gc fault)")
@@ -203,6 +206,8 @@ def worker(rank, world, args):
             it = iter(loader)
             return next(it)
 
+    kept = []  # --fault leak
+
     def train_step(step):
         x, y = next_batch()
         if is_faulty and step >= args.fault_start and args.fault == "skew":
@@ -218,6 +223,8 @@ def worker(rank, world, args):
                 make_cyclic_garbage(args.gc_garbage)
             elif args.fault == "call-heavy":
                 tokenize(args.calls)
+            elif args.fault == "leak":
+                kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4)))
             elif args.fault == "hang":
                 hang_forever(rank)
             elif args.fault == "sync" and device.type == "cuda":

@@ -7,7 +7,10 @@
   comparison with the job's own baseline window can say what changed, and names the quota;
 - a rank whose batches hold four times the rows (data skew, as longer sequences are) does more
   work: named with its ops' input shapes against its peers', not as CPU contention, though four
-  ranks share this machine's two cores.
+  ranks share this machine's two cores;
+- a rank that keeps 1 MiB every step (a leak): its memory growth is found from the agent's
+  always-on RSS samples, with its size per iteration and the iterations left before the host's
+  memory runs out, though the job never slows.
 
 Real torch (PT_TORCH_PYTHON), gloo, 4 ranks under `perftracker run` with the product's defaults;
 the job waits 30 ms in every step as in test_online_run.py (its FAULT_AT comment says why).
@@ -154,6 +157,21 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertEqual(f["evidence"]["input_elements_ratio"], 4.0, out)
         for g in (g for fs in ws.values() for g in fs):
             self.assertNotIn(g["category"], ("cpu_contention", "cpu_throttled", "hang"), out)
+
+    def test_a_leak_is_named_with_its_growth_and_the_iterations_left(self):
+        ws, out = self.job("leak", "--iters", "320", *STEP, "--fault", "leak", "--fault-rank", "2",
+                           "--fault-start", "0", "--fault-mb", "1")
+        every = [f for fs in ws.values() for f in fs]
+        leaks = [f for f in every if f["category"] == "memory_growth"]
+        self.assertTrue(leaks, out)
+        f = leaks[0]
+        self.assertEqual(f["ranks"], [2], out)
+        mib = f["evidence"]["bytes_per_iteration"] / 2 ** 20
+        self.assertGreater(mib, 0.8, out)
+        self.assertLess(mib, 2.0, out)
+        self.assertGreater(f["evidence"]["iterations_left"], 0, out)
+        self.assertIn("rank 2's memory grows every iteration", f["summary"], out)
+        self.assertIn("memory growth on rank 2", out)
 
 
 if __name__ == "__main__":

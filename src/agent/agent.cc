@@ -385,6 +385,19 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
     b->add_steps(it.step);
     b->add_iteration_ms(it.iteration_ms);
   }
+  // Each worker's resident memory, always (one small /proc read per worker and report): a leak
+  // shows over the run, not within a window (diagnose/memory_growth.h).
+  if (!by_worker.empty()) {
+    static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
+    for (auto& [key, b] : by_worker) {
+      if (key.second <= 0) continue;
+      if (auto mem = ReadPidMemory(key.second); mem.ok())
+        b->set_rss_bytes(static_cast<double>(mem->rss_pages) * kPage);
+    }
+    const HostMemory host = ReadHostMemory();
+    if (host.available_bytes > 0) ir.set_host_mem_available_bytes(host.available_bytes);
+    if (host.total_bytes > 0) ir.set_host_mem_total_bytes(host.total_bytes);
+  }
   std::vector<int> sent;
   for (const auto& [pid, w] : unsent_workers) {
     if (sent.size() >= kMaxWorkersPerReport) break;

@@ -137,6 +137,18 @@ namespace perftracker::diagnose::policy {
   X(kMoreWorkExplainsShare, 0.3, "of the finding's impact",                                        \
     "the larger inputs' extra time must be at least 30% of what the rank loses per iteration to "  \
     "be its cause")                                                                                \
+  /* Memory growth: a rank's RSS over the run (diagnose/memory_growth.h) */                        \
+  X(kMemoryWarmupIterations, 20, "iterations",                                                     \
+    "allocators, caches and the first batches grow a process's memory at the start; the growth "   \
+    "after them is the job's")                                                                     \
+  X(kMemoryMinIterations, 50, "iterations",                                                        \
+    "a leak is growth sustained over 50 iterations after the warm-up, not one allocation")         \
+  X(kMemoryMinGrowthBytes, 33554432, "bytes",                                                      \
+    "below 32 MiB over that span a process's memory moves by itself (allocator arenas, a "         \
+    "DataLoader's prefetched batches)")                                                            \
+  X(kMemoryRisingShare, 0.7, "of the intervals between samples",                                   \
+    "a leak grows between most samples; an allocator that settles after a large step is flat or "  \
+    "falls between them")                                                                          \
   /* The temporal differential: a window against the job's baseline (diagnose/since_baseline.h) */ \
   X(kBaselineSlowdown, 0.05, "of the baseline's iteration",                                        \
     "a window within 5% of the baseline's iteration has nothing to explain; the slowdown "         \

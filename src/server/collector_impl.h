@@ -60,6 +60,7 @@ struct AgentState {
   // (nullopt: it does not say), and whether its ranks are worker processes on its socket.
   std::optional<int64_t> window_received;
   bool relays_workers = false;
+  diagnose::HostMemoryState memory;  // its host's, as it last said
 };
 
 // A hang: every rank's stacks, collected until all expected ranks replied or a deadline.
@@ -216,6 +217,12 @@ struct CollectorServer::Impl final
   // Keeps the baseline window's sample, or adds to D what changed since it (the publisher
   // thread's, without mu).
   void CompareWithBaseline(Window::Sealed* sealed, diagnose::Diagnosis* d);
+  // A rank's memory grows steadily (diagnose::FindMemoryGrowth): logged, and a window opens
+  // ("memory growth on rank N"; joined when one is open) whose diagnosis names it. mu held.
+  void OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g);
+  // The memory growth findings of the current attempt's ranks (mu held): every published
+  // window's diagnosis carries them, since a leak stays.
+  std::vector<diagnose::Finding> MemoryFindingsLocked() const;
 
   // Forgets what a long job no longer needs (with mu held): agents silent for
   // agent_expiry_seconds with no open stream (their ranks are no longer waited for), and

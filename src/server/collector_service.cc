@@ -163,6 +163,10 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
   agent->second.last_seen = std::chrono::steady_clock::now();
   if (req->has_window_received()) agent->second.window_received = req->window_received();
   agent->second.relays_workers |= req->relays_workers();
+  if (std::isfinite(req->host_mem_available_bytes()) && req->host_mem_available_bytes() > 0)
+    agent->second.memory.available_bytes = req->host_mem_available_bytes();
+  if (std::isfinite(req->host_mem_total_bytes()) && req->host_mem_total_bytes() > 0)
+    agent->second.memory.total_bytes = req->host_mem_total_bytes();
   ReportIterationsLocked(req->agent_id(), agent->second.host, *req);
   return grpc::Status::OK;
 }
@@ -209,6 +213,16 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
       r.AddStep(b.steps(i) + offset, b.iteration_ms(i));
     }
     r.attempt_iterations += n;
+    if (b.rss_bytes() > 0 && furthest >= 0) {
+      r.memory.Add(furthest, b.rss_bytes());
+      if (++r.memory_unchecked >= RankState::kMemoryCheckEvery && !r.memory_reported) {
+        r.memory_unchecked = 0;
+        if (auto g = diagnose::FindMemoryGrowth(r.memory)) {
+          r.memory_reported = true;
+          OnMemoryGrowthLocked(b.rank(), *g);
+        }
+      }
+    }
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
     AmendResumedHangLocked();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/background.h"
+#include "diagnose/analysis.h"
 #include "diagnose/causes.h"
 #include "server/collector_impl.h"
 
@@ -129,6 +130,33 @@ void CollectorServer::Impl::CompareWithBaseline(Window::Sealed* sealed, diagnose
   if (!since.note.empty()) d->job.notes.push_back(std::move(since.note));
 }
 
+void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g) {
+  const std::string reason =
+      fmt::format("memory growth on rank {}: +{:.1f} MiB per iteration from iteration {} to {}",
+                  rank, g.bytes_per_iteration / (1024 * 1024), g.first_step, g.last_step);
+  log::Event("", "{}", reason);
+  if (hang || sched->open_window()) return;  // the open window's diagnosis names it
+  OpenWindowLocked(reason, 0);
+}
+
+std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() const {
+  std::vector<diagnose::RankMemory> mem;
+  std::vector<double> iteration_ms;
+  const std::set<int> current = CurrentRanksLocked();
+  for (const auto& [r, st] : ranks) {
+    if (!current.count(r)) continue;
+    std::string host;
+    if (auto a = agents.find(st.agent); a != agents.end()) host = a->second.host;
+    mem.push_back({r, host, &st.memory});
+    if (st.last_ms > 0) iteration_ms.push_back(st.last_ms);
+  }
+  std::map<std::string, diagnose::HostMemoryState> hosts;
+  for (const auto& [id, a] : agents)
+    if (a.memory.available_bytes > 0) hosts[a.host] = a.memory;
+  return diagnose::MemoryGrowthFindings(
+      mem, hosts, iteration_ms.empty() ? 0 : diagnose::internal::Median(iteration_ms));
+}
+
 void CollectorServer::Impl::PublishLoop() {
   if (::perftracker::Status st = BecomeBackgroundThread("pt-publish"); !st.ok()) log::Detail("server", "{}", st.message());
   std::unique_lock lk(mu);
@@ -137,10 +165,15 @@ void CollectorServer::Impl::PublishLoop() {
     if (to_publish.empty()) return;  // publisher_done, nothing left
     SealedWindow w = std::move(to_publish.front());
     to_publish.pop_front();
-    lk.unlock();
     const int64_t id = w.sealed.spec.id;
+    std::vector<diagnose::Finding> memory = MemoryFindingsLocked();
+    lk.unlock();
     diagnose::Diagnosis d = Window::Diagnose(w.sealed, options.diagnose);
     CompareWithBaseline(&w.sealed, &d);
+    if (!memory.empty()) {
+      for (auto& f : memory) d.findings.push_back(std::move(f));
+      diagnose::internal::SortFindings(&d.findings);
+    }
     auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
     std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);
     lk.lock();
@@ -393,7 +426,7 @@ void CollectorServer::Impl::SendLocked(const v1::Command& cmd) {
 }
 
 std::string CollectorServer::Impl::ReasonKind(const std::string& reason) {
-  for (const char* k : {"baseline", "periodic", "slowdown", "hang"})
+  for (const char* k : {"baseline", "periodic", "slowdown", "hang", "memory"})
     if (reason.rfind(k, 0) == 0) return k;
   return "user";
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "diagnose/diagnose.h"
+#include "diagnose/memory_growth.h"
 #include "report/html.h"
 
 namespace perftracker::server {
@@ -53,6 +54,12 @@ struct RankState {
   // of the worker.
   std::string agent;
   std::optional<WorkerSeen> worker;
+  // Its worker's resident memory over the run (the agent's reports), checked for a leak every
+  // kMemoryCheckEvery samples; once one is found it is reported (a window opens) once.
+  diagnose::MemorySeries memory;
+  int memory_unchecked = 0;
+  bool memory_reported = false;
+  static constexpr int kMemoryCheckEvery = 8;
 
   static constexpr size_t kMaxSamples = 1 << 18;
   // The run's iteration times for the report's chart: bucket means of `stride` steps, at most

@@ -1,0 +1,76 @@
+// Memory growth: a rank whose resident memory grows every iteration (a leak: tensors kept in a
+// list, a cache without a bound, a history of losses that hold their graphs) runs until its host
+// runs out of memory and the kernel kills it. It does not slow the job first, so neither the
+// slowdown trigger nor the peer comparison sees it: the agent samples each worker's RSS with its
+// iteration reports, always (one small /proc read per report), and this module finds the growth
+// in that series: its size per iteration and the iterations left before the host's available
+// memory is gone at the rate its growing ranks take it.
+#ifndef PERFTRACKER_DIAGNOSE_MEMORY_GROWTH_H_
+#define PERFTRACKER_DIAGNOSE_MEMORY_GROWTH_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "diagnose/finding.h"
+
+namespace perftracker::diagnose {
+
+// One rank's RSS over its run: (iteration, bytes) samples in iteration order, at most
+// kMaxSamples; when full every other sample goes, so the series spans the whole run ever more
+// coarsely (memory stays flat on long runs and 100,000 ranks: 4 KiB a rank).
+class MemorySeries {
+ public:
+  static constexpr size_t kMaxSamples = 256;
+  struct Sample {
+    int64_t step = 0;
+    double bytes = 0;
+  };
+  // A sample of RSS BYTES after iteration STEP. A step not after the last one (a restarted rank
+  // numbers from 0 again) starts the series afresh; a non-finite or negative size is dropped.
+  void Add(int64_t step, double bytes);
+  const std::vector<Sample>& samples() const { return samples_; }
+
+ private:
+  std::vector<Sample> samples_;
+  int64_t stride_ = 1;  // the fewest iterations between two kept samples
+};
+
+struct MemoryGrowth {
+  double bytes_per_iteration = 0;  // the least-squares slope over the samples after warm-up
+  double grown_bytes = 0;          // the slope over the iterations it spans
+  double rising_share = 0;         // of the intervals between samples, the share that grew
+  int64_t first_step = 0, last_step = 0;
+  double first_bytes = 0, last_bytes = 0;
+};
+
+// The growth of SERIES when it is a leak by the policy (kMemoryWarmupIterations,
+// kMemoryMinIterations, kMemoryMinGrowthBytes, kMemoryRisingShare); nullopt otherwise.
+std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series);
+
+// What the diagnosis knows of one rank for the memory rule.
+struct RankMemory {
+  int rank = -1;
+  std::string host;
+  const MemorySeries* series = nullptr;
+};
+// What the host's agent last said of its memory (bytes; -1: unknown).
+struct HostMemoryState {
+  double available_bytes = -1;
+  double total_bytes = -1;
+};
+
+// A "memory_growth" finding for every rank whose series is a leak, with the iterations left
+// before its host's available memory runs out at the rate of all its growing ranks together
+// (HOSTS: host -> memory; ITERATION_MS: the job's typical iteration, for the time left; 0:
+// unknown). Ranks growing alike on every host are one finding of them all.
+std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
+                                          const std::map<std::string, HostMemoryState>& hosts,
+                                          double iteration_ms);
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_MEMORY_GROWTH_H_

@@ -1,0 +1,94 @@
+#include "diagnose/memory_growth.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace perftracker::diagnose {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// A series sampled every 5 iterations from 0 to LAST: BASE MiB, growing by GROW MiB an
+// iteration after iteration START_GROW, with a sawtooth of JITTER MiB (an allocator's arenas).
+MemorySeries Series(double base, double grow, int64_t start_grow, int64_t last, double jitter = 0) {
+  MemorySeries s;
+  for (int64_t i = 0; i <= last; i += 5) {
+    const double g = i > start_grow ? grow * static_cast<double>(i - start_grow) : 0;
+    s.Add(i, (base + g + jitter * static_cast<double>(i % 15) / 15) * kMiB);
+  }
+  return s;
+}
+
+TEST(MemorySeries, StaysBoundedAndSpansTheRun) {
+  MemorySeries s;
+  for (int64_t i = 0; i < 100000; ++i) s.Add(i, 1e9);
+  EXPECT_LE(s.samples().size(), MemorySeries::kMaxSamples);
+  EXPECT_GE(s.samples().size(), MemorySeries::kMaxSamples / 2);
+  EXPECT_EQ(s.samples().front().step, 0);
+  EXPECT_GT(s.samples().back().step, 99000);
+  s.Add(5, 2e9);  // a restarted process numbers from 0 again
+  ASSERT_EQ(s.samples().size(), 1u);
+  EXPECT_EQ(s.samples()[0].bytes, 2e9);
+  s.Add(6, NAN);
+  s.Add(7, -1);
+  EXPECT_EQ(s.samples().size(), 1u);
+}
+
+TEST(FindMemoryGrowth, ALeakOfOneMiBAnIteration) {
+  std::optional<MemoryGrowth> g = FindMemoryGrowth(Series(500, 1, 0, 200, 3));
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NEAR(g->bytes_per_iteration / kMiB, 1.0, 0.05);
+  EXPECT_EQ(g->first_step, 20);  // after the warm-up
+  EXPECT_EQ(g->last_step, 200);
+  EXPECT_GE(g->rising_share, 0.7);
+}
+
+TEST(FindMemoryGrowth, WarmUpPlateausNoiseAndShortRunsAreNoLeak) {
+  // The first iterations' growth (allocator, caches), then flat with a sawtooth.
+  MemorySeries warm;
+  for (int64_t i = 0; i <= 300; i += 5)
+    warm.Add(i, (i < 15 ? 300 + 10 * i : 450 + (i % 10)) * kMiB);
+  EXPECT_FALSE(FindMemoryGrowth(warm).has_value());
+  // Growing, but 0.1 MiB an iteration over 180 iterations: 18 MiB, under the 32 MiB gate.
+  EXPECT_FALSE(FindMemoryGrowth(Series(500, 0.1, 0, 200)).has_value());
+  // 1 MiB an iteration, but only 40 iterations after the warm-up.
+  EXPECT_FALSE(FindMemoryGrowth(Series(500, 1, 0, 60)).has_value());
+  // One large allocation mid-run (a step up, flat before and after): not rising between most.
+  MemorySeries step;
+  for (int64_t i = 0; i <= 300; i += 5) step.Add(i, (i < 150 ? 400 : 500) * kMiB);
+  EXPECT_FALSE(FindMemoryGrowth(step).has_value());
+}
+
+TEST(MemoryGrowthFindings, NamesTheRankAndTheIterationsLeft) {
+  const MemorySeries leak = Series(500, 1, 0, 200, 2), flat = Series(500, 0, 0, 200, 2);
+  std::vector<RankMemory> ranks = {
+      {0, "a", &flat}, {1, "a", &flat}, {2, "b", &leak}, {3, "b", &flat}};
+  std::map<std::string, HostMemoryState> hosts = {{"a", {8e9, 16e9}}, {"b", {1024 * kMiB, 16e9}}};
+  std::vector<Finding> found = MemoryGrowthFindings(ranks, hosts, 60);
+  ASSERT_EQ(found.size(), 1u);
+  const Finding& f = found[0];
+  EXPECT_EQ(f.category, "memory_growth");
+  EXPECT_EQ(f.finding_class, FindingClass::kSubset);
+  EXPECT_EQ(f.ranks, std::vector<int>{2});
+  EXPECT_EQ(f.hosts, std::vector<std::string>{"b"});
+  EXPECT_NEAR(f.evidence.at("iterations_left"), 1024, 60);
+  EXPECT_NE(f.summary.find("rank 2's memory grows every iteration: +1.0 MiB per iteration"),
+            std::string::npos)
+      << f.summary;
+  EXPECT_NE(f.summary.find("host b's 1.0 GiB available run out in ~"), std::string::npos)
+      << f.summary;
+  // Every rank leaking: one finding of them all, the host's rate the sum of its ranks'.
+  for (RankMemory& r : ranks) r.series = &leak;
+  found = MemoryGrowthFindings(ranks, hosts, 60);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].finding_class, FindingClass::kAll);
+  EXPECT_EQ(found[0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NEAR(found[0].evidence.at("iterations_left"), 512, 30);
+  // Nobody leaking: nothing.
+  for (RankMemory& r : ranks) r.series = &flat;
+  EXPECT_TRUE(MemoryGrowthFindings(ranks, hosts, 60).empty());
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
