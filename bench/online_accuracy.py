@@ -10,6 +10,9 @@ slowdown trigger opened (the baseline window opens in every run and is not count
 windows per hour of training.
 
   /usr/bin/python3 bench/online_accuracy.py [--repeats 3] [--only straggler,clean] [--json out.json]
+                                            [--python .venv/bin/python]
+
+The cause scenarios (skew: more_work, leak: memory_growth) check the cause as well as the rank.
 
 --shapes runs the job-shape matrix instead (tests/job_shapes.py: DDP, FSDP2, TP x DP, pipelining,
 a manual pipeline, torch.compile, the Hugging Face and Lightning trainers, each clean and with a
@@ -56,16 +59,22 @@ SCENARIOS = {
                        "--fault-ms", "12"], [], "rank=1,function~dataloader|collate|loader"),
     "straggler-from-0": (["--iters", "200", "--fault", "straggler", "--fault-rank", "2", "--fault-start", "0",
                           "--fault-work", "3"], [], "rank=2"),
+    # Causes (issue 24): the rank and the cause must both be right. The job waits 30 ms a step,
+    # as tests/test_os_causes.py's do (test_online_run.py's FAULT_AT says why).
+    "skew": (["--iters", "320", "--step-sleep-ms", "30", "--hidden", "512", "--fault", "skew", "--fault-rank", "2",
+              "--fault-start", "130", "--fault-scale", "4"], [], "rank=2,category~more_work"),
+    "leak": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "leak", "--fault-rank", "2", "--fault-start", "0",
+              "--fault-mb", "1"], [], "rank=2,category~memory_growth"),
     "clean": (["--iters", "600"], [], "clean"),
 }
 
 
-def run_once(binary, name, tmp):
+def run_once(binary, name, tmp, python=PYTHON):
     train_args, run_args, expect = SCENARIOS[name]
     report = os.path.join(tmp, name)
     shutil.rmtree(report, ignore_errors=True)
     t0 = time.time()
-    p = subprocess.run([binary, "run", "--nproc", "4", "--report-dir", report, *run_args, "--", PYTHON, TRAIN,
+    p = subprocess.run([binary, "run", "--nproc", "4", "--report-dir", report, *run_args, "--", python, TRAIN,
                         *train_args], capture_output=True, text=True, timeout=900)
     seconds = time.time() - t0
     path = os.path.join(report, "diagnosis.json")
@@ -117,8 +126,12 @@ def main():
     ap.add_argument("--bin", default=os.path.join(SOURCE, "build", "perftracker"))
     ap.add_argument("--json", default="", help="write every run's result here")
     ap.add_argument("--shapes", action="store_true", help="the job-shape matrix on torch 2.x")
-    ap.add_argument("--python", default=VENV_PYTHON, help="the torch 2.x Python of --shapes")
+    ap.add_argument("--python", default="",
+                    help="the jobs' Python (default: the torch 2.x venv for --shapes, Debian's torch 1.13 "
+                         "(/usr/bin/python3) for the scenarios)")
     a = ap.parse_args()
+    if not a.python:
+        a.python = VENV_PYTHON if a.shapes else PYTHON
     if a.shapes:
         results = shapes(a)
         if a.json:
@@ -130,7 +143,7 @@ def main():
     results = {}
     for r in range(a.repeats):  # interleaved: a slow spell of the machine hits every scenario alike
         for name in names:
-            res = run_once(a.bin, name, tmp)
+            res = run_once(a.bin, name, tmp, a.python)
             results.setdefault(name, []).append(res)
             print(f"{name} #{r + 1}: {'PASS' if res['ok'] else 'FAIL'} in {res['seconds']:.0f} s"
                   + (f", diagnosed {res['delay_s']:.1f} s after the fault" if res["delay_s"] is not None else "")
