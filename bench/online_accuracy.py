@@ -12,7 +12,7 @@ windows per hour of training.
   /usr/bin/python3 bench/online_accuracy.py [--repeats 3] [--only straggler,clean] [--json out.json]
                                             [--python .venv/bin/python]
 
-The cause scenarios (skew: more_work, leak: memory_growth) check the cause as well as the rank.
+The cause scenarios (skew: more_work, leak: memory_growth, checkpoint: io_stall) check the cause as well as the rank.
 
 --shapes runs the job-shape matrix instead (tests/job_shapes.py: DDP, FSDP2, TP x DP, pipelining,
 a manual pipeline, torch.compile, the Hugging Face and Lightning trainers, each clean and with a
@@ -65,6 +65,8 @@ SCENARIOS = {
               "--fault-start", "130", "--fault-scale", "4"], [], "rank=2,category~more_work"),
     "leak": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "leak", "--fault-rank", "2", "--fault-start", "0",
               "--fault-mb", "1"], [], "rank=2,category~memory_growth"),
+    "checkpoint": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "checkpoint", "--fault-rank", "2",
+                    "--fault-start", "130", "--fault-mb", "16"], [], "rank=2,category~io_stall"),
     "clean": (["--iters", "600"], [], "clean"),
 }
 

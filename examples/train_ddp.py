@@ -30,6 +30,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  that takes seconds and then completes, slow but not hung
   leak           the rank keeps --fault-mb MiB every step (a tensor appended to a list, as a loss
                  history kept with its graph is): its memory grows until the host runs out
+  checkpoint     the rank saves a checkpoint every step on the training thread: the model's state
+                 and --fault-mb MiB more, torch.save to a file in the temp folder, then fsync
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
                  limit on the rank's own link, inside its network namespace)
 
@@ -57,7 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
-                            "call-heavy", "cpu-quota", "skew", "leak"])
+                            "call-heavy", "cpu-quota", "skew", "leak", "checkpoint"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")
@@ -99,6 +101,20 @@ class SleepyCollate:
         if self.sleep_s:
             time.sleep(self.sleep_s)
         return self.default(batch)
+
+
+def save_checkpoint(model, mb, rank):
+    """--fault checkpoint: the model's state and MB MiB more, saved and fsync'd on the training
+    thread, as a checkpoint written every step by one rank is."""
+    import tempfile
+    import torch
+    path = os.path.join(tempfile.gettempdir(), f"perftracker-ckpt-{os.getpid()}-{rank}.pt")
+    state = {"model": model.state_dict(), "extra": torch.ones(int(mb * 2 ** 20 / 4))}
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.unlink(path)
 
 
 def faulty(args, rank):
@@ -225,6 +241,8 @@ def worker(rank, world, args):
                 tokenize(args.calls)
             elif args.fault == "leak":
                 kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4)))
+            elif args.fault == "checkpoint":
+                save_checkpoint(model, args.fault_mb, rank)
             elif args.fault == "hang":
                 hang_forever(rank)
             elif args.fault == "sync" and device.type == "cuda":

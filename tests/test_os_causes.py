@@ -8,6 +8,8 @@
 - a rank whose batches hold four times the rows (data skew, as longer sequences are) does more
   work: named with its ops' input shapes against its peers', not as CPU contention, though four
   ranks share this machine's two cores;
+- a rank that saves a 16 MiB checkpoint every step and fsyncs it stalls on storage I/O: named
+  io_stall with the bytes it writes per iteration against its peers';
 - a rank that keeps 1 MiB every step (a leak): its memory growth is found from the agent's
   always-on RSS samples, with its size per iteration and the iterations left before the host's
   memory runs out, though the job never slows.
@@ -172,6 +174,18 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertGreater(f["evidence"]["iterations_left"], 0, out)
         self.assertIn("rank 2's memory grows every iteration", f["summary"], out)
         self.assertIn("memory growth on rank 2", out)
+
+    def test_a_checkpoint_every_step_is_an_io_stall(self):
+        ws, out = self.job("checkpoint", "--iters", "320", *STEP, "--fault", "checkpoint", "--fault-rank", "2",
+                           "--fault-start", FAULT_AT, "--fault-mb", "16")
+        later = [f for w, fs in ws.items() if w > min(ws) for f in fs] if ws else []
+        self.assertTrue(later, "no finding after the baseline window\n" + out)
+        f = later[0]
+        self.assertEqual(f["ranks"], [2], out)
+        self.assertEqual(f["category"], "io_stall", out)
+        self.assertGreater(f["evidence"]["write_bytes_per_iteration"], 8 * 2 ** 20, out)
+        # The peers wait for it in run_backward (DDP's all-reduce): its echo is no finding.
+        self.assertFalse([g for g in later if g["ranks"] == [0, 1, 3]], out)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,62 @@ bool CpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
 
 namespace {
 
+// Bytes per iteration of a window total of BYTES (NaN: no window length or iteration).
+double PerIterationBytes(const std::map<std::string, double>& m, double bytes,
+                         double iteration_ms) {
+  const double window = Get(m, "window.seconds");
+  if (std::isnan(bytes) || std::isnan(window) || window <= 0 || iteration_ms <= 0) return kNone;
+  return bytes * iteration_ms / (window * 1000);
+}
+
+// Storage bytes read and written per iteration (NaN: no I/O figures).
+double StorageBytesPerIteration(const std::map<std::string, double>& m, double iteration_ms) {
+  const double r = Get(m, "proc.read_bytes"), w = Get(m, "proc.write_bytes");
+  if (std::isnan(r) && std::isnan(w)) return kNone;
+  return PerIterationBytes(m, (std::isnan(r) ? 0 : r) + (std::isnan(w) ? 0 : w), iteration_ms);
+}
+
+}  // namespace
+
+bool IoStallRule::Explain(const CauseInput& in, Finding* f) const {
+  const int rank = f->ranks[0];
+  auto it = in.metrics.find(rank);
+  if (it == in.metrics.end()) return false;
+  const std::map<std::string, double>& m = it->second;
+  const double own = StorageBytesPerIteration(m, in.iteration_ms);
+  if (std::isnan(own) || own < policy::kIoMinBytesPerIteration) return false;
+  const double peers = PeersMedian(in.metrics, rank, [&](const std::map<std::string, double>& p) {
+    return StorageBytesPerIteration(p, in.iteration_ms);
+  });
+  if (std::isnan(peers) || own < peers * policy::kIoPeersRatio) return false;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const double written = PerIterationBytes(m, Get(m, "proc.write_bytes"), in.iteration_ms);
+  const double read = PerIterationBytes(m, Get(m, "proc.read_bytes"), in.iteration_ms);
+  f->evidence["storage_bytes_per_iteration"] = own;
+  f->evidence["peers_storage_bytes_per_iteration"] = peers;
+  if (!std::isnan(written)) f->evidence["write_bytes_per_iteration"] = written;
+  if (!std::isnan(read)) f->evidence["read_bytes_per_iteration"] = read;
+  const bool writes = !std::isnan(written) && (std::isnan(read) || written >= read);
+  const std::string where =
+      f->functions.empty() ? "" : fmt::format(" (in {})", f->functions[0].name);
+  f->evidence_text["reasoning"] = fmt::format(
+      "rank {} moved {:.1f} MiB per iteration to and from storage, its peers {:.1f} MiB: the "
+      "training thread waits for the disk{}",
+      rank, own / kMiB, peers / kMiB, where);
+  Rewrite(f, name(), Cause::kConfiguration,
+          fmt::format("rank {} stalls on storage I/O: it {} {:.1f} MiB per iteration, its peers "
+                      "{:.1f} MiB{}; the job loses {:.1f} ms/iter",
+                      rank, writes ? "writes" : "reads", (writes ? written : read) / kMiB,
+                      peers / kMiB, where, f->impact_ms),
+          "take the I/O off the training thread or out of the step: save checkpoints "
+          "asynchronously (torch.distributed.checkpoint.async_save, a background thread) and less "
+          "often, write from one rank of a replica group, buffer logs; check that rank's disk "
+          "(iostat) if its peers write as much");
+  return true;
+}
+
+namespace {
+
 // One shaped function of the rank against the same function on its peers.
 struct ShapeDiff {
   const pattern::CompactShape* own = nullptr;
@@ -278,6 +334,7 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
   static const auto* rules = [] {
     auto* v = new std::vector<std::unique_ptr<CauseRule>>;
     v->push_back(std::make_unique<CpuThrottledRule>());
+    v->push_back(std::make_unique<IoStallRule>());
     v->push_back(std::make_unique<MoreWorkRule>());
     v->push_back(std::make_unique<RunQueueContentionRule>());
     return v;

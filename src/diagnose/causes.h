@@ -72,6 +72,16 @@ class CpuThrottledRule : public CauseRule {
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
+// "io_stall": the rank moves far more bytes to or from storage per iteration than its peers
+// (/proc/PID/io read_bytes + write_bytes over the window: a checkpoint written on the training
+// thread, logging flushed every step, a dataset read by one rank), at least a MiB per
+// iteration and policy kIoPeersRatio times the peers' median.
+class IoStallRule : public CauseRule {
+ public:
+  const char* name() const override { return "io_stall"; }
+  bool Explain(const CauseInput& in, Finding* f) const override;
+};
+
 // "more_work": the rank runs the same functions on larger inputs than its peers of the same
 // role (record_shapes' input shapes: a quarter more elements per call, policy kMoreWorkRatio),
 // and those functions' extra time (or, on a GPU, its compute kernels') is a good part of what it
@@ -91,8 +101,8 @@ class RunQueueContentionRule : public CauseRule {
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
-// The rules in the order they are tried: the direct evidence (a quota) first, then the rank's
-// own work (its inputs), then the scheduler's wait.
+// The rules in the order they are tried: the direct evidence (a quota, storage I/O) first, then
+// the rank's own work (its inputs), then the scheduler's wait.
 const std::vector<std::unique_ptr<CauseRule>>& CauseRules();
 
 // Runs the rules on F when it is a finding on one rank that a host cause could explain (a

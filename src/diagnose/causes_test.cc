@@ -161,6 +161,32 @@ TEST(FindThrottledRanks, NamesAThrottledRankNoFindingNamed) {
   EXPECT_TRUE(FindThrottledRanks({m, 49.8}, {}, {}).empty());
 }
 
+TEST(IoStallRule, NamesTheRankThatWritesWhatItsPeersDoNot) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  RankMetrics m = BusyHost();  // 10 s windows of 50 ms iterations: 200 iterations
+  for (int r = 0; r < 4; ++r) {
+    m[r]["proc.read_bytes"] = 0;
+    m[r]["proc.write_bytes"] = r == 2 ? 200 * 8 * kMiB : 200 * 4096;  // a checkpoint vs a log
+  }
+  Finding f = Straggler();
+  f.functions = {{"torch/serialization.py(N): save", "python_function", {}}};
+  ASSERT_TRUE(IoStallRule().Explain({m, 50}, &f));
+  EXPECT_EQ(f.category, "io_stall");
+  EXPECT_DOUBLE_EQ(f.evidence.at("write_bytes_per_iteration"), 8 * kMiB);
+  EXPECT_NE(f.summary.find("rank 2 stalls on storage I/O: it writes 8.0 MiB per iteration, its "
+                           "peers 0.0 MiB (in torch/serialization.py(N): save)"),
+            std::string::npos)
+      << f.summary;
+  // Every rank writing alike, or a rank writing a little: no cause.
+  for (int r = 0; r < 4; ++r) m[r]["proc.write_bytes"] = 200 * 8 * kMiB;
+  Finding g = Straggler();
+  EXPECT_FALSE(IoStallRule().Explain({m, 50}, &g));
+  for (int r = 0; r < 4; ++r) m[r]["proc.write_bytes"] = r == 2 ? 200 * 64 * 1024 : 0;
+  EXPECT_FALSE(IoStallRule().Explain({m, 50}, &g));
+  // No I/O figures at all (an agent without /proc/PID/io): nothing.
+  EXPECT_FALSE(IoStallRule().Explain({BusyHost(), 50}, &g));
+}
+
 // Four ranks of one role, each with aten::linear and aten::mm: per-iteration µs and the inputs'
 // shapes and elements (the skew fault of examples/train_ddp.py: rank 2's batches hold 8x the
 // rows; its aten::mm inputs [512, 256], [256, 256] against its peers' [64, 256], [256, 256]).

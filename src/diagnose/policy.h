@@ -129,6 +129,12 @@ namespace perftracker::diagnose::policy {
   X(kRunQueueExplainsShare, 0.3, "of the finding's impact",                                        \
     "the extra run-queue wait must be at least 30% of what the rank loses per iteration to be "    \
     "its cause")                                                                                   \
+  X(kIoMinBytesPerIteration, 1048576, "bytes per iteration",                                       \
+    "a MiB per iteration to or from storage is a checkpoint or a flushed log on the training "     \
+    "thread; a few KiB of logging is no stall")                                                    \
+  X(kIoPeersRatio, 4, "x the peers' median",                                                       \
+    "a rank that moves four times its peers' storage bytes does I/O they do not; ranks that all "  \
+    "write alike are no cause of one rank's slowness")                                             \
   X(kMoreWorkRatio, 1.25, "x the peers' input elements per call",                                  \
     "a rank whose op inputs hold a quarter more elements per call than its peers' median (in "     \
     "all, "                                                                                        \

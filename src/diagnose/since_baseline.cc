@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <set>
 #include <string>
@@ -113,6 +114,18 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   std::set<int> all_ranks;
   for (const auto& r : now) all_ranks.insert(r.rank);
   for (const auto& [r, m] : now_metrics) all_ranks.insert(r);
+  // The ranks that wait for the ranks the window named slow: every other rank. What rose on
+  // exactly them since the baseline (DDP's all-reduce waits inside run_backward) is the slow
+  // ranks' echo.
+  std::set<int> slow;
+  for (const Finding& f : existing)
+    if (f.finding_class == FindingClass::kSubset && f.category != "hang" &&
+        f.category != "missing_rank" && f.category != "memory_growth")
+      slow.insert(f.ranks.begin(), f.ranks.end());
+  std::vector<int> waiters;
+  if (!slow.empty())
+    std::set_difference(all_ranks.begin(), all_ranks.end(), slow.begin(), slow.end(),
+                        std::back_inserter(waiters));
   for (Finding& f : d.findings) {
     if (f.category != "regression" && f.category != "straggler") continue;
     // "Slower, spread thinly over many functions": on a shared host that is its drift, unless
@@ -123,6 +136,11 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     if (!f.ranks.empty() &&
         std::all_of(f.ranks.begin(), f.ranks.end(), [&](int r) { return named.count(r) > 0; }))
       continue;
+    if (!waiters.empty() && f.finding_class == FindingClass::kSubset) {
+      std::vector<int> ranks = f.ranks;
+      std::sort(ranks.begin(), ranks.end());
+      if (ranks == waiters) continue;
+    }
     // The comparison saw a sample of the ranks; a change on all of them is the job's.
     if (f.finding_class == FindingClass::kAll) f.ranks.assign(all_ranks.begin(), all_ranks.end());
     f.evidence["baseline_window"] = static_cast<double>(base.window_id);
