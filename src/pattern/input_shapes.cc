@@ -100,4 +100,40 @@ double LargestInputRatio(std::string_view own, std::string_view other) {
   return ratio;
 }
 
+const InputDimsCache::Parsed* InputDimsCache::Find(std::string_view raw) {
+  // One lookup by a string built from RAW: the cache is small and parsing dearer.
+  buf_.assign(raw);
+  auto it = by_raw_.find(buf_);
+  if (it == by_raw_.end()) {
+    if (by_raw_.size() >= max_raw_) return nullptr;
+    Parsed p;
+    std::string text;
+    if (ParseInputDims(raw, &text, &p.elements)) {
+      auto [t, added] = text_ids_.try_emplace(text, static_cast<uint32_t>(texts_.size()));
+      if (added) texts_.push_back(text);
+      p.text = t->second;
+    }
+    it = by_raw_.emplace(buf_, p).first;
+  }
+  return it->second.text == 0 ? nullptr : &it->second;
+}
+
+void ShapeTally::Add(uint32_t text, double elements, double dur_us) {
+  elements_ += elements;
+  ++calls_;
+  for (auto& [id, us] : us_) {
+    if (id == text) {
+      us += dur_us;
+      return;
+    }
+  }
+  if (us_.size() < kMaxShapes) us_.emplace_back(text, dur_us);
+}
+
+uint32_t ShapeTally::Costliest() const {
+  auto top = std::max_element(us_.begin(), us_.end(),
+                              [](const auto& a, const auto& b) { return a.second < b.second; });
+  return top == us_.end() ? 0 : top->first;
+}
+
 }  // namespace perftracker::pattern

@@ -5,8 +5,10 @@
 #ifndef PERFTRACKER_PATTERN_INPUT_SHAPES_H_
 #define PERFTRACKER_PATTERN_INPUT_SHAPES_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace perftracker::pattern {
@@ -30,6 +32,46 @@ bool ParseInputDims(std::string_view raw, std::string* canonical, double* elemen
 // how much larger its data is where a large weight of the same size hides it in the total.
 // 0 when either does not parse (a cut text) or they list different numbers of inputs.
 double LargestInputRatio(std::string_view own, std::string_view other);
+
+// Raw "Input Dims" texts, each parsed once (a record_shapes trace repeats a few thousand): its
+// canonical text, by id, and its element count. At most MAX_RAW distinct raw texts; past them a
+// new one is not parsed (raw texts may embed a growing length, as a counter in a name does).
+class InputDimsCache {
+ public:
+  struct Parsed {
+    uint32_t text = 0;  // Text(text); 0 is "", never a parsed shape list's id
+    double elements = 0;
+  };
+  explicit InputDimsCache(size_t max_raw) : max_raw_(max_raw) { texts_.emplace_back(); }
+  // RAW's shapes, or nullptr when RAW is no shape list or new past the bound.
+  const Parsed* Find(std::string_view raw);
+  const std::string& Text(uint32_t id) const { return texts_[id]; }
+
+ private:
+  size_t max_raw_;
+  std::unordered_map<std::string, Parsed> by_raw_;  // text 0: not a shape list
+  std::unordered_map<std::string, uint32_t> text_ids_;
+  std::vector<std::string> texts_;
+  std::string buf_;
+};
+
+// One function's input shapes over its calls: time per distinct shape (InputDimsCache ids),
+// for the first kMaxShapes shapes (a sequence model padded to a few lengths has a handful; one
+// called on every length has many, its commonest among the first), and the element count.
+class ShapeTally {
+ public:
+  static constexpr size_t kMaxShapes = 16;
+  void Add(uint32_t text, double elements, double dur_us);
+  uint64_t calls() const { return calls_; }
+  double MeanElements() const { return calls_ ? elements_ / static_cast<double>(calls_) : 0; }
+  // The shape its time went to most (0: none).
+  uint32_t Costliest() const;
+
+ private:
+  std::vector<std::pair<uint32_t, double>> us_;
+  double elements_ = 0;
+  uint64_t calls_ = 0;
+};
 
 }  // namespace perftracker::pattern
 

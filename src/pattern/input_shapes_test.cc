@@ -83,5 +83,36 @@ TEST(InputShapesTest, RejectsWhatIsNoShapeList) {
   }
 }
 
+TEST(InputShapesTest, TheCacheParsesEachRawTextOnceAndIsBounded) {
+  InputDimsCache cache(2);
+  const InputDimsCache::Parsed* a = cache.Find("[[64, 256], [256, 256]]");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(cache.Text(a->text), "[64, 256], [256, 256]");
+  EXPECT_EQ(a->elements, 64 * 256 + 256 * 256);
+  // Another spelling of the same shapes: the same text id.
+  const InputDimsCache::Parsed* b = cache.Find("[[64,256],[256,256]]");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->text, a->text);
+  EXPECT_EQ(cache.Find("[[64, 256], [256, 256]]"), a);
+  EXPECT_EQ(cache.Find("[[1]]"), nullptr);  // a third raw text: past the bound
+  InputDimsCache bad(4);
+  EXPECT_EQ(bad.Find("[[\"x\"]]"), nullptr);  // no shape list
+}
+
+TEST(InputShapesTest, TheTallyKeepsTheCostliestShapeAndTheMeanElements) {
+  ShapeTally t;
+  EXPECT_EQ(t.Costliest(), 0u);
+  t.Add(1, 100, 10);
+  t.Add(1, 100, 10);
+  t.Add(2, 400, 30);
+  EXPECT_EQ(t.calls(), 3u);
+  EXPECT_EQ(t.Costliest(), 2u);
+  EXPECT_DOUBLE_EQ(t.MeanElements(), 200);
+  for (uint32_t id = 3; id < 40; ++id) t.Add(id, 0, 1000);  // past kMaxShapes: counted, not kept
+  EXPECT_EQ(t.calls(), 40u);
+  EXPECT_GE(t.Costliest(), 3u);
+  EXPECT_LT(t.Costliest(), 3u + ShapeTally::kMaxShapes);
+}
+
 }  // namespace
 }  // namespace perftracker::pattern

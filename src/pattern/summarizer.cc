@@ -50,7 +50,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr uint32_t kPyTag = 0x80000000u;
 constexpr int64_t kNoTid = std::numeric_limits<int64_t>::min();
 constexpr int kMaxStackDepth = 256;
-constexpr uint32_t kNotInterned = UINT32_MAX;
 
 // Strings live in a deque (stable addresses), so the map can key on views of them and lookups
 // by an event's string_view never build a std::string.
@@ -65,11 +64,6 @@ class Interner {
     return id;
   }
   const std::string& Get(uint32_t id) const { return strings_[id]; }
-  // The id of S, or kNotInterned.
-  uint32_t Find(std::string_view s) const {
-    const StringIdMap::Entry* e = map_.Find(s);
-    return e ? e->id : kNotInterned;
-  }
   size_t size() const { return strings_.size(); }
 
  private:
@@ -103,16 +97,8 @@ struct FnAcc {
   uint32_t dtype_id = 0;
   uint32_t op_id = 0;
 
-  // Input shapes (record_shapes): time per distinct shape (a misc id), for the first
-  // kMaxShapesPerFunction shapes; the element count summed over the calls that had shapes.
-  std::vector<std::pair<uint32_t, double>> shape_us;
-  double input_elements = 0;
-  uint64_t shaped_calls = 0;
+  ShapeTally shapes;  // record_shapes' input shapes (ids of Impl::dims)
 };
-
-// Distinct input shapes a function keeps time for: a sequence model padded to a few lengths
-// has a handful; one called on every length has many, and its commonest are among the first.
-constexpr size_t kMaxShapesPerFunction = 16;
 
 struct CollArgs {
   double bytes = -1;
@@ -363,39 +349,7 @@ struct Summarizer::Impl {
     return id;
   }
 
-  // Raw "Input Dims" text -> its canonical text (a misc id; 0: not a shape list) and element
-  // count, each raw text parsed once; capped like the raw names.
-  struct ParsedDims {
-    uint32_t text = 0;
-    double elements = 0;
-  };
-  Interner raw_dims;
-  std::vector<ParsedDims> parsed_dims;
-  std::string dims_buf;
-
-  void AddShape(uint32_t fn, std::string_view raw, double dur) {
-    if (raw_dims.size() >= kMaxRawNames && raw_dims.Find(raw) == kNotInterned) return;
-    const uint32_t rid = raw_dims.Intern(raw);
-    if (rid >= parsed_dims.size()) {
-      parsed_dims.resize(rid + 1);
-      double elements = 0;
-      if (ParseInputDims(raw, &dims_buf, &elements)) {
-        parsed_dims[rid] = {misc.Intern(dims_buf), elements};
-      }
-    }
-    const ParsedDims& d = parsed_dims[rid];
-    if (d.text == 0) return;
-    FnAcc& f = fns[fn];
-    f.input_elements += d.elements;
-    ++f.shaped_calls;
-    for (auto& [id, us] : f.shape_us) {
-      if (id == d.text) {
-        us += dur;
-        return;
-      }
-    }
-    if (f.shape_us.size() < kMaxShapesPerFunction) f.shape_us.emplace_back(d.text, dur);
-  }
+  InputDimsCache dims{kMaxRawNames};
 
   // Legacy "Call stack": "file(line): fn;..." innermost first; stored outermost first.
   uint32_t CallStackId(std::string_view raw) {
@@ -534,7 +488,10 @@ struct Summarizer::Impl {
       fn = InternFn(e.kind, NameId(e.name, e.kind), stack);
     }
     AddCall(fn, e.dur_us, iter, e.tid);
-    if (!e.input_dims.empty()) AddShape(fn, e.input_dims, e.dur_us);
+    if (!e.input_dims.empty()) {
+      if (const InputDimsCache::Parsed* d = dims.Find(e.input_dims))
+        fns[fn].shapes.Add(d->text, d->elements, e.dur_us);
+    }
     t.recs.push_back({e.ts_us, e.dur_us, fn});
     if ((e.kind == EventKind::kCudaRuntime || e.kind == EventKind::kCudaDriver) &&
         e.correlation >= 0) {
@@ -869,12 +826,9 @@ struct Summarizer::Impl {
     p.share = mean_iter_us > 0 ? p.per_iter_us / mean_iter_us : 0;
     p.self_per_iter_us = self / dn;
     if (f.fclass == FunctionClass::kCollective) p.coll = CollectiveOf(f, p);
-    if (f.shaped_calls > 0) {
-      p.input_elements = f.input_elements / static_cast<double>(f.shaped_calls);
-      const auto top =
-          std::max_element(f.shape_us.begin(), f.shape_us.end(),
-                           [](const auto& a, const auto& b) { return a.second < b.second; });
-      if (top != f.shape_us.end()) p.input_dims = misc.Get(top->first);
+    if (f.shapes.calls() > 0) {
+      p.input_elements = f.shapes.MeanElements();
+      p.input_dims = dims.Text(f.shapes.Costliest());
     }
     return p;
   }
