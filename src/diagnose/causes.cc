@@ -189,7 +189,7 @@ const pattern::CompactRank* FindRank(std::span<const pattern::CompactRank> ranks
 std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
                                     const pattern::CompactRank& me) {
   struct PeerValues {
-    std::vector<double> elements, per_iter_us;
+    std::vector<double> elements, per_iter_us, calls;
     std::map<std::string, int> dims;
   };
   std::map<uint32_t, PeerValues> peers;  // by function id
@@ -201,6 +201,7 @@ std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
       if (it == peers.end()) continue;
       it->second.elements.push_back(s.elements);
       it->second.per_iter_us.push_back(r.compact[s.index].per_iter_us);
+      it->second.calls.push_back(r.compact[s.index].calls_per_iter);
       ++it->second.dims[s.dims];
     }
   }
@@ -213,6 +214,9 @@ std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
     d.fn = &me.compact[s.index];
     d.peers_elements = internal::Median(p.elements);
     if (d.peers_elements <= 0) continue;
+    // The same calls on larger inputs: a function its peers call far less often is other work
+    // (an op like aten::fill_ serves many call sites), not the same work on more data.
+    if (internal::Median(p.calls) < d.fn->calls_per_iter * policy::kMoreWorkSameCalls) continue;
     d.peers_dims = std::max_element(p.dims.begin(), p.dims.end(), [](const auto& a, const auto& b) {
                      return a.second < b.second;
                    })->first;

@@ -262,6 +262,28 @@ TEST(MoreWorkRule, SameShapesOrTooLittleTimeIsNoCause) {
     Finding f = Straggler();
     EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f));
   }
+  {
+    // Recorded: a rank that fills a 1 MiB buffer every step (a leak) calls aten::fill_ on
+    // [262144] once an iteration; its peers' fills are of [1, 256], 0.1 times an iteration.
+    pattern::CompactJob job;
+    for (int r = 0; r < 4; ++r) {
+      pattern::RankSummary s;
+      s.rank = r;
+      s.iteration_ms = {50, 50};
+      pattern::FunctionPattern fill;
+      fill.name = "aten::fill_";
+      fill.calls_per_iter = r == 2 ? 1 : 0.1;
+      fill.per_iter_us = r == 2 ? 16000 : 5;
+      fill.input_dims = r == 2 ? "[262144], []" : "[1, 256], []";
+      fill.input_elements = r == 2 ? 262144 : 256;
+      s.functions.push_back(fill);
+      job.Add(std::move(s));
+    }
+    job.SortByRank();
+    const std::vector<pattern::CompactRank> ranks = job.ranks();
+    Finding f = Straggler();
+    EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f));
+  }
   Finding f = Straggler();  // no patterns at all
   EXPECT_FALSE(MoreWorkRule().Explain({none, 50}, &f));
 }

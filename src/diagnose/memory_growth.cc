@@ -76,16 +76,34 @@ std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
   if (sxx <= 0) return std::nullopt;
   g.bytes_per_iteration = sxy / sxx;
   g.grown_bytes = g.bytes_per_iteration * span;
-  // Of every interval between samples, not only those that changed: one large allocation is
-  // one rise among flat intervals.
-  int up = 0;
-  for (size_t i = 1; i < s.size(); ++i)
-    if (s[i].bytes > s[i - 1].bytes) ++up;
-  g.rising_share = static_cast<double>(up) / static_cast<double>(s.size() - 1);
   if (g.grown_bytes < policy::kMemoryMinGrowthBytes ||
-      g.rising_share < policy::kMemoryRisingShare ||
       g.last_bytes - g.first_bytes < policy::kMemoryMinGrowthBytes / 2)
     return std::nullopt;
+  // A leak grows alike throughout; a warm-up ramp or a profiling window's buffers (measured: a
+  // healthy rank's RSS steps up 27 MiB in its baseline window and then creeps by a MiB) grow in
+  // one part. Each half of the span must grow at a good share of the overall rate.
+  const int64_t mid = g.first_step + (g.last_step - g.first_step) / 2;
+  auto half_rate = [&](bool first) {
+    const MemorySeries::Sample* a = nullptr;
+    const MemorySeries::Sample* z = nullptr;
+    for (const auto& x : s) {
+      if (first ? x.step > mid : x.step < mid) continue;
+      if (a == nullptr) a = &x;
+      z = &x;
+    }
+    if (a == nullptr || z == a) return 0.0;
+    return (z->bytes - a->bytes) / static_cast<double>(z->step - a->step);
+  };
+  const double floor = g.bytes_per_iteration * policy::kMemoryHalvesShare;
+  if (half_rate(true) < floor || half_rate(false) < floor) return std::nullopt;
+  // Rises of a good part of what the rate gives the interval; a page more is no rise.
+  int up = 0;
+  for (size_t i = 1; i < s.size(); ++i) {
+    const double expected = g.bytes_per_iteration * static_cast<double>(s[i].step - s[i - 1].step);
+    if (s[i].bytes - s[i - 1].bytes >= expected * policy::kMemoryRiseOfExpected) ++up;
+  }
+  g.rising_share = static_cast<double>(up) / static_cast<double>(s.size() - 1);
+  if (g.rising_share < policy::kMemoryRisingShare) return std::nullopt;
   return g;
 }
 

@@ -140,6 +140,10 @@ namespace perftracker::diagnose::policy {
     "all, "                                                                                        \
     "or in one input beside a weight of the same size) does more work (data skew, padding, "       \
     "uneven shards); batch-to-batch length jitter averages out over a window's calls")             \
+  X(kMoreWorkSameCalls, 0.5, "of the rank's calls per iteration",                                  \
+    "larger inputs are the same work on more data only where the peers make the same calls: an "   \
+    "op they call less than half as often serves other call sites (aten::fill_ of a leak's "       \
+    "buffer against their small fills)")                                                           \
   X(kMoreWorkExplainsShare, 0.3, "of the finding's impact",                                        \
     "the larger inputs' extra time must be at least 30% of what the rank loses per iteration to "  \
     "be its cause")                                                                                \
@@ -155,6 +159,13 @@ namespace perftracker::diagnose::policy {
   X(kMemoryRisingShare, 0.7, "of the intervals between samples",                                   \
     "a leak grows between most samples; an allocator that settles after a large step is flat or "  \
     "falls between them")                                                                          \
+  X(kMemoryHalvesShare, 0.5, "of the overall growth rate",                                         \
+    "a leak grows alike throughout the span, so each half grows at half the overall rate at "      \
+    "least; a warm-up ramp or a profiling window's buffers grow in one part (measured: a healthy " \
+    "rank steps up 27 MiB in its baseline window, then creeps by a MiB)")                          \
+  X(kMemoryRiseOfExpected, 0.25, "of the growth the rate gives an interval",                       \
+    "a rise between two samples counts when it is a quarter of what the rate gives their "         \
+    "interval: a page more is no rise")                                                            \
   /* The temporal differential: a window against the job's baseline (diagnose/since_baseline.h) */ \
   X(kBaselineSlowdown, 0.05, "of the baseline's iteration",                                        \
     "a window within 5% of the baseline's iteration has nothing to explain; the slowdown "         \
