@@ -93,12 +93,13 @@ class WindowState:
                 cuda = getattr(torch, "cuda", None)
                 if cuda is not None and cuda.is_available() and cuda.is_initialized():
                     acts.append(torch.profiler.ProfilerActivity.CUDA)
-                # Input shapes: the same calls on larger inputs are more work (data skew, padding),
-                # not a slower rank (diagnose/causes.h MoreWorkRule). A window is short; the
-                # shapes cost a few microseconds per op while it lasts.
-                self.profiler = torch.profiler.profile(activities=acts, record_shapes=True)
+                # No input shapes (record_shapes) yet, though the diagnosis compares them
+                # (diagnose/causes.h MoreWorkRule, on traces that have them): here they made the
+                # Lightning job's clean windows name false stragglers (a rank's optimizer sqrt 9x
+                # its peers' on 2 cores; tests/test_job_shapes.py), 2 of 2 runs.
+                self.profiler = torch.profiler.profile(activities=acts)
             else:
-                self.profiler = torch.autograd.profiler.profile(record_shapes=True)
+                self.profiler = torch.autograd.profiler.profile()
             self.profiler.__enter__()
             if rec is not None:
                 rec["torch"] = True

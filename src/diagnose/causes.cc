@@ -176,7 +176,7 @@ struct ShapeDiff {
   double peers_per_iter_us = 0;
   std::string peers_dims;  // the commonest among them
   double rise_us = 0;      // its time per iteration above the peers' median
-  double ratio = 0;        // how much larger its inputs are (pattern::LargestInputRatio too)
+  double ratio = 0;        // how much larger its data is (pattern::DataInputRatio)
 };
 
 const pattern::CompactRank* FindRank(std::span<const pattern::CompactRank> ranks, int rank) {
@@ -220,10 +220,10 @@ std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
     d.peers_dims = std::max_element(p.dims.begin(), p.dims.end(), [](const auto& a, const auto& b) {
                      return a.second < b.second;
                    })->first;
-    // The total, or one input where a weight of the same size on every rank hides it there
-    // (aten::linear's [256, 512] against [64, 512] beside a [512, 512] weight: 1.4x, and 4x).
-    d.ratio =
-        std::max(s.elements / d.peers_elements, pattern::LargestInputRatio(s.dims, d.peers_dims));
+    // The same call on more data: one input larger, the rest alike (aten::linear's [256, 512]
+    // against [64, 512] beside a [512, 512] weight: 4x, though 1.4x in total). Shapes of other
+    // call sites of the op (aten::mm's backward, a fill of another buffer) are no comparison.
+    d.ratio = pattern::DataInputRatio(s.dims, d.peers_dims);
     if (d.ratio < policy::kMoreWorkRatio) continue;
     d.peers_per_iter_us = internal::Median(p.per_iter_us);
     d.rise_us = d.fn->per_iter_us - d.peers_per_iter_us;

@@ -135,11 +135,10 @@ namespace perftracker::diagnose::policy {
   X(kIoPeersRatio, 4, "x the peers' median",                                                       \
     "a rank that moves four times its peers' storage bytes does I/O they do not; ranks that all "  \
     "write alike are no cause of one rank's slowness")                                             \
-  X(kMoreWorkRatio, 1.25, "x the peers' input elements per call",                                  \
-    "a rank whose op inputs hold a quarter more elements per call than its peers' median (in "     \
-    "all, "                                                                                        \
-    "or in one input beside a weight of the same size) does more work (data skew, padding, "       \
-    "uneven shards); batch-to-batch length jitter averages out over a window's calls")             \
+  X(kMoreWorkRatio, 1.25, "x the peers' data input of the same call",                              \
+    "the same call with one input (its data) a quarter larger than on the peers, the others "      \
+    "alike, is more work (data skew, padding, uneven shards): beyond a length's jitter between "   \
+    "batches")                                                                                     \
   X(kMoreWorkSameCalls, 0.5, "of the rank's calls per iteration",                                  \
     "larger inputs are the same work on more data only where the peers make the same calls: an "   \
     "op they call less than half as often serves other call sites (aten::fill_ of a leak's "       \

@@ -6,12 +6,13 @@
 namespace perftracker::pattern {
 
 bool ParseInputDims(std::string_view raw, std::string* canonical, double* elements,
-                    std::vector<double>* per_input) {
+                    std::vector<double>* per_input, std::vector<int>* ndims) {
   // Depth 1 is the outer list; 2 an input's dims; 3 a tensor list's member.
   constexpr int kMaxDepth = 4;
   std::string out;
   double total = 0;
   std::vector<double> inputs;
+  std::vector<int> dims;
   int depth = 0;
   double product = 1;         // of the innermost list being read
   bool list_has_dim = false;  // it holds a number (not [] : a scalar has no elements here)
@@ -22,6 +23,7 @@ bool ParseInputDims(std::string_view raw, std::string* canonical, double* elemen
     if (!in_number) return;
     product *= number;
     list_has_dim = true;
+    if (!dims.empty()) ++dims.back();
     in_number = false;
   };
   for (char c : raw) {
@@ -41,7 +43,10 @@ bool ParseInputDims(std::string_view raw, std::string* canonical, double* elemen
       case '[':
         end_number();
         if (++depth > kMaxDepth) return false;
-        if (depth == 2) inputs.push_back(0);
+        if (depth == 2) {
+          inputs.push_back(0);
+          dims.push_back(0);
+        }
         if (depth >= 2) {
           if (need_sep) out += ", ";
           out.push_back('[');
@@ -84,20 +89,27 @@ bool ParseInputDims(std::string_view raw, std::string* canonical, double* elemen
   *canonical = std::move(out);
   *elements = total;
   if (per_input != nullptr) *per_input = std::move(inputs);
+  if (ndims != nullptr) *ndims = std::move(dims);
   return true;
 }
 
-double LargestInputRatio(std::string_view own, std::string_view other) {
+double DataInputRatio(std::string_view own, std::string_view other) {
   std::string text;
   double total = 0;
   std::vector<double> a, b;
-  if (!ParseInputDims("[" + std::string(own) + "]", &text, &total, &a) ||
-      !ParseInputDims("[" + std::string(other) + "]", &text, &total, &b) || a.size() != b.size())
+  std::vector<int> da, db;
+  if (!ParseInputDims("[" + std::string(own) + "]", &text, &total, &a, &da) ||
+      !ParseInputDims("[" + std::string(other) + "]", &text, &total, &b, &db) ||
+      a.size() != b.size() || da != db)
     return 0;
   double ratio = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (b[i] > 0) ratio = std::max(ratio, a[i] / b[i]);
-  return ratio;
+  int differing = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (++differing > 1 || b[i] <= 0) return 0;
+    ratio = a[i] / b[i];
+  }
+  return differing == 1 ? ratio : 1.0;
 }
 
 const InputDimsCache::Parsed* InputDimsCache::Find(std::string_view raw) {

@@ -23,15 +23,18 @@ inline constexpr size_t kMaxInputDimsText = 120;
 //                                       elements 8*96*128 + 96*128 = 110592
 // Anything but digits, commas, brackets and blanks (or unbalanced brackets, or a list nested
 // more than 3 deep) is not a shape list: false, outputs untouched.
-// PER_INPUT (optional) gets each input's element count: {98304, 0, 12288} above.
+// PER_INPUT (optional) gets each input's element count: {98304, 0, 12288} above; NDIMS (optional)
+// each input's number of dimensions (a tensor list's: its members'): {3, 0, 3}.
 bool ParseInputDims(std::string_view raw, std::string* canonical, double* elements,
-                    std::vector<double>* per_input = nullptr);
+                    std::vector<double>* per_input = nullptr, std::vector<int>* ndims = nullptr);
 
-// The largest ratio between one input's elements in OWN and the same input's in OTHER, two
-// canonical texts of the same op ("[256, 512], [512, 512]" vs "[64, 512], [512, 512]": 4.0):
-// how much larger its data is where a large weight of the same size hides it in the total.
-// 0 when either does not parse (a cut text) or they list different numbers of inputs.
-double LargestInputRatio(std::string_view own, std::string_view other);
+// How much larger the data of the same call is in OWN than in OTHER, two canonical texts of one
+// op: the ratio of the one input whose elements differ, when both list the same inputs with the
+// same number of dimensions each and every other input is equal ("[256, 512], [512, 512]" vs
+// "[64, 512], [512, 512]": 4.0, the batch beside the same weight). 0 when they are not the same
+// call on other data: another call site of the op ("[262144]" vs "[1, 256]"; aten::mm's forward
+// against its backward), two inputs that differ, or a text that does not parse (a cut one).
+double DataInputRatio(std::string_view own, std::string_view other);
 
 // Raw "Input Dims" texts, each parsed once (a record_shapes trace repeats a few thousand): its
 // canonical text, by id, and its element count. At most MAX_RAW distinct raw texts; past them a

@@ -32,15 +32,21 @@ TEST(InputShapesTest, PerInputElementsAndTheLargestRatio) {
   std::string text;
   double total = 0;
   std::vector<double> per_input;
-  ASSERT_TRUE(ParseInputDims("[[8, 96,128], [], [[2, 3], [4]]]", &text, &total, &per_input));
+  std::vector<int> ndims;
+  ASSERT_TRUE(
+      ParseInputDims("[[8, 96,128], [], [[2, 3], [4]]]", &text, &total, &per_input, &ndims));
   EXPECT_EQ(per_input, (std::vector<double>{8 * 96 * 128, 0, 10}));
-  // A 4x larger activation beside the same weight: 1.4x the total, 4x the input.
-  EXPECT_DOUBLE_EQ(
-      LargestInputRatio("[256, 512], [512, 512], [512]", "[64, 512], [512, 512], [512]"), 4.0);
-  EXPECT_DOUBLE_EQ(LargestInputRatio("[64, 512]", "[64, 512]"), 1.0);
-  EXPECT_EQ(LargestInputRatio("[64, 512], [512]", "[64, 512]"), 0);          // other inputs
-  EXPECT_EQ(LargestInputRatio("[64, 512], [51...", "[64, 512], [512]"), 0);  // a cut text
-  EXPECT_EQ(LargestInputRatio("[], [3]", "[], [0]"), 0);                     // nothing to divide by
+  EXPECT_EQ(ndims, (std::vector<int>{3, 0, 3}));
+  // A 4x larger activation beside the same weight: 1.4x the total, 4x the data.
+  EXPECT_DOUBLE_EQ(DataInputRatio("[256, 512], [512, 512], [512]", "[64, 512], [512, 512], [512]"),
+                   4.0);
+  EXPECT_DOUBLE_EQ(DataInputRatio("[64, 512]", "[64, 512]"), 1.0);
+  EXPECT_EQ(DataInputRatio("[64, 512], [512]", "[64, 512]"), 0);          // other inputs
+  EXPECT_EQ(DataInputRatio("[64, 512], [51...", "[64, 512], [512]"), 0);  // a cut text
+  EXPECT_EQ(DataInputRatio("[], [3]", "[], [0]"), 0);                     // nothing to divide by
+  // Recorded: other call sites of one op, not the same call on more data.
+  EXPECT_EQ(DataInputRatio("[262144], []", "[1, 256], []"), 0);  // a leak's fill vs small fills
+  EXPECT_EQ(DataInputRatio("[256, 512], [512, 512]", "[512, 64], [64, 512]"), 0);  // mm fwd / bwd
 }
 
 TEST(InputShapesTest, ScalarsAndNoInputs) {
