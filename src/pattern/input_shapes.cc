@@ -113,21 +113,26 @@ double DataInputRatio(std::string_view own, std::string_view other) {
 }
 
 const InputDimsCache::Parsed* InputDimsCache::Find(std::string_view raw) {
-  // One lookup by a string built from RAW: the cache is small and parsing dearer.
-  buf_.assign(raw);
-  auto it = by_raw_.find(buf_);
-  if (it == by_raw_.end()) {
-    if (by_raw_.size() >= max_raw_) return nullptr;
+  const StringIdMap::Entry* e = raw_ids_.Find(raw);
+  if (e == nullptr) {
+    if (parsed_.size() >= max_raw_) return nullptr;
     Parsed p;
     std::string text;
     if (ParseInputDims(raw, &text, &p.elements)) {
-      auto [t, added] = text_ids_.try_emplace(text, static_cast<uint32_t>(texts_.size()));
-      if (added) texts_.push_back(text);
-      p.text = t->second;
+      if (const StringIdMap::Entry* t = text_ids_.Find(text)) {
+        p.text = t->id;
+      } else {
+        p.text = static_cast<uint32_t>(texts_.size());
+        text_ids_.Insert(texts_.emplace_back(std::move(text)), p.text);
+      }
     }
-    it = by_raw_.emplace(buf_, p).first;
+    const auto id = static_cast<uint32_t>(parsed_.size());
+    parsed_.push_back(p);
+    raw_ids_.Insert(raw_store_.emplace_back(raw), id);
+    return p.text == 0 ? nullptr : &parsed_.back();
   }
-  return it->second.text == 0 ? nullptr : &it->second;
+  const Parsed& p = parsed_[e->id];
+  return p.text == 0 ? nullptr : &p;
 }
 
 void ShapeTally::Add(uint32_t text, double elements, double dur_us) {

@@ -6,10 +6,12 @@
 #define PERFTRACKER_PATTERN_INPUT_SHAPES_H_
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
+
+#include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
 
@@ -46,16 +48,20 @@ class InputDimsCache {
     double elements = 0;
   };
   explicit InputDimsCache(size_t max_raw) : max_raw_(max_raw) { texts_.emplace_back(); }
+  InputDimsCache(const InputDimsCache&) = delete;  // the maps hold views of the stores
   // RAW's shapes, or nullptr when RAW is no shape list or new past the bound.
   const Parsed* Find(std::string_view raw);
   const std::string& Text(uint32_t id) const { return texts_[id]; }
 
  private:
   size_t max_raw_;
-  std::unordered_map<std::string, Parsed> by_raw_;  // text 0: not a shape list
-  std::unordered_map<std::string, uint32_t> text_ids_;
-  std::vector<std::string> texts_;
-  std::string buf_;
+  // The summarizer's string table (pattern/string_id_map.h): an event's raw text is looked up
+  // as a view, never copied; the deques keep the keys' bytes where the maps' views point.
+  std::deque<std::string> raw_store_;
+  StringIdMap raw_ids_;        // raw text -> its index in parsed_
+  std::deque<Parsed> parsed_;  // text 0: not a shape list
+  std::deque<std::string> texts_;
+  StringIdMap text_ids_;
 };
 
 // One function's input shapes over its calls: time per distinct shape (InputDimsCache ids),
