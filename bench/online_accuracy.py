@@ -12,7 +12,8 @@ windows per hour of training.
   /usr/bin/python3 bench/online_accuracy.py [--repeats 3] [--only straggler,clean] [--json out.json]
                                             [--python .venv/bin/python]
 
-The cause scenarios (skew: more_work, leak: memory_growth, checkpoint: io_stall) check the cause as well as the rank.
+The cause scenarios (skew: more_work, leak: memory_growth, checkpoint: io_stall, loader-workers: data_loader in
+DataLoader worker processes) check the cause as well as the rank.
 
 --shapes runs the job-shape matrix instead (tests/job_shapes.py: DDP, FSDP2, TP x DP, pipelining,
 a manual pipeline, torch.compile, the Hugging Face and Lightning trainers, each clean and with a
@@ -67,6 +68,9 @@ SCENARIOS = {
               "--fault-mb", "1"], [], "rank=2,category~memory_growth"),
     "checkpoint": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "checkpoint", "--fault-rank", "2",
                     "--fault-start", "130", "--fault-mb", "16"], [], "rank=2,category~io_stall"),
+    "loader-workers": (["--iters", "320", "--step-sleep-ms", "30", "--loader-workers", "2", "--fault", "slow-loader",
+                        "--fault-rank", "1", "--fault-start", "130", "--fault-ms", "200"], [],
+                       "rank=1,category~data_loader,function~SleepyCollate"),
     "clean": (["--iters", "600"], [], "clean"),
 }
 

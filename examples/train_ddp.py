@@ -9,7 +9,8 @@ Under a launcher that sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER
 
 Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
   straggler      extra matrix multiplies every step on the faulty rank(s)
-  slow-loader    the DataLoader's collate sleeps --fault-ms per batch
+  slow-loader    the DataLoader's collate sleeps --fault-ms per batch (in the DataLoader's worker
+                 processes with --loader-workers N)
   gc             the rank spends its time in Python's automatic GC: a large long-lived heap of
                  GC-tracked objects (--gc-heap) and cyclic garbage every step (--gc-garbage)
   hang           the rank blocks forever (hang_forever()) before its next collective: the
@@ -56,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--loader-workers", type=int, default=0,
+                   help="DataLoader worker processes (0: the loader runs in the training process)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
@@ -88,18 +91,27 @@ def parse_args(argv=None):
 
 
 class SleepyCollate:
-    """Collate that sleeps when the loader fault is on: a data loader that cannot keep up."""
+    """Collate that sleeps when the loader fault is on: a data loader that cannot keep up.
+
+    With DataLoader worker processes (--loader-workers) the collate runs in them, forked before
+    the fault starts: the switch is a value in shared memory, so arm() in the training process
+    reaches the workers too."""
 
     def __init__(self, sleep_s):
+        import multiprocessing
         import torch.utils.data
         self.default = torch.utils.data.default_collate if hasattr(torch.utils.data, "default_collate") \
             else torch.utils.data._utils.collate.default_collate
-        self.sleep_s = 0.0
+        self._sleep_s = multiprocessing.get_context("fork").Value("d", 0.0, lock=False)
         self.armed_s = sleep_s
 
+    def arm(self):
+        self._sleep_s.value = self.armed_s
+
     def __call__(self, batch):
-        if self.sleep_s:
-            time.sleep(self.sleep_s)
+        sleep_s = self._sleep_s.value
+        if sleep_s:
+            time.sleep(sleep_s)
         return self.default(batch)
 
 
@@ -201,7 +213,9 @@ def worker(rank, world, args):
     data = torch.utils.data.TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
     collate = SleepyCollate(args.fault_ms / 1000.0)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, collate_fn=collate,
-                                         generator=torch.Generator().manual_seed(args.seed))
+                                         generator=torch.Generator().manual_seed(args.seed),
+                                         num_workers=args.loader_workers,
+                                         persistent_workers=args.loader_workers > 0)
     extra = torch.randn(args.hidden, args.hidden)
 
     lo, hi = 0, args.iters
@@ -274,7 +288,7 @@ def worker(rank, world, args):
             print(f"rank {rank}: fault {args.fault} on at step {step} (unix {time.time():.3f})",
                   file=sys.stderr, flush=True)
             if args.fault == "slow-loader":
-                collate.sleep_s = collate.armed_s
+                collate.arm()
             elif args.fault == "gc":
                 gc_heap = build_gc_heap(args.gc_heap)
             elif args.fault == "cmd":

@@ -19,8 +19,11 @@ none the test says so and, under CI, fails.
 import glob
 import json
 import os
+import struct
+import subprocess
 import sys
 import tempfile
+import textwrap
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -157,6 +160,24 @@ class OsCauses(OsJobs, unittest.TestCase):
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
 
+    def test_slow_dataloader_workers_are_named_with_their_function(self):
+        # From iteration 130 rank 1's two DataLoader worker processes sleep 200 ms in the collate
+        # function per batch: a batch every 100 ms where a step takes ~45 ms.
+        ws, out = self.job("loader_workers", "--iters", "320", *STEP, "--loader-workers", "2",
+                           "--fault", "slow-loader", "--fault-rank", "1", "--fault-start", FAULT_AT,
+                           "--fault-ms", "200")
+        later = [f for w, fs in ws.items() if w > min(ws) for f in fs] if ws else []
+        self.assertTrue(later, "no finding after the baseline window\n" + out)
+        f = later[0]
+        self.assertEqual(f["ranks"], [1], out)
+        self.assertEqual(f["category"], "data_loader", out)
+        self.assertIn("SleepyCollate.__call__", f["summary"], out)
+        self.assertIn("DataLoader worker processes", f["summary"], out)
+        self.assertGreater(f["evidence"]["loader_ms_per_batch"], 150, out)
+        self.assertLess(f["evidence"]["peers_loader_ms_per_batch"], 20, out)
+        # The peers wait for it in DDP's all-reduce: their wait is no finding of their own.
+        self.assertFalse([g for g in later if g["ranks"] == [0, 2, 3]], out)
+
     def test_a_checkpoint_every_step_is_an_io_stall(self):
         ws, out = self.job("checkpoint", "--iters", "320", *STEP, "--fault", "checkpoint", "--fault-rank", "2",
                            "--fault-start", FAULT_AT, "--fault-mb", "16")
@@ -168,6 +189,63 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertGreater(f["evidence"]["write_bytes_per_iteration"], 8 * 2 ** 20, out)
         # The peers wait for it in run_backward (DDP's all-reduce): its echo is no finding.
         self.assertFalse([g for g in later if g["ranks"] == [0, 1, 3]], out)
+
+
+
+# Runs DataLoader(num_workers=2) with loader.py's patch under the job's Python; prints each
+# worker file's (batches, dataset ns, collate ns, dataset name, collate name) while the workers
+# live, then whether the files are gone once they ended.
+LOADER_SCRIPT = textwrap.dedent("""
+    import glob, json, os, struct, sys, time
+    import torch, torch.utils.data
+    from perftracker import loader
+    import torch.utils.data._utils.fetch as fetch
+    loader.patch_fetchers(fetch)
+    folder = sys.argv[1]
+    os.environ["PERFTRACKER_AGENT_SOCKET"] = os.path.join(folder, "agent.sock")
+    def slow_collate(batch):
+        time.sleep(0.02)
+        return torch.utils.data._utils.collate.default_collate(batch)
+    data = torch.utils.data.TensorDataset(torch.arange(24.0))
+    dl = torch.utils.data.DataLoader(data, batch_size=2, num_workers=2, collate_fn=slow_collate,
+                                     persistent_workers=True)
+    it = iter(dl)
+    got = [next(it) for _ in range(12)]
+    time.sleep(0.2)
+    rows = []
+    for path in sorted(glob.glob(os.path.join(folder, "loader-*"))):
+        b = open(path, "rb").read()
+        assert b[:4] == b"PTLW" and len(b) == 512, (path, len(b))
+        seq, batches, ds, co = struct.unpack_from("<QQQQ", b, 8)
+        names = [b[40 + 128 * k:168 + 128 * k].split(b"\\0")[0].decode() for k in (0, 1)]
+        rows.append([seq, batches, ds, co] + names)
+    del it, dl
+    time.sleep(1.0)
+    print(json.dumps({"files": rows, "left": glob.glob(os.path.join(folder, "loader-*"))}))
+""")
+
+
+@unittest.skipUnless(ptest.torch_available(), "needs torch")
+class LoaderWorkerFiles(unittest.TestCase):
+    def test_each_worker_counts_its_batches_and_names_its_functions(self):
+        pythons = sorted({ptest.TORCH_PYTHON, "/usr/bin/python3"})  # torch 2.x and Debian's 1.13
+        for python in pythons:
+            with self.subTest(python=python), tempfile.TemporaryDirectory() as folder:
+                env = dict(os.environ, PYTHONPATH=os.path.join(ptest.SOURCE, "python"))
+                p = subprocess.run([python, "-c", LOADER_SCRIPT, folder], capture_output=True, text=True,
+                                   timeout=120, env=env)
+                self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+                got = json.loads(p.stdout.strip().splitlines()[-1])
+                files = got["files"]
+                self.assertEqual(len(files), 2, got)  # one per worker process
+                self.assertEqual(sum(f[1] for f in files), 12, got)  # every batch, counted once
+                for seq, batches, dataset_ns, collate_ns, dataset_fn, collate_fn in files:
+                    self.assertEqual(seq % 2, 0, got)
+                    self.assertGreaterEqual(collate_ns, batches * 0.02e9, got)  # the 20 ms sleep
+                    self.assertLess(dataset_ns, collate_ns, got)
+                    self.assertTrue(dataset_fn.startswith("TensorDataset.__getitem"), got)
+                    self.assertTrue(collate_fn.startswith("slow_collate (<string>:"), got)
+                self.assertEqual(got["left"], [], "a worker's file outlived it")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""torch patches: DataLoader iteration and optimizer steps feed the collector's events,
+"""torch patches: DataLoader iteration and optimizer steps feed the collector's events, the
+dataset fetchers time DataLoader worker processes' batches (loader.py),
 torch.distributed's Python collectives are wrapped to remember the last one (for hang stacks),
 and a post-import finder applies the patches when torch's modules load (sitecustomize runs
 before torch).
@@ -12,6 +13,8 @@ import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+
+from perftracker import loader
 
 if TYPE_CHECKING:
     from perftracker.hooks import Collector
@@ -45,6 +48,7 @@ class TorchPatches:
         self.coll_count = 0  # wrapped collective calls so far (outermost ones)
         self.targets: Dict[str, Callable[[Any], None]] = {
             "torch.utils.data.dataloader": self.patch_dataloader,
+            "torch.utils.data._utils.fetch": loader.patch_fetchers,
             "torch.optim.optimizer": self.patch_optimizer,
             "torch.distributed.distributed_c10d": self.patch_distributed,
         }

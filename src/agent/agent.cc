@@ -465,6 +465,7 @@ Agent::Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink)
   if (options.host.empty()) options.host = NodeName();
   impl_->options = std::move(options);
   impl_->sink = std::move(sink);
+  impl_->proc.set_loader_dir(impl_->sink->LoaderStatsDir());
 }
 
 Agent::~Agent() { Stop(); }

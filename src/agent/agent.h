@@ -104,6 +104,9 @@ class AgentLocalSink {
   virtual std::vector<WorkerStatus> AllWorkers() { return {}; }
   // Whether the ranks are worker processes this sink talks to (a socket; a folder is not).
   virtual bool RelaysWorkers() const { return false; }
+  // The folder where the workers' DataLoader worker processes keep their batch counts
+  // (agent/loader_stats.h); "" where there are none.
+  virtual std::string LoaderStatsDir() const { return ""; }
 };
 
 // Trace files (*.json, *.json.gz) appearing in DIR while a window is open belong to it. Files

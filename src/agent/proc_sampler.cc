@@ -212,6 +212,7 @@ void ProcSampler::Begin(const std::vector<int>& pids) {
   ticks_.clear();
   for (int pid : pids) ticks_[pid] = 0;
   os_.clear();
+  if (!loader_dir_.empty()) RemoveStaleLoaderStats(loader_dir_, proc_);
   for (int pid : pids) {
     if (auto c = ReadPidCpu(pid, proc_); c.ok()) pids_[pid] = *c;
     os_[pid] = ReadOs(pid);
@@ -318,6 +319,8 @@ ProcSampler::OsBegin ProcSampler::ReadOs(int pid) const {
     b.children[child] = ReadThreadSchedStats(child, proc_);
     if (auto c = ReadPidCpu(child, proc_); c.ok())
       b.children_cpu_ticks[child] = c->utime_ticks + c->stime_ticks;
+    if (loader_dir_.empty()) continue;
+    if (auto l = ReadLoaderStats(loader_dir_, child); l.ok()) b.loader[child] = std::move(*l);
   }
   if (auto io = ReadPidIo(pid, proc_); io.ok()) b.io = *io;
   if (auto mem = ReadPidMemory(pid, proc_); mem.ok()) b.memory = *mem;
@@ -353,6 +356,7 @@ void ProcSampler::AddOsMetrics(int pid, std::map<std::string, double>* m) const 
                  kTick;
   }
   (*m)["children.count"] = static_cast<double>(e.children.size());
+  AddLoaderMetrics(b.loader, e.loader, m);
   if (!e.children.empty()) {
     (*m)["children.cpu_s"] = kid_cpu;
     (*m)["children.run_s"] = kid_run;

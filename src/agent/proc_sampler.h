@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/loader_stats.h"
 #include "agent/os_stats.h"
 #include "base/status.h"
 
@@ -67,12 +68,16 @@ std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc = "/proc");
 //   "proc.read_bytes", "proc.write_bytes", "proc.rchar", "proc.wchar"   its I/O
 //   "proc.major_faults", "proc.rss_bytes" (at the end), "proc.rss_growth_bytes", "proc.threads"
 //   "children.count", "children.cpu_s", "children.runq_wait_s"  its children (DataLoader workers)
+//   "loader.*"  what its DataLoader worker processes say of their batches (agent/loader_stats.h),
+//               where set_loader_dir named the folder of their files
 //   "cgroup.nr_periods", "cgroup.nr_throttled", "cgroup.throttled_s", "cgroup.quota_cpus"
 //   "host.mem_total_bytes", "host.mem_available_bytes"
 class ProcSampler {
  public:
   explicit ProcSampler(std::string proc = "/proc", std::string cgroup_root = "/sys/fs/cgroup")
       : proc_(std::move(proc)), cgroup_root_(std::move(cgroup_root)) {}
+  // The folder of the DataLoader workers' files (the agent socket's); "" reads none.
+  void set_loader_dir(std::string dir) { loader_dir_ = std::move(dir); }
   void Begin(const std::vector<int>& pids);
   void Tick();  // samples the connections of workers not ended yet
   std::map<std::string, double> End(int pid);
@@ -87,6 +92,7 @@ class ProcSampler {
     std::map<int, SchedStat> threads;
     std::map<int, std::map<int, SchedStat>> children;  // child pid -> its threads
     std::map<int, uint64_t> children_cpu_ticks;
+    std::map<int, LoaderStats> loader;  // child pid -> its file, where it has one
     std::optional<PidIo> io;
     std::optional<PidMemory> memory;
     std::optional<CgroupCpu> cgroup;
@@ -96,6 +102,7 @@ class ProcSampler {
 
   std::string proc_;
   std::string cgroup_root_;
+  std::string loader_dir_;
   std::map<int, OsBegin> os_;
   double begin_s_ = 0;
   std::map<int, PidCpu> pids_;

@@ -583,6 +583,10 @@ struct SocketSink::Impl {
   }
 };
 
+std::string SocketSink::LoaderStatsDir() const {
+  return std::filesystem::path(impl_->socket_path).parent_path().string();
+}
+
 SocketSink::SocketSink(std::string socket_path, std::string trace_dir, Options options)
     : impl_(std::make_unique<Impl>()) {
   impl_->socket_path = std::move(socket_path);

@@ -83,6 +83,8 @@ class SocketSink : public AgentLocalSink {
   std::vector<WorkerStatus> PollWorkerChanges() override;
   std::vector<WorkerStatus> AllWorkers() override;
   bool RelaysWorkers() const override { return true; }
+  // The socket's folder: python/perftracker/loader.py finds it from the socket path it is given.
+  std::string LoaderStatsDir() const override;
 
   Counters counters() const;
   // The folder a window's traces are written to.

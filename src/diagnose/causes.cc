@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <span>
 
 #include "diagnose/analysis.h"
@@ -334,11 +335,154 @@ bool RunQueueContentionRule::Explain(const CauseInput& in, Finding* f) const {
   return true;
 }
 
+namespace {
+
+// What a rank's DataLoader worker processes did in the window (agent/loader_stats.h metrics).
+struct LoaderWork {
+  double batches = 0;
+  double dataset_ms = 0;  // per batch
+  double collate_ms = 0;  // per batch
+  std::string dataset_fn, collate_fn;
+  double PerBatchMs() const { return dataset_ms + collate_ms; }
+};
+
+std::optional<LoaderWork> LoaderWorkOf(const std::map<std::string, double>& m) {
+  const double batches = Get(m, "loader.batches");
+  if (std::isnan(batches) || batches < policy::kLoaderMinBatches) return std::nullopt;
+  LoaderWork w;
+  w.batches = batches;
+  w.dataset_ms = Get(m, "loader.dataset_s") * 1000.0 / batches;
+  w.collate_ms = Get(m, "loader.collate_s") * 1000.0 / batches;
+  if (std::isnan(w.dataset_ms) || std::isnan(w.collate_ms)) return std::nullopt;
+  // The names ride in the keys ("loader.dataset_fn=<name>"): sorted, so found by prefix.
+  for (auto [prefix, out] : {std::pair{std::string_view("loader.collate_fn="), &w.collate_fn},
+                             std::pair{std::string_view("loader.dataset_fn="), &w.dataset_fn}}) {
+    auto it = m.lower_bound(std::string(prefix));
+    if (it != m.end() && std::string_view(it->first).starts_with(prefix))
+      *out = it->first.substr(prefix.size());
+  }
+  return w;
+}
+
+// The training thread's time in data-loader functions per iteration, microseconds (the
+// outermost: they nest), or NaN when RANK has no pattern here.
+double LoaderWaitUs(std::span<const pattern::CompactRank> ranks, int rank) {
+  for (const pattern::CompactRank& r : ranks) {
+    if (r.rank != rank) continue;
+    double most = 0;
+    for (const pattern::CompactFunction& f : r.compact)
+      if (f.fclass() == pattern::FunctionClass::kDataLoader && f.main_thread)
+        most = std::max(most, static_cast<double>(f.per_iter_us));
+    return most;
+  }
+  return kNone;
+}
+
+// The rank's extra wait for data over its peers' median, ms per iteration (NaN: unknown).
+double ExtraLoaderWaitMs(const CauseInput& in, int rank) {
+  const double own = LoaderWaitUs(in.ranks, rank);
+  if (std::isnan(own)) return kNone;
+  std::vector<double> peers;
+  for (const pattern::CompactRank& r : in.ranks)
+    if (r.rank != rank) peers.push_back(LoaderWaitUs(in.ranks, r.rank));
+  if (peers.empty()) return kNone;
+  return (own - internal::Median(peers)) / 1000.0;
+}
+
+}  // namespace
+
+bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
+  const int rank = f->ranks[0];
+  auto it = in.metrics.find(rank);
+  if (it == in.metrics.end()) return false;
+  const std::optional<LoaderWork> own = LoaderWorkOf(it->second);
+  if (!own) return false;
+  std::vector<double> dataset, collate;
+  for (const auto& [r, m] : in.metrics) {
+    if (r == rank) continue;
+    if (auto w = LoaderWorkOf(m))
+      dataset.push_back(w->dataset_ms), collate.push_back(w->collate_ms);
+  }
+  if (dataset.empty()) return false;
+  const double peers_dataset = internal::Median(dataset), peers_collate = internal::Median(collate);
+  const double peers = peers_dataset + peers_collate;
+  if (own->PerBatchMs() < policy::kLoaderWorkersRatio * peers ||
+      own->PerBatchMs() - peers < policy::kMinAbsMs)
+    return false;
+  // The workers being slow costs the job only where the training thread waits for them.
+  const double wait_ms = ExtraLoaderWaitMs(in, rank);
+  if (std::isnan(wait_ms) ? f->category != name()
+                          : wait_ms < policy::kLoaderWaitExplainsShare * f->impact_ms)
+    return false;
+  const bool in_collate = own->collate_ms - peers_collate >= own->dataset_ms - peers_dataset;
+  const std::string& fn = in_collate ? own->collate_fn : own->dataset_fn;
+  const std::string what = fmt::format("{}{}", in_collate ? "the collate function" : "the dataset",
+                                       fn.empty() ? "" : " " + fn);
+  f->evidence["loader_ms_per_batch"] = own->PerBatchMs();
+  f->evidence["peers_loader_ms_per_batch"] = peers;
+  f->evidence["loader_dataset_ms_per_batch"] = own->dataset_ms;
+  f->evidence["loader_collate_ms_per_batch"] = own->collate_ms;
+  f->evidence["loader_workers"] = Get(it->second, "loader.workers");
+  if (!std::isnan(wait_ms)) f->evidence["extra_data_wait_ms_per_iteration"] = wait_ms;
+  if (!fn.empty())
+    f->functions.insert(f->functions.begin(),
+                        FunctionRef{fn, "python_function", {"DataLoader worker process"}});
+  f->evidence_text["reasoning"] = fmt::format(
+      "rank {}'s DataLoader worker processes take {:.1f} ms per batch ({:.1f} ms in the dataset, "
+      "{:.1f} ms in the collate function), its peers' {:.1f} ms; its training thread waits for "
+      "the next batch",
+      rank, own->PerBatchMs(), own->dataset_ms, own->collate_ms, peers);
+  Rewrite(f, name(), Cause::kSoftware,
+          fmt::format("rank {}'s data loader is slow: its {:.0f} DataLoader worker processes take "
+                      "{:.1f} ms per batch in {} vs {:.1f} ms on its peers{}; the job loses {:.1f} "
+                      "ms/iter",
+                      rank, Get(it->second, "loader.workers"), own->PerBatchMs(), what, peers,
+                      std::isnan(wait_ms)
+                          ? std::string()
+                          : fmt::format(", and its training thread waits {:.1f} ms/iter longer "
+                                        "for data",
+                                        wait_ms),
+                      f->impact_ms),
+          fmt::format("make {} faster on rank {} (what it reads, decodes or sleeps on: compare "
+                      "its input with the peers'), or give the loader more worker processes "
+                      "(num_workers) and prefetch_factor",
+                      what, rank));
+  return true;
+}
+
+std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
+                                           const std::map<int, std::string>& hosts,
+                                           const std::vector<Finding>& existing) {
+  std::vector<Finding> out;
+  if (in.iteration_ms <= 0) return out;
+  for (const auto& entry : in.metrics) {
+    const int rank = entry.first;
+    const bool named = std::any_of(existing.begin(), existing.end(), [&](const Finding& f) {
+      return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
+    });
+    if (named) continue;
+    const double wait_ms = ExtraLoaderWaitMs(in, rank);
+    if (std::isnan(wait_ms) || wait_ms < policy::kMinAbsMs ||
+        wait_ms < in.iteration_ms * policy::kMinFraction)
+      continue;
+    Finding f;
+    f.finding_class = FindingClass::kSubset;
+    f.category = "straggler";
+    f.ranks = {rank};
+    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) f.hosts = {h->second};
+    f.impact_ms = wait_ms;
+    f.impact_fraction = wait_ms / in.iteration_ms;
+    if (LoaderWorkersRule().Explain(in, &f)) out.push_back(std::move(f));
+  }
+  return out;
+}
+
 const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
   static const auto* rules = [] {
     auto* v = new std::vector<std::unique_ptr<CauseRule>>;
     v->push_back(std::make_unique<CpuThrottledRule>());
     v->push_back(std::make_unique<IoStallRule>());
+    v->push_back(std::make_unique<LoaderWorkersRule>());
     v->push_back(std::make_unique<MoreWorkRule>());
     v->push_back(std::make_unique<RunQueueContentionRule>());
     return v;
@@ -349,7 +493,8 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
   if (!IsHostExplainable(*f)) return nullptr;
   for (const auto& rule : CauseRules())
-    if (f->category == rule->name()) return nullptr;  // explained already
+    if (f->category == rule->name() && f->confidence == policy::kConfidenceOsEvidence)
+      return nullptr;  // explained already
   for (const auto& rule : CauseRules())
     if (rule->Explain(in, f)) return rule.get();
   // None fired: a busy host is no evidence against this rank. Say so where it is busy, so that

@@ -93,6 +93,18 @@ class MoreWorkRule : public CauseRule {
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
+// "data_loader": the rank's DataLoader worker processes take markedly longer per batch than its
+// peers' (their own account, agent/loader_stats.h: the dataset's __getitem__ and the collate
+// function), and its training thread waits for data longer than its peers' (its data-loader
+// functions, a good part of what it loses). Names the worker function that grew. The training
+// thread shows only the wait (a queue's poll), which varies too much between iterations for
+// the peer comparison's timing gate; the workers' time per batch does not.
+class LoaderWorkersRule : public CauseRule {
+ public:
+  const char* name() const override { return "data_loader"; }
+  bool Explain(const CauseInput& in, Finding* f) const override;
+};
+
 // "cpu_contention": the rank's threads wait in the run queue markedly more per second of CPU
 // than its peers', and that extra wait is a good part of what it loses per iteration.
 class RunQueueContentionRule : public CauseRule {
@@ -121,6 +133,13 @@ const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f);
 std::vector<Finding> FindThrottledRanks(const CauseInput& in,
                                         const std::map<int, std::string>& hosts,
                                         const std::vector<Finding>& existing);
+
+// A finding for every rank whose DataLoader workers LoaderWorkersRule holds slow and that no
+// finding of EXISTING names yet, when its training thread's extra wait for data reaches the
+// peer comparison's size gates (policy kMinAbsMs, kMinFraction).
+std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
+                                           const std::map<int, std::string>& hosts,
+                                           const std::vector<Finding>& existing);
 
 }  // namespace perftracker::diagnose
 

@@ -165,6 +165,8 @@ void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::Co
   std::map<int, std::string> hosts;
   for (const pattern::CompactRank& r : ranks) hosts[r.rank] = r.host;
   for (Finding& f : FindThrottledRanks(in, hosts, d->findings)) d->findings.push_back(std::move(f));
+  for (Finding& f : FindSlowLoaderWorkers(in, hosts, d->findings))
+    d->findings.push_back(std::move(f));
   if (std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks)) {
     std::erase_if(d->findings, [](const Finding& f) {
       return f.finding_class == FindingClass::kAll &&

@@ -135,6 +135,16 @@ namespace perftracker::diagnose::policy {
   X(kIoPeersRatio, 4, "x the peers' median",                                                       \
     "a rank that moves four times its peers' storage bytes does I/O they do not; ranks that all "  \
     "write alike are no cause of one rank's slowness")                                             \
+  X(kLoaderWorkersRatio, 4, "x the peers' median time per batch",                                  \
+    "DataLoader worker processes that take four times their peers' time per batch (in the "        \
+    "dataset or the collate function) make a different loader: a slow decode, a slow disk, a "     \
+    "sleeping transform; batch-to-batch jitter stays within 2x")                                   \
+  X(kLoaderMinBatches, 3, "batches",                                                               \
+    "a rank's workers must make three batches in the window for a time per batch to mean "         \
+    "anything (a window profiles ten iterations)")                                                 \
+  X(kLoaderWaitExplainsShare, 0.3, "of the finding's impact",                                      \
+    "the training thread's extra wait for data must be at least 30% of what the rank loses per "   \
+    "iteration for its loader workers to be the cause")                                            \
   X(kMoreWorkRatio, 1.25, "x the peers' data input of the same call",                              \
     "the same call with one input (its data) a quarter larger than on the peers, the others "      \
     "alike, is more work (data skew, padding, uneven shards): beyond a length's jitter between "   \
