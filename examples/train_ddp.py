@@ -16,7 +16,10 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
   hang           the rank blocks forever (hang_forever()) before its next collective: the
                  gradient all-reduce in loss.backward(), or the explicit all-reduce of the loss
                  on a --log-every step
-  cpu-contention a busy process competes for the rank's CPU
+  cpu-contention a busy process competes for the rank's CPU: the ranks are bound to cores from
+                 the start (the faulty rank(s) to the host's last core, the others to the rest,
+                 as taskset or a launcher's binding would), and the competitor starts on the
+                 faulty rank's core
   skew           the rank's batches hold --fault-scale times the rows (data skew: longer
                  sequences, a bigger share of the data): the same calls on larger inputs
   cpu-quota      the rank moves itself into the cgroup --fault-cgroup (a folder of the cgroup file
@@ -144,6 +147,20 @@ def stall_compute(seconds):
         a = torch.tanh(a @ a)
 
 
+def bind_to_cores(faulty_rank):
+    """--fault cpu-contention: the faulty rank on the host's last core, the others on the rest
+    (every thread: Linux binds threads, and torch's are already running)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return
+    mine = set(cores[-1:]) if faulty_rank else set(cores[:-1])
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), mine)
+        except OSError:
+            pass
+
+
 def busy_loop(stop_at):
     while time.time() < stop_at:
         pass
@@ -226,6 +243,8 @@ def worker(rank, world, args):
     contention = None
     gc_heap = None
     is_faulty = faulty(args, rank)
+    if args.fault == "cpu-contention":
+        bind_to_cores(is_faulty)
     it = iter(loader)
 
     def next_batch():
@@ -301,6 +320,8 @@ def worker(rank, world, args):
                 with open(os.path.join(args.fault_cgroup, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))
             elif args.fault == "cpu-contention":
+                # A busy process on the rank's CPU: both pinned to one core (taskset), so the
+                # rank shares it with the competitor while its peers keep the other cores.
                 import multiprocessing as mp
                 contention = mp.get_context("fork").Process(target=busy_loop, args=(time.time() + 3600,), daemon=True)
                 contention.start()

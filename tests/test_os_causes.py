@@ -95,10 +95,10 @@ class OsJobs:
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="pt_os_")
 
-    def job(self, name, *train_args):
+    def job(self, name, *train_args, nproc=4):
         """({window id: its findings}, the job's output for messages)."""
         report = os.path.join(self.tmp, name)
-        p = run_job(report, list(train_args))
+        p = run_job(report, list(train_args), nproc=nproc)
         out = f"--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}"
         self.assertEqual(p.returncode, 0, out)
         ws = window_findings(report)
@@ -159,6 +159,45 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertIn("rank 2's memory grows every iteration", f["summary"], out)
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
+
+    def test_a_quota_on_one_rank_is_throttling_not_a_hang(self):
+        # A tenth of a CPU for rank 2 from iteration 130. A step is ~10 ms of CPU and a 30 ms
+        # wait, so a rank uses about a quarter of a CPU: a tenth makes its compute 2.5x as long.
+        quota = CpuQuota(0.1)
+        if quota.error:
+            self.skipTest(quota.error)
+        try:
+            ws, out = self.job("quota", "--iters", "320", *STEP, "--fault", "cpu-quota", "--fault-rank", "2",
+                               "--fault-start", FAULT_AT, "--fault-cgroup", quota.path)
+        finally:
+            quota.close()
+        latest = ws[max(ws)] if ws else []
+        self.assertTrue(latest, "no finding\n" + out)
+        f = latest[0]
+        self.assertEqual(f["ranks"], [2], out)
+        self.assertEqual(f["category"], "cpu_throttled", out)
+        self.assertIn("quota of 0.10 CPUs", f["summary"], out)
+        self.assertGreaterEqual(f["evidence"]["throttled_periods_share"], 0.2, out)
+        every = [g for fs in ws.values() for g in fs]
+        self.assertFalse([g for g in every if g["category"] == "hang"], out)
+        # Every rank's all-reduce waits for it: its echo, no finding of the job's.
+        self.assertFalse([g for g in latest if g["ranks"] == [0, 1, 2, 3]], out)
+
+    def test_a_rank_sharing_its_core_is_denied_the_cpu(self):
+        # Two ranks bound to a core each; from iteration 300 a busy process runs on rank 1's. No
+        # step wait: the ranks are CPU-bound (hidden 1024: ~25 ms steps), so the competitor
+        # halves rank 1's CPU and rank 0 waits for it in DDP's all-reduce.
+        ws, out = self.job("contention", "--iters", "700", "--hidden", "1024", "--fault", "cpu-contention",
+                           "--fault-rank", "1", "--fault-start", "300", nproc=2)
+        later = [f for w, fs in ws.items() if w > min(ws) for f in fs] if ws else []
+        self.assertTrue(later, "no finding after the baseline window\n" + out)
+        f = later[0]
+        self.assertEqual(f["ranks"], [1], out)
+        self.assertEqual(f["category"], "cpu_contention", out)
+        self.assertGreaterEqual(f["evidence"]["runq_wait_per_cpu_s"],
+                                2 * f["evidence"]["peers_runq_wait_per_cpu_s"], out)
+        # Rank 0 waits for it: neither its wait nor the pair's is a finding of its own.
+        self.assertFalse([g for g in later if g["ranks"] in ([0], [0, 1])], out)
 
     def test_slow_dataloader_workers_are_named_with_their_function(self):
         # From iteration 130 rank 1's two DataLoader worker processes sleep 200 ms in the collate

@@ -315,6 +315,12 @@ bool RunQueueContentionRule::Explain(const CauseInput& in, Finding* f) const {
   f->evidence["runq_wait_per_cpu_s"] = own;
   f->evidence["peers_runq_wait_per_cpu_s"] = peers;
   f->evidence["extra_runq_wait_ms_per_iteration"] = extra_ms;
+  // The finding that named the rank may be one function that rose; the scheduler held the rank
+  // back in all it does, and its peers wait that long for it (no longer than an iteration).
+  if (in.iteration_ms > 0 && extra_ms > f->impact_ms) {
+    f->impact_ms = std::min(extra_ms, in.iteration_ms);
+    f->impact_fraction = f->impact_ms / in.iteration_ms;
+  }
   const double running = Get(m, "host.procs_running");
   const double cores = Get(m, "host.cores");
   if (!std::isnan(running)) f->evidence["host_runnable_threads"] = running;
@@ -450,33 +456,6 @@ bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
   return true;
 }
 
-std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
-                                           const std::map<int, std::string>& hosts,
-                                           const std::vector<Finding>& existing) {
-  std::vector<Finding> out;
-  if (in.iteration_ms <= 0) return out;
-  for (const auto& entry : in.metrics) {
-    const int rank = entry.first;
-    const bool named = std::any_of(existing.begin(), existing.end(), [&](const Finding& f) {
-      return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
-    });
-    if (named) continue;
-    const double wait_ms = ExtraLoaderWaitMs(in, rank);
-    if (std::isnan(wait_ms) || wait_ms < policy::kMinAbsMs ||
-        wait_ms < in.iteration_ms * policy::kMinFraction)
-      continue;
-    Finding f;
-    f.finding_class = FindingClass::kSubset;
-    f.category = "straggler";
-    f.ranks = {rank};
-    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) f.hosts = {h->second};
-    f.impact_ms = wait_ms;
-    f.impact_fraction = wait_ms / in.iteration_ms;
-    if (LoaderWorkersRule().Explain(in, &f)) out.push_back(std::move(f));
-  }
-  return out;
-}
-
 const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
   static const auto* rules = [] {
     auto* v = new std::vector<std::unique_ptr<CauseRule>>;
@@ -518,34 +497,73 @@ const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
   return nullptr;
 }
 
-std::vector<Finding> FindThrottledRanks(const CauseInput& in,
-                                        const std::map<int, std::string>& hosts,
-                                        const std::vector<Finding>& existing) {
+namespace {
+
+// Findings that the OS's evidence alone makes: for every rank that no finding of EXISTING names,
+// LOST_MS(rank, its metrics) is what it loses per iteration by that evidence; where that
+// reaches the peer comparison's size gates and RULE holds, a finding on the rank. The peer
+// comparison's timing gates miss such ranks (a quota or the scheduler slows all a rank does
+// alike, a loader's wait varies between iterations) while the kernel's own count is plain.
+template <typename LostMs>
+std::vector<Finding> FindUnnamedRanks(const CauseInput& in, const std::map<int, std::string>& hosts,
+                                      const std::vector<Finding>& existing, LostMs lost_ms,
+                                      const CauseRule& rule) {
   std::vector<Finding> out;
   if (in.iteration_ms <= 0) return out;
   for (const auto& entry : in.metrics) {
     // A named copy, not a structured binding: clang 14 (the fuzz build) cannot capture one.
     const int rank = entry.first;
-    const auto& m = entry.second;
     const bool named = std::any_of(existing.begin(), existing.end(), [&](const Finding& f) {
       return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
     });
     if (named) continue;
-    const double throttled_ms = PerIterationMs(m, Get(m, "cgroup.throttled_s"), in.iteration_ms);
-    if (std::isnan(throttled_ms) || throttled_ms < policy::kMinAbsMs ||
-        throttled_ms < in.iteration_ms * policy::kMinFraction)
+    const double ms = lost_ms(rank, entry.second);
+    if (std::isnan(ms) || ms < policy::kMinAbsMs || ms < in.iteration_ms * policy::kMinFraction)
       continue;
     Finding f;
     f.finding_class = FindingClass::kSubset;
     f.category = "straggler";
     f.ranks = {rank};
     if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) f.hosts = {h->second};
-    f.impact_ms = throttled_ms;
-    f.impact_fraction = throttled_ms / in.iteration_ms;
-    f.evidence["throttled_ms_per_iteration"] = throttled_ms;
-    if (CpuThrottledRule().Explain(in, &f)) out.push_back(std::move(f));
+    f.impact_ms = ms;
+    f.impact_fraction = ms / in.iteration_ms;
+    if (rule.Explain(in, &f)) out.push_back(std::move(f));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<Finding> FindThrottledRanks(const CauseInput& in,
+                                        const std::map<int, std::string>& hosts,
+                                        const std::vector<Finding>& existing) {
+  auto lost = [&](int, const std::map<std::string, double>& m) {
+    return PerIterationMs(m, Get(m, "cgroup.throttled_s"), in.iteration_ms);
+  };
+  return FindUnnamedRanks(in, hosts, existing, lost, CpuThrottledRule());
+}
+
+std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
+                                           const std::map<int, std::string>& hosts,
+                                           const std::vector<Finding>& existing) {
+  auto lost = [&](int rank, const std::map<std::string, double>&) {
+    return ExtraLoaderWaitMs(in, rank);
+  };
+  return FindUnnamedRanks(in, hosts, existing, lost, LoaderWorkersRule());
+}
+
+std::vector<Finding> FindContendedRanks(const CauseInput& in,
+                                        const std::map<int, std::string>& hosts,
+                                        const std::vector<Finding>& existing) {
+  auto lost = [&](int rank, const std::map<std::string, double>& m) {
+    const double own = RunQueueWaitPerCpu(m);
+    const double peers = PeersMedian(in.metrics, rank, RunQueueWaitPerCpu);
+    if (std::isnan(own) || std::isnan(peers) || own < peers * policy::kRunQueueAloneRatio)
+      return kNone;
+    return PerIterationMs(m, Get(m, "proc.runq_wait_s") - peers * Get(m, "proc.run_s"),
+                          in.iteration_ms);
+  };
+  return FindUnnamedRanks(in, hosts, existing, lost, RunQueueContentionRule());
 }
 
 }  // namespace perftracker::diagnose

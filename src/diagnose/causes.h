@@ -141,6 +141,15 @@ std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
                                            const std::map<int, std::string>& hosts,
                                            const std::vector<Finding>& existing);
 
+// A finding for every rank that the scheduler holds back (RunQueueContentionRule's evidence, at
+// policy kRunQueueAloneRatio: stricter, with no slower function to back it) and that no finding
+// of EXISTING names, when its extra run-queue wait per iteration reaches the size gates. DDP
+// hides such a rank from the peer comparison: its peers' wait for it is inside the same
+// run_backward frame as its own slower compute.
+std::vector<Finding> FindContendedRanks(const CauseInput& in,
+                                        const std::map<int, std::string>& hosts,
+                                        const std::vector<Finding>& existing);
+
 }  // namespace perftracker::diagnose
 
 #endif  // PERFTRACKER_DIAGNOSE_CAUSES_H_

@@ -89,6 +89,13 @@ TEST(RunQueueContentionRule, NamesARankTheSchedulerHoldsBack) {
   // (4.0 - 0.595 * 4.0) s over 200 iterations.
   EXPECT_NEAR(f.evidence.at("extra_runq_wait_ms_per_iteration"), (4.0 - 2.5 / 4.2 * 4) * 5, 1e-9);
   EXPECT_NE(f.summary.find("denied the CPU on host vm"), std::string::npos) << f.summary;
+  // The finding named one function (10 ms); the wait held back all the rank does: 8.1 ms more.
+  EXPECT_NEAR(f.impact_ms, 10, 1e-9);
+  Finding small = Straggler();
+  small.impact_ms = 2.2;  // a function that rose since the baseline
+  ASSERT_TRUE(RunQueueContentionRule().Explain({m, 50}, &small));
+  EXPECT_NEAR(small.impact_ms, (4.0 - 2.5 / 4.2 * 4) * 5, 1e-9);
+  EXPECT_NEAR(small.impact_fraction, small.impact_ms / 50, 1e-9);
 }
 
 TEST(RunQueueContentionRule, ABusyHostAloneIsNoCause) {
@@ -131,7 +138,7 @@ TEST(ExplainRankFinding, ThrottlingComesFirstAndOnlyRankFindingsAreExplained) {
   EXPECT_EQ(ExplainRankFinding({m, 50}, &two), nullptr);
 }
 
-// Recorded: a real 4-rank job, rank 2 in a cgroup of 0.1 CPUs (tests/wip_os_causes.py), its
+// Recorded: a real 4-rank job, rank 2 in a cgroup of 0.1 CPUs (tests/test_os_causes.py), its
 // slowdown window of 3 s at ~50 ms iterations. The peer comparison named nobody.
 TEST(FindThrottledRanks, NamesAThrottledRankNoFindingNamed) {
   RankMetrics m;
@@ -159,6 +166,26 @@ TEST(FindThrottledRanks, NamesAThrottledRankNoFindingNamed) {
   // Throttled for less than the size gates: nothing.
   m[2]["cgroup.throttled_s"] = 0.01;
   EXPECT_TRUE(FindThrottledRanks({m, 49.8}, {}, {}).empty());
+}
+
+TEST(FindContendedRanks, NamesARankTheSchedulerHoldsBackThatNoFindingNamed) {
+  // Recorded (two DDP ranks, hidden 1024, rank 1 sharing its core with a busy process): the peer
+  // comparison named nobody (DDP's wait is in the same run_backward as rank 1's compute).
+  RankMetrics m;
+  m[0] = {{"window.seconds", 3.191}, {"proc.run_s", 1.793}, {"proc.runq_wait_s", 1.122}};
+  m[1] = {{"window.seconds", 3.195}, {"proc.run_s", 1.592}, {"proc.runq_wait_s", 2.647}};
+  std::vector<Finding> found = FindContendedRanks({m, 41.6}, {{1, "vm"}}, {});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].ranks, std::vector<int>{1});
+  EXPECT_EQ(found[0].category, "cpu_contention");
+  // (2.647 - 1.122 / 1.793 * 1.592) s in 3.195 s of 41.6 ms iterations: 21.5 ms per iteration.
+  EXPECT_NEAR(found[0].impact_ms, (2.647 - 1.122 / 1.793 * 1.592) * 41.6 / 3.195, 1e-9);
+  // Healthy ranks of a busy host (within 1.25x of each other): nobody.
+  EXPECT_TRUE(FindContendedRanks({BusyHost(), 50}, {}, {}).empty());
+  // Named already: explained by ExplainRankFinding instead.
+  Finding named = Straggler();
+  named.ranks = {1};
+  EXPECT_TRUE(FindContendedRanks({m, 41.6}, {}, {named}).empty());
 }
 
 TEST(IoStallRule, NamesTheRankThatWritesWhatItsPeersDoNot) {

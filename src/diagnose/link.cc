@@ -167,6 +167,7 @@ void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::Co
   for (Finding& f : FindThrottledRanks(in, hosts, d->findings)) d->findings.push_back(std::move(f));
   for (Finding& f : FindSlowLoaderWorkers(in, hosts, d->findings))
     d->findings.push_back(std::move(f));
+  for (Finding& f : FindContendedRanks(in, hosts, d->findings)) d->findings.push_back(std::move(f));
   if (std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks)) {
     std::erase_if(d->findings, [](const Finding& f) {
       return f.finding_class == FindingClass::kAll &&

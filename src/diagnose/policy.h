@@ -126,6 +126,10 @@ namespace perftracker::diagnose::policy {
     "on a shared host every rank waits for a CPU; one denied it waits half as long again per "     \
     "second of its own CPU as its peers' median (measured: healthy ranks of a 4-rank job on 2 "    \
     "cores wait 1.65-2.03 s per CPU second, a rank held to 0.1 CPUs 6.3)")                         \
+  X(kRunQueueAloneRatio, 2.0, "x the peers' wait per CPU second",                                  \
+    "a rank that no slower function names is denied the CPU only when it waits twice its peers' "  \
+    "median per second of CPU (measured: a rank sharing its core with a busy process 2.7-2.9x; "   \
+    "healthy ranks of a 4-rank job on 2 cores within 1.25x of each other)")                        \
   X(kRunQueueExplainsShare, 0.3, "of the finding's impact",                                        \
     "the extra run-queue wait must be at least 30% of what the rank loses per iteration to be "    \
     "its cause")                                                                                   \
@@ -183,6 +187,16 @@ namespace perftracker::diagnose::policy {
   X(kBaselineSampleRanks, 64, "ranks",                                                             \
     "the baseline's patterns are kept for 64 ranks spread over the job: a change on every rank "   \
     "shows on any of them, and a 100,000-rank job keeps no more than that")                        \
+  X(kBaselineOsRanksShare, 0.75, "of the ranks",                                                   \
+    "the run queue says something else runs on every rank's host only when three in four ranks "   \
+    "wait markedly longer than in the baseline (measured: of two ranks, the one sharing its core " \
+    "with a busy process went 0.71 -> 1.66 s per CPU second, its peer 0.60 -> 0.63; their median " \
+    "rose 1.7x)")                                                                                  \
+  X(kBaselineEchoOfSlowRank, 1.5, "x the slow rank's finding's impact",                            \
+    "a rise on every rank since the baseline up to half as large again as what a rank the window " \
+    "named slow costs is its echo: every rank waits for it in the collectives they share, and a "  \
+    "finding's impact counts only its evidence (measured: rank 2 held to 0.1 CPUs, 25.8 ms/iter "  \
+    "throttled; gloo:all_reduce +10.5 and +27.7 ms/iter on all ranks in two runs)")                \
   X(kBaselineMaxFindings, 3, "findings",                                                           \
     "at most the 3 largest changes since the baseline are listed: the rest are their echoes")      \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \

@@ -69,8 +69,20 @@ OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetr
         std::isnan(thr_b) ? std::string("no quota") : fmt::format("{:.0f}%", 100 * thr_b));
     return c;
   }
+  // Every rank waiting longer, not the median of a few: with two ranks one denied the CPU moves
+  // the median alone (that rank is the peer comparison's).
+  int rose = 0, known = 0;
+  for (const auto& [r, m] : now) {
+    auto b = base.find(r);
+    if (b == base.end()) continue;
+    const double wb = RunQueueWaitPerCpu(b->second), wn = RunQueueWaitPerCpu(m);
+    if (std::isnan(wb) || std::isnan(wn) || wb <= 0) continue;
+    ++known;
+    rose += wn >= policy::kRunQueueWaitRatio * wb;
+  }
   if (!std::isnan(wait_n) && !std::isnan(wait_b) && wait_b > 0 &&
-      wait_n >= policy::kRunQueueWaitRatio * wait_b) {
+      wait_n >= policy::kRunQueueWaitRatio * wait_b &&
+      rose >= policy::kBaselineOsRanksShare * known) {
     c.category = "cpu_contention";
     c.cause = Cause::kConfiguration;
     c.text = fmt::format(
@@ -118,10 +130,13 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   // exactly them since the baseline (DDP's all-reduce waits inside run_backward) is the slow
   // ranks' echo.
   std::set<int> slow;
+  double slow_impact_ms = 0;
   for (const Finding& f : existing)
     if (f.finding_class == FindingClass::kSubset && f.category != "hang" &&
-        f.category != "missing_rank" && f.category != "memory_growth")
+        f.category != "missing_rank" && f.category != "memory_growth") {
       slow.insert(f.ranks.begin(), f.ranks.end());
+      slow_impact_ms = std::max(slow_impact_ms, f.impact_ms);
+    }
   std::vector<int> waiters;
   if (!slow.empty())
     std::set_difference(all_ranks.begin(), all_ranks.end(), slow.begin(), slow.end(),
@@ -141,6 +156,10 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
       std::sort(ranks.begin(), ranks.end());
       if (ranks == waiters) continue;
     }
+    // A rise on every rank that the slow rank's own cost covers: all of them wait for it.
+    if (!slow.empty() && f.finding_class == FindingClass::kAll &&
+        f.impact_ms <= policy::kBaselineEchoOfSlowRank * slow_impact_ms)
+      continue;
     // The comparison saw a sample of the ranks; a change on all of them is the job's.
     if (f.finding_class == FindingClass::kAll) f.ranks.assign(all_ranks.begin(), all_ranks.end());
     f.evidence["baseline_window"] = static_cast<double>(base.window_id);

@@ -84,6 +84,21 @@ TEST(SinceBaselineTest, ContentionWhenTheRunQueueGrew) {
   EXPECT_EQ(f[0].cause, Cause::kConfiguration);
 }
 
+TEST(SinceBaselineTest, OneRankDeniedTheCpuIsNotEveryRanksContention) {
+  // Measured (two ranks, rank 1 sharing its core with a busy process): rank 1's wait per CPU
+  // second went 0.71 -> 1.66, rank 0's 0.60 -> 0.63; their median rose 1.7x.
+  Baseline base = MakeBaseline();
+  base.metrics = Metrics(0, 0.6);
+  pattern::RankMetrics now = Metrics(0, 0.63);
+  now[1]["proc.runq_wait_s"] = 2 * 1.66;
+  now.erase(2);
+  now.erase(3);
+  base.metrics.erase(2);
+  base.metrics.erase(3);
+  for (const Finding& f : SinceBaseline(base, Job(38, 44), now, {}).findings)
+    EXPECT_NE(f.category, "cpu_contention") << f.summary;
+}
+
 TEST(SinceBaselineTest, SlowerWithNothingMeasurableChangedIsANote) {
   // The iteration is 1.5x longer but no profiled function changed, nor anything the OS reports.
   const SinceBaselineResult r = SinceBaseline(MakeBaseline(), Job(20, 39), Metrics(0, 1.0), {});
@@ -139,6 +154,28 @@ TEST(SinceBaselineTest, TheWaitersOfARankTheWindowNamedAreItsEcho) {
   peer.ranks = {2};
   const std::vector<Finding> found = SinceBaseline(base, now, Metrics(0, 1.0), {peer}).findings;
   for (const Finding& f : found) EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 3})) << f.summary;
+}
+
+TEST(SinceBaselineTest, ARiseOnEveryRankThatTheSlowRankCoversIsItsEcho) {
+  // Measured (rank 2 held to 0.1 CPUs, gloo DDP): the window names rank 2 throttled, 26.5 ms/iter
+  // lost; since the baseline every rank's all-reduce takes 10.5 ms/iter more: all of them wait
+  // for rank 2 there, rank 2 included (its all-reduce of the next bucket waits for its own late
+  // backward).
+  std::vector<RankSummary> now = Job(20, 40);
+  for (RankSummary& r : now)
+    r.functions[1] = Fn("c10d::allreduce_", FunctionClass::kCollective, 15.5, 2);
+  Finding throttled;
+  throttled.category = "cpu_throttled";
+  throttled.ranks = {2};
+  throttled.impact_ms = 26.5;
+  for (const Finding& f : SinceBaseline(MakeBaseline(), now, Metrics(0, 1.0), {throttled}).findings)
+    EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
+  // A rise on every rank larger than the slow rank's cost is the job's own change.
+  throttled.impact_ms = 3;
+  bool all = false;
+  for (const Finding& f : SinceBaseline(MakeBaseline(), now, Metrics(0, 1.0), {throttled}).findings)
+    all |= f.ranks == std::vector<int>{0, 1, 2, 3};
+  EXPECT_TRUE(all);
 }
 
 TEST(SinceBaselineTest, TheSampleKeepsTheSameRanksInEveryWindow) {
