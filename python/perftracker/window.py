@@ -93,13 +93,14 @@ class WindowState:
                 cuda = getattr(torch, "cuda", None)
                 if cuda is not None and cuda.is_available() and cuda.is_initialized():
                     acts.append(torch.profiler.ProfilerActivity.CUDA)
-                # No input shapes (record_shapes) yet, though the diagnosis compares them
-                # (diagnose/causes.h MoreWorkRule, on traces that have them): here they made the
-                # Lightning job's clean windows name false stragglers (a rank's optimizer sqrt 9x
-                # its peers' on 2 cores; tests/test_job_shapes.py), 2 of 2 runs.
-                self.profiler = torch.profiler.profile(activities=acts)
+                # Input shapes: the diagnosis compares a rank's ops' inputs with its peers' (more
+                # work: data skew, padding; diagnose/causes.h MoreWorkRule). They once made the
+                # Lightning job's clean windows name a false straggler (2 of 2 CI runs at
+                # dae11a8, before MoreWorkRule compared only the same call sites); 16 of 16
+                # job-shape runs and the Lightning job beside a busy 4-rank job passed since.
+                self.profiler = torch.profiler.profile(activities=acts, record_shapes=True)
             else:
-                self.profiler = torch.autograd.profiler.profile()
+                self.profiler = torch.autograd.profiler.profile(record_shapes=True)
             self.profiler.__enter__()
             if rec is not None:
                 rec["torch"] = True
