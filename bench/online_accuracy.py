@@ -13,7 +13,8 @@ windows per hour of training.
                                             [--python .venv/bin/python]
 
 The cause scenarios (skew: more_work, leak: memory_growth, checkpoint: io_stall, loader-workers: data_loader in
-DataLoader worker processes) check the cause as well as the rank.
+DataLoader worker processes, contention: cpu_contention, quota-rank: cpu_throttled; quota-all: an all-rank
+finding) check the cause as well as the rank; the quota scenarios need root (a cgroup).
 
 --shapes runs the job-shape matrix instead (tests/job_shapes.py: DDP, FSDP2, TP x DP, pipelining,
 a manual pipeline, torch.compile, the Hugging Face and Lightning trainers, each clean and with a
@@ -71,17 +72,38 @@ SCENARIOS = {
     "loader-workers": (["--iters", "320", "--step-sleep-ms", "30", "--loader-workers", "2", "--fault", "slow-loader",
                         "--fault-rank", "1", "--fault-start", "130", "--fault-ms", "200"], [],
                        "rank=1,category~data_loader,function~SleepyCollate"),
+    "contention": (["--iters", "700", "--hidden", "1024", "--fault", "cpu-contention", "--fault-rank", "1",
+                    "--fault-start", "300"], [], "rank=1,category~cpu_contention"),
+    "quota-rank": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "cpu-quota", "--fault-rank", "2",
+                    "--fault-start", "130"], [], "rank=2,category~cpu_throttled"),
+    "quota-all": (["--iters", "400", "--step-sleep-ms", "30", "--fault", "cpu-quota", "--fault-rank", "all",
+                   "--fault-start", "130"], [], "all"),
     "clean": (["--iters", "600"], [], "clean"),
 }
+# Scenarios that need more than the defaults: ranks (contention binds 2 CPU-bound ranks to the
+# 2 cores) and a cgroup CPU quota (in CPUs) made for the run, passed as --fault-cgroup.
+NPROC = {"contention": 2}
+QUOTA = {"quota-rank": 0.1, "quota-all": 0.25}
 
 
 def run_once(binary, name, tmp, python=PYTHON):
     train_args, run_args, expect = SCENARIOS[name]
     report = os.path.join(tmp, name)
     shutil.rmtree(report, ignore_errors=True)
+    quota = None
+    if name in QUOTA:
+        from test_os_causes import CpuQuota  # tests/: the cgroup the CI test makes
+        quota = CpuQuota(QUOTA[name])
+        if quota.error:
+            raise SystemExit(f"{name}: {quota.error}")
+        train_args = train_args + ["--fault-cgroup", quota.path]
     t0 = time.time()
-    p = subprocess.run([binary, "run", "--nproc", "4", "--report-dir", report, *run_args, "--", python, TRAIN,
-                        *train_args], capture_output=True, text=True, timeout=900)
+    try:
+        p = subprocess.run([binary, "run", "--nproc", str(NPROC.get(name, 4)), "--report-dir", report, *run_args,
+                            "--", python, TRAIN, *train_args], capture_output=True, text=True, timeout=900)
+    finally:
+        if quota is not None:
+            quota.close()
     seconds = time.time() - t0
     path = os.path.join(report, "diagnosis.json")
     ok = os.path.exists(path) and subprocess.run([sys.executable, CHECK, path, expect], capture_output=True,

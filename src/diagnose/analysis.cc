@@ -198,6 +198,11 @@ void SortFindings(std::vector<Finding>* findings) {
     // every other in the next collective.
     bool ma = a.category == "missing_rank", mb = b.category == "missing_rank";
     if (ma != mb) return ma;
+    // Then memory that grows every iteration: it costs no time yet (impact 0) but ends the job
+    // when the host's memory runs out, and what its growth slows now (the allocations) is
+    // named beside it.
+    bool la = a.category == "memory_growth", lb = b.category == "memory_growth";
+    if (la != lb) return la;
     bool ga = a.impact_ms >= 0, gb = b.impact_ms >= 0;
     if (ga != gb) return ga;
     // A low-confidence finding never outranks a confident one, whatever its impact.

@@ -263,6 +263,20 @@ TEST(DiagnoseTest, LowConfidenceNeverOutranksConfident) {
   EXPECT_EQ(fs[0].impact_ms, 5);
 }
 
+TEST(DiagnoseTest, AMissingRankThenMemoryGrowthComeFirst) {
+  std::vector<Finding> fs(3);
+  fs[0].category = "python";
+  fs[0].impact_ms = 12;
+  fs[0].confidence = policy::kConfidenceExtraCalls;
+  fs[1].category = "memory_growth";  // no time lost yet: the job ends when memory runs out
+  fs[1].confidence = policy::kConfidenceOsEvidence;
+  fs[2].category = "missing_rank";
+  internal::SortFindings(&fs);
+  EXPECT_EQ(fs[0].category, "missing_rank");
+  EXPECT_EQ(fs[1].category, "memory_growth");
+  EXPECT_EQ(fs[2].category, "python");
+}
+
 TEST(DiagnoseTest, MissingRankAndNoMarkersAreSaid) {
   std::vector<RankSummary> ranks;
   for (int r : {0, 1, 3}) ranks.push_back(Rank(r, 4, Step(), 27));
