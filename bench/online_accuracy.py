@@ -13,7 +13,7 @@ windows per hour of training.
                                             [--python .venv/bin/python]
 
 The cause scenarios (skew: more_work, leak: memory_growth, checkpoint: io_stall, loader-workers: data_loader in
-DataLoader worker processes, contention: cpu_contention, quota-rank: cpu_throttled; quota-all: an all-rank
+DataLoader worker processes, contention and nice: cpu_contention, quota-rank: cpu_throttled; quota-all: an all-rank
 finding) check the cause as well as the rank; the quota scenarios need root (a cgroup).
 
 --shapes runs the job-shape matrix instead (tests/job_shapes.py: DDP, FSDP2, TP x DP, pipelining,
@@ -74,6 +74,8 @@ SCENARIOS = {
                        "rank=1,category~data_loader,function~SleepyCollate"),
     "contention": (["--iters", "700", "--hidden", "1024", "--fault", "cpu-contention", "--fault-rank", "1",
                     "--fault-start", "300"], [], "rank=1,category~cpu_contention"),
+    "nice": (["--iters", "700", "--hidden", "1024", "--fault", "nice", "--fault-rank", "1", "--fault-start", "300"],
+             [], "rank=1,category~cpu_contention"),
     "quota-rank": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "cpu-quota", "--fault-rank", "2",
                     "--fault-start", "130"], [], "rank=2,category~cpu_throttled"),
     "quota-all": (["--iters", "400", "--step-sleep-ms", "30", "--fault", "cpu-quota", "--fault-rank", "all",
@@ -82,7 +84,7 @@ SCENARIOS = {
 }
 # Scenarios that need more than the defaults: ranks (contention binds 2 CPU-bound ranks to the
 # 2 cores) and a cgroup CPU quota (in CPUs) made for the run, passed as --fault-cgroup.
-NPROC = {"contention": 2}
+NPROC = {"contention": 2, "nice": 2}
 QUOTA = {"quota-rank": 0.1, "quota-all": 0.25}
 
 

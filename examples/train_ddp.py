@@ -20,6 +20,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  the start (the faulty rank(s) to the host's last core, the others to the rest,
                  as taskset or a launcher's binding would), and the competitor starts on the
                  faulty rank's core
+  nice           a busy process starts beside the job and the rank lowers its own priority to nice
+                 19 (every thread): the scheduler gives it the CPU last
   skew           the rank's batches hold --fault-scale times the rows (data skew: longer
                  sequences, a bigger share of the data): the same calls on larger inputs
   cpu-quota      the rank moves itself into the cgroup --fault-cgroup (a folder of the cgroup file
@@ -319,6 +321,15 @@ def worker(rank, world, args):
                 # cgroup.procs moves the whole process, its threads included.
                 with open(os.path.join(args.fault_cgroup, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))
+            elif args.fault == "nice":
+                import multiprocessing as mp
+                contention = mp.get_context("fork").Process(target=busy_loop, args=(time.time() + 3600,), daemon=True)
+                contention.start()
+                for tid in os.listdir("/proc/self/task"):  # Linux keeps a nice value per thread
+                    try:
+                        os.setpriority(os.PRIO_PROCESS, int(tid), 19)
+                    except OSError:
+                        pass
             elif args.fault == "cpu-contention":
                 # A busy process on the rank's CPU: both pinned to one core (taskset), so the
                 # rank shares it with the competitor while its peers keep the other cores.

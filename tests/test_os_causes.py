@@ -251,7 +251,7 @@ class OsCauses(OsJobs, unittest.TestCase):
 
 # Runs DataLoader(num_workers=2) with loader.py's patch under the job's Python; prints each
 # worker file's (batches, dataset ns, collate ns, dataset name, collate name) while the workers
-# live, then whether the files are gone once they ended.
+# live, then the files left once they ended (the agent removes them; src/agent/loader_stats_test.cc).
 LOADER_SCRIPT = textwrap.dedent("""
     import glob, json, os, struct, sys, time
     import torch, torch.utils.data
@@ -302,7 +302,8 @@ class LoaderWorkerFiles(unittest.TestCase):
                     self.assertLess(dataset_ns, collate_ns, got)
                     self.assertTrue(dataset_fn.startswith("TensorDataset.__getitem"), got)
                     self.assertTrue(collate_fn.startswith("slow_collate (<string>:"), got)
-                self.assertEqual(got["left"], [], "a worker's file outlived it")
+                # Kept for the agent's last reading of a window that ends as they exit.
+                self.assertEqual(len(got["left"]), 2, got)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ collate function in a small shared file, which the agent reads at a window's sta
 thread: without this, a rank that waits for its loader workers shows only the wait.
 
 The file is `loader-<pid>` in the folder of the agent's socket (private to the job's user),
-made by the worker process at its first batch and removed when it exits (the agent removes what
-a killed worker left). Layout, little-endian, 512 bytes:
+made by the worker process at its first batch. It outlives the worker, so that a window that
+ends as the workers exit (the job's end, an epoch's end) still reads their last count; the agent
+removes the files of workers that are gone when the next window begins. Layout, little-endian, 512 bytes:
 
   0   4s   magic b"PTLW"
   4   u32  version (1)
@@ -90,12 +91,6 @@ class WorkerStats:
         self.seq += 1
         struct.pack_into("<Q", self._mm, _COUNTERS_AT, self.seq)
 
-    def remove(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
-
 
 class _Recorder:
     """This process's recording: made at the first batch of a worker process."""
@@ -121,8 +116,6 @@ class _Recorder:
                 dataset_method = "__getitems__"  # torch 2.x fetches a batch in one call then
             self.stats = WorkerStats(path, function_name(dataset, dataset_method),
                                      function_name(getattr(fetcher, "collate_fn", None)))
-            import multiprocessing.util
-            multiprocessing.util.Finalize(None, self.stats.remove, exitpriority=0)
             return self.stats
         except Exception:
             self.off = True

@@ -15,6 +15,8 @@ constexpr int kNvmlPcieRx = 1;               // NVML_PCIE_UTIL_RX_BYTES
 constexpr unsigned kNvlinkDataTx = 138;      // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (KiB)
 constexpr unsigned kNvlinkDataRx = 139;      // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (KiB)
 constexpr unsigned kAllLinks = 0xffffffffu;  // scopeId: the sum over links
+constexpr int kEccUncorrected = 1;           // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+constexpr int kEccVolatile = 0;              // NVML_VOLATILE_ECC: since the driver loaded
 
 // nvmlFieldValue_t (nvml.h): value is a union of 8 bytes; counters read as unsigned long long.
 struct NvmlFieldValue {
@@ -39,6 +41,9 @@ struct NvmlSampler::Api {
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned*);
   nvmlReturn_t (*pcie)(nvmlDevice_t, int, unsigned*);
   nvmlReturn_t (*fields)(nvmlDevice_t, int, NvmlFieldValue*);  // optional
+  // Optional: boards without ECC or drivers without the counter answer "not supported".
+  nvmlReturn_t (*ecc)(nvmlDevice_t, int, int, unsigned long long*);
+  nvmlReturn_t (*replay)(nvmlDevice_t, unsigned*);
 };
 
 namespace {
@@ -71,6 +76,9 @@ NvmlSampler::NvmlSampler(const char* library) {
   sym(api_->pcie, "nvmlDeviceGetPcieThroughput");
   // Not in every driver; the rest works without it.
   api_->fields = reinterpret_cast<decltype(api_->fields)>(dlsym(lib_, "nvmlDeviceGetFieldValues"));
+  api_->ecc = reinterpret_cast<decltype(api_->ecc)>(dlsym(lib_, "nvmlDeviceGetTotalEccErrors"));
+  api_->replay =
+      reinterpret_cast<decltype(api_->replay)>(dlsym(lib_, "nvmlDeviceGetPcieReplayCounter"));
   if (!all) {
     status_ = "unavailable: NVML lacks an entry point we use";
     return;
@@ -139,6 +147,10 @@ std::map<std::string, double> NvmlSampler::Sample() const {
     if (api_->power(dev, &v) == 0) m[p + "power_w"] = v / 1000.0;
     if (api_->pcie(dev, kNvmlPcieTx, &v) == 0) m[p + "pcie_tx_kbps"] = v;
     if (api_->pcie(dev, kNvmlPcieRx, &v) == 0) m[p + "pcie_rx_kbps"] = v;
+    unsigned long long errors = 0;
+    if (api_->ecc && api_->ecc(dev, kEccUncorrected, kEccVolatile, &errors) == 0)
+      m[p + "ecc_uncorrected"] = static_cast<double>(errors);
+    if (api_->replay && api_->replay(dev, &v) == 0) m[p + "pcie_replay"] = v;
   }
   return m;
 }

@@ -1,7 +1,8 @@
 // GPU metrics through NVML, loaded with dlopen("libnvidia-ml.so.1") so the agent runs (and
 // says "unavailable") on machines without a driver. Only the few NVML entry points used here
 // are declared: SM clock, clock-event (throttle) reasons, temperature, power, PCIe throughput,
-// and NVLink data counters through nvmlDeviceGetFieldValues (optional: older drivers lack it).
+// and, where the driver has them, NVLink data counters (nvmlDeviceGetFieldValues), uncorrected
+// ECC errors and PCIe replays.
 #ifndef PERFTRACKER_AGENT_NVML_SAMPLER_H_
 #define PERFTRACKER_AGENT_NVML_SAMPLER_H_
 
@@ -23,7 +24,8 @@ class NvmlSampler {
   // Remembers the NVLink counters at the window's start.
   void Begin();
   // One sample of every GPU: "gpu<i>.sm_clock_mhz", "gpu<i>.clock_event_reasons",
-  // "gpu<i>.temperature_c", "gpu<i>.power_w", "gpu<i>.pcie_tx_kbps", "gpu<i>.pcie_rx_kbps", and
+  // "gpu<i>.temperature_c", "gpu<i>.power_w", "gpu<i>.pcie_tx_kbps", "gpu<i>.pcie_rx_kbps",
+  // "gpu<i>.ecc_uncorrected" (volatile count), "gpu<i>.pcie_replay" (where supported), and
   // since Begin "gpu<i>.nvlink_tx_kib" / "gpu<i>.nvlink_rx_kib" (all links; where NVLink
   // exists). Empty when unavailable.
   std::map<std::string, double> Sample() const;

@@ -332,7 +332,12 @@ void ProcSampler::AddOsMetrics(int pid, std::map<std::string, double>* m) const 
   auto it = os_.find(pid);
   if (it == os_.end()) return;
   const OsBegin& b = it->second;
-  const OsBegin e = ReadOs(pid);
+  OsBegin e = ReadOs(pid);
+  // A DataLoader worker that exited within the window (the job ended, an epoch's workers were
+  // replaced) is no child any more; its file stays until the next window's Begin removes it.
+  for (const auto& [child, stats] : b.loader)
+    if (!e.loader.count(child))
+      if (auto l = ReadLoaderStats(loader_dir_, child); l.ok()) e.loader[child] = std::move(*l);
   if (!e.threads.empty()) {
     double run = 0, wait = 0;
     AddSchedDelta(b.threads, e.threads, &run, &wait);

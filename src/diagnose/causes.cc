@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <set>
 #include <span>
 
 #include "diagnose/analysis.h"
@@ -130,6 +131,109 @@ double StorageBytesPerIteration(const std::map<std::string, double>& m, double i
 
 }  // namespace
 
+namespace {
+
+// NVML's clock-event reasons (nvml.h, nvmlClocksEventReason*): one table drives the names and
+// which of them slow the GPU (idle, sync boost and display clocks do not).
+struct GpuReason {
+  uint64_t bit;
+  const char* name;
+  bool slows;
+};
+constexpr GpuReason kGpuReasons[] = {
+    {0x1, "idle", false},
+    {0x2, "applications clocks setting", true},
+    {0x4, "software power cap", true},
+    {0x8, "hardware slowdown", true},
+    {0x10, "sync boost", false},
+    {0x20, "software thermal slowdown", true},
+    {0x40, "hardware thermal slowdown", true},
+    {0x80, "hardware power brake", true},
+    {0x100, "display clocks setting", false},
+};
+
+double GpuMetric(const std::map<std::string, double>& m, int gpu, const char* what) {
+  auto it = m.find(fmt::format("gpu{}.{}", gpu, what));
+  return it == m.end() ? kNone : it->second;
+}
+
+int GpuOf(std::span<const pattern::CompactRank> ranks, int rank) {
+  for (const pattern::CompactRank& r : ranks)
+    if (r.rank == rank) return r.gpu;
+  return -1;
+}
+
+}  // namespace
+
+std::vector<std::string> GpuClockReasonNames(uint64_t reasons) {
+  std::vector<std::string> out;
+  for (const GpuReason& r : kGpuReasons)
+    if (reasons & r.bit) out.push_back(r.name);
+  return out;
+}
+
+bool GpuClockReasonsSlow(uint64_t reasons) {
+  for (const GpuReason& r : kGpuReasons)
+    if ((reasons & r.bit) && r.slows) return true;
+  return false;
+}
+
+bool GpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
+  const int rank = f->ranks[0];
+  auto it = in.metrics.find(rank);
+  const int gpu = GpuOf(in.ranks, rank);
+  if (it == in.metrics.end() || gpu < 0) return false;
+  const std::map<std::string, double>& m = it->second;
+  const double clock = GpuMetric(m, gpu, "sm_clock_mhz");
+  const double reasons = GpuMetric(m, gpu, "clock_event_reasons");
+  if (std::isnan(clock) || std::isnan(reasons) || reasons < 0) return false;
+  const uint64_t bits = static_cast<uint64_t>(reasons);
+  if (!GpuClockReasonsSlow(bits)) return false;
+  std::vector<double> peers;
+  for (const auto& [r, pm] : in.metrics) {
+    if (r == rank) continue;
+    const int g = GpuOf(in.ranks, r);
+    if (const double c = g < 0 ? kNone : GpuMetric(pm, g, "sm_clock_mhz"); !std::isnan(c))
+      peers.push_back(c);
+  }
+  if (peers.empty()) return false;
+  const double peers_clock = internal::Median(peers);
+  if (clock > policy::kGpuClockPeersShare * peers_clock) return false;
+  f->evidence["gpu_index"] = gpu;
+  f->evidence["sm_clock_mhz"] = clock;
+  f->evidence["peers_sm_clock_mhz"] = peers_clock;
+  f->evidence["clock_event_reasons"] = reasons;
+  std::string extra;
+  for (const char* what : {"temperature_c", "power_w", "ecc_uncorrected", "pcie_replay"}) {
+    const double v = GpuMetric(m, gpu, what);
+    if (std::isnan(v)) continue;
+    f->evidence[what] = v;
+    if (std::string_view(what) == "temperature_c") extra += fmt::format(", {:.0f} C", v);
+    if (std::string_view(what) == "power_w") extra += fmt::format(", {:.0f} W", v);
+    if (std::string_view(what) == "ecc_uncorrected" && v > 0)
+      extra += fmt::format(", {:.0f} uncorrected ECC errors", v);
+    if (std::string_view(what) == "pcie_replay" && v > 0)
+      extra += fmt::format(", {:.0f} PCIe replays", v);
+  }
+  const std::string why = fmt::format("{}", fmt::join(GpuClockReasonNames(bits), ", "));
+  f->evidence_text["gpu_clock_reasons"] = why;
+  f->evidence_text["reasoning"] = fmt::format(
+      "rank {}'s GPU {} runs its SMs at {:.0f} MHz, its peers' at {:.0f} MHz, and NVML says why: "
+      "{}{}",
+      rank, gpu, clock, peers_clock, why, extra);
+  const bool config = bits == 0x2;  // only an applications-clock setting: someone set it
+  Rewrite(f, name(), config ? Cause::kConfiguration : Cause::kHardware,
+          fmt::format("rank {}'s GPU {} is throttled ({}): its SM clock is {:.0f} MHz, its peers' "
+                      "{:.0f} MHz{}; the job loses {:.1f} ms/iter",
+                      rank, gpu, why, clock, peers_clock, extra, f->impact_ms),
+          config ? "reset the GPU's application clocks (nvidia-smi -rac) or clock lock (nvidia-smi "
+                   "-rgc) to match its peers"
+                 : "check the GPU's cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,"
+                   "POWER): airflow, a power cap, a failing fan or board; move the rank off that "
+                   "GPU if it persists");
+  return true;
+}
+
 bool IoStallRule::Explain(const CauseInput& in, Finding* f) const {
   const int rank = f->ranks[0];
   auto it = in.metrics.find(rank);
@@ -235,29 +339,51 @@ std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
 
 }  // namespace
 
-bool MoreWorkRule::Explain(const CauseInput& in, Finding* f) const {
-  const int rank = f->ranks[0];
-  const pattern::CompactRank* me = FindRank(in.ranks, rank);
-  if (me == nullptr || me->shapes.empty()) return false;
-  std::vector<ShapeDiff> larger = LargerInputs(in.ranks, *me);
-  if (larger.empty()) return false;
-  // The function whose larger inputs cost the most; nested ops (aten::linear holds aten::addmm)
-  // share their time, so the largest one rise, not a sum, is what the inputs explain.
-  const ShapeDiff& top = *std::max_element(
-      larger.begin(), larger.end(),
-      [](const ShapeDiff& a, const ShapeDiff& b) { return a.rise_us < b.rise_us; });
-  double explained_ms = top.rise_us / 1000;
-  // On a GPU the CPU op only launches: the larger inputs' time is in the rank's kernels.
+namespace {
+
+// What a rank's larger inputs cost it: the function whose larger inputs cost the most, and the
+// time they explain (on a GPU, the rise of its compute kernels where that is more).
+struct MoreWork {
+  std::vector<ShapeDiff> larger;
+  const ShapeDiff* top = nullptr;
+  double explained_ms = 0;
   double compute_rise_ms = kNone;
+};
+
+std::optional<MoreWork> MoreWorkOf(const CauseInput& in, int rank) {
+  const pattern::CompactRank* me = FindRank(in.ranks, rank);
+  if (me == nullptr || me->shapes.empty()) return std::nullopt;
+  MoreWork w;
+  w.larger = LargerInputs(in.ranks, *me);
+  if (w.larger.empty()) return std::nullopt;
+  // Nested ops (aten::linear holds aten::addmm) share their time, so the largest one rise, not
+  // a sum, is what the inputs explain.
+  w.top = &*std::max_element(
+      w.larger.begin(), w.larger.end(),
+      [](const ShapeDiff& a, const ShapeDiff& b) { return a.rise_us < b.rise_us; });
+  w.explained_ms = w.top->rise_us / 1000;
+  // On a GPU the CPU op only launches: the larger inputs' time is in the rank's kernels.
   if (me->has_gpu) {
     std::vector<double> peer_compute;
     for (const pattern::CompactRank& r : in.ranks)
       if (r.rank != rank && r.role == me->role && r.has_gpu) peer_compute.push_back(r.compute_us);
     if (!peer_compute.empty()) {
-      compute_rise_ms = (me->compute_us - internal::Median(peer_compute)) / 1000;
-      explained_ms = std::max(explained_ms, compute_rise_ms);
+      w.compute_rise_ms = (me->compute_us - internal::Median(peer_compute)) / 1000;
+      w.explained_ms = std::max(w.explained_ms, w.compute_rise_ms);
     }
   }
+  return w;
+}
+
+}  // namespace
+
+bool MoreWorkRule::Explain(const CauseInput& in, Finding* f) const {
+  const int rank = f->ranks[0];
+  const std::optional<MoreWork> work = MoreWorkOf(in, rank);
+  if (!work) return false;
+  const std::vector<ShapeDiff>& larger = work->larger;
+  const ShapeDiff& top = *work->top;
+  const double explained_ms = work->explained_ms, compute_rise_ms = work->compute_rise_ms;
   if (explained_ms <= 0 || explained_ms < f->impact_ms * policy::kMoreWorkExplainsShare)
     return false;
   const double ratio = top.ratio;
@@ -459,6 +585,7 @@ bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
 const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
   static const auto* rules = [] {
     auto* v = new std::vector<std::unique_ptr<CauseRule>>;
+    v->push_back(std::make_unique<GpuThrottledRule>());
     v->push_back(std::make_unique<CpuThrottledRule>());
     v->push_back(std::make_unique<IoStallRule>());
     v->push_back(std::make_unique<LoaderWorkersRule>());
@@ -510,14 +637,17 @@ std::vector<Finding> FindUnnamedRanks(const CauseInput& in, const std::map<int, 
                                       const CauseRule& rule) {
   std::vector<Finding> out;
   if (in.iteration_ms <= 0) return out;
-  for (const auto& entry : in.metrics) {
-    // A named copy, not a structured binding: clang 14 (the fuzz build) cannot capture one.
-    const int rank = entry.first;
+  std::set<int> ranks;  // those with metrics (a window) or a pattern (a trace)
+  for (const auto& entry : in.metrics) ranks.insert(entry.first);
+  for (const pattern::CompactRank& r : in.ranks) ranks.insert(r.rank);
+  static const std::map<std::string, double> kNoMetrics;
+  for (const int rank : ranks) {
     const bool named = std::any_of(existing.begin(), existing.end(), [&](const Finding& f) {
       return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
     });
     if (named) continue;
-    const double ms = lost_ms(rank, entry.second);
+    auto m = in.metrics.find(rank);
+    const double ms = lost_ms(rank, m == in.metrics.end() ? kNoMetrics : m->second);
     if (std::isnan(ms) || ms < policy::kMinAbsMs || ms < in.iteration_ms * policy::kMinFraction)
       continue;
     Finding f;
@@ -550,6 +680,16 @@ std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
     return ExtraLoaderWaitMs(in, rank);
   };
   return FindUnnamedRanks(in, hosts, existing, lost, LoaderWorkersRule());
+}
+
+std::vector<Finding> FindMoreWorkRanks(const CauseInput& in,
+                                       const std::map<int, std::string>& hosts,
+                                       const std::vector<Finding>& existing) {
+  auto lost = [&](int rank, const std::map<std::string, double>&) {
+    const std::optional<MoreWork> w = MoreWorkOf(in, rank);
+    return w ? w->explained_ms : kNone;
+  };
+  return FindUnnamedRanks(in, hosts, existing, lost, MoreWorkRule());
 }
 
 std::vector<Finding> FindContendedRanks(const CauseInput& in,

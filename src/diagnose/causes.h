@@ -72,6 +72,22 @@ class CpuThrottledRule : public CauseRule {
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
+// "gpu_throttled": the rank's GPU (the device its kernels ran on: CompactRank::gpu, NVML's index
+// on its node) runs at a markedly lower SM clock than its peers' GPUs (policy
+// kGpuClockPeersShare) while NVML gives it a reason that slows it: a power cap or brake, a
+// thermal or hardware slowdown, an applications-clock setting. Names the clock, the reasons,
+// the temperature and power, and any uncorrected ECC errors or PCIe replays.
+class GpuThrottledRule : public CauseRule {
+ public:
+  const char* name() const override { return "gpu_throttled"; }
+  bool Explain(const CauseInput& in, Finding* f) const override;
+};
+
+// The names of NVML's clock-event reasons set in REASONS (nvmlClocksEventReasons*: "power
+// cap", "hardware thermal slowdown", ...), and whether any of them slows the GPU.
+std::vector<std::string> GpuClockReasonNames(uint64_t reasons);
+bool GpuClockReasonsSlow(uint64_t reasons);
+
 // "io_stall": the rank moves far more bytes to or from storage per iteration than its peers
 // (/proc/PID/io read_bytes + write_bytes over the window: a checkpoint written on the training
 // thread, logging flushed every step, a dataset read by one rank), at least a MiB per
@@ -140,6 +156,13 @@ std::vector<Finding> FindThrottledRanks(const CauseInput& in,
 std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
                                            const std::map<int, std::string>& hosts,
                                            const std::vector<Finding>& existing);
+
+// A finding for every rank whose larger inputs (MoreWorkRule's evidence) cost it past the size
+// gates and that no finding of EXISTING names: 4x the data per call is no timing noise, though
+// the rank's time may stand under the peer comparison's noise gate on a shared host.
+std::vector<Finding> FindMoreWorkRanks(const CauseInput& in,
+                                       const std::map<int, std::string>& hosts,
+                                       const std::vector<Finding>& existing);
 
 // A finding for every rank that the scheduler holds back (RunQueueContentionRule's evidence, at
 // policy kRunQueueAloneRatio: stricter, with no slower function to back it) and that no finding

@@ -188,6 +188,71 @@ TEST(FindContendedRanks, NamesARankTheSchedulerHoldsBackThatNoFindingNamed) {
   EXPECT_TRUE(FindContendedRanks({m, 41.6}, {}, {named}).empty());
 }
 
+// Four ranks of one node, rank R on GPU R (its kernels' device); NVML's sample of each GPU as
+// the agent adds it to every rank's metrics (H100-class boost 1980 MHz; GPU 2 power-capped to
+// 1410 MHz, NVML reason 0x4).
+struct GpuNode {
+  RankMetrics metrics;
+  pattern::CompactJob job;
+  explicit GpuNode(double gpu2_clock, double gpu2_reasons) {
+    std::map<std::string, double> node;
+    for (int g = 0; g < 4; ++g) {
+      node[fmt::format("gpu{}.sm_clock_mhz", g)] = g == 2 ? gpu2_clock : 1980 - 15 * g;
+      node[fmt::format("gpu{}.clock_event_reasons", g)] = g == 2 ? gpu2_reasons : 0;
+      node[fmt::format("gpu{}.temperature_c", g)] = g == 2 ? 83 : 61;
+      node[fmt::format("gpu{}.power_w", g)] = g == 2 ? 350 : 690;
+      node[fmt::format("gpu{}.ecc_uncorrected", g)] = 0;
+    }
+    for (int r = 0; r < 4; ++r) {
+      metrics[r] = node;
+      pattern::RankSummary s;
+      s.rank = r;
+      s.world_size = 4;
+      s.iteration_ms = {50, 50, 50};
+      pattern::FunctionPattern k;
+      k.name = "sm90_xmma_gemm";
+      k.kind = trace::EventKind::kKernel;
+      k.fclass = pattern::FunctionClass::kCompute;
+      k.device = r;
+      k.per_iter_us = r == 2 ? 40000 : 28000;
+      s.functions.push_back(k);
+      job.Add(std::move(s));
+    }
+    job.SortByRank();
+  }
+  CauseInput In() { return {metrics, 50, job.ranks()}; }
+};
+
+TEST(GpuThrottledRule, NamesTheClockAndNvmlsReason) {
+  GpuNode node(1410, 0x4);
+  Finding f = Straggler();
+  ASSERT_TRUE(GpuThrottledRule().Explain(node.In(), &f));
+  EXPECT_EQ(f.category, "gpu_throttled");
+  EXPECT_EQ(f.cause, Cause::kHardware);
+  EXPECT_EQ(f.evidence.at("gpu_index"), 2);
+  EXPECT_EQ(f.evidence.at("peers_sm_clock_mhz"), 1965);  // 1980, 1965, 1935
+  EXPECT_NE(f.summary.find("rank 2's GPU 2 is throttled (software power cap): its SM clock is "
+                           "1410 MHz, its peers' 1965 MHz, 83 C, 350 W"),
+            std::string::npos)
+      << f.summary;
+  // Clocks set low by hand: a configuration, not the hardware.
+  GpuNode set(1410, 0x2);
+  Finding g = Straggler();
+  ASSERT_TRUE(GpuThrottledRule().Explain(set.In(), &g));
+  EXPECT_EQ(g.cause, Cause::kConfiguration);
+}
+
+TEST(GpuThrottledRule, AFastClockOrNoSlowingReasonIsNoCause) {
+  Finding f = Straggler();
+  GpuNode boost(1900, 0x4);  // within 85% of its peers
+  EXPECT_FALSE(GpuThrottledRule().Explain(boost.In(), &f));
+  GpuNode idle(1410, 0x1 | 0x10);  // idle and sync boost slow nothing
+  EXPECT_FALSE(GpuThrottledRule().Explain(idle.In(), &f));
+  EXPECT_FALSE(GpuThrottledRule().Explain({BusyHost(), 50}, &f));  // no GPU
+  EXPECT_EQ(GpuClockReasonNames(0x4 | 0x40),
+            (std::vector<std::string>{"software power cap", "hardware thermal slowdown"}));
+}
+
 TEST(IoStallRule, NamesTheRankThatWritesWhatItsPeersDoNot) {
   constexpr double kMiB = 1024.0 * 1024.0;
   RankMetrics m = BusyHost();  // 10 s windows of 50 ms iterations: 200 iterations
@@ -267,6 +332,24 @@ TEST(MoreWorkRule, NamesTheLargerInputsAndBothShapes) {
   ASSERT_EQ(f.functions.size(), 2u);
   EXPECT_EQ(f.functions[1].name, "<built-in method mm>");
   EXPECT_TRUE(f.functions[0].name == "aten::linear" || f.functions[0].name == "aten::mm");
+}
+
+TEST(FindMoreWorkRanks, NamesARankWithLargerInputsThatNoFindingNamed) {
+  // Timing alone stayed under the noise gate (a shared host); 8x the data per call is no noise.
+  pattern::CompactJob job;
+  const std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 14000, 512);
+  const RankMetrics none;
+  std::vector<Finding> found = FindMoreWorkRanks({none, 50, ranks}, {{2, "vm"}}, {});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].ranks, std::vector<int>{2});
+  EXPECT_EQ(found[0].category, "more_work");
+  EXPECT_DOUBLE_EQ(found[0].impact_ms, 10);
+  EXPECT_EQ(found[0].hosts, std::vector<std::string>{"vm"});
+  Finding named = Straggler();
+  EXPECT_TRUE(FindMoreWorkRanks({none, 50, ranks}, {}, {named}).empty());
+  // The same shapes everywhere: nothing.
+  pattern::CompactJob even;
+  EXPECT_TRUE(FindMoreWorkRanks({none, 50, ShapedJob(&even, 4000, 64)}, {}, {}).empty());
 }
 
 TEST(MoreWorkRule, SameShapesOrTooLittleTimeIsNoCause) {

@@ -1,8 +1,10 @@
 #include "diagnose/diagnose.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "diagnose/analysis.h"
@@ -64,6 +66,10 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
   const RankMetrics no_metrics;
   const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks()};
   for (Finding& f : d.findings) ExplainRankFinding(causes, &f);
+  std::map<int, std::string> hosts;
+  for (const pattern::CompactRank& r : job.ranks()) hosts[r.rank] = r.host;
+  for (Finding& f : FindMoreWorkRanks(causes, hosts, d.findings))
+    d.findings.push_back(std::move(f));
   internal::FindAllRankProblems(job, d.job, options, &d.findings);
   internal::SortFindings(&d.findings);
   return d;

@@ -133,6 +133,10 @@ namespace perftracker::diagnose::policy {
   X(kRunQueueExplainsShare, 0.3, "of the finding's impact",                                        \
     "the extra run-queue wait must be at least 30% of what the rank loses per iteration to be "    \
     "its cause")                                                                                   \
+  X(kGpuClockPeersShare, 0.85, "of the peers' median SM clock",                                    \
+    "a GPU at 85% of its peers' SM clock or less, with a reason NVML says slows it, is "           \
+    "throttled; "                                                                                  \
+    "boost clocks of healthy GPUs of one model differ by a few percent")                           \
   X(kIoMinBytesPerIteration, 1048576, "bytes per iteration",                                       \
     "a MiB per iteration to or from storage is a checkpoint or a flushed log on the training "     \
     "thread; a few KiB of logging is no stall")                                                    \
@@ -192,11 +196,6 @@ namespace perftracker::diagnose::policy {
     "wait markedly longer than in the baseline (measured: of two ranks, the one sharing its core " \
     "with a busy process went 0.71 -> 1.66 s per CPU second, its peer 0.60 -> 0.63; their median " \
     "rose 1.7x)")                                                                                  \
-  X(kBaselineEchoOfSlowRank, 1.5, "x the slow rank's finding's impact",                            \
-    "a rise on every rank since the baseline up to half as large again as what a rank the window " \
-    "named slow costs is its echo: every rank waits for it in the collectives they share, and a "  \
-    "finding's impact counts only its evidence (measured: rank 2 held to 0.1 CPUs, 25.8 ms/iter "  \
-    "throttled; gloo:all_reduce +10.5 and +27.7 ms/iter on all ranks in two runs)")                \
   X(kBaselineMaxFindings, 3, "findings",                                                           \
     "at most the 3 largest changes since the baseline are listed: the rest are their echoes")      \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \

@@ -280,9 +280,12 @@ void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
   // outside its lock, the strings' hashes included.
   CompactRank c;
   c.compact.resize(functions.size());
+  double gpu_us = 0;
   for (size_t k = 0; k < functions.size(); ++k) {
     const FunctionView& f = functions[k];
     CompactFunction& cf = c.compact[k];
+    if (trace::IsGpuKind(f.kind) && f.device >= 0 && f.per_iter_us > gpu_us)
+      c.gpu = f.device, gpu_us = f.per_iter_us;
     cf.per_iter_us = static_cast<float>(f.per_iter_us);
     cf.self_per_iter_us = static_cast<float>(f.self_per_iter_us);
     cf.calls_per_iter = static_cast<float>(f.calls_per_iter);

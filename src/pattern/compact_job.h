@@ -82,6 +82,7 @@ struct CompactRank : RankSummary {
   // The summary's process groups, stored once per job (RankSummary::process_groups is empty).
   std::vector<const trace::ProcessGroup*> groups;
   int role = -1;          // pipeline stage: position in the rank's "pp" group; -1 when unknown
+  int gpu = -1;           // the device its GPU work ran on most (-1: none); NVML's index on a node
   bool has_self = false;  // the summary carries exclusive times
   bool any_main = false;  // some function is marked as running on the iteration thread
 };
