@@ -64,7 +64,7 @@ SCENARIOS = {
     # Causes (issue 24): the rank and the cause must both be right. The job waits 30 ms a step,
     # as tests/test_os_causes.py's do (test_online_run.py's FAULT_AT says why).
     "skew": (["--iters", "320", "--step-sleep-ms", "30", "--hidden", "512", "--fault", "skew", "--fault-rank", "2",
-              "--fault-start", "130", "--fault-scale", "4"], [], "rank=2,category~more_work"),
+              "--fault-start", "130", "--fault-scale", "8"], [], "rank=2,category~more_work"),
     "leak": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "leak", "--fault-rank", "2", "--fault-start", "0",
               "--fault-mb", "1"], [], "rank=2,category~memory_growth"),
     "checkpoint": (["--iters", "320", "--step-sleep-ms", "30", "--fault", "checkpoint", "--fault-rank", "2",

@@ -67,7 +67,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
-                            "call-heavy", "cpu-quota", "skew", "leak", "checkpoint"])
+                            "call-heavy", "cpu-quota", "skew", "leak", "checkpoint", "nice"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")

@@ -4,7 +4,8 @@
 # traces. Results (reports, logs, a summary line per check) go to $OUT (default out/gpu-check).
 #
 #   1. online, clean: 2 ranks share the GPU (gloo), a window forced at iteration 30
-#      (--profile-at-iteration): the window's diagnosis must hold both ranks and GPU kernels;
+#      (--profile-at-iteration): the window's diagnosis must hold both ranks and GPU kernels,
+#      and every rank's window figures the agent's NVML sample (SM clock, clock-event reasons);
 #   2. online, GPU-side fault on every rank: needless torch.cuda.synchronize() + .item() each
 #      step from iteration 130 (after the baseline window), every number the default: expect an
 #      all-rank "sync" finding;
@@ -60,6 +61,17 @@ timeout 300 "$PT" run --nproc 2 --report-dir "$R1" --baseline-window off --profi
 echo "exit $?" >>"$OUT/online-clean.log"
 check online-clean "$R1" 'w is not None and w["job"]["ranks"] == [0, 1]'
 "$PT" show "$R1/traces/window-1" --top 15 >"$OUT/online-clean-show.txt" 2>&1
+# The agent's NVML sample (issue 24) reaches the server with the window: the GPU's SM clock and
+# clock-event reasons are what GpuThrottledRule reads; the rank's GPU is its kernels' device.
+if "$PY" - "$R1/perftracker.db" >>"$OUT/summary.txt" 2>&1 <<'EOF2'
+import json, sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute("select rank, hardware_json from rank_summaries").fetchall()
+hw = [json.loads(h or "{}") for _, h in rows]
+keys = sorted({k for h in hw for k in h if k.startswith("gpu")})
+print("nvml metrics:", keys[:12], "ecc/replay:", [k for k in keys if "ecc" in k or "replay" in k])
+sys.exit(0 if hw and all(any(k.endswith("sm_clock_mhz") for k in h) and any(k.endswith("clock_event_reasons") for k in h) for h in hw) else 1)
+EOF2
+then log "nvml-metrics: PASS"; else log "nvml-metrics: FAIL"; status=1; fi
 
 # 2. online, needless sync on every rank.
 R2="$OUT/online-sync"; rm -rf "$R2"
