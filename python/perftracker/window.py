@@ -93,14 +93,16 @@ class WindowState:
                 cuda = getattr(torch, "cuda", None)
                 if cuda is not None and cuda.is_available() and cuda.is_initialized():
                     acts.append(torch.profiler.ProfilerActivity.CUDA)
-                # Input shapes: the diagnosis compares a rank's ops' inputs with its peers' (more
-                # work: data skew, padding; diagnose/causes.h MoreWorkRule). They once made the
-                # Lightning job's clean windows name a false straggler (2 of 2 CI runs at
-                # dae11a8, before MoreWorkRule compared only the same call sites); 16 of 16
-                # job-shape runs and the Lightning job beside a busy 4-rank job passed since.
-                self.profiler = torch.profiler.profile(activities=acts, record_shapes=True)
+                # No input shapes (record_shapes), though the diagnosis compares them (more work:
+                # diagnose/causes.h MoreWorkRule, FindMoreWorkRanks, on traces that have them).
+                # With them the Lightning job's clean baseline window named a false straggler
+                # under .ci/run's load (two tests at once on 2 cores): "rank 2 runs slow Python
+                # code: _single_tensor_adam 69.2 ms/iter vs 19.6" at 251e9a8, as at dae11a8,
+                # though 16 of 16 job-shape runs passed alone. Recording them only in the windows
+                # that explain a slowdown needs the window's reason in the profile command.
+                self.profiler = torch.profiler.profile(activities=acts)
             else:
-                self.profiler = torch.autograd.profiler.profile(record_shapes=True)
+                self.profiler = torch.autograd.profiler.profile()
             self.profiler.__enter__()
             if rec is not None:
                 rec["torch"] = True
