@@ -1,6 +1,9 @@
-"""WORK IN PROGRESS (issue 24), not in .ci/run: online windows do not record input shapes
-(python/perftracker/window.py says why), so this fails until they do. With shapes recorded it
-passed (test_os_causes at 251e9a8 in .ci/run; bench skew 4 of 5 at b13274e).
+"""WORK IN PROGRESS (issue 24), not in .ci/run.
+- More work: online windows do not record input shapes (python/perftracker/window.py says why),
+  so it fails until they do. With shapes recorded it passed (test_os_causes at 251e9a8 in
+  .ci/run; bench skew 4 of 5 at b13274e).
+- A 0.1-CPU quota on one rank: passed 4 of 4 alone and in .ci/run at 251e9a8; at b542353, under
+  .ci/run's load (test_online_run beside it), no slowdown window opened (bench quota-rank 4/5).
 
 A rank with more work (8x the rows per batch, as longer sequences are) is named more_work with
 its larger inputs beside its peers', not "CPU contention", though four ranks share two cores.
@@ -13,11 +16,34 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 from test_online_run import FAULT_AT, STEP  # noqa: E402
-from test_os_causes import OsJobs  # noqa: E402
+from test_os_causes import CpuQuota, OsJobs  # noqa: E402
 
 
 @unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")
 class WipOsCauses(OsJobs, unittest.TestCase):
+    def test_a_quota_on_one_rank_is_throttling_not_a_hang(self):
+        # A tenth of a CPU for rank 2 from iteration 130. A step is ~10 ms of CPU and a 30 ms
+        # wait, so a rank uses about a quarter of a CPU: a tenth makes its compute 2.5x as long.
+        quota = CpuQuota(0.1)
+        if quota.error:
+            self.skipTest(quota.error)
+        try:
+            ws, out = self.job("quota", "--iters", "320", *STEP, "--fault", "cpu-quota", "--fault-rank", "2",
+                               "--fault-start", FAULT_AT, "--fault-cgroup", quota.path)
+        finally:
+            quota.close()
+        latest = ws[max(ws)] if ws else []
+        self.assertTrue(latest, "no finding\n" + out)
+        f = latest[0]
+        self.assertEqual(f["ranks"], [2], out)
+        self.assertEqual(f["category"], "cpu_throttled", out)
+        self.assertIn("quota of 0.10 CPUs", f["summary"], out)
+        self.assertGreaterEqual(f["evidence"]["throttled_periods_share"], 0.2, out)
+        every = [g for fs in ws.values() for g in fs]
+        self.assertFalse([g for g in every if g["category"] == "hang"], out)
+        # Every rank's all-reduce waits for it: its echo, no finding of the job's.
+        self.assertFalse([g for g in latest if g["ranks"] == [0, 1, 2, 3]], out)
+
     def test_more_work_is_named_with_the_input_shapes(self):
         # From iteration 130 rank 2's batches hold 8x the rows (hidden 512: the weights are as
         # large as the batch, so the total of an op's inputs grows 2.3x and its data input 8x).
