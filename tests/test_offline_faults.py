@@ -28,10 +28,10 @@ class OfflineFaults(unittest.TestCase):
         self.assertTrue(ok, msg + "\n" + d["_text"])
 
     def straggler_work(self):
-        """--fault-work for a straggler of ~4 ms per step on this torch: the default 3 matmuls
+        """--fault-work for a straggler of at least ~4 ms per step on this torch: the default 3 matmuls
         cost ~1 ms on torch 2.13, under the 5% gate whenever a parallel test stretches the
         iteration past 20 ms (.ci/run at 251e9a8 and b542353: "no findings")."""
-        return str(ptest.fault_work_for(4)[0])
+        return str(max(3, ptest.fault_work_for(4)[0]))  # 1.13 (~6 ms a matmul): 3, as before
 
     def test_a_straggler_is_the_slow_rank_not_the_waiters(self):
         d = ptest.analyze([self.traces("straggler", "--fault", "straggler", "--fault-rank", "2",
