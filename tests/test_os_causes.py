@@ -160,22 +160,6 @@ class OsCauses(OsJobs, unittest.TestCase):
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
 
-    def test_a_rank_sharing_its_core_is_denied_the_cpu(self):
-        # Two ranks bound to a core each; from iteration 300 a busy process runs on rank 1's. No
-        # step wait: the ranks are CPU-bound (hidden 1024: ~25 ms steps), so the competitor
-        # halves rank 1's CPU and rank 0 waits for it in DDP's all-reduce.
-        ws, out = self.job("contention", "--iters", "700", "--hidden", "1024", "--fault", "cpu-contention",
-                           "--fault-rank", "1", "--fault-start", "300", nproc=2)
-        later = [f for w, fs in ws.items() if w > min(ws) for f in fs] if ws else []
-        self.assertTrue(later, "no finding after the baseline window\n" + out)
-        f = later[0]
-        self.assertEqual(f["ranks"], [1], out)
-        self.assertEqual(f["category"], "cpu_contention", out)
-        self.assertGreaterEqual(f["evidence"]["runq_wait_per_cpu_s"],
-                                2 * f["evidence"]["peers_runq_wait_per_cpu_s"], out)
-        # Rank 0 waits for it: neither its wait nor the pair's is a finding of its own.
-        self.assertFalse([g for g in later if g["ranks"] in ([0], [0, 1])], out)
-
     def test_slow_dataloader_workers_are_named_with_their_function(self):
         # From iteration 130 rank 1's two DataLoader worker processes sleep 200 ms in the collate
         # function per batch: a batch every 100 ms where a step takes ~45 ms.

@@ -4,6 +4,10 @@
   .ci/run; bench skew 4 of 5 at b13274e).
 - A 0.1-CPU quota on one rank: passed 4 of 4 alone and in .ci/run at 251e9a8; at b542353, under
   .ci/run's load (test_online_run beside it), no slowdown window opened (bench quota-rank 4/5).
+- A rank sharing its core with a busy process (2 ranks): passed in both .ci/run today and 8 of
+  10 bench runs; alone at ff07990 no window opened: the detector fired at iteration 113 (before
+  the baseline window, noise) and at 312 (the fault), and the server opened no window for the
+  second (the first trigger's answer seems never to have cleared).
 
 A rank with more work (8x the rows per batch, as longer sequences are) is named more_work with
 its larger inputs beside its peers', not "CPU contention", though four ranks share two cores.
@@ -21,6 +25,22 @@ from test_os_causes import CpuQuota, OsJobs  # noqa: E402
 
 @unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")
 class WipOsCauses(OsJobs, unittest.TestCase):
+    def test_a_rank_sharing_its_core_is_denied_the_cpu(self):
+        # Two ranks bound to a core each; from iteration 300 a busy process runs on rank 1's. No
+        # step wait: the ranks are CPU-bound (hidden 1024: ~25 ms steps), so the competitor
+        # halves rank 1's CPU and rank 0 waits for it in DDP's all-reduce.
+        ws, out = self.job("contention", "--iters", "700", "--hidden", "1024", "--fault", "cpu-contention",
+                           "--fault-rank", "1", "--fault-start", "300", nproc=2)
+        later = [f for w, fs in ws.items() if w > min(ws) for f in fs] if ws else []
+        self.assertTrue(later, "no finding after the baseline window\n" + out)
+        f = later[0]
+        self.assertEqual(f["ranks"], [1], out)
+        self.assertEqual(f["category"], "cpu_contention", out)
+        self.assertGreaterEqual(f["evidence"]["runq_wait_per_cpu_s"],
+                                2 * f["evidence"]["peers_runq_wait_per_cpu_s"], out)
+        # Rank 0 waits for it: neither its wait nor the pair's is a finding of its own.
+        self.assertFalse([g for g in later if g["ranks"] in ([0], [0, 1])], out)
+
     def test_a_quota_on_one_rank_is_throttling_not_a_hang(self):
         # A tenth of a CPU for rank 2 from iteration 130. A step is ~10 ms of CPU and a 30 ms
         # wait, so a rank uses about a quarter of a CPU: a tenth makes its compute 2.5x as long.
