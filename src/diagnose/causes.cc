@@ -497,27 +497,23 @@ std::optional<LoaderWork> LoaderWorkOf(const std::map<std::string, double>& m) {
 }
 
 // The training thread's time in data-loader functions per iteration, microseconds (the
-// outermost: they nest), or NaN when RANK has no pattern here.
-double LoaderWaitUs(std::span<const pattern::CompactRank> ranks, int rank) {
-  for (const pattern::CompactRank& r : ranks) {
-    if (r.rank != rank) continue;
-    double most = 0;
-    for (const pattern::CompactFunction& f : r.compact)
-      if (f.fclass() == pattern::FunctionClass::kDataLoader && f.main_thread)
-        most = std::max(most, static_cast<double>(f.per_iter_us));
-    return most;
-  }
-  return kNone;
+// outermost: they nest).
+double LoaderWaitUs(const pattern::CompactRank& r) {
+  double most = 0;
+  for (const pattern::CompactFunction& f : r.compact)
+    if (f.fclass() == pattern::FunctionClass::kDataLoader && f.main_thread)
+      most = std::max(most, static_cast<double>(f.per_iter_us));
+  return most;
 }
 
-// The rank's extra wait for data over its peers' median, ms per iteration (NaN: unknown).
+// The rank's extra wait for data over its peers' median, ms per iteration (NaN: unknown). One
+// pass over the ranks.
 double ExtraLoaderWaitMs(const CauseInput& in, int rank) {
-  const double own = LoaderWaitUs(in.ranks, rank);
-  if (std::isnan(own)) return kNone;
+  double own = kNone;
   std::vector<double> peers;
   for (const pattern::CompactRank& r : in.ranks)
-    if (r.rank != rank) peers.push_back(LoaderWaitUs(in.ranks, r.rank));
-  if (peers.empty()) return kNone;
+    (r.rank == rank ? own : peers.emplace_back()) = LoaderWaitUs(r);
+  if (std::isnan(own) || peers.empty()) return kNone;
   return (own - internal::Median(peers)) / 1000.0;
 }
 
@@ -640,12 +636,12 @@ std::vector<Finding> FindUnnamedRanks(const CauseInput& in, const std::map<int, 
   std::set<int> ranks;  // those with metrics (a window) or a pattern (a trace)
   for (const auto& entry : in.metrics) ranks.insert(entry.first);
   for (const pattern::CompactRank& r : in.ranks) ranks.insert(r.rank);
+  // Once, not per rank: an all-rank finding lists every rank of a 100,000-rank job.
+  std::set<int> named;
+  for (const Finding& f : existing) named.insert(f.ranks.begin(), f.ranks.end());
   static const std::map<std::string, double> kNoMetrics;
   for (const int rank : ranks) {
-    const bool named = std::any_of(existing.begin(), existing.end(), [&](const Finding& f) {
-      return std::find(f.ranks.begin(), f.ranks.end(), rank) != f.ranks.end();
-    });
-    if (named) continue;
+    if (named.count(rank)) continue;
     auto m = in.metrics.find(rank);
     const double ms = lost_ms(rank, m == in.metrics.end() ? kNoMetrics : m->second);
     if (std::isnan(ms) || ms < policy::kMinAbsMs || ms < in.iteration_ms * policy::kMinFraction)
@@ -685,6 +681,11 @@ std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
 std::vector<Finding> FindMoreWorkRanks(const CauseInput& in,
                                        const std::map<int, std::string>& hosts,
                                        const std::vector<Finding>& existing) {
+  // Each shaped rank is compared with all its peers (LargerInputs): quadratic in shaped ranks.
+  // Traces without shapes (online windows, simulated jobs of 100,000 ranks) cost one pass.
+  if (std::none_of(in.ranks.begin(), in.ranks.end(),
+                   [](const pattern::CompactRank& r) { return !r.shapes.empty(); }))
+    return {};
   auto lost = [&](int rank, const std::map<std::string, double>&) {
     const std::optional<MoreWork> w = MoreWorkOf(in, rank);
     return w ? w->explained_ms : kNone;
