@@ -189,11 +189,13 @@ bool GpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
   if (std::isnan(clock) || std::isnan(reasons) || reasons < 0) return false;
   const uint64_t bits = static_cast<uint64_t>(reasons);
   if (!GpuClockReasonsSlow(bits)) return false;
+  // Each peer's clock on its own GPU: one pass over the patterns, then its metrics.
   std::vector<double> peers;
-  for (const auto& [r, pm] : in.metrics) {
-    if (r == rank) continue;
-    const int g = GpuOf(in.ranks, r);
-    if (const double c = g < 0 ? kNone : GpuMetric(pm, g, "sm_clock_mhz"); !std::isnan(c))
+  for (const pattern::CompactRank& r : in.ranks) {
+    if (r.rank == rank || r.gpu < 0) continue;
+    auto pm = in.metrics.find(r.rank);
+    if (pm == in.metrics.end()) continue;
+    if (const double c = GpuMetric(pm->second, r.gpu, "sm_clock_mhz"); !std::isnan(c))
       peers.push_back(c);
   }
   if (peers.empty()) return false;
