@@ -100,13 +100,19 @@ void WindowScheduler::NewAttempt() {
   last_slowdown_closed_.reset();
   slowdown_window_ = 0;
   slowdown_mean_ms_ = 0;
+  fired_.clear();
 }
 
-WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int64_t iteration, double mean_ms,
+WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int rank, int64_t iteration,
+                                                            double mean_ms,
                                                             const std::string& reason, Time now) {
+  const auto earlier = fired_.find(rank);
+  const bool refired =
+      earlier != fired_.end() && mean_ms > options_.refire_escalation * earlier->second;
+  fired_[rank] = mean_ms;
   const bool cooling = last_slowdown_closed_ &&
                        now - *last_slowdown_closed_ < Secs(options_.cooldown_seconds) &&
-                       !(mean_ms > options_.cooldown_escalation * slowdown_mean_ms_);
+                       !(mean_ms > options_.cooldown_escalation * slowdown_mean_ms_) && !refired;
   if (!open_window_ && (cooling || collecting_hang_ || hang_reported_))
     return SlowdownAction::kIgnore;
   // The open window (baseline, periodic, user) started profiling before this slowdown: it
@@ -114,13 +120,25 @@ WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int64_t iteration, d
   if (open_window_ && open_window_ != slowdown_window_ && iteration >= open_start_) {
     followup_ = Scheduled{reason, true, mean_ms};
     slowdown_mean_ms_ = mean_ms;
+    fired_ = {{rank, mean_ms}};
     return SlowdownAction::kFollowUp;
   }
   if (open_window_) {  // joined: that window profiles it
+    if (slowdown_window_ != open_window_) fired_ = {{rank, mean_ms}};
     slowdown_window_ = open_window_;
     slowdown_mean_ms_ = mean_ms;
+  } else {
+    fired_ = {{rank, mean_ms}};  // a window of its own opens
   }
   return SlowdownAction::kOpen;
+}
+
+std::string WindowScheduler::IgnoredBecause() const {
+  if (collecting_hang_ || hang_reported_) return "a hang is being handled";
+  return fmt::format(
+      "cooling down after slowdown window {} (a trigger within {:.0f} s must be "
+      "{:.2f}x its {:.1f} ms, or its rank's second)",
+      slowdown_window_, options_.cooldown_seconds, options_.cooldown_escalation, slowdown_mean_ms_);
 }
 
 Status WindowScheduler::OnUserTrigger(const std::string& caller, Time now) {

@@ -33,6 +33,13 @@ struct ScheduleOptions {
   // window: a new, bigger slowdown (a real fault after a trigger on the host's own drift) is not
   // the one that window profiled.
   double cooldown_escalation = 1.25;
+  // ...or a rank whose detector already fired for that window fires again at this much above
+  // its own earlier trigger: a detector fires once per slowdown and re-arms only when its
+  // iterations come back under the threshold, so a second firing is a new slowdown (a noise
+  // trigger that joined the baseline window, then a real fault), while the ranks that fire
+  // late for the same slowdown fire for the first time. The margin keeps a detector that
+  // flaps around its threshold during one lasting slowdown from opening a window each time.
+  double refire_escalation = 1.1;
   // A user's `perftracker trigger` (any caller other than a worker's detector) opens at most one
   // window per caller host this often: a script in a loop would keep every rank profiling and
   // fill the disk with traces.
@@ -106,14 +113,17 @@ class WindowScheduler {
   bool collecting_hang() const { return collecting_hang_; }
   int64_t slowdown_window() const { return slowdown_window_; }  // 0: none yet
   bool pending_hang() const { return pending_hang_.has_value(); }
+  // Why OnSlowdown answered kIgnore, for the log.
+  std::string IgnoredBecause() const;
 
   enum class SlowdownAction {
     kIgnore,    // cooling down after a slowdown window, or a hang is being handled
     kFollowUp,  // it began after the open window started: a window of its own follows it
     kOpen,      // open a window (or join the open one; it becomes the slowdown window)
   };
-  // A worker's detector saw its recent iterations (ending at ITERATION) at MEAN_MS.
-  SlowdownAction OnSlowdown(int64_t iteration, double mean_ms, const std::string& reason, Time now);
+  // RANK's detector saw its recent iterations (ending at ITERATION) at MEAN_MS.
+  SlowdownAction OnSlowdown(int rank, int64_t iteration, double mean_ms, const std::string& reason,
+                            Time now);
 
   // A user's trigger from CALLER (its host): refused with RESOURCE_EXHAUSTED and when to try
   // again if that caller opened a window less than user_trigger_cooldown_seconds ago; joining
@@ -152,6 +162,10 @@ class WindowScheduler {
   std::optional<Time> last_slowdown_closed_;
   int64_t slowdown_window_ = 0;  // the window a slowdown trigger opened or joined
   double slowdown_mean_ms_ = 0;  // the recent iteration time of the trigger that did
+  // The ranks whose detectors fired since that window opened (joined, or ignored while it
+  // cooled down), with their latest trigger's time: a second firing is a new slowdown.
+  // Bounded by the job's ranks; cleared when a slowdown window opens.
+  std::map<int, double> fired_;
   bool baseline_done_ = false;
   std::optional<Scheduled> followup_;
   std::optional<PendingHang> pending_hang_;
