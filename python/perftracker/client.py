@@ -277,7 +277,8 @@ class AgentClient:
             window = None
         ok = self._collector.windows.start(
             out, window, int(cmd.get("iters", config.WINDOW_ITERATIONS)),
-            float(cmd.get("max_s", config.WINDOW_MAX_S)), int(cmd.get("start_iter", -1)))
+            float(cmd.get("max_s", config.WINDOW_MAX_S)), int(cmd.get("start_iter", -1)),
+            cmd.get("shapes") is True)
         self.send(protocol.make(protocol.PROFILE_ACK, accepted=bool(ok), path=out, window=window))
 
     def _hold(self, window: Any) -> None:

@@ -59,7 +59,7 @@ WORKER_TO_AGENT = (HELLO, ITERATIONS, LEARNED, RELEARN, TRIGGER, PROFILE_ACK, PY
 
 # iters and max_s default to config.WINDOW_ITERATIONS / WINDOW_MAX_S; start_iter -1 is "next";
 # the file is `path`, or `dir`/rank-R.python.json (this agent always sends dir).
-PROFILE = MessageType("profile", ("iters", "max_s", "start_iter", "dir", "path", "window"),
+PROFILE = MessageType("profile", ("iters", "max_s", "start_iter", "shapes", "dir", "path", "window"),
                       agent_skips=("path",))
 # Ends the current window now (or cancels a pending one); for tools that talk to the socket:
 # the agent lets a window run its course.

@@ -47,10 +47,10 @@ class WindowState:
     # ---- the agent client's side ----
 
     def start(self, out: str, window: Optional[int], iters: int, max_s: float,
-              start_iter: int) -> bool:
-        """Asks the C++ side for a window writing OUT; False when it refuses (another window is
-        pending or open)."""
-        rec = {"path": out, "window": window, "torch": False}
+              start_iter: int, shapes: bool = False) -> bool:
+        """Asks the C++ side for a window writing OUT (SHAPES: torch.profiler records the ops'
+        input shapes); False when it refuses (another window is pending or open)."""
+        rec = {"path": out, "window": window, "torch": False, "shapes": shapes}
         prev = (self.out, self.rec)
         self.out, self.rec = out, rec  # before the training thread can arm it
         ok = self._collector.w.start_window(iters, max_s, out, start_iter)
@@ -84,6 +84,7 @@ class WindowState:
 
     def _start_profiler(self, torch: Any) -> None:
         rec = self.profiler_rec = self.rec
+        shapes = bool(rec.get("shapes")) if rec is not None else False
         try:
             kineto = getattr(torch.autograd, "kineto_available", lambda: False)()
             if kineto:
@@ -93,16 +94,12 @@ class WindowState:
                 cuda = getattr(torch, "cuda", None)
                 if cuda is not None and cuda.is_available() and cuda.is_initialized():
                     acts.append(torch.profiler.ProfilerActivity.CUDA)
-                # No input shapes (record_shapes), though the diagnosis compares them (more work:
-                # diagnose/causes.h MoreWorkRule, FindMoreWorkRanks, on traces that have them).
-                # With them the Lightning job's clean baseline window named a false straggler
-                # under .ci/run's load (two tests at once on 2 cores): "rank 2 runs slow Python
-                # code: _single_tensor_adam 69.2 ms/iter vs 19.6" at 251e9a8, as at dae11a8,
-                # though 16 of 16 job-shape runs passed alone. Recording them only in the windows
-                # that explain a slowdown needs the window's reason in the profile command.
-                self.profiler = torch.profiler.profile(activities=acts)
+                # Input shapes only where the server asks (a window that explains a slowdown:
+                # server/window.h WindowSpec::record_shapes says why not in the baseline); the
+                # diagnosis compares them (more work: diagnose/causes.h MoreWorkRule).
+                self.profiler = torch.profiler.profile(activities=acts, record_shapes=shapes)
             else:
-                self.profiler = torch.autograd.profiler.profile()
+                self.profiler = torch.autograd.profiler.profile(record_shapes=shapes)
             self.profiler.__enter__()
             if rec is not None:
                 rec["torch"] = True

@@ -178,7 +178,8 @@ struct Agent::Impl {
         }
         if (!cmd.has_profile()) continue;
         WindowCommand w{cmd.profile().window_id(), cmd.profile().start_iteration(),
-                        cmd.profile().iterations(), cmd.profile().max_seconds()};
+                        cmd.profile().iterations(), cmd.profile().max_seconds(),
+                        cmd.profile().record_shapes()};
         log::Detail("agent", "profile window {} from iteration {}", w.window_id, w.start_iteration);
         if (Status st = sink->StartWindow(w); !st.ok()) log::Error("agent", "{}", st.message());
         std::lock_guard lk(mu);

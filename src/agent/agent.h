@@ -24,6 +24,7 @@ struct WindowCommand {
   int64_t start_iteration = 0;
   int iterations = 0;
   double max_seconds = 0;
+  bool record_shapes = false;  // the CPU ops' input shapes (ProfileWindow.record_shapes)
 };
 
 struct IterationReport {

@@ -695,6 +695,7 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   w.Key("max_s").Number(command.max_seconds > 0 ? command.max_seconds
                                                 : window_defaults::kMaxSeconds);
   w.Key("start_iter").Int(command.start_iteration);
+  w.Key("shapes").Bool(command.record_shapes);
   w.Key("dir").String(dir);
   w.EndObject();
   std::lock_guard lk(m.mu);

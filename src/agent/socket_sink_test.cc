@@ -353,7 +353,8 @@ TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
   const std::string dir = dir_.path() + "/traces/window-7";
   EXPECT_TRUE(fs::is_directory(dir));
   const std::string expected = fmt::format(
-      R"({{"type":"profile","window":7,"iters":10,"max_s":20,"start_iter":120,"dir":"{}"}})", dir);
+      R"({{"type":"profile","window":7,"iters":10,"max_s":20,"start_iter":120,"shapes":false,"dir":"{}"}})",
+      dir);
   EXPECT_EQ(early->ReadLine(), expected);
 
   // A rank that connects while the window is open.

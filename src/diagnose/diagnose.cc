@@ -42,6 +42,11 @@ void AddMissingRanks(MissingRanks missing, Diagnosis* d) {
   const int expected =
       std::max(missing.expected > 0 ? missing.expected : d->job.world_size, listed);
   if (missing.expected > 0) d->job.world_size = std::max(d->job.world_size, missing.expected);
+  // Ranks whose job ended before the window are no problem: a note, no finding.
+  MissingRanks ended = missing;
+  std::erase_if(ended.ranks, [](const MissingRank& m) { return IsProblem(m.reason); });
+  std::erase_if(missing.ranks, [](const MissingRank& m) { return !IsProblem(m.reason); });
+  if (!ended.ranks.empty()) d->job.notes.push_back(MissingRankNote(ended, expected));
   std::optional<Finding> f = MissingRankFinding(missing, reported, expected);
   if (!f) return;
   d->job.notes.push_back(MissingRankNote(missing, expected));

@@ -75,6 +75,8 @@ const MissingReasonInfo& Describe(MissingReason r) {
   return i < kMissingReasons.size() ? kMissingReasons[i] : kMissingReasons.back();
 }
 
+bool IsProblem(MissingReason reason) { return reason != MissingReason::kEndedBeforeWindow; }
+
 std::optional<MissingReason> MissingReasonNamed(std::string_view name) {
   for (const MissingReasonInfo& row : kMissingReasons)
     if (name == row.name) return row.reason;

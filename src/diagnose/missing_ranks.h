@@ -30,6 +30,11 @@ namespace perftracker::diagnose {
     "its node agent saw the worker's connection close and its process end",                        \
     "Look at how the rank's process ended: its exit status and last output in the job's log, "     \
     "the kernel log for the OOM killer (dmesg), a Python exception or a signal.")                  \
+  X(kEndedBeforeWindow, "ended_before_window", "ended before the window",                          \
+    "its process exited normally (its exit hook ran) before the window's first iteration: the "    \
+    "job ended before the window could profile it",                                                \
+    "Nothing to do: a window opened in a job's last iterations profiles nothing. Not a finding: "  \
+    "the diagnosis notes it.")                                                                     \
   X(kAgentGone, "agent_gone", "agent gone",                                                        \
     "the node agent serving the rank stopped calling the server (no command stream, no call "      \
     "since)",                                                                                      \
@@ -108,8 +113,13 @@ struct MissingRanks {
 // ranks the finding stays small; the counts and rank lists cover every one.
 inline constexpr size_t kMaxDetailedMissingRanks = 16;
 
+// Whether a rank missing for REASON is a problem: a rank whose job ended before the window is not
+// (its note says so; it gets no finding).
+bool IsProblem(MissingReason reason);
+
 // The one finding for MISSING; REPORTED ranks did report, of EXPECTED in all. Nothing when no
-// rank is missing. The summary groups the ranks by reason, most definite first:
+// rank is missing (ranks that are no problem, IsProblem, are left out: callers split them off). The
+// summary groups the ranks by reason, most definite first:
 //   "ranks 1,3 did not report for window 1: rank 1 dead (process exited at iteration 57); rank 3
 //    no iteration since the command (last iteration 12). The diagnosis covers 2 of 4 ranks."
 // One reason only: "rank 2 missing: no trace or summary. The diagnosis covers 3 of 4 ranks."

@@ -45,7 +45,7 @@ TEST(MissingRanksTest, TheTableNamesEveryReasonOnceAndRoundTrips) {
     EXPECT_NE(std::string(row.how), "");
     EXPECT_NE(std::string(row.suggestion), "");
   }
-  EXPECT_EQ(names.size(), 6u);
+  EXPECT_EQ(names.size(), 7u);
   EXPECT_FALSE(MissingReasonNamed("nope").has_value());
 }
 
@@ -197,6 +197,26 @@ TEST(MissingRanksTest, AWindowWithNoReportAtAll) {
   EXPECT_EQ(d.findings[0].summary,
             "ranks 0,1 did not report for window 1: agent gone. The diagnosis covers 0 of 2 "
             "ranks.");
+}
+
+// A window opened in the job's last iterations: its ranks exited normally before its first
+// iteration. No problem: a note says so, and no finding; a rank that died beside them still is one.
+TEST(MissingRanksTest, RanksWhoseJobEndedBeforeTheWindowAreANoteNotAFinding) {
+  MissingRanks m =
+      Window({{0, MissingReason::kEndedBeforeWindow, "a normal exit at iteration 38", 38},
+              {1, MissingReason::kEndedBeforeWindow, "a normal exit at iteration 38", 38}});
+  m.expected = 2;
+  Diagnosis d = Diagnose(pattern::CompactJob(), {}, &m);
+  EXPECT_TRUE(d.findings.empty());
+  ASSERT_FALSE(d.job.notes.empty());
+  EXPECT_TRUE(
+      Has(d.job.notes.back(), "ranks 0,1 of 2 missing from window 1: ended before the window"))
+      << d.job.notes.back();
+  m.ranks.push_back({2, MissingReason::kRankDead, "killed", 30});
+  m.expected = 3;
+  d = Diagnose(pattern::CompactJob(), {}, &m);
+  ASSERT_EQ(d.findings.size(), 1u);
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{2});
 }
 
 }  // namespace

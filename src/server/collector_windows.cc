@@ -44,6 +44,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   spec.start_iteration = sched->StartIteration(ProgressLocked());
   spec.attempt = attempts.current();
   spec.baseline = ReasonKind(reason) == "baseline";
+  spec.record_shapes = !spec.baseline && ReasonKind(reason) != "periodic";
   std::set<int> expected;
   for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
   auto deadline = Window::Clock::now() +
@@ -75,6 +76,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   p->set_start_iteration(spec.start_iteration);
   p->set_iterations(spec.iterations);
   p->set_max_seconds(spec.max_seconds);
+  p->set_record_shapes(spec.record_shapes);
   SendLocked(cmd);
   cv.notify_all();
   log::Event("", "window {} opened ({}): profiling iterations {}..{} on every rank{}", spec.id,

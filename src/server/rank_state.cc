@@ -86,11 +86,15 @@ namespace {
 using diagnose::MissingRank;
 using diagnose::MissingReason;
 
-// The worker's process ended: dead, whatever else is true.
-std::optional<MissingRank> Dead(int rank, const WorkerSeen* w, int64_t last) {
+// The worker's process ended: dead, whatever else is true; or, when it exited normally before
+// the window's first iteration (START), the job ended first.
+std::optional<MissingRank> Dead(int rank, const WorkerSeen* w, int64_t last, int64_t start) {
   if (w == nullptr || !w->exited || !(w->process_gone || w->exit_message)) return std::nullopt;
   std::string when =
       last >= 0 ? fmt::format("at iteration {}", last) : "before its first iteration";
+  if (w->exit_message && last >= 0 && last < start)
+    return MissingRank{rank, MissingReason::kEndedBeforeWindow,
+                       fmt::format("a normal exit {}, the window starts at {}", when, start), last};
   return MissingRank{
       rank, MissingReason::kRankDead,
       fmt::format("process exited {}, {}, pid {}", when,
@@ -168,7 +172,7 @@ diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const Age
   const WorkerSeen* w = state && state->worker ? &*state->worker : nullptr;
   int64_t last = state ? state->last_step : -1;
   if (w) last = std::max(last, w->last_iteration);
-  if (auto m = Dead(rank, w, last)) return *m;
+  if (auto m = Dead(rank, w, last, window.start_iteration)) return *m;
   if (auto m = AgentGone(rank, agent, last)) return *m;
   if (auto m = NotDelivered(rank, w, agent, window.id, last)) return *m;
   if (auto m = NoIteration(rank, last, w, agent, window)) return *m;

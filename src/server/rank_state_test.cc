@@ -98,7 +98,17 @@ TEST(ExplainMissingTest, DeadWhenItsProcessEnded) {
   EXPECT_EQ(m.last_iteration, 57);
   s.state.worker->process_gone = false;
   s.state.worker->exit_message = true;
-  EXPECT_EQ(s.Explain().detail, "process exited at iteration 57, a normal exit, pid 1234");
+  // A normal exit before the window's first iteration: the job ended first, no problem.
+  m = s.Explain();
+  EXPECT_EQ(m.reason, MissingReason::kEndedBeforeWindow);
+  EXPECT_EQ(m.detail, "a normal exit at iteration 57, the window starts at 100");
+  EXPECT_FALSE(diagnose::IsProblem(m.reason));
+  // ...but one inside the window is a rank that left it: dead.
+  s.state.worker->last_iteration = 104;
+  s.state.last_step = 104;
+  m = s.Explain();
+  EXPECT_EQ(m.reason, MissingReason::kRankDead);
+  EXPECT_EQ(m.detail, "process exited at iteration 104, a normal exit, pid 1234");
 }
 
 TEST(ExplainMissingTest, AgentGoneWhenSilentOrForgotten) {

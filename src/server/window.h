@@ -28,6 +28,11 @@ struct WindowSpec {
   double max_seconds = 0;
   int attempt = 0;  // the job's attempt it profiles (server/attempts.h)
   bool baseline = false;  // the attempt's baseline window: later ones are compared with it
+  // Its ranks record the CPU ops' input shapes. Only windows that explain a slowdown (a
+  // trigger, a user's request) do: shapes make every small op dearer, and in a clean baseline
+  // window under load that tipped one rank's Adam over the peer comparison's gate (a false
+  // straggler in the Lightning job at 251e9a8); a slowdown window's cause is far larger.
+  bool record_shapes = false;
 };
 
 struct RankUpload {
