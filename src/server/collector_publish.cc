@@ -62,7 +62,10 @@ void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, co
   std::error_code ec;
   fs::create_directories(dir, ec);
   const bool amended = std::string_view(what) == "amended";
-  const bool root = !amended || root_report_id == id;
+  // A window that profiled nothing (its ranks ended before its first iteration) leaves the
+  // job's report to the diagnosis before it.
+  const bool profiled_nothing = d.job.ranks.empty() && d.findings.empty() && latest.has_value();
+  const bool root = (!amended || root_report_id == id) && !profiled_nothing;
   ::perftracker::Status st = WriteReport(d, (dir / "diagnosis.json").string());
   if (st.ok() && root)
     st = WriteReport(d, (fs::path(options.report_dir) / "diagnosis.json").string());

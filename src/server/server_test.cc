@@ -368,6 +368,68 @@ TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
   (*server)->Shutdown();
 }
 
+// A window opened in the job's last iterations: every rank exited normally before its first
+// iteration. That is no dead rank: the window's diagnosis notes it, with no finding, and the
+// job's report stays the window before it.
+TEST(Server, AWindowTheJobEndedBeforeIsANoteAndLeavesTheReport) {
+  ServerOptions o;
+  o.report_dir = TempDir("ended");
+  o.print = false;
+  o.max_seconds = 0.2;
+  o.upload_grace_seconds = 0.3;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+  std::string id;
+  ASSERT_TRUE(c.Register({0, 1}, &id, "node-a"));
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(c.Report(r, {10}, {12.5}));
+  TriggerResult t = (*server)->Trigger("test", 4);
+  ASSERT_EQ(t.window_id, 1);
+  for (int r : {0, 1}) {
+    v1::UploadWindowRequest up;
+    up.set_agent_id(id);
+    up.set_window_id(t.window_id);
+    up.set_rank(r);
+    up.set_summary(pattern::SerializeSummary(Synthetic(r, 2, 10)));
+    v1::UploadWindowReply ur;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  }
+  for (int i = 0; i < 100 && !fs::exists(o.report_dir + "/windows/1/diagnosis.json"); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  TriggerResult t2 = (*server)->Trigger("test", 4);
+  ASSERT_EQ(t2.window_id, 2);
+  v1::ReportIterationsRequest req;
+  req.set_agent_id(id);
+  req.set_window_received(t2.window_id);
+  req.set_relays_workers(true);
+  for (int r = 0; r < 2; ++r) {
+    v1::WorkerState* w = req.add_workers();
+    w->set_rank(r);
+    w->set_pid(100 + r);
+    w->set_window_sent(t2.window_id);
+    w->set_window_acked(t2.window_id);
+    w->set_window_accepted(true);
+    w->set_last_iteration(12);  // the window starts further on
+    w->set_exited(true);
+    w->set_exit_message(true);
+  }
+  v1::ReportIterationsReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  const std::string path = o.report_dir + "/windows/2/diagnosis.json";
+  for (int i = 0; i < 100 && !fs::exists(path); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto d = report::ReadDiagnosisFile(path);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_TRUE(d->findings.empty()) << Slurp(path);
+  EXPECT_NE(Slurp(path).find("ranks 0,1 of 2 missing from window 2: ended before the window"),
+            std::string::npos)
+      << Slurp(path);
+  auto root = report::ReadDiagnosisFile(o.report_dir + "/diagnosis.json");
+  ASSERT_TRUE(root.ok()) << root.status().message();
+  EXPECT_EQ(root->job.ranks, (std::vector<int>{0, 1}));
+  (*server)->Shutdown();
+}
+
 // The agent went away: its ranks' silence is its agent's, and a restarted agent that registered
 // after the window opened never got the command.
 TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
