@@ -89,6 +89,8 @@ void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, co
   if (::perftracker::Status s2 = store->FinishWindow(id, d, json); !s2.ok())
     log::Error("server", "{}", s2.message());
   if (root) latest = d;
+  // What the window measured: the slowdown cooldown's reference (server/scheduler.h).
+  if (std::string_view(what) == "window") sched->Measured(id, d.job.iteration_ms_median);
   if (!amended) ++(std::string_view(what) == "hang" ? hangs_diagnosed : windows_diagnosed);
   log::Detail(
       "server", "{} {} diagnosed (unix {:.3f}): {} finding(s)", what, id,

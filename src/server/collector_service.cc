@@ -404,7 +404,7 @@ grpc::Status CollectorServer::Impl::DoTrigger(grpc::ServerContext* ctx,
         "slowdown on rank {}: median of its recent iterations {:.1f} ms vs {:.1f} ms after "
         "warm-up",
         req->rank(), req->mean_ms(), req->best_ms());
-    switch (sched->OnSlowdown(req->rank(), req->iteration(), req->mean_ms(), reason, now)) {
+    switch (sched->OnSlowdown(req->iteration(), req->mean_ms(), reason, now)) {
       case WindowScheduler::SlowdownAction::kIgnore:
         // Why no window opened is the first question when one was expected.
         log::Detail("server", "slowdown trigger of rank {} at iteration {} ({:.1f} ms) ignored: {}",

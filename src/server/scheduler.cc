@@ -38,6 +38,7 @@ void WindowScheduler::Opened(int64_t id, int64_t start_iteration, Time now, bool
   if (slowdown) {
     slowdown_window_ = id;
     slowdown_mean_ms_ = mean_ms;
+    profiled_ms_ = 0;
   }
 }
 
@@ -100,19 +101,16 @@ void WindowScheduler::NewAttempt() {
   last_slowdown_closed_.reset();
   slowdown_window_ = 0;
   slowdown_mean_ms_ = 0;
-  fired_.clear();
+  profiled_ms_ = 0;
 }
 
-WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int rank, int64_t iteration,
-                                                            double mean_ms,
+WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int64_t iteration, double mean_ms,
                                                             const std::string& reason, Time now) {
-  const auto earlier = fired_.find(rank);
-  const bool refired =
-      earlier != fired_.end() && mean_ms > options_.refire_escalation * earlier->second;
-  fired_[rank] = mean_ms;
+  const bool escalated =
+      mean_ms > options_.cooldown_escalation * slowdown_mean_ms_ ||
+      (profiled_ms_ > 0 && mean_ms > options_.profiled_escalation * profiled_ms_);
   const bool cooling = last_slowdown_closed_ &&
-                       now - *last_slowdown_closed_ < Secs(options_.cooldown_seconds) &&
-                       !(mean_ms > options_.cooldown_escalation * slowdown_mean_ms_) && !refired;
+                       now - *last_slowdown_closed_ < Secs(options_.cooldown_seconds) && !escalated;
   if (!open_window_ && (cooling || collecting_hang_ || hang_reported_))
     return SlowdownAction::kIgnore;
   // The open window (baseline, periodic, user) started profiling before this slowdown: it
@@ -120,25 +118,28 @@ WindowScheduler::SlowdownAction WindowScheduler::OnSlowdown(int rank, int64_t it
   if (open_window_ && open_window_ != slowdown_window_ && iteration >= open_start_) {
     followup_ = Scheduled{reason, true, mean_ms};
     slowdown_mean_ms_ = mean_ms;
-    fired_ = {{rank, mean_ms}};
+    profiled_ms_ = 0;
     return SlowdownAction::kFollowUp;
   }
   if (open_window_) {  // joined: that window profiles it
-    if (slowdown_window_ != open_window_) fired_ = {{rank, mean_ms}};
+    if (slowdown_window_ != open_window_) profiled_ms_ = 0;
     slowdown_window_ = open_window_;
     slowdown_mean_ms_ = mean_ms;
-  } else {
-    fired_ = {{rank, mean_ms}};  // a window of its own opens
   }
   return SlowdownAction::kOpen;
+}
+
+void WindowScheduler::Measured(int64_t id, double iteration_ms) {
+  if (id == slowdown_window_ && iteration_ms > 0) profiled_ms_ = iteration_ms;
 }
 
 std::string WindowScheduler::IgnoredBecause() const {
   if (collecting_hang_ || hang_reported_) return "a hang is being handled";
   return fmt::format(
       "cooling down after slowdown window {} (a trigger within {:.0f} s must be "
-      "{:.2f}x its {:.1f} ms, or its rank's second)",
-      slowdown_window_, options_.cooldown_seconds, options_.cooldown_escalation, slowdown_mean_ms_);
+      "{:.2f}x its trigger's {:.1f} ms or {:.2f}x the {:.1f} ms it measured)",
+      slowdown_window_, options_.cooldown_seconds, options_.cooldown_escalation, slowdown_mean_ms_,
+      options_.profiled_escalation, profiled_ms_);
 }
 
 Status WindowScheduler::OnUserTrigger(const std::string& caller, Time now) {

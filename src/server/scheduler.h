@@ -33,13 +33,14 @@ struct ScheduleOptions {
   // window: a new, bigger slowdown (a real fault after a trigger on the host's own drift) is not
   // the one that window profiled.
   double cooldown_escalation = 1.25;
-  // ...or a rank whose detector already fired for that window fires again at this much above
-  // its own earlier trigger: a detector fires once per slowdown and re-arms only when its
-  // iterations come back under the threshold, so a second firing is a new slowdown (a noise
-  // trigger that joined the baseline window, then a real fault), while the ranks that fire
-  // late for the same slowdown fire for the first time. The margin keeps a detector that
-  // flaps around its threshold during one lasting slowdown from opening a window each time.
-  double refire_escalation = 1.1;
+  // ...or this much slower than that window measured the job (its median iteration, once
+  // diagnosed). The trigger's own level can be noise: a transient that joined the baseline
+  // window (27.5 ms) left the job at 24.2 ms there, and a real fault then fired at 31.1 ms,
+  // 1.13x the trigger but 1.29x the window. Every detector fires again after a window (the
+  // window's iterations do not feed it, and it starts its recent median anew), so a lasting
+  // slowdown fires once more on every rank at the level the window measured (100 ms after a
+  // window at 96 ms): the margin keeps those out.
+  double profiled_escalation = 1.15;
   // A user's `perftracker trigger` (any caller other than a worker's detector) opens at most one
   // window per caller host this often: a script in a loop would keep every rank profiling and
   // fill the disk with traces.
@@ -121,9 +122,10 @@ class WindowScheduler {
     kFollowUp,  // it began after the open window started: a window of its own follows it
     kOpen,      // open a window (or join the open one; it becomes the slowdown window)
   };
-  // RANK's detector saw its recent iterations (ending at ITERATION) at MEAN_MS.
-  SlowdownAction OnSlowdown(int rank, int64_t iteration, double mean_ms, const std::string& reason,
-                            Time now);
+  // A worker's detector saw its recent iterations (ending at ITERATION) at MEAN_MS.
+  SlowdownAction OnSlowdown(int64_t iteration, double mean_ms, const std::string& reason, Time now);
+  // Window ID's diagnosis measured the job's median iteration at ITERATION_MS.
+  void Measured(int64_t id, double iteration_ms);
 
   // A user's trigger from CALLER (its host): refused with RESOURCE_EXHAUSTED and when to try
   // again if that caller opened a window less than user_trigger_cooldown_seconds ago; joining
@@ -162,10 +164,7 @@ class WindowScheduler {
   std::optional<Time> last_slowdown_closed_;
   int64_t slowdown_window_ = 0;  // the window a slowdown trigger opened or joined
   double slowdown_mean_ms_ = 0;  // the recent iteration time of the trigger that did
-  // The ranks whose detectors fired since that window opened (joined, or ignored while it
-  // cooled down), with their latest trigger's time: a second firing is a new slowdown.
-  // Bounded by the job's ranks; cleared when a slowdown window opens.
-  std::map<int, double> fired_;
+  double profiled_ms_ = 0;       // the median iteration that window measured (0: not yet known)
   bool baseline_done_ = false;
   std::optional<Scheduled> followup_;
   std::optional<PendingHang> pending_hang_;

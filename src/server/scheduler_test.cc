@@ -36,52 +36,56 @@ TEST_F(SchedulerTest, StartIterationLeadsByIterationsAndBySeconds) {
 
 TEST_F(SchedulerTest, SlowdownsCoolDownAfterTheirWindowUnlessTheyEscalate) {
   WindowScheduler s({}, At(0));
-  ASSERT_EQ(s.OnSlowdown(0, 100, 120, "slow", At(10)), Action::kOpen);
+  ASSERT_EQ(s.OnSlowdown(100, 120, "slow", At(10)), Action::kOpen);
   Open(s, 1, 110, 10, /*slowdown=*/true, 120);
   EXPECT_EQ(s.slowdown_window(), 1);
   s.Closed(1, At(20));
   EXPECT_EQ(s.open_window(), 0);
   // Another rank fires on the same slowdown: ignored during the 60 s cooldown.
-  EXPECT_EQ(s.OnSlowdown(1, 300, 125, "slow", At(30)), Action::kIgnore);
+  EXPECT_EQ(s.OnSlowdown(300, 125, "slow", At(30)), Action::kIgnore);
   // A much bigger slowdown (over 1.25x the one profiled) is a new one.
-  EXPECT_EQ(s.OnSlowdown(2, 310, 160, "slower", At(31)), Action::kOpen);
+  EXPECT_EQ(s.OnSlowdown(310, 160, "slower", At(31)), Action::kOpen);
   // After the cooldown the same level opens a window again.
-  EXPECT_EQ(s.OnSlowdown(0, 900, 125, "slow", At(81)), Action::kOpen);
+  EXPECT_EQ(s.OnSlowdown(900, 125, "slow", At(81)), Action::kOpen);
 }
 
-TEST_F(SchedulerTest, ARankThatFiresAgainIsANewSlowdownThoughTheWindowCoolsDown) {
+TEST_F(SchedulerTest, DuringTheCooldownASlowdownBeyondWhatTheWindowMeasuredIsANewOne) {
   WindowScheduler s({}, At(0));
   Open(s, 1, /*start=*/100, 1);  // the baseline
-  // Both ranks' detectors fire on noise before it starts: they join it.
-  ASSERT_EQ(s.OnSlowdown(1, 84, 25.3, "noise", At(1)), Action::kOpen);
-  ASSERT_EQ(s.OnSlowdown(0, 90, 27.5, "noise", At(1)), Action::kOpen);
+  // Noise before it starts: the triggers join it (the job ran at 27.5 ms for a while).
+  ASSERT_EQ(s.OnSlowdown(84, 25.3, "noise", At(1)), Action::kOpen);
+  ASSERT_EQ(s.OnSlowdown(90, 27.5, "noise", At(1)), Action::kOpen);
   s.Closed(1, At(3));
-  // A rank that had not fired fires on the same slowdown: cooling down.
-  EXPECT_EQ(s.OnSlowdown(2, 150, 27.0, "late", At(5)), Action::kIgnore);
-  // Rank 1 fires a second time at the same level (a flapping detector): cooling down.
-  EXPECT_EQ(s.OnSlowdown(1, 200, 26.0, "flap", At(6)), Action::kIgnore);
-  // Its detector re-armed and fired again, clearly above its own trigger (a real fault 1.13x,
-  // under the 1.25x that any rank needs): a new slowdown, its own window.
-  EXPECT_EQ(s.OnSlowdown(0, 310, 31.1, "fault", At(7)), Action::kOpen);
-  EXPECT_NE(s.IgnoredBecause().find("cooling down after slowdown window 1"), std::string::npos);
+  s.Measured(1, 24.2);  // its diagnosis: the job ran at 24.2 ms in the window
+  // A real fault, 1.13x the noise's trigger but 1.29x what the window measured: a new one.
+  EXPECT_EQ(s.OnSlowdown(310, 31.1, "fault", At(7)), Action::kOpen);
+  Open(s, 2, 330, 8, /*slowdown=*/true, 31.1);
+  s.Closed(2, At(10));
+  // A lasting slowdown: every detector fires again after the window, at what it measured.
+  s.Measured(2, 33.0);
+  EXPECT_EQ(s.OnSlowdown(400, 34.5, "again", At(12)), Action::kIgnore);
+  EXPECT_NE(s.IgnoredBecause().find("cooling down after slowdown window 2"), std::string::npos);
+  // Another window's measure says nothing of the slowdown window.
+  s.Measured(1, 10.0);
+  EXPECT_EQ(s.OnSlowdown(401, 34.5, "again", At(12)), Action::kIgnore);
 }
 
 TEST_F(SchedulerTest, OtherWindowsDoNotCoolSlowdownsDown) {
   WindowScheduler s({}, At(0));
   Open(s, 1, 50, 5);  // a user's window
   s.Closed(1, At(8));
-  EXPECT_EQ(s.OnSlowdown(0, 200, 120, "slow", At(9)), Action::kOpen);
+  EXPECT_EQ(s.OnSlowdown(200, 120, "slow", At(9)), Action::kOpen);
 }
 
 TEST_F(SchedulerTest, ASlowdownAfterTheOpenWindowStartedGetsAWindowOfItsOwn) {
   WindowScheduler s({}, At(0));
   Open(s, 1, /*start=*/100, 1);  // the baseline, profiling from iteration 100
   // Seen before the baseline's iterations: the baseline profiles it (joined).
-  EXPECT_EQ(s.OnSlowdown(0, 90, 130, "early", At(2)), Action::kOpen);
+  EXPECT_EQ(s.OnSlowdown(90, 130, "early", At(2)), Action::kOpen);
   EXPECT_EQ(s.slowdown_window(), 1);
   WindowScheduler s2({}, At(0));
   Open(s2, 1, 100, 1);
-  EXPECT_EQ(s2.OnSlowdown(0, 105, 130, "late", At(2)), Action::kFollowUp);
+  EXPECT_EQ(s2.OnSlowdown(105, 130, "late", At(2)), Action::kFollowUp);
   EXPECT_FALSE(s2.Due({}, At(3)));  // not while the baseline is open
   s2.Closed(1, At(4));
   auto due = s2.Due({}, At(4));
@@ -124,15 +128,15 @@ TEST_F(SchedulerTest, AReportedHangHoldsTriggersUntilIterationsResume) {
   EXPECT_TRUE(s.collecting_hang());
   s.OnHangTrigger(1, 100, 70, At(2));  // another rank's trigger on the same hang
   EXPECT_FALSE(s.TakeConfirmedHang(At(2)));
-  EXPECT_EQ(s.OnSlowdown(0, 70, 900, "slow", At(2)), Action::kIgnore);
+  EXPECT_EQ(s.OnSlowdown(70, 900, "slow", At(2)), Action::kIgnore);
   s.HangFinished();
   EXPECT_FALSE(s.collecting_hang());
-  EXPECT_EQ(s.OnSlowdown(0, 70, 900, "slow", At(3)), Action::kIgnore);
+  EXPECT_EQ(s.OnSlowdown(70, 900, "slow", At(3)), Action::kIgnore);
   s.OnHangTrigger(1, 100, 70, At(3));
   EXPECT_FALSE(s.TakeConfirmedHang(At(9)));
   // Iterations resumed: the next hang is a new one, slowdowns count again.
   s.Progressed(71);
-  EXPECT_EQ(s.OnSlowdown(0, 80, 900, "slow", At(10)), Action::kOpen);
+  EXPECT_EQ(s.OnSlowdown(80, 900, "slow", At(10)), Action::kOpen);
   s.OnHangTrigger(1, 100, 90, At(11));
   EXPECT_TRUE(s.TakeConfirmedHang(At(11)));
 }
@@ -198,7 +202,7 @@ TEST_F(SchedulerTest, ANewAttemptStartsAfreshLikeANewJob) {
   ASSERT_TRUE(s.Due({.fewest_iterations = 20}, At(1)));  // attempt 0's baseline
   Open(s, 1, 30, 1);
   s.Closed(1, At(5));
-  ASSERT_EQ(s.OnSlowdown(0, 50, 120, "slow", At(6)), Action::kOpen);
+  ASSERT_EQ(s.OnSlowdown(50, 120, "slow", At(6)), Action::kOpen);
   Open(s, 2, 60, 6, /*slowdown=*/true, 120);
   s.Closed(2, At(9));
   // A rank died; the others hung in a collective and a hang was reported at step 70.
@@ -206,7 +210,7 @@ TEST_F(SchedulerTest, ANewAttemptStartsAfreshLikeANewJob) {
   ASSERT_TRUE(s.TakeConfirmedHang(At(10)));
   s.HangStarted(70);
   s.HangFinished();
-  EXPECT_EQ(s.OnSlowdown(0, 5, 130, "slow", At(11)), Action::kIgnore);
+  EXPECT_EQ(s.OnSlowdown(5, 130, "slow", At(11)), Action::kIgnore);
   // torchrun started every rank again: their iterations count from 0, and nothing of the
   // old processes holds the new ones back.
   s.NewAttempt();
@@ -214,7 +218,7 @@ TEST_F(SchedulerTest, ANewAttemptStartsAfreshLikeANewJob) {
   ASSERT_TRUE(s.Due({.fewest_iterations = 20}, At(13)));  // attempt 1's own baseline
   Open(s, 3, 25, 13);
   s.Closed(3, At(16));
-  EXPECT_EQ(s.OnSlowdown(0, 40, 125, "slow", At(17)), Action::kOpen);  // no cooldown, no hang
+  EXPECT_EQ(s.OnSlowdown(40, 125, "slow", At(17)), Action::kOpen);  // no cooldown, no hang
   s.OnHangTrigger(2, 100, 45, At(18));
   EXPECT_TRUE(s.TakeConfirmedHang(At(18)));
 }
