@@ -12,6 +12,7 @@
 #include "diagnose/analysis.h"
 #include "diagnose/causes.h"
 #include "diagnose/policy.h"
+#include "pattern/names.h"
 
 namespace perftracker::diagnose {
 namespace {
@@ -156,8 +157,16 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     // While the window names a slow rank, a rise on every rank within the iteration's own rise
     // is its echo: all of them wait for it in the collectives they share, and its own part is
     // what it is named for (a finding's impact counts only its evidence: rank 2 throttled
-    // 25.8 ms/iter, gloo:all_reduce +27.7 on every rank).
-    if (!slow.empty() && f.finding_class == FindingClass::kAll && f.impact_ms <= delta_ms) continue;
+    // 25.8 ms/iter, gloo:all_reduce +27.7 on every rank). A rise in collectives alone is that
+    // wait whatever its size: the waiters' collectives can grow more than the iteration did
+    // (gloo:all_reduce +12.9 ms/iter on a 0.1-CPU rank's peers, the iteration +11).
+    const bool only_waits =
+        !f.functions.empty() &&
+        std::all_of(f.functions.begin(), f.functions.end(),
+                    [](const FunctionRef& fn) { return !pattern::CollectiveOp(fn.name).empty(); });
+    if (!slow.empty() && f.finding_class == FindingClass::kAll &&
+        (f.impact_ms <= delta_ms || only_waits))
+      continue;
     // The comparison saw a sample of the ranks; a change on all of them is the job's.
     if (f.finding_class == FindingClass::kAll) f.ranks.assign(all_ranks.begin(), all_ranks.end());
     f.evidence["baseline_window"] = static_cast<double>(base.window_id);
