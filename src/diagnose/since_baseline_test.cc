@@ -50,6 +50,15 @@ Baseline MakeBaseline() {
   return b;
 }
 
+// The window's own finding: rank 2 throttled by its quota, losing IMPACT_MS per iteration.
+Finding ThrottledRank2(double impact_ms) {
+  Finding f;
+  f.category = "cpu_throttled";
+  f.ranks = {2};
+  f.impact_ms = impact_ms;
+  return f;
+}
+
 TEST(SinceBaselineTest, AFunctionSlowerOnEveryRankWithTheQuotaThatThrottlesThem) {
   // Since the baseline every rank's aten::mm takes 1.9x longer with the same calls, and their
   // quota throttles them in 75% of its periods.
@@ -164,10 +173,7 @@ TEST(SinceBaselineTest, ARiseOnEveryRankWhileARankIsNamedSlowIsItsEcho) {
   std::vector<RankSummary> now = Job(20, 40);
   for (RankSummary& r : now)
     r.functions[1] = Fn("c10d::allreduce_", FunctionClass::kCollective, 15.5, 2);
-  Finding throttled;
-  throttled.category = "cpu_throttled";
-  throttled.ranks = {2};
-  throttled.impact_ms = 26.5;
+  const Finding throttled = ThrottledRank2(26.5);
   for (const Finding& f : SinceBaseline(MakeBaseline(), now, Metrics(0, 1.0), {throttled}).findings)
     EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
   // With no rank named, the same rise is the job's own change.
@@ -184,10 +190,7 @@ TEST(SinceBaselineTest, ARiseInCollectivesBeyondTheIterationsWhileARankIsNamedSl
   std::vector<RankSummary> now = Job(20, 37);
   for (RankSummary& r : now)
     r.functions[1] = Fn("c10d::allreduce_", FunctionClass::kCollective, 17.9, 2);
-  Finding throttled;
-  throttled.category = "cpu_throttled";
-  throttled.ranks = {2};
-  throttled.impact_ms = 15.4;
+  const Finding throttled = ThrottledRank2(15.4);
   for (const Finding& f : SinceBaseline(MakeBaseline(), now, Metrics(0, 1.0), {throttled}).findings)
     EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
   // A compute function's rise beyond the iteration's stays the job's own change.
