@@ -580,6 +580,62 @@ bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
   return true;
 }
 
+bool ExplainLoaderHandOff(const CauseInput& in, Finding* f) {
+  if (f->category != "data_loader" || f->ranks.empty() ||
+      f->confidence == policy::kConfidenceOsEvidence)
+    return false;
+  const std::set<int> ranks(f->ranks.begin(), f->ranks.end());
+  std::vector<double> work, wait, running, cores;
+  for (const auto& [r, m] : in.metrics) {
+    if (!ranks.count(r)) continue;
+    if (auto w = LoaderWorkOf(m)) work.push_back(w->PerBatchMs());
+    if (const double v = Get(m, "host.procs_running"); !std::isnan(v)) running.push_back(v);
+    if (const double v = Get(m, "host.cores"); !std::isnan(v)) cores.push_back(v);
+  }
+  for (const pattern::CompactRank& r : in.ranks)
+    if (ranks.count(r.rank)) wait.push_back(LoaderWaitUs(r) / 1000.0);
+  if (work.size() * 2 < ranks.size() || wait.empty()) return false;  // most ranks' workers seen
+  const double work_ms = internal::Median(work), wait_ms = internal::Median(wait);
+  if (!(work_ms < policy::kLoaderHandOffShare * wait_ms)) return false;
+  f->evidence["loader_ms_per_batch"] = work_ms;
+  f->evidence["data_wait_ms_per_iteration"] = wait_ms;
+  // Where the host's CPUs are all taken the workers wait for one; else the time goes to handing
+  // the batch over (the worker's queue, the tensors' shared memory, the training thread's
+  // unpickling).
+  std::string where = "in the hand-off between processes";
+  if (!running.empty() && !cores.empty()) {
+    const double run = internal::Median(running), n = internal::Median(cores);
+    f->evidence["host_runnable_threads"] = run;
+    f->evidence["host_cores"] = n;
+    where = run > n * policy::kOversubscribed
+                ? fmt::format(
+                      "for CPU time ({:.1f} runnable threads on {:.0f} cores) or in the "
+                      "hand-off between processes",
+                      run, n)
+                : fmt::format(
+                      "in the hand-off between processes (the host has CPUs to spare: "
+                      "{:.1f} runnable threads on {:.0f} cores)",
+                      run, n);
+  }
+  f->evidence_text["reasoning"] = fmt::format(
+      "the training thread waits {:.1f} ms per iteration for the next batch, and the DataLoader "
+      "worker processes spend {:.1f} ms per batch in the dataset and the collate function: the "
+      "batch is ready late, not because their work is slow; it waits {}",
+      wait_ms, work_ms, where);
+  f->summary += fmt::format(
+      ", though the DataLoader worker processes work only {:.1f} ms per batch: the batches wait "
+      "{}",
+      work_ms, where);
+  f->cause = Cause::kConfiguration;
+  f->suggestion =
+      "The workers are not slow at their work, so a faster dataset will not help: keep what a "
+      "batch holds cheap to hand over (a few large tensors, not many small ones or Python "
+      "objects; pin_memory for GPUs), raise prefetch_factor so batches are ready ahead, and on a "
+      "busy host give the workers CPU (fewer ranks or workers per core; separate cores with "
+      "taskset or numactl).";
+  return true;
+}
+
 const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
   static const auto* rules = [] {
     auto* v = new std::vector<std::unique_ptr<CauseRule>>;

@@ -157,6 +157,12 @@ std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
                                            const std::map<int, std::string>& hosts,
                                            const std::vector<Finding>& existing);
 
+// A data-loading finding of the training thread's wait (DataLoaderRule: every rank, or a few)
+// whose ranks' DataLoader worker processes work far less per batch than the thread waits: the
+// workers are not slow at their work, so "make the dataset faster" is the wrong advice. Says
+// so, with the workers' time per batch and the host's load; false (F untouched) otherwise.
+bool ExplainLoaderHandOff(const CauseInput& in, Finding* f);
+
 // A finding for every rank whose larger inputs (MoreWorkRule's evidence) cost it past the size
 // gates and that no finding of EXISTING names: 4x the data per call is no timing noise, though
 // the rank's time may stand under the peer comparison's noise gate on a shared host.

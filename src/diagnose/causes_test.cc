@@ -474,6 +474,72 @@ TEST(LoaderWorkersRule, NamesTheWorkersFunctionAndTheWait) {
   EXPECT_EQ(f.functions[0].name, "SleepyCollate.__call__ (train_ddp.py:111)");
 }
 
+// Measured (4 ranks x 2 DataLoader workers on 2 cores, clean): every rank's training thread
+// waits 7.5 ms/iter for data while the workers spend 0.7 ms per batch on it (0.9 here).
+TEST(ExplainLoaderHandOff, WorkersFastAtTheirWorkMeanTheBatchWaitsForACpu) {
+  SlowLoaderJob j(0.0300, 7500);
+  for (auto& [r, m] : j.metrics) {
+    m["host.procs_running"] = 11.3;
+    m["host.cores"] = 2;
+  }
+  // The job's ranks all wait alike (the job builder gives rank 1 its own wait).
+  pattern::CompactJob job;
+  for (const pattern::CompactRank& r : j.job.ranks()) {
+    pattern::RankSummary s;
+    s.rank = r.rank;
+    s.world_size = 4;
+    s.iteration_ms = {62, 62, 62};
+    pattern::FunctionPattern next;
+    next.name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__";
+    next.kind = trace::EventKind::kUserAnnotation;
+    next.fclass = pattern::FunctionClass::kDataLoader;
+    next.main_thread = true;
+    next.count = 3;
+    next.calls_per_iter = 1;
+    next.per_iter_us = 7500;
+    s.functions.push_back(next);
+    job.Add(std::move(s));
+  }
+  job.SortByRank();
+  const CauseInput in{j.metrics, 62, job.ranks()};
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.category = "data_loader";
+  f.cause = Cause::kSoftware;
+  f.ranks = {0, 1, 2, 3};
+  f.impact_ms = 7.5;
+  f.summary = "data loading is slow on all 4 ranks: enumerate(DataLoader)#... takes 7.5 ms/iter";
+  ASSERT_TRUE(ExplainLoaderHandOff(in, &f));
+  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.cause, Cause::kConfiguration);
+  EXPECT_NEAR(f.evidence.at("loader_ms_per_batch"), 0.9, 0.05);
+  EXPECT_EQ(f.evidence.at("data_wait_ms_per_iteration"), 7.5);
+  EXPECT_NE(f.summary.find("though the DataLoader worker processes work only 0.9 ms per batch: "
+                           "the batches wait for CPU time (11.3 runnable threads on 2 cores)"),
+            std::string::npos)
+      << f.summary;
+  // On a host with CPUs to spare the batch waits in the hand-off.
+  for (auto& [r, m] : j.metrics) m["host.procs_running"] = 1.3;
+  Finding h = f;
+  h.summary = "data loading is slow";
+  h.confidence = 0;
+  ASSERT_TRUE(ExplainLoaderHandOff({j.metrics, 62, job.ranks()}, &h));
+  EXPECT_NE(h.summary.find("the batches wait in the hand-off between processes (the host has CPUs "
+                           "to spare: 1.3 runnable threads on 2 cores)"),
+            std::string::npos)
+      << h.summary;
+  // Workers that take most of the wait at their own work: the dataset is the cause, untouched.
+  RankMetrics slow = j.metrics;
+  for (auto& [r, m] : slow) m["loader.collate_s"] = 0.25;  // 5.2 ms per batch
+  Finding g = f;
+  g.cause = Cause::kSoftware;
+  g.evidence.clear();
+  EXPECT_FALSE(ExplainLoaderHandOff({slow, 62, job.ranks()}, &g));
+  EXPECT_EQ(g.cause, Cause::kSoftware);
+  // No worker processes (the loader runs in the training process): nothing to say.
+  EXPECT_FALSE(ExplainLoaderHandOff({RankMetrics(), 62, job.ranks()}, &g));
+}
+
 TEST(LoaderWorkersRule, WorkersAsFastAsThePeersOrNoWaitIsNoCause) {
   Finding f = Straggler();
   f.ranks = {1};

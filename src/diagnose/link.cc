@@ -161,7 +161,8 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d) {
   const CauseInput in{metrics, d->job.iteration_ms_median, ranks};
-  for (Finding& f : d->findings) ExplainRankFinding(in, &f);
+  for (Finding& f : d->findings)
+    if (!ExplainRankFinding(in, &f)) ExplainLoaderHandOff(in, &f);
   std::map<int, std::string> hosts;
   for (const pattern::CompactRank& r : ranks) hosts[r.rank] = r.host;
   for (Finding& f : FindThrottledRanks(in, hosts, d->findings)) d->findings.push_back(std::move(f));

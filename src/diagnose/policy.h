@@ -153,6 +153,10 @@ namespace perftracker::diagnose::policy {
   X(kLoaderWaitExplainsShare, 0.3, "of the finding's impact",                                      \
     "the training thread's extra wait for data must be at least 30% of what the rank loses per "   \
     "iteration for its loader workers to be the cause")                                            \
+  X(kLoaderHandOffShare, 0.5, "of the training thread's wait per iteration",                       \
+    "DataLoader worker processes whose own work per batch is under half the training thread's "    \
+    "wait are not slow at it: the batch waits for their CPU time or in the hand-off between "      \
+    "processes (measured: 0.7 ms of work, 7.5 ms of wait, 4 ranks x 2 workers on 2 cores)")        \
   X(kMoreWorkRatio, 1.25, "x the peers' data input of the same call",                              \
     "the same call with one input (its data) a quarter larger than on the peers, the others "      \
     "alike, is more work (data skew, padding, uneven shards): beyond a length's jitter between "   \
