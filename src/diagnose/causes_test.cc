@@ -419,6 +419,19 @@ TEST(ExplainRankFinding, MoreWorkBeforeTheRunQueueAndExplainedOnce) {
 // --fault-ms 200, 4 ranks on the 2-core VM, window 2): rank 1's two workers sleep 200 ms in
 // the collate function per batch; its training thread waits 59.3 ms/iter in the DataLoader's
 // next(), its peers' 2.9 ms.
+// The training thread's wait in a multi-process DataLoader's next(), WAIT_US per iteration.
+pattern::FunctionPattern LoaderNext(double wait_us) {
+  pattern::FunctionPattern next;
+  next.name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__";
+  next.kind = trace::EventKind::kUserAnnotation;
+  next.fclass = pattern::FunctionClass::kDataLoader;
+  next.main_thread = true;
+  next.count = 3;
+  next.calls_per_iter = 1;
+  next.per_iter_us = wait_us;
+  return next;
+}
+
 struct SlowLoaderJob {
   RankMetrics metrics;
   pattern::CompactJob job;
@@ -439,15 +452,7 @@ struct SlowLoaderJob {
       s.rank = r;
       s.world_size = 4;
       s.iteration_ms = {101, 101, 101};
-      pattern::FunctionPattern next;
-      next.name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__";
-      next.kind = trace::EventKind::kUserAnnotation;
-      next.fclass = pattern::FunctionClass::kDataLoader;
-      next.main_thread = true;
-      next.count = 3;
-      next.calls_per_iter = 1;
-      next.per_iter_us = wait_us[r];
-      s.functions.push_back(next);
+      s.functions.push_back(LoaderNext(wait_us[r]));
       job.Add(std::move(s));
     }
     job.SortByRank();
@@ -489,15 +494,7 @@ TEST(ExplainLoaderHandOff, WorkersFastAtTheirWorkMeanTheBatchWaitsForACpu) {
     s.rank = r.rank;
     s.world_size = 4;
     s.iteration_ms = {62, 62, 62};
-    pattern::FunctionPattern next;
-    next.name = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__";
-    next.kind = trace::EventKind::kUserAnnotation;
-    next.fclass = pattern::FunctionClass::kDataLoader;
-    next.main_thread = true;
-    next.count = 3;
-    next.calls_per_iter = 1;
-    next.per_iter_us = 7500;
-    s.functions.push_back(next);
+    s.functions.push_back(LoaderNext(7500));
     job.Add(std::move(s));
   }
   job.SortByRank();
