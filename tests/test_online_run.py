@@ -282,11 +282,13 @@ class OnlineRun(unittest.TestCase):
         # its noise above +4.5% (not a quiet run: the trigger is right to ignore 5% there). And
         # this VM shifts by ~5% for seconds by itself (a slowdown window on a clean job, counted
         # by bench/online_accuracy.py): a run with a trigger before the fault cannot show when
-        # the fault was caught. Such runs are reported and replaced, up to 6 runs (about a third
-        # of them are, measured on this VM); two must catch the slowdown.
+        # the fault was caught. Such runs are reported and replaced, up to 8 runs (about a third
+        # of them are, measured on this VM alone; under .ci/run's load at e700ac3 four of six
+        # were, triggers at iterations 85-144, and the test failed on that premise though the one
+        # valid run caught the fault); two must catch the slowdown.
         args = ["--iters", "320", "--step-sleep-ms", "50", "--hidden", "64", "--batch", "16"]
         caught = 0
-        for k in range(6):
+        for k in range(8):
             if caught == 2:
                 break
             d = self.job(f"quiet_fault{k}", *args, "--fault", "slow-loader", "--fault-rank", "all",
@@ -309,7 +311,7 @@ class OnlineRun(unittest.TestCase):
             for w in windows(clean["_report"]):
                 with open(os.path.join(clean["_report"], "windows", w, "diagnosis.json")) as f:
                     self.assertEqual(json.load(f)["findings"], [], f"window {w}\n" + clean["_out"])
-        self.assertEqual(caught, 2, "fewer than two quiet runs in six: this host is too noisy for the test")
+        self.assertEqual(caught, 2, "fewer than two quiet runs in eight: this host is too noisy for the test")
 
     def test_8_exit_code_is_the_jobs(self):
         report = os.path.join(self.tmp, "exit")
