@@ -1,6 +1,7 @@
 #include "diagnose/diagnose.h"
 
 #include <algorithm>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -42,11 +43,21 @@ void AddMissingRanks(MissingRanks missing, Diagnosis* d) {
   const int expected =
       std::max(missing.expected > 0 ? missing.expected : d->job.world_size, listed);
   if (missing.expected > 0) d->job.world_size = std::max(d->job.world_size, missing.expected);
-  // Ranks whose job ended before the window are no problem: a note, no finding.
-  MissingRanks ended = missing;
-  std::erase_if(ended.ranks, [](const MissingRank& m) { return IsProblem(m.reason); });
-  std::erase_if(missing.ranks, [](const MissingRank& m) { return !IsProblem(m.reason); });
-  if (!ended.ranks.empty()) d->job.notes.push_back(MissingRankNote(ended, expected));
+  // Ranks whose job ended before the window are no problem: a note, no finding. (Moved, not
+  // copied: a window of 10,000 ranks may list them all.)
+  auto problems = std::stable_partition(missing.ranks.begin(), missing.ranks.end(),
+                                        [](const MissingRank& m) { return IsProblem(m.reason); });
+  if (problems != missing.ranks.end()) {
+    MissingRanks ended;
+    ended.window_id = missing.window_id;
+    ended.start_iteration = missing.start_iteration;
+    ended.deadline_s = missing.deadline_s;
+    ended.expected = missing.expected;
+    ended.ranks.assign(std::make_move_iterator(problems),
+                       std::make_move_iterator(missing.ranks.end()));
+    missing.ranks.erase(problems, missing.ranks.end());
+    d->job.notes.push_back(MissingRankNote(ended, expected));
+  }
   std::optional<Finding> f = MissingRankFinding(missing, reported, expected);
   if (!f) return;
   d->job.notes.push_back(MissingRankNote(missing, expected));

@@ -135,11 +135,16 @@ void WindowScheduler::Measured(int64_t id, double iteration_ms) {
 
 std::string WindowScheduler::IgnoredBecause() const {
   if (collecting_hang_ || hang_reported_) return "a hang is being handled";
+  // What the window measured is known once it is diagnosed.
+  const std::string measured = profiled_ms_ > 0
+                                   ? fmt::format(" or {:.2f}x the {:.1f} ms it measured",
+                                                 options_.profiled_escalation, profiled_ms_)
+                                   : std::string();
   return fmt::format(
-      "cooling down after slowdown window {} (a trigger within {:.0f} s must be "
-      "{:.2f}x its trigger's {:.1f} ms or {:.2f}x the {:.1f} ms it measured)",
+      "cooling down after slowdown window {} (a trigger within {:.0f} s must be {:.2f}x its "
+      "trigger's {:.1f} ms{})",
       slowdown_window_, options_.cooldown_seconds, options_.cooldown_escalation, slowdown_mean_ms_,
-      options_.profiled_escalation, profiled_ms_);
+      measured);
 }
 
 Status WindowScheduler::OnUserTrigger(const std::string& caller, Time now) {
