@@ -29,7 +29,10 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
 
 // Adds the metric-based findings to D: a slow link replaces the all-rank communication
 // findings it explains; a rank finding whose cause the OS's evidence names is rewritten by the
-// cause rules (diagnose/causes.h); findings stay sorted (SortFindings).
+// cause rules (diagnose/causes.h), and a data-loading finding whose DataLoader workers are fast
+// at their work says where the batch waits (ExplainLoaderHandOff); the OS-evidence finders add
+// the ranks no finding named (throttled, slow loader workers, contended); findings stay sorted
+// (SortFindings).
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d);
 
