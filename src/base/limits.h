@@ -35,6 +35,16 @@ inline constexpr size_t kMaxSummaryMemory = 64u << 20;
 // A summary file or upload as stored (compressed): the payload cap plus the header.
 inline constexpr size_t kMaxSummaryFile = kMaxSummaryPayload + 64;
 
+// A Flight Recorder dump (torch's _dump_fr_trace, pickle or JSON): its default ring of 2,000
+// collectives with their stacks is 2-6 MB; 64 MiB holds ten times the largest ring with deep
+// stacks and bounds what one rank's file can make the reader hold.
+inline constexpr size_t kMaxPickleBytes = 64u << 20;
+inline constexpr size_t kMaxFlightRecorderDump = kMaxPickleBytes;
+
+// Values one pickle may make (each is ~64 bytes in the reader's arena): a 2,000-entry dump has
+// ~250,000; 4M of them is 256 MB at most, whatever the file's opcodes ask for.
+inline constexpr size_t kMaxPickleNodes = 1u << 22;
+
 }  // namespace perftracker::limits
 
 #endif  // PERFTRACKER_BASE_LIMITS_H_

@@ -15,7 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "diagnose/collective_sequence.h"
 #include "diagnose/diagnose.h"
+#include "pattern/flight_recorder.h"
 #include "pattern/job.h"
 #include "pattern/steady_state.h"
 #include "pattern/summarizer.h"
@@ -138,18 +140,71 @@ void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
                seconds > 0 ? mb / seconds : 0.0, PeakRssMb());
 }
 
+// The traces among PATHS once the Flight Recorder DUMPS are set aside: a folder of dumps alone
+// holds no trace, which is no error.
+pt::StatusOr<std::vector<std::string>> TracesBesideDumps(const std::vector<std::string>& paths,
+                                                         const std::vector<std::string>& dumps) {
+  std::vector<std::string> traces;
+  for (const std::string& path : paths) {
+    if (std::find(dumps.begin(), dumps.end(), path) != dumps.end()) continue;
+    auto files = pt::trace::ExpandTracePaths({path});
+    if (!files.ok() && std::filesystem::is_directory(path)) continue;
+    if (!files.ok()) return files.status();
+    for (const std::string& f : *files)
+      if (std::find(dumps.begin(), dumps.end(), f) == dumps.end()) traces.push_back(f);
+  }
+  return traces;
+}
+
+// The findings of the ranks' Flight Recorder dumps (diagnose/collective_sequence.h) added to D.
+void AddSequenceFindings(const std::vector<pt::pattern::CollectiveLog>& logs,
+                         std::vector<std::string> notes, pt::diagnose::Diagnosis* d) {
+  std::vector<int> expected = d->job.ranks;
+  if (expected.empty())
+    for (const auto& log : logs) expected.push_back(log.rank);
+  pt::diagnose::SequenceResult seq = pt::diagnose::DiagnoseCollectiveSequence(logs, expected, 0);
+  notes.push_back(fmt::format("{} Flight Recorder dump(s) compared by collective sequence number",
+                              logs.size()));
+  for (auto& n : seq.notes) notes.push_back(std::move(n));
+  for (auto& n : notes) d->job.notes.push_back(std::move(n));
+  for (auto& f : seq.findings) d->findings.insert(d->findings.begin(), std::move(f));
+}
+
 int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) {
   if (pt::Status st = OutputIsNotAnInput(flags.json_path, paths); !st.ok()) return Fail(st);
   if (pt::Status st = OutputIsNotAnInput(flags.html_path, paths); !st.ok()) return Fail(st);
   auto start = std::chrono::steady_clock::now();
+  auto dumps = pt::pattern::FindFlightRecorderDumps(paths);
+  if (!dumps.ok()) return Fail(dumps.status());
+  std::vector<std::string> traces = paths;
+  std::vector<pt::pattern::CollectiveLog> logs;
+  std::vector<std::string> notes;
+  if (!dumps->empty()) {
+    auto t = TracesBesideDumps(paths, *dumps);
+    if (!t.ok()) return Fail(t.status());
+    traces = std::move(*t);
+    auto l = pt::pattern::ReadFlightRecorderDumps(*dumps, &notes);
+    if (!l.ok()) return Fail(l.status());
+    logs = std::move(*l);
+  }
   pt::pattern::LoadStats stats;
-  auto job = pt::pattern::LoadCompactJob(paths, {.threads = flags.threads}, &stats);
-  if (!job.ok()) return Fail(job.status());
-  pt::diagnose::DiagnoseOptions options = flags.diagnose;
-  options.threads = static_cast<size_t>(std::max(flags.threads, 0));  // as many as the readers
-  pt::diagnose::Diagnosis diagnosis = pt::diagnose::Diagnose(*job, options);
+  std::optional<pt::pattern::CompactJob> job;
+  pt::diagnose::Diagnosis diagnosis;
+  if (!traces.empty()) {
+    auto j = pt::pattern::LoadCompactJob(traces, {.threads = flags.threads}, &stats);
+    if (!j.ok()) return Fail(j.status());
+    job = std::move(*j);
+    pt::diagnose::DiagnoseOptions options = flags.diagnose;
+    options.threads = static_cast<size_t>(std::max(flags.threads, 0));  // as many as the readers
+    diagnosis = pt::diagnose::Diagnose(*job, options);
+  } else {
+    for (const auto& log : logs) diagnosis.job.ranks.push_back(log.rank);
+    std::sort(diagnosis.job.ranks.begin(), diagnosis.job.ranks.end());
+    diagnosis.job.world_size = diagnosis.job.ranks.empty() ? 0 : diagnosis.job.ranks.back() + 1;
+  }
+  if (!logs.empty()) AddSequenceFindings(logs, std::move(notes), &diagnosis);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int rc = Emit(diagnosis, flags, &*job, JobTitle(paths));
+  int rc = Emit(diagnosis, flags, job ? &*job : nullptr, JobTitle(paths));
   if (flags.stats) PrintStats(stats, seconds);
   return rc;
 }
@@ -332,12 +387,16 @@ struct OfflineCommands {
 // analyze, summarize, diagnose, diff: traces and summaries to a diagnosis.
 void AddDiagnosisCommands(CLI::App& app, OfflineCommands* c) {
   c->analyze = app.add_subcommand(
-      "analyze", "diagnose a job from its profiler traces (one file per rank, or folders)");
-  c->analyze->add_option("PATH", c->analyze_paths, "trace files or folders")->required();
+      "analyze",
+      "diagnose a job from its profiler traces (one file per rank, or folders) and PyTorch "
+      "Flight Recorder dumps (one per rank: collectives compared by sequence number)");
+  c->analyze->add_option("PATH", c->analyze_paths, "trace files, Flight Recorder dumps or folders")
+      ->required();
   AddOutputFlags(c->analyze, &c->analyze_flags);
   c->analyze->footer(
       "Example:\n  perftracker analyze run1/rank-0.json.gz run1/rank-1.json.gz --json d.json\n"
-      "  perftracker analyze run1/    (every trace in the folder, one per rank)");
+      "  perftracker analyze run1/    (every trace in the folder, one per rank)\n"
+      "  perftracker analyze fr_dumps/    (TORCH_FR_DUMP_TEMP_FILE's files: desync, hang)");
 
   c->summarize = app.add_subcommand(
       "summarize", "turn one rank's trace into a compact summary (the per-rank map step)");

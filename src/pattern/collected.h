@@ -44,6 +44,38 @@ struct RankStacks {
   LastCollective last_collective;
 };
 
+// One collective in a rank's ring of collectives, as torch's Flight Recorder keeps it (an entry
+// of its dump) or perftracker's worker records it.
+struct CollectiveCall {
+  std::string group;       // the process group's name ("0": torch numbers or hashes them)
+  std::string group_desc;  // its description ("default_pg")
+  int64_t seq = -1;        // its number among the group's collectives (or p2p ops, for p2p)
+  bool p2p = false;
+  std::string op;       // "all_reduce", "barrier": the profiling name without its backend
+  std::string backend;  // "gloo", "nccl"
+  std::vector<std::vector<int64_t>> sizes;  // input tensors' sizes
+  std::vector<std::string> dtypes;          // input tensors' dtypes ("Float")
+  std::string state;                        // scheduled, started, completed
+  int64_t created_ns = 0;                   // wall clock
+  std::vector<StackFrame> frames;           // outermost first
+};
+
+// Where a rank's group stood at the dump: the last collective it enqueued, started, completed
+// (-1: none, or the backend does not say).
+struct GroupProgress {
+  int64_t last_enqueued = -1, last_started = -1, last_completed = -1;
+};
+
+// One rank's ring of collectives: the last ones it entered, oldest first.
+struct CollectiveLog {
+  int rank = -1;
+  std::string source;   // the file or the worker it came from
+  std::string version;  // the dump format's version ("2.10")
+  std::vector<CollectiveCall> calls;
+  std::map<std::string, GroupProgress> progress;        // by group name
+  std::map<std::string, std::vector<int>> group_ranks;  // the group's ranks, where the dump says
+};
+
 // Metrics per rank, as agents upload them (agent/proc_sampler.h names).
 using RankMetrics = std::map<int, std::map<std::string, double>>;
 

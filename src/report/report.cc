@@ -176,9 +176,13 @@ std::string RenderJson(const Diagnosis& d) {
 std::string RenderText(const Diagnosis& d) {
   std::string out;
   const auto& job = d.job;
-  out += fmt::format("job: {} rank{} (world size {}), {} iterations, median iteration {} ms\n",
-                     job.ranks.size(), job.ranks.size() == 1 ? "" : "s", job.world_size,
-                     job.iterations, Num(job.iteration_ms_median, 2));
+  out += fmt::format("job: {} rank{} (world size {})", job.ranks.size(),
+                     job.ranks.size() == 1 ? "" : "s", job.world_size);
+  // A diagnosis of Flight Recorder dumps alone has no iterations to speak of.
+  if (job.iterations > 0 || job.iteration_ms_median > 0)
+    out += fmt::format(", {} iterations, median iteration {} ms", job.iterations,
+                       Num(job.iteration_ms_median, 2));
+  out += '\n';
   IterationTable(job, &out);
   if (!job.run_iterations.empty()) {
     out += "whole run, iteration time per rank (ms): count mean p50 p99 max\n";

@@ -1,0 +1,290 @@
+#include "pattern/flight_recorder.h"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <simdjson.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <map>
+
+#include "base/file_source.h"
+#include "base/limits.h"
+#include "trace/pickle.h"
+#include "trace/reader.h"
+
+namespace perftracker::pattern {
+namespace {
+
+namespace dom = simdjson::dom;
+
+// The JSON form seen through the lookups PickleValue has, so that one extraction reads both.
+class JsonValue {
+ public:
+  JsonValue() = default;
+  explicit JsonValue(dom::element e) : e_(e), ok_(true) {}
+  bool is_none() const { return !ok_ || e_.is_null(); }
+  bool is_string() const { return ok_ && e_.is_string(); }
+  bool is_int() const { return ok_ && (e_.is_int64() || e_.is_uint64() || e_.is_bool()); }
+  bool is_sequence() const { return ok_ && e_.is_array(); }
+  bool is_dict() const { return ok_ && e_.is_object(); }
+  std::string_view str() const {
+    return is_string() ? std::string_view(e_.get_string().value_unsafe()) : "";
+  }
+  int64_t integer(int64_t otherwise = 0) const {
+    if (!ok_) return otherwise;
+    if (e_.is_bool()) return e_.get_bool().value_unsafe() ? 1 : 0;
+    int64_t v;
+    if (e_.get_int64().get(v) == simdjson::SUCCESS) return v;
+    return otherwise;
+  }
+  size_t length() const {
+    if (is_sequence()) return dom::array(e_.get_array().value_unsafe()).size();
+    if (is_dict()) return dom::object(e_.get_object().value_unsafe()).size();
+    return 0;
+  }
+  JsonValue at(size_t i) const {
+    dom::element v;
+    if (is_sequence() && e_.get_array().at(i).get(v) == simdjson::SUCCESS) return JsonValue(v);
+    return {};
+  }
+  JsonValue get(std::string_view key) const {
+    dom::element v;
+    if (is_dict() && e_.get_object()[key].get(v) == simdjson::SUCCESS) return JsonValue(v);
+    return {};
+  }
+  // Calls F(key, value) for each member of a dict.
+  template <typename F>
+  void each(F f) const {
+    if (!is_dict()) return;
+    for (auto [k, v] : dom::object(e_.get_object().value_unsafe())) f(std::string(k), JsonValue(v));
+  }
+
+ private:
+  dom::element e_;
+  bool ok_ = false;
+};
+
+template <typename F>
+void Each(const trace::PickleValue& v, F f) {
+  for (size_t i = 0; i < v.length() && v.is_dict(); ++i)
+    if (v.key(i).is_string()) f(std::string(v.key(i).str()), v.value(i));
+}
+template <typename F>
+void Each(const JsonValue& v, F f) {
+  v.each(f);
+}
+
+// An integer the dump may write as a number or as its text (the JSON form's pg_status: "10").
+template <typename V>
+int64_t Int(const V& v, int64_t otherwise) {
+  if (v.is_int()) return v.integer(otherwise);
+  const std::string_view s = v.str();
+  int64_t out = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty() ? out : otherwise;
+}
+
+// "[0, 1, 3]" (pg_config's ranks) -> {0, 1, 3}; bounded by the text's length.
+std::vector<int> RankListText(std::string_view s) {
+  std::vector<int> out;
+  int64_t cur = -1;
+  for (char c : s) {
+    if (c >= '0' && c <= '9') {
+      cur = (cur < 0 ? 0 : cur) * 10 + (c - '0');
+      if (cur >= limits::kMaxWorldSize) return {};
+    } else if (cur >= 0) {
+      out.push_back(static_cast<int>(cur));
+      cur = -1;
+    }
+  }
+  if (cur >= 0) out.push_back(static_cast<int>(cur));
+  return out;
+}
+
+template <typename V>
+bool ReadCall(const V& e, CollectiveCall* c) {
+  if (!e.is_dict()) return false;
+  const std::string_view name = e.get("profiling_name").str();
+  if (name.empty()) return false;
+  if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
+    c->backend = std::string(name.substr(0, colon));
+    c->op = std::string(name.substr(colon + 1));
+  } else {
+    c->op = std::string(name);
+  }
+  c->p2p = e.get("is_p2p").integer(0) != 0;
+  c->seq = Int(e.get(c->p2p ? "p2p_seq_id" : "collective_seq_id"), -1);
+  if (c->seq < 0) return false;
+  const V pg = e.get("process_group");
+  c->group = std::string(pg.at(0).is_string() ? pg.at(0).str() : std::string_view());
+  if (c->group.empty()) c->group = std::to_string(Int(e.get("pg_id"), 0));
+  c->group_desc = std::string(pg.at(1).str());
+  const V sizes = e.get("input_sizes");
+  for (size_t i = 0; i < sizes.length(); ++i) {
+    std::vector<int64_t> dims;
+    for (size_t d = 0; d < sizes.at(i).length(); ++d) dims.push_back(sizes.at(i).at(d).integer(-1));
+    c->sizes.push_back(std::move(dims));
+  }
+  const V dtypes = e.get("input_dtypes");
+  for (size_t i = 0; i < dtypes.length(); ++i) c->dtypes.emplace_back(dtypes.at(i).str());
+  c->state = std::string(e.get("state").str());
+  c->created_ns = Int(e.get("time_created_ns"), 0);
+  // torch lists the frames innermost first; a StackFrame list is outermost first.
+  const V frames = e.get("frames");
+  for (size_t i = frames.length(); i-- > 0;) {
+    const V f = frames.at(i);
+    c->frames.push_back({std::string(f.get("filename").str()),
+                         static_cast<int>(Int(f.get("line"), 0)),
+                         std::string(f.get("name").str())});
+  }
+  return true;
+}
+
+template <typename V>
+Status Extract(const V& root, const std::string& name, CollectiveLog* log, int* skipped) {
+  if (!root.is_dict()) return DataLoss(name + ": a Flight Recorder dump is a dict; this is not");
+  const V entries = root.get("entries");
+  if (!entries.is_sequence())
+    return DataLoss(name + ": no \"entries\" list: not a Flight Recorder dump");
+  log->version = std::string(root.get("version").str());
+  int bad = 0;
+  for (size_t i = 0; i < entries.length(); ++i) {
+    CollectiveCall c;
+    if (ReadCall(entries.at(i), &c))
+      log->calls.push_back(std::move(c));
+    else
+      ++bad;
+  }
+  Each(root.get("pg_status"), [&](const std::string& group, const V& s) {
+    log->progress[group] = {Int(s.get("last_enqueued_collective"), -1),
+                            Int(s.get("last_started_collective"), -1),
+                            Int(s.get("last_completed_collective"), -1)};
+  });
+  Each(root.get("pg_config"), [&](const std::string& group, const V& s) {
+    log->group_ranks[group] = RankListText(s.get("ranks").str());
+  });
+  if (skipped != nullptr) *skipped = bad;
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool LooksLikeFlightRecorder(std::string_view head) {
+  if (head.size() >= 2 && static_cast<uint8_t>(head[0]) == 0x80)
+    return head[1] >= 2 && head[1] <= 5;
+  size_t i = 0;
+  while (i < head.size() && std::isspace(static_cast<unsigned char>(head[i]))) ++i;
+  if (i >= head.size() || head[i] != '{') return false;
+  head.remove_prefix(i + 1);
+  for (std::string_view key : {"\"comm_lib_version\"", "\"entries\"", "\"pg_config\""}) {
+    size_t j = 0;
+    while (j < head.size() && std::isspace(static_cast<unsigned char>(head[j]))) ++j;
+    if (head.substr(j).starts_with(key)) return true;
+  }
+  return false;
+}
+
+StatusOr<CollectiveLog> ParseFlightRecorder(std::string_view bytes, const std::string& name,
+                                            int rank, int* skipped) {
+  CollectiveLog log;
+  log.rank = rank;
+  log.source = name;
+  if (bytes.size() > limits::kMaxFlightRecorderDump)
+    return ResourceExhausted(
+        fmt::format("{}: {} bytes, over the {} MiB a Flight Recorder dump may have", name,
+                    bytes.size(), limits::kMaxFlightRecorderDump >> 20));
+  if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
+    PT_ASSIGN_OR_RETURN(trace::Pickle p, trace::ParsePickle(bytes, name));
+    PT_RETURN_IF_ERROR(Extract(p.root(), name, &log, skipped));
+    return log;
+  }
+  dom::parser parser;
+  dom::element doc;
+  const simdjson::padded_string padded(bytes);
+  if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS)
+    return DataLoss(fmt::format("{}: not a Flight Recorder dump (neither a pickle nor JSON: {})",
+                                name, simdjson::error_message(err)));
+  PT_RETURN_IF_ERROR(Extract(JsonValue(doc), name, &log, skipped));
+  return log;
+}
+
+int FlightRecorderRank(const std::string& path) {
+  const int r = trace::RankFromFileName(path);
+  if (r >= 0) return r;
+  std::string base =
+      path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  for (std::string_view ext : {".json", ".pkl", ".pickle"})
+    if (base.ends_with(ext)) base.resize(base.size() - ext.size());
+  size_t i = base.size();
+  while (i > 0 && base[i - 1] >= '0' && base[i - 1] <= '9') --i;
+  if (i == base.size() || base.size() - i > 7) return -1;
+  return std::stoi(base.substr(i));
+}
+
+StatusOr<CollectiveLog> ReadFlightRecorderFile(const std::string& path, int* skipped) {
+  const int rank = FlightRecorderRank(path);
+  if (rank < 0)
+    return InvalidArgument(path + ": no rank in the file name (torch names dumps PREFIX<rank>)");
+  PT_ASSIGN_OR_RETURN(std::string bytes,
+                      ReadSmallFile(path, limits::kMaxFlightRecorderDump, "Flight Recorder dump"));
+  return ParseFlightRecorder(bytes, path, rank, skipped);
+}
+
+StatusOr<std::vector<std::string>> FindFlightRecorderDumps(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  auto head_of = [](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    char buf[64] = {};
+    in.read(buf, sizeof(buf));
+    return std::string(buf, static_cast<size_t>(in.gcount()));
+  };
+  for (const std::string& path : paths) {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) return NotFound(path + ": " + std::strerror(errno));
+    if (!S_ISDIR(st.st_mode)) {
+      if (LooksLikeFlightRecorder(head_of(path))) out.push_back(path);
+      continue;
+    }
+    DIR* dir = opendir(path.c_str());
+    if (dir == nullptr) return InvalidArgument(path + ": " + std::strerror(errno));
+    while (dirent* e = readdir(dir)) {
+      const std::string file = (path.ends_with('/') ? path : path + "/") + e->d_name;
+      struct stat fs;
+      if (e->d_name[0] == '.' || stat(file.c_str(), &fs) != 0 || !S_ISREG(fs.st_mode)) continue;
+      if (LooksLikeFlightRecorder(head_of(file))) out.push_back(file);
+    }
+    closedir(dir);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+StatusOr<std::vector<CollectiveLog>> ReadFlightRecorderDumps(const std::vector<std::string>& files,
+                                                             std::vector<std::string>* notes) {
+  std::vector<CollectiveLog> out;
+  std::map<int, std::string> seen;
+  int skipped_total = 0;
+  for (const std::string& file : files) {
+    int skipped = 0;
+    PT_ASSIGN_OR_RETURN(CollectiveLog log, ReadFlightRecorderFile(file, &skipped));
+    skipped_total += skipped;
+    if (auto [it, fresh] = seen.emplace(log.rank, file); !fresh) {
+      notes->push_back(fmt::format("{} and {} are both rank {}'s Flight Recorder dump; {} is used",
+                                   it->second, file, log.rank, it->second));
+      continue;
+    }
+    out.push_back(std::move(log));
+  }
+  if (skipped_total > 0)
+    notes->push_back(
+        fmt::format("{} Flight Recorder entr{} without a name or sequence number left out",
+                    skipped_total, skipped_total == 1 ? "y" : "ies"));
+  return out;
+}
+
+}  // namespace perftracker::pattern
