@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit tests, integration tests with real torch, a short
-# fixed-length fuzz run of each parser (traces, summaries, worker messages, diagnoses read back),
+# fixed-length fuzz run of each parser (traces, summaries, worker messages, diagnoses read back,
+# Flight Recorder dumps),
 # the check that scripts/deps.sh installs every package the build and the tests used
 # (scripts/check_deps.py) and the size limits of scripts/check_structure.py.
 #
@@ -17,11 +18,12 @@ source scripts/tools.sh
 CXX=clang++ pt_configure build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERFTRACKER_FUZZ=ON \
   -DCMAKE_AR=/usr/bin/ar -DCMAKE_RANLIB=/usr/bin/ranlib \
   -DPython3_EXECUTABLE=/usr/bin/python3
-"$NINJA" -C build-fuzz trace_reader_fuzz summary_fuzz worker_message_fuzz diagnosis_reader_fuzz
+"$NINJA" -C build-fuzz trace_reader_fuzz summary_fuzz worker_message_fuzz diagnosis_reader_fuzz \
+  flight_recorder_fuzz
 # Each target: a fixed seed and run count from its committed corpus (copied: libFuzzer adds
 # what it finds to the folder it is given). -rss_limit_mb: a parser that lets input make it
 # hold more than this fails the run.
-for t in trace_reader summary worker_message diagnosis_reader; do
+for t in trace_reader summary worker_message diagnosis_reader flight_recorder; do
   mkdir -p "build-fuzz/corpus/$t" && cp -n "fuzz/corpus/$t"/* "build-fuzz/corpus/$t/" 2>/dev/null || true
   "build-fuzz/${t}_fuzz" -runs=20000 -max_len=4096 -seed=1 -rss_limit_mb=512 "build-fuzz/corpus/$t" \
     >"build-fuzz/$t.log" 2>&1 || { tail -40 "build-fuzz/$t.log"; echo "fuzz run of $t failed"; exit 1; }
