@@ -257,6 +257,8 @@ class AgentClient:
 
     def _on_stacks(self, cmd: Message) -> None:
         self.replies.append(self.stacks_reply(cmd.get("request_id")))
+        # The job hangs: each rank's collectives, for the sequence diagnosis.
+        self._collector.patches.ring.dump(with_torch=True)
 
     def _start_profile(self) -> None:
         """Starts the pending window once the trace file can be named after the rank (a command

@@ -73,3 +73,7 @@ AGENT_SOCKET_ENV = "PERFTRACKER_AGENT_SOCKET"
 WORKER_LOG_ENV = "PERFTRACKER_WORKER_LOG"
 # "PID:RANK" of the process that runs the collector, inherited by the processes it starts.
 OWNER_ENV = "PERFTRACKER_RANK_OWNER"
+# Where each rank's ring of collectives and torch's Flight Recorder dump go (set by `perftracker
+# run`: REPORT_DIR/collectives): rank_R.ring.json at a fatal signal, at exit and on a hang;
+# rank_R.fr.pkl (torch's own dump, where its Flight Recorder records) at exit and on a hang.
+COLLECTIVES_DIR_ENV = "PERFTRACKER_COLLECTIVES_DIR"

@@ -167,6 +167,13 @@ class Collector:
         except Exception:
             pass
         try:
+            if self.w is not None and not self.off and os.getpid() == self.pid:
+                # Every rank's last collectives, for the sequence diagnosis of how the job ended
+                # (a rank that raised, or its peers after a crash, still get here).
+                self.patches.ring.dump(with_torch=True)
+        except Exception:
+            pass
+        try:
             if self.client is not None and not self.off and os.getpid() == self.pid:
                 # The detector's state at the end: the agent logs it (why a slowdown did or did
                 # not fire), and so does the worker log.

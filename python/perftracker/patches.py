@@ -1,6 +1,7 @@
 """torch patches: DataLoader iteration and optimizer steps feed the collector's events, the
 dataset fetchers time DataLoader worker processes' batches (loader.py),
-torch.distributed's Python collectives are wrapped to remember the last one (for hang stacks),
+torch.distributed's Python collectives are wrapped to remember the last one (for hang stacks) and
+to record each in the ring of collectives (collectives.py),
 and a post-import finder applies the patches when torch's modules load (sitecustomize runs
 before torch).
 
@@ -15,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from perftracker import loader
+from perftracker.collectives import CollectiveRing
 
 if TYPE_CHECKING:
     from perftracker.hooks import Collector
@@ -26,14 +28,14 @@ COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_sca
                "irecv", "gather", "scatter", "monitored_barrier")
 
 
-def _caller(torch_dir: str) -> Tuple[str, int]:
-    """(file, line) of the first frame outside torch's own package."""
+def _caller(torch_dir: str) -> Tuple[str, int, str]:
+    """(file, line, function) of the first frame outside torch's own package."""
     f = sys._getframe(3)  # past _caller, _record_collective and the collective's wrapper
     while f is not None and f.f_code.co_filename.startswith(torch_dir):
         f = f.f_back
     if f is None:
-        return "?", 0
-    return f.f_code.co_filename, f.f_lineno
+        return "?", 0, "?"
+    return f.f_code.co_filename, f.f_lineno, f.f_code.co_name
 
 
 class TorchPatches:
@@ -46,6 +48,7 @@ class TorchPatches:
         # [op, count, file, line, start_monotonic, end_monotonic or None]
         self.last_coll: Optional[List[Any]] = None
         self.coll_count = 0  # wrapped collective calls so far (outermost ones)
+        self.ring = CollectiveRing(collector)  # what each of them is, for the sequence diagnosis
         self.targets: Dict[str, Callable[[Any], None]] = {
             "torch.utils.data.dataloader": self.patch_dataloader,
             "torch.utils.data._utils.fetch": loader.patch_fetchers,
@@ -131,13 +134,13 @@ class TorchPatches:
 
     def _wrap_collective(self, name: str, fn: Callable[..., Any], torch_dir: str) -> Callable[..., Any]:
         record = self._record_collective
-        tls, collector = self.tls, self._collector
+        tls, collector, ring = self.tls, self._collector, self.ring
 
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
             if collector.off or getattr(tls, "in_coll", False):  # nested: the outermost call is the one
                 return fn(*args, **kwargs)
-            rec = record(name, torch_dir)
+            rec, ticket = record(name, torch_dir, args, kwargs)
             tls.in_coll = True
             try:
                 return fn(*args, **kwargs)
@@ -145,27 +148,33 @@ class TorchPatches:
                 tls.in_coll = False
                 if rec is not None:
                     rec[5] = time.monotonic()
+                    try:
+                        ring.exit(ticket, kwargs)
+                    except Exception as e:
+                        collector.turn_off(e)
 
         wrapped._perftracker = True
         return wrapped
 
-    def _record_collective(self, name: str, torch_dir: str) -> Optional[List[Any]]:
-        """Counts the call and makes it the last collective; None (and the collector off) when
-        that fails."""
+    def _record_collective(self, name: str, torch_dir: str, args: tuple,
+                           kwargs: dict) -> Tuple[Optional[List[Any]], Optional[int]]:
+        """Counts the call, makes it the last collective and puts it in the ring: (the record,
+        the ring's ticket); (None, None) and the collector off when that fails."""
         try:
             self.coll_count += 1
-            file, line = _caller(torch_dir)
+            file, line, function = _caller(torch_dir)
             rec = [name, self.coll_count, file, line, time.monotonic(), None]
             self.last_coll = rec
-            return rec
+            return rec, self.ring.enter(name, args, kwargs, file, line, function)
         except Exception as e:
             self._collector.turn_off(e)
-            return None
+            return None, None
 
     def patch_distributed(self, mod: Any) -> None:
         """Wraps the collectives of torch.distributed.distributed_c10d, and the names
         torch.distributed re-exported from it when that was already imported."""
         torch_dir = os.path.dirname(os.path.dirname(os.path.abspath(mod.__file__))) + os.sep
+        self.ring.bind(mod)
         pub = sys.modules.get("torch.distributed")
         for name in COLLECTIVES:
             fn = getattr(mod, name, None)

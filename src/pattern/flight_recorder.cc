@@ -11,6 +11,8 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <set>
+#include <utility>
 
 #include "base/file_source.h"
 #include "base/limits.h"
@@ -264,18 +266,32 @@ StatusOr<std::vector<std::string>> FindFlightRecorderDumps(const std::vector<std
   return out;
 }
 
+void MergeCollectiveLog(CollectiveLog from, CollectiveLog* into) {
+  std::set<std::pair<std::string, int64_t>> have;
+  for (const CollectiveCall& c : into->calls)
+    if (!c.p2p) have.emplace(c.group, c.seq);
+  for (CollectiveCall& c : from.calls)
+    if (c.p2p || !have.count({c.group, c.seq})) into->calls.push_back(std::move(c));
+  std::stable_sort(into->calls.begin(), into->calls.end(),
+                   [](const CollectiveCall& a, const CollectiveCall& b) {
+                     return a.created_ns < b.created_ns;
+                   });
+  into->source += ", " + from.source;
+  for (auto& [g, p] : from.progress) into->progress.emplace(g, p);
+  for (auto& [g, r] : from.group_ranks) into->group_ranks.emplace(g, std::move(r));
+}
+
 StatusOr<std::vector<CollectiveLog>> ReadFlightRecorderDumps(const std::vector<std::string>& files,
                                                              std::vector<std::string>* notes) {
   std::vector<CollectiveLog> out;
-  std::map<int, std::string> seen;
+  std::map<int, size_t> seen;  // rank -> its log in OUT
   int skipped_total = 0;
   for (const std::string& file : files) {
     int skipped = 0;
     PT_ASSIGN_OR_RETURN(CollectiveLog log, ReadFlightRecorderFile(file, &skipped));
     skipped_total += skipped;
-    if (auto [it, fresh] = seen.emplace(log.rank, file); !fresh) {
-      notes->push_back(fmt::format("{} and {} are both rank {}'s Flight Recorder dump; {} is used",
-                                   it->second, file, log.rank, it->second));
+    if (auto [it, fresh] = seen.emplace(log.rank, out.size()); !fresh) {
+      MergeCollectiveLog(std::move(log), &out[it->second]);
       continue;
     }
     out.push_back(std::move(log));

@@ -44,8 +44,13 @@ int FlightRecorderRank(const std::string& path);
 // files named directly must be dumps. Sorted.
 StatusOr<std::vector<std::string>> FindFlightRecorderDumps(const std::vector<std::string>& paths);
 
-// Every dump of FILES (FindFlightRecorderDumps), one log per rank. A dump that cannot be read is
-// an error; entries skipped and a rank given twice are NOTES.
+// FROM's calls that INTO lacks (by group and number; INTO's own are kept: torch's dump has what
+// the worker's ring has and more) added to INTO, all in the order they were made.
+void MergeCollectiveLog(CollectiveLog from, CollectiveLog* into);
+
+// Every dump of FILES (FindFlightRecorderDumps), one log per rank: a rank's files (torch's dump
+// and the worker's ring) are merged, the first one read first (sort torch's before the ring's).
+// A dump that cannot be read is an error; entries skipped are NOTES.
 StatusOr<std::vector<CollectiveLog>> ReadFlightRecorderDumps(const std::vector<std::string>& files,
                                                              std::vector<std::string>* notes);
 

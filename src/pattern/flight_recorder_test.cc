@@ -95,5 +95,29 @@ TEST(FlightRecorderTest, BadDumpsAreOneLineErrors) {
   EXPECT_EQ(log->calls[0].sizes[0], (std::vector<int64_t>{2, 3}));
 }
 
+TEST(FlightRecorderTest, ARanksTorchDumpAndRingMerge) {
+  // torch's dump has #1-#2 (DDP's all-reduces among them); the worker's ring has the user's #2
+  // and the #3 the rank crashed in, which torch's dump never got to write.
+  auto fr = ParseFlightRecorder(
+      R"({"entries": [{"profiling_name": "gloo:all_reduce", "collective_seq_id": 1,
+          "process_group": ["0", "default_pg"], "time_created_ns": 10},
+         {"profiling_name": "gloo:all_reduce", "collective_seq_id": 2,
+          "process_group": ["0", "default_pg"], "time_created_ns": 20}]})",
+      "rank_1.fr", 1);
+  auto ring = ParseFlightRecorder(
+      R"({"version": "perftracker-ring/1", "entries": [
+         {"profiling_name": "gloo:all_reduce", "collective_seq_id": 2,
+          "process_group": ["0", "default_pg"], "time_created_ns": 21},
+         {"profiling_name": "gloo:broadcast", "collective_seq_id": 3,
+          "process_group": ["0", "default_pg"], "time_created_ns": 30}]})",
+      "rank_1.ring.json", 1);
+  ASSERT_TRUE(fr.ok() && ring.ok());
+  MergeCollectiveLog(std::move(*ring), &*fr);
+  ASSERT_EQ(fr->calls.size(), 3u);
+  EXPECT_EQ(fr->calls[1].created_ns, 20);  // torch's own #2 kept
+  EXPECT_EQ(fr->calls[2].op, "broadcast");
+  EXPECT_EQ(fr->source, "rank_1.fr, rank_1.ring.json");
+}
+
 }  // namespace
 }  // namespace perftracker::pattern

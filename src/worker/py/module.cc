@@ -57,6 +57,7 @@
 #include "base/background.h"
 #include "worker/call_tree.h"
 #include "worker/iteration_detector.h"
+#include "worker/py/collectives.h"
 #include "worker/window_file.h"
 
 namespace perftracker::worker {
@@ -840,6 +841,14 @@ PyMethodDef kMethods[] = {
     {"disable", Disable, METH_NOARGS, "turn the collector off for good, silently"},
     {"wait_writers", WaitWriters, METH_O,
      "wait_writers(timeout_s) -> bool: no window file is being written any more"},
+    {"collective_enter", py::CollectiveEnter, METH_VARARGS,
+     "collective_enter(group, desc, seq, op, backend, sizes, dtype, file, line, function) -> "
+     "ticket"},
+    {"collective_exit", py::CollectiveExit, METH_VARARGS, "collective_exit(ticket, completed)"},
+    {"collective_dump", py::CollectiveDump, METH_O,
+     "collective_dump(path): the ring of collectives as a Flight Recorder JSON dump"},
+    {"collective_crash_path", py::CollectiveCrashPath, METH_O,
+     "collective_crash_path(path): where a fatal signal writes the ring"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT,

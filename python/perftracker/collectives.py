@@ -1,0 +1,145 @@
+"""The ring of collectives (src/worker/collective_ring.h): what each torch.distributed call the
+patches wrap is (its process group, the group's sequence number, op, input size and dtype, the
+user's frame), recorded in perftracker._worker before the call and marked when it returns, and
+the dumps of it and of torch's own Flight Recorder.
+
+The sequence number is the one torch gives the group's next collective
+(ProcessGroup._get_sequence_number_for_group() + 1), the number the Flight Recorder records too,
+so that a rank whose own ring is all that is left (it crashed) lines up with its peers' dumps.
+dtypes are written as torch's C++ names ("Float"), as the Flight Recorder writes them.
+"""
+import os
+import sys
+from typing import Any, Dict, Optional, Tuple
+
+from perftracker.config import COLLECTIVES_DIR_ENV
+
+# torch.dtype's str() -> c10's ScalarType name, as Flight Recorder dumps write dtypes.
+_DTYPES = {"torch.float32": "Float", "torch.float64": "Double", "torch.float16": "Half",
+           "torch.bfloat16": "BFloat16", "torch.int64": "Long", "torch.int32": "Int",
+           "torch.int16": "Short", "torch.int8": "Char", "torch.uint8": "Byte", "torch.bool": "Bool",
+           "torch.complex64": "ComplexFloat", "torch.complex128": "ComplexDouble"}
+
+
+class CollectiveRing:
+    """Feeds the C++ ring from the collective wrappers and writes the dumps. One instance, owned
+    by the torch patches (patches.py)."""
+
+    def __init__(self, collector: Any) -> None:
+        self._collector = collector
+        self._c10d: Any = None  # torch.distributed.distributed_c10d once patched
+        self._tensor: Any = None  # torch.Tensor
+        self._groups: Dict[Any, Tuple[str, str, str]] = {}  # group -> (name, desc, backend)
+        self._crash_path_set = False
+        self._rank: Optional[int] = None  # known at the first collective (kept past destroy)
+        self._dump_failed = False
+
+    def bind(self, c10d: Any) -> None:
+        self._c10d = c10d
+
+    # ---- recording (the calling thread, before and after each collective) ----
+
+    def enter(self, op: str, args: tuple, kwargs: dict, file: str, line: int, function: str) -> Optional[int]:
+        """The ticket of the recorded call, or None when it is not one the ring can place."""
+        c10d, w = self._c10d, self._collector.w
+        if c10d is None or w is None or not c10d.is_initialized():
+            return None
+        if self._tensor is None:  # torch was still importing when the patches were applied
+            self._tensor = sys.modules["torch"].Tensor
+            self._rank = c10d.get_rank()
+        group = kwargs.get("group")
+        tensor = kwargs.get("tensor")
+        pg_type = c10d.ProcessGroup
+        for a in args:
+            if group is None and isinstance(a, pg_type):
+                group = a
+            elif tensor is None and isinstance(a, self._tensor):
+                tensor = a
+        if group is None:
+            group = c10d._get_default_group()
+        name, desc, backend = self._group(group)
+        get_seq = getattr(group, "_get_sequence_number_for_group", None)  # -1: not placed
+        seq = get_seq() + 1 if get_seq is not None else -1
+        sizes = tuple(tensor.shape) if tensor is not None else None
+        dtype = _DTYPES.get(str(tensor.dtype), str(tensor.dtype)) if tensor is not None else ""
+        if not self._crash_path_set:
+            self._set_crash_path()
+        return w.collective_enter(name, desc, seq, op, backend, sizes, dtype, file, line, function)
+
+    def exit(self, ticket: Optional[int], kwargs: dict) -> None:
+        if ticket is not None and self._collector.w is not None:
+            self._collector.w.collective_exit(ticket, not kwargs.get("async_op", False))
+
+    def _group(self, group: Any) -> Tuple[str, str, str]:
+        known = self._groups.get(group)
+        if known is not None:
+            return known
+        c10d = self._c10d
+        name = getattr(group, "group_name", None)
+        if name is None:  # torch 1.x
+            name = getattr(c10d, "_pg_names", {}).get(group, "")
+        desc = getattr(group, "group_desc", None)
+        if desc is None:
+            desc = "default_pg" if group is c10d._get_default_group() else ""
+        try:
+            backend = str(c10d.get_backend(group))
+        except Exception:
+            backend = ""
+        known = (str(name), str(desc), backend)
+        self._groups[group] = known
+        return known
+
+    # ---- dumps ----
+
+    def _dir_and_rank(self) -> Tuple[str, Optional[int]]:
+        return os.environ.get(COLLECTIVES_DIR_ENV, ""), self._rank
+
+    def _set_crash_path(self) -> None:
+        self._crash_path_set = True
+        folder, rank = self._dir_and_rank()
+        if folder and rank is not None:
+            self._collector.w.collective_crash_path(os.path.join(folder, f"rank_{rank}.ring.json"))
+
+    def dump(self, with_torch: bool) -> None:
+        """Writes this rank's ring and, WITH_TORCH, torch's Flight Recorder dump (where this
+        torch has one) into the collectives folder. Nothing without the folder or a rank. A dump
+        that fails is said once on stderr and never stops the collector: it is evidence, not
+        the training's business."""
+        try:
+            self._dump(with_torch)
+        except Exception as e:
+            if not self._dump_failed:
+                self._dump_failed = True
+                sys.stderr.write(f"perftracker: no dump of the collectives: {e!r}\n")
+
+    def _dump(self, with_torch: bool) -> None:
+        folder, rank = self._dir_and_rank()
+        w = self._collector.w
+        if not folder or rank is None or w is None:
+            return
+        w.collective_dump(os.path.join(folder, f"rank_{rank}.ring.json"))
+        if not with_torch:
+            return
+        dump = _torch_flight_recorder()
+        if dump is None:
+            return
+        path = os.path.join(folder, f"rank_{rank}.fr.pkl")
+        with open(path + ".tmp", "wb") as f:
+            f.write(dump)
+        os.replace(path + ".tmp", path)
+
+
+def _torch_flight_recorder() -> Optional[bytes]:
+    """torch's Flight Recorder dump (pickle) of this process, or None where this torch has none or
+    it recorded nothing."""
+    try:
+        import torch._C._distributed_c10d as c  # type: ignore
+    except Exception:
+        return None
+    fn = getattr(c, "_dump_fr_trace", None) or getattr(c, "_dump_nccl_trace", None)
+    if fn is None:
+        return None
+    try:
+        return fn(True, True, False)  # collectives, with their stacks, not only the active ones
+    except Exception:
+        return None

@@ -1,0 +1,79 @@
+#include "diagnose/rank_crash.h"
+
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstring>
+#include <string_view>
+
+#include "diagnose/collective_sequence.h"
+#include "diagnose/hang.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+// The collective a rank's ring shows it in: the newest one that did not complete, else its last.
+const pattern::CollectiveCall* InCollective(const pattern::CollectiveLog& log) {
+  for (auto it = log.calls.rbegin(); it != log.calls.rend(); ++it)
+    if (it->state != "completed") return &*it;
+  return log.calls.empty() ? nullptr : &log.calls.back();
+}
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+}  // namespace
+
+Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs) {
+  Finding f;
+  f.category = "rank_crash";
+  f.cause = Cause::kSoftware;
+  f.finding_class = FindingClass::kSubset;
+  f.ranks = {first.rank};
+  f.impact_fraction = 1.0;  // the job is over
+  f.confidence = 1.0;
+  f.evidence["exit_code"] = first.exit_code;
+  if (first.signal != 0) f.evidence["signal"] = first.signal;
+  std::string how = first.signal != 0
+                        ? fmt::format("killed by {} (exit code {})", SignalName(first.signal),
+                                      first.exit_code)
+                        : fmt::format("exited with code {}", first.exit_code);
+  f.summary = fmt::format("rank {} failed first: {}", first.rank, how);
+  for (const pattern::CollectiveLog& log : logs) {
+    if (log.rank != first.rank) continue;
+    if (const pattern::CollectiveCall* c = InCollective(log)) {
+      std::string where;
+      for (auto it = c->frames.rbegin(); it != c->frames.rend(); ++it)
+        if (!IsLibraryFrame(*it)) {
+          where = fmt::format(" at {}:{}", it->file, it->line);
+          FunctionRef ref{fmt::format("{}:{} in {}", it->file, it->line, it->function), "collective", {}};
+          f.functions.push_back(std::move(ref));
+          break;
+        }
+      f.summary += fmt::format(" in collective #{} on group {}{}, {}{}", c->seq, c->group,
+                               c->group_desc.empty() ? "" : " (" + c->group_desc + ")",
+                               DescribeCollective(*c), where);
+      f.evidence["collective_seq"] = static_cast<double>(c->seq);
+    }
+  }
+  if (!first.error_tail.empty()) {
+    std::string tail;
+    for (const std::string& line : first.error_tail) tail += (tail.empty() ? "" : " | ") + line;
+    f.evidence_text["error_output"] = tail;
+    std::string_view last = first.error_tail.back();
+    while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.remove_prefix(1);
+    f.summary += fmt::format("; its last error output: {}", last);
+  }
+  f.suggestion =
+      first.signal != 0
+          ? "a fatal error inside the process (a backend's check that aborts, a native library): "
+            "its error output names it; where a collective_mismatch finding names the same rank, "
+            "the ranks' collectives out of step are the cause"
+          : "the rank's own error ended it (an exception, sys.exit): its error output and the "
+            "line named here say where; the other ranks failed or were stopped after it";
+  return f;
+}
+
+}  // namespace perftracker::diagnose

@@ -1,0 +1,32 @@
+// rank_crash: how a job that died ended. The launcher knows which rank failed first and how (its
+// exit code, or the fatal signal) and the last lines it wrote to stderr; the ranks' rings of
+// collectives (pattern::CollectiveLog) say which collective it was in. The finding names that
+// rank, the collective (number, group, op, sizes, the user's line) and the error, so that a
+// crash reads as one line instead of "rank 1 exited with code 134" and a page of peers' errors.
+// When the sequence diagnosis found the ranks out of step (collective_mismatch), that finding is
+// the cause and this one the way it ended.
+#ifndef PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
+#define PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
+
+#include <string>
+#include <vector>
+
+#include "diagnose/finding.h"
+#include "pattern/collected.h"
+
+namespace perftracker::diagnose {
+
+// How one rank's process ended, as its launcher saw it.
+struct RankExit {
+  int rank = -1;
+  int exit_code = 0;  // as a shell says it: 128 + the signal for a signal
+  int signal = 0;     // the fatal signal; 0 when it exited
+  std::vector<std::string> error_tail;  // its last lines on stderr, oldest first (may be empty)
+};
+
+// The rank_crash finding of FIRST, the first rank that failed.
+Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs);
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_RANK_CRASH_H_

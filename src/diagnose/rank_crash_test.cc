@@ -1,0 +1,56 @@
+#include "diagnose/rank_crash.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <string>
+
+namespace perftracker::diagnose {
+namespace {
+
+pattern::CollectiveLog Rank1InAllReduce() {
+  pattern::CollectiveLog log;
+  log.rank = 1;
+  pattern::CollectiveCall done;
+  done.group = "0";
+  done.group_desc = "default_pg";
+  done.seq = 8;
+  done.op = "barrier";
+  done.state = "completed";
+  pattern::CollectiveCall extra = done;
+  extra.seq = 9;
+  extra.op = "all_reduce";
+  extra.sizes = {{7}};
+  extra.dtypes = {"Float"};
+  extra.state = "scheduled";
+  extra.frames = {{"/job/train.py", 145, "train_step"}};
+  log.calls = {done, extra};
+  return log;
+}
+
+TEST(RankCrashTest, NamesTheSignalTheCollectiveAndTheError) {
+  RankExit exit{1, 128 + SIGABRT, SIGABRT,
+                {"terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+                 "  what():  op.preamble.length <= op.nbytes. 132160 vs 4"}};
+  Finding f = RankCrashFinding(exit, {Rank1InAllReduce()});
+  EXPECT_EQ(f.category, "rank_crash");
+  EXPECT_EQ(f.ranks, std::vector<int>{1});
+  EXPECT_EQ(f.evidence.at("signal"), SIGABRT);
+  EXPECT_EQ(f.evidence.at("collective_seq"), 9);
+  EXPECT_EQ(f.summary,
+            "rank 1 failed first: killed by SIGABRT (exit code 134) in collective #9 on group 0 "
+            "(default_pg), all_reduce of 7 Float at /job/train.py:145; its last error output: "
+            "what():  op.preamble.length <= op.nbytes. 132160 vs 4");
+  ASSERT_EQ(f.functions.size(), 1u);
+  EXPECT_EQ(f.functions[0].name, "/job/train.py:145 in train_step");
+}
+
+TEST(RankCrashTest, AnExitWithoutRingOrOutputIsStillNamed) {
+  Finding f = RankCrashFinding({3, 1, 0, {}}, {Rank1InAllReduce()});
+  EXPECT_EQ(f.summary, "rank 3 failed first: exited with code 1");
+  EXPECT_EQ(f.evidence.count("signal"), 0u);
+  EXPECT_TRUE(f.functions.empty());
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose

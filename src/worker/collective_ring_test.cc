@@ -1,0 +1,118 @@
+#include "worker/collective_ring.h"
+
+#include <gtest/gtest.h>
+#include <simdjson.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace perftracker::worker {
+namespace {
+
+namespace ring = collective_ring;
+
+CollectiveEntry AllReduce(int64_t seq, const int64_t* sizes, size_t dims) {
+  CollectiveEntry e;
+  e.group = "0";
+  e.group_desc = "default_pg";
+  e.seq = seq;
+  e.op = "all_reduce";
+  e.backend = "gloo";
+  e.sizes = sizes;
+  e.dims = dims;
+  e.dtype = "Float";
+  e.file = "/job/train.py";
+  e.line = 145;
+  e.function = "train_step";
+  return e;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(CollectiveRingTest, DumpsAsAFlightRecorderJsonDump) {
+  ring::ResetForTest();
+  const int64_t sizes[] = {2, 3};
+  const uint64_t a = ring::Entered(AllReduce(7, sizes, 2), 1000);
+  ring::Returned(a, true);
+  CollectiveEntry barrier = AllReduce(8, nullptr, 0);
+  barrier.op = "barrier";
+  barrier.dtype = "";
+  barrier.file = "/job/a \"quoted\"\\path.py";
+  ring::Entered(barrier, 2000);
+  const std::string json = ring::DumpJson();
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  EXPECT_EQ(std::string_view(doc["version"].get_string().value()), "perftracker-ring/1");
+  simdjson::dom::array entries = doc["entries"].get_array().value();
+  ASSERT_EQ(entries.size(), 2u);
+  simdjson::dom::element first = entries.at(0).value();
+  EXPECT_EQ(first["collective_seq_id"].get_int64().value(), 7);
+  EXPECT_EQ(std::string_view(first["profiling_name"].get_string().value()), "gloo:all_reduce");
+  EXPECT_EQ(first["input_sizes"].at(0).at(1).get_int64().value(), 3);
+  EXPECT_EQ(std::string_view(first["input_dtypes"].at(0).get_string().value()), "Float");
+  EXPECT_EQ(std::string_view(first["state"].get_string().value()), "completed");
+  EXPECT_EQ(first["frames"].at(0)["line"].get_int64().value(), 145);
+  simdjson::dom::element second = entries.at(1).value();
+  EXPECT_EQ(std::string_view(second["state"].get_string().value()), "scheduled");
+  EXPECT_EQ(second["input_sizes"].get_array().value().size(), 0u);
+  EXPECT_EQ(std::string_view(second["frames"].at(0)["filename"].get_string().value()),
+            "/job/a \"quoted\"\\path.py");
+}
+
+TEST(CollectiveRingTest, KeepsTheLastEntriesOldestFirst) {
+  ring::ResetForTest();
+  const int64_t sizes[] = {4};
+  for (int64_t seq = 1; seq <= static_cast<int64_t>(ring::kRingSize) + 10; ++seq)
+    ring::Entered(AllReduce(seq, sizes, 1), seq);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  const std::string json = ring::DumpJson();
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS);
+  simdjson::dom::array entries = doc["entries"].get_array().value();
+  ASSERT_EQ(entries.size(), ring::kRingSize);
+  EXPECT_EQ(entries.at(0)["collective_seq_id"].get_int64().value(), 11);
+  EXPECT_EQ(entries.at(ring::kRingSize - 1)["collective_seq_id"].get_int64().value(),
+            static_cast<int64_t>(ring::kRingSize) + 10);
+}
+
+TEST(CollectiveRingTest, AnAbortWritesTheRingAndStillKillsTheProcess) {
+  ring::ResetForTest();
+  char dir[] = "/tmp/pt_ring_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/rank_1.ring.json";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int64_t sizes[] = {7};
+    if (!ring::SetCrashPath(path).ok()) _exit(3);
+    ring::Entered(AllReduce(9, sizes, 1), 5);
+    abort();  // what gloo does on mismatched collectives
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  EXPECT_EQ(WTERMSIG(status), SIGABRT);
+  const std::string json = ReadAll(path);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  simdjson::dom::element e = doc["entries"].at(0).value();
+  EXPECT_EQ(e["collective_seq_id"].get_int64().value(), 9);
+  EXPECT_EQ(std::string_view(e["state"].get_string().value()), "scheduled");
+  std::remove(path.c_str());
+  rmdir(dir);
+}
+
+}  // namespace
+}  // namespace perftracker::worker
