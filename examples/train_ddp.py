@@ -40,6 +40,15 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  and --fault-mb MiB more, torch.save to a file in the temp folder, then fsync
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
                  limit on the rank's own link, inside its network namespace)
+Collectives out of step (once, at step --fault-start; a desync of the process group):
+  extra-collective  the faulty rank all-reduces 7 floats of its own before backward (a collective
+                 inside a rank-dependent branch) while its peers are in DDP's gradient all-reduce
+  wrong-size     every rank all-reduces a tensor before backward, the faulty rank's 8 floats
+                 long and its peers' 7
+  wrong-dtype    every rank all-reduces 7 values before backward, the faulty rank's as int32 and
+                 its peers' as float32 (the same bytes: the backend does not notice)
+  skip-barrier   every rank calls barrier() after its step, except the faulty rank at that step
+  raise          the faulty rank raises RuntimeError in the middle of the step
 
 --die-at-step K (with --die-rank R): rank R kills itself with SIGKILL at step K of the job's first
 attempt (TORCHELASTIC_RESTART_COUNT unset or 0), as a crashed or OOM-killed process would end;
@@ -51,6 +60,25 @@ import json
 import os
 import sys
 import time
+
+
+COLLECTIVE_FAULTS = ("extra-collective", "wrong-size", "wrong-dtype", "raise")
+
+
+def collective_fault(kind, is_faulty, device):
+    """The step's collective fault (see the module's doc), before backward."""
+    import torch
+    import torch.distributed as dist
+    if kind == "extra-collective":
+        if is_faulty:
+            dist.all_reduce(torch.ones(7, device=device))
+    elif kind == "wrong-size":
+        dist.all_reduce(torch.ones(8 if is_faulty else 7, device=device))
+    elif kind == "wrong-dtype":
+        dtype = torch.int32 if is_faulty else torch.float32
+        dist.all_reduce(torch.ones(7, dtype=dtype, device=device))
+    elif kind == "raise" and is_faulty:
+        raise RuntimeError("injected failure in the middle of the step")
 
 
 def parse_args(argv=None):
@@ -67,7 +95,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
-                            "call-heavy", "cpu-quota", "skew", "leak", "checkpoint", "nice"])
+                            "call-heavy", "cpu-quota", "skew", "leak", "checkpoint", "nice", "extra-collective",
+                            "wrong-size", "wrong-dtype", "skip-barrier", "raise"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")
@@ -283,6 +312,8 @@ def worker(rank, world, args):
             elif args.fault == "sync" and device.type == "cuda":
                 torch.cuda.synchronize()
                 loss.item()
+        if step == args.fault_start and args.fault in COLLECTIVE_FAULTS:
+            collective_fault(args.fault, is_faulty, device)
         if args.log_every > 0 and (step + 1) % args.log_every == 0:
             total = loss.detach().clone()
             dist.all_reduce(total)
@@ -292,6 +323,8 @@ def worker(rank, world, args):
         if args.step_sleep_ms:
             time.sleep(args.step_sleep_ms / 1000.0)
         opt.step()
+        if args.fault == "skip-barrier" and not (is_faulty and step == args.fault_start):
+            dist.barrier()
         return loss
 
     step_times, step_starts = [], []

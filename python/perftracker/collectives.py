@@ -14,6 +14,13 @@ from typing import Any, Dict, Optional, Tuple
 
 from perftracker.config import COLLECTIVES_DIR_ENV
 
+# The ops whose input tensor the wrapper sees as the Flight Recorder records it: the first tensor
+# argument, or the second for (output, input) signatures. Others are recorded without sizes (the
+# sequence diagnosis then compares their op alone).
+_INPUT_FIRST = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "send", "recv", "isend",
+                "irecv"}
+_INPUT_SECOND = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"}
+
 # torch.dtype's str() -> c10's ScalarType name, as Flight Recorder dumps write dtypes.
 _DTYPES = {"torch.float32": "Float", "torch.float64": "Double", "torch.float16": "Half",
            "torch.bfloat16": "BFloat16", "torch.int64": "Long", "torch.int32": "Int",
@@ -48,13 +55,21 @@ class CollectiveRing:
             self._tensor = sys.modules["torch"].Tensor
             self._rank = c10d.get_rank()
         group = kwargs.get("group")
-        tensor = kwargs.get("tensor")
-        pg_type = c10d.ProcessGroup
+        tensors = []
+        pg_type, tensor_type = c10d.ProcessGroup, self._tensor
         for a in args:
             if group is None and isinstance(a, pg_type):
                 group = a
-            elif tensor is None and isinstance(a, self._tensor):
-                tensor = a
+            elif isinstance(a, tensor_type):
+                tensors.append(a)
+        for key in ("tensor", "input_tensor", "input"):
+            if isinstance(kwargs.get(key), tensor_type):
+                tensors.insert(0 if op in _INPUT_FIRST else len(tensors), kwargs[key])
+        tensor = None
+        if op in _INPUT_FIRST and tensors:
+            tensor = tensors[0]
+        elif op in _INPUT_SECOND and len(tensors) > 1:
+            tensor = tensors[1]
         if group is None:
             group = c10d._get_default_group()
         name, desc, backend = self._group(group)
@@ -92,6 +107,14 @@ class CollectiveRing:
     # ---- dumps ----
 
     def _dir_and_rank(self) -> Tuple[str, Optional[int]]:
+        """The folder, and this rank: torch.distributed's while it is initialized (kept, for a
+        dump after destroy_process_group), else the last one known."""
+        c10d = self._c10d
+        try:
+            if c10d is not None and c10d.is_initialized():
+                self._rank = c10d.get_rank()
+        except Exception:
+            pass
         return os.environ.get(COLLECTIVES_DIR_ENV, ""), self._rank
 
     def _set_crash_path(self) -> None:
@@ -124,7 +147,8 @@ class CollectiveRing:
         if dump is None:
             return
         path = os.path.join(folder, f"rank_{rank}.fr.pkl")
-        with open(path + ".tmp", "wb") as f:
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(dump)
         os.replace(path + ".tmp", path)
 

@@ -13,19 +13,43 @@
 
 namespace perftracker::cli {
 
-std::pair<int, int> OutputRelay::AddChild() {
-  int out[2], err[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return {-1, -1};
+std::pair<int, int> OutputRelay::AddChild(bool with_stdout) {
+  const int child = children_++;
+  int out[2] = {-1, -1}, err[2];
+  if (with_stdout && pipe2(out, O_CLOEXEC) != 0) return {-1, -1};
   if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
+    if (with_stdout) {
+      close(out[0]);
+      close(out[1]);
+    }
     return {-1, -1};
   }
-  ends_.push_back({out[0], STDOUT_FILENO, {}});
-  ends_.push_back({err[0], STDERR_FILENO, {}});
-  write_ends_.push_back(out[1]);
+  if (with_stdout) {
+    ends_.push_back({out[0], STDOUT_FILENO, {}, child, {}});
+    write_ends_.push_back(out[1]);
+  }
+  ends_.push_back({err[0], STDERR_FILENO, {}, child, {}});
   write_ends_.push_back(err[1]);
   return {out[1], err[1]};
+}
+
+void OutputRelay::Keep(End* e, std::string_view lines) {
+  if (e->target != STDERR_FILENO) return;
+  while (!lines.empty()) {
+    const size_t nl = lines.find('\n');
+    std::string_view line = lines.substr(0, nl);
+    lines.remove_prefix(nl == std::string_view::npos ? lines.size() : nl + 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    e->tail.emplace_back(line.substr(0, kErrorTailChars));
+    if (e->tail.size() > kErrorTailLines) e->tail.pop_front();
+  }
+}
+
+std::vector<std::string> OutputRelay::ErrorTail(int child) const {
+  for (const End& e : ends_)
+    if (e.child == child && e.target == STDERR_FILENO) return {e.tail.begin(), e.tail.end()};
+  return {};
 }
 
 Status OutputRelay::Start() {
@@ -63,6 +87,7 @@ void OutputRelay::Loop() {
       ssize_t n = read(e.fd, buf.data(), buf.size());
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
       if (n <= 0) {
+        Keep(&e, e.partial);
         if (!e.partial.empty()) log::Passthrough(e.target, e.partial + "\n");
         close(e.fd);
         e.fd = -1;
@@ -71,10 +96,12 @@ void OutputRelay::Loop() {
       e.partial.append(buf.data(), static_cast<size_t>(n));
       size_t nl = e.partial.rfind('\n');
       if (nl != std::string::npos) {
+        Keep(&e, std::string_view(e.partial).substr(0, nl + 1));
         log::Passthrough(e.target, std::string_view(e.partial).substr(0, nl + 1));
         e.partial.erase(0, nl + 1);
       }
       if (e.partial.size() > kMaxPassthroughLine) {
+        Keep(&e, e.partial);
         log::Passthrough(e.target, e.partial);
         e.partial.clear();
       }

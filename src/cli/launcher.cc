@@ -155,6 +155,14 @@ class JobLauncher {
     started_ = Clock::now();
     trace_dir_ = (fs::path(report_dir_) / "traces").string();
     fs::create_directories(trace_dir_, ec);
+    // The ranks' rings of collectives and Flight Recorder dumps: this run's only (an earlier
+    // run's dumps would be read as this one's ranks).
+    collectives_dir_ = (fs::path(report_dir_) / "collectives").string();
+    fs::remove_all(collectives_dir_, ec);
+    if (!fs::create_directory(collectives_dir_, ec) || ec)
+      return Internal(fmt::format("{}: cannot create the folder for the ranks' collectives: {}",
+                                  collectives_dir_, ec.message()));
+    fs::permissions(collectives_dir_, fs::perms::owner_all, ec);
     // Unix socket paths are short (108 bytes): a private folder under /tmp, not the report dir.
     char tmpl[] = "/tmp/perftracker-XXXXXX";
     if (mkdtemp(tmpl) == nullptr)
@@ -295,10 +303,11 @@ class JobLauncher {
   // on a terminal their output goes through the relay.
   Status SpawnRanks() {
     relay_output_ = log::StatusShown();
-    const std::map<std::string, std::string> common = WorkerEnv(sock_path_, pydir_, relay_output_);
-    auto child_out = [&]() -> std::pair<int, int> {
-      return relay_output_ ? relay_.AddChild() : std::pair<int, int>{-1, -1};
-    };
+    const std::map<std::string, std::string> common =
+        WorkerEnv(sock_path_, pydir_, relay_output_, collectives_dir_);
+    // stderr always comes through the relay (its last lines name how a rank died); stdout only
+    // where the status line shares the terminal.
+    auto child_out = [&]() -> std::pair<int, int> { return relay_.AddChild(relay_output_); };
     if (o_.nproc == 0) {
       Child c;
       c.pid = Spawn(o_.command, ChildEnv(common), old_mask_, child_out());
@@ -386,6 +395,10 @@ class JobLauncher {
     outcome.server = server_addr_;
     server::RunSummary summary;
     if (embedded_) {
+      if (end.first_failed >= 0) {
+        const Child& c = children_[static_cast<size_t>(end.first_failed)];
+        embedded_->SetFirstFailure({c.rank, c.code, c.signal, relay_.ErrorTail(end.first_failed)});
+      }
       embedded_->Shutdown();
       summary = embedded_->Summary();
       outcome.embedded = &summary;
@@ -400,6 +413,7 @@ class JobLauncher {
   std::string log_path_;
   Clock::time_point started_;
   std::string trace_dir_;
+  std::string collectives_dir_;
   RemovedOnExit sock_dir_;  // the socket folder goes on every way out
   std::string sock_path_;
   std::string token_;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "base/log.h"
 
@@ -40,10 +41,18 @@ std::vector<std::string> ChildEnv(const std::map<std::string, std::string>& set)
 }
 
 std::map<std::string, std::string> WorkerEnv(const std::string& agent_socket,
-                                             const std::string& pydir, bool relay_output) {
+                                             const std::string& pydir, bool relay_output,
+                                             const std::string& collectives_dir) {
   std::map<std::string, std::string> common = {
       {"PERFTRACKER_AGENT_SOCKET", agent_socket},
   };
+  if (!collectives_dir.empty()) {
+    common["PERFTRACKER_COLLECTIVES_DIR"] = collectives_dir;
+    // torch's own Flight Recorder dumps (NCCL's on a watchdog timeout) land there too, named
+    // rank_<R> as torch names them, unless the job chose a place.
+    if (std::getenv("TORCH_FR_DUMP_TEMP_FILE") == nullptr)
+      common["TORCH_FR_DUMP_TEMP_FILE"] = collectives_dir + "/rank_";
+  }
   const char* pp = std::getenv("PYTHONPATH");
   common["PYTHONPATH"] = pp && *pp ? pydir + ":" + pp : pydir;
   // (insert_or_assign: GCC 12's -Wrestrict misfires on operator= of a short literal here.)
@@ -190,6 +199,7 @@ JobEnd SuperviseRanks(std::vector<Child>& children, const sigset_t& signals, Gro
   JobEnd end;
   bool stopping = false, killed = false;
   Clock::time_point kill_at;
+  std::optional<Clock::time_point> failure_stop_at;  // a rank failed: stop the others then
   size_t alive = children.size();
   auto begin_stop = [&](int sig) {
     if (stopping) return;
@@ -214,20 +224,27 @@ JobEnd SuperviseRanks(std::vector<Child>& children, const sigset_t& signals, Gro
     int status = 0;
     pid_t pid;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-      for (Child& c : children) {
+      for (size_t i = 0; i < children.size(); ++i) {
+        Child& c = children[i];
         if (c.pid != pid || c.done) continue;
         c.done = true;
         c.code = ExitCode(status);
+        c.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         --alive;
         reaper.Remove(c.pid);
         if (c.code != 0 && end.first_failure == 0 && !stopping) {
           end.first_failure = c.code;
+          end.first_failed = static_cast<int>(i);
           log::Error("", "{} exited with code {}; stopping the others",
                      c.rank >= 0 ? fmt::format("rank {}", c.rank) : "the job", c.code);
-          begin_stop(SIGTERM);
+          // The others first get a moment to end on their own: a backend's error reaches them
+          // within milliseconds, and a rank that exits leaves its collectives for the diagnosis.
+          failure_stop_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double>(kFailureGraceSeconds));
         }
       }
     }
+    if (failure_stop_at && !stopping && Clock::now() >= *failure_stop_at) begin_stop(SIGTERM);
     if (hang_kill && !stopping) {
       log::Event("", "the job hangs (see the report); --on-hang kill: stopping every rank");
       end.hang_stop = true;

@@ -25,6 +25,7 @@ struct Child {
   int rank = -1;
   bool done = false;
   int code = 0;
+  int signal = 0;  // the signal that ended it (0: it exited)
 };
 
 // This process's environment with SET's variables over it, as exec takes it ("K=V"), sorted by
@@ -32,10 +33,12 @@ struct Child {
 std::vector<std::string> ChildEnv(const std::map<std::string, std::string>& set);
 
 // What every process of the job gets on top of the launcher's environment: the agent's socket,
-// the worker package first on PYTHONPATH and, when the ranks write through the relay,
+// the worker package first on PYTHONPATH, the folder for the ranks' rings of collectives
+// (PERFTRACKER_COLLECTIVES_DIR; none when empty) and, when the ranks write through the relay,
 // unbuffered Python output (Python buffers a pipe).
 std::map<std::string, std::string> WorkerEnv(const std::string& agent_socket,
-                                             const std::string& pydir, bool relay_output);
+                                             const std::string& pydir, bool relay_output,
+                                             const std::string& collectives_dir = "");
 
 // The environment of local rank LOCAL of this node, as torchrun sets it, over COMMON; PORT is
 // the rendezvous port.
@@ -83,8 +86,15 @@ class GroupReaper {
 };
 
 // How the ranks' supervision ended.
+// After the first rank fails, the others are stopped this long after unless they end first: a
+// backend's error (gloo's connection reset) ends them in milliseconds, through their exit hook,
+// which leaves their collectives for the diagnosis (a SIGTERM kills Python without it). A rank
+// that hangs instead (NCCL waits) costs the job's end these seconds.
+inline constexpr double kFailureGraceSeconds = 3.0;
+
 struct JobEnd {
   int first_failure = 0;   // the exit code of the first rank that failed (0: none)
+  int first_failed = -1;   // that child's index in the children
   bool hang_stop = false;  // stopped for a hang report (--on-hang kill)
   int interrupted = 0;     // the signal that stopped the job (0: none)
 };

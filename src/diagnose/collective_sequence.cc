@@ -53,6 +53,14 @@ std::string Signature(const CollectiveCall& c) {
   return s;
 }
 
+// Whether two records of one number can be the same collective: the same op, and the same sizes
+// and dtypes where both say them.
+bool Compatible(const CollectiveCall& a, const CollectiveCall& b) {
+  if (a.op != b.op) return false;
+  if (!a.sizes.empty() && !b.sizes.empty() && a.sizes != b.sizes) return false;
+  return a.dtypes.empty() || b.dtypes.empty() || a.dtypes == b.dtypes;
+}
+
 // The innermost frame of the user's own code, or null.
 const StackFrame* UserFrame(const CollectiveCall& c) {
   for (auto it = c.frames.rbegin(); it != c.frames.rend(); ++it)
@@ -118,6 +126,21 @@ class MismatchRule {
         return a.second.size() < b.second.size() ||
                (a.second.size() == b.second.size() && a.second.front() > b.second.front());
       });
+      // A record that does not say its sizes (the worker's ring, for ops whose input it cannot
+      // see as torch does) agrees with the reference on the op alone.
+      const CollectiveCall& reference = *example.at(major->first);
+      std::vector<int> agree = major->second;
+      for (auto it = by_sig.begin(); it != by_sig.end();) {
+        if (it != major && Compatible(*example.at(it->first), reference)) {
+          agree.insert(agree.end(), it->second.begin(), it->second.end());
+          it = by_sig.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (by_sig.size() < 2) continue;
+      std::sort(agree.begin(), agree.end());
+      major->second = agree;
       Finding f;
       f.category = "collective_mismatch";
       f.cause = Cause::kSoftware;

@@ -131,6 +131,22 @@ TEST(CollectiveSequenceTest, GroupsAreComparedApartAndMissingRingsAreANote) {
   EXPECT_EQ(got.notes[0], "no ring of collectives from rank 3");
 }
 
+TEST(CollectiveSequenceTest, ARecordWithoutSizesAgreesOnTheOpAlone) {
+  // Rank 1's number 9 comes from the worker's ring, which did not record the input's sizes.
+  std::vector<CollectiveLog> logs;
+  for (int r = 0; r < 3; ++r) {
+    CollectiveCall c = Ddp(9);
+    if (r == 1) {
+      c.sizes.clear();
+      c.dtypes.clear();
+    }
+    logs.push_back(Log(r, {c}));
+  }
+  EXPECT_TRUE(DiagnoseCollectiveSequence(logs, {}, 0).findings.empty());
+  logs[1].calls[0].op = "broadcast";
+  ASSERT_EQ(DiagnoseCollectiveSequence(logs, {}, 0).findings.size(), 1u);
+}
+
 TEST(CollectiveSequenceTest, DescribesWhatACollectiveMoves) {
   CollectiveCall c = Ddp(1);
   c.sizes = {{2, 3}, {4}};

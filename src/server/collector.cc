@@ -14,6 +14,7 @@
 #include "base/credentials.h"
 #include "base/log.h"
 #include "server/collector_impl.h"
+#include "server/job_end.h"
 
 namespace perftracker::server {
 
@@ -125,6 +126,11 @@ RunSummary CollectorServer::Summary() const {
   return r;
 }
 
+void CollectorServer::SetFirstFailure(const diagnose::RankExit& first) {
+  std::lock_guard lk(impl_->mu);
+  impl_->first_failure = first;
+}
+
 TriggerResult CollectorServer::Trigger(const std::string& reason, int iterations) {
   std::lock_guard lk(impl_->mu);
   return impl_->OpenWindowLocked(reason, iterations);
@@ -208,6 +214,11 @@ void CollectorServer::Shutdown() {
     final_d.job.world_size =
         std::max<int>(final_d.job.world_size, impl_->ranks.rbegin()->first + 1);
   }
+  // How the job stopped: the ranks' collectives and the first failure, before any window's
+  // findings (a job that died is told so first).
+  if (AddCollectiveFindings(CollectivesDir(impl_->options.report_dir), impl_->first_failure, 0,
+                            &final_d) > 0)
+    impl_->latest = final_d;
   fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
   if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())
     log::Error("server", "{}", st.message());

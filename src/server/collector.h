@@ -19,6 +19,7 @@
 #include "base/window_defaults.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
+#include "diagnose/rank_crash.h"
 #include "server/scheduler.h"
 
 namespace perftracker::server {
@@ -76,9 +77,13 @@ class CollectorServer {
   TriggerResult Trigger(const std::string& reason, int iterations);
   // Blocks until Shutdown is called from another thread or a signal handler's thread.
   void Wait();
+  // The launcher's word on how the job ended: the first rank that failed, how, and its last
+  // error output. Shutdown makes it a rank_crash finding (diagnose/rank_crash.h).
+  void SetFirstFailure(const diagnose::RankExit& first);
   // Stops serving; closes the window in progress with what arrived; writes DIR/diagnosis.json:
-  // the latest diagnosis (or none) with the whole run's iteration statistics per rank.
-  // Idempotent.
+  // the latest diagnosis (or none) with the whole run's iteration statistics per rank, and what
+  // the ranks' collectives (DIR/collectives: their rings and Flight Recorder dumps) and the
+  // first failure say about how the job ended. Idempotent.
   void Shutdown();
   RunSummary Summary() const;
 

@@ -99,6 +99,7 @@ struct CollectorServer::Impl final
   int64_t last_window = 0;
   bool wrote_latest = false;
   std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
+  std::optional<diagnose::RankExit> first_failure;  // the launcher's, at the job's end
   // The last diagnosed window's patterns, for the run's final report (one job's worth).
   std::shared_ptr<const pattern::CompactJob> latest_job;
   int64_t latest_window_id = 0;

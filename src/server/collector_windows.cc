@@ -6,6 +6,7 @@
 #include "diagnose/analysis.h"
 #include "diagnose/causes.h"
 #include "server/collector_impl.h"
+#include "server/job_end.h"
 
 namespace perftracker::server {
 
@@ -326,6 +327,8 @@ void CollectorServer::Impl::FinishHangLocked() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
   diagnose::Diagnosis d = diagnose::DiagnoseHang(
       replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
+  // The sequence view: each rank's collectives, dumped as it answered (where it could).
+  AddCollectiveFindings(CollectivesDir(options.report_dir), std::nullopt, stalled, &d);
   latest_waits = report::GroupWaits(replies);
   Publish(h.id, d, "hang", nullptr,
           RenderHtmlLocked(d, latest_job.get(), h.id, latest_waits, latest_window_id));

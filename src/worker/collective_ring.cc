@@ -159,9 +159,11 @@ void Entry(const Slot& s, uint8_t call, Out* o) {
 
 // The ring as JSON into BUF; returns its length. Async-signal-safe.
 size_t Format(char* buf, size_t cap) {
-  static constexpr std::string_view kTail = "]}\n";
+  // "entries" first: readers know a dump by its first key (pattern/flight_recorder.h).
+  static constexpr std::string_view kTail =
+      "],\"pg_status\":{},\"version\":\"perftracker-ring/1\"}\n";
   Out o(buf, cap - kTail.size());
-  o.Put("{\"version\":\"perftracker-ring/1\",\"pg_status\":{},\"entries\":[");
+  o.Put("{\"entries\":[");
   const uint64_t next = g_next.load(std::memory_order_acquire);
   const uint64_t first = next > kRingSize ? next - kRingSize : 0;
   bool any = false;

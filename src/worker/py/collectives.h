@@ -4,6 +4,7 @@
 #ifndef PERFTRACKER_WORKER_PY_COLLECTIVES_H_
 #define PERFTRACKER_WORKER_PY_COLLECTIVES_H_
 
+#define PY_SSIZE_T_CLEAN  // "#" formats take Py_ssize_t lengths
 #include <Python.h>
 
 namespace perftracker::worker::py {

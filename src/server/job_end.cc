@@ -1,0 +1,57 @@
+#include "server/job_end.h"
+
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "diagnose/collective_sequence.h"
+#include "pattern/flight_recorder.h"
+
+namespace perftracker::server {
+
+std::string CollectivesDir(const std::string& report_dir) {
+  return (std::filesystem::path(report_dir) / "collectives").string();
+}
+
+size_t AddCollectiveFindings(const std::string& dir, const std::optional<diagnose::RankExit>& first,
+                             double stalled_seconds, diagnose::Diagnosis* d) {
+  std::vector<pattern::CollectiveLog> logs;
+  std::vector<std::string> notes;
+  std::error_code ec;
+  if (!dir.empty() && std::filesystem::is_directory(dir, ec)) {
+    auto files = pattern::FindFlightRecorderDumps({dir});
+    if (files.ok() && !files->empty()) {
+      auto read = pattern::ReadFlightRecorderDumps(*files, &notes);
+      if (read.ok())
+        logs = std::move(*read);
+      else
+        notes.push_back("the ranks' collectives were not compared: " + read.status().message());
+    }
+  }
+  std::vector<diagnose::Finding> found;
+  if (!logs.empty()) {
+    std::vector<int> expected = d->job.ranks;
+    diagnose::SequenceResult seq =
+        diagnose::DiagnoseCollectiveSequence(logs, expected, stalled_seconds);
+    found = std::move(seq.findings);
+    for (auto& n : seq.notes) notes.push_back(std::move(n));
+  }
+  // The stacks' hang finding and the sequence's name the same ranks: one finding, with both.
+  std::erase_if(found, [&](const diagnose::Finding& f) {
+    if (f.category != "hang") return false;
+    for (diagnose::Finding& h : d->findings) {
+      if (h.category != "hang" || h.ranks != f.ranks) continue;
+      h.evidence_text["sequence"] = f.summary;
+      for (const auto& [k, v] : f.evidence) h.evidence.emplace(k, v);
+      return true;
+    }
+    return false;
+  });
+  if (first) found.push_back(diagnose::RankCrashFinding(*first, logs));
+  for (auto& n : notes) d->job.notes.push_back(std::move(n));
+  d->findings.insert(d->findings.begin(), std::make_move_iterator(found.begin()),
+                     std::make_move_iterator(found.end()));
+  return found.size();
+}
+
+}  // namespace perftracker::server
