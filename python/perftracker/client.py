@@ -248,6 +248,9 @@ class AgentClient:
     def _on_profile(self, cmd: Message) -> None:
         self.pending_profile = (cmd, time.monotonic())
         self._start_profile()
+        # A window (a slowdown, `perftracker trigger`): the ring of collectives as it stands, a
+        # fixed-size copy (torch's own dump, with its stacks, is kept for a hang and the exit).
+        self._collector.patches.ring.dump(with_torch=False)
 
     def _on_stop(self, cmd: Message) -> None:
         self._w.stop_window()

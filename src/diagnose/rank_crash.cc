@@ -12,11 +12,15 @@
 namespace perftracker::diagnose {
 namespace {
 
-// The collective a rank's ring shows it in: the newest one that did not complete, else its last.
+// The collective a rank's ring shows it in: its newest one, unless that one completed (by its
+// state, or by the group's progress: gloo's Flight Recorder leaves every entry "scheduled").
 const pattern::CollectiveCall* InCollective(const pattern::CollectiveLog& log) {
-  for (auto it = log.calls.rbegin(); it != log.calls.rend(); ++it)
-    if (it->state != "completed") return &*it;
-  return log.calls.empty() ? nullptr : &log.calls.back();
+  if (log.calls.empty()) return nullptr;
+  const pattern::CollectiveCall& last = log.calls.back();
+  auto p = log.progress.find(last.group);
+  const bool done = last.state == "completed" ||
+                    (p != log.progress.end() && p->second.last_completed >= last.seq);
+  return done ? nullptr : &last;
 }
 
 std::string SignalName(int sig) {

@@ -45,6 +45,17 @@ TEST(RankCrashTest, NamesTheSignalTheCollectiveAndTheError) {
   EXPECT_EQ(f.functions[0].name, "/job/train.py:145 in train_step");
 }
 
+TEST(RankCrashTest, ARankPastItsLastCollectiveIsInNone) {
+  // Measured (a rank that raised between steps, torch 2.13 gloo): its Flight Recorder leaves
+  // DDP's all-reduce #35 "scheduled", but the group's progress says #35 completed.
+  pattern::CollectiveLog log = Rank1InAllReduce();
+  log.progress["0"].last_completed = 9;
+  Finding f = RankCrashFinding({1, 1, 0, {"RuntimeError: injected"}}, {log});
+  EXPECT_EQ(f.summary,
+            "rank 1 failed first: exited with code 1; its last error output: "
+            "RuntimeError: injected");
+}
+
 TEST(RankCrashTest, AnExitWithoutRingOrOutputIsStillNamed) {
   Finding f = RankCrashFinding({3, 1, 0, {}}, {Rank1InAllReduce()});
   EXPECT_EQ(f.summary, "rank 3 failed first: exited with code 1");

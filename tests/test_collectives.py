@@ -1,0 +1,136 @@
+"""Collectives in order (issue 25): real 4-rank gloo DDP jobs under `perftracker run` whose ranks
+fall out of step, each diagnosed by collective sequence number with the right rank, number and
+collective:
+
+- one rank all-reduces 7 floats of its own while its peers are in DDP's gradient all-reduce (a
+  collective in a rank-dependent branch): gloo aborts that rank (SIGABRT); the diagnosis names
+  collective_mismatch at that number (its ring, written by the worker's fatal-signal handler,
+  against its peers' Flight Recorder dumps) and rank_crash with the signal and gloo's message;
+- every rank all-reduces 7 values, one as int32 and the others as float32 (the same bytes: gloo
+  does not notice and the job completes): collective_mismatch of the dtype at the job's end;
+- one rank all-reduces 8 floats and its peers 7: the job hangs; the hang's diagnosis carries the
+  sequence view (collective_mismatch of the sizes);
+- one rank skips a barrier: its next collective meets its peers' barrier (a hang);
+- one rank raises in the middle of a step: rank_crash with exit code 1 and its error output.
+The job's torch writes its Flight Recorder for gloo on 2.13; on 1.13 only the worker's ring
+exists. `perftracker analyze` on the folder of dumps gives the same findings offline.
+
+PT_TORCH_PYTHON chooses the torch (.venv: 2.13; /usr/bin/python3: 1.13 for the legacy cases).
+"""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+from test_online_run import run_job  # noqa: E402
+
+# torch 2.x records every collective (DDP's too) in its Flight Recorder; 1.13 has none.
+HAS_FLIGHT_RECORDER = ptest.torch_available() and __import__("subprocess").run(
+    [ptest.TORCH_PYTHON, "-c", "import torch._C._distributed_c10d as c; c._dump_fr_trace"],
+    capture_output=True).returncode == 0
+
+# The step the fault happens at: past the detector's learning and warm-up (a hang needs a
+# reference iteration time to be seen as one).
+AT = 30
+
+
+def findings(path):
+    with open(path) as f:
+        d = json.load(f)
+    return d, d["findings"]
+
+
+def by_category(found, category):
+    return [f for f in found if f["category"] == category]
+
+
+@unittest.skipUnless(ptest.online_built(), "the online path is not built")
+class Collectives(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not ptest.torch_available():
+            raise unittest.SkipTest(f"{ptest.TORCH_PYTHON} has no torch")
+        cls.tmp = tempfile.mkdtemp(prefix="pt_coll_")
+
+    def job(self, name, fault, run_args=(), iters=60):
+        report = os.path.join(self.tmp, name)
+        p = run_job(report, ["--iters", str(iters), "--fault", fault, "--fault-rank", "1",
+                             "--fault-start", str(AT)], run_args=run_args, timeout=300)
+        out = f"--- stdout\n{p.stdout[-3000:]}\n--- stderr\n{p.stderr[-6000:]}"
+        return report, p, out
+
+    def mismatch_of_rank_1(self, found, out):
+        mm = by_category(found, "collective_mismatch")
+        self.assertEqual(len(mm), 1, out)
+        self.assertEqual(mm[0]["ranks"], [1], out)
+        self.assertEqual(mm[0]["cause"], "software", out)
+        return mm[0]
+
+    def test_an_extra_collective_on_one_rank_is_a_mismatch_and_its_crash(self):
+        report, p, out = self.job("extra", "extra-collective")
+        self.assertEqual(p.returncode, 134, out)  # gloo aborts rank 1
+        d, found = findings(os.path.join(report, "diagnosis.json"))
+        print("\n  " + "\n  ".join(f["summary"] for f in found[:2]), file=sys.stderr)
+        crash = by_category(found, "rank_crash")
+        self.assertEqual(len(crash), 1, out)
+        self.assertEqual(crash[0]["ranks"], [1], out)
+        self.assertEqual(crash[0]["evidence"]["signal"], 6, out)
+        self.assertIn("all_reduce of 7 Float", crash[0]["summary"], out)
+        self.assertIn("train_ddp.py", crash[0]["summary"], out)
+        self.assertIn("EnforceNotMet", crash[0]["evidence"]["error_output"], out)
+        if not HAS_FLIGHT_RECORDER:
+            return  # torch 1.13: no Flight Recorder; the peers' DDP all-reduce is not seen
+        mm = self.mismatch_of_rank_1(found, out)
+        self.assertIn("rank 1's collective #", mm["summary"], out)
+        self.assertIn("is all_reduce of 7 Float", mm["summary"], out)
+        self.assertIn("ranks 0,2,3 are in all_reduce of", mm["summary"], out)
+        self.assertEqual(found[0]["category"], "collective_mismatch", out)  # the cause first
+        # Offline, the same folder of dumps gives the same mismatch.
+        off = ptest.analyze([os.path.join(report, "collectives")])
+        self.assertEqual([f["summary"] for f in by_category(off["findings"], "collective_mismatch")],
+                         [mm["summary"]], off["_text"])
+
+    def test_a_dtype_mismatch_gloo_lets_pass_is_named_at_the_end(self):
+        report, p, out = self.job("dtype", "wrong-dtype")
+        self.assertEqual(p.returncode, 0, out)
+        d, found = findings(os.path.join(report, "diagnosis.json"))
+        mm = self.mismatch_of_rank_1(found, out)
+        self.assertIn("is all_reduce of 7 Int", mm["summary"], out)
+        self.assertIn("ranks 0,2,3 are in all_reduce of 7 Float", mm["summary"], out)
+        self.assertFalse(by_category(found, "rank_crash"), out)
+
+    def test_mismatched_sizes_hang_and_the_hang_names_them(self):
+        report, p, out = self.job("size", "wrong-size", run_args=["--on-hang", "kill"])
+        self.assertNotEqual(p.returncode, 0, out)
+        # The hang's own diagnosis (windows/1) carries the sequence view.
+        d, found = findings(os.path.join(report, "windows", "1", "diagnosis.json"))
+        mm = self.mismatch_of_rank_1(found, out)
+        self.assertIn("is all_reduce of 8 Float", mm["summary"], out)
+        self.assertIn("ranks 0,2,3 are in all_reduce of 7 Float", mm["summary"], out)
+        self.assertTrue(by_category(found, "hang"), out)
+
+    def test_a_skipped_barrier_meets_the_peers_barrier(self):
+        report, p, out = self.job("barrier", "skip-barrier", run_args=["--on-hang", "kill"])
+        self.assertNotEqual(p.returncode, 0, out)
+        d, found = findings(os.path.join(report, "windows", "1", "diagnosis.json"))
+        mm = self.mismatch_of_rank_1(found, out)
+        self.assertIn("ranks 0,2,3 are in barrier", mm["summary"], out)
+
+    def test_a_rank_that_raises_is_the_crash_with_its_error(self):
+        report, p, out = self.job("raise", "raise")
+        self.assertEqual(p.returncode, 1, out)
+        d, found = findings(os.path.join(report, "diagnosis.json"))
+        crash = by_category(found, "rank_crash")
+        self.assertEqual(len(crash), 1, out)
+        self.assertEqual(crash[0]["ranks"], [1], out)
+        self.assertEqual(crash[0]["evidence"]["exit_code"], 1, out)
+        self.assertNotIn("signal", crash[0]["evidence"], out)
+        self.assertIn("RuntimeError: injected failure", crash[0]["summary"], out)
+        self.assertFalse(by_category(found, "collective_mismatch"), out)
+
+
+if __name__ == "__main__":
+    ptest.main()
