@@ -21,6 +21,14 @@ the run-level cost (total step time of the run against the plain run's).
   python3 bench/online_overhead.py [--pairs 5] [--iters 300] [--bin build/perftracker]
   python3 bench/online_overhead.py --pairs 0 --workload call-heavy --calls 20000
   python3 bench/online_overhead.py --pairs 0 --windows 0 --defaults-pairs 5 --iters 140
+
+Cost per collective of the ring of collectives (`--collective-calls N`, default 20000; 0 skips):
+one process, a 1-rank gloo group, N all_reduce calls of 7 floats through torch.distributed as the
+collector wraps it (the last-collective record and the ring: sizes, dtype, the group's sequence
+number, the caller's frame) against torch's own function, interleaved in 5 rounds; and the C++
+part alone (_worker.collective_enter/exit).
+
+  python3 bench/online_overhead.py --pairs 0 --windows 0 --python .venv/bin/python
 """
 import argparse
 import json
@@ -61,7 +69,11 @@ def main():
                     help="interleaved plain / defaults pairs: each window's lost time, run cost")
     ap.add_argument("--after", type=int, default=20, help="steps after a window counted as its")
     ap.add_argument("--python", default=PYTHON, help="the ranks' Python (its torch is used)")
+    ap.add_argument("--collective-calls", type=int, default=20000,
+                    help="calls timed for the ring's cost per collective (0: skip)")
     a = ap.parse_args()
+    if a.collective_calls:
+        collective_cost(a)
     work = [] if a.workload == "model" else ["--fault", "call-heavy", "--fault-rank", "all",
                                             "--fault-start", "0", "--calls", str(a.calls)]
     tmp = tempfile.mkdtemp(prefix="pt_overhead_")
@@ -117,6 +129,48 @@ def main():
               f"(min {min(ratios):.3f}, max {max(ratios):.3f}) over {a.windows} runs")
     if a.defaults_pairs:
         defaults_cost(a, work, tmp)
+
+
+# Run by --python with the worker package on its path: the wrapped all_reduce against torch's.
+RING_BENCH = r"""
+import os, statistics, sys, tempfile, time
+import perftracker
+perftracker.enable()
+import torch, torch.distributed as dist
+from perftracker import _worker
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+wrapped = dist.all_reduce
+plain = getattr(wrapped, "__wrapped__", None)
+assert plain is not None and getattr(wrapped, "_perftracker", False), "all_reduce is not wrapped"
+t, n = torch.ones(7), int(sys.argv[1])
+def per_call(fn):
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn(t)
+    return (time.perf_counter() - t0) / n * 1e6
+rounds = [(per_call(plain), per_call(wrapped)) for _ in range(5)]
+t0 = time.perf_counter()
+for i in range(n):
+    k = _worker.collective_enter("0", "default_pg", i, "all_reduce", "gloo", (7,), "Float", "bench.py", 1, "f")
+    _worker.collective_exit(k, True)
+ring = (time.perf_counter() - t0) / n * 1e6
+p, w = statistics.median(r[0] for r in rounds), statistics.median(r[1] for r in rounds)
+print(f"per collective (all_reduce of 7 floats, 1-rank gloo, {n} calls x 5 rounds): torch {p:.2f} us, "
+      f"wrapped {w:.2f} us: +{w - p:.2f} us per call (the record, the ring, the caller's frame); "
+      f"the C++ ring alone {ring:.2f} us")
+dist.destroy_process_group()
+"""
+
+
+def collective_cost(a):
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(a.bin), "python"),
+               PERFTRACKER_COLLECTIVES_DIR=tempfile.mkdtemp(prefix="pt_ring_"))
+    env.pop("PERFTRACKER_AGENT_SOCKET", None)
+    p = subprocess.run([a.python, "-c", RING_BENCH, str(a.collective_calls)], capture_output=True,
+                       text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"ring benchmark failed ({p.returncode}):\n{p.stderr[-3000:]}")
+    print(p.stdout.strip(), flush=True)
 
 
 def window_marks(report):

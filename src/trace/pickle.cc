@@ -256,7 +256,48 @@ class PickleParser {
     return Status::Ok();
   }
 
+  // One opcode: the stack's own (MARK, POP, DUP, PROTO, FRAME) here, values and containers in
+  // their steps.
   Status Step(Op op, size_t at) {
+    switch (op) {
+      case Op::kPROTO:
+      case Op::kFRAME:
+      case Op::kMARK:
+      case Op::kPOP:
+      case Op::kPOP_MARK:
+      case Op::kDUP:
+        return StackStep(op, at);
+      case Op::kEMPTY_DICT:
+      case Op::kEMPTY_LIST:
+      case Op::kEMPTY_SET:
+      case Op::kEMPTY_TUPLE:
+      case Op::kTUPLE1:
+      case Op::kTUPLE2:
+      case Op::kTUPLE3:
+      case Op::kTUPLE:
+      case Op::kLIST:
+      case Op::kFROZENSET:
+      case Op::kDICT:
+      case Op::kAPPEND:
+      case Op::kSETITEM:
+      case Op::kAPPENDS:
+      case Op::kSETITEMS:
+      case Op::kADDITEMS:
+      case Op::kBINPUT:
+      case Op::kLONG_BINPUT:
+      case Op::kMEMOIZE:
+      case Op::kBINGET:
+      case Op::kLONG_BINGET:
+      case Op::kPUT:
+      case Op::kGET:
+        return ContainerStep(op, at);
+      default:
+        return ValueStep(op, at);
+    }
+  }
+
+  // MARK, POP, POP_MARK, DUP, PROTO, FRAME.
+  Status StackStep(Op op, size_t at) {
     std::string_view arg;
     std::vector<uint32_t> items;
     auto short_arg = [&](size_t n) -> Status {
@@ -291,6 +332,21 @@ class PickleParser {
         if (stack_.empty() || stack_.back() == kMark) return Bad(fmt::format("DUP at byte {}", at));
         stack_.push_back(stack_.back());
         return Status::Ok();
+      default:
+        return Bad(fmt::format("opcode {} at byte {}", kOps[uint8_t(op)].name, at));
+    }
+  }
+
+  // A scalar pushed: None, booleans, integers, floats, strings, bytes.
+  Status ValueStep(Op op, size_t at) {
+    std::string_view arg;
+    std::vector<uint32_t> items;
+    auto short_arg = [&](size_t n) -> Status {
+      if (!Take(n, &arg))
+        return Bad(fmt::format("{}-byte argument at byte {} past the end", n, at));
+      return Status::Ok();
+    };
+    switch (op) {
       case Op::kNONE:
         stack_.push_back(0);
         return Status::Ok();
@@ -381,6 +437,21 @@ class PickleParser {
         if (!TakeLittle(&n)) return Bad("string length past the end");
         return PushText(op == Op::kBINUNICODE8 ? Type::kString : Type::kBytes, n, at);
       }
+      default:
+        return Bad(fmt::format("opcode {} at byte {}", kOps[uint8_t(op)].name, at));
+    }
+  }
+
+  // Containers made and filled, and the memo.
+  Status ContainerStep(Op op, size_t at) {
+    std::string_view arg;
+    std::vector<uint32_t> items;
+    auto short_arg = [&](size_t n) -> Status {
+      if (!Take(n, &arg))
+        return Bad(fmt::format("{}-byte argument at byte {} past the end", n, at));
+      return Status::Ok();
+    };
+    switch (op) {
       case Op::kEMPTY_DICT:
         return Push(Type::kDict);
       case Op::kEMPTY_LIST:
