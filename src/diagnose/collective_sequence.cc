@@ -95,11 +95,19 @@ bool Completed(const Group& g, int rank, const CollectiveCall& c) {
   return it != log.progress.end() && it->second.last_completed >= c.seq;
 }
 
-void SetImpact(double stalled_seconds, Finding* f) {
-  // A job that cannot go on loses every iteration from here.
-  f->impact_fraction = 1.0;
-  f->impact_ms = stalled_seconds * 1e3;
-  f->confidence = 1.0;
+// A finding of the ranks of G about collective SEQ: observed (confidence 1), software, and a job
+// that cannot go on loses every iteration from here.
+Finding SequenceFinding(const char* category, int64_t seq, const Group& g, double stalled_seconds) {
+  Finding f;
+  f.category = category;
+  f.cause = Cause::kSoftware;
+  f.finding_class = FindingClass::kSubset;
+  f.impact_fraction = 1.0;
+  f.impact_ms = stalled_seconds * 1e3;
+  f.confidence = 1.0;
+  f.evidence["collective_seq"] = static_cast<double>(seq);
+  f.evidence_text["group"] = GroupName(g);
+  return f;
 }
 
 // The first number at which the ranks' collectives differ.
@@ -141,10 +149,7 @@ class MismatchRule {
       if (by_sig.size() < 2) continue;
       std::sort(agree.begin(), agree.end());
       major->second = agree;
-      Finding f;
-      f.category = "collective_mismatch";
-      f.cause = Cause::kSoftware;
-      f.finding_class = FindingClass::kSubset;
+      Finding f = SequenceFinding("collective_mismatch", seq, g, stalled_seconds);
       std::string odd_text;
       for (const auto& [sig, ranks] : by_sig) {
         if (sig == major->first) continue;
@@ -162,8 +167,6 @@ class MismatchRule {
       f.summary = fmt::format("collectives out of step: {}; {} {} {} in {}", odd_text,
                               major->second.size() == 1 ? "rank" : "ranks", RankList(major->second),
                               major->second.size() == 1 ? "is" : "are", Where(ref));
-      f.evidence["collective_seq"] = static_cast<double>(seq);
-      f.evidence_text["group"] = GroupName(g);
       f.evidence_text["expected"] = DescribeCollective(ref);
       f.evidence_text["expected_ranks"] = RankList(major->second);
       f.suggestion =
@@ -171,7 +174,6 @@ class MismatchRule {
           "same sizes and dtypes: look for a collective inside a rank-dependent branch, or inputs "
           "of different shapes, at the named line (TORCH_DISTRIBUTED_DEBUG=DETAIL checks each "
           "call)";
-      SetImpact(stalled_seconds, &f);
       out->push_back(std::move(f));
       return true;
     }
@@ -202,10 +204,7 @@ class NeverEnteredRule {
     }
     // Ranks that finished it are not waiting for anyone: the dump was taken in passing.
     if (behind.empty() || waited == nullptr || !waiting) return;
-    Finding f;
-    f.category = "hang";
-    f.cause = Cause::kSoftware;
-    f.finding_class = FindingClass::kSubset;
+    Finding f = SequenceFinding("hang", front, g, stalled_seconds);
     std::string behind_text;
     for (const auto& [last, ranks] : behind) {
       f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());
@@ -222,15 +221,12 @@ class NeverEnteredRule {
         f.ranks.size() == 1 ? "rank " + RankList(f.ranks) : "ranks " + RankList(f.ranks), front,
         GroupName(g), DescribeCollective(*waited), ahead.size() == 1 ? "rank" : "ranks",
         RankList(ahead), ahead.size() == 1 ? "waits" : "wait", behind_text);
-    f.evidence["collective_seq"] = static_cast<double>(front);
-    f.evidence_text["group"] = GroupName(g);
     f.evidence_text["others_wait_in"] = Where(*waited);
     f.evidence_text["waiting_ranks"] = RankList(ahead);
     f.suggestion =
         "the named ranks stopped before this collective: look at what they do after their last "
         "one (a rank-dependent branch that skips a collective, an exception caught and ignored, "
         "a stuck data source)";
-    SetImpact(stalled_seconds, &f);
     out->push_back(std::move(f));
   }
 };

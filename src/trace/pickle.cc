@@ -176,6 +176,11 @@ class PickleParser {
     *v = static_cast<T>(u);
     return true;
   }
+  // An opcode's N-byte argument.
+  Status TakeArg(size_t n, size_t at, std::string_view* arg) {
+    if (!Take(n, arg)) return Bad(fmt::format("{}-byte argument at byte {} past the end", n, at));
+    return Status::Ok();
+  }
   // A protocol-0 argument: the text up to the next newline.
   bool TakeLine(std::string_view* out) {
     const size_t nl = in_.find('\n', pos_);
@@ -300,14 +305,9 @@ class PickleParser {
   Status StackStep(Op op, size_t at) {
     std::string_view arg;
     std::vector<uint32_t> items;
-    auto short_arg = [&](size_t n) -> Status {
-      if (!Take(n, &arg))
-        return Bad(fmt::format("{}-byte argument at byte {} past the end", n, at));
-      return Status::Ok();
-    };
     switch (op) {
       case Op::kPROTO:
-        PT_RETURN_IF_ERROR(short_arg(1));
+        PT_RETURN_IF_ERROR(TakeArg(1, at, &arg));
         if (static_cast<uint8_t>(arg[0]) > 5)
           return Bad(fmt::format("protocol {}", uint8_t(arg[0])));
         return Status::Ok();
@@ -340,12 +340,6 @@ class PickleParser {
   // A scalar pushed: None, booleans, integers, floats, strings, bytes.
   Status ValueStep(Op op, size_t at) {
     std::string_view arg;
-    std::vector<uint32_t> items;
-    auto short_arg = [&](size_t n) -> Status {
-      if (!Take(n, &arg))
-        return Bad(fmt::format("{}-byte argument at byte {} past the end", n, at));
-      return Status::Ok();
-    };
     switch (op) {
       case Op::kNONE:
         stack_.push_back(0);
@@ -359,7 +353,7 @@ class PickleParser {
         return Push(Type::kInt, v);
       }
       case Op::kBININT1:
-        PT_RETURN_IF_ERROR(short_arg(1));
+        PT_RETURN_IF_ERROR(TakeArg(1, at, &arg));
         return Push(Type::kInt, static_cast<uint8_t>(arg[0]));
       case Op::kBININT2: {
         uint16_t v;
@@ -370,7 +364,7 @@ class PickleParser {
       case Op::kLONG4: {
         uint32_t n = 0;
         if (op == Op::kLONG1) {
-          PT_RETURN_IF_ERROR(short_arg(1));
+          PT_RETURN_IF_ERROR(TakeArg(1, at, &arg));
           n = static_cast<uint8_t>(arg[0]);
         } else if (!TakeLittle(&n)) {
           return Bad("LONG4 past the end");
@@ -420,7 +414,7 @@ class PickleParser {
       case Op::kSHORT_BINUNICODE:
       case Op::kSHORT_BINSTRING:
       case Op::kSHORT_BINBYTES:
-        PT_RETURN_IF_ERROR(short_arg(1));
+        PT_RETURN_IF_ERROR(TakeArg(1, at, &arg));
         return PushText(op == Op::kSHORT_BINBYTES ? Type::kBytes : Type::kString,
                         static_cast<uint8_t>(arg[0]), at);
       case Op::kBINUNICODE:
@@ -446,11 +440,6 @@ class PickleParser {
   Status ContainerStep(Op op, size_t at) {
     std::string_view arg;
     std::vector<uint32_t> items;
-    auto short_arg = [&](size_t n) -> Status {
-      if (!Take(n, &arg))
-        return Bad(fmt::format("{}-byte argument at byte {} past the end", n, at));
-      return Status::Ok();
-    };
     switch (op) {
       case Op::kEMPTY_DICT:
         return Push(Type::kDict);
@@ -508,7 +497,7 @@ class PickleParser {
         return Status::Ok();
       }
       case Op::kBINPUT:
-        PT_RETURN_IF_ERROR(short_arg(1));
+        PT_RETURN_IF_ERROR(TakeArg(1, at, &arg));
         return Memo(static_cast<uint8_t>(arg[0]), at);
       case Op::kLONG_BINPUT: {
         uint32_t id;
@@ -518,7 +507,7 @@ class PickleParser {
       case Op::kMEMOIZE:
         return Memo(memo_.size(), at);
       case Op::kBINGET:
-        PT_RETURN_IF_ERROR(short_arg(1));
+        PT_RETURN_IF_ERROR(TakeArg(1, at, &arg));
         return Recall(static_cast<uint8_t>(arg[0]), at);
       case Op::kLONG_BINGET: {
         uint32_t id;
