@@ -346,7 +346,7 @@ class OnlineRun(unittest.TestCase):
         report = os.path.join(self.tmp, "launched")
         port = ptest_free_port()
         script = (f"for r in 0 1; do RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
-                  f"MASTER_PORT={port} {ptest.TORCH_PYTHON} {TRAIN} --iters 400 & done; wait")
+                  f"MASTER_PORT={port} {ptest.TORCH_PYTHON} {TRAIN} --iters 1500 & done; wait")
         cmd = [ptest.BIN, "run", "--report-dir", report, "--profile-at-iteration", "20",
                "--baseline-window", "off", "--", "sh", "-c", script]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
@@ -355,7 +355,7 @@ class OnlineRun(unittest.TestCase):
         # good (+18% measured once): the detector may open a slowdown window after it. (What the
         # windows find is test_7's and test_13's matter: here two ranks, the launcher and a
         # shell share two cores, and a host finding of CPU contention has been seen, rightly.)
-        self.assertEqual(windows(report)[0], "1", p.stderr[-4000:])
+        self.assertEqual(windows(report)[:1], ["1"], p.stderr[-4000:])
         self.assertIn("window 1 opened (--profile-at-iteration 20)", p.stderr)
         self.assertEqual(p.stderr.count("window 1 opened"), 1)
         with open(os.path.join(report, "windows", "1", "diagnosis.json")) as f:

@@ -96,6 +96,25 @@ TEST(SlowLink, BackpressureSpreadFurtherStillNamesTheSlowRank) {
   EXPECT_EQ(f->ranks, std::vector<int>({2}));
 }
 
+TEST(SlowLink, OneBackedUpPairAndTheQueuesLeaningToOneEnd) {
+  // Measured (test_online_run at d862ecf, 100 Mbit/s on rank 2 of 4): only 2->1 over the bar;
+  // the smaller queues touch rank 2 more (3->2) than rank 1 (1->0).
+  RankMetrics m;
+  Conn(&m, 2, 1, 80315);
+  Conn(&m, 3, 2, 15398);
+  Conn(&m, 0, 3, 13808);
+  Conn(&m, 1, 0, 10622);
+  auto f = DiagnoseSlowLink(m, Ranks(4).ranks());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->ranks, std::vector<int>({2}));
+  // Leaning neither way clearly: no rank.
+  RankMetrics even;
+  Conn(&even, 2, 1, 80315);
+  Conn(&even, 3, 2, 12000);
+  Conn(&even, 1, 0, 11000);
+  EXPECT_FALSE(DiagnoseSlowLink(even, Ranks(4).ranks()).has_value());
+}
+
 TEST(SlowLink, EveryLinkOfTheRingBackedUpAlikeIsNoRank) {
   RankMetrics m;
   Conn(&m, 2, 1, 50000);

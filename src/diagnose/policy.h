@@ -104,6 +104,10 @@ namespace perftracker::diagnose::policy {
     "...and 1% of the iteration; the node's finding adds its instances up")                        \
   X(kMaxLinkFunctions, 3, "functions", "a link finding names at most 3 of the slowed collectives") \
   X(kBackedUpBytes, 16384, "bytes", "a TCP connection holding 16 KiB unacknowledged is backed up") \
+  X(kLeanBytes, 4096, "bytes",                                                                     \
+    "with one backed-up pair, connections holding 4 KiB say which of its two ranks is slow")       \
+  X(kLeanMargin, 1.25, "ratio",                                                                    \
+    "...when the queues touching one of them are 1.25x those touching the other")                  \
   X(kBackedUpRankBytes, 65536, "bytes",                                                            \
     "a slow link holds 64 KiB on the connections touching its rank: on loopback a peer "           \
     "descheduled for a moment leaves ~40 KiB, a link capped at 100 Mbit/s 130 KiB (measured)")     \
