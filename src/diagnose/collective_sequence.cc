@@ -61,13 +61,6 @@ bool Compatible(const CollectiveCall& a, const CollectiveCall& b) {
   return a.dtypes.empty() || b.dtypes.empty() || a.dtypes == b.dtypes;
 }
 
-// The innermost frame of the user's own code, or null.
-const StackFrame* UserFrame(const CollectiveCall& c) {
-  for (auto it = c.frames.rbegin(); it != c.frames.rend(); ++it)
-    if (!IsLibraryFrame(*it)) return &*it;
-  return nullptr;
-}
-
 // "all_reduce of 7 Float in all_reduce at train.py:145": what, the library function that made
 // it when that is not the user's code, and where the user's code called it.
 std::string Where(const CollectiveCall& c) {
@@ -86,13 +79,6 @@ FunctionRef Ref(const CollectiveCall& c) {
   for (const StackFrame& f : c.frames)
     ref.stack.push_back(fmt::format("{}:{} in {}", f.file, f.line, f.function));
   return ref;
-}
-
-bool Completed(const Group& g, int rank, const CollectiveCall& c) {
-  if (c.state == "completed") return true;
-  const CollectiveLog& log = *g.logs.at(rank);
-  auto it = log.progress.find(c.group);
-  return it != log.progress.end() && it->second.last_completed >= c.seq;
 }
 
 // A finding of the ranks of G about collective SEQ: observed (confidence 1), software, and a job
@@ -197,7 +183,7 @@ class NeverEnteredRule {
       if (last == front) {
         ahead.push_back(rank);
         waited = calls.rbegin()->second;
-        waiting |= !Completed(g, rank, *waited);
+        waiting |= !Completed(*g.logs.at(rank), *waited);
       } else {
         behind[last].push_back(rank);
       }
@@ -232,6 +218,18 @@ class NeverEnteredRule {
 };
 
 }  // namespace
+
+const StackFrame* UserFrame(const CollectiveCall& c) {
+  for (auto it = c.frames.rbegin(); it != c.frames.rend(); ++it)
+    if (!IsLibraryFrame(*it)) return &*it;
+  return nullptr;
+}
+
+bool Completed(const CollectiveLog& log, const CollectiveCall& c) {
+  if (c.state == "completed") return true;
+  auto it = log.progress.find(c.group);
+  return it != log.progress.end() && it->second.last_completed >= c.seq;
+}
 
 std::string DescribeCollective(const CollectiveCall& c) {
   if (c.sizes.empty()) return c.op;

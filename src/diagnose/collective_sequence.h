@@ -33,6 +33,13 @@ struct SequenceResult {
 SequenceResult DiagnoseCollectiveSequence(const std::vector<pattern::CollectiveLog>& logs,
                                           const std::vector<int>& expected, double stalled_seconds);
 
+// The innermost frame of the user's own code in C's stack (hang.h's IsLibraryFrame), or null.
+const pattern::StackFrame* UserFrame(const pattern::CollectiveCall& c);
+
+// Whether C completed: by its state, or by its group's progress in LOG (gloo's Flight Recorder
+// leaves every entry "scheduled").
+bool Completed(const pattern::CollectiveLog& log, const pattern::CollectiveCall& c);
+
 // "all_reduce of 33,040 Float" (sizes summed over the input tensors; "barrier" without any).
 std::string DescribeCollective(const pattern::CollectiveCall& call);
 

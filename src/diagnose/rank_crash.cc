@@ -7,7 +7,6 @@
 #include <string_view>
 
 #include "diagnose/collective_sequence.h"
-#include "diagnose/hang.h"
 
 namespace perftracker::diagnose {
 namespace {
@@ -15,12 +14,8 @@ namespace {
 // The collective a rank's ring shows it in: its newest one, unless that one completed (by its
 // state, or by the group's progress: gloo's Flight Recorder leaves every entry "scheduled").
 const pattern::CollectiveCall* InCollective(const pattern::CollectiveLog& log) {
-  if (log.calls.empty()) return nullptr;
-  const pattern::CollectiveCall& last = log.calls.back();
-  auto p = log.progress.find(last.group);
-  const bool done = last.state == "completed" ||
-                    (p != log.progress.end() && p->second.last_completed >= last.seq);
-  return done ? nullptr : &last;
+  if (log.calls.empty() || Completed(log, log.calls.back())) return nullptr;
+  return &log.calls.back();
 }
 
 std::string SignalName(int sig) {
@@ -40,22 +35,19 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
   f.confidence = 1.0;
   f.evidence["exit_code"] = first.exit_code;
   if (first.signal != 0) f.evidence["signal"] = first.signal;
-  std::string how = first.signal != 0
-                        ? fmt::format("killed by {} (exit code {})", SignalName(first.signal),
-                                      first.exit_code)
-                        : fmt::format("exited with code {}", first.exit_code);
+  std::string how = first.signal != 0 ? fmt::format("killed by {} (exit code {})",
+                                                    SignalName(first.signal), first.exit_code)
+                                      : fmt::format("exited with code {}", first.exit_code);
   f.summary = fmt::format("rank {} failed first: {}", first.rank, how);
   for (const pattern::CollectiveLog& log : logs) {
     if (log.rank != first.rank) continue;
     if (const pattern::CollectiveCall* c = InCollective(log)) {
       std::string where;
-      for (auto it = c->frames.rbegin(); it != c->frames.rend(); ++it)
-        if (!IsLibraryFrame(*it)) {
-          where = fmt::format(" at {}:{}", it->file, it->line);
-          FunctionRef ref{fmt::format("{}:{} in {}", it->file, it->line, it->function), "collective", {}};
-          f.functions.push_back(std::move(ref));
-          break;
-        }
+      if (const pattern::StackFrame* u = UserFrame(*c)) {
+        where = fmt::format(" at {}:{}", u->file, u->line);
+        f.functions.push_back(
+            {fmt::format("{}:{} in {}", u->file, u->line, u->function), "collective", {}});
+      }
       f.summary += fmt::format(" in collective #{} on group {}{}, {}{}", c->seq, c->group,
                                c->group_desc.empty() ? "" : " (" + c->group_desc + ")",
                                DescribeCollective(*c), where);

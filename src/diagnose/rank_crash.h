@@ -19,8 +19,8 @@ namespace perftracker::diagnose {
 // How one rank's process ended, as its launcher saw it.
 struct RankExit {
   int rank = -1;
-  int exit_code = 0;  // as a shell says it: 128 + the signal for a signal
-  int signal = 0;     // the fatal signal; 0 when it exited
+  int exit_code = 0;                    // as a shell says it: 128 + the signal for a signal
+  int signal = 0;                       // the fatal signal; 0 when it exited
   std::vector<std::string> error_tail;  // its last lines on stderr, oldest first (may be empty)
 };
 

@@ -29,7 +29,9 @@ pattern::CollectiveLog Rank1InAllReduce() {
 }
 
 TEST(RankCrashTest, NamesTheSignalTheCollectiveAndTheError) {
-  RankExit exit{1, 128 + SIGABRT, SIGABRT,
+  RankExit exit{1,
+                128 + SIGABRT,
+                SIGABRT,
                 {"terminate called after throwing an instance of 'gloo::EnforceNotMet'",
                  "  what():  op.preamble.length <= op.nbytes. 132160 vs 4"}};
   Finding f = RankCrashFinding(exit, {Rank1InAllReduce()});

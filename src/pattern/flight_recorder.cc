@@ -272,10 +272,9 @@ void MergeCollectiveLog(CollectiveLog from, CollectiveLog* into) {
     if (!c.p2p) have.emplace(c.group, c.seq);
   for (CollectiveCall& c : from.calls)
     if (c.p2p || !have.count({c.group, c.seq})) into->calls.push_back(std::move(c));
-  std::stable_sort(into->calls.begin(), into->calls.end(),
-                   [](const CollectiveCall& a, const CollectiveCall& b) {
-                     return a.created_ns < b.created_ns;
-                   });
+  std::stable_sort(
+      into->calls.begin(), into->calls.end(),
+      [](const CollectiveCall& a, const CollectiveCall& b) { return a.created_ns < b.created_ns; });
   into->source += ", " + from.source;
   for (auto& [g, p] : from.progress) into->progress.emplace(g, p);
   for (auto& [g, r] : from.group_ranks) into->group_ranks.emplace(g, std::move(r));

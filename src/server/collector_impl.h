@@ -98,7 +98,7 @@ struct CollectorServer::Impl final
   std::optional<WindowScheduler> sched;
   int64_t last_window = 0;
   bool wrote_latest = false;
-  std::optional<diagnose::Diagnosis> latest;  // the last window's (or hang's) diagnosis
+  std::optional<diagnose::Diagnosis> latest;        // the last window's (or hang's) diagnosis
   std::optional<diagnose::RankExit> first_failure;  // the launcher's, at the job's end
   // The last diagnosed window's patterns, for the run's final report (one job's worth).
   std::shared_ptr<const pattern::CompactJob> latest_job;
@@ -118,7 +118,7 @@ struct CollectorServer::Impl final
   std::unique_ptr<MetricsHttp> metrics;
   int windows_diagnosed = 0;
   int hangs_diagnosed = 0;
-  std::optional<HangCollection> hang;                // collecting stacks
+  std::optional<HangCollection> hang;  // collecting stacks
   // The last hang reported, until iterations resume (then amended: slow, not hung) or the next.
   struct ReportedHang {
     int64_t id = 0;

@@ -161,7 +161,8 @@ std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() con
 }
 
 void CollectorServer::Impl::PublishLoop() {
-  if (::perftracker::Status st = BecomeBackgroundThread("pt-publish"); !st.ok()) log::Detail("server", "{}", st.message());
+  if (::perftracker::Status st = BecomeBackgroundThread("pt-publish"); !st.ok())
+    log::Detail("server", "{}", st.message());
   std::unique_lock lk(mu);
   for (;;) {
     publish_cv.wait(lk, [&] { return !to_publish.empty() || publisher_done; });

@@ -263,7 +263,8 @@ Status SetCrashPath(const std::string& path) {
     return InvalidArgument(path + ": longer than a crash dump path may be");
   g_crash_path[0] = '\0';
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  std::memcpy(g_crash_path + 1, path.c_str() + (path.empty() ? 0 : 1), path.empty() ? 0 : path.size());
+  std::memcpy(g_crash_path + 1, path.c_str() + (path.empty() ? 0 : 1),
+              path.empty() ? 0 : path.size());
   g_crash_pid = getpid();
   std::atomic_signal_fence(std::memory_order_seq_cst);
   if (!path.empty()) g_crash_path[0] = path[0];

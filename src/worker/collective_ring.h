@@ -29,15 +29,15 @@ namespace perftracker::worker {
 
 // What one collective call is, as the Python wrapper sees it before calling torch.
 struct CollectiveEntry {
-  std::string_view group;       // the process group's name ("0")
-  std::string_view group_desc;  // "default_pg"
-  int64_t seq = -1;             // the group's number for it
-  std::string_view op;          // "all_reduce"
-  std::string_view backend;     // "gloo"
+  std::string_view group;          // the process group's name ("0")
+  std::string_view group_desc;     // "default_pg"
+  int64_t seq = -1;                // the group's number for it
+  std::string_view op;             // "all_reduce"
+  std::string_view backend;        // "gloo"
   const int64_t* sizes = nullptr;  // the input tensor's sizes (null: no tensor)
   size_t dims = 0;
-  std::string_view dtype;     // "Float"
-  std::string_view file;      // the user's frame
+  std::string_view dtype;  // "Float"
+  std::string_view file;   // the user's frame
   int line = 0;
   std::string_view function;
 };

@@ -1,8 +1,8 @@
 #include "worker/collective_ring.h"
 
 #include <gtest/gtest.h>
-#include <simdjson.h>
 #include <signal.h>
+#include <simdjson.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -33,8 +33,8 @@ PyObject* CollectiveEnter(PyObject*, PyObject* args) {
   long long seq = -1;
   int line = 0;
   PyObject* sizes = nullptr;
-  if (!PyArg_ParseTuple(args, "s#s#Ls#s#Os#s#is#", &group, &ng, &desc, &nd, &seq, &op, &no, &backend,
-                        &nb, &sizes, &dtype, &nt, &file, &nf, &line, &function, &nfn))
+  if (!PyArg_ParseTuple(args, "s#s#Ls#s#Os#s#is#", &group, &ng, &desc, &nd, &seq, &op, &no,
+                        &backend, &nb, &sizes, &dtype, &nt, &file, &nf, &line, &function, &nfn))
     return nullptr;
   int64_t dims[8];
   size_t n = 0;
