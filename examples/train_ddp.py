@@ -26,7 +26,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  sequences, a bigger share of the data): the same calls on larger inputs
   cpu-quota      the rank moves itself into the cgroup --fault-cgroup (a folder of the cgroup file
                  system whose CPU quota the caller set, e.g. cpu.cfs_quota_us or cpu.max): the
-                 kernel then throttles it as a container's CPU limit does
+                 kernel then throttles it as a container's CPU limit does; --fault-cpu-share
+                 first sets that quota to a share of what the rank used before
   sync           (GPU) needless torch.cuda.synchronize() and .item() every step
   call-heavy     tokenizer-like Python every step: --calls short calls, each building two small
                  GC-tracked objects, so the cyclic GC runs often (young collections every few
@@ -100,6 +101,9 @@ def parse_args(argv=None):
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
     p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")
+    p.add_argument("--fault-cpu-share", type=float, default=0.0,
+                   help="--fault cpu-quota: first set the cgroup's quota to this share of the CPU the "
+                        "rank used over the 30 steps before (0 = keep the quota the caller set)")
     p.add_argument("--fault-scale", type=int, default=3, help="rows per batch x this (--fault skew)")
     p.add_argument("--fault-rank", default="0", help="rank number or 'all'")
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
@@ -122,6 +126,26 @@ def parse_args(argv=None):
     p.add_argument("--profile-iters", default="", help="A:B, iterations to profile (default: all)")
     p.add_argument("--port", type=int, default=0, help="MASTER_PORT when spawning (0 = pick one)")
     return p.parse_args(argv)
+
+
+def set_cpu_quota(cgroup, share, mark):
+    """Sets CGROUP's CPU quota to SHARE of the CPUs this process used since MARK (its CPU and wall
+    time then): a quota below what the rank needs on any machine, where a fixed number of CPUs
+    throttles a slow machine's rank and leaves a fast machine's alone."""
+    cpu, wall = time.process_time() - mark[0], time.monotonic() - mark[1]
+    cpus = share * cpu / max(wall, 1e-3)
+    v2 = os.path.join(cgroup, "cpu.max")
+    if os.path.exists(v2):
+        period = int(open(v2).read().split()[1])
+        target = v2
+    else:
+        period = int(open(os.path.join(cgroup, "cpu.cfs_period_us")).read())
+        target = os.path.join(cgroup, "cpu.cfs_quota_us")
+    quota = max(1000, int(cpus * period))  # the kernel's least quota is 1 ms
+    with open(target, "w") as f:
+        f.write(f"{quota} {period}" if target == v2 else str(quota))
+    print(f"cgroup {cgroup}: quota {quota / period:.3f} CPUs ({share} of the {cpu / max(wall, 1e-3):.3f} "
+          f"CPUs this rank used)", file=sys.stderr, flush=True)
 
 
 class SleepyCollate:
@@ -328,6 +352,7 @@ def worker(rank, world, args):
         return loss
 
     step_times, step_starts = [], []
+    cpu_mark = None  # (process CPU s, wall s) at the first of the steps --fault-cpu-share measures
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
     for step in range(args.iters):
         if step == args.die_at_step and rank == args.die_rank and first_attempt:
@@ -337,6 +362,8 @@ def worker(rank, world, args):
             os.kill(os.getpid(), signal.SIGKILL)
         t_step = time.perf_counter()
         step_starts.append(time.monotonic_ns())
+        if step == max(0, args.fault_start - 30):
+            cpu_mark = (time.process_time(), time.monotonic())
         if is_faulty and step == args.fault_start:
             # Tests measure the time from here to the diagnosis.
             print(f"rank {rank}: fault {args.fault} on at step {step} (unix {time.time():.3f})",
@@ -351,6 +378,8 @@ def worker(rank, world, args):
             elif args.fault == "stall":
                 stall_compute(args.fault_ms / 1000.0)
             elif args.fault == "cpu-quota":
+                if args.fault_cpu_share > 0:
+                    set_cpu_quota(args.fault_cgroup, args.fault_cpu_share, cpu_mark)
                 # cgroup.procs moves the whole process, its threads included.
                 with open(os.path.join(args.fault_cgroup, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))

@@ -64,6 +64,18 @@ class CpuQuota:
             self.error = f"cannot make a cgroup with a CPU quota: {e}"
             self.close()
 
+    def cpus(self):
+        """The quota now, in CPUs (the job may have set it)."""
+        if os.path.exists(os.path.join(self.path, "cpu.max")):
+            with open(os.path.join(self.path, "cpu.max")) as f:
+                quota, period = f.read().split()
+        else:
+            with open(os.path.join(self.path, "cpu.cfs_quota_us")) as f:
+                quota = f.read()
+            with open(os.path.join(self.path, "cpu.cfs_period_us")) as f:
+                period = f.read()
+        return int(quota) / int(period)
+
     def _write(self, name, text):
         with open(os.path.join(self.path, name), "w") as f:
             f.write(text)
@@ -212,14 +224,18 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertFalse([g for g in later if g["ranks"] in ([0], [0, 1])], out)
 
     def test_a_quota_on_one_rank_is_throttling_not_a_hang(self):
-        # A tenth of a CPU for rank 2 from iteration 130. A step is ~10 ms of CPU and a 30 ms
-        # wait, so a rank uses about a quarter of a CPU: a tenth makes its compute 2.5x as long.
-        quota = CpuQuota(0.1)
+        # From iteration 130 rank 2 gets 40% of the CPU it used before: its compute takes 2.5x as
+        # long. (A step is ~10 ms of CPU and a 30 ms wait here, a quarter of a CPU; a fixed tenth
+        # of a CPU barely slowed a faster machine's rank, whose step needs 4 ms, and no window
+        # came.)
+        quota = CpuQuota(1.0)
         if quota.error:
             self.skipTest(quota.error)
         try:
             ws, out = self.job("quota", "--iters", "320", *STEP, "--fault", "cpu-quota", "--fault-rank", "2",
-                               "--fault-start", FAULT_AT, "--fault-cgroup", quota.path)
+                               "--fault-start", FAULT_AT, "--fault-cgroup", quota.path,
+                               "--fault-cpu-share", "0.4")
+            cpus = quota.cpus()
         finally:
             quota.close()
         latest = ws[max(ws)] if ws else []
@@ -227,7 +243,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         f = latest[0]
         self.assertEqual(f["ranks"], [2], out)
         self.assertEqual(f["category"], "cpu_throttled", out)
-        self.assertIn("quota of 0.10 CPUs", f["summary"], out)
+        self.assertIn(f"quota of {cpus:.2f} CPUs", f["summary"], out)
         self.assertGreaterEqual(f["evidence"]["throttled_periods_share"], 0.2, out)
         every = [g for fs in ws.values() for g in fs]
         self.assertFalse([g for g in every if g["category"] == "hang"], out)

@@ -23,8 +23,15 @@ TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
 TASK = os.path.join(ptest.SOURCE, "examples", "slurm", "task.sh")
 SBATCH = os.path.join(ptest.SOURCE, "examples", "slurm", "train_ddp.sbatch")
 CLUSTER = os.path.join(ptest.SOURCE, "scripts", "slurm_local.sh")
-STRAGGLER = ["--iters", "320", "--fault", "straggler", "--fault-rank", "2", "--fault-start", "130",
-             "--fault-work", "8"]
+# Each step also waits 30 ms (as test_online_run's jobs do), so that the baseline window opens
+# before the fault (its start is 2 s ahead of the job at the time) and the straggler opens a
+# window of its own. Without the wait the window's place depended on the machine's speed: at
+# 190 here, inside the fault; at 321 on a faster machine, after the job's last step (CI, the
+# sbatch example: no window). 32 extra matrix multiplies cost rank 2 about 19 ms a step, the job
+# about 30% (8 cost 7 ms and, on 2 shared cores, moved the job's median under the detector's
+# level, +13% on that run).
+STRAGGLER = ["--iters", "400", "--step-sleep-ms", "30", "--fault", "straggler", "--fault-rank", "2",
+             "--fault-start", "130", "--fault-work", "32"]
 
 
 def free_port():
