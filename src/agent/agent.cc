@@ -60,9 +60,16 @@ Status FromGrpc(const grpc::Status& st, const std::string& what) {
   return Unavailable(fmt::format("{}: {}", what, st.error_message()));
 }
 
-// A channel to SERVER: TLS when TLS files are given (a server off loopback wants it).
+// A channel to SERVER: TLS when TLS files are given (a server off loopback wants it). A TOKEN
+// never crosses a network in clear text: without TLS it goes to a loopback server only.
 StatusOr<std::unique_ptr<v1::Collector::Stub>> MakeStub(const std::string& server,
-                                                        const TlsFiles& tls) {
+                                                        const TlsFiles& tls,
+                                                        const std::string& token) {
+  if (!token.empty() && !tls.enabled() && !IsLoopbackAddress(server))
+    return InvalidArgument(fmt::format(
+        "{}: not sending the token in clear text to a server off this machine: give --tls-ca "
+        "(the server then needs --tls-cert and --tls-key)",
+        server));
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(64 << 20);
   std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
@@ -473,7 +480,7 @@ Agent::~Agent() { Stop(); }
 
 Status Agent::Run() {
   Impl& m = *impl_;
-  PT_ASSIGN_OR_RETURN(m.stub, MakeStub(m.options.server, m.options.tls));
+  PT_ASSIGN_OR_RETURN(m.stub, MakeStub(m.options.server, m.options.tls, m.options.token));
   PT_RETURN_IF_ERROR(m.Register());
   if (m.AgentId().empty()) return Status::Ok();  // stopped before the server answered
   std::thread watcher;
@@ -533,7 +540,8 @@ Status Agent::Run() {
 }
 
 void Agent::Impl::PostLoop() {
-  if (Status st = BecomeBackgroundThread("pt-agent-post"); !st.ok()) log::Detail("agent", "{}", st.message());
+  if (Status st = BecomeBackgroundThread("pt-agent-post"); !st.ok())
+    log::Detail("agent", "{}", st.message());
   std::unique_lock lk(mu);
   for (;;) {
     post_cv.wait(lk, [&] { return !finished.empty() || post_done; });
@@ -578,7 +586,7 @@ void Agent::Stop() {
 
 StatusOr<std::string> TriggerNow(const std::string& server, const std::string& token,
                                  const TlsFiles& tls, const std::string& reason) {
-  PT_ASSIGN_OR_RETURN(auto stub, MakeStub(server, tls));
+  PT_ASSIGN_OR_RETURN(auto stub, MakeStub(server, tls, token));
   grpc::ClientContext ctx;
   Prepare(&ctx, token, 10);
   v1::TriggerRequest req;
@@ -591,7 +599,7 @@ StatusOr<std::string> TriggerNow(const std::string& server, const std::string& t
 
 StatusOr<std::string> ServerStatus(const std::string& server, const std::string& token,
                                    const TlsFiles& tls) {
-  PT_ASSIGN_OR_RETURN(auto stub, MakeStub(server, tls));
+  PT_ASSIGN_OR_RETURN(auto stub, MakeStub(server, tls, token));
   std::string out;
   int offset = 0;
   // Page by page: a large job's ranks do not fit one reply.

@@ -10,8 +10,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 namespace perftracker {
 namespace {
@@ -119,6 +121,59 @@ StatusOr<TlsPem> ReadTls(const TlsFiles& f, bool server) {
   return pem;
 }
 
+Status CheckOwnFolder(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return InvalidArgument(fmt::format("{}: cannot use the {}: {}", path, what, Errno()));
+  if (!S_ISDIR(st.st_mode))
+    return InvalidArgument(fmt::format("{}: the {} is not a folder", path, what));
+  if (st.st_uid != ::geteuid()) {
+    return InvalidArgument(fmt::format(
+        "{}: the {} belongs to uid {}, not to you (uid {}): refusing it (its owner could replace "
+        "what is written and read there); choose a folder of yours",
+        path, what, st.st_uid, ::geteuid()));
+  }
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    return InvalidArgument(fmt::format(
+        "{}: the {} is writable by others (mode {:04o}): refusing it; chmod go-w it or choose "
+        "another",
+        path, what, st.st_mode & 07777));
+  }
+  struct stat link {};
+  // A link to the folder counts as the folder only when it is the user's too.
+  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode) && link.st_uid != ::geteuid() &&
+      link.st_uid != 0) {
+    return InvalidArgument(
+        fmt::format("{}: the {} is a link of uid {}'s: refusing it", path, what, link.st_uid));
+  }
+  return Status::Ok();
+}
+
+Status PrepareOwnFolder(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    std::error_code ec;
+    const std::filesystem::path p = std::filesystem::absolute(path, ec).lexically_normal();
+    const std::filesystem::path parent =
+        p.has_filename() ? p.parent_path() : p.parent_path().parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
+      return InvalidArgument(fmt::format("{}: cannot create the {}: {}", path, what, Errno()));
+  }
+  return CheckOwnFolder(path, what);
+}
+
+namespace {
+std::once_flag umask_once;
+mode_t user_umask = 022;
+}  // namespace
+
+void UsePrivateUmask() {
+  std::call_once(umask_once, [] { user_umask = ::umask(077); });
+}
+
+mode_t UserUmask() { return user_umask; }
+
 std::string CredentialsDir(const std::string& report_dir) { return report_dir + "/.perftracker"; }
 
 Status WriteRunCredentials(const std::string& report_dir, const RunCredentials& c) {
@@ -138,6 +193,15 @@ Status WriteRunCredentials(const std::string& report_dir, const RunCredentials& 
 StatusOr<RunCredentials> ReadRunCredentials(const std::string& report_dir) {
   const std::string dir = CredentialsDir(report_dir);
   RunCredentials c;
+  PT_RETURN_IF_ERROR(CheckOwnFolder(report_dir, "report folder"));
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) == 0 &&
+      (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)) {
+    return InvalidArgument(fmt::format(
+        "{}: not a private folder of yours (uid {}, mode {:04o}): its credentials are not "
+        "trusted",
+        dir, st.st_uid, st.st_mode & 07777));
+  }
   std::ifstream in(dir + "/server");
   if (!in) {
     return NotFound(fmt::format(

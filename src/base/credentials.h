@@ -7,6 +7,8 @@
 #ifndef PERFTRACKER_BASE_CREDENTIALS_H_
 #define PERFTRACKER_BASE_CREDENTIALS_H_
 
+#include <sys/types.h>
+
 #include <string>
 
 #include "base/status.h"
@@ -28,6 +30,22 @@ struct RunCredentials {
   std::string token;
 };
 
+// A folder this user's outputs go to (a run's or a server's report folder): another user who
+// owns it, or may write in it, could plant links where the run writes (and overwrite the user's
+// files), or replace what it reads (the credentials `status` and `trigger` send the token to).
+// PrepareOwnFolder creates a missing one 0700 (its parents as usual); an existing one must be
+// a folder of this user that neither group nor others may write, else one line refuses it.
+// CheckOwnFolder checks without creating.
+Status PrepareOwnFolder(const std::string& path, const char* what);
+Status CheckOwnFolder(const std::string& path, const char* what);
+
+// What `run` and `server` write is their user's alone (files 0600, folders 0700) whatever the
+// user's umask: UsePrivateUmask sets umask 077 for the process (once; later calls keep the
+// first umask seen). The processes they start get the user's umask back (UserUmask): a
+// training job's own files are not ours to restrict.
+void UsePrivateUmask();
+mode_t UserUmask();
+
 // The folder a run keeps its credentials in: REPORT_DIR/.perftracker.
 std::string CredentialsDir(const std::string& report_dir);
 
@@ -35,7 +53,9 @@ std::string CredentialsDir(const std::string& report_dir);
 // if the folder exists and belongs to someone else.
 Status WriteRunCredentials(const std::string& report_dir, const RunCredentials& c);
 
-// Reads what WriteRunCredentials wrote, with ReadTokenFile's checks.
+// Reads what WriteRunCredentials wrote, with ReadTokenFile's checks, only from a report folder
+// CheckOwnFolder accepts and a credentials folder of this user's that nobody else may read
+// (else a report folder's owner could point `status` at a server of theirs and get the token).
 StatusOr<RunCredentials> ReadRunCredentials(const std::string& report_dir);
 
 // TLS for the online path off loopback, as PEM files. The server presents CERT and KEY and,

@@ -314,7 +314,7 @@ std::unique_ptr<ByteSource> OpenMemorySource(std::string_view data, bool mappabl
 
 StatusOr<std::string> ReadSmallFile(const std::string& path, size_t max_bytes,
                                     std::string_view what) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rbe"), std::fclose);
   if (!f) return InvalidArgument(fmt::format("{}: cannot read: {}", path, std::strerror(errno)));
   std::string text;
   char buf[1 << 16];

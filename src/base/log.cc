@@ -10,6 +10,8 @@
 #include <ctime>
 #include <mutex>
 
+#include "base/terminal.h"
+
 namespace perftracker::log {
 namespace {
 
@@ -102,7 +104,8 @@ Status Configure(const Config& config) {
   State& s = S();
   std::FILE* f = nullptr;
   if (!config.file.empty()) {
-    f = std::fopen(config.file.c_str(), "a");
+    // e: close-on-exec; the ranks the launcher starts would inherit the log otherwise.
+    f = std::fopen(config.file.c_str(), "ae");
     if (f == nullptr)
       return InvalidArgument(config.file + ": cannot open the log file: " + std::strerror(errno));
   }
@@ -123,7 +126,7 @@ void Write(Level level, std::string_view source, std::string_view text) {
   EraseStatus(s);
   std::string out = source.empty() ? "perftracker: " : fmt::format("perftracker {}: ", source);
   if (level == Level::kError && s.configured) out += "error: ";
-  out.append(text);
+  out += TerminalSafe(text);
   if (out.empty() || out.back() != '\n') out.push_back('\n');
   std::fputs(out.c_str(), stderr);
   DrawStatus(s);

@@ -16,7 +16,7 @@ std::string NodeName() {
 }
 
 int FreeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -28,6 +28,14 @@ int FreeLoopbackPort() {
     port = ntohs(a.sin_port);
   close(fd);
   return port;
+}
+
+bool IsLoopbackAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const bool bracketed_v6 = !address.empty() && address.back() == ']';
+  const std::string host =
+      colon == std::string::npos || bracketed_v6 ? address : address.substr(0, colon);
+  return host == "127.0.0.1" || host == "localhost" || host == "[::1]";
 }
 
 }  // namespace perftracker

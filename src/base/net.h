@@ -14,6 +14,11 @@ std::string NodeName();
 // 0 when none could be had. Another process may take it before the caller binds it.
 int FreeLoopbackPort();
 
+// Whether ADDRESS (host:port, or a host) is this machine's loopback: 127.0.0.1, localhost or
+// [::1]. Off loopback the token and every summary cross a network: servers and clients then
+// want TLS.
+bool IsLoopbackAddress(const std::string& address);
+
 }  // namespace perftracker
 
 #endif  // PERFTRACKER_BASE_NET_H_

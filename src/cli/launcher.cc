@@ -19,6 +19,7 @@
 
 #include "agent/agent.h"
 #include "agent/socket_sink.h"
+#include "base/credentials.h"
 #include "base/log.h"
 #include "base/net.h"
 #include "base/start_thread.h"
@@ -144,12 +145,19 @@ class JobLauncher {
   // The report folder (absolute), the log in it, the traces folder and the agent socket's
   // private folder under /tmp.
   Status PrepareFolders() {
+    // Before any rank starts: a folder another user owns or may write in is refused, and what
+    // this run writes is the user's alone (the ranks get the user's umask back).
+    UsePrivateUmask();
+    if (Status st = PrepareOwnFolder(o_.report_dir, "report folder"); !st.ok()) return st;
     std::error_code ec;
-    fs::create_directories(o_.report_dir, ec);
-    if (ec)
-      return Internal(
-          fmt::format("{}: cannot create report folder: {}", o_.report_dir, ec.message()));
     report_dir_ = fs::absolute(o_.report_dir, ec).string();
+    // An earlier run's outputs (an older perftracker's, 0644) become private as well.
+    for (const char* name :
+         {"perftracker.log", "perftracker.db", "diagnosis.json", "report.html", "agents.log"}) {
+      const fs::path p = fs::path(report_dir_) / name;
+      if (fs::is_regular_file(fs::symlink_status(p, ec)))
+        fs::permissions(p, fs::perms::owner_read | fs::perms::owner_write, ec);
+    }
     log_path_ = (fs::path(report_dir_) / "perftracker.log").string();
     if (Status st = log::Configure({.file = log_path_, .verbose = o_.verbose}); !st.ok()) return st;
     started_ = Clock::now();
@@ -252,7 +260,7 @@ class JobLauncher {
     if (!token_.empty())
       step.token_file = (fs::path(report_dir_) / ".perftracker" / "token").string();
     if (!embedded_) step.tls_ca = o_.tls.ca;
-    if (server::IsLoopbackListen(server_addr_))
+    if (IsLoopbackAddress(server_addr_))
       log::Detail("",
                   "agents reach the server at {}: nodes on other hosts need --listen HOST:PORT "
                   "(with TLS) or --server",

@@ -31,6 +31,7 @@
 #include "trace/reader.h"
 #ifdef PT_ONLINE
 #include "base/credentials.h"
+#include "base/terminal.h"
 #include "cli/launcher.h"
 #include "cli/online_commands.h"
 #endif
@@ -46,7 +47,7 @@ constexpr bool kOnline = false;
 #endif
 
 int Fail(const pt::Status& status) {
-  std::fprintf(stderr, "perftracker: error: %s\n", status.message().c_str());
+  pt::PutSafe("perftracker: error: " + status.message() + "\n", stderr);
   return 1;
 }
 
@@ -104,7 +105,7 @@ pt::Status OutputIsNotAnInput(const std::string& out, const std::vector<std::str
 // JOB: the patterns the diagnosis came from (the HTML report's per-rank views), or null.
 int Emit(const pt::diagnose::Diagnosis& diagnosis, const OutputFlags& flags,
          const pt::pattern::CompactJob* job = nullptr, const std::string& title = "") {
-  if (!flags.quiet) std::fputs(pt::report::RenderText(diagnosis).c_str(), stdout);
+  if (!flags.quiet) pt::PutSafe(pt::report::RenderText(diagnosis), stdout);
   if (!flags.json_path.empty()) {
     pt::Status st = pt::report::WriteJsonFile(diagnosis, flags.json_path);
     if (!st.ok()) return Fail(st);
@@ -272,20 +273,21 @@ int RunShow(const std::vector<std::string>& paths, int top, const std::string& j
   if (pt::Status st = OutputIsNotAnInput(json_path, paths); !st.ok()) return Fail(st);
   auto job = pt::pattern::LoadJob(paths);
   if (!job.ok()) return Fail(job.status());
-  std::fputs(pt::report::BreakdownTable(*job).c_str(), stdout);
+  pt::PutSafe(pt::report::BreakdownTable(*job), stdout);
   if (!json_path.empty()) {
     pt::Status st = pt::report::WriteTextFile(json_path, pt::report::BreakdownJson(*job));
     if (!st.ok()) return Fail(st);
   }
   for (const pt::pattern::RankSummary& r : *job) {
     for (const std::string& note : pt::pattern::SteadyStateNotes(r))
-      std::printf("note: rank %d: %s\n", r.rank, note.c_str());
+      pt::PutSafe(fmt::format("note: rank {}: {}\n", r.rank, note), stdout);
   }
   std::printf("\n");
   for (const pt::pattern::RankSummary& r : *job) {
-    std::printf("rank %d (%s): %zu iterations from %s, mean %.2f ms, %zu functions\n", r.rank,
-                r.source.c_str(), r.iteration_ms.size(), r.iteration_source.c_str(),
-                r.MeanIterationMs(), r.functions.size());
+    pt::PutSafe(fmt::format("rank {} ({}): {} iterations from {}, mean {:.2f} ms, {} functions\n",
+                            r.rank, r.source, r.iteration_ms.size(), r.iteration_source,
+                            r.MeanIterationMs(), r.functions.size()),
+                stdout);
     if (r.has_gpu) {
       std::printf(
           "  gpu per iteration: busy %.2f ms, idle %.2f ms, compute %.2f, comm %.2f, "
@@ -298,10 +300,10 @@ int RunShow(const std::vector<std::string>& paths, int top, const std::string& j
     int shown = 0;
     for (const auto& f : r.functions) {
       if (shown++ >= top) break;
-      std::printf("  %10.3f %10.3f %8.1f %6.1f%% %10.1f %-11s %s%s%s\n", f.per_iter_us / 1e3,
+      std::printf("  %10.3f %10.3f %8.1f %6.1f%% %10.1f %-11s ", f.per_iter_us / 1e3,
                   f.self_per_iter_us / 1e3, f.calls_per_iter, 100 * f.share, f.p99_us,
-                  pt::pattern::FunctionClassName(f.fclass), f.name.c_str(),
-                  f.stack.empty() ? "" : "  <- ", f.stack.c_str());
+                  pt::pattern::FunctionClassName(f.fclass));
+      pt::PutSafe(fmt::format("{}{}{}\n", f.name, f.stack.empty() ? "" : "  <- ", f.stack), stdout);
     }
   }
   return 0;

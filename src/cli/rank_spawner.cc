@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <optional>
 
+#include "base/credentials.h"
 #include "base/log.h"
 
 extern char** environ;
@@ -95,6 +97,7 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
     signal(SIGTERM, SIG_DFL);
     signal(SIGCHLD, SIG_DFL);
     sigprocmask(SIG_SETMASK, &old_mask, nullptr);
+    umask(UserUmask());  // the launcher's own files are private; the job's are its own affair
     if (out_err.first >= 0) dup2(out_err.first, STDOUT_FILENO);
     if (out_err.second >= 0) dup2(out_err.second, STDERR_FILENO);
     environ = e.data();

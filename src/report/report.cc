@@ -229,7 +229,7 @@ std::string RenderText(const Diagnosis& d) {
 }
 
 Status WriteTextFile(const std::string& path, std::string_view text) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
+  std::FILE* f = std::fopen(path.c_str(), "wbe");
   if (!f) return InvalidArgument(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
   size_t n = std::fwrite(text.data(), 1, text.size(), f);
   bool ok = n == text.size();

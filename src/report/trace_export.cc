@@ -44,11 +44,11 @@ class Output {
     path_ = path;
     gz_ = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
     if (gz_) {
-      gzf_ = gzopen(path.c_str(), "wb1");
+      gzf_ = gzopen(path.c_str(), "wb1e");  // e: close-on-exec, as every file here
       if (!gzf_)
         return InvalidArgument(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
     } else {
-      f_ = std::fopen(path.c_str(), "wb");
+      f_ = std::fopen(path.c_str(), "wbe");
       if (!f_)
         return InvalidArgument(fmt::format("{}: cannot write: {}", path, std::strerror(errno)));
     }
@@ -350,7 +350,7 @@ Status ExportPythonWindow(const std::string& path, Exporter* ex) {
 }
 
 bool IsPythonWindowFile(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rbe"), std::fclose);
   if (!f) return false;
   char head[256];
   const size_t n = std::fread(head, 1, sizeof(head), f.get());

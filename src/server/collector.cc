@@ -13,16 +13,11 @@
 
 #include "base/credentials.h"
 #include "base/log.h"
+#include "base/net.h"
 #include "server/collector_impl.h"
 #include "server/job_end.h"
 
 namespace perftracker::server {
-
-bool IsLoopbackListen(const std::string& listen) {
-  size_t colon = listen.rfind(':');
-  std::string host = colon == std::string::npos ? listen : listen.substr(0, colon);
-  return host == "127.0.0.1" || host == "localhost" || host == "[::1]";
-}
 
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   // Touch every byte of the longer input so timing reveals neither the length of a common
@@ -42,21 +37,18 @@ CollectorServer::~CollectorServer() { Shutdown(); }
 
 StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOptions& options) {
   if (options.report_dir.empty()) return InvalidArgument("server: --report-dir is required");
-  if (!IsLoopbackListen(options.listen) && options.token.empty())
+  if (!IsLoopbackAddress(options.listen) && options.token.empty())
     return InvalidArgument(
         fmt::format("server: listening on {} (not 127.0.0.1) needs a shared token (--token-file)",
                     options.listen));
   // Off this machine the token and every summary cross the network: encrypted, or not at all.
-  if (!IsLoopbackListen(options.listen) && !options.tls.enabled())
+  if (!IsLoopbackAddress(options.listen) && !options.tls.enabled())
     return InvalidArgument(
         fmt::format("server: listening on {} (not 127.0.0.1) needs TLS (--tls-cert and --tls-key; "
                     "--tls-ca to require client certificates)",
                     options.listen));
+  PT_RETURN_IF_ERROR(PrepareOwnFolder(options.report_dir, "report folder"));
   std::error_code ec;
-  fs::create_directories(options.report_dir, ec);
-  if (ec)
-    return InvalidArgument(
-        fmt::format("{}: cannot create folder: {}", options.report_dir, ec.message()));
   // Every agent holds a connection (a descriptor) for the whole job; the usual soft limit of
   // 1,024 descriptors would refuse agents long before 10,000. Raise it to the hard limit (no
   // privilege needed); a limit still too low shows as refused connections, not a crash.

@@ -45,8 +45,6 @@ struct ServerOptions {
   std::function<void(const diagnose::Diagnosis&)> on_hang;
 };
 
-// True for 127.0.0.1:P, localhost:P and [::1]:P (a token is optional there).
-bool IsLoopbackListen(const std::string& listen);
 // Equal-length-independent comparison whose time does not depend on where inputs differ.
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
 

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "base/net.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
@@ -52,10 +53,13 @@ TEST(Auth, ConstantTimeEqualsAndLoopback) {
   EXPECT_FALSE(ConstantTimeEquals("abc", "abd"));
   EXPECT_FALSE(ConstantTimeEquals("abc", "abcd"));
   EXPECT_FALSE(ConstantTimeEquals("", "x"));
-  EXPECT_TRUE(IsLoopbackListen("127.0.0.1:0"));
-  EXPECT_TRUE(IsLoopbackListen("[::1]:80"));
-  EXPECT_FALSE(IsLoopbackListen("0.0.0.0:80"));
-  EXPECT_FALSE(IsLoopbackListen("127.0.0.2:80"));
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:0"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:80"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:80"));
+  EXPECT_FALSE(IsLoopbackAddress("127.0.0.2:80"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]"));
+  EXPECT_FALSE(IsLoopbackAddress("head:50551"));
 }
 
 TEST(Server, NonLoopbackNeedsToken) {

@@ -249,7 +249,7 @@ std::string DumpJson() {
 Status WriteDump(const std::string& path) {
   const std::string tmp = path + ".tmp";
   const std::string json = DumpJson();
-  FILE* f = std::fopen(tmp.c_str(), "wb");
+  FILE* f = std::fopen(tmp.c_str(), "wbe");
   if (f == nullptr) return InvalidArgument(tmp + ": " + std::strerror(errno));
   const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
   if (std::fclose(f) != 0 || !ok) return DataLoss(tmp + ": write failed");
