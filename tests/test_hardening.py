@@ -2,11 +2,14 @@
 launcher, nobody else steers a job, hostile files give one line and little memory."""
 import os
 import shutil
+import json
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -181,6 +184,146 @@ class Hardening(unittest.TestCase):
         self.assertIn("world_size from 1 to 1048576", r.stdout)
         self.assertIn("world size 1", r.stdout)
         self.assertLess(peak_kb(["analyze", trace]), PEAK_LIMIT_KB)
+
+
+
+
+# A stand-in for an agent (issue 26): binds PATH, and to every worker that connects sends a
+# profile command writing into DIR; prints "ready" once listening.
+FAKE_AGENT = r"""
+import json, os, socket, sys, time
+path, dirname = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX)
+s.bind(path)
+os.chmod(path, 0o777)
+s.listen(4)
+print("ready", flush=True)
+s.settimeout(30)
+c, _ = s.accept()
+c.sendall((json.dumps({"type": "profile", "window": 1, "iters": 5, "max_s": 5,
+                       "dir": dirname}) + "\n").encode())
+time.sleep(5)
+"""
+
+
+def fake_collector():
+    """The collector's surface perftracker.client uses, recording what it is asked."""
+    started = []
+    w = types.SimpleNamespace(drain=lambda: [], hold_detector=lambda on: None,
+                              stop_window=lambda: None)
+    c = types.SimpleNamespace(w=w, off=[], train_tid=None, started=started)
+    c.turn_off = lambda e: c.off.append(e)
+    c.windows = types.SimpleNamespace(start=lambda *a: started.append(a) or True)
+    c.patches = types.SimpleNamespace(ring=types.SimpleNamespace(dump=lambda **k: None))
+    return c
+
+
+def worker_client(sock):
+    sys.path.insert(0, os.path.join(ptest.SOURCE, "python"))
+    from perftracker import client
+    c = fake_collector()
+    ac = client.AgentClient(c, sock, "")
+    ac.ident["rank"] = 0  # the trace is named after it (no launcher's environment here)
+    return c, ac
+
+
+@unittest.skipUnless(ptest.online_built(), "needs the online path (the default build)")
+class SocketHardening(unittest.TestCase):
+    """Issue 26: the worker <-> agent socket between local users."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="pt_sock_")
+        os.chmod(self.tmp, 0o1777)  # like /tmp: the other user makes their folders here too
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def as_nobody(self):
+        if os.geteuid() != 0:
+            self.fail("run as root: the test needs a second local user (runuser -u nobody)")
+        if not shutil.which("runuser"):
+            self.fail("runuser (util-linux) is missing")
+        return ["runuser", "-u", "nobody", "--"]
+
+    def test_an_agent_refuses_a_folder_another_user_made_first(self):
+        # Another user makes the (predictable) socket folder first, open to all.
+        theirs = os.path.join(self.tmp, "perftracker-job-1-node")
+        subprocess.run(self.as_nobody() + ["mkdir", "-m", "0777", theirs], check=True)
+        sock = os.path.join(theirs, "agent.sock")
+        r = ptest.run(["agent", "--server", "127.0.0.1:1", "--socket", sock, "--trace-dir",
+                       os.path.join(self.tmp, "traces")], timeout=30)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(theirs, r.stderr)
+        self.assertFalse(os.path.exists(sock))
+        self.assertEqual(os.stat(theirs).st_mode & 0o777, 0o777)  # not chmod-ed
+        # --watch: the same check.
+        r = ptest.run(["agent", "--server", "127.0.0.1:1", "--watch", theirs], timeout=30)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn(theirs, r.stderr)
+
+    def test_a_worker_obeys_no_other_users_agent(self):
+        # Nobody's agent, in nobody's folder, tells the worker to write into the user's files.
+        theirs = os.path.join(self.tmp, "theirs")
+        subprocess.run(self.as_nobody() + ["mkdir", "-m", "0755", theirs], check=True)
+        victim = os.path.join(self.tmp, "victim")
+        os.mkdir(victim)
+        sock = os.path.join(theirs, "agent.sock")
+        # The system's Python: this one may live where nobody cannot read (a user's pyenv).
+        agent = subprocess.Popen(self.as_nobody() + ["/usr/bin/python3", "-c", FAKE_AGENT, sock,
+                                                     victim], stdout=subprocess.PIPE, text=True)
+        self.addCleanup(agent.kill)
+        self.assertEqual(agent.stdout.readline().strip(), "ready")
+        c, ac = worker_client(sock)
+        ac.tick()
+        self.assertEqual(len(c.off), 1, "the worker did not turn itself off")
+        self.assertIn("uid", str(c.off[0]))
+        self.assertIsNone(ac.sock)
+        for _ in range(3):
+            ac.tick()
+        self.assertEqual(c.started, [])
+        self.assertEqual(os.listdir(victim), [])
+        self.assertEqual(len(c.off), 1)  # said once
+
+    def test_a_worker_writes_only_inside_the_agents_trace_folder(self):
+        # The user's own agent: its socket folder private, the trace folder linked next to it.
+        sock_dir = os.path.join(self.tmp, "sock")
+        os.mkdir(sock_dir, 0o700)
+        traces = os.path.join(self.tmp, "traces")
+        os.mkdir(traces)
+        sock = os.path.join(sock_dir, "agent.sock")
+        os.symlink(traces, sock + ".traces")
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(sock)
+        srv.listen(1)
+        self.addCleanup(srv.close)
+        c, ac = worker_client(sock)
+        ac.tick()
+        conn, _ = srv.accept()
+        self.addCleanup(conn.close)
+        conn.settimeout(0.1)  # one tick of the client between reads
+        elsewhere = os.path.join(self.tmp, "victim")
+        inside = os.path.join(traces, "window-1")
+        os.mkdir(inside)
+        os.symlink(elsewhere, os.path.join(traces, "window-2"))
+        cmds = [{"dir": elsewhere}, {"dir": os.path.join(traces, "window-2")},
+                {"path": os.path.join(traces, "..", "x.json")},
+                {"dir": inside, "iters": 10 ** 9}, {"dir": inside, "max_s": 1e9},
+                {"dir": inside, "iters": "5"}, {"dir": inside}]
+        acks = []
+        for i, cmd in enumerate(cmds):
+            conn.sendall((json.dumps({"type": "profile", "window": i, **cmd}) + "\n").encode())
+            deadline = time.monotonic() + 5
+            buf = b""
+            while time.monotonic() < deadline and b'"profile_ack"' not in buf:
+                ac.tick()
+                try:
+                    buf += conn.recv(65536)
+                except socket.timeout:
+                    pass
+            acks += [json.loads(x) for x in buf.splitlines() if b'"profile_ack"' in x]
+        self.assertEqual([a["accepted"] for a in acks], [False] * 6 + [True], acks)
+        self.assertEqual(len(c.started), 1)
+        self.assertEqual(os.path.dirname(c.started[0][0]), inside)
+        self.assertEqual(c.off, [])
 
 
 if __name__ == "__main__":

@@ -198,6 +198,14 @@ def compare_defaults(header):
     if (iters, max_s) != (config.WINDOW_ITERATIONS, config.WINDOW_MAX_S):
         return [f"window_defaults.h ({iters}, {max_s}) != config.py "
                 f"({config.WINDOW_ITERATIONS}, {config.WINDOW_MAX_S})"]
+    most_it = re.search(r"kMostIterations\s*=\s*(\d+)\s*;", header)
+    most_s = re.search(r"kMostSeconds\s*=\s*([\d.]+)\s*;", header)
+    if most_it is None or most_s is None:
+        return ["kMostIterations / kMostSeconds not found in window_defaults.h"]
+    if (int(most_it.group(1)), float(most_s.group(1))) != (config.WINDOW_MOST_ITERATIONS,
+                                                           config.WINDOW_MOST_S):
+        return [f"window_defaults.h bounds ({most_it.group(1)}, {most_s.group(1)}) != config.py "
+                f"({config.WINDOW_MOST_ITERATIONS}, {config.WINDOW_MOST_S})"]
     return []
 
 
@@ -275,6 +283,8 @@ class OneSidedFails(unittest.TestCase):
         h = read("src/base/window_defaults.h")
         self.assertTrue(compare_defaults(h.replace("kIterations = 10;", "kIterations = 11;")))
         self.assertTrue(compare_defaults(h.replace("kMaxSeconds = 20;", "kMaxSeconds = 30;")))
+        self.assertTrue(compare_defaults(h.replace("kMostIterations = 1000;", "kMostIterations = 9;")))
+        self.assertTrue(compare_defaults(h.replace("kMostSeconds = 600;", "kMostSeconds = 60;")))
 
 
 class FakeWorker:

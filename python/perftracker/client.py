@@ -4,8 +4,11 @@ non-blocking Unix socket, and reads the agent's commands. Messages are built and
 dispatched by protocol.py's names.
 """
 import json
+import math
 import os
 import socket
+import stat
+import struct
 import sys
 import threading
 import time
@@ -52,6 +55,7 @@ class AgentClient:
         self.held: Optional[Tuple[Any, float]] = None  # (window, monotonic time held)
         self.replies: List[Message] = []  # answers to commands, shipped in the same tick
         self.last_iteration = -1  # the last completed iteration index the detector reported
+        self.refused_profile = False  # a profile command was refused (said once on stderr)
         self.stop = threading.Event()
         who = identity.identity()  # the launcher's environment (torchrun, Slurm, MPI)
         self.ident = {"pid": os.getpid(), "rank": who["rank"], "local_rank": who["local_rank"],
@@ -214,6 +218,13 @@ class AgentClient:
         except OSError:
             s.close()
             return
+        why = _foreign_agent(s, self.sock_path)
+        if why is not None:
+            # Whoever answers there is not this user's agent: nothing goes to it, ever again.
+            s.close()
+            self.sock_path = ""
+            self._collector.turn_off(PermissionError(why))
+            return
         self.sock = s
         self.out.clear()
         hello = {**protocol.make(protocol.HELLO, v=protocol.VERSION,
@@ -280,10 +291,25 @@ class AgentClient:
         window = cmd.get("window")
         if not isinstance(window, int) or isinstance(window, bool):
             window = None
-        ok = self._collector.windows.start(
-            out, window, int(cmd.get("iters", config.WINDOW_ITERATIONS)),
-            float(cmd.get("max_s", config.WINDOW_MAX_S)), int(cmd.get("start_iter", -1)),
-            cmd.get("shapes") is True)
+        iters = _bounded(cmd.get("iters", config.WINDOW_ITERATIONS), config.WINDOW_MOST_ITERATIONS,
+                         integer=True)
+        max_s = _bounded(cmd.get("max_s", config.WINDOW_MAX_S), config.WINDOW_MOST_S)
+        start_iter = cmd.get("start_iter", -1)
+        if not isinstance(start_iter, int) or isinstance(start_iter, bool):
+            start_iter = -1
+        why = None
+        if iters is None or max_s is None:
+            why = (f"iters {cmd.get('iters')!r} / max_s {cmd.get('max_s')!r} beyond "
+                   f"{config.WINDOW_MOST_ITERATIONS} / {config.WINDOW_MOST_S}")
+        elif self.sock_path:
+            why = _outside_trace_dir(out, self.sock_path)
+        ok = False
+        if why is None:
+            ok = self._collector.windows.start(out, window, int(iters), float(max_s), start_iter,
+                                               cmd.get("shapes") is True)
+        elif not self.refused_profile:
+            self.refused_profile = True  # said once: the agent hears of each in profile_ack
+            sys.stderr.write(f"perftracker: profile command refused: {why}\n")
         self.send(protocol.make(protocol.PROFILE_ACK, accepted=bool(ok), path=out, window=window))
 
     def _hold(self, window: Any) -> None:
@@ -306,6 +332,70 @@ class AgentClient:
                              iteration=self.last_iteration,
                              threads=thread_stacks(c.train_tid, skip=(threading.get_ident(),)),
                              last_collective=c.patches.last_collective())
+
+
+def _foreign_agent(s: socket.socket, sock_path: str) -> Optional[str]:
+    """Why the process serving SOCK_PATH is not this user's agent (SO_PEERCRED: its uid is
+    neither this process's nor root's), or None when it is."""
+    try:
+        cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", cred)
+    except (OSError, struct.error) as e:
+        return f"cannot tell who serves the agent socket {sock_path}: {e}"
+    if uid not in (os.geteuid(), 0):
+        return (f"the agent socket {sock_path} is served by uid {uid} (pid {pid}), not by this "
+                f"user (uid {os.geteuid()}) or root")
+    return None
+
+
+def _trusted(st: os.stat_result) -> bool:
+    """Made by this user or root."""
+    return st.st_uid in (os.geteuid(), 0)
+
+
+def _trace_root(sock_path: str) -> Optional[str]:
+    """The folder the agent at SOCK_PATH has its workers write to: what the link next to its
+    socket names (made by this user or root, in the agent's private folder), else the socket's
+    own folder when it is this user's (or root's) and nobody else may write there."""
+    link = sock_path + config.TRACE_DIR_LINK_SUFFIX
+    try:
+        st = os.lstat(link)
+        if stat.S_ISLNK(st.st_mode) and _trusted(st):
+            return os.path.realpath(link)
+    except OSError:
+        pass
+    folder = os.path.dirname(os.path.abspath(sock_path))
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    if _trusted(st) and not st.st_mode & 0o022:
+        return os.path.realpath(folder)
+    return None
+
+
+def _outside_trace_dir(out: str, sock_path: str) -> Optional[str]:
+    """Why OUT, a trace path an agent's command names, is not one to write: it must lie in the
+    agent's trace folder (_trace_root) once links are resolved. None when it does."""
+    root = _trace_root(sock_path)
+    if root is None:
+        return f"no trace folder of this user's next to the agent socket {sock_path}"
+    name = os.path.basename(out)
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(out)))
+    if name in ("", ".", "..") or (parent != root and not parent.startswith(root.rstrip("/") + "/")):
+        return f"{out} is outside the agent's trace folder {root}"
+    return None
+
+
+def _bounded(value: Any, most: float, integer: bool = False) -> Optional[float]:
+    """VALUE when it is a number in (0, MOST] (a whole one if INTEGER), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value) or not 0 < value <= most:
+        return None
+    if integer and value != int(value):
+        return None
+    return value
 
 
 def _news_message(n: tuple) -> Optional[Message]:

@@ -12,8 +12,15 @@ server and the launcher would ask for. Everything else here is a bound of the co
 WINDOW_ITERATIONS = 10
 # window_defaults::kMaxSeconds: a window's profiling time limit.
 WINDOW_MAX_S = 20.0
-# Where a window's trace goes when the command names neither a path nor a directory.
+# window_defaults::kMostIterations, kMostSeconds: a profile command asking for more is refused.
+WINDOW_MOST_ITERATIONS = 1000
+WINDOW_MOST_S = 600.0
+# Where a window's trace goes when a command given without an agent (tests) names neither a
+# path nor a directory. Over a socket the trace goes only inside the agent's trace folder: the
+# folder the link next to its socket (agent socket + TRACE_DIR_LINK_SUFFIX) names, made by the
+# agent in its private socket folder (src/agent/socket_sink.h).
 DEFAULT_TRACE_DIR = "/tmp"
+TRACE_DIR_LINK_SUFFIX = ".traces"
 # A profile command that arrives before torch.distributed is initialized waits this long for
 # the rank (the file is named after it), then names the file after the pid.
 RANK_WAIT_S = 30

@@ -26,9 +26,11 @@
 #include <thread>
 
 #include "agent/trace_pairing.h"
+#include "agent/worker_guard.h"
 #include "agent/worker_message.h"
 #include "base/json_writer.h"
 #include "base/log.h"
+#include "base/private_dir.h"
 #include "base/window_defaults.h"
 
 namespace perftracker::agent {
@@ -53,35 +55,18 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 std::string RankName(int rank) { return rank >= 0 ? std::to_string(rank) : "?"; }
 
-// Whether process PID has ended: no such process, or a zombie its parent has not reaped yet. (A
-// worker in another PID namespace than the agent's cannot be told; its pid then reads as gone
-// once its connection closed.)
-bool ProcessGone(int pid) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  std::FILE* f = std::fopen(path, "re");
-  if (f == nullptr) return false;  // no /proc: kill() said it exists
-  char buf[512];
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
-  // "PID (COMM) STATE ...": COMM may hold anything, so the state follows the last ')'.
-  const char* close = std::strrchr(buf, ')');
-  return close != nullptr && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
-}
-
 }  // namespace
 
 struct SocketSink::Impl {
   struct Conn {
     int fd = -1;
+    bool refused = false;     // it claimed a rank another live worker holds: closed
     std::string in;           // the current line, up to kMaxLineBytes
     bool discarding = false;  // inside an oversized line: skip to its newline
     std::string out;
     size_t out_off = 0;
-    // Identity, from the worker's messages (every message carries it).
+    // Identity, from the worker's messages (every message carries it). The first pid and rank
+    // a connection names are its own for good: a message naming others is dropped.
     int pid = 0;
     int rank = -1;
     int local_rank = -1;
@@ -99,6 +84,7 @@ struct SocketSink::Impl {
 
   std::string socket_path;
   std::string trace_dir;
+  std::string trace_root;  // trace_dir's real path: the only place traces are read from
   Options options;
 
   mutable std::mutex mu;
@@ -194,7 +180,10 @@ struct SocketSink::Impl {
       if (*fd >= 0) close(*fd);
       *fd = -1;
     }
-    if (bound) unlink(socket_path.c_str());
+    if (bound) {
+      unlink(socket_path.c_str());
+      unlink(SocketSink::TraceDirLink(socket_path).c_str());
+    }
     bound = false;
   }
 
@@ -270,6 +259,7 @@ struct SocketSink::Impl {
       ssize_t n = recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
       if (n > 0) {
         Consume(c, buf, static_cast<size_t>(n));
+        if (c.refused) return false;
         continue;
       }
       if (n == 0) return false;
@@ -281,7 +271,7 @@ struct SocketSink::Impl {
 
   void Consume(Conn& c, const char* data, size_t n) {
     size_t pos = 0;
-    while (pos < n) {
+    while (pos < n && !c.refused) {
       const char* nl = static_cast<const char*>(std::memchr(data + pos, '\n', n - pos));
       const size_t end = nl ? static_cast<size_t>(nl - data) : n;
       if (c.discarding) {
@@ -313,7 +303,7 @@ struct SocketSink::Impl {
       ++counters.malformed;
       return;
     }
-    UpdateIdentity(c, msg);
+    if (!UpdateIdentity(c, msg)) return;
     switch (msg.type) {
       case T::kHello:
         c.clock_offset_ns = msg.clock_offset_ns;
@@ -370,7 +360,21 @@ struct SocketSink::Impl {
     MaybeSendWindow(c);
   }
 
-  void UpdateIdentity(Conn& c, const WorkerMessage& m) {
+  // False: the message is not believed (it names another worker than its connection's, or
+  // claims a rank a live worker of the same attempt holds: then the connection is refused).
+  bool UpdateIdentity(Conn& c, const WorkerMessage& m) {
+    if ((m.pid && c.pid > 0 && *m.pid != c.pid) || (m.rank && c.rank >= 0 && *m.rank != c.rank)) {
+      ++counters.forged_messages;
+      return false;
+    }
+    if (m.rank && c.rank < 0 && RankHeldByOther(c, *m.rank, m.pid.value_or(c.pid),
+                                                 m.attempt.value_or(c.attempt))) {
+      ++counters.rank_conflicts;
+      c.refused = true;
+      log::Error("agent", "refused a worker (pid {}) claiming rank {}, which pid {} holds",
+                 m.pid.value_or(c.pid), *m.rank, RankHolder(c, *m.rank));
+      return false;
+    }
     const int pid = c.pid, rank = c.rank;
     if (m.pid) c.pid = *m.pid;
     if (m.local_rank) c.local_rank = *m.local_rank;
@@ -379,13 +383,40 @@ struct SocketSink::Impl {
     if (m.attempt) c.attempt = *m.attempt;
     if (m.rank) c.rank = *m.rank;
     if (c.pid != pid || c.rank != rank) Note(c);  // a new worker, or its rank now known
-    if (!m.rank) return;
+    if (!m.rank) return true;
     // The iterations that came before torch.distributed knew the rank.
     for (IterationReport& r : c.unranked) {
       r.rank = c.rank;
       PushIteration(r);
     }
     c.unranked.clear();
+    return true;
+  }
+
+  // Whether another live connection, of another process, holds RANK and is not an earlier
+  // attempt of the job than ATTEMPT (an elastic restart's new ranks connect while the old ones
+  // may still be closing).
+  bool RankHeldByOther(const Conn& c, int rank, int pid, int attempt) const {
+    return RankHolder(c, rank, pid, attempt) > 0;
+  }
+  int RankHolder(const Conn& c, int rank, int pid = 0, int attempt = -1) const {
+    for (const auto& [fd, other] : conns) {
+      if (&other == &c || other.refused || other.rank != rank || other.pid == pid) continue;
+      if (attempt > std::max(other.attempt, 0)) continue;
+      return other.pid;
+    }
+    return 0;
+  }
+
+  // PATH, a trace a worker named, as the real path of a regular file inside the trace folder;
+  // nullopt (counted, logged) for anything else.
+  std::optional<std::string> TraceFile(const Conn& c, const std::string& path) {
+    auto real = CheckTraceFile(trace_root, path);
+    if (real.ok()) return *real;
+    ++counters.refused_traces;
+    log::Error("agent", "rank {} (pid {}): trace not read: {}", RankName(c.rank), c.pid,
+               real.status().message());
+    return std::nullopt;
   }
 
   void PushIteration(const IterationReport& r) {
@@ -435,18 +466,31 @@ struct SocketSink::Impl {
 
   void OnPythonTrace(Conn& c, const WorkerMessage& m) {
     const std::optional<int64_t> w = TraceWindow(c, m);
+    const std::optional<std::string> path = TraceFile(c, m.path);
+    if (!path) return;
     // An older worker does not say: expect a torch trace, and wait for it at most a while.
-    pairing.PythonTrace(c.pid, c.rank, w, m.path, m.torch.value_or(true), Clock::now());
+    pairing.PythonTrace(c.pid, c.rank, w, *path, m.torch.value_or(true), Clock::now());
     if (window && (!w || *w == window->window_id)) window_done_pids.insert(c.pid);
     Reap(Clock::now());
   }
 
   void OnTorchTrace(Conn& c, const WorkerMessage& m) {
-    if (m.error) {
-      Log(fmt::format("rank {} (pid {}): no torch trace: {}", RankName(c.rank), c.pid,
-                      log::Printable(*m.error)));
+    std::string path;
+    std::optional<std::string> error = m.error;
+    if (!m.path.empty()) {
+      // A refused file is a torch trace that failed: its Python trace is not kept waiting.
+      std::optional<std::string> real = TraceFile(c, m.path);
+      if (real) {
+        path = std::move(*real);
+      } else if (!error) {
+        error = "its file is not a regular file inside the agent's trace folder";
+      }
     }
-    if (!pairing.TorchTrace(c.pid, c.rank, TraceWindow(c, m), m.path, m.error, Clock::now())) {
+    if (error) {
+      Log(fmt::format("rank {} (pid {}): no torch trace: {}", RankName(c.rank), c.pid,
+                      log::Printable(*error)));
+    }
+    if (!pairing.TorchTrace(c.pid, c.rank, TraceWindow(c, m), path, error, Clock::now())) {
       Log(fmt::format("rank {} (pid {}): torch trace {} came after its window was uploaded",
                       RankName(c.rank), c.pid, log::Printable(m.path)));
       return;
@@ -503,6 +547,20 @@ struct SocketSink::Impl {
         return;  // EAGAIN, or out of descriptors: the next wakeup tries again
       }
       if (conns.size() >= kMaxConnections) {
+        close(fd);
+        continue;
+      }
+      // Only the job's user's own processes: another user's could forge ranks and triggers,
+      // or name files for the agent to read.
+      auto peer = PeerOf(fd);
+      if (!peer.ok() || !PeerAllowed(peer->uid, geteuid())) {
+        // Logged once: a stranger's loop of connections must not fill the log.
+        if (++counters.refused_peers == 1)
+          log::Error("agent", "{}: refused a connection from {} (this agent serves uid {} only)",
+                   socket_path,
+                   peer.ok() ? fmt::format("uid {} (pid {})", peer->uid, peer->pid)
+                             : peer.status().message(),
+                   geteuid());
         close(fd);
         continue;
       }
@@ -610,6 +668,20 @@ Status SocketSink::Start() {
   std::memcpy(addr.sun_path, m.socket_path.c_str(), m.socket_path.size() + 1);
   const auto* sa = reinterpret_cast<const sockaddr*>(&addr);
 
+  // Whoever may write into the socket's folder could move the socket aside and bind their own:
+  // the folder is this user's alone, made so or refused (never chmod-ed).
+  const fs::path parent = fs::path(m.socket_path).parent_path();
+  if (Status st = MakePrivateDir(parent.empty() ? "." : parent.string()); !st.ok())
+    return InvalidArgument(fmt::format("agent: socket {}: {}", m.socket_path, st.message()));
+  std::error_code ec;
+  fs::create_directories(m.trace_dir, ec);
+  auto root = RealPath(m.trace_dir);
+  if (ec || !root.ok()) {
+    return InvalidArgument(fmt::format("agent: cannot use the trace folder {}: {}", m.trace_dir,
+                                       ec ? ec.message() : root.status().message()));
+  }
+  m.trace_root = *root;
+
   struct stat st {};
   if (lstat(m.socket_path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
@@ -639,6 +711,17 @@ Status SocketSink::Start() {
   }
   m.listen_fd = fd;
   m.bound = true;
+  // The workers find the trace folder they may write to through this link, which only this
+  // user can have made in the private folder (python/perftracker/client.py checks it).
+  const std::string link = TraceDirLink(m.socket_path);
+  if (struct stat lst {}; lstat(link.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+    unlink(link.c_str());  // a crashed agent's
+  if (chmod(m.socket_path.c_str(), 0600) != 0 || symlink(m.trace_root.c_str(), link.c_str()) != 0) {
+    Status err = Internal(fmt::format("agent: cannot set up {} (mode 0600, trace folder link): {}",
+                                      m.socket_path, std::strerror(errno)));
+    m.CloseAll();
+    return err;
+  }
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) {
     Status err =
@@ -691,9 +774,13 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
   w.Key("type").String("profile");
   w.Key("window").Int(command.window_id);
   // Zero means "not set" in the server's command: the protocol's defaults, not an empty window.
-  w.Key("iters").Int(command.iterations > 0 ? command.iterations : window_defaults::kIterations);
-  w.Key("max_s").Number(command.max_seconds > 0 ? command.max_seconds
-                                                : window_defaults::kMaxSeconds);
+  // Beyond the bounds a worker refuses the command: they are asked for the most it takes.
+  w.Key("iters").Int(command.iterations > 0
+                         ? std::min<int64_t>(command.iterations, window_defaults::kMostIterations)
+                         : window_defaults::kIterations);
+  w.Key("max_s").Number(command.max_seconds > 0
+                            ? std::min(command.max_seconds, window_defaults::kMostSeconds)
+                            : window_defaults::kMaxSeconds);
   w.Key("start_iter").Int(command.start_iteration);
   w.Key("shapes").Bool(command.record_shapes);
   w.Key("dir").String(dir);

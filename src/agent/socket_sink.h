@@ -46,6 +46,10 @@ class SocketSink : public AgentLocalSink {
     uint64_t oversized_lines = 0;   // longer than kMaxLineBytes: dropped
     uint64_t dropped_commands = 0;  // a worker's output buffer was full
     uint64_t dropped_iterations = 0;
+    uint64_t refused_peers = 0;    // connections from another user's process: closed at once
+    uint64_t forged_messages = 0;  // naming another pid or rank than their connection's: dropped
+    uint64_t rank_conflicts = 0;   // claimed a rank a live worker of another process holds
+    uint64_t refused_traces = 0;   // a trace path not a regular file inside the trace folder
   };
 
   static constexpr size_t kMaxLineBytes = 1 << 20;
@@ -59,8 +63,17 @@ class SocketSink : public AgentLocalSink {
   SocketSink(const SocketSink&) = delete;
   SocketSink& operator=(const SocketSink&) = delete;
 
-  // Binds and listens (a stale socket file is replaced) and starts the I/O thread.
+  // Makes the socket's folder private (base/private_dir.h; refused if it exists and is not),
+  // binds and listens (a stale socket file is replaced; the socket is 0600), links
+  // TraceDirLink() to the trace folder, and starts the I/O thread. Only processes of this
+  // agent's user are served (SO_PEERCRED); each connection's pid and rank are the first it
+  // names, and a trace is read only if it is a regular file inside the trace folder
+  // (agent/worker_guard.h).
   Status Start();
+  // Where the workers learn which folder they may write traces to: SOCKET.traces, a link.
+  static std::string TraceDirLink(const std::string& socket_path) {
+    return socket_path + ".traces";
+  }
   // Joins the I/O thread, closes every connection and removes the socket file. Idempotent.
   void Stop();
 

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <sys/fsuid.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,7 +78,19 @@ class FakeWorker {
     }
     return true;
   }
-  bool Line(const std::string& json) { return Send(json + "\n"); }
+  // JSON: a "/t/NAME" path in it names NAME in the trace folder (set_trace_dir), made there as
+  // a regular file: the agent reads only those.
+  bool Line(std::string json) {
+    for (size_t at = json.find("\"/t/"); !trace_dir_.empty() && at != std::string::npos;
+         at = json.find("\"/t/", at)) {
+      const size_t end = json.find('"', at + 4);
+      const std::string path = trace_dir_ + "/" + json.substr(at + 4, end - at - 4);
+      if (std::FILE* f = std::fopen(path.c_str(), "a")) std::fclose(f);
+      json.replace(at + 1, end - at - 1, path);
+    }
+    return Send(json + "\n");
+  }
+  void set_trace_dir(const std::string& dir) { trace_dir_ = dir; }
 
   // The next line from the agent, or "" after TIMEOUT_MS.
   std::string ReadLine(int timeout_ms = 5000) {
@@ -103,6 +117,7 @@ class FakeWorker {
   int fd_ = -1;
   bool connected_ = false;
   std::string buf_;
+  std::string trace_dir_;
 };
 
 std::string Ident(int pid, const std::string& rank) {
@@ -120,17 +135,21 @@ class SocketSinkTest : public testing::Test {
 
   void StartSink(SocketSink::Options options) {
     sink_.reset();
-    sink_ = std::make_unique<SocketSink>(SocketPath(), dir_.path() + "/traces", options);
+    sink_ = std::make_unique<SocketSink>(SocketPath(), TraceDir(), options);
     Status st = sink_->Start();
     ASSERT_TRUE(st.ok()) << st.message();
   }
 
   std::string SocketPath() const { return dir_.path() + "/agent.sock"; }
+  std::string TraceDir() const { return dir_.path() + "/traces"; }
+  // A trace file the agent accepts: NAME in its trace folder.
+  std::string T(const std::string& name) const { return TraceDir() + "/" + name; }
 
   // A connected worker whose hello the sink has seen.
   std::unique_ptr<FakeWorker> Connect(int pid, const std::string& rank = "null") {
     auto w = std::make_unique<FakeWorker>(SocketPath());
     EXPECT_TRUE(w->connected());
+    w->set_trace_dir(TraceDir());
     EXPECT_TRUE(w->Line(Hello(pid, rank)));
     EXPECT_TRUE(WaitFor([&] {
       for (int p : sink_->WorkerPids()) {
@@ -150,16 +169,16 @@ class SocketSinkTest : public testing::Test {
 };
 
 TEST_F(SocketSinkTest, StartRefusesAPathItCannotUse) {
-  SocketSink nowhere(dir_.path() + "/missing/dir/agent.sock", dir_.path());
-  Status st = nowhere.Start();
-  EXPECT_FALSE(st.ok());
-  EXPECT_THAT(st.message(), testing::HasSubstr(dir_.path() + "/missing/dir/agent.sock"));
-
   const std::string file = dir_.path() + "/not-a-socket";
   {
     std::FILE* f = std::fopen(file.c_str(), "w");
     std::fclose(f);
   }
+  SocketSink nowhere(file + "/agent.sock", dir_.path());  // its folder is a file
+  Status st = nowhere.Start();
+  EXPECT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), testing::HasSubstr(file + "/agent.sock"));
+
   SocketSink onto_file(file, dir_.path());
   st = onto_file.Start();
   EXPECT_FALSE(st.ok());
@@ -247,7 +266,7 @@ TEST_F(SocketSinkTest, PythonTraceThenTorchTrace) {
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_THAT(got[0].paths,
-              testing::ElementsAre("/t/rank-0.python.json", "/t/rank-0.python.json.torch.json"));
+              testing::ElementsAre(T("rank-0.python.json"), T("rank-0.python.json.torch.json")));
   EXPECT_EQ(got[0].rank, 0);
   EXPECT_EQ(got[0].pid, 42);
 }
@@ -262,7 +281,7 @@ TEST_F(SocketSinkTest, TorchTraceThenPythonTrace) {
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_THAT(got[0].paths,
-              testing::ElementsAre("/t/rank-1.python.json", "/t/rank-1.python.json.torch.json"));
+              testing::ElementsAre(T("rank-1.python.json"), T("rank-1.python.json.torch.json")));
   EXPECT_EQ(got[0].rank, 1);
 }
 
@@ -273,7 +292,7 @@ TEST_F(SocketSinkTest, PythonTraceWithoutTorchIsFinishedAtOnce) {
       Ident(44, "2"))));
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/rank-2.python.json"));
+  EXPECT_THAT(got[0].paths, testing::ElementsAre(T("rank-2.python.json")));
   EXPECT_EQ(got[0].missing_part, "");  // no torch trace was started: nothing is missing
 }
 
@@ -287,7 +306,7 @@ TEST_F(SocketSinkTest, TorchTraceErrorFinishesThePythonTrace) {
                   Ident(44, "2"))));
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/a.json"));
+  EXPECT_THAT(got[0].paths, testing::ElementsAre(T("a.json")));
   EXPECT_EQ(got[0].missing_part, "torch.profiler");
   EXPECT_EQ(got[0].missing_why, "export failed");
 }
@@ -303,7 +322,7 @@ TEST_F(SocketSinkTest, WaitsForTheTorchTraceOnlySoLong) {
                   Ident(45, "4"))));
   std::vector<WorkerTrace> got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/p.json"));
+  EXPECT_THAT(got[0].paths, testing::ElementsAre(T("p.json")));
   EXPECT_EQ(got[0].missing_part, "torch.profiler");
   EXPECT_NE(got[0].missing_why.find("did not arrive within"), std::string::npos);
   // Its torch trace after the upload is not uploaded alone; an orphan one (no Python trace) is.
@@ -313,7 +332,7 @@ TEST_F(SocketSinkTest, WaitsForTheTorchTraceOnlySoLong) {
       R"({{"type":"torch_trace","path":"/t/q.json.torch.json","window":9,{}}})", Ident(45, "4"))));
   got = Finished(1);
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_THAT(got[0].paths, testing::ElementsAre("/t/q.json.torch.json"));
+  EXPECT_THAT(got[0].paths, testing::ElementsAre(T("q.json.torch.json")));
   EXPECT_EQ(got[0].rank, 4);
   EXPECT_EQ(got[0].missing_part, "python");
 }
@@ -352,6 +371,7 @@ TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
   ASSERT_TRUE(sink_->StartWindow(cmd).ok());
   const std::string dir = dir_.path() + "/traces/window-7";
   EXPECT_TRUE(fs::is_directory(dir));
+  std::fclose(std::fopen((dir + "/rank-0.python.json").c_str(), "w"));
   const std::string expected = fmt::format(
       R"({{"type":"profile","window":7,"iters":10,"max_s":20,"start_iter":120,"shapes":false,"dir":"{}"}})",
       dir);
@@ -519,6 +539,130 @@ TEST_F(SocketSinkTest, StopWithAConnectedWorkerIsPrompt) {
   EXPECT_FALSE(fs::exists(SocketPath()));
   EXPECT_EQ(w->ReadLine(1000), "");  // the connection was closed
   sink_->Stop();                     // idempotent
+}
+
+// Issue 26: the socket's folder is this user's alone, the socket 0600, and the workers find the
+// trace folder through a link next to the socket.
+TEST_F(SocketSinkTest, SocketFolderAndSocketArePrivate) {
+  struct stat st {};
+  ASSERT_EQ(stat(dir_.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(stat(SocketPath().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(fs::read_symlink(SocketSink::TraceDirLink(SocketPath())).string(), TraceDir());
+  sink_->Stop();
+  EXPECT_FALSE(fs::exists(fs::symlink_status(SocketSink::TraceDirLink(SocketPath()))));
+
+  // A folder others may write into is refused, and left as it is.
+  const std::string open_dir = dir_.path() + "/open";
+  fs::create_directory(open_dir);
+  ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
+  SocketSink shared(open_dir + "/agent.sock", TraceDir());
+  const Status refused = shared.Start();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.message(), testing::HasSubstr(open_dir));
+  EXPECT_FALSE(fs::exists(open_dir + "/agent.sock"));
+  ASSERT_EQ(stat(open_dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0777u);
+}
+
+// Another local user's process is refused however it reaches the socket (here: with root's
+// file access, its own effective uid).
+TEST_F(SocketSinkTest, RefusesAnotherUsersProcess) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run a process as another user";
+  const pid_t child = fork();
+  if (child == 0) {
+    // The effective uid is nobody's (what SO_PEERCRED reports); the file-system uid stays
+    // root's, so the path is reachable and only the peer check can refuse.
+    if (seteuid(65534) != 0) _exit(2);
+    setfsuid(0);
+    FakeWorker w(SocketPath());
+    if (!w.connected()) _exit(3);
+    w.Line(Hello(99, "0"));
+    w.Line(R"({"type":"trigger","kind":"slowdown","iteration":5,"mean_ns":2e7,"best_ns":1e7,)"
+           R"("pid":99,"rank":0})");
+    _exit(w.ReadLine(3000).empty() ? 0 : 4);  // closed at once, nothing sent
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(sink_->counters().refused_peers, 1u);
+  EXPECT_EQ(sink_->counters().connections, 0u);
+  EXPECT_TRUE(sink_->PollTriggers().empty());
+  EXPECT_TRUE(sink_->WorkerPids().empty());
+  // This user's workers still connect.
+  auto w = Connect(12, "0");
+  EXPECT_THAT(sink_->WorkerPids(), testing::ElementsAre(12));
+}
+
+// A connection speaks for the worker it first named: messages naming another rank or pid are
+// dropped, and a second process claiming a live worker's rank is refused.
+TEST_F(SocketSinkTest, AConnectionSpeaksOnlyForItsOwnRank) {
+  auto w = Connect(42, "3");
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"trigger","kind":"slowdown","iteration":9,"mean_ns":2e7,"best_ns":1e7,{}}})",
+      Ident(42, "5"))));
+  ASSERT_TRUE(w->Line(fmt::format(R"({{"type":"iterations","items":[[1,0,1000000,true]],{}}})",
+                                  Ident(43, "3"))));
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"stacks","request_id":1,"iteration":1,"threads":[],{}}})", Ident(42, "0"))));
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"trigger","kind":"hang","iteration":10,"mean_ns":2e7,{}}})", Ident(42, "3"))));
+  std::vector<WorkerTrigger> got = Collect<WorkerTrigger>(1, [&] { return sink_->PollTriggers(); });
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].rank, 3);
+  EXPECT_EQ(got[0].kind, "hang");
+  EXPECT_EQ(sink_->counters().forged_messages, 3u);
+  EXPECT_TRUE(sink_->PollIterations().empty());
+  EXPECT_TRUE(sink_->PollStacks().empty());
+
+  // Another process of the same attempt claiming rank 3: refused, its connection closed.
+  auto thief = std::make_unique<FakeWorker>(SocketPath());
+  ASSERT_TRUE(thief->Line(Hello(44, "3")));
+  EXPECT_EQ(thief->ReadLine(2000), "");
+  ASSERT_TRUE(WaitFor([&] { return sink_->counters().rank_conflicts == 1; }));
+  EXPECT_THAT(sink_->WorkerPids(), testing::ElementsAre(42));
+  // The same process reconnecting (its old connection not yet seen closed) is itself.
+  auto again = Connect(42, "3");
+  EXPECT_EQ(sink_->counters().rank_conflicts, 1u);
+}
+
+// Issue 26: the agent reads only regular files inside its trace folder. Another rank's or
+// user's file outside it, a link, or a FIFO (which blocked the agent's thread, and the
+// launcher's SIGTERM, until someone wrote into it) is counted and dropped.
+TEST_F(SocketSinkTest, ReadsOnlyRegularFilesInsideTheTraceFolder) {
+  auto w = Connect(47, "6");
+  const std::string outside = dir_.path() + "/elsewhere.json";
+  std::fclose(std::fopen(outside.c_str(), "w"));
+  const std::string link = T("link.json");
+  fs::create_symlink(outside, link);
+  const std::string fifo = T("fifo.json");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const auto t0 = Clock::now();
+  for (const std::string& path : {outside, link, fifo, std::string("relative.json")}) {
+    ASSERT_TRUE(w->Line(fmt::format(
+        R"({{"type":"python_trace","path":"{}","torch":false,"window":2,{}}})", path,
+        Ident(47, "6"))));
+  }
+  ASSERT_TRUE(WaitFor([&] { return sink_->counters().refused_traces == 4; }));
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+  // The agent still answers (its thread is not stuck on the FIFO).
+  ASSERT_TRUE(sink_->RequestStacks(5).ok());
+  EXPECT_EQ(w->ReadLine(), R"({"type":"stacks","request_id":5})");
+  EXPECT_TRUE(sink_->PollFinished().empty());
+  // A torch trace refused is a torch trace that failed: the Python trace is not kept waiting.
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"python_trace","path":"/t/ok.json","torch":true,"window":3,{}}})",
+      Ident(47, "6"))));
+  ASSERT_TRUE(w->Line(fmt::format(
+      R"({{"type":"torch_trace","path":"{}","window":3,{}}})", fifo, Ident(47, "6"))));
+  std::vector<WorkerTrace> got = Finished(1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_THAT(got[0].paths, testing::ElementsAre(T("ok.json")));
+  EXPECT_EQ(got[0].missing_part, "torch.profiler");
+  EXPECT_EQ(sink_->counters().refused_traces, 5u);
 }
 
 }  // namespace

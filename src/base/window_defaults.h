@@ -1,4 +1,4 @@
-// What a profiling window is when nobody says otherwise: named once here for the server's
+// What a profiling window is when nobody says otherwise, and the most one may be: named once here for the server's
 // scheduler, the launcher's and server's flags, the agent's commands to workers and (mirrored in
 // python/perftracker/config.py, checked by tests/test_protocol.py) the Python collector.
 #ifndef PERFTRACKER_BASE_WINDOW_DEFAULTS_H_
@@ -14,6 +14,14 @@ inline constexpr int kIterations = 10;
 // A window's profiling time limit: ten iterations of a slow job (2 s each) fit; a window on a
 // job that slowed to a crawl or hung ends anyway, with the iterations it got.
 inline constexpr double kMaxSeconds = 20;
+
+// The most a profile command may ask of a worker (issue 26: a worker used to take any number, so
+// whoever could send one could keep a rank traced for good). The agent clamps its commands to
+// these and the worker refuses a command beyond them. A hundred times the default iterations is
+// still a sample of a long run and bounds the tracer's per-iteration cells; ten minutes covers
+// a thousand iterations of 0.6 s.
+inline constexpr int kMostIterations = 1000;
+inline constexpr double kMostSeconds = 600;
 
 }  // namespace perftracker::window_defaults
 

@@ -2,10 +2,8 @@
 
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +13,7 @@
 #include "agent/agent.h"
 #include "agent/socket_sink.h"
 #include "base/net.h"
+#include "base/private_dir.h"
 #include "pattern/compact_job.h"
 #include "pattern/summary_io.h"
 #include "report/diagnosis_reader.h"
@@ -129,6 +128,10 @@ Status RunAgent(OnlineFlags f) {
   if (!f.watch_dir.empty()) {
     if (!std::filesystem::is_directory(f.watch_dir))
       return InvalidArgument(fmt::format("{}: --watch needs a folder", f.watch_dir));
+    // Whatever lands in it is read and uploaded as this user's traces: nobody else may write
+    // (or plant a link or a FIFO) there.
+    if (Status st = MakePrivateDir(f.watch_dir); !st.ok())
+      return InvalidArgument(fmt::format("agent --watch: {}", st.message()));
     sink = std::make_unique<agent::FolderSink>(f.watch_dir);
   } else {
     // The node agent of `perftracker run --agent-socket PATH`: workers connect and are told
@@ -138,14 +141,8 @@ Status RunAgent(OnlineFlags f) {
     if (ec)
       return InvalidArgument(
           fmt::format("{}: cannot create the trace folder: {}", f.trace_dir, ec.message()));
-    // The socket's folder, when it is missing, is made private: only this user's workers
-    // connect (an existing folder is the caller's to set up).
-    if (const std::filesystem::path parent = std::filesystem::path(f.socket).parent_path();
-        !parent.empty() && !std::filesystem::exists(parent, ec)) {
-      if (mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST)
-        return InvalidArgument(fmt::format("{}: cannot create the socket's folder: {}",
-                                           parent.string(), std::strerror(errno)));
-    }
+    // SocketSink::Start makes the socket's folder private, or refuses one that is not
+    // (base/private_dir.h): whoever may write there could put their own socket in its place.
     agent::SocketSink::Options so;
     so.retention.keep_windows = f.keep_traces;
     auto socket_sink = std::make_unique<agent::SocketSink>(

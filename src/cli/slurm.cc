@@ -2,13 +2,16 @@
 
 #include <fmt/format.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <set>
 
 namespace perftracker::cli {
@@ -141,8 +144,30 @@ std::string SlurmNodeCount() {
   return nodes_env != nullptr ? nodes_env : "1";
 }
 
+std::string RandomSuffix() {
+  uint64_t bits = 0;
+  auto* p = reinterpret_cast<unsigned char*>(&bits);
+  size_t got = 0;
+  while (got < sizeof(bits)) {
+    const ssize_t n = getrandom(p + got, sizeof(bits) - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      break;
+    }
+  }
+  if (got < sizeof(bits)) {
+    // No getrandom (an old kernel, a seccomp filter): the C++ library's device reads
+    // /dev/urandom.
+    std::random_device dev;
+    bits = (static_cast<uint64_t>(dev()) << 32) ^ dev();
+  }
+  return fmt::format("{:016x}", bits);
+}
+
 std::string AgentsStepSocket(const std::string& slurm_job, pid_t launcher) {
-  return fmt::format("/tmp/perftracker-{}-{}-{{node}}/agent.sock", slurm_job, launcher);
+  return fmt::format("/tmp/perftracker-{}-{}-{}-{{node}}/agent.sock", slurm_job, launcher,
+                     RandomSuffix());
 }
 
 std::vector<std::string> AgentsStepCommand(const AgentsStep& s) {

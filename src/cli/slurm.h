@@ -45,9 +45,14 @@ bool WantsAgentsStep(const RunOptions& o);
 // The allocation's node count (SLURM_JOB_NUM_NODES, else SLURM_NNODES, else "1").
 std::string SlurmNodeCount();
 
-// The agents' socket: a folder per node under /tmp (the agent makes it 0700), {node} being each
-// node's name, unique to the Slurm job and this launcher.
+// The agents' socket: a folder per node under /tmp, {node} being each node's name, unique to the
+// Slurm job and this launcher, with 64 random bits in its name: another user of a node cannot
+// guess it and make the folder first (the agent makes it 0700 and refuses one that is not its
+// user's own and private, base/private_dir.h).
 std::string AgentsStepSocket(const std::string& slurm_job, pid_t launcher);
+
+// 16 hex digits from the kernel's random source (getrandom, else /dev/urandom).
+std::string RandomSuffix();
 
 // What the agents step needs to know.
 struct AgentsStep {

@@ -86,16 +86,31 @@ TEST(SlurmTest, NodeCountFromTheJobElseTheStepElseOne) {
   }
 }
 
+// Issue 26: another user of a node must not be able to make the agents' folder first (a
+// predictable name let them bind the socket, or move the agent's aside).
+TEST(SlurmTest, AgentsStepSocketFolderIsUnguessable) {
+  const std::string a = AgentsStepSocket("42", 1234);
+  const std::string b = AgentsStepSocket("42", 1234);
+  EXPECT_NE(a, b);
+  const std::string prefix = "/tmp/perftracker-42-1234-";
+  ASSERT_EQ(a.rfind(prefix, 0), 0u) << a;
+  const std::string tail = "-{node}/agent.sock";
+  ASSERT_EQ(a.size(), prefix.size() + 16 + tail.size()) << a;
+  EXPECT_EQ(a.substr(a.size() - tail.size()), tail);
+  const std::string random = a.substr(prefix.size(), 16);
+  EXPECT_EQ(random.find_first_not_of("0123456789abcdef"), std::string::npos) << random;
+  EXPECT_NE(RandomSuffix(), RandomSuffix());
+}
+
 TEST(SlurmTest, AgentsStepCommandLine) {
   AgentsStep step;
   step.nodes = "2";
   step.self = "/opt/bin/perftracker";
   step.server = "10.0.0.1:50551";
-  step.socket = AgentsStepSocket("42", 1234);
+  step.socket = "/tmp/perftracker-42-1234-{node}/agent.sock";
   step.trace_dir = "/r/traces";
   step.job_id = "job";
   step.keep_traces = 3;
-  EXPECT_EQ(step.socket, "/tmp/perftracker-42-1234-{node}/agent.sock");
   const Args base = {"srun",
                      "--overlap",
                      "--quiet",

@@ -1,5 +1,8 @@
 #include "worker/window_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -69,17 +72,29 @@ std::string PythonWindowJson(const PythonWindow& w) {
 }
 
 Status WritePythonWindow(const PythonWindow& w) {
+  // Created, never opened: a file or a link already at either name (planted to make this
+  // process write elsewhere, or overwrite something) fails the write instead.
   const std::string tmp = w.path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return Internal(w.path + ": cannot write: " + std::strerror(errno));
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Internal(w.path + ": cannot write: " + std::strerror(errno));
   const std::string json = PythonWindowJson(w);
-  const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
-  const bool flushed = std::fflush(f) == 0;
-  std::fclose(f);
-  if (!ok || !flushed || std::rename(tmp.c_str(), w.path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return Internal(w.path + ": cannot write: " + std::strerror(errno));
+  size_t off = 0;
+  while (off < json.size()) {
+    const ssize_t n = ::write(fd, json.data() + off, json.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
   }
+  const bool written = off == json.size();
+  const int write_errno = errno;
+  ::close(fd);
+  // link() does not replace an existing name, as rename() would.
+  if (!written || ::link(tmp.c_str(), w.path.c_str()) != 0) {
+    const int err = written ? errno : write_errno;
+    ::unlink(tmp.c_str());
+    return Internal(w.path + ": cannot write: " + std::strerror(err));
+  }
+  ::unlink(tmp.c_str());
   return Status::Ok();
 }
 

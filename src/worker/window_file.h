@@ -1,7 +1,7 @@
 // The file the Python tracer leaves for one profiling window: its CallTree as JSON
 // ("perftracker.python_window/1", described in src/worker/protocol.md), written by a thread of
-// its own (never the training thread) through PATH.tmp and a rename. The node agent reads it
-// back with pattern/python_window.h and turns it into behaviour patterns.
+// its own (never the training thread) through PATH.tmp, created exclusively, and a link. The
+// node agent reads it back with pattern/python_window.h and turns it into behaviour patterns.
 #ifndef PERFTRACKER_WORKER_WINDOW_FILE_H_
 #define PERFTRACKER_WORKER_WINDOW_FILE_H_
 
@@ -34,7 +34,9 @@ struct PythonWindow {
 
 // The window as JSON.
 std::string PythonWindowJson(const PythonWindow& w);
-// Writes it to w.path (through w.path + ".tmp" and a rename).
+// Writes it to w.path, through w.path + ".tmp" made with O_CREAT | O_EXCL | O_NOFOLLOW (mode
+// 0600) and then linked to w.path: a file or a link already at either name is an error, never
+// followed or overwritten.
 Status WritePythonWindow(const PythonWindow& w);
 
 }  // namespace perftracker::worker

@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "base/background.h"
+#include "base/window_defaults.h"
 #include "worker/call_tree.h"
 #include "worker/iteration_detector.h"
 #include "worker/py/collectives.h"
@@ -683,6 +684,9 @@ PyObject* StartWindow(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, "need n_iters >= 1 and max_s > 0");
     return nullptr;
   }
+  // Beyond what any agent asks (base/window_defaults.h): refused, as a second window is.
+  if (n > window_defaults::kMostIterations || !(max_s <= window_defaults::kMostSeconds))
+    Py_RETURN_FALSE;
   if (!g->installed || g->failed) Py_RETURN_FALSE;
   std::lock_guard<std::mutex> l(g->mu);
   if (g->armed || g->win_pending) Py_RETURN_FALSE;  // one window at a time
@@ -831,7 +835,8 @@ PyMethodDef kMethods[] = {
     {"gc_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(GcEvent)),
      METH_FASTCALL, "gc.callbacks entry: gc_event(phase, info=None); phase 'start'/'stop' or 0/1"},
     {"start_window", StartWindow, METH_VARARGS,
-     "start_window(n_iters, max_s, out_path, start_iter=-1) -> bool"},
+     "start_window(n_iters, max_s, out_path, start_iter=-1) -> bool (False: a window is on, or "
+     "n_iters / max_s beyond window_defaults.h's kMostIterations / kMostSeconds)"},
     {"stop_window", StopWindow, METH_NOARGS, "stop_window()"},
     {"drain", Drain, METH_NOARGS, "news since the last drain, oldest first"},
     {"hold_detector", HoldDetector, METH_O,

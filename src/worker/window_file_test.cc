@@ -1,0 +1,69 @@
+#include "worker/window_file.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "temp_dir.h"
+
+namespace perftracker::worker {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+PythonWindow Window(const std::string& path) {
+  PythonWindow w;
+  w.path = path;
+  w.pid = 7;
+  return w;
+}
+
+TEST(WindowFileTest, WritesAPrivateFileAndNoTemporaryOne) {
+  testing_support::TempDir dir("pt-window-file");
+  const std::string path = dir.path() + "/rank-0.python.json";
+  ASSERT_TRUE(WritePythonWindow(Window(path)).ok());
+  EXPECT_NE(Read(path).find(kPythonWindowSchema), std::string::npos);
+  struct stat st {};
+  ASSERT_EQ(lstat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// Issue 26: a link planted at the trace's name (or its temporary one) used to make the worker
+// overwrite whatever it pointed to; an existing file was replaced.
+TEST(WindowFileTest, NeverFollowsALinkNorReplacesAFile) {
+  testing_support::TempDir dir("pt-window-file");
+  const std::string victim = dir.path() + "/victim";
+  std::ofstream(victim) << "precious";
+  const std::string path = dir.path() + "/rank-0.python.json";
+  fs::create_symlink(victim, path);
+  EXPECT_FALSE(WritePythonWindow(Window(path)).ok());
+  EXPECT_EQ(Read(victim), "precious");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+
+  const std::string other = dir.path() + "/rank-1.python.json";
+  fs::create_symlink(victim, other + ".tmp");
+  EXPECT_FALSE(WritePythonWindow(Window(other)).ok());
+  EXPECT_EQ(Read(victim), "precious");
+  EXPECT_FALSE(fs::exists(other));
+
+  const std::string existing = dir.path() + "/rank-2.python.json";
+  std::ofstream(existing) << "earlier";
+  EXPECT_FALSE(WritePythonWindow(Window(existing)).ok());
+  EXPECT_EQ(Read(existing), "earlier");
+}
+
+}  // namespace
+}  // namespace perftracker::worker
