@@ -1,41 +1,46 @@
 #include <fmt/format.h>
 
+#include <iterator>
+
 #include "server/collector_impl.h"
 
 namespace perftracker::server {
 
+// Formatted in place: at 100,000 ranks this runs ~300,000 lines under the server's lock.
 std::string CollectorServer::Impl::MetricsLocked() const {
   const std::string job = MetricsHttp::Label(job_key.value_or(""));
   std::string out;
   auto head = [&](const char* name, const char* type, const char* help) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
   };
   head("perftracker_iteration_duration_seconds", "gauge",
        "The rank's latest iteration time, as its detector measured it.");
   for (const auto& [r, st] : ranks)
     if (st.count > 0)
-      out += fmt::format(
-          "perftracker_iteration_duration_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
-          "{:.6f}\n",
-          job, r, MetricsHttp::Label(st.host), st.last_ms / 1e3);
+      fmt::format_to(std::back_inserter(out),
+                     "perftracker_iteration_duration_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
+                     "{:.6f}\n",
+                     job, r, MetricsHttp::Label(st.host), st.last_ms / 1e3);
   head("perftracker_iteration_mean_seconds", "gauge",
        "The rank's mean iteration time over the run.");
   for (const auto& [r, st] : ranks)
     if (st.count > 0)
-      out += fmt::format(
-          "perftracker_iteration_mean_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
-          "{:.6f}\n",
-          job, r, MetricsHttp::Label(st.host), st.sum_ms / st.count / 1e3);
+      fmt::format_to(std::back_inserter(out),
+                     "perftracker_iteration_mean_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
+                     "{:.6f}\n",
+                     job, r, MetricsHttp::Label(st.host), st.sum_ms / st.count / 1e3);
   head("perftracker_iterations_total", "counter", "Iterations the rank reported.");
   for (const auto& [r, st] : ranks)
-    out += fmt::format("perftracker_iterations_total{{job=\"{}\",rank=\"{}\",host=\"{}\"}} {}\n",
-                       job, r, MetricsHttp::Label(st.host), st.count);
+    fmt::format_to(std::back_inserter(out),
+                   "perftracker_iterations_total{{job=\"{}\",rank=\"{}\",host=\"{}\"}} {}\n", job,
+                   r, MetricsHttp::Label(st.host), st.count);
   head("perftracker_triggers_total", "counter",
        "Window requests by kind: a worker detector's slowdown or hang, or a user's trigger.");
   for (const char* k : {"slowdown", "hang", "user"}) {
     auto it = triggers_total.find(k);
-    out += fmt::format("perftracker_triggers_total{{job=\"{}\",kind=\"{}\"}} {}\n", job, k,
-                       it == triggers_total.end() ? 0 : it->second);
+    fmt::format_to(std::back_inserter(out),
+                   "perftracker_triggers_total{{job=\"{}\",kind=\"{}\"}} {}\n", job, k,
+                   it == triggers_total.end() ? 0 : it->second);
   }
   head("perftracker_detector_state", "gauge",
        "1 for the server's current state: idle, window (profiling), hang_suspected (a hang "
@@ -45,23 +50,26 @@ std::string CollectorServer::Impl::MetricsLocked() const {
                       : sched->open_window()  ? "window"
                                               : "idle";
   for (const char* s : {"idle", "window", "hang_suspected", "hang"})
-    out += fmt::format("perftracker_detector_state{{job=\"{}\",state=\"{}\"}} {}\n", job, s,
-                       std::string_view(s) == state ? 1 : 0);
+    fmt::format_to(std::back_inserter(out),
+                   "perftracker_detector_state{{job=\"{}\",state=\"{}\"}} {}\n", job, s,
+                   std::string_view(s) == state ? 1 : 0);
   head("perftracker_windows_opened_total", "counter",
        "Profiling windows opened, by reason (and hangs whose stacks were collected).");
   for (const char* k : {"baseline", "periodic", "slowdown", "user", "hang"}) {
     auto it = windows_opened.find(k);
-    out += fmt::format("perftracker_windows_opened_total{{job=\"{}\",reason=\"{}\"}} {}\n", job, k,
-                       it == windows_opened.end() ? 0 : it->second);
+    fmt::format_to(std::back_inserter(out),
+                   "perftracker_windows_opened_total{{job=\"{}\",reason=\"{}\"}} {}\n", job, k,
+                   it == windows_opened.end() ? 0 : it->second);
   }
   head("perftracker_findings_total", "counter",
        "Findings of every diagnosis, by category and cause.");
   for (const auto& [key, n] : findings_total)
-    out += fmt::format("perftracker_findings_total{{job=\"{}\",category=\"{}\",cause=\"{}\"}} {}\n",
-                       job, MetricsHttp::Label(key.first), key.second, n);
+    fmt::format_to(std::back_inserter(out),
+                   "perftracker_findings_total{{job=\"{}\",category=\"{}\",cause=\"{}\"}} {}\n",
+                   job, MetricsHttp::Label(key.first), key.second, n);
   head("perftracker_latest_findings", "gauge", "Findings of the latest diagnosis.");
-  out += fmt::format("perftracker_latest_findings{{job=\"{}\"}} {}\n", job,
-                     latest ? latest->findings.size() : 0);
+  fmt::format_to(std::back_inserter(out), "perftracker_latest_findings{{job=\"{}\"}} {}\n", job,
+                 latest ? latest->findings.size() : 0);
   head("perftracker_agents", "gauge",
        "Node agents registered, and those connected (a command stream open or a call in the "
        "last seconds).");
@@ -70,16 +78,20 @@ std::string CollectorServer::Impl::MetricsLocked() const {
   for (const auto& [id, a] : agents)
     if (a.stream != nullptr || now - a.last_seen < std::chrono::seconds(kAgentConnectedSeconds))
       ++connected;
-  out +=
-      fmt::format("perftracker_agents{{job=\"{}\",state=\"registered\"}} {}\n", job, agents.size());
-  out += fmt::format("perftracker_agents{{job=\"{}\",state=\"connected\"}} {}\n", job, connected);
+  fmt::format_to(std::back_inserter(out),
+                 "perftracker_agents{{job=\"{}\",state=\"registered\"}} {}\n", job, agents.size());
+  fmt::format_to(std::back_inserter(out),
+                 "perftracker_agents{{job=\"{}\",state=\"connected\"}} {}\n", job, connected);
   head("perftracker_upload_bytes_total", "counter", "Bytes of rank summaries accepted.");
-  out += fmt::format("perftracker_upload_bytes_total{{job=\"{}\"}} {}\n", job, upload_bytes_total);
+  fmt::format_to(std::back_inserter(out), "perftracker_upload_bytes_total{{job=\"{}\"}} {}\n", job,
+                 upload_bytes_total);
   head("perftracker_uploads_total", "counter", "Rank summary uploads, accepted or refused.");
-  out += fmt::format("perftracker_uploads_total{{job=\"{}\",result=\"accepted\"}} {}\n", job,
-                     uploads_accepted);
-  out += fmt::format("perftracker_uploads_total{{job=\"{}\",result=\"refused\"}} {}\n", job,
-                     uploads_refused);
+  fmt::format_to(std::back_inserter(out),
+                 "perftracker_uploads_total{{job=\"{}\",result=\"accepted\"}} {}\n", job,
+                 uploads_accepted);
+  fmt::format_to(std::back_inserter(out),
+                 "perftracker_uploads_total{{job=\"{}\",result=\"refused\"}} {}\n", job,
+                 uploads_refused);
   return out;
 }
 

@@ -9,9 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
+#include <vector>
 
 #include "base/log.h"
 
@@ -20,33 +21,28 @@ namespace {
 
 // A request line and headers fit in this; more is not a scraper.
 constexpr size_t kMaxRequestBytes = 8 << 10;
-// A client that has not sent its request, or not taken the reply, by then is dropped.
-constexpr int kClientMillis = 2000;
 
-bool WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        deadline - std::chrono::steady_clock::now())
-                        .count();
-  if (left <= 0) return false;
-  pollfd p{fd, events, 0};
-  return poll(&p, 1, static_cast<int>(left)) > 0;
-}
+std::chrono::milliseconds Millis(int ms) { return std::chrono::milliseconds(ms); }
 
-void SendAll(int fd, std::string_view data, std::chrono::steady_clock::time_point deadline) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!WaitFor(fd, POLLOUT, deadline)) return;
-    } else {
-      return;
-    }
-  }
+void Wake(int fd) {
+  const char b = 1;
+  [[maybe_unused]] ssize_t r = write(fd, &b, 1);
 }
 
 }  // namespace
+
+struct MetricsHttp::Client {
+  enum class Phase { kReading, kWaiting, kWriting };
+  int fd = -1;
+  Phase phase = Phase::kReading;
+  Clock::time_point deadline;  // of the phase: reading, waiting for a snapshot, writing
+  Clock::time_point arrived;   // when its request was complete
+  std::string request;
+  bool head_only = false;  // HEAD: the headers alone
+  std::string head;        // status line and headers
+  std::shared_ptr<const std::string> body;
+  size_t sent = 0;
+};
 
 std::string MetricsHttp::Label(std::string_view value) {
   std::string out;
@@ -105,6 +101,7 @@ StatusOr<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& add
   if (pipe2(m->wake_, O_CLOEXEC | O_NONBLOCK) != 0)
     return Internal(fmt::format("--metrics: pipe: {}", std::strerror(errno)));
   MetricsHttp* raw = m.get();
+  m->render_thread_ = std::thread([raw] { raw->RenderLoop(); });
   m->thread_ = std::thread([raw] { raw->Loop(); });
   return m;
 }
@@ -113,55 +110,74 @@ MetricsHttp::MetricsHttp(int fd, int port, Render render)
     : fd_(fd), port_(port), render_(std::move(render)) {}
 
 MetricsHttp::~MetricsHttp() {
-  if (wake_[1] >= 0) {
-    const char b = 1;
-    [[maybe_unused]] ssize_t r = write(wake_[1], &b, 1);
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
   }
+  cv_.notify_all();
+  if (wake_[1] >= 0) Wake(wake_[1]);
   if (thread_.joinable()) thread_.join();
+  if (render_thread_.joinable()) render_thread_.join();
   for (int f : {fd_, wake_[0], wake_[1]})
     if (f >= 0) close(f);
 }
 
-void MetricsHttp::Loop() {
+MetricsHttp::Snapshot MetricsHttp::Newest() {
+  std::lock_guard lk(mu_);
+  return snapshot_;
+}
+
+void MetricsHttp::RenderLoop() {
+  bool failed_before = false;
   while (true) {
-    pollfd p[2] = {{wake_[0], POLLIN, 0}, {fd_, POLLIN, 0}};
-    if (poll(p, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      log::Error("server", "metrics: poll: {}", std::strerror(errno));
-      return;
-    }
-    if (p[0].revents) return;
-    if (!(p[1].revents & POLLIN)) continue;
-    int client = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (client < 0) continue;
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return stopping_ || wanted_; });
+    if (stopping_) return;
+    wanted_ = false;  // a render that starts now answers every scrape that wanted one
+    lk.unlock();
+    const Clock::time_point started = Clock::now();
+    std::shared_ptr<const std::string> text;
     try {
-      Serve(client);
+      text = std::make_shared<const std::string>(render_());
     } catch (const std::exception& e) {
-      log::Error("server", "metrics: internal error: {}", e.what());
+      // Scrapes get the last snapshot; the log says it once.
+      if (!failed_before) log::Error("server", "metrics: cannot render: {}", e.what());
+      failed_before = true;
     }
-    close(client);
+    lk.lock();
+    if (text) snapshot_ = {std::move(text), started};
+    lk.unlock();
+    Wake(wake_[1]);
   }
 }
 
-void MetricsHttp::Serve(int client) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kClientMillis);
-  std::string req;
+bool MetricsHttp::Read(Client& c, Clock::time_point now) {
   char buf[2048];
-  while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos) {
-    if (req.size() > kMaxRequestBytes) return;
-    ssize_t n = recv(client, buf, sizeof(buf), MSG_DONTWAIT);
+  while (true) {
+    ssize_t n = recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) {
-      req.append(buf, static_cast<size_t>(n));
-    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      if (!WaitFor(client, POLLIN, deadline)) return;
-    } else {
-      return;
+      c.request.append(buf, static_cast<size_t>(n));
+      if (c.request.size() > kMaxRequestBytes) return false;
+      continue;
     }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    return false;  // closed before its request was complete, or an error
   }
-  const size_t eol = req.find_first_of("\r\n");
-  const std::string line = req.substr(0, eol);
+  if (c.request.find("\r\n\r\n") == std::string::npos &&
+      c.request.find("\n\n") == std::string::npos)
+    return true;
+  c.phase = Client::Phase::kWaiting;
+  c.arrived = now;
+  c.deadline = now + Millis(kRenderWaitMillis);
+  return true;
+}
+
+bool MetricsHttp::Answer(Client& c, const Snapshot& snap, Clock::time_point now) {
+  const std::string line = c.request.substr(0, c.request.find_first_of("\r\n"));
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
-  if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
+  c.head_only = line.rfind("HEAD ", 0) == 0;
+  if (line.rfind("GET ", 0) != 0 && !c.head_only) {
     status = "405 Method Not Allowed";
     body = "only GET /metrics\n";
   } else {
@@ -169,7 +185,21 @@ void MetricsHttp::Serve(int client) {
     std::string path = line.substr(sp + 1, line.find(' ', sp + 1) - sp - 1);
     if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
     if (path == "/metrics") {
-      body = render_();
+      const bool fresh = snap.text && snap.started >= c.arrived - Millis(kFreshMillis);
+      if (!fresh && now < c.deadline) {
+        std::lock_guard lk(mu_);
+        if (!wanted_) {
+          wanted_ = true;
+          cv_.notify_one();
+        }
+        return false;
+      }
+      if (snap.text) {
+        c.body = snap.text;
+      } else {
+        status = "503 Service Unavailable";
+        body = "metrics not rendered yet: the server is busy; try again\n";
+      }
     } else if (path == "/") {
       type = "text/plain; charset=utf-8";
       body = "perftracker server: metrics at /metrics\n";
@@ -178,11 +208,118 @@ void MetricsHttp::Serve(int client) {
       body = "not found; metrics are at /metrics\n";
     }
   }
-  std::string head = fmt::format(
+  if (!c.body) c.body = std::make_shared<const std::string>(std::move(body));
+  c.head = fmt::format(
       "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", status,
-      type, body.size());
-  SendAll(client, head, deadline);
-  if (line.rfind("HEAD ", 0) != 0) SendAll(client, body, deadline);
+      type, c.body->size());
+  c.phase = Client::Phase::kWriting;
+  c.deadline = now + Millis(kWriteMillis);
+  return true;
+}
+
+bool MetricsHttp::Write(Client& c) {
+  const size_t total = c.head.size() + (c.head_only ? 0 : c.body->size());
+  while (c.sent < total) {
+    const std::string_view part = c.sent < c.head.size()
+                                      ? std::string_view(c.head).substr(c.sent)
+                                      : std::string_view(*c.body).substr(c.sent - c.head.size());
+    ssize_t n = send(c.fd, part.data(), part.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return n < 0 && errno == EAGAIN;  // the rest when it can take it
+    }
+  }
+  return false;
+}
+
+void MetricsHttp::Loop() {
+  std::vector<Client> clients;
+  clients.reserve(kMaxConnections);
+  bool failed_before = false;
+  while (true) {
+    try {
+      if (!Step(clients)) break;
+    } catch (const std::exception& e) {
+      // Out of memory, most likely: the clients of the moment are dropped, not the server.
+      if (!failed_before) log::Error("server", "metrics: internal error: {}", e.what());
+      failed_before = true;
+      for (Client& c : clients) close(c.fd);
+      clients.clear();
+    }
+  }
+  for (Client& c : clients) close(c.fd);
+}
+
+bool MetricsHttp::Step(std::vector<Client>& clients) {
+  std::vector<pollfd> fds;
+  std::vector<Client*> polled;  // the client of fds[k + 2]
+  auto done = [](Client& c) {
+    // What it sent beyond its request, read before closing: unread bytes would reset the
+    // connection and could cut off the reply it has not read yet.
+    char buf[2048];
+    for (size_t left = kMaxRequestBytes; left > 0;) {
+      const ssize_t n = recv(c.fd, buf, std::min(sizeof(buf), left), MSG_DONTWAIT);
+      if (n <= 0) break;
+      left -= static_cast<size_t>(n);
+    }
+    close(c.fd);
+    c.fd = -1;
+  };
+  const Clock::time_point now = Clock::now();
+  const Snapshot snap = Newest();
+  for (Client& c : clients) {
+    if (c.phase == Client::Phase::kWaiting && Answer(c, snap, now) && !Write(c)) done(c);
+    if (c.fd >= 0 && c.phase != Client::Phase::kWaiting && now >= c.deadline) done(c);
+  }
+  std::erase_if(clients, [](const Client& c) { return c.fd < 0; });
+  fds.push_back({wake_[0], POLLIN, 0});
+  const bool room = clients.size() < static_cast<size_t>(kMaxConnections);
+  fds.push_back({room ? fd_ : -1, POLLIN, 0});
+  Clock::time_point next = Clock::time_point::max();
+  for (Client& c : clients) {
+    next = std::min(next, c.deadline);
+    if (c.phase == Client::Phase::kWaiting) continue;
+    fds.push_back(
+        {c.fd, static_cast<short>(c.phase == Client::Phase::kReading ? POLLIN : POLLOUT), 0});
+    polled.push_back(&c);
+  }
+  int timeout = -1;
+  if (next != Clock::time_point::max())
+    timeout = static_cast<int>(std::clamp<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1, 0,
+        kWriteMillis));
+  if (poll(fds.data(), fds.size(), timeout) < 0) {
+    if (errno == EINTR) return true;
+    log::Error("server", "metrics: poll: {}", std::strerror(errno));
+    return false;
+  }
+  if (fds[0].revents) {
+    char buf[64];
+    while (read(wake_[0], buf, sizeof(buf)) > 0) {
+    }
+    std::lock_guard lk(mu_);
+    if (stopping_) return false;
+  }
+  const Clock::time_point after = Clock::now();
+  for (size_t k = 0; k < polled.size(); ++k) {
+    Client& c = *polled[k];
+    if (!fds[k + 2].revents) continue;
+    bool keep = c.phase == Client::Phase::kReading ? Read(c, after) : Write(c);
+    // A complete request is answered at once where it can be (not /metrics waiting for a
+    // fresh snapshot).
+    if (keep && c.phase == Client::Phase::kWaiting && Answer(c, Newest(), after)) keep = Write(c);
+    if (!keep) done(c);
+  }
+  std::erase_if(clients, [](const Client& c) { return c.fd < 0; });
+  while (fds[1].revents & POLLIN && clients.size() < static_cast<size_t>(kMaxConnections)) {
+    int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;
+    clients.push_back({.fd = fd, .deadline = after + Millis(kReadMillis)});
+  }
+  return true;
 }
 
 }  // namespace perftracker::server

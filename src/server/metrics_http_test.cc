@@ -1,10 +1,18 @@
 #include "server/metrics_http.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
 
 namespace perftracker::server {
 namespace {
@@ -30,7 +38,7 @@ std::string Ask(int port, const std::string& request) {
 }
 
 TEST(MetricsHttpTest, ServesMetricsAndNothingElse) {
-  int renders = 0;
+  std::atomic<int> renders{0};
   auto m = MetricsHttp::Start("127.0.0.1:0", [&] {
     ++renders;
     return std::string("# TYPE up gauge\nup 1\n");
@@ -50,6 +58,81 @@ TEST(MetricsHttpTest, ServesMetricsAndNothingElse) {
   // An endless request line is cut off, not buffered.
   EXPECT_EQ(Ask(port, std::string(20000, 'A')), "");
   EXPECT_EQ(renders, 2);
+}
+
+// A connection to 127.0.0.1:PORT that sends nothing (closed when the test ends).
+int Idle(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  return fd;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+TEST(MetricsHttpTest, IdleConnectionsDoNotDelayAScrape) {
+  auto m = MetricsHttp::Start("127.0.0.1:0", [] { return std::string("up 1\n"); });
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const int port = (*m)->port();
+  // Eight clients that connect and say nothing (one at a time, each held 2 s, was 16 s).
+  std::vector<int> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(Idle(port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all accepted first
+  const auto t = std::chrono::steady_clock::now();
+  const std::string r = Ask(port, "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_LT(SecondsSince(t), 0.5);
+  EXPECT_EQ(r.substr(r.find("\r\n\r\n") + 4), "up 1\n");
+  // As many idle clients as it serves at once: the next waits for a slot, no longer than the
+  // idle ones' read deadline.
+  for (int i = 8; i < MetricsHttp::kMaxConnections; ++i) idle.push_back(Idle(port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t2 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Ask(port, "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_LT(SecondsSince(t2), MetricsHttp::kReadMillis / 1e3 + 1);
+  for (int fd : idle) close(fd);
+}
+
+TEST(MetricsHttpTest, ARenderHeldUpDelaysNoOneAndScrapesTakeTheLastSnapshot) {
+  std::mutex server_lock;  // what the collector's render takes
+  std::atomic<int> renders{0};
+  auto m = MetricsHttp::Start("127.0.0.1:0", [&] {
+    std::lock_guard lk(server_lock);
+    return fmt::format("renders {}\n", ++renders);
+  });
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const int port = (*m)->port();
+  auto body = [](const std::string& r) {
+    const size_t at = r.find("\r\n\r\n");
+    return at == std::string::npos ? std::string() : r.substr(at + 4);
+  };
+  EXPECT_EQ(body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n")), "renders 1\n");
+  // Scrapes in quick succession share one snapshot: one render, one lock.
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n")), "renders 1\n");
+  EXPECT_EQ(renders, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(MetricsHttp::kFreshMillis + 100));
+  {
+    std::lock_guard busy(server_lock);  // the server busy under its lock
+    auto t = std::chrono::steady_clock::now();
+    EXPECT_EQ(Ask(port, "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+    EXPECT_LT(SecondsSince(t), 0.5);
+    t = std::chrono::steady_clock::now();
+    // Too old to be fresh, and the render is stuck: the last snapshot after the wait.
+    EXPECT_EQ(body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n")), "renders 1\n");
+    EXPECT_GE(SecondsSince(t), MetricsHttp::kRenderWaitMillis / 1e3 - 0.1);
+    EXPECT_LT(SecondsSince(t), MetricsHttp::kRenderWaitMillis / 1e3 + 0.5);
+  }
+  // The lock free again: a new snapshot at once.
+  const auto t = std::chrono::steady_clock::now();
+  const std::string after = body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n"));
+  EXPECT_LT(SecondsSince(t), 0.5);
+  EXPECT_EQ(after.rfind("renders ", 0), 0u);
+  EXPECT_NE(after, "renders 1\n");
 }
 
 TEST(MetricsHttpTest, LabelValuesAreEscaped) {

@@ -51,15 +51,7 @@ void RankState::Add(double ms) {
   last_ms = ms;
   sum_ms += ms;
   ++count;
-  if (samples.size() < kMaxSamples) {
-    samples.push_back(static_cast<float>(ms));
-  } else {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    uint64_t j = rng % static_cast<uint64_t>(count);
-    if (j < kMaxSamples) samples[j] = static_cast<float>(ms);
-  }
+  times.Add(ms);
 }
 
 diagnose::IterationStats RankState::Stats() const {
@@ -69,15 +61,9 @@ diagnose::IterationStats RankState::Stats() const {
   s.mean_ms = sum_ms / count;
   s.min_ms = min_ms;
   s.max_ms = max_ms;
-  std::vector<float> v = samples;
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) {
-    return v.empty()
-               ? 0.0
-               : static_cast<double>(v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))]);
-  };
-  s.p50_ms = at(0.5);
-  s.p99_ms = at(0.99);
+  // Within the extremes, which are exact (a bucket's value may lie a hair beyond them).
+  s.p50_ms = std::clamp(times.Quantile(0.5), min_ms, max_ms);
+  s.p99_ms = std::clamp(times.Quantile(0.99), min_ms, max_ms);
   return s;
 }
 

@@ -1,5 +1,7 @@
-// One rank's iteration times over the whole run (RankState): count, mean, extremes and a
-// bounded sample for percentiles, and a bounded series of bucket means for the report's chart.
+// One rank's iteration times over the whole run (RankState): count, mean, extremes, a quantile
+// sketch for percentiles (base/quantile_sketch.h: 1% relative accuracy, a few hundred bytes for
+// the spread of one rank's times, at most 8 KB), and a bounded series of bucket means for the
+// report's chart.
 // Fed by the agents' iteration reports; memory stays flat however long the run. With them, what
 // the rank's agent said of its worker process (WorkerSeen), and ExplainMissing: why a rank did
 // not report for a window, from what the server knows of it and of its agent.
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/quantile_sketch.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/memory_growth.h"
 #include "report/html.h"
@@ -46,10 +49,8 @@ struct RankState {
   double sum_ms = 0;
   int64_t count = 0;
   double min_ms = 0, max_ms = 0;
-  // Every iteration time up to a bound (percentiles at job end); beyond it a reservoir sample
-  // keeps memory flat on long runs.
-  std::vector<float> samples;
-  uint64_t rng = 0x9e3779b97f4a7c15ull;
+  // Every iteration time, for the percentiles at job end: no sample to sort, however long the run.
+  QuantileSketch times;
   // The agent that last reported for the rank (its iterations or its worker), and what it said
   // of the worker.
   std::string agent;
@@ -61,7 +62,6 @@ struct RankState {
   bool memory_reported = false;
   static constexpr int kMemoryCheckEvery = 8;
 
-  static constexpr size_t kMaxSamples = 1 << 18;
   // The run's iteration times for the report's chart: bucket means of `stride` steps, at most
   // kMaxSeriesPoints (when full, neighbouring buckets merge and the stride doubles), so a long
   // run of 10,000 ranks stays near 60 MB.
@@ -81,7 +81,7 @@ struct RankState {
   report::RunSeries Series(int rank) const;
   // One iteration time into the statistics only (no step known).
   void Add(double ms);
-  // Count, mean, extremes and percentiles (from the sample) of the times added.
+  // Count, mean, extremes and percentiles (from the sketch, within 1%) of the times added.
   diagnose::IterationStats Stats() const;
 };
 
