@@ -136,7 +136,7 @@ class ServerAgent(unittest.TestCase):
         folders = []
         for r in range(2):
             d = os.path.join(self.tmp, f"node{r}")
-            os.makedirs(d)
+            os.makedirs(d, 0o700)  # a watched folder must be private (issue 26)
             folders.append(d)
             self.start("agent", "--server", addr, "--watch", d, "--ranks", str(r))
         # Both agents registered before the trigger, so the window waits for both ranks.
@@ -170,7 +170,7 @@ class ServerAgent(unittest.TestCase):
         addr = f"127.0.0.1:{port}"
         server = self.start("server", "--listen", addr, "--report-dir", os.path.join(self.tmp, "r"))
         d = os.path.join(self.tmp, "node0")
-        os.makedirs(d)
+        os.makedirs(d, 0o700)  # a watched folder must be private (issue 26)
         agent = self.start("agent", "--server", addr, "--watch", d, "--ranks", "0")
         self.assertTrue(wait_for(lambda: "agents: 1" in ptest.run(["status", "--server", addr]).stdout),
                         self.log())
@@ -202,7 +202,8 @@ class ServerAgent(unittest.TestCase):
         self.start("agent", "--server", addr, "--socket", sock, "--trace-dir",
                    os.path.join(self.tmp, "traces"), "--ranks", "0,1,2")
         self.assertTrue(wait_for(lambda: os.path.exists(sock)), self.log())
-        trace = os.path.join(self.tmp, "rank-0.json.gz")
+        # The agent reads traces only inside its trace folder (issue 26).
+        trace = os.path.join(self.tmp, "traces", "rank-0.json.gz")
         shutil.copy(os.path.join(ptest.KINETO, "job128_rank-0.json.gz"), trace)
         worker = os.path.join(self.tmp, "fake_worker.py")
         with open(worker, "w") as f:
@@ -272,7 +273,7 @@ class ServerAgent(unittest.TestCase):
             s = ptest.run(["status", "--server", addr, *args])
             self.assertNotEqual(s.returncode, 0, args)
         d = os.path.join(self.tmp, "w")
-        os.makedirs(d)
+        os.makedirs(d, 0o700)  # a watched folder must be private (issue 26)
         a = subprocess.run([ptest.BIN, "agent", "--server", addr, "--watch", d, *client_tls],
                            capture_output=True, text=True, timeout=30)
         self.assertNotEqual(a.returncode, 0)
