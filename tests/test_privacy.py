@@ -57,7 +57,7 @@ class Privacy(unittest.TestCase):
         report = os.path.join(self.tmp, "theirs")
         os.mkdir(report, 0o755)
         os.chown(report, NOBODY, -1)
-        self.assert_refused_before_ranks(report, ["belongs to uid", "not to you"])
+        self.assert_refused_before_ranks(report, ["belongs to another user", "not to you"])
 
     def test_a_report_folder_others_may_write_is_refused(self):
         report = os.path.join(self.tmp, "open")
@@ -117,7 +117,7 @@ class Privacy(unittest.TestCase):
             p = subprocess.run([ptest.BIN, "status", "--report-dir", report], capture_output=True,
                                text=True, timeout=60)
             self.assertNotEqual(p.returncode, 0, p.stdout)
-            self.assertIn("belongs to uid", p.stderr)
+            self.assertIn("belongs to another user", p.stderr)
             with self.assertRaises(BlockingIOError):
                 listener.accept()
 

@@ -10,10 +10,11 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+
+#include "base/private_dir.h"
 
 namespace perftracker {
 namespace {
@@ -119,48 +120,6 @@ StatusOr<TlsPem> ReadTls(const TlsFiles& f, bool server) {
     PT_ASSIGN_OR_RETURN(pem.ca, ReadPem(f.ca, "TLS CA certificate", false));
   }
   return pem;
-}
-
-Status CheckOwnFolder(const std::string& path, const char* what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    return InvalidArgument(fmt::format("{}: cannot use the {}: {}", path, what, Errno()));
-  if (!S_ISDIR(st.st_mode))
-    return InvalidArgument(fmt::format("{}: the {} is not a folder", path, what));
-  if (st.st_uid != ::geteuid()) {
-    return InvalidArgument(fmt::format(
-        "{}: the {} belongs to uid {}, not to you (uid {}): refusing it (its owner could replace "
-        "what is written and read there); choose a folder of yours",
-        path, what, st.st_uid, ::geteuid()));
-  }
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    return InvalidArgument(fmt::format(
-        "{}: the {} is writable by others (mode {:04o}): refusing it; chmod go-w it or choose "
-        "another",
-        path, what, st.st_mode & 07777));
-  }
-  struct stat link {};
-  // A link to the folder counts as the folder only when it is the user's too.
-  if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode) && link.st_uid != ::geteuid() &&
-      link.st_uid != 0) {
-    return InvalidArgument(
-        fmt::format("{}: the {} is a link of uid {}'s: refusing it", path, what, link.st_uid));
-  }
-  return Status::Ok();
-}
-
-Status PrepareOwnFolder(const std::string& path, const char* what) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) {
-    std::error_code ec;
-    const std::filesystem::path p = std::filesystem::absolute(path, ec).lexically_normal();
-    const std::filesystem::path parent =
-        p.has_filename() ? p.parent_path() : p.parent_path().parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-    if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST)
-      return InvalidArgument(fmt::format("{}: cannot create the {}: {}", path, what, Errno()));
-  }
-  return CheckOwnFolder(path, what);
 }
 
 namespace {

@@ -30,15 +30,6 @@ struct RunCredentials {
   std::string token;
 };
 
-// A folder this user's outputs go to (a run's or a server's report folder): another user who
-// owns it, or may write in it, could plant links where the run writes (and overwrite the user's
-// files), or replace what it reads (the credentials `status` and `trigger` send the token to).
-// PrepareOwnFolder creates a missing one 0700 (its parents as usual); an existing one must be
-// a folder of this user that neither group nor others may write, else one line refuses it.
-// CheckOwnFolder checks without creating.
-Status PrepareOwnFolder(const std::string& path, const char* what);
-Status CheckOwnFolder(const std::string& path, const char* what);
-
 // What `run` and `server` write is their user's alone (files 0600, folders 0700) whatever the
 // user's umask: UsePrivateUmask sets umask 077 for the process (once; later calls keep the
 // first umask seen). The processes they start get the user's umask back (UserUmask): a

@@ -165,16 +165,6 @@ void Passthrough(int fd, std::string_view text) {
   std::fflush(stderr);
 }
 
-std::string Printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f)
-      out += fmt::format("\\x{:02x}", c);
-    else
-      out.push_back(static_cast<char>(c));
-  }
-  return out;
-}
+std::string Printable(std::string_view text) { return TerminalSafe(text, /*keep_lines=*/false); }
 
 }  // namespace perftracker::log

@@ -85,5 +85,26 @@ TEST(PrivateDirTest, RefusesAnotherUsersFolderEvenIfPrivate) {
 
 TEST(PrivateDirTest, RefusesAnEmptyPath) { EXPECT_FALSE(MakePrivateDir("").ok()); }
 
+TEST(OwnFolderTest, OthersMayReadAReportFolderButNotWriteInIt) {
+  const std::string base = Scratch("own");
+  const std::string dir = base + "/reports";
+  ASSERT_TRUE(MakeOwnFolder(dir, "report folder").ok());
+  EXPECT_EQ(ModeOf(dir), 0700u);  // new: private
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  EXPECT_TRUE(MakeOwnFolder(dir, "report folder").ok());  // the user's, readable: kept
+  EXPECT_EQ(ModeOf(dir), 0755u);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  const Status st = CheckOwnFolder(dir, "report folder");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("report folder is writable by others (mode 0777)"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(ModeOf(dir), 0777u);  // not chmod-ed
+  // A link of the user's to a folder of theirs stands for it (MakePrivateDir refuses it).
+  ASSERT_EQ(::chmod(dir.c_str(), 0700), 0);
+  fs::create_directory_symlink(dir, base + "/alias");
+  EXPECT_TRUE(CheckOwnFolder(base + "/alias", "report folder").ok());
+  EXPECT_FALSE(CheckOwnFolder(base + "/missing", "report folder").ok());
+}
+
 }  // namespace
 }  // namespace perftracker

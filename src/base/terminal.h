@@ -12,10 +12,12 @@
 
 namespace perftracker {
 
-// Each C0 control byte but '\n' and '\t', DEL, and each C1 control (U+0080..U+009F, as UTF-8
-// C2 80..C2 9F) becomes "\xHH" (the C1 ones "\u00HH"); every other byte is kept.
+// Each C0 control byte but '\n' and '\t' (those too unless KEEP_LINES), DEL, and each C1
+// control (U+0080..U+009F, as UTF-8 C2 80..C2 9F) becomes "\xHH" (the C1 ones "\u00HH"); every
+// other byte is kept.
 //   "ok\x1b[2Jgone\n" -> "ok\\x1b[2Jgone\n"   (the ESC shown as the four characters \x1b)
-std::string TerminalSafe(std::string_view text);
+// With KEEP_LINES false the result is one line (log::Printable: a host name, a reason).
+std::string TerminalSafe(std::string_view text, bool keep_lines = true);
 
 // Writes TerminalSafe(TEXT) to OUT.
 void PutSafe(std::string_view text, std::FILE* out);

@@ -23,5 +23,9 @@ TEST(TerminalSafeTest, C1ControlsInUtf8AreEscapedAndOtherTextKept) {
   EXPECT_EQ(TerminalSafe("end\xc2"), "end\xc2");
 }
 
+TEST(TerminalSafeTest, OneLineEscapesLineBreaksToo) {
+  EXPECT_EQ(TerminalSafe("host\nfake line\t", /*keep_lines=*/false), "host\\x0afake line\\x09");
+}
+
 }  // namespace
 }  // namespace perftracker

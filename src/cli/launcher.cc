@@ -22,6 +22,7 @@
 #include "base/credentials.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/private_dir.h"
 #include "base/start_thread.h"
 #include "cli/job_output.h"
 #include "cli/job_plan.h"
@@ -148,7 +149,7 @@ class JobLauncher {
     // Before any rank starts: a folder another user owns or may write in is refused, and what
     // this run writes is the user's alone (the ranks get the user's umask back).
     UsePrivateUmask();
-    if (Status st = PrepareOwnFolder(o_.report_dir, "report folder"); !st.ok()) return st;
+    if (Status st = MakeOwnFolder(o_.report_dir, "report folder"); !st.ok()) return st;
     std::error_code ec;
     report_dir_ = fs::absolute(o_.report_dir, ec).string();
     // An earlier run's outputs (an older perftracker's, 0644) become private as well.

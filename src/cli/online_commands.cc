@@ -14,6 +14,7 @@
 #include "agent/socket_sink.h"
 #include "base/net.h"
 #include "base/private_dir.h"
+#include "base/terminal.h"
 #include "pattern/compact_job.h"
 #include "pattern/summary_io.h"
 #include "report/diagnosis_reader.h"
@@ -69,6 +70,7 @@ std::string ForNode(std::string path) {
 }
 
 Status RunServer(const OnlineFlags& f) {
+  UsePrivateUmask();  // its database, log and reports are the user's alone
   auto token = Token(f);
   if (!token.ok()) return token.status();
   server::ServerOptions o;
@@ -117,6 +119,7 @@ Status RunServer(const OnlineFlags& f) {
 }
 
 Status RunAgent(OnlineFlags f) {
+  UsePrivateUmask();  // the workers' raw traces and the agent's summaries are the user's alone
   f.socket = ForNode(f.socket);
   f.trace_dir = ForNode(f.trace_dir);
   auto token = Token(f);
@@ -236,7 +239,7 @@ Status RunClient(const OnlineFlags& f, bool trigger) {
   auto out = trigger ? agent::TriggerNow(server, *token, f.tls, "user")
                      : agent::ServerStatus(server, *token, f.tls);
   if (!out.ok()) return out.status();
-  std::fputs(out->c_str(), stdout);
+  PutSafe(*out, stdout);
   return Status::Ok();
 }
 

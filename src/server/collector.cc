@@ -14,6 +14,7 @@
 #include "base/credentials.h"
 #include "base/log.h"
 #include "base/net.h"
+#include "base/private_dir.h"
 #include "server/collector_impl.h"
 #include "server/job_end.h"
 
@@ -47,7 +48,7 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
         fmt::format("server: listening on {} (not 127.0.0.1) needs TLS (--tls-cert and --tls-key; "
                     "--tls-ca to require client certificates)",
                     options.listen));
-  PT_RETURN_IF_ERROR(PrepareOwnFolder(options.report_dir, "report folder"));
+  PT_RETURN_IF_ERROR(MakeOwnFolder(options.report_dir, "report folder"));
   std::error_code ec;
   // Every agent holds a connection (a descriptor) for the whole job; the usual soft limit of
   // 1,024 descriptors would refuse agents long before 10,000. Raise it to the hard limit (no

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "base/credentials.h"
 #include "base/json_writer.h"
@@ -281,22 +282,33 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   up.hardware.insert(req->hardware().values().begin(), req->hardware().values().end());
   up.nvml = req->hardware().nvml();
   std::string hw = HardwareJson(up.hardware, up.nvml);
-  // Parsing (inflate + decode) is most of an upload's cost and needs no shared state: done
-  // before taking the lock, thousands of concurrent uploads parse in parallel.
-  auto parsed = Window::Parse(up, req->window_id());
+  // Who may upload for the rank, and to which window: checked before the summary is inflated
+  // (an upload of an agent that does not own the rank, or for no open window, costs no
+  // decoding), and again after, since the window may close while the summary is parsed.
   std::unique_lock lk(mu);
-  if (grpc::Status own = OwnsLocked(req->agent_id(), req->rank()); !own.ok()) {
-    if (own.error_code() == grpc::StatusCode::NOT_FOUND) return own;
-    reply->set_accepted(false);
-    reply->set_message(own.error_message());
-    return grpc::Status::OK;
-  }
+  auto admit = [&]() -> std::optional<grpc::Status> {
+    if (grpc::Status own = OwnsLocked(req->agent_id(), req->rank()); !own.ok()) {
+      if (own.error_code() == grpc::StatusCode::NOT_FOUND) return own;
+      reply->set_accepted(false);
+      reply->set_message(own.error_message());
+      return grpc::Status::OK;
+    }
+    auto open = windows.find(req->window_id());
+    if (open == windows.end() || open->second->closed()) {
+      reply->set_accepted(false);
+      reply->set_message(fmt::format("window {} is not open", req->window_id()));
+      return grpc::Status::OK;
+    }
+    return std::nullopt;
+  };
+  if (auto refused = admit()) return *refused;
+  // Parsing (inflate + decode) is most of an upload's cost and needs no shared state: done
+  // without the lock, thousands of concurrent uploads parse in parallel.
+  lk.unlock();
+  auto parsed = Window::Parse(up, req->window_id());
+  lk.lock();
+  if (auto refused = admit()) return *refused;
   auto it = windows.find(req->window_id());
-  if (it == windows.end() || it->second->closed()) {
-    reply->set_accepted(false);
-    reply->set_message(fmt::format("window {} is not open", req->window_id()));
-    return grpc::Status::OK;
-  }
   if (!parsed.ok()) {
     reply->set_accepted(false);
     reply->set_message(parsed.status().message());

@@ -317,7 +317,9 @@ bool MetricsHttp::Step(std::vector<Client>& clients) {
   while (fds[1].revents & POLLIN && clients.size() < static_cast<size_t>(kMaxConnections)) {
     int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) break;
-    clients.push_back({.fd = fd, .deadline = after + Millis(kReadMillis)});
+    Client& c = clients.emplace_back();
+    c.fd = fd;
+    c.deadline = after + Millis(kReadMillis);
   }
   return true;
 }
