@@ -8,11 +8,19 @@
 // time, the time from the first upload to the window's diagnosis, the server's peak memory
 // (VmHWM) and threads, and the store's size on disk. Exits 1 if any summary was lost.
 // --watch also holds every agent's WatchCommands stream open, as real agents do, and times how
-// long the window command takes to reach all of them.
+// long the window command takes to reach all of them. --ranks-per-agent R makes each agent serve
+// R ranks (registered together, one upload per rank: 12,500 x 8 is 100,000 ranks), and
+// --iterations N has every agent report N iterations of each of its ranks before the window
+// (ReportIterations, as agents do all along), so the server holds every rank's statistics.
+// --rank-state instead feeds 100,000 ranks x 1,000,000 iterations into the server's per-rank
+// statistics in this process, without a server (server_ingest_memory.cc), and prints peak RSS
+// and the percentiles against exact.
 //
-//   build/server_ingest [--agents 10000] [--functions 500] [--channels AGENTS] [--inflight AGENTS]
+//   build/server_ingest [--agents 10000] [--ranks-per-agent 1] [--iterations 0]
+//                      [--functions 500] [--channels AGENTS] [--inflight RANKS]
 //                      [--threads 32] [--deadline 30] [--bin build/perftracker]
 //                      [--max-seconds 20 --grace-seconds 30] [--watch] [--keep]
+//   build/server_ingest --rank-state [--ranks 100000] [--iterations 1000000]
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -40,6 +48,7 @@
 #include "pattern/pattern.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
+#include "server_ingest_memory.h"
 
 namespace {
 
@@ -199,7 +208,11 @@ double ProcCpuSeconds(pid_t pid) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, into a log file too
   int agents = 10000, functions = 500, threads = 32, channels = 0, inflight = 0;
+  int per_agent = 1, state_ranks = 100000;
+  int64_t iterations = -1;  // -1: the mode's default
+  bool rank_state = false;
   double deadline_s = 30;                  // the agent's UploadWindow deadline (src/agent/agent.cc)
   std::string max_seconds, grace_seconds;  // empty: the server's defaults
   bool keep = false, watch = false;
@@ -210,6 +223,10 @@ int main(int argc, char** argv) {
       (k == "--keep" ? keep : watch) = true;
       continue;
     }
+    if (k == "--rank-state") {
+      rank_state = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "server_ingest: %s needs a value\n", k.c_str());
       return 2;
@@ -217,6 +234,12 @@ int main(int argc, char** argv) {
     const char* v = argv[++i];
     if (k == "--agents")
       agents = std::atoi(v);
+    else if (k == "--ranks-per-agent")
+      per_agent = std::atoi(v);
+    else if (k == "--ranks")
+      state_ranks = std::atoi(v);
+    else if (k == "--iterations")
+      iterations = std::atoll(v);
     else if (k == "--functions")
       functions = std::atoi(v);
     else if (k == "--threads")
@@ -238,9 +261,13 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (agents <= 0 || threads <= 0) return 2;
+  if (rank_state)
+    return perftracker::bench::RankStateMemory(state_ranks, iterations < 0 ? 1000000 : iterations);
+  if (agents <= 0 || threads <= 0 || per_agent <= 0) return 2;
+  const int ranks = agents * per_agent;
+  iterations = std::max<int64_t>(iterations, 0);
   if (channels <= 0 || channels > agents) channels = agents;
-  if (inflight <= 0 || inflight > agents) inflight = agents;
+  if (inflight <= 0 || inflight > ranks) inflight = ranks;
   // One connection per agent: the client needs a descriptor per channel, more than the usual
   // soft limit of 1,024. Raise it to the hard limit; the server raises its own.
   rlimit lim{};
@@ -324,21 +351,21 @@ int main(int argc, char** argv) {
 
   // Summaries first (not timed): what each agent would upload.
   auto t_make = Clock::now();
-  std::vector<std::string> bytes(agents);
+  std::vector<std::string> bytes(ranks);
   {
     std::atomic<int> next{0};
     std::vector<std::thread> pool;
     for (int t = 0; t < 2; ++t)
       pool.emplace_back([&] {
-        for (int r = next++; r < agents; r = next++)
-          bytes[r] = perftracker::pattern::SerializeSummary(Synthetic(r, agents, functions));
+        for (int r = next++; r < ranks; r = next++)
+          bytes[r] = perftracker::pattern::SerializeSummary(Synthetic(r, ranks, functions));
       });
     for (auto& t : pool) t.join();
   }
   int64_t total_bytes = 0;
   for (const auto& b : bytes) total_bytes += static_cast<int64_t>(b.size());
-  std::printf("summaries: %d x %d functions, %.1f KB each on average (built in %.1f s)\n", agents,
-              functions, total_bytes / 1024.0 / agents, Since(t_make));
+  std::printf("summaries: %d x %d functions, %.1f KB each on average (built in %.1f s)\n", ranks,
+              functions, total_bytes / 1024.0 / ranks, Since(t_make));
 
   // Registration (each agent on its own channel; connects it).
   auto t_reg = Clock::now();
@@ -353,8 +380,8 @@ int main(int argc, char** argv) {
           grpc::ClientContext ctx;
           ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
           v1::RegisterRequest req;
-          req.set_host(fmt::format("node-{}", r / 8));
-          req.add_ranks(r);
+          req.set_host(fmt::format("node-{}", r * per_agent / 8));
+          for (int k = 0; k < per_agent; ++k) req.add_ranks(r * per_agent + k);
           v1::RegisterReply reply;
           if (!stubs[r % channels]->Register(&ctx, req, &reply).ok())
             ++reg_failed;
@@ -371,9 +398,43 @@ int main(int argc, char** argv) {
     if (stubs[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) registered = st.agents();
   }
   std::printf(
-      "register: %d agents registered (server's count) of %d, on %d connections, in %.2f "
-      "s (%d failed)\n",
-      registered, agents, channels, Since(t_reg), reg_failed.load());
+      "register: %d agents registered (server's count) of %d, %d ranks each, on %d connections, "
+      "in %.2f s (%d failed)\n",
+      registered, agents, per_agent, channels, Since(t_reg), reg_failed.load());
+  if (iterations > 0) {
+    // Every agent reports its ranks' iterations, as agents do all along (the server's
+    // per-rank statistics: server/rank_state.h).
+    auto t_it = Clock::now();
+    std::atomic<int> it_failed{0};
+    std::atomic<int> next{0};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&] {
+        for (int a = next++; a < agents; a = next++) {
+          v1::ReportIterationsRequest req;
+          req.set_agent_id(agent_ids[a]);
+          for (int k = 0; k < per_agent; ++k) {
+            v1::IterationBatch* b = req.add_batches();
+            b->set_rank(a * per_agent + k);
+            b->set_pid(1000 + a * per_agent + k);
+            for (int64_t i = 0; i < iterations; ++i) {
+              b->add_steps(i);
+              b->add_iteration_ms(100 + (i * 7 + k) % 13);
+            }
+          }
+          grpc::ClientContext ctx;
+          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+          v1::ReportIterationsReply reply;
+          if (!stubs[a % channels]->ReportIterations(&ctx, req, &reply).ok()) ++it_failed;
+        }
+      });
+    for (auto& t : pool) t.join();
+    std::printf(
+        "iterations: %lld per rank reported for %d ranks in %.2f s (%d calls failed); server "
+        "VmRSS now %.0f MB\n",
+        static_cast<long long>(iterations), ranks, Since(t_it), it_failed.load(),
+        ProcStatus(server, "VmRSS") / 1024);
+  }
   // Every agent's command stream, read on one completion queue: tag 2r = the stream started,
   // 2r + 1 = a command arrived (or the stream ended).
   struct Watch {
@@ -443,7 +504,7 @@ int main(int argc, char** argv) {
     grpc::Status status;
     std::unique_ptr<grpc::ClientAsyncResponseReader<v1::UploadWindowReply>> reader;
   };
-  std::vector<std::unique_ptr<Call>> calls(agents);
+  std::vector<std::unique_ptr<Call>> calls(ranks);
   grpc::CompletionQueue cq;
   int accepted = 0, refused = 0, failed = 0;
   std::map<std::string, int> errors;  // failure / refusal message -> count
@@ -453,18 +514,19 @@ int main(int argc, char** argv) {
     auto c = std::make_unique<Call>();
     c->ctx.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
+    const int a = r / per_agent;
     v1::UploadWindowRequest req;
-    req.set_agent_id(agent_ids[r]);
+    req.set_agent_id(agent_ids[a]);
     req.set_window_id(1);
     req.set_rank(r);
     req.set_host(fmt::format("node-{}", r / 8));
     req.set_summary(bytes[r]);
-    c->reader = stubs[r % channels]->AsyncUploadWindow(&c->ctx, req, &cq);
+    c->reader = stubs[a % channels]->AsyncUploadWindow(&c->ctx, req, &cq);
     c->reader->Finish(&c->reply, &c->status, reinterpret_cast<void*>(static_cast<intptr_t>(r)));
     calls[r] = std::move(c);
   };
   for (; started < inflight; ++started) start_one(started);
-  for (int done = 0; done < agents; ++done) {
+  for (int done = 0; done < ranks; ++done) {
     void* tag = nullptr;
     bool ok = false;
     if (!cq.Next(&tag, &ok)) break;
@@ -481,14 +543,14 @@ int main(int argc, char** argv) {
       ++errors["refused: " + c.reply.message()];
     }
     calls[r].reset();
-    if (started < agents) start_one(started++);
+    if (started < ranks) start_one(started++);
   }
   double upload_s = Since(t_up);
   std::printf(
       "upload: %d accepted, %d refused, %d failed in %.2f s (%.0f uploads/s, %.0f MB/s; "
       "%d in flight at most, deadline %.0f s)\n",
-      accepted, refused, failed, upload_s, agents / upload_s, total_bytes / 1e6 / upload_s,
-      inflight, deadline_s);
+      accepted, refused, failed, upload_s, ranks / upload_s, total_bytes / 1e6 / upload_s, inflight,
+      deadline_s);
   int shown = 0;
   for (const auto& [msg, n] : errors)
     if (shown++ < 5) std::printf("  %d x %s\n", n, msg.c_str());
@@ -508,14 +570,14 @@ int main(int argc, char** argv) {
 
   std::string db = dir + "/perftracker.db";
   StoreReadback rb = ReadBack(db, 1, bytes);
-  int64_t lost = agents - rb.matching;
+  int64_t lost = ranks - rb.matching;
   std::printf(
       "store: %lld rows, %.1f MB of summaries read back (%.1f MB sent); %lld identical to "
       "what was sent, %lld differ, %lld duplicate, %lld unknown rank\n",
       static_cast<long long>(rb.rows), rb.bytes / 1e6, total_bytes / 1e6,
       static_cast<long long>(rb.matching), static_cast<long long>(rb.mismatched),
       static_cast<long long>(rb.duplicates), static_cast<long long>(rb.unknown));
-  std::printf("lost: %lld of %d summaries%s\n", static_cast<long long>(lost), agents,
+  std::printf("lost: %lld of %d ranks' summaries%s\n", static_cast<long long>(lost), ranks,
               lost == 0 ? " (none lost)" : "");
   std::printf("server: peak RSS (VmHWM) %.0f MB, peak threads %d\n",
               ProcStatus(server, "VmHWM") / 1024, peak_threads.load());
@@ -529,7 +591,7 @@ int main(int argc, char** argv) {
     watch_cq.Shutdown();
     watch_reader.join();
   }
-  bool ok = rb.opened && lost == 0 && rb.duplicates == 0 && rb.unknown == 0 && accepted == agents &&
-            registered == agents && diagnosed && (!watch || windows_seen == agents);
+  bool ok = rb.opened && lost == 0 && rb.duplicates == 0 && rb.unknown == 0 && accepted == ranks &&
+            registered == agents && diagnosed && (!watch || windows_seen >= agents);
   return finish(ok ? 0 : 1);
 }

@@ -730,8 +730,19 @@ std::vector<Finding> FindThrottledRanks(const CauseInput& in,
 std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
                                            const std::map<int, std::string>& hosts,
                                            const std::vector<Finding>& existing) {
+  // Every rank's wait and one sorted sample of them, for the same figure as ExtraLoaderWaitMs
+  // without its pass over every rank per rank (O(n^2): hours at 100,000 ranks).
+  std::map<int, double> wait_us;
+  std::vector<double> all;
+  for (const pattern::CompactRank& r : in.ranks) {
+    wait_us[r.rank] = LoaderWaitUs(r);
+    all.push_back(wait_us[r.rank]);
+  }
+  const internal::SortedSample sample(all);
   auto lost = [&](int rank, const std::map<std::string, double>&) {
-    return ExtraLoaderWaitMs(in, rank);
+    auto own = wait_us.find(rank);
+    if (own == wait_us.end() || all.size() < 2) return kNone;
+    return (own->second - sample.MedianWithout(own->second)) / 1000.0;
   };
   return FindUnnamedRanks(in, hosts, existing, lost, LoaderWorkersRule());
 }
@@ -754,9 +765,15 @@ std::vector<Finding> FindMoreWorkRanks(const CauseInput& in,
 std::vector<Finding> FindContendedRanks(const CauseInput& in,
                                         const std::map<int, std::string>& hosts,
                                         const std::vector<Finding>& existing) {
-  auto lost = [&](int rank, const std::map<std::string, double>& m) {
+  // The peers' median from one sorted sample, as PeersMedian gives it, without a pass over
+  // every rank per rank (O(n^2): hours at 100,000 ranks).
+  std::vector<double> all;
+  for (const auto& [r, m] : in.metrics)
+    if (const double x = RunQueueWaitPerCpu(m); !std::isnan(x)) all.push_back(x);
+  const internal::SortedSample sample(all);
+  auto lost = [&](int, const std::map<std::string, double>& m) {
     const double own = RunQueueWaitPerCpu(m);
-    const double peers = PeersMedian(in.metrics, rank, RunQueueWaitPerCpu);
+    const double peers = std::isnan(own) || all.size() < 2 ? kNone : sample.MedianWithout(own);
     if (std::isnan(own) || std::isnan(peers) || own < peers * policy::kRunQueueAloneRatio)
       return kNone;
     return PerIterationMs(m, Get(m, "proc.runq_wait_s") - peers * Get(m, "proc.run_s"),
