@@ -67,7 +67,8 @@ class Chaos(unittest.TestCase):
         self.addCleanup(agent_log.close)
 
         def start_agent():
-            return subprocess.Popen([ptest.BIN, "agent", "--server", addr, "--socket", agent_sock,
+            return subprocess.Popen([ptest.BIN, "agent", "--server", addr, "--token-file", token,
+                                     "--socket", agent_sock,
                                      "--trace-dir", os.path.join(tmp, "traces"), "--job-id",
                                      "chaos", "--ranks", "0,1"],
                                     stdout=agent_log, stderr=agent_log)
@@ -76,11 +77,14 @@ class Chaos(unittest.TestCase):
             return [w for j, w in rows(db, "findings") + rows(db, "rank_summaries") if j == job]
 
         server = start_server()
+        # The server's own token (issue 26), the same in each of its lives.
+        token = os.path.join(report, ".perftracker", "token")
+        self.assertTrue(wait_until(lambda: os.path.exists(token), 30), "the server made no token")
         agent = start_agent()
         run_log = os.path.join(tmp, "run.log")
         with open(run_log, "wb") as out:
             job = subprocess.Popen([ptest.BIN, "run", "--nproc", "2", "--server", addr,
-                                    "--agent-socket", agent_sock,
+                                    "--token-file", token, "--agent-socket", agent_sock,
                                     "--report-dir", os.path.join(tmp, "run"), "--",
                                     ptest.TORCH_PYTHON, TRAIN, *JOB],
                                    stdout=out, stderr=out)
@@ -108,7 +112,7 @@ class Chaos(unittest.TestCase):
                     said = {}
 
                     def run_cli(*args):
-                        r = subprocess.run([ptest.BIN, *args, "--server", addr],
+                        r = subprocess.run([ptest.BIN, *args, "--server", addr, "--token-file", token],
                                            capture_output=True, text=True)
                         said[args[0]] = r.stdout + r.stderr
                         return r.returncode == 0

@@ -380,8 +380,11 @@ class OnlineRun(unittest.TestCase):
         server = subprocess.Popen([ptest.BIN, "server", "--listen", addr, "--report-dir", report],
                                   stdout=log, stderr=subprocess.STDOUT)
         try:
+            token = os.path.join(report, ".perftracker", "token")  # the server's own (issue 26)
+            self.assertTrue(ptest.wait_until(lambda: os.path.exists(token), 30), "no token")
             job = subprocess.Popen(
-                [ptest.BIN, "run", "--nproc", "4", "--server", addr, "--report-dir", report,
+                [ptest.BIN, "run", "--nproc", "4", "--server", addr, "--token-file", token,
+                 "--report-dir", report,
                  "--profile-at-iteration", "20", "--", ptest.TORCH_PYTHON, TRAIN, "--iters", "200"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             opened = False

@@ -133,6 +133,52 @@ class Privacy(unittest.TestCase):
             self.assertIn("not sending the token in clear text", p.stderr)
             self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
 
+    def test_a_standalone_server_wants_its_token_and_no_squatter_holds_it(self):
+        # A server without --token-file makes a token of its own; another local user's agent
+        # without it cannot register a job of theirs and hold the server (one job at a time).
+        report = os.path.join(self.tmp, "standalone")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            addr = f"127.0.0.1:{s.getsockname()[1]}"
+        log = open(os.path.join(self.tmp, "standalone.log"), "w")
+        self.addCleanup(log.close)
+        server = subprocess.Popen([ptest.BIN, "server", "--listen", addr, "--report-dir", report],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        try:
+            token = os.path.join(report, ".perftracker", "token")
+            self.assertTrue(ptest.wait_until(lambda: os.path.exists(token), 30), "no token made")
+            self.assertEqual(mode(token), 0o600)
+            watch = os.path.join(self.tmp, "squatter_traces")
+            os.mkdir(watch, 0o700)
+            os.chown(watch, NOBODY, -1)
+            squat = subprocess.run(["runuser", "-u", "nobody", "--", ptest.BIN, "agent", "--server",
+                                    addr, "--watch", watch, "--job-id", "squatter"],
+                                   capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(squat.returncode, 0, squat.stderr)
+            self.assertIn("token", squat.stderr)
+            st = subprocess.run([ptest.BIN, "status", "--report-dir", report], capture_output=True,
+                                text=True, timeout=60)
+            self.assertEqual(st.returncode, 0, st.stderr)
+            self.assertIn("job: none yet", st.stdout)
+            # The user's own agent, with the token, registers its job; status names it.
+            mine = os.path.join(self.tmp, "my_traces")
+            os.mkdir(mine, 0o700)
+            agent = subprocess.Popen([ptest.BIN, "agent", "--server", addr, "--token-file", token,
+                                      "--watch", mine, "--job-id", "mine", "--ranks", "0"],
+                                     stdout=log, stderr=subprocess.STDOUT)
+            try:
+                def held():
+                    out = subprocess.run([ptest.BIN, "status", "--report-dir", report],
+                                         capture_output=True, text=True, timeout=60).stdout
+                    return "job: 'mine' holds this server (1 of its agents connected)" in out
+                self.assertTrue(ptest.wait_until(held, 30))
+            finally:
+                agent.terminate()
+                agent.wait(timeout=30)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
     def test_names_reach_the_terminal_with_their_control_characters_escaped(self):
         trace = os.path.join(self.tmp, "evil.json")
         evil = "aten::mm\x1b]0;owned\x07\x1b[2J"

@@ -40,6 +40,13 @@ def make_pki(tmp, ip):
     return f
 
 
+def token_of(report):
+    """The token file a `perftracker server` makes in REPORT, once it has made it."""
+    path = os.path.join(report, ".perftracker", "token")
+    assert wait_for(lambda: os.path.exists(path), 30), f"{path}: the server made no token"
+    return path
+
+
 # A worker as src/worker/protocol.md describes it, without torch: it reports an iteration every
 # 50 ms and answers a profile command by MODE: "report" sends TRACE as its window's trace, "die"
 # kills itself (SIGKILL: no exit message), "stuck" reports no iteration any more.
@@ -133,16 +140,17 @@ class ServerAgent(unittest.TestCase):
         addr = f"127.0.0.1:{port}"
         report = os.path.join(self.tmp, "report")
         server = self.start("server", "--listen", addr, "--report-dir", report)
+        tok = token_of(report)  # the server's own token (issue 26): agents and clients need it
         folders = []
         for r in range(2):
             d = os.path.join(self.tmp, f"node{r}")
             os.makedirs(d, 0o700)  # a watched folder must be private (issue 26)
             folders.append(d)
-            self.start("agent", "--server", addr, "--watch", d, "--ranks", str(r))
+            self.start("agent", "--server", addr, "--token-file", tok, "--watch", d, "--ranks", str(r))
         # Both agents registered before the trigger, so the window waits for both ranks.
-        self.assertTrue(wait_for(lambda: "agents: 2" in ptest.run(["status", "--server", addr]).stdout),
+        self.assertTrue(wait_for(lambda: "agents: 2" in ptest.run(["status", "--report-dir", report]).stdout),
                         self.log())
-        t = ptest.run(["trigger", "--server", addr])
+        t = ptest.run(["trigger", "--report-dir", report])
         self.assertEqual(t.returncode, 0, t.stderr)
         self.assertIn("window 1", t.stdout)
         time.sleep(0.5)  # the agents receive the command
@@ -158,8 +166,9 @@ class ServerAgent(unittest.TestCase):
         self.assertEqual(d["schema"], "perftracker.diagnosis/1")
         self.assertEqual(sorted(d["job"]["ranks"]), [0, 1], self.log())
         self.assertTrue(os.path.exists(os.path.join(report, "windows", "1", "diagnosis.json")))
-        st = ptest.run(["status", "--server", addr])
+        st = ptest.run(["status", "--report-dir", report])
         self.assertIn("window 1 done", st.stdout)
+        self.assertIn("2 of its agents connected", st.stdout)
         self.assertIn("summary", self.log())
         server.send_signal(signal.SIGTERM)
         self.assertEqual(server.wait(timeout=15), 0, self.log())
@@ -168,13 +177,15 @@ class ServerAgent(unittest.TestCase):
     def test_upload_retried_while_server_is_down(self):
         port = free_port()
         addr = f"127.0.0.1:{port}"
-        server = self.start("server", "--listen", addr, "--report-dir", os.path.join(self.tmp, "r"))
+        report = os.path.join(self.tmp, "r")
+        server = self.start("server", "--listen", addr, "--report-dir", report)
+        tok = token_of(report)
         d = os.path.join(self.tmp, "node0")
         os.makedirs(d, 0o700)  # a watched folder must be private (issue 26)
-        agent = self.start("agent", "--server", addr, "--watch", d, "--ranks", "0")
-        self.assertTrue(wait_for(lambda: "agents: 1" in ptest.run(["status", "--server", addr]).stdout),
+        agent = self.start("agent", "--server", addr, "--token-file", tok, "--watch", d, "--ranks", "0")
+        self.assertTrue(wait_for(lambda: "agents: 1" in ptest.run(["status", "--report-dir", report]).stdout),
                         self.log())
-        self.assertEqual(ptest.run(["trigger", "--server", addr]).returncode, 0)
+        self.assertEqual(ptest.run(["trigger", "--report-dir", report]).returncode, 0)
         time.sleep(0.5)  # the agent receives the window command
         server.kill()
         server.wait()
@@ -199,7 +210,8 @@ class ServerAgent(unittest.TestCase):
         self.start("server", "--listen", addr, "--report-dir", report, "--max-seconds", "2",
                    "--grace-seconds", "3")
         sock = os.path.join(self.tmp, "agent.sock")
-        self.start("agent", "--server", addr, "--socket", sock, "--trace-dir",
+        tok = token_of(report)
+        self.start("agent", "--server", addr, "--token-file", tok, "--socket", sock, "--trace-dir",
                    os.path.join(self.tmp, "traces"), "--ranks", "0,1,2")
         self.assertTrue(wait_for(lambda: os.path.exists(sock)), self.log())
         # The agent reads traces only inside its trace folder (issue 26).
@@ -216,11 +228,11 @@ class ServerAgent(unittest.TestCase):
                 stderr=subprocess.STDOUT))
         # Every rank's iterations reach the server (a registered rank is listed at step -1).
         def iterating():
-            out = ptest.run(["status", "--server", addr]).stdout
+            out = ptest.run(["status", "--report-dir", report]).stdout
             steps = re.findall(r"rank \d+ on .*?: last step (-?\d+)", out)
             return len(steps) == 3 and min(int(x) for x in steps) >= 5
         self.assertTrue(wait_for(iterating), self.log())
-        t = ptest.run(["trigger", "--server", addr])
+        t = ptest.run(["trigger", "--report-dir", report])
         self.assertEqual(t.returncode, 0, t.stderr)
         path = os.path.join(report, "windows", "1", "diagnosis.json")
         self.assertTrue(wait_for(lambda: os.path.exists(path), 60), self.log())
@@ -241,7 +253,7 @@ class ServerAgent(unittest.TestCase):
         port = free_port()
         addr = f"127.0.0.2:{port}"  # still loopback traffic, but not 127.0.0.1
         report = os.path.join(self.tmp, "report")
-        p = ptest.run(["server", "--listen", addr, "--report-dir", report])
+        p = ptest.run(["server", "--listen", addr, "--report-dir", report, "--insecure-no-token"])
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("token", p.stderr)
         # Token files are private (0600) and 16 characters at least: tests/test_hardening.py.

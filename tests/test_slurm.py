@@ -124,8 +124,11 @@ class Slurm(unittest.TestCase):
             server = subprocess.Popen([ptest.BIN, "server", "--listen", addr, "--report-dir",
                                        server_dir], stdout=log, stderr=log)
         try:
+            token = os.path.join(server_dir, ".perftracker", "token")  # the server's own (issue 26)
+            self.assertTrue(wait_until(lambda: os.path.exists(token), 30), "no token")
             port = str(free_port())
-            run = (f"exec {ptest.BIN} run --nproc 2 --server {addr} --master-addr 127.0.0.1 "
+            run = (f"exec {ptest.BIN} run --nproc 2 --server {addr} --token-file {token} "
+                   f"--master-addr 127.0.0.1 "
                    f"--master-port {port} --job-id pernode --report-dir "
                    f"{self.tmp}/pernode-$SLURMD_NODENAME -- {ptest.TORCH_PYTHON} {TRAIN} --iters 400")
             p = subprocess.run(["srun", "-N", "2", "--ntasks-per-node=1", "sh", "-c", run],

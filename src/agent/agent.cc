@@ -610,7 +610,16 @@ StatusOr<std::string> ServerStatus(const std::string& server, const std::string&
     req.set_rank_offset(offset);
     v1::StatusReply reply;
     PT_RETURN_IF_ERROR(FromGrpc(stub->Status(&ctx, req, &reply), "status"));
-    if (page == 0) out += fmt::format("agents: {}\n", reply.agents());
+    if (page == 0) {
+      out += reply.agents() == 0 && reply.job_id().empty()
+                 ? std::string("job: none yet\n")
+                 : fmt::format("job: {} holds this server ({} of its agents connected)\n",
+                               reply.job_id().empty()
+                                   ? std::string("one without a --job-id")
+                                   : fmt::format("'{}'", log::Printable(reply.job_id())),
+                               reply.connected_agents());
+      out += fmt::format("agents: {}\n", reply.agents());
+    }
     for (const auto& r : reply.ranks())
       out += fmt::format("rank {} on {}: last step {}, last {:.2f} ms, mean {:.2f} ms\n", r.rank(),
                          log::Printable(r.host()), r.last_step(), r.last_iteration_ms(),

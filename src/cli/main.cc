@@ -537,7 +537,12 @@ void AddServerCommands(CLI::App& app, OnlineCommands* c) {
   server->add_option("--listen", online.listen, "address:port (non-loopback needs --token-file)");
   server->add_option("--report-dir", online.report_dir, "where diagnoses and the database go")
       ->required();
-  server->add_option("--token-file", online.token_file, "shared token agents must present");
+  server->add_option("--token-file", online.token_file,
+                     "shared token agents must present (default: one the server makes, in "
+                     "REPORT_DIR/.perftracker/token)");
+  server->add_flag("--insecure-no-token", online.no_token,
+                   "no token at all (loopback only): any local process may register, trigger and "
+                   "read status");
   server->add_option("--metrics", online.metrics,
                      "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)");
   AddTlsFlags(server, &online.tls, /*server=*/true);

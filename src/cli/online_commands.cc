@@ -69,9 +69,23 @@ std::string ForNode(std::string path) {
   return path.replace(at, 6, NodeName());
 }
 
+// The token a standalone server wants: --token-file's, none with --insecure-no-token, else its
+// own, kept in REPORT_DIR/.perftracker/token (made once, the same after a restart, so agents
+// holding the file reconnect).
+StatusOr<std::string> ServerToken(const OnlineFlags& f) {
+  if (!f.token_file.empty()) return Token(f);
+  if (f.no_token) return std::string();
+  PT_RETURN_IF_ERROR(MakeOwnFolder(f.report_dir, "report folder"));
+  auto earlier = ReadRunCredentials(f.report_dir);
+  if (earlier.ok()) return earlier->token;
+  return NewToken();
+}
+
 Status RunServer(const OnlineFlags& f) {
   UsePrivateUmask();  // its database, log and reports are the user's alone
-  auto token = Token(f);
+  if (f.no_token && !f.token_file.empty())
+    return InvalidArgument("server: --insecure-no-token and --token-file contradict each other");
+  auto token = ServerToken(f);
   if (!token.ok()) return token.status();
   server::ServerOptions o;
   o.listen = f.listen;
@@ -104,6 +118,21 @@ Status RunServer(const OnlineFlags& f) {
   server::CollectorServer* raw = s->get();
   std::fprintf(stderr, "perftracker server: listening on %s (port %d)\n", f.listen.c_str(),
                raw->port());
+  if (!o.token.empty()) {
+    const std::string host = f.listen.substr(0, f.listen.rfind(':'));
+    if (Status st =
+            WriteRunCredentials(f.report_dir, {fmt::format("{}:{}", host, raw->port()), o.token});
+        !st.ok())
+      return st;
+    std::fprintf(stderr,
+                 "perftracker server: callers need the token in %s/token (agents and run "
+                 "--server: --token-file that file; status and trigger: --report-dir %s)\n",
+                 CredentialsDir(f.report_dir).c_str(), f.report_dir.c_str());
+  } else {
+    std::fprintf(stderr,
+                 "perftracker server: no token (--insecure-no-token): any local process may "
+                 "register, trigger and read status\n");
+  }
   if (raw->metrics_port())
     std::fprintf(stderr, "perftracker server: metrics at http://%s:%d/metrics\n",
                  f.metrics.substr(0, f.metrics.rfind(':')).c_str(), raw->metrics_port());

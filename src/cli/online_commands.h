@@ -25,6 +25,7 @@ struct OnlineFlags {
   std::string server;  // status, trigger: else from --report-dir
   std::string report_dir;
   std::string token_file;
+  bool no_token = false;  // server: --insecure-no-token (no token made: anyone may call it)
   std::string job_id;
   TlsFiles tls;
   std::string watch_dir;

@@ -279,6 +279,8 @@ struct CollectorServer::Impl final
   // for those; one that registered none (a folder-watching agent) for any rank no other agent
   // registered. An unknown id is NOT_FOUND, which tells an agent to register again.
   grpc::Status OwnsLocked(const std::string& id, int rank);
+  // Agents with a command stream open or a call in the last kAgentConnectedSeconds (mu held).
+  size_t ConnectedAgentsLocked() const;
 
   // Each call Guarded, then its Do*.
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,

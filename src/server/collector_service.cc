@@ -100,6 +100,16 @@ grpc::Status CollectorServer::Impl::Status(grpc::ServerContext* ctx, const v1::S
   return Guarded("Status", [&] { return DoStatus(ctx, req, reply); });
 }
 
+size_t CollectorServer::Impl::ConnectedAgentsLocked() const {
+  // Connected: a command stream open, or a call in the last seconds (an agent reconnects within
+  // a second or two). A job that ended leaves agents with neither.
+  const auto now = std::chrono::steady_clock::now();
+  return std::count_if(agents.begin(), agents.end(), [&](const auto& kv) {
+    return kv.second.stream != nullptr ||
+           now - kv.second.last_seen < std::chrono::seconds(kAgentConnectedSeconds);
+  });
+}
+
 grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
                                                const v1::RegisterRequest* req,
                                                v1::RegisterReply* reply) {
@@ -115,14 +125,7 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
   // One job at a time: two jobs' ranks in one diagnosis would compare rank 0 of one job with
   // rank 0 of the other. Once the first job's agents are gone (expired), a new job starts.
   if (!job_key || *job_key != req->job_id()) {
-    // Connected: a command stream open, or a call in the last seconds (an agent reconnects
-    // within a second or two). A job that ended leaves agents with neither.
-    const auto now = std::chrono::steady_clock::now();
-    const bool connected = std::any_of(agents.begin(), agents.end(), [&](const auto& kv) {
-      return kv.second.stream != nullptr ||
-             now - kv.second.last_seen < std::chrono::seconds(kAgentConnectedSeconds);
-    });
-    if (job_key && connected) {
+    if (job_key && ConnectedAgentsLocked() > 0) {
       return {grpc::StatusCode::FAILED_PRECONDITION,
               fmt::format("this server collects job '{}' (its agents are connected); job '{}' "
                           "needs a server of its own",
@@ -452,6 +455,8 @@ grpc::Status CollectorServer::Impl::DoStatus(grpc::ServerContext* ctx, const v1:
   const int limit = req->max_ranks() > 0 ? std::min(req->max_ranks(), kPageRanks) : kPageRanks;
   std::lock_guard lk(mu);
   reply->set_agents(static_cast<int>(agents.size()));
+  if (job_key) reply->set_job_id(*job_key);
+  reply->set_connected_agents(static_cast<int>(ConnectedAgentsLocked()));
   reply->set_total_ranks(static_cast<int>(ranks.size()));
   reply->set_total_windows(static_cast<int>(windows.size()));
   const int offset = std::max(req->rank_offset(), 0);
