@@ -60,6 +60,14 @@ using perftracker::pattern::FunctionPattern;
 using perftracker::pattern::RankSummary;
 using perftracker::trace::EventKind;
 
+// The server's token (DIR/.perftracker/token, which a server started without --token-file
+// writes), sent with every call as the agents send theirs.
+std::string g_token;
+
+void Auth(grpc::ClientContext* ctx) {
+  if (!g_token.empty()) ctx->AddMetadata("x-perftracker-token", g_token);
+}
+
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -338,7 +346,12 @@ int main(int argc, char** argv) {
   }
   auto wait_up = Clock::now();
   while (true) {
+    if (g_token.empty()) {
+      std::ifstream in(dir + "/.perftracker/token");
+      std::getline(in, g_token);
+    }
     grpc::ClientContext ctx;
+    Auth(&ctx);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     v1::StatusReply st;
     if (stubs[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) break;
@@ -378,6 +391,7 @@ int main(int argc, char** argv) {
       pool.emplace_back([&] {
         for (int r = next++; r < agents; r = next++) {
           grpc::ClientContext ctx;
+          Auth(&ctx);
           ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
           v1::RegisterRequest req;
           req.set_host(fmt::format("node-{}", r * per_agent / 8));
@@ -394,6 +408,7 @@ int main(int argc, char** argv) {
   int registered = -1;
   {
     grpc::ClientContext ctx;
+    Auth(&ctx);
     v1::StatusReply st;
     if (stubs[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) registered = st.agents();
   }
@@ -423,6 +438,7 @@ int main(int argc, char** argv) {
             }
           }
           grpc::ClientContext ctx;
+          Auth(&ctx);
           ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
           v1::ReportIterationsReply reply;
           if (!stubs[a % channels]->ReportIterations(&ctx, req, &reply).ok()) ++it_failed;
@@ -450,6 +466,7 @@ int main(int argc, char** argv) {
     auto t_watch = Clock::now();
     for (int r = 0; r < agents; ++r) {
       auto w = std::make_unique<Watch>();
+      Auth(&w->ctx);
       v1::WatchRequest req;
       req.set_agent_id(agent_ids[r]);
       w->reader = stubs[r % channels]->AsyncWatchCommands(
@@ -487,6 +504,7 @@ int main(int argc, char** argv) {
   auto t_trigger = Clock::now();
   {
     grpc::ClientContext ctx;
+    Auth(&ctx);
     v1::TriggerReply tr;
     stubs[0]->Trigger(&ctx, v1::TriggerRequest(), &tr);
   }
@@ -512,6 +530,7 @@ int main(int argc, char** argv) {
   int started = 0;
   auto start_one = [&](int r) {
     auto c = std::make_unique<Call>();
+    Auth(&c->ctx);
     c->ctx.set_deadline(std::chrono::system_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
     const int a = r / per_agent;
