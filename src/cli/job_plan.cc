@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "base/credentials.h"
+#include "base/net.h"
 
 namespace perftracker::cli {
 
@@ -19,6 +20,14 @@ Status CheckServerOptions(const RunOptions& o) {
     return InvalidArgument(
         "run: --metrics serves the embedded server's metrics; with --server ADDR, give "
         "`perftracker server` its --metrics");
+  // The embedded server has no certificate: off loopback its token would cross the network in
+  // clear text. Ranks on other hosts report to a `perftracker server` with TLS (--server).
+  if (!IsLoopbackAddress(o.listen))
+    return InvalidArgument(fmt::format(
+        "run: --listen {}: the embedded server listens on loopback only (it has no TLS "
+        "certificate); for agents on other hosts start `perftracker server --listen HOST:PORT "
+        "--tls-cert C --tls-key K` and give run --server HOST:PORT --tls-ca CA --token-file F",
+        o.listen));
   return Status::Ok();
 }
 

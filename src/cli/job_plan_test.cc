@@ -42,6 +42,17 @@ TEST(JobPlanTest, MetricsOnlyForTheEmbeddedServer) {
   EXPECT_TRUE(CheckServerOptions(o).ok());
 }
 
+TEST(JobPlanTest, TheEmbeddedServerListensOnLoopbackOnly) {
+  RunOptions o = WithCommand();
+  o.listen = "127.0.0.1:50551";
+  EXPECT_TRUE(CheckServerOptions(o).ok());
+  o.listen = "0.0.0.0:50551";  // no certificate: the token would cross the network in clear
+  const Status st = CheckServerOptions(o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("loopback only"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--server"), std::string::npos) << st.message();
+}
+
 TEST(JobPlanTest, EmbeddedServerTakesTheRunsWindowOptions) {
   RunOptions o = WithCommand();
   o.listen = "127.0.0.1:7000";

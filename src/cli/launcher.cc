@@ -263,8 +263,8 @@ class JobLauncher {
     if (!embedded_) step.tls_ca = o_.tls.ca;
     if (IsLoopbackAddress(server_addr_))
       log::Detail("",
-                  "agents reach the server at {}: nodes on other hosts need --listen HOST:PORT "
-                  "(with TLS) or --server",
+                  "agents reach the server at {}: nodes on other hosts need a `perftracker "
+                  "server` with TLS (run --server)",
                   server_addr_);
     // Their lines (and srun's) go to REPORT_DIR/agents.log, not the user's terminal.
     const std::string agents_log = (fs::path(report_dir_) / "agents.log").string();

@@ -249,6 +249,13 @@ int RunSummarize(const std::vector<std::string>& traces, const std::string& out)
   if (traces.size() == 1 && !std::filesystem::is_directory(traces[0])) {
     auto summary = pt::pattern::SummarizeTrace(traces[0]);
     if (!summary.ok()) return Fail(summary.status());
+    // -o summaries/rank-3.summary: its folder is made as the several-trace form makes OUT.
+    std::error_code ec;
+    const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec)
+      return Fail(pt::InvalidArgument(
+          fmt::format("{}: cannot create folder: {}", parent.string(), ec.message())));
     pt::Status st = pt::pattern::WriteSummaryFile(*summary, out);
     return st.ok() ? 0 : Fail(st);
   }
@@ -484,8 +491,8 @@ void AddSimulateCommand(CLI::App& app, OfflineCommands* c) {
   simulate->add_option("--threads", sim.threads, "writer threads (default 2)");
   simulate->footer(
       "Example:\n  perftracker simulate --workers 1024 --layout tp=8,pp=4 "
-      "--fault slow-gpu@rank=77 --seed 1 -o /tmp/sim\n"
-      "  perftracker diagnose /tmp/sim/summaries");
+      "--fault slow-gpu@rank=77 --seed 1 -o sim/\n"
+      "  perftracker diagnose sim/summaries");
 }
 
 int DispatchOffline(const OfflineCommands& c) {
@@ -558,8 +565,10 @@ void AddServerCommands(CLI::App& app, OnlineCommands* c) {
   server->add_option("--profile-every", online.profile_every,
                      "also profile a window every DURATION (e.g. 15m)");
   server->footer(
-      "Example:\n  perftracker server --listen 127.0.0.1:50551 --report-dir reports/\n"
-      "  perftracker server --listen 0.0.0.0:50551 --token-file token --report-dir reports/");
+      "Examples (its token: reports/.perftracker/token):\n"
+      "  perftracker server --listen 127.0.0.1:50551 --report-dir reports/\n"
+      "  perftracker server --listen 0.0.0.0:50551 --tls-cert server.crt --tls-key server.key "
+      "--report-dir reports/");
   CLI::App* agent_cmd = c->agent =
       app.add_subcommand("agent", "the node agent: relays and uploads windows");
   agent_cmd->add_option("--server", online.server, "server address:port")->required();
@@ -582,9 +591,10 @@ void AddServerCommands(CLI::App& app, OnlineCommands* c) {
                         "instead of --socket: a folder where workers' traces appear");
   agent_cmd->add_option("--ranks", online.ranks, "local ranks (when known)")->delimiter(',');
   agent_cmd->footer(
-      "Example:\n  perftracker agent --server head:50551 --token-file token --socket "
-      "/tmp/pt-agent.sock --ranks 0,1,2,3\n"
-      "  perftracker agent --server head:50551 --token-file token --watch /tmp/traces "
+      "Examples (token: a copy of the server's; off loopback with TLS):\n"
+      "  perftracker agent --server head:50551 --tls-ca ca.crt --token-file token --socket "
+      "agent/agent.sock --ranks 0,1,2,3\n"
+      "  perftracker agent --server head:50551 --tls-ca ca.crt --token-file token --watch traces/ "
       "--ranks 0,1,2,3");
 }
 
@@ -607,7 +617,9 @@ void AddRunCommand(CLI::App& app, OnlineCommands* c) {
                   "where diagnosis.json, windows/ and the traces go");
   run->add_option("--server", run_opts.server,
                   "a running perftracker server (default: one inside this launcher)");
-  run->add_option("--listen", run_opts.listen, "the embedded server's address");
+  run->add_option("--listen", run_opts.listen,
+                  "the embedded server's address, on loopback (default 127.0.0.1:0; ranks on other "
+                  "hosts: --server)");
   run->add_option("--metrics", run_opts.metrics,
                   "serve Prometheus metrics of the embedded server at http://ADDR/metrics "
                   "(e.g. 127.0.0.1:9464)");
@@ -660,10 +672,11 @@ void AddClientCommands(CLI::App& app, OnlineCommands* c) {
   }
   trigger->footer(
       "Examples:\n  perftracker trigger --report-dir perftracker-report/   (a running "
-      "`perftracker run`)\n  perftracker trigger --server head:50551 --token-file token");
+      "`perftracker run`)\n  perftracker trigger --server head:50551 --tls-ca ca.crt --token-file "
+      "token");
   status->footer(
       "Examples:\n  perftracker status --report-dir perftracker-report/\n"
-      "  perftracker status --server 127.0.0.1:50551");
+      "  perftracker status --server 127.0.0.1:50551 --token-file reports/.perftracker/token");
   CLI::App* report_cmd = c->report = app.add_subcommand(
       "report", "the HTML page of a run's report folder (what its server stored)");
   report_cmd
