@@ -105,6 +105,11 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
 int CollectorServer::port() const { return impl_->port; }
 int CollectorServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
 
+std::string CollectorServer::MetricsText() const {
+  std::lock_guard lk(impl_->mu);
+  return impl_->MetricsLocked();
+}
+
 RunSummary CollectorServer::Summary() const {
   std::lock_guard lk(impl_->mu);
   RunSummary r;

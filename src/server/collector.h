@@ -84,6 +84,9 @@ class CollectorServer {
   // first failure say about how the job ended. Idempotent.
   void Shutdown();
   RunSummary Summary() const;
+  // The text /metrics serves, rendered now (under the server's lock, as the endpoint's render
+  // thread does): for tests and benchmarks without an HTTP client.
+  std::string MetricsText() const;
 
   struct Impl;
 

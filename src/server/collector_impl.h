@@ -115,6 +115,9 @@ struct CollectorServer::Impl final
   std::map<std::string, uint64_t> triggers_total;                          // slowdown, hang, user
   uint64_t upload_bytes_total = 0;
   uint64_t uploads_accepted = 0, uploads_refused = 0;
+  // Summaries inflated and decoded: an upload refused before (not the agent's rank, no window
+  // open) costs no decoding.
+  uint64_t summaries_decoded = 0;
   std::unique_ptr<MetricsHttp> metrics;
   int windows_diagnosed = 0;
   int hangs_diagnosed = 0;

@@ -85,6 +85,10 @@ std::string CollectorServer::Impl::MetricsLocked() const {
   head("perftracker_upload_bytes_total", "counter", "Bytes of rank summaries accepted.");
   fmt::format_to(std::back_inserter(out), "perftracker_upload_bytes_total{{job=\"{}\"}} {}\n", job,
                  upload_bytes_total);
+  head("perftracker_summaries_decoded_total", "counter",
+       "Rank summaries inflated and decoded (an upload refused first costs none).");
+  fmt::format_to(std::back_inserter(out), "perftracker_summaries_decoded_total{{job=\"{}\"}} {}\n",
+                 job, summaries_decoded);
   head("perftracker_uploads_total", "counter", "Rank summary uploads, accepted or refused.");
   fmt::format_to(std::back_inserter(out),
                  "perftracker_uploads_total{{job=\"{}\",result=\"accepted\"}} {}\n", job,

@@ -310,6 +310,7 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   lk.unlock();
   auto parsed = Window::Parse(up, req->window_id());
   lk.lock();
+  ++summaries_decoded;
   if (auto refused = admit()) return *refused;
   auto it = windows.find(req->window_id());
   if (!parsed.ok()) {

@@ -605,12 +605,18 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
   EXPECT_FALSE(ur.accepted());
   EXPECT_NE(ur.message().find("another agent"), std::string::npos) << ur.message();
+  // Refused before its summary was inflated: ownership is checked first.
+  const std::string decoded = "perftracker_summaries_decoded_total{job=\"\"} ";
+  EXPECT_NE((*server)->MetricsText().find(decoded + "0\n"), std::string::npos)
+      << (*server)->MetricsText();
   up.set_agent_id("agent-2");  // a guess
   EXPECT_EQ(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).error_code(),
             grpc::StatusCode::NOT_FOUND);
   up.set_agent_id(b);
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
   EXPECT_TRUE(ur.accepted()) << ur.message();
+  EXPECT_NE((*server)->MetricsText().find(decoded + "1\n"), std::string::npos)
+      << (*server)->MetricsText();
   // The window closes (rank 0 never uploads: its deadline); a second user trigger from this
   // host within the cooldown is refused, with when to try again.
   for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/diagnosis.json"); ++i)
