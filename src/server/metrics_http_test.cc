@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <mutex>
 #include <string>
@@ -71,6 +72,12 @@ int Idle(int port) {
   return fd;
 }
 
+// Whether the server still holds FD open (it sent nothing and did not close it).
+bool StillOpen(int fd) {
+  char c;
+  return recv(fd, &c, 1, MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -83,17 +90,16 @@ TEST(MetricsHttpTest, IdleConnectionsDoNotDelayAScrape) {
   std::vector<int> idle;
   for (int i = 0; i < 8; ++i) idle.push_back(Idle(port));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all accepted first
-  const auto t = std::chrono::steady_clock::now();
   const std::string r = Ask(port, "GET /metrics HTTP/1.1\r\n\r\n");
-  EXPECT_LT(SecondsSince(t), 0.5);
   EXPECT_EQ(r.substr(r.find("\r\n\r\n") + 4), "up 1\n");
-  // As many idle clients as it serves at once: the next waits for a slot, no longer than the
-  // idle ones' read deadline.
+  // Answered while every idle client is still held open: a server serving one connection at a
+  // time would have answered only after timing them out. (No timing: it gates no unit test.)
+  for (int fd : idle) EXPECT_TRUE(StillOpen(fd));
+  // As many idle clients as it serves at once: the next waits for a slot (the idle ones' read
+  // deadline) and is answered.
   for (int i = 8; i < MetricsHttp::kMaxConnections; ++i) idle.push_back(Idle(port));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  const auto t2 = std::chrono::steady_clock::now();
   EXPECT_EQ(Ask(port, "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
-  EXPECT_LT(SecondsSince(t2), MetricsHttp::kReadMillis / 1e3 + 1);
   for (int fd : idle) close(fd);
 }
 
@@ -111,28 +117,31 @@ TEST(MetricsHttpTest, ARenderHeldUpDelaysNoOneAndScrapesTakeTheLastSnapshot) {
     return at == std::string::npos ? std::string() : r.substr(at + 4);
   };
   EXPECT_EQ(body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n")), "renders 1\n");
-  // Scrapes in quick succession share one snapshot: one render, one lock.
-  for (int i = 0; i < 5; ++i)
-    EXPECT_EQ(body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n")), "renders 1\n");
-  EXPECT_EQ(renders, 1);
+  // Scrapes in quick succession share one snapshot: one render, one lock (when the machine is
+  // so loaded that they spread over more than kFreshMillis, fewer renders than scrapes).
+  const auto quick = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) Ask(port, "GET /metrics HTTP/1.1\r\n\r\n");
+  if (SecondsSince(quick) < MetricsHttp::kFreshMillis / 1e3)
+    EXPECT_EQ(renders, 1);
+  else
+    EXPECT_LT(renders, 6);
   std::this_thread::sleep_for(std::chrono::milliseconds(MetricsHttp::kFreshMillis + 100));
+  std::string held;
   {
     std::lock_guard busy(server_lock);  // the server busy under its lock
-    auto t = std::chrono::steady_clock::now();
+    // Answered while the lock is held (a server rendering per scrape would block here).
     EXPECT_EQ(Ask(port, "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
-    EXPECT_LT(SecondsSince(t), 0.5);
-    t = std::chrono::steady_clock::now();
-    // Too old to be fresh, and the render is stuck: the last snapshot after the wait.
-    EXPECT_EQ(body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n")), "renders 1\n");
+    const auto t = std::chrono::steady_clock::now();
+    // Too old to be fresh, and the render is stuck: the last snapshot, after the wait.
+    held = body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n"));
+    EXPECT_EQ(held.rfind("renders ", 0), 0u);
+    EXPECT_EQ(held, fmt::format("renders {}\n", renders.load()));
     EXPECT_GE(SecondsSince(t), MetricsHttp::kRenderWaitMillis / 1e3 - 0.1);
-    EXPECT_LT(SecondsSince(t), MetricsHttp::kRenderWaitMillis / 1e3 + 0.5);
   }
-  // The lock free again: a new snapshot at once.
-  const auto t = std::chrono::steady_clock::now();
+  // The lock free again: the stuck render completes, and a scrape gets that newer snapshot.
   const std::string after = body(Ask(port, "GET /metrics HTTP/1.1\r\n\r\n"));
-  EXPECT_LT(SecondsSince(t), 0.5);
   EXPECT_EQ(after.rfind("renders ", 0), 0u);
-  EXPECT_NE(after, "renders 1\n");
+  EXPECT_NE(after, held);
 }
 
 TEST(MetricsHttpTest, LabelValuesAreEscaped) {
