@@ -66,6 +66,16 @@ double ThrottledShare(const std::map<std::string, double>& m) {
   return throttled / periods;
 }
 
+bool TighterQuota(const RankMetrics& metrics, int rank, double quota) {
+  if (std::isnan(quota) || quota <= 0) return false;
+  // A peer without a quota (-1) is held by none: any quota of the rank's is tighter.
+  const double peers = PeersMedian(metrics, rank, [](const std::map<std::string, double>& p) {
+    const double q = Get(p, "cgroup.quota_cpus");
+    return std::isnan(q) ? q : q <= 0 ? std::numeric_limits<double>::infinity() : q;
+  });
+  return !std::isnan(peers) && quota <= peers * policy::kQuotaTighter;
+}
+
 double RunQueueWaitPerCpu(const std::map<std::string, double>& m) {
   const double run = Get(m, "proc.run_s");
   const double wait = Get(m, "proc.runq_wait_s");
@@ -80,11 +90,15 @@ bool CpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
   const double share = ThrottledShare(it->second);
   if (std::isnan(share) || share < policy::kThrottledShare) return false;
   const double peers = PeersMedian(in.metrics, rank, ThrottledShare);
-  // Throttled alike, the peers are no yardstick: an all-rank limit, not this rank's.
-  if (!std::isnan(peers) && peers > share * policy::kThrottledPeersAtMost) return false;
   const std::map<std::string, double>& m = it->second;
-  const double throttled_s = Get(m, "cgroup.throttled_s");
   const double quota = Get(m, "cgroup.quota_cpus");
+  // Throttled alike, the peers are no yardstick: an all-rank limit, not this rank's; unless the
+  // rank's own quota is far tighter than theirs (peers in a container its CPU limit throttles,
+  // the rank in a cgroup of its own).
+  if (!std::isnan(peers) && peers > share * policy::kThrottledPeersAtMost &&
+      !TighterQuota(in.metrics, rank, quota))
+    return false;
+  const double throttled_s = Get(m, "cgroup.throttled_s");
   const double window = Get(m, "window.seconds");
   f->evidence["throttled_periods_share"] = share;
   if (!std::isnan(peers)) f->evidence["peers_throttled_periods_share"] = peers;
@@ -332,6 +346,9 @@ std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
     // call sites of the op (aten::mm's backward, a fill of another buffer) are no comparison.
     d.ratio = pattern::DataInputRatio(s.dims, d.peers_dims);
     if (d.ratio < policy::kMoreWorkRatio) continue;
+    // The shapes compared are where each rank's time went most; more data shows in the mean of
+    // all calls too (a throttled rank's time can go to another of the same shapes).
+    if (s.elements < d.peers_elements * policy::kMoreWorkElementsAtLeast) continue;
     d.peers_per_iter_us = internal::Median(p.per_iter_us);
     d.rise_us = d.fn->per_iter_us - d.peers_per_iter_us;
     out.push_back(std::move(d));

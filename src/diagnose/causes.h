@@ -32,6 +32,10 @@ using pattern::RankMetrics;
 // Share of a rank's cgroup scheduling periods in which its CPU quota throttled it, from its
 // window metrics (NaN: no quota data, or too few periods to tell: policy kMinQuotaPeriods).
 double ThrottledShare(const std::map<std::string, double>& metrics);
+// Whether RANK's cgroup CPU QUOTA (in CPUs; <= 0 or NaN: none) is far tighter than its peers'
+// median (policy kQuotaTighter; a peer without a quota counts as unlimited): its own limit, even
+// where its peers are throttled by theirs.
+bool TighterQuota(const RankMetrics& metrics, int rank, double quota);
 // Seconds its threads waited in the run queue per second they ran (NaN: no scheduler
 // statistics).
 double RunQueueWaitPerCpu(const std::map<std::string, double>& metrics);

@@ -75,6 +75,29 @@ TEST(CpuThrottledRule, LeavesAQuotaEveryRankSharesAndAFewThrottledPeriods) {
   EXPECT_EQ(f.category, "straggler");
 }
 
+TEST(CpuThrottledRule, AFarTighterQuotaIsTheRanksOwnWherePeersAreThrottledToo) {
+  // Recorded: a 4-rank job in a 0.7-CPU cgroup (a container's CPU limit) throttled in 64% of
+  // its periods; rank 2 moved into a cgroup of 0.05 CPUs, throttled in all of them.
+  RankMetrics m = BusyHost();
+  for (auto& [r, v] : m) {
+    v["cgroup.nr_periods"] = 45;
+    v["cgroup.nr_throttled"] = r == 2 ? 45 : 29;
+    v["cgroup.quota_cpus"] = r == 2 ? 0.05 : 0.7;
+  }
+  Finding f = Straggler();
+  ASSERT_TRUE(CpuThrottledRule().Explain({m, 50}, &f));
+  EXPECT_NE(f.summary.find("quota of 0.05 CPUs"), std::string::npos) << f.summary;
+  // One quota shared (the same figure on every rank): the job's limit, not rank 2's.
+  for (auto& [r, v] : m) v["cgroup.quota_cpus"] = 0.7;
+  Finding g = Straggler();
+  EXPECT_FALSE(CpuThrottledRule().Explain({m, 50}, &g));
+  EXPECT_TRUE(TighterQuota(m, 2, 0.35));
+  EXPECT_FALSE(TighterQuota(m, 2, 0.36));
+  EXPECT_FALSE(TighterQuota(m, 2, -1));                // no quota of its own
+  for (auto& [r, v] : m) v["cgroup.quota_cpus"] = -1;  // peers without a quota
+  EXPECT_TRUE(TighterQuota(m, 2, 4));
+}
+
 TEST(RunQueueContentionRule, NamesARankTheSchedulerHoldsBack) {
   RankMetrics m = BusyHost();
   // A competing process on rank 2's core: 4 s waiting for 4 s on the CPU, peers ~0.6 s per s.
@@ -363,6 +386,16 @@ TEST(MoreWorkRule, SameShapesOrTooLittleTimeIsNoCause) {
   {
     pattern::CompactJob job;  // a fifth more rows: within the jitter of real batches
     const std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 14000, 76);
+    Finding f = Straggler();
+    EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f));
+  }
+  {
+    // Its costliest shape is larger, the mean of all its calls' inputs is not: the same calls
+    // on the same inputs, its time gone to another shape (a throttled rank's).
+    pattern::CompactJob job;
+    std::vector<pattern::CompactRank> ranks = ShapedJob(&job, 14000, 512);
+    for (size_t i = 0; i < ranks[2].shapes.size(); ++i)
+      ranks[2].shapes[i].elements = ranks[0].shapes[i].elements;
     Finding f = Straggler();
     EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f));
   }

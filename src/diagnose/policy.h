@@ -126,6 +126,10 @@ namespace perftracker::diagnose::policy {
     "now and then at a burst does not")                                                            \
   X(kThrottledPeersAtMost, 0.5, "of the rank's share",                                             \
     "peers throttled half as often or more share the limit: it is not this rank's cause")          \
+  X(kQuotaTighter, 0.5, "of the peers' median quota",                                              \
+    "a rank whose own quota is half its peers' or less is held by its own limit even where the "   \
+    "peers are throttled too (measured: a 4-rank job in a 0.7-CPU cgroup, as in a container "     \
+    "with a CPU limit, throttled in 64% of its periods; one rank moved to 0.05 CPUs, 100%)")       \
   X(kRunQueueWaitRatio, 1.5, "x the peers' wait per CPU second",                                   \
     "on a shared host every rank waits for a CPU; one denied it waits half as long again per "     \
     "second of its own CPU as its peers' median (measured: healthy ranks of a 4-rank job on 2 "    \
@@ -172,6 +176,10 @@ namespace perftracker::diagnose::policy {
   X(kMoreWorkExplainsShare, 0.3, "of the finding's impact",                                        \
     "the larger inputs' extra time must be at least 30% of what the rank loses per iteration to "  \
     "be its cause")                                                                                \
+  X(kMoreWorkElementsAtLeast, 1.05, "x the peers' mean input elements per call",                   \
+    "more data per call shows in the mean over all calls too, whichever shape took the most "      \
+    "time: a throttled rank's costliest shape can differ from its peers' with the same calls "     \
+    "on the same inputs")                                                                          \
   /* Memory growth: a rank's RSS over the run (diagnose/memory_growth.h) */                        \
   X(kMemoryWarmupIterations, 20, "iterations",                                                     \
     "allocators, caches and the first batches grow a process's memory at the start; the growth "   \
@@ -204,6 +212,11 @@ namespace perftracker::diagnose::policy {
     "wait markedly longer than in the baseline (measured: of two ranks, the one sharing its core " \
     "with a busy process went 0.71 -> 1.66 s per CPU second, its peer 0.60 -> 0.63; their median " \
     "rose 1.7x)")                                                                                  \
+  X(kEchoSlack, 1.25, "x the rise that a slow rank explains",                                     \
+    "a rise on every rank in the frames that enclose the waits is a named slow rank's echo up to " \
+    "a quarter more than the iteration's rise or the rank's cost: a function's mean and the "      \
+    "iterations' median are other samples of the same window (measured: run_backward +93.9 "      \
+    "ms/iter on every rank beside a throttled rank costing 90.4)")                                 \
   X(kBaselineMaxFindings, 3, "findings",                                                           \
     "at most the 3 largest changes since the baseline are listed: the rest are their echoes")      \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \

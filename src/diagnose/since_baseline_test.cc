@@ -217,10 +217,17 @@ TEST(SinceBaselineTest, ARiseInAPythonFunctionUpToTheSlowRanksCostIsItsEcho) {
   for (const Finding& f :
        SinceBaseline(base, now, Metrics(0, 1.0), {ThrottledRank2(58.0)}).findings)
     EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
-  // Beyond what the slow rank costs, the rise is the job's own change.
+  // Named for less than it costs (the peer comparison saw part of it), the rise as large as the
+  // iteration's is still its echo.
+  for (const Finding& f :
+       SinceBaseline(base, now, Metrics(0, 1.0), {ThrottledRank2(10.2)}).findings)
+    EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
+  // Far beyond both what the slow rank costs and the iteration's rise, the rise is the job's own
+  // change (other work gave back time meanwhile).
+  const std::vector<RankSummary> beyond = with_backward(Job(20, 84.2), 11.6 + 60);
   bool all = false;
   for (const Finding& f :
-       SinceBaseline(base, now, Metrics(0, 1.0), {ThrottledRank2(20.0)}).findings)
+       SinceBaseline(base, beyond, Metrics(0, 1.0), {ThrottledRank2(20.0)}).findings)
     all |= f.ranks == std::vector<int>{0, 1, 2, 3};
   EXPECT_TRUE(all);
 }
