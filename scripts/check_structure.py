@@ -3,11 +3,15 @@
 
 No source file under src/ may exceed MAX_FILE_LINES lines and no function
 MAX_FUNCTION_LINES lines; function extents come from Universal Ctags'
-`end:` field. Prints every offender, one line each, and exits 1 if any.
+`end:` field. No bare floating-point number in src/diagnose/ outside
+diagnose/policy.h (issue 27): a threshold is named there once, with why; a
+file's own constant is a named `constexpr` with its comment. Prints every
+offender, one line each, and exits 1 if any.
 
 Usage: scripts/check_structure.py [ROOT]   (ROOT defaults to the repo root)
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +23,61 @@ MAX_FILE_LINES = 900
 # names and tests of their own.
 MAX_FUNCTION_LINES = 150
 SOURCE_SUFFIXES = ('.cc', '.h')
+# Where every number that decides a diagnosis is named (diagnose/policy.h), and the files the
+# literal check leaves alone: the policy table itself and the tests' fixtures.
+POLICY_DIR = os.path.join('src', 'diagnose')
+POLICY_EXEMPT = ('policy.h', 'testing.h')
+# 0 and 1 are identities (an empty sum, a certainty, max(x, 0.0)), not thresholds.
+NEUTRAL_LITERALS = {'0.0', '1.0', '0.', '1.'}
+FLOAT_LITERAL = re.compile(
+    r"(?<![\w.'])(?:\d+\.\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+)[fFlL]?(?![\w.'])")
+# A file's own named constant: `constexpr double kTieBreakUs = 1e-9;`.
+NAMED_CONSTANT = re.compile(r'^\s*(?:inline\s+)?(?:static\s+)?constexpr\s+\w+\s+k[A-Z]\w*\s*=')
+
+
+def code_only(text):
+    """TEXT with comments and string/char literals blanked, line breaks kept.
+
+    'x = 0.5;  // 0.25' -> 'x = 0.5;          '; 'f("1.5")' -> 'f("   ")'
+    """
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith('//', i):
+            j = text.find('\n', i)
+            j = n if j < 0 else j
+            out.append(' ' * (j - i))
+            i = j
+        elif text.startswith('/*', i):
+            j = text.find('*/', i + 2)
+            j = n if j < 0 else j + 2
+            out.append(''.join(ch if ch == '\n' else ' ' for ch in text[i:j]))
+            i = j
+        elif c in '"\'':
+            j = i + 1
+            while j < n and text[j] != c and text[j] != '\n':
+                j += 2 if text[j] == '\\' else 1
+            out.append(c + ' ' * (min(j, n) - i - 1) + (c if j < n else ''))
+            i = j + 1
+        else:
+            out.append(c)
+            i += 1
+    return ''.join(out)
+
+
+def bare_literals(path, root):
+    """'FILE:LINE: bare number N' for each unnamed floating-point literal in PATH."""
+    with open(path, encoding='utf-8', errors='replace') as f:
+        lines = code_only(f.read()).split('\n')
+    found = []
+    for k, line in enumerate(lines, 1):
+        if NAMED_CONSTANT.match(line):
+            continue
+        for m in FLOAT_LITERAL.finditer(line):
+            if m.group(0).rstrip('fFlL') not in NEUTRAL_LITERALS:
+                found.append('%s:%d: bare number %s (name it in diagnose/policy.h)' %
+                             (os.path.relpath(path, root), k, m.group(0)))
+    return found
 
 
 def main():
@@ -48,6 +107,10 @@ def main():
         if n > MAX_FILE_LINES:
             problems.append('%s: %d lines (limit %d)' %
                             (os.path.relpath(path, root), n, MAX_FILE_LINES))
+        rel = os.path.relpath(path, root)
+        if (os.path.dirname(rel) == POLICY_DIR and not rel.endswith('_test.cc') and
+                os.path.basename(rel) not in POLICY_EXEMPT):
+            problems.extend(bare_literals(path, root))
     out = subprocess.run(
         [ctags, '--languages=C++', '--map-C++=+.h', '--c++-kinds=f',
          '--fields=+ne', '-o', '-'] + files,

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 
 sys.path.insert(0, os.path.join(ptest.SOURCE, "python"))
-from perftracker import client, config, patches, protocol  # noqa: E402
+from perftracker import client, config, identity, news, patches, protocol  # noqa: E402
 from perftracker.protocol import MessageType  # noqa: E402
 
 
@@ -389,6 +389,88 @@ class PythonSideAgrees(unittest.TestCase):
         wrapped = p._wrap_collective("all_reduce", lambda: 1, "/nonexistent/torch/")
         self.assertEqual(wrapped(), 1)
         self.assertEqual(set(p.last_collective()), set(protocol.LAST_COLLECTIVE_FIELDS))
+
+
+# ---- the _worker module's bindings, its news and the limits Python shares with C++ ----
+
+def binding_names(module_cc):
+    """The names kMethods of module.cc binds."""
+    table = module_cc[module_cc.index("PyMethodDef kMethods[]"):]
+    table = table[:table.index("{nullptr, nullptr, 0, nullptr}")]
+    return set(re.findall(r'\{"(\w+)",', table))
+
+
+def stub_names(pyi):
+    return set(re.findall(r"^def (\w+)\(", pyi, re.M))
+
+
+def compare_bindings(module_cc, pyi):
+    bound, typed = binding_names(module_cc), stub_names(pyi)
+    return ([f"{n}: bound in module.cc, not in _worker.pyi" for n in sorted(bound - typed)] +
+            [f"{n}: in _worker.pyi, not bound in module.cc" for n in sorted(typed - bound)])
+
+
+def drain_tuples(module_cc):
+    """{kind: number of fields after it} from the tuples Drain builds."""
+    body = block_after(module_cc, module_cc.index("PyObject* Drain("))
+    return {kind: len(fmt) - 1
+            for fmt, kind in re.findall(r'Py_BuildValue\("\((\w+)\)",\s*"(\w+)"', body)}
+
+
+def compare_news(tuples):
+    expected = {kind: len(t._fields) for kind, t in news.KINDS.items()}
+    expected.update({"window_done": 1, "window_failed": 1})
+    return [f"{k}: drain() gives {tuples.get(k)} fields, perftracker.news reads {expected.get(k)}"
+            for k in sorted(set(tuples) | set(expected)) if tuples.get(k) != expected.get(k)]
+
+
+def limit_values(header):
+    """{name: value} of limits.h's integer constants (values like `1 << 20`, `16u << 20`)."""
+    out = {}
+    for name, expr in re.findall(r"inline constexpr \w+ (k\w+) = ([^;]+);", header):
+        expr = re.sub(r"(\d+)u\b", r"\1", expr)
+        if re.fullmatch(r"[\d\s<+*()]+", expr):
+            out[name] = eval(expr)  # digits and operators only, checked above
+    return out
+
+
+def compare_limits(values):
+    """Python's copies of C++ limits: equal where both sides bound the same thing, no larger
+    where Python sends what the agent bounds."""
+    out = []
+    for py, cc in ((identity.MAX_WORLD_SIZE, "kMaxWorldSize"), (identity.MAX_ATTEMPT, "kMaxAttempt")):
+        if values.get(cc) != py:
+            out.append(f"{cc} is {values.get(cc)} in limits.h, {py} in identity.py")
+    for py, cc in ((config.MAX_STACK_THREADS, "kMaxStackThreads"),
+                   (config.MAX_STACK_FRAMES, "kMaxStackFrames")):
+        if cc not in values or py > values[cc]:
+            out.append(f"config.py sends up to {py} where the agent keeps {values.get(cc)} ({cc})")
+    return out
+
+
+class WorkerBindings(unittest.TestCase):
+    def test_the_stub_types_every_binding(self):
+        cc, pyi = read("src/worker/py/module.cc"), read("python/perftracker/_worker.pyi")
+        self.assertGreaterEqual(len(binding_names(cc)), 15)
+        self.assertEqual(compare_bindings(cc, pyi), [])
+        self.assertTrue(compare_bindings(cc, pyi.replace("def drain(", "def drained(")))
+
+    def test_news_reads_the_tuples_drain_builds(self):
+        cc = read("src/worker/py/module.cc")
+        tuples = drain_tuples(cc)
+        self.assertIn("iter", tuples)
+        self.assertEqual(compare_news(tuples), [])
+        self.assertTrue(compare_news(drain_tuples(cc.replace('"(sLLL)", "hang"', '"(sLL)", "hang"'))))
+        self.assertEqual(news.parse(("iter", 7, 100, 250, True)), news.Iteration(7, 100, 250, True))
+        self.assertEqual(news.parse(("window_failed", "/w")), news.WindowEnd(False, "/w"))
+        self.assertIsNone(news.parse(("hang", 1, 2)))  # a layout this version does not read
+        self.assertIsNone(news.parse(("later_kind", 1)))
+
+    def test_limits_python_shares_with_cpp(self):
+        values = limit_values(read("src/base/limits.h"))
+        self.assertEqual(compare_limits(values), [])
+        values["kMaxStackFrames"] = config.MAX_STACK_FRAMES - 1
+        self.assertTrue(compare_limits(values))
 
 
 if __name__ == "__main__":

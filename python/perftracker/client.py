@@ -14,7 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from perftracker import config, identity, protocol
+from perftracker import config, identity, news, protocol
 
 if TYPE_CHECKING:
     from perftracker.hooks import Collector
@@ -123,16 +123,16 @@ class AgentClient:
     # ---- the detector's news -> messages ----
 
     def _messages(self) -> List[Message]:
-        news = self._w.drain()
+        items = [news.parse(raw) for raw in self._w.drain()]
         with self.lock:
             msgs, self.extra = self.extra, []
         iters = []
-        for n in news:
-            if n[0] == "iter":
-                iters.append([n[1], n[2], n[3], bool(n[4])])
-                self.last_iteration = n[1]
-            elif n[0] in ("window_done", "window_failed"):
-                msgs.append(self._window_message(n[0], n[1]))
+        for n in items:
+            if isinstance(n, news.Iteration):
+                iters.append([n.index, n.start_ns, n.end_ns, bool(n.clean)])
+                self.last_iteration = n.index
+            elif isinstance(n, news.WindowEnd):
+                msgs.append(self._window_message(n))
             else:
                 m = _news_message(n)
                 if m is not None:
@@ -143,15 +143,16 @@ class AgentClient:
             m.update(self.ident)
         return msgs
 
-    def _window_message(self, what: str, path: str) -> Message:
+    def _window_message(self, end: news.WindowEnd) -> Message:
+        path = end.path
         rec = self._collector.windows.pop(path)
-        if what == "window_done" and self.sock is not None:
+        if end.done and self.sock is not None:
             # While armed the window excludes its iterations itself; from its end until the
             # agent uploaded the summary, the collection's work slows training.
             self._hold(rec.get("window"))
-        m = protocol.make(protocol.PYTHON_TRACE, path=path if what == "window_done" else None,
+        m = protocol.make(protocol.PYTHON_TRACE, path=path if end.done else None,
                           window=rec.get("window"), torch=bool(rec.get("torch")))
-        if what == "window_failed":
+        if not end.done:
             m["error"] = f"could not write {path}"
         return m
 
@@ -398,18 +399,19 @@ def _bounded(value: Any, most: float, integer: bool = False) -> Optional[float]:
     return value
 
 
-def _news_message(n: tuple) -> Optional[Message]:
-    """The message for one item of _worker.drain() other than iterations and window ends."""
-    if n[0] == "learned":
-        return protocol.make(protocol.LEARNED, pattern=n[1])
-    if n[0] == "relearn":
+def _news_message(n: Optional[news.News]) -> Optional[Message]:
+    """The message for one item of _worker.drain() other than iterations and window ends (None:
+    a kind this version does not read)."""
+    if isinstance(n, news.Learned):
+        return protocol.make(protocol.LEARNED, pattern=n.pattern)
+    if isinstance(n, news.Relearn):
         return protocol.make(protocol.RELEARN)
-    if n[0] == "slowdown":
-        return protocol.make(protocol.TRIGGER, kind="slowdown", iteration=n[1], mean_ns=n[2],
-                             best_ns=n[3])
-    if n[0] == "hang":
-        return protocol.make(protocol.TRIGGER, kind="hang", iteration=n[1], now_ns=n[2],
-                             mean_ns=n[3])
+    if isinstance(n, news.Slowdown):
+        return protocol.make(protocol.TRIGGER, kind="slowdown", iteration=n.index,
+                             mean_ns=n.mean_ns, best_ns=n.best_ns)
+    if isinstance(n, news.Hang):
+        return protocol.make(protocol.TRIGGER, kind="hang", iteration=n.index, now_ns=n.now_ns,
+                             mean_ns=n.mean_ns)
     return None
 
 

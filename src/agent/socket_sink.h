@@ -16,6 +16,7 @@
 
 #include "agent/agent.h"
 #include "agent/trace_retention.h"
+#include "base/limits.h"
 #include "base/status.h"
 #include "pattern/collected.h"
 
@@ -52,7 +53,7 @@ class SocketSink : public AgentLocalSink {
     uint64_t refused_traces = 0;   // a trace path not a regular file inside the trace folder
   };
 
-  static constexpr size_t kMaxLineBytes = 1 << 20;
+  static constexpr size_t kMaxLineBytes = limits::kMaxWorkerLine;
   static constexpr size_t kMaxOutputBytes = 1 << 20;       // per connection
   static constexpr size_t kMaxUnrankedIterations = 10000;  // per connection, until rank is known
 

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/limits.h"
 #include "pattern/collected.h"
 
 namespace perftracker::agent {
@@ -35,10 +36,10 @@ enum class WorkerMessageType {
 
 // Bounds on one line's contents (a line itself is at most SocketSink::kMaxLineBytes).
 struct WorkerMessageLimits {
-  static constexpr size_t kMaxString = 4096;  // paths, names, reasons: longer are cut
-  static constexpr size_t kMaxItems = 10000;  // iterations in one batch (0.5 s of them)
-  static constexpr size_t kMaxThreads = 256;  // threads in one stacks reply
-  static constexpr size_t kMaxFrames = 256;   // frames per thread (innermost kept)
+  static constexpr size_t kMaxString = limits::kMaxWorkerString;  // longer strings are cut
+  static constexpr size_t kMaxItems = limits::kMaxWorkerItems;
+  static constexpr size_t kMaxThreads = limits::kMaxStackThreads;
+  static constexpr size_t kMaxFrames = limits::kMaxStackFrames;  // innermost kept
 };
 
 struct IterationItem {

@@ -45,6 +45,32 @@ inline constexpr size_t kMaxFlightRecorderDump = kMaxPickleBytes;
 // ~250,000; 4M of them is 256 MB at most, whatever the file's opcodes ask for.
 inline constexpr size_t kMaxPickleNodes = 1u << 22;
 
+// Trace JSON (trace/): the deepest nesting accepted, far past any trace, bounds the scanner's
+// bracket stack on a hostile file; a quote followed by more whitespace than the lookahead is
+// taken to end its string (the repair of unescaped quotes looks no further).
+inline constexpr size_t kMaxJsonDepth = 1024;
+inline constexpr size_t kMaxQuoteLookahead = 1 << 16;
+// Unknown event categories counted by name (ReadStats::unknown_cats): enough for the few a real
+// trace holds, while a file full of made-up ones cannot grow the stats without bound.
+inline constexpr size_t kMaxUnknownCategories = 64;
+
+// A worker's line to its agent (agent/socket_sink.h, agent/worker_message.h): the line itself,
+// then its contents. Strings (paths, names, reasons) longer than kMaxWorkerString are cut; a
+// batch holds at most kMaxWorkerItems iterations (0.5 s of them); a stacks reply at most
+// kMaxStackThreads threads of kMaxStackFrames frames (the innermost kept).
+inline constexpr size_t kMaxWorkerLine = 1 << 20;
+inline constexpr size_t kMaxWorkerString = 4096;
+inline constexpr size_t kMaxWorkerItems = 10000;
+inline constexpr size_t kMaxStackThreads = 256;
+inline constexpr size_t kMaxStackFrames = 256;
+
+// An HTTP request to /metrics: a request line and headers fit in this; more is not a scraper.
+inline constexpr size_t kMaxHttpRequest = 8 << 10;
+
+// The Python tracer's window file (base/python_window_format.h), read whole: the tracer's caps
+// (64 K nodes, 64 K long calls) keep it under ~40 MB; a file far beyond that is not one of ours.
+inline constexpr size_t kMaxPythonWindowFile = 512u << 20;
+
 }  // namespace perftracker::limits
 
 #endif  // PERFTRACKER_BASE_LIMITS_H_

@@ -10,7 +10,8 @@
 #include <set>
 #include <span>
 
-#include "diagnose/analysis.h"
+#include "base/units.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "pattern/input_shapes.h"
 
@@ -133,7 +134,7 @@ double PerIterationBytes(const std::map<std::string, double>& m, double bytes,
                          double iteration_ms) {
   const double window = Get(m, "window.seconds");
   if (std::isnan(bytes) || std::isnan(window) || window <= 0 || iteration_ms <= 0) return kNone;
-  return bytes * iteration_ms / (window * 1000);
+  return bytes * iteration_ms / SToMs(window);
 }
 
 // Storage bytes read and written per iteration (NaN: no I/O figures).
@@ -380,14 +381,14 @@ std::optional<MoreWork> MoreWorkOf(const CauseInput& in, int rank) {
   w.top = &*std::max_element(
       w.larger.begin(), w.larger.end(),
       [](const ShapeDiff& a, const ShapeDiff& b) { return a.rise_us < b.rise_us; });
-  w.explained_ms = w.top->rise_us / 1000;
+  w.explained_ms = UsToMs(w.top->rise_us);
   // On a GPU the CPU op only launches: the larger inputs' time is in the rank's kernels.
   if (me->has_gpu) {
     std::vector<double> peer_compute;
     for (const pattern::CompactRank& r : in.ranks)
       if (r.rank != rank && r.role == me->role && r.has_gpu) peer_compute.push_back(r.compute_us);
     if (!peer_compute.empty()) {
-      w.compute_rise_ms = (me->compute_us - internal::Median(peer_compute)) / 1000;
+      w.compute_rise_ms = UsToMs(me->compute_us - internal::Median(peer_compute));
       w.explained_ms = std::max(w.explained_ms, w.compute_rise_ms);
     }
   }
@@ -409,7 +410,7 @@ bool MoreWorkRule::Explain(const CauseInput& in, Finding* f) const {
   f->evidence["input_elements_per_call"] = top.own->elements;
   f->evidence["peers_input_elements_per_call"] = top.peers_elements;
   f->evidence["input_elements_ratio"] = ratio;
-  f->evidence["larger_input_extra_ms_per_iteration"] = top.rise_us / 1000;
+  f->evidence["larger_input_extra_ms_per_iteration"] = UsToMs(top.rise_us);
   if (!std::isnan(compute_rise_ms))
     f->evidence["gpu_compute_extra_ms_per_iteration"] = compute_rise_ms;
   f->evidence_text["input_shapes"] = top.own->dims;
@@ -502,8 +503,8 @@ std::optional<LoaderWork> LoaderWorkOf(const std::map<std::string, double>& m) {
   if (std::isnan(batches) || batches < policy::kLoaderMinBatches) return std::nullopt;
   LoaderWork w;
   w.batches = batches;
-  w.dataset_ms = Get(m, "loader.dataset_s") * 1000.0 / batches;
-  w.collate_ms = Get(m, "loader.collate_s") * 1000.0 / batches;
+  w.dataset_ms = SToMs(Get(m, "loader.dataset_s")) / batches;
+  w.collate_ms = SToMs(Get(m, "loader.collate_s")) / batches;
   if (std::isnan(w.dataset_ms) || std::isnan(w.collate_ms)) return std::nullopt;
   // The names ride in the keys ("loader.dataset_fn=<name>"): sorted, so found by prefix.
   for (auto [prefix, out] : {std::pair{std::string_view("loader.collate_fn="), &w.collate_fn},
@@ -533,7 +534,7 @@ double ExtraLoaderWaitMs(const CauseInput& in, int rank) {
   for (const pattern::CompactRank& r : in.ranks)
     (r.rank == rank ? own : peers.emplace_back()) = LoaderWaitUs(r);
   if (std::isnan(own) || peers.empty()) return kNone;
-  return (own - internal::Median(peers)) / 1000.0;
+  return UsToMs(own - internal::Median(peers));
 }
 
 }  // namespace
@@ -610,7 +611,7 @@ bool ExplainLoaderHandOff(const CauseInput& in, Finding* f) {
     if (const double v = Get(m, "host.cores"); !std::isnan(v)) cores.push_back(v);
   }
   for (const pattern::CompactRank& r : in.ranks)
-    if (ranks.count(r.rank)) wait.push_back(LoaderWaitUs(r) / 1000.0);
+    if (ranks.count(r.rank)) wait.push_back(UsToMs(LoaderWaitUs(r)));
   if (work.size() * 2 < ranks.size() || wait.empty()) return false;  // most ranks' workers seen
   const double work_ms = internal::Median(work), wait_ms = internal::Median(wait);
   if (!(work_ms < policy::kLoaderHandOffShare * wait_ms)) return false;
@@ -759,7 +760,7 @@ std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
   auto lost = [&](int rank, const std::map<std::string, double>&) {
     auto own = wait_us.find(rank);
     if (own == wait_us.end() || all.size() < 2) return kNone;
-    return (own->second - sample.MedianWithout(own->second)) / 1000.0;
+    return UsToMs(own->second - sample.MedianWithout(own->second));
   };
   return FindUnnamedRanks(in, hosts, existing, lost, LoaderWorkersRule());
 }

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "diagnose/analysis.h"
 #include "diagnose/finding.h"
+#include "diagnose/peer_stats.h"
 #include "pattern/collected.h"
 #include "pattern/compact_job.h"
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "base/units.h"
 #include "diagnose/hang.h"
 
 namespace perftracker::diagnose {
@@ -89,7 +90,7 @@ Finding SequenceFinding(const char* category, int64_t seq, const Group& g, doubl
   f.cause = Cause::kSoftware;
   f.finding_class = FindingClass::kSubset;
   f.impact_fraction = 1.0;
-  f.impact_ms = stalled_seconds * 1e3;
+  f.impact_ms = SToMs(stalled_seconds);
   f.confidence = 1.0;
   f.evidence["collective_seq"] = static_cast<double>(seq);
   f.evidence_text["group"] = GroupName(g);

@@ -8,8 +8,10 @@
 #include <string>
 #include <utility>
 
-#include "diagnose/analysis.h"
 #include "diagnose/causes.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/problem_finders.h"
+#include "diagnose/rank_info.h"
 
 namespace perftracker::diagnose {
 

@@ -4,7 +4,8 @@
 
 #include <cmath>
 
-#include "diagnose/analysis.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/testing.h"
 
 namespace perftracker::diagnose {

@@ -8,8 +8,11 @@
 #include <cmath>
 #include <iterator>
 
-#include "diagnose/analysis.h"
+#include "base/units.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
+#include "diagnose/rank_info.h"
 
 namespace perftracker::diagnose {
 namespace internal::diff {
@@ -179,10 +182,10 @@ Finding SetupChangeFinding(const DiffInput& in, const SetupChange& setup) {
   std::string what;
   for (const std::string& p : parts) what += (what.empty() ? "" : "; ") + p;
   f.evidence_text["change"] = what;
-  f.evidence["base_ms"] = base_iter_us / 1000.0;
-  f.evidence["test_ms"] = iter_us / 1000.0;
+  f.evidence["base_ms"] = UsToMs(base_iter_us);
+  f.evidence["test_ms"] = UsToMs(iter_us);
   // The whole iteration's change is read in the light of this one: it leads.
-  f.impact_ms = std::fabs(in.iter_delta) / 1000.0;
+  f.impact_ms = UsToMs(std::fabs(in.iter_delta));
   f.impact_fraction = iter_us > 0 ? std::fabs(in.iter_delta) / iter_us : 0;
   f.confidence = 1.0;
   f.summary = fmt::format(
@@ -275,7 +278,7 @@ std::optional<Finding> CrossRunStraggler(const DiffInput& in, std::set<std::stri
     if (r.rank == s) rs.push_back(&r);
   f.hosts = HostsOf(rs);
   f.functions.push_back(MakeFunctionRef(*fn));
-  f.impact_ms = wait / 1000.0;
+  f.impact_ms = UsToMs(wait);
   f.impact_fraction = iter_us > 0 ? wait / iter_us : 0;
   f.confidence = 1.0;
   auto calls_on = [&](const Side& side) {
@@ -283,9 +286,9 @@ std::optional<Finding> CrossRunStraggler(const DiffInput& in, std::set<std::stri
     return it == side.by_rank.end() ? 0.0 : it->second->calls_per_iter;
   };
   const double b_c = calls_on(sk.base), t_c = calls_on(sk.test);
-  f.evidence["extra_compute_ms"] = sc.compute / 1000.0;
-  f.evidence["peers_extra_compute_ms"] = peers_rise / 1000.0;
-  f.evidence["peers_extra_wait_ms"] = wait / 1000.0;
+  f.evidence["extra_compute_ms"] = UsToMs(sc.compute);
+  f.evidence["peers_extra_compute_ms"] = UsToMs(peers_rise);
+  f.evidence["peers_extra_wait_ms"] = UsToMs(wait);
   f.evidence["base_calls_per_iter"] = b_c;
   f.evidence["test_calls_per_iter"] = t_c;
   f.evidence_text["change"] = "a rank computes more; its peers wait for it";
@@ -328,7 +331,7 @@ double ChangeThreshold(const DiffInput& in, const KeyDiff& k, double b_self) {
   // A function that appears or disappears is a change of the program itself: worth naming
   // even when small (the regression/improvement it causes is still sized by its time).
   if (k.base.by_rank.empty() || k.test.by_rank.empty())
-    thr = std::max(policy::kNewFunctionFloorUs, 0.001 * in.iter_us);
+    thr = std::max(policy::kNewFunctionFloorUs, policy::kNewFunctionShare * in.iter_us);
   return thr;
 }
 
@@ -344,10 +347,12 @@ std::optional<Finding> FunctionChangeFinding(const DiffInput& in, const SetupCha
   double t_v = MedianField(k.test.by_rank, in.test_ranks, per_iter);
   double b_c = MedianField(k.base.by_rank, in.base_ranks, calls);
   double t_c = MedianField(k.test.by_rank, in.test_ranks, calls);
-  // A call count that doubles or halves is a change of the program, whatever its time.
+  // A call count that doubles or halves is a change of the program, whatever its time. A
+  // function one run never called is compared with a call count next to none, not divided by 0.
+  constexpr double kNextToNoCalls = 1e-9;
   const bool calls_changed =
       !appeared_or_gone && std::fabs(t_c - b_c) >= policy::kDiffMinCallDelta &&
-      std::max(t_c, b_c) >= policy::kDiffCallRatio * std::max(std::min(t_c, b_c), 1e-9);
+      std::max(t_c, b_c) >= policy::kDiffCallRatio * std::max(std::min(t_c, b_c), kNextToNoCalls);
   if (std::fabs(delta) <= thr && !calls_changed) return std::nullopt;
   bool slower = delta > 0 || (std::fabs(delta) <= thr && t_c > b_c);
 
@@ -356,7 +361,7 @@ std::optional<Finding> FunctionChangeFinding(const DiffInput& in, const SetupCha
   std::vector<int> changed;
   for (int r : in.common) {
     double bv = SelfOn(k.base, r), tv = SelfOn(k.test, r);
-    if ((slower ? tv - bv : bv - tv) >= 0.5 * thr) changed.push_back(r);
+    if ((slower ? tv - bv : bv - tv) >= policy::kDiffRankShare * thr) changed.push_back(r);
   }
   Finding f;
   f.category = slower ? "regression" : "improvement";
@@ -373,12 +378,12 @@ std::optional<Finding> FunctionChangeFinding(const DiffInput& in, const SetupCha
   f.hosts = HostsOf(rs);
   const FunctionPattern* proto = k.test.by_rank.empty() ? k.proto : k.test.by_rank.begin()->second;
   f.functions.push_back(MakeFunctionRef(*proto));
-  f.impact_ms = delta / 1000.0;
+  f.impact_ms = UsToMs(delta);
   f.impact_fraction = iter_us > 0 ? delta / iter_us : 0;
-  f.evidence["base_ms"] = b_v / 1000.0;
-  f.evidence["test_ms"] = t_v / 1000.0;
-  f.evidence["base_self_ms"] = b_self / 1000.0;
-  f.evidence["test_self_ms"] = t_self / 1000.0;
+  f.evidence["base_ms"] = UsToMs(b_v);
+  f.evidence["test_ms"] = UsToMs(t_v);
+  f.evidence["base_self_ms"] = UsToMs(b_self);
+  f.evidence["test_self_ms"] = UsToMs(t_self);
   if (b_v > 0) f.evidence["ratio"] = t_v / b_v;
   f.evidence["base_calls_per_iter"] = b_c;
   f.evidence["test_calls_per_iter"] = t_c;
@@ -389,7 +394,7 @@ std::optional<Finding> FunctionChangeFinding(const DiffInput& in, const SetupCha
   } else if (k.test.by_rank.empty()) {
     what = "gone in " + in.names.test;
     f.cause = Cause::kSoftware;
-  } else if (std::fabs(t_c - b_c) > 0.1 * std::max(b_c, 1.0)) {
+  } else if (std::fabs(t_c - b_c) > policy::kDiffCallsChanged * std::max(b_c, 1.0)) {
     what = fmt::format("called {:.1f} instead of {:.1f} times per iteration", t_c, b_c);
     f.cause = Cause::kSoftware;
   } else {
@@ -445,7 +450,7 @@ std::optional<Finding> SpreadSlowdownFinding(
     std::vector<std::pair<double, const FunctionPattern*>> contributors, double explained) {
   const double iter_us = in.iter_us, base_iter_us = in.base_iter_us, iter_delta = in.iter_delta;
   if (!(!setup.any() && iter_delta > EffectThreshold(base_iter_us, iter_us, in.o) &&
-        explained < 0.5 * iter_delta))
+        explained < policy::kSpreadExplainedShare * iter_delta))
     return std::nullopt;
   std::sort(contributors.begin(), contributors.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -459,10 +464,10 @@ std::optional<Finding> SpreadSlowdownFinding(
   f.hosts = HostsOf(rs);
   for (size_t i = 0; i < contributors.size() && i < 5 && contributors[i].first > 0; ++i)
     f.functions.push_back(MakeFunctionRef(*contributors[i].second));
-  f.impact_ms = (iter_delta - explained) / 1000.0;
+  f.impact_ms = UsToMs(iter_delta - explained);
   f.impact_fraction = iter_us > 0 ? (iter_delta - explained) / iter_us : 0;
-  f.evidence["base_ms"] = base_iter_us / 1000.0;
-  f.evidence["test_ms"] = iter_us / 1000.0;
+  f.evidence["base_ms"] = UsToMs(base_iter_us);
+  f.evidence["test_ms"] = UsToMs(iter_us);
   if (base_iter_us > 0) f.evidence["ratio"] = iter_us / base_iter_us;
   f.evidence_text["change"] = "the iteration is slower, spread over many functions";
   f.summary = fmt::format(
@@ -491,8 +496,8 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
     d.job.notes.push_back(fmt::format("{} has no ranks", base.empty() ? names.base : names.test));
     return d;
   }
-  const diff::DiffInput in(base, test, o, base_job.iteration_ms_median * 1000.0,
-                           d.job.iteration_ms_median * 1000.0, names);
+  const diff::DiffInput in(base, test, o, MsToUs(base_job.iteration_ms_median),
+                           MsToUs(d.job.iteration_ms_median), names);
   // The runs' settings first: a different GPU or world size changes every number after it.
   const diff::SetupChange setup = diff::CompareSetups(base, test);
   if (setup.any()) d.findings.push_back(diff::SetupChangeFinding(in, setup));

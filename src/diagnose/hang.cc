@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include "base/units.h"
+
 namespace perftracker::diagnose {
 namespace {
 
@@ -219,7 +221,7 @@ Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector
   std::sort(f.ranks.begin(), f.ranks.end());
   // A hang costs the whole iteration, and more.
   f.impact_fraction = 1.0;
-  f.impact_ms = stalled_seconds * 1e3;
+  f.impact_ms = SToMs(stalled_seconds);
   d.findings.push_back(std::move(f));
   d.job.notes.push_back(fmt::format("the job stopped making progress: {}", stalled));
   return d;
@@ -237,7 +239,7 @@ Diagnosis SlowNotHung(const Diagnosis& hang, double stalled_seconds, int64_t res
     if (f.category != "hang") continue;
     f.evidence["stalled_seconds"] = stalled_seconds;
     f.evidence["resumed_at_iteration"] = static_cast<double>(resumed_step);
-    f.impact_ms = stalled_seconds * 1e3;
+    f.impact_ms = SToMs(stalled_seconds);
     const auto text = [&](const std::string& key) {
       auto it = f.evidence_text.find(key);
       return it == f.evidence_text.end() ? std::string() : it->second;

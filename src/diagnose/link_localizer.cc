@@ -6,6 +6,9 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "base/units.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose::internal {
@@ -148,7 +151,7 @@ void JudgeInstances(const PeerSets& peers, double iter_us, const DiagnoseOptions
       c.reference = r.median;
       c.excess = v[j] - r.median;
       double thr = std::max({policy::kInstanceShareOfReference * x.ref_us,
-                             policy::kInstanceShareOfIteration * iter_us, o.min_abs_ms * 1000});
+                             policy::kInstanceShareOfIteration * iter_us, MsToUs(o.min_abs_ms)});
       // The link is judged from transfer time: when even the member that waited least took
       // clearly longer than in other instances, its own transfer was slow, whoever else was
       // late. Every member of a group crossing a slow link is slowed so, late or not.
@@ -429,12 +432,12 @@ Finding LinkFindingWriter::Emit(const std::vector<std::string>& hosts, const std
     for (const auto& m : x.m) ev_->explained.insert(m.r->rank);
     for (const CompactRank* l : x.late) ev_->late.erase(l->rank);  // named here, not late alone
   }
-  f.impact_ms = impact / 1000.0;
+  f.impact_ms = UsToMs(impact);
   f.impact_fraction = impact / iter_us_;
   f.functions = FunctionRefs(hosts, link == "nvlink");
   f.evidence["groups_slow"] = slow;
   f.evidence["groups_total"] = total;
-  f.evidence["collective_excess_ms"] = impact / 1000.0;
+  f.evidence["collective_excess_ms"] = UsToMs(impact);
   f.evidence_text["link"] = link;
   Describe(hosts, link, sw, slow, total, impact, &f);
   return f;
@@ -490,7 +493,7 @@ void LinkFindingWriter::Describe(const std::vector<std::string>& hosts, const st
 LinkLocalizer::LinkLocalizer(const pattern::CompactJob& cj, const JobInfo& job,
                              const DiagnoseOptions& o, const std::set<int>& own_cause,
                              CollectiveEvidence* ev)
-    : cj_(cj), o_(o), own_cause_(own_cause), ev_(ev), iter_us_(job.iteration_ms_median * 1000.0) {}
+    : cj_(cj), o_(o), own_cause_(own_cause), ev_(ev), iter_us_(MsToUs(job.iteration_ms_median)) {}
 
 void LinkLocalizer::Run(std::vector<Finding>* out) {
   if (iter_us_ <= 0) return;

@@ -25,9 +25,9 @@
 #include <utility>
 #include <vector>
 
-#include "diagnose/analysis.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
+#include "diagnose/problem_finders.h"
 #include "pattern/compact_job.h"
 
 namespace perftracker::diagnose::internal {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "diagnose/rank_info.h"
 #include "diagnose/testing.h"
 
 namespace perftracker::diagnose::internal {

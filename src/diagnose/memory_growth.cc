@@ -7,7 +7,7 @@
 #include <limits>
 #include <map>
 
-#include "diagnose/analysis.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose {

@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "base/parallel_for.h"
-#include "diagnose/analysis.h"
+#include "diagnose/rank_info.h"
 #include "diagnose/policy.h"
 #include "pattern/names.h"
 
@@ -68,7 +68,7 @@ Signature SignatureOf(const CompactRank& r) {
   for (const CompactFunction& f : r.compact) {
     const int p =
         f.kind() == trace::EventKind::kPythonFunction ? Signature::kPython : Signature::kProfiler;
-    const bool significant = it <= 0 || f.per_iter_us >= 0.01 * it;
+    const bool significant = it <= 0 || f.per_iter_us >= policy::kSignificantShare * it;
     keys[p].push_back(uint64_t{f.id()} << 1 | (significant ? 1 : 0));
   }
   for (int p = 0; p < 2; ++p) {

@@ -63,6 +63,18 @@ namespace perftracker::diagnose::policy {
     "more: collective time is mostly waiting and carries every peer's noise")                      \
   X(kLateWaitShareOfIteration, 0.10, "share of the iteration",                                     \
     "a late arrival without a slower function costs 10% of the iteration at least")                \
+  X(kSignificantShare, 0.01, "share of the iteration",                                             \
+    "a function of 1% of an iteration or more takes part in comparisons: it decides which "        \
+    "functions make two ranks' signatures alike and which count toward a rank's general "          \
+    "slowness; cheaper ones are what any rank does now and then")                                  \
+  X(kReferenceMinRelativeScale, 0.02, "of the peers' median",                                      \
+    "the spread an outlier is measured against is at least 2% of the peers' median: identical "    \
+    "peers (a MAD of 0) would make any difference infinitely significant")                         \
+  X(kReferenceMinScaleUs, 20.0, "us",                                                              \
+    "and at least 20 us: below it a profiler's own timestamps and a function's entry jitter")      \
+  X(kGenerallySlowerRatio, 1.1, "x the peers' self time",                                          \
+    "a function counts as slower on the rank when it takes 10% more than its peers' reference "    \
+    "(kMinRelative's threshold): enough of them, alike, make the rank slower at everything")       \
   /* Expected-pattern rules (problems on every rank). */                                           \
   X(kLoaderShare, 0.10, "share of the step",                                                       \
     "a data loader above 10% of the step is too slow: a healthy one prefetches behind compute")    \
@@ -128,7 +140,7 @@ namespace perftracker::diagnose::policy {
     "peers throttled half as often or more share the limit: it is not this rank's cause")          \
   X(kQuotaTighter, 0.5, "of the peers' median quota",                                              \
     "a rank whose own quota is half its peers' or less is held by its own limit even where the "   \
-    "peers are throttled too (measured: a 4-rank job in a 0.7-CPU cgroup, as in a container "     \
+    "peers are throttled too (measured: a 4-rank job in a 0.7-CPU cgroup, as in a container "      \
     "with a CPU limit, throttled in 64% of its periods; one rank moved to 0.05 CPUs, 100%)")       \
   X(kRunQueueWaitRatio, 1.5, "x the peers' wait per CPU second",                                   \
     "on a shared host every rank waits for a CPU; one denied it waits half as long again per "     \
@@ -212,10 +224,10 @@ namespace perftracker::diagnose::policy {
     "wait markedly longer than in the baseline (measured: of two ranks, the one sharing its core " \
     "with a busy process went 0.71 -> 1.66 s per CPU second, its peer 0.60 -> 0.63; their median " \
     "rose 1.7x)")                                                                                  \
-  X(kEchoSlack, 1.25, "x the rise that a slow rank explains",                                     \
+  X(kEchoSlack, 1.25, "x the rise that a slow rank explains",                                      \
     "a rise on every rank in the frames that enclose the waits is a named slow rank's echo up to " \
     "a quarter more than the iteration's rise or the rank's cost: a function's mean and the "      \
-    "iterations' median are other samples of the same window (measured: run_backward +93.9 "      \
+    "iterations' median are other samples of the same window (measured: run_backward +93.9 "       \
     "ms/iter on every rank beside a throttled rank costing 90.4)")                                 \
   X(kBaselineMaxFindings, 3, "findings",                                                           \
     "at most the 3 largest changes since the baseline are listed: the rest are their echoes")      \
@@ -252,7 +264,19 @@ namespace perftracker::diagnose::policy {
   X(kDiffEchoShare, 0.25, "of the extra compute",                                                  \
     "peers that wait longer by a quarter of a rank's extra compute (beyond their own rise) wait "  \
     "for it (DDP overlaps "                                                                        \
-    "part of the wait with their own backward: 38-57% measured on 4 gloo ranks)")
+    "part of the wait with their own backward: 38-57% measured on 4 gloo ranks)")                  \
+  X(kNewFunctionShare, 0.001, "share of the iteration",                                            \
+    "a function new in TEST or gone from it is listed from a thousandth of the iteration (or "     \
+    "kNewFunctionFloorUs): a change of the program is worth naming even when small")               \
+  X(kDiffRankShare, 0.5, "of the change's threshold",                                              \
+    "a rank took part in a change when its own change goes the same way by half the threshold "    \
+    "the whole change had to pass")                                                                \
+  X(kDiffCallsChanged, 0.1, "of the base's calls per iteration",                                   \
+    "a call count that moved by a tenth (of at least one call) is called out in the change's "     \
+    "text: fewer is a window edge")                                                                \
+  X(kSpreadExplainedShare, 0.5, "of the iteration's change",                                       \
+    "an iteration slower by more than the named functions explain, by half, is a slowdown "        \
+    "spread thinly over many functions and gets a finding of its own")
 
 #define PT_POLICY_CONSTANT(name, value, unit, reason) inline constexpr double name = value;
 PT_DIAGNOSIS_POLICY(PT_POLICY_CONSTANT)

@@ -12,7 +12,11 @@
 #include <vector>
 
 #include "base/parallel_for.h"
-#include "diagnose/analysis.h"
+#include "base/units.h"
+#include "diagnose/peer_stats.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/rank_info.h"
+#include "diagnose/problem_finders.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose::internal {
@@ -64,9 +68,8 @@ size_t TypicalIndex(const RuleResult& res) {
   for (size_t k = 0; k < res.per_rank.size(); ++k)
     if (res.per_rank[k].affected) a.push_back(k);
   if (a.empty()) return 0;
-  std::sort(a.begin(), a.end(), [&](size_t x, size_t y) {
-    return res.per_rank[x].value < res.per_rank[y].value;
-  });
+  std::sort(a.begin(), a.end(),
+            [&](size_t x, size_t y) { return res.per_rank[x].value < res.per_rank[y].value; });
   return a[a.size() / 2];
 }
 
@@ -133,16 +136,16 @@ Finding Make(const RuleInput& in, const RuleResult& res, const std::string& cate
   const RankValue& t = Typical(res);
   for (size_t k = 0; k < t.functions.size() && k < max_functions; ++k)
     f.functions.push_back(MakeFunctionRef(*t.functions[k]->info));
-  f.impact_ms = impact_us / 1000.0;
+  f.impact_ms = UsToMs(impact_us);
   f.impact_fraction = iter_us > 0 ? impact_us / iter_us : 0;
   std::vector<double> vals;
   for (const auto& rv : res.per_rank) vals.push_back(rv.value);
   f.evidence["ranks_affected"] = res.affected;
   f.evidence["ranks_total"] = static_cast<double>(in.cj.ranks().size());
-  f.evidence["median_ms"] = Median(vals) / 1000.0;
-  f.evidence["min_ms"] = vals.empty() ? 0 : *std::min_element(vals.begin(), vals.end()) / 1000.0;
-  f.evidence["max_ms"] = vals.empty() ? 0 : *std::max_element(vals.begin(), vals.end()) / 1000.0;
-  f.evidence["iteration_ms"] = iter_us / 1000.0;
+  f.evidence["median_ms"] = UsToMs(Median(vals));
+  f.evidence["min_ms"] = vals.empty() ? 0 : UsToMs(*std::min_element(vals.begin(), vals.end()));
+  f.evidence["max_ms"] = vals.empty() ? 0 : UsToMs(*std::max_element(vals.begin(), vals.end()));
+  f.evidence["iteration_ms"] = UsToMs(iter_us);
   return f;
 }
 
@@ -286,8 +289,8 @@ std::optional<Fired> LaunchBoundRule(const RuleInput& in) {
   double calls = 0;
   for (const auto* fp : t.functions) calls += fp->calls_per_iter;
   f.evidence["tiny_kernel_calls_per_iter"] = calls;
-  f.evidence["gpu_busy_ms"] = t.r->gpu_busy_us / 1000.0;
-  f.evidence["gpu_idle_ms"] = t.r->gpu_idle_us / 1000.0;
+  f.evidence["gpu_busy_ms"] = UsToMs(t.r->gpu_busy_us);
+  f.evidence["gpu_idle_ms"] = UsToMs(t.r->gpu_idle_us);
   f.evidence_text["uncertainty"] = fmt::format(
       "the CPU cost of issuing a kernel is the measured launch call plus an assumed {:.0f} us "
       "of op dispatch",
@@ -404,7 +407,7 @@ std::optional<Fired> LowBandwidthRule(const RuleInput& in) {
   f.summary = fmt::format(
       "collective bandwidth is low on {}: {} reaches {:.1f} GB/s bus bandwidth for {:.1f} MB "
       "messages (expected about {:.0f}); about {}/iter ({})",
-      RanksPhrase(f, total), top->name(), top->busbw_gbps, top->msg_bytes / 1e6,
+      RanksPhrase(f, total), top->name(), top->busbw_gbps, BytesToMB(top->msg_bytes),
       o.expected_busbw_gbps, Ms(impact), Percent(f.impact_fraction));
   f.suggestion =
       "Check the interconnect: nvidia-smi topo -m and nvlink -s, NIC speed (ibstat), "
@@ -417,7 +420,7 @@ std::optional<Fired> LowBandwidthRule(const RuleInput& in) {
 
 void FindAllRankProblems(const pattern::CompactJob& cj, const JobInfo& job,
                          const DiagnoseOptions& o, std::vector<Finding>* out) {
-  const rules::RuleInput in{cj, o, job.iteration_ms_median * 1000.0};
+  const rules::RuleInput in{cj, o, MsToUs(job.iteration_ms_median)};
   if (cj.ranks().empty() || in.iter_us <= 0) return;
   // The first rules explain part of the GPU idle time; the GPU-idle rule reports the rest.
   double explained_idle_us = 0;

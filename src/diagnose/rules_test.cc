@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "diagnose/analysis.h"
+#include "diagnose/rank_info.h"
+#include "diagnose/problem_finders.h"
 #include "diagnose/testing.h"
 
 namespace perftracker::diagnose::internal::rules {

@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "diagnose/analysis.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/causes.h"
 #include "diagnose/policy.h"
 #include "pattern/names.h"

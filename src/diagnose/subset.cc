@@ -13,7 +13,11 @@
 #include <vector>
 
 #include "base/parallel_for.h"
-#include "diagnose/analysis.h"
+#include "base/units.h"
+#include "diagnose/peer_stats.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/rank_info.h"
+#include "diagnose/problem_finders.h"
 #include "diagnose/peer_groups.h"
 #include "diagnose/policy.h"
 
@@ -24,6 +28,10 @@ using pattern::CompactFunction;
 using pattern::CompactRank;
 using pattern::FunctionClass;
 using pattern::FunctionInfo;
+
+// Added to each culprit's excess before the classes are compared: a class whose culprits all
+// lost nothing still counts, so that ties go to the first culprit's class (not a threshold).
+constexpr double kTieBreakUs = 1e-9;
 
 // Waiting never makes a rank a straggler on its own.
 bool IsWait(FunctionClass c) { return IsWaitClass(c); }
@@ -68,7 +76,7 @@ class GroupAnalysis {
  public:
   GroupAnalysis(const pattern::CompactJob& cj, std::vector<size_t> members, const JobInfo& job,
                 const DiagnoseOptions& o)
-      : o_(o), iter_us_(job.iteration_ms_median * 1000.0), functions_(cj.function_count()) {
+      : o_(o), iter_us_(MsToUs(job.iteration_ms_median)), functions_(cj.function_count()) {
     const auto& ranks = cj.ranks();
     for (size_t i : members) {
       m_.emplace_back();
@@ -296,7 +304,7 @@ void GroupAnalysis::FillCommon(size_t i, Finding* f) const {
   f->finding_class = FindingClass::kSubset;
   f->ranks = {r.rank};
   if (!r.host.empty()) f->hosts = {r.host};
-  f->impact_fraction = iter_us_ > 0 ? f->impact_ms * 1000.0 / iter_us_ : 0;
+  f->impact_fraction = iter_us_ > 0 ? MsToUs(f->impact_ms) / iter_us_ : 0;
   f->evidence["rank_iteration_ms"] = r.MeanIterationMs();
   f->evidence["peers"] = static_cast<double>(n() - 1);
   if (n() == 2) f->evidence_text["peers"] = "one of two ranks: no majority to compare with";
@@ -405,7 +413,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
 
   std::map<FunctionClass, double> by_class;
   for (const auto& c : culprits)
-    by_class[c.row->proto->fclass] += std::max(c.self_excess, 0.0) + 1e-9;
+    by_class[c.row->proto->fclass] += std::max(c.self_excess, 0.0) + kTieBreakUs;
   FunctionClass dominant = culprits[0].row->proto->fclass;
   double best = -1;
   for (auto [fc, x] : by_class)
@@ -419,7 +427,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   }
   impact = std::max(impact, culprits[0].self_excess);
   if (impact < MinImpactUs(iter_us_, o_)) return false;
-  f.impact_ms = impact / 1000.0;
+  f.impact_ms = UsToMs(impact);
 
   const Culprit& top = culprits[0];
   const FunctionInfo* tf = top.row->proto;
@@ -458,10 +466,10 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
     for (const Row& row : rows_) {
       if (IsWait(row.proto->fclass) || !row.f[i]) continue;
       PeerComparison s = Compare(row.self, i, row.RefSelf());
-      if (s.reference < 0.01 * iter_us_ || s.reference <= 0) continue;
+      if (s.reference < policy::kSignificantShare * iter_us_ || s.reference <= 0) continue;
       ++sig;
       double ratio = row.self[i] / s.reference;
-      if (ratio >= 1.1) ++slower, ratios.push_back(ratio);
+      if (ratio >= policy::kGenerallySlowerRatio) ++slower, ratios.push_back(ratio);
     }
     if (!extra.empty()) {
       f.cause = Cause::kSoftware;
@@ -496,24 +504,24 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   f.evidence_text["reasoning"] = reasoning;
 
   for (const auto& c : culprits) f.functions.push_back(MakeFunctionRef(*c.row->proto));
-  f.evidence["rank_ms"] = top_v / 1000.0;
-  f.evidence["peers_ms"] = top_ref / 1000.0;
+  f.evidence["rank_ms"] = UsToMs(top_v);
+  f.evidence["peers_ms"] = UsToMs(top_ref);
   if (top_ref > 0) f.evidence["ratio"] = top_v / top_ref;
   f.evidence["calls_per_iter"] = calls;
   f.evidence["peers_calls_per_iter"] = calls_ref;
-  f.evidence["excess_self_ms"] = top.self_excess / 1000.0;
+  f.evidence["excess_self_ms"] = UsToMs(top.self_excess);
   if (!std::isnan(peers_wait))  // NaN: the rank's collectives are in its missing part
-    f.evidence["peers_extra_collective_wait_ms"] = std::max(peers_wait, 0.0) / 1000.0;
+    f.evidence["peers_extra_collective_wait_ms"] = UsToMs(std::max(peers_wait, 0.0));
   if (!std::isnan(own_cpu_[i])) {
-    f.evidence["own_work_ms"] = own_cpu_[i] / 1000.0;
-    f.evidence["peers_own_work_ms"] = mb.own_cpu.reference / 1000.0;
+    f.evidence["own_work_ms"] = UsToMs(own_cpu_[i]);
+    f.evidence["peers_own_work_ms"] = UsToMs(mb.own_cpu.reference);
   }
   if (!r.missing_part.empty())
     f.evidence_text["partial_data"] = fmt::format(
         "no {} data on rank {}: compared on its other functions only", r.missing_part, r.rank);
   if (own_gpu_[i] > 0) {
-    f.evidence["own_gpu_work_ms"] = own_gpu_[i] / 1000.0;
-    f.evidence["peers_own_gpu_work_ms"] = mb.own_gpu.reference / 1000.0;
+    f.evidence["own_gpu_work_ms"] = UsToMs(own_gpu_[i]);
+    f.evidence["peers_own_gpu_work_ms"] = UsToMs(mb.own_gpu.reference);
   }
   FillCommon(i, &f);
   f.summary = fmt::format("{}: {} takes {}/iter vs {} on {}; the job loses {}/iter ({})",
@@ -553,7 +561,7 @@ bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) cons
   f.cause = Cause::kUnknown;
   f.confidence = policy::kConfidenceLateArrival;
   if (std::isfinite(z)) f.evidence["noise_z"] = z;
-  f.impact_ms = wait / 1000.0;
+  f.impact_ms = UsToMs(wait);
   std::vector<Outlier> lows = mb.low_coll;
   std::sort(lows.begin(), lows.end(),
             [](const Outlier& a, const Outlier& b) { return a.cmp.excess < b.cmp.excess; });
@@ -561,9 +569,9 @@ bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) cons
     const Row* row = lows[k].row;
     f.functions.push_back(MakeFunctionRef(*row->proto));
   }
-  f.evidence["rank_collective_ms"] = coll_[i] / 1000.0;
-  f.evidence["peers_collective_ms"] = mb.coll.reference / 1000.0;
-  f.evidence["peers_extra_collective_wait_ms"] = wait / 1000.0;
+  f.evidence["rank_collective_ms"] = UsToMs(coll_[i]);
+  f.evidence["peers_collective_ms"] = UsToMs(mb.coll.reference);
+  f.evidence["peers_extra_collective_wait_ms"] = UsToMs(wait);
   f.evidence_text["reasoning"] =
       "its peers wait for it in collectives while it waits for nobody, but none of its profiled "
       "functions is slower: the extra time is outside profiled code (Python, GC, I/O, sleeps)";
@@ -610,7 +618,7 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   f.cause = Cause::kHardware;
   f.confidence = policy::kConfidenceTimingOnly;
   if (std::isfinite(z)) f.evidence["noise_z"] = z;
-  f.impact_ms = excess / 1000.0;
+  f.impact_ms = UsToMs(excess);
   for (size_t k = 0; k < highs.size() && k < 3; ++k) {
     const Row* row = highs[k].row;
     f.functions.push_back(MakeFunctionRef(*row->proto));
@@ -621,8 +629,8 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
     const Row* row = highs[0].row;
     const CompactFunction* fp = row->f[i];
     fn = row->proto->name;
-    f.evidence["rank_ms"] = row->v[i] / 1000.0;
-    f.evidence["peers_ms"] = highs[0].cmp.reference / 1000.0;
+    f.evidence["rank_ms"] = UsToMs(row->v[i]);
+    f.evidence["peers_ms"] = UsToMs(highs[0].cmp.reference);
     if (highs[0].cmp.reference > 0) f.evidence["ratio"] = row->v[i] / highs[0].cmp.reference;
     std::vector<double> peer_bw;  // O(n), once per communication finding
     ThreadPeerWork().elements += n();
@@ -635,11 +643,11 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
       bw = fmt::format(" (bus bandwidth {:.1f} vs {:.1f} GB/s)", fp->busbw_gbps, Median(peer_bw));
     }
   }
-  f.evidence["rank_collective_ms"] = coll_[i] / 1000.0;
-  f.evidence["peers_collective_ms"] = mb.coll.reference / 1000.0;
+  f.evidence["rank_collective_ms"] = UsToMs(coll_[i]);
+  f.evidence["peers_collective_ms"] = UsToMs(mb.coll.reference);
   if (!std::isnan(own_cpu_[i])) {
-    f.evidence["own_work_ms"] = own_cpu_[i] / 1000.0;
-    f.evidence["peers_own_work_ms"] = mb.own_cpu.reference / 1000.0;
+    f.evidence["own_work_ms"] = UsToMs(own_cpu_[i]);
+    f.evidence["peers_own_work_ms"] = UsToMs(mb.own_cpu.reference);
   }
   f.evidence_text["reasoning"] =
       "its collectives are slower than its peers' while no rank does more own work, so it is "
@@ -648,7 +656,7 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   f.summary = fmt::format(
       "rank {}'s communication is slow: {} takes {}/iter vs {} on its peers{} while no rank is "
       "late; the job loses {}/iter ({})",
-      m_[i].r->rank, fn, Ms(f.evidence["rank_ms"] * 1000), Ms(f.evidence["peers_ms"] * 1000), bw,
+      m_[i].r->rank, fn, Ms(MsToUs(f.evidence["rank_ms"])), Ms(MsToUs(f.evidence["peers_ms"])), bw,
       Ms(excess), Percent(f.impact_fraction));
   f.suggestion = fmt::format(
       "Check rank {}'s network path: NIC and link speed and errors (ibstat, ethtool), NVLink "

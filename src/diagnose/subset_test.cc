@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "diagnose/analysis.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/policy.h"
 #include "diagnose/testing.h"

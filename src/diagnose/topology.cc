@@ -9,7 +9,7 @@
 #include <tuple>
 #include <vector>
 
-#include "diagnose/analysis.h"
+#include "diagnose/problem_finders.h"
 #include "diagnose/link_localizer.h"
 
 namespace perftracker::diagnose::internal {

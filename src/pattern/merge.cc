@@ -4,6 +4,8 @@
 #include <string>
 #include <unordered_set>
 
+#include "base/units.h"
+
 namespace perftracker::pattern {
 
 namespace {
@@ -56,12 +58,12 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
     p.iteration_ms = secondary.iteration_ms;
     p.iteration_steps = secondary.iteration_steps;
     if (p.window_ms <= 0) p.window_ms = secondary.window_ms;
-    const double mean_us = p.MeanIterationMs() * 1000.0;
+    const double mean_us = MsToUs(p.MeanIterationMs());
     for (FunctionPattern& f : p.functions) Rebase(&f, 0, p.iteration_ms.size(), mean_us);
   }
   const size_t n_primary = p.iteration_ms.size();
   const size_t n_secondary = secondary.iteration_ms.size();
-  const double mean_iter_us = p.MeanIterationMs() * 1000.0;
+  const double mean_iter_us = MsToUs(p.MeanIterationMs());
 
   if (p.rank < 0) p.rank = secondary.rank;
   if (p.world_size < 0) p.world_size = secondary.world_size;

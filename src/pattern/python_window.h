@@ -1,25 +1,65 @@
-// Reads the Python tracer's window file ("perftracker.python_window/1", written by
-// worker/window_file.h, described in src/worker/protocol.md) and turns its call-stack aggregate
-// into behaviour patterns: one FunctionPattern per call-stack path, with the same meaning as the
-// summarizer gives python_function events of a profiler trace (identity = name + callers,
-// per-iteration time and calls, self time, spread, quantiles). The file is small (bounded by the
-// tracer's node cap), so it is parsed whole; every count is checked before it is used.
+// The one reader of the Python tracer's window file ("perftracker.python_window/1",
+// base/python_window_format.h, written by worker/window_file.h): ReadPythonWindow checks every
+// record and count before use (bounded by limits::kMaxPythonWindowFile) and gives the file as
+// plain values, for the summary below and the Perfetto export (report/trace_export.h).
+// SummarizePythonWindow turns its call-stack aggregate into behaviour patterns: one
+// FunctionPattern per call-stack path, with the meaning the summarizer gives python_function
+// events of a profiler trace (identity = name + callers, per-iteration time and calls, self
+// time, spread, quantiles).
 #ifndef PERFTRACKER_PATTERN_PYTHON_WINDOW_H_
 #define PERFTRACKER_PATTERN_PYTHON_WINDOW_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "base/python_window_format.h"
 #include "base/status.h"
 #include "pattern/pattern.h"
 
 namespace perftracker::pattern {
 
-// True when HEAD (a file's first bytes) starts a Python window file.
-bool LooksLikePythonWindow(std::string_view head);
+using python_window::LooksLikePythonWindow;
+
+// A window file as read: every array's arity, every index and every count checked.
+struct PythonWindowFile {
+  struct Iteration {
+    int64_t index = 0, start_ns = 0, end_ns = 0;
+  };
+  struct Cell {
+    int64_t iteration = 0;  // position in `iterations`
+    uint64_t calls = 0, inclusive_ns = 0, self_ns = 0;
+  };
+  struct Node {
+    uint64_t parent = 0, name = 0;  // parent < its own index; name < names.size()
+    bool gc = false;
+    uint64_t count = 0, total_ns = 0, self_ns = 0, min_ns = 0, max_ns = 0;
+    double sum_sq_ns = 0;
+    int64_t hist_offset = 0;
+    std::vector<uint32_t> hist;
+    std::vector<Cell> cells;
+  };
+  struct LongCall {
+    uint64_t node = 0;  // < nodes.size()
+    int64_t start_ns = 0, end_ns = 0;
+  };
+  bool has_tid = false;
+  int64_t tid = 0, start_ns = 0, end_ns = 0;
+  std::vector<Iteration> iterations;
+  std::vector<std::string> names;  // as the tracer wrote them
+  std::vector<Node> nodes;
+  std::vector<LongCall> long_calls;
+  uint64_t calls = 0;  // stats.calls
+  size_t bytes = 0;
+};
+
+// The file at PATH, or NAME's JSON text. Errors name the file and what is wrong in one line.
+StatusOr<PythonWindowFile> ReadPythonWindow(const std::string& path);
+StatusOr<PythonWindowFile> ParsePythonWindow(std::string_view json, const std::string& name);
 
 // The window's patterns. The rank comes from the file name (rank-3.python.json) unless the
-// caller sets it. Errors name the file and what is wrong in one line.
+// caller sets it.
 StatusOr<RankSummary> SummarizePythonWindow(const std::string& path);
 StatusOr<RankSummary> SummarizePythonWindowBuffer(std::string_view json, const std::string& name);
 

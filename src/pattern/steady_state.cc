@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "base/median.h"
+#include "base/units.h"
 
 namespace perftracker::pattern {
 
@@ -75,7 +76,7 @@ std::vector<std::string> SteadyStateNotes(const RankSummary& s) {
     out.push_back(fmt::format(
         "{} GPU op{} ({:.3f} ms) {} launched before the profiler started: counted in no step",
         s.pre_profiler_gpu_ops, s.pre_profiler_gpu_ops == 1 ? "" : "s",
-        s.pre_profiler_gpu_us / 1000.0, s.pre_profiler_gpu_ops == 1 ? "was" : "were"));
+        UsToMs(s.pre_profiler_gpu_us), s.pre_profiler_gpu_ops == 1 ? "was" : "were"));
   }
   return out;
 }

@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/units.h"
 #include "pattern/histogram.h"
 #include "pattern/input_shapes.h"
 #include "pattern/intervals.h"
@@ -674,7 +675,7 @@ struct Summarizer::Impl {
   // window's both ends, the optimizer mode's first start. Sets the window's length.
   void CloseOpenIterations(RankSummary* s) {
     const bool any = first_ts <= last_end;
-    if (any) s->window_ms = (last_end - first_ts) / 1000.0;
+    if (any) s->window_ms = UsToMs(last_end - first_ts);
     if (whole_window) {
       it_start[0] = any ? first_ts : 0;
       it_end[0] = any ? last_end : 0;
@@ -856,7 +857,7 @@ struct Summarizer::Impl {
     // Steady-state iterations: every per-iteration value is a mean over them; the partial and
     // warm-up ones are listed (pattern/steady_state.h).
     std::vector<double> all_ms(n);
-    for (size_t i = 0; i < n; ++i) all_ms[i] = (it_end[i] - it_start[i]) / 1000.0;
+    for (size_t i = 0; i < n; ++i) all_ms[i] = UsToMs(it_end[i] - it_start[i]);
     const std::vector<size_t> steady = SplitSteadyIterations(all_ms, it_step, whole_window, &s);
     double iter_total_us = 0;
     for (size_t i : steady) iter_total_us += it_end[i] - it_start[i];

@@ -1,7 +1,6 @@
 #include "report/trace_export.h"
 
 #include <fmt/format.h>
-#include <simdjson.h>
 #include <zlib.h>
 
 #include <cerrno>
@@ -13,7 +12,6 @@
 #include <optional>
 #include <set>
 
-#include "base/file_source.h"
 #include "base/json_writer.h"
 #include "pattern/python_window.h"
 #include "trace/reader.h"
@@ -32,9 +30,6 @@ constexpr int64_t kGpuTidBase = 1'000'000'000;
 constexpr int64_t kFileTidStride = 100'000'000;
 // A pid for a trace whose rank is unknown: after any real rank.
 constexpr int64_t kUnknownRankPid = 10'000'000;
-// The Python tracer's window file is parsed whole; the tracer's node and long-call caps keep it
-// far below this.
-constexpr size_t kMaxPythonWindowBytes = 256u << 20;
 
 // gzip or plain output through one buffer.
 class Output {
@@ -274,49 +269,14 @@ class Exporter : public trace::EventSink {
 // call-stack aggregate: its timeline is the window's iterations and the calls of 1 ms or more
 // it keeps with their times ("long_calls"), on the tracer's clock.
 Status ExportPythonWindow(const std::string& path, Exporter* ex) {
-  PT_ASSIGN_OR_RETURN(std::string text,
-                      ReadSmallFile(path, kMaxPythonWindowBytes, "a Python window file"));
-  namespace dom = simdjson::dom;
-  dom::parser parser;
-  dom::object root;
-  if (parser.parse(text).get(root) != simdjson::SUCCESS)
-    return InvalidArgument(fmt::format("{}: not a Python window file (not JSON)", path));
-  auto bad = [&](const char* what) {
-    return InvalidArgument(fmt::format("{}: malformed Python window file: {}", path, what));
-  };
+  PT_ASSIGN_OR_RETURN(const pattern::PythonWindowFile file, pattern::ReadPythonWindow(path));
   trace::TraceMeta meta;
   meta.path = path;
   meta.rank = trace::RankFromFileName(path);
-  int64_t tid = 0;
-  if (root["tid"].get(tid) != simdjson::SUCCESS) tid = 0;
-  dom::array iterations, names, nodes, long_calls;
-  if (root["iterations"].get(iterations) || root["names"].get(names) || root["nodes"].get(nodes) ||
-      root["long_calls"].get(long_calls))
-    return bad("iterations, names, nodes or long_calls missing");
-  for (dom::element it : iterations) {
-    dom::array a;
-    int64_t index = 0, start = 0, end = 0;
-    if (it.get(a) || a.size() < 3 || a.at(0).get(index) || a.at(1).get(start) || a.at(2).get(end))
-      return bad("an iteration is not [index, start_ns, end_ns]");
-    meta.profiler_steps.push_back(
-        {start / 1e3, (end - start) / 1e3, static_cast<int64_t>(tid), index});
-  }
-  std::vector<std::string_view> name_of;
-  for (dom::element e : names) {
-    std::string_view v;
-    name_of.push_back(e.get(v) ? std::string_view("?") : v);
-  }
-  struct Node {
-    std::string_view name;
-    bool gc = false;
-  };
-  std::vector<Node> node_of;
-  for (dom::element e : nodes) {
-    dom::array a;
-    uint64_t name = 0, gc = 0;
-    if (e.get(a) || a.size() < 3 || a.at(1).get(name) || a.at(2).get(gc)) return bad("a node");
-    node_of.push_back({name < name_of.size() ? name_of[name] : std::string_view("?"), gc != 0});
-  }
+  const int64_t tid = file.has_tid ? file.tid : 0;
+  for (const pattern::PythonWindowFile::Iteration& it : file.iterations)
+    meta.profiler_steps.push_back({it.start_ns / 1e3, (it.end_ns - it.start_ns) / 1e3, tid,
+                                   it.index});
   ex->OnBegin(meta);
   ex->NameTrack(0, "iterations");
   ex->NameTrack(tid, fmt::format("Python tracer: calls of 1 ms or more, thread {}", tid));
@@ -333,17 +293,12 @@ Status ExportPythonWindow(const std::string& path, Exporter* ex) {
     ex->OnEvent(ev);
   }
   ev.tid = tid;
-  for (dom::element e : long_calls) {
-    dom::array a;
-    uint64_t node = 0;
-    int64_t start = 0, end = 0;
-    if (e.get(a) || a.size() < 3 || a.at(0).get(node) || a.at(1).get(start) || a.at(2).get(end) ||
-        node >= node_of.size())
-      return bad("a long call is not [node, start_ns, end_ns]");
-    ev.kind = node_of[node].gc ? trace::EventKind::kOther : trace::EventKind::kPythonFunction;
-    ev.name = node_of[node].name;
-    ev.ts_us = start / 1e3;
-    ev.dur_us = (end - start) / 1e3;
+  for (const pattern::PythonWindowFile::LongCall& c : file.long_calls) {
+    const pattern::PythonWindowFile::Node& node = file.nodes[c.node];
+    ev.kind = node.gc ? trace::EventKind::kOther : trace::EventKind::kPythonFunction;
+    ev.name = file.names[node.name];
+    ev.ts_us = c.start_ns / 1e3;
+    ev.dur_us = (c.end_ns - c.start_ns) / 1e3;
     ex->OnEvent(ev);
   }
   return Status::Ok();

@@ -94,5 +94,38 @@ TEST_F(TraceExportTest, ABadInputLeavesNoHalfWrittenOutput) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// The Python tracer's window file goes through the one reader (pattern/python_window.h): its
+// iterations and its calls of 1 ms or more on the tracer's thread; a malformed one is refused
+// with the reader's one line, naming the file.
+TEST_F(TraceExportTest, APythonWindowFileIsItsIterationsAndLongCalls) {
+  const std::string window = Write(
+      "rank-3.python.json",
+      "{\"schema\":\"perftracker.python_window/1\",\"pid\":9,\"tid\":9,\"start_ns\":0,"
+      "\"end_ns\":5000000,\"iterations\":[[7,1000000,3000000]],"
+      "\"names\":[\"\",\"<other>\",\"train.py(3): step\"],"
+      "\"nodes\":[[0,0,0,0,0,0,0,0,0,0,[],[]],[0,1,0,0,0,0,0,0,0,0,[],[]],"
+      "[0,2,0,1,1500000,1500000,1500000,1500000,2.25e12,82,[1],[[0,1,1500000,1500000]]]],"
+      "\"long_calls\":[[2,1200000,2700000]],\"stats\":{\"calls\":1}}");
+  const std::string out = (dir_ / "window.json").string();
+  auto st = ExportTrace({window}, out);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  std::ifstream in(out);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"iteration 7\""), std::string::npos) << text;
+  EXPECT_NE(text.find("train.py(3): step"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"dur\":1500.000"), std::string::npos) << text;
+
+  const std::string bad = Write("rank-4.python.json",
+                                "{\"schema\":\"perftracker.python_window/1\",\"start_ns\":0,"
+                                "\"end_ns\":1,\"iterations\":[],\"names\":[],\"nodes\":[],"
+                                "\"long_calls\":[[5,0,1]]}");
+  auto refused = ExportTrace({bad}, (dir_ / "bad.json").string());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rank-4.python.json: bad Python window file: long "
+                                            "call 0"),
+            std::string::npos)
+      << refused.status().message();
+}
+
 }  // namespace
 }  // namespace perftracker::report

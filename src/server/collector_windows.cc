@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "base/background.h"
-#include "diagnose/analysis.h"
+#include "diagnose/peer_stats.h"
+#include "diagnose/finding_text.h"
 #include "diagnose/causes.h"
 #include "server/collector_impl.h"
 #include "server/job_end.h"

@@ -14,13 +14,13 @@
 #include <cstring>
 #include <vector>
 
+#include "base/limits.h"
 #include "base/log.h"
 
 namespace perftracker::server {
 namespace {
 
-// A request line and headers fit in this; more is not a scraper.
-constexpr size_t kMaxRequestBytes = 8 << 10;
+constexpr size_t kMaxRequestBytes = limits::kMaxHttpRequest;
 
 std::chrono::milliseconds Millis(int ms) { return std::chrono::milliseconds(ms); }
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "diagnose/link.h"
+#include "diagnose/metric_findings.h"
 #include "diagnose/since_baseline.h"
 #include "pattern/summary_io.h"
 

@@ -15,7 +15,7 @@
 
 #include "base/status.h"
 #include "diagnose/diagnose.h"
-#include "diagnose/link.h"
+#include "diagnose/metric_findings.h"
 #include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 

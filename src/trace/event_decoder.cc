@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/limits.h"
 #include "trace/ascii.h"
 #include "trace/block_classifier.h"
 #include "trace/json_fields.h"
@@ -18,9 +19,8 @@
 namespace perftracker::trace::internal {
 namespace {
 
-// Unknown categories counted by name (ReadStats::unknown_cats): enough for the few a real trace
-// holds, while a file full of made-up ones cannot grow the stats without bound.
-constexpr size_t kMaxUnknownCats = 64;
+// Unknown categories counted by name (ReadStats::unknown_cats).
+constexpr size_t kMaxUnknownCats = limits::kMaxUnknownCategories;
 // Where the categories past kMaxUnknownCats are counted together.
 constexpr std::string_view kOtherUnknownCats = "(other)";
 

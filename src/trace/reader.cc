@@ -30,7 +30,7 @@ namespace internal {
 namespace {
 
 // Most whitespace looked at after a quote before it is taken to end its string.
-constexpr size_t kMaxQuoteLookahead = 1 << 16;
+constexpr size_t kMaxQuoteLookahead = limits::kMaxQuoteLookahead;
 
 // The bytes of another source with the unescaped quotes inside strings turned into ', as
 // RepairUnescapedQuotes (json_fields.h) turns them, looking past the end of a read for what

@@ -19,7 +19,7 @@ namespace {
 
 constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();  // no offset
 // Deepest nesting accepted: far past any trace, and it bounds the bracket stack of a hostile file.
-constexpr size_t kMaxDepth = 1024;
+constexpr size_t kMaxDepth = limits::kMaxJsonDepth;
 
 // Blocks classified per call of the classifier: reading blocks in runs lets the machine's vector
 // width pay off.

@@ -5,17 +5,6 @@
 
 namespace perftracker::worker {
 
-int QuarterLog2Histogram::Bucket(int64_t ns) {
-  if (ns < 4) return ns > 0 ? static_cast<int>(ns) : 0;
-  const int msb = 63 - std::countl_zero(static_cast<uint64_t>(ns));
-  return 4 * msb + static_cast<int>((ns >> (msb - 2)) & 3);
-}
-
-double QuarterLog2Histogram::LowerEdge(int b) {
-  if (b < 8) return b;
-  return static_cast<double>(int64_t{1} << (b / 4)) * (1.0 + (b % 4) / 4.0);
-}
-
 CallTree::CallTree(const CallTreeLimits& limits) : limits_(limits) {
   nodes_.resize(2);  // kRoot, kOther
   frames_.reserve(64);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/bucket_counts.h"
+#include "base/python_window_format.h"
 
 namespace perftracker::worker {
 
@@ -39,15 +40,12 @@ struct CallTreeLimits {
   int32_t max_iterations = 4096;
 };
 
-// A power-of-two histogram with four linear steps per octave (bucket edges 1, 1.25, 1.5, 1.75
-// times 2^k ns): any quantile within ~12% of a real value, no logarithm on the hot path. Only
-// the bucket range actually hit is stored.
+// A power-of-two histogram with four linear steps per octave (the window file's buckets,
+// base/python_window_format.h): any quantile within ~12% of a real value, no logarithm on the
+// hot path. Only the bucket range actually hit is stored.
 class QuarterLog2Histogram {
  public:
-  static int Bucket(int64_t ns);
-  // The lower edge of bucket B, in ns.
-  static double LowerEdge(int b);
-  void Add(int64_t ns) { counts_.Add(Bucket(ns)); }
+  void Add(int64_t ns) { counts_.Add(python_window::HistogramBucket(ns)); }
   int offset() const { return counts_.offset(); }
   const std::vector<uint32_t>& counts() const { return counts_.counts(); }
 
@@ -96,8 +94,8 @@ struct CallTreeStats {
 
 class CallTree {
  public:
-  static constexpr uint32_t kRoot = 0;
-  static constexpr uint32_t kOther = 1;
+  static constexpr uint32_t kRoot = python_window::kRootNode;
+  static constexpr uint32_t kOther = python_window::kOtherNode;
 
   explicit CallTree(const CallTreeLimits& limits = {});
 

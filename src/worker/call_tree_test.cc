@@ -174,20 +174,6 @@ TEST(CallTreeTest, CloseAllEndsOpenCallsAtTheWindowEnd) {
   EXPECT_EQ(Find(t, {kMain, kStep})->total_ns, 90);
 }
 
-TEST(QuarterLog2HistogramTest, BucketsHaveFourStepsPerOctave) {
-  EXPECT_EQ(QuarterLog2Histogram::Bucket(0), 0);
-  EXPECT_EQ(QuarterLog2Histogram::Bucket(3), 3);
-  EXPECT_EQ(QuarterLog2Histogram::Bucket(1024), 40);
-  EXPECT_EQ(QuarterLog2Histogram::Bucket(1279), 40);
-  EXPECT_EQ(QuarterLog2Histogram::Bucket(1280), 41);
-  EXPECT_EQ(QuarterLog2Histogram::Bucket(2047), 43);
-  for (int64_t v : {int64_t{8}, int64_t{100}, int64_t{1000}, int64_t{123456}, int64_t{1} << 40}) {
-    const int b = QuarterLog2Histogram::Bucket(v);
-    EXPECT_LE(QuarterLog2Histogram::LowerEdge(b), static_cast<double>(v));
-    EXPECT_GT(QuarterLog2Histogram::LowerEdge(b + 1), static_cast<double>(v));
-  }
-}
-
 TEST(WindowFileTest, JsonHoldsEveryNodeAndIteration) {
   PythonWindow w;
   w.pid = 7;

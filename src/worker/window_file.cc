@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/json_writer.h"
+#include "base/python_window_format.h"
 
 namespace perftracker::worker {
 
@@ -16,7 +17,7 @@ std::string PythonWindowJson(const PythonWindow& w) {
   std::string out;
   out.reserve(256 + w.tree.nodes().size() * 96 + w.names.size() * 48);
   out += "{\"schema\":\"";
-  out += kPythonWindowSchema;
+  out += python_window::kSchema;
   out += "\",\"pid\":" + std::to_string(w.pid) + ",\"tid\":" + std::to_string(w.tid) +
          ",\"start_ns\":" + std::to_string(w.start_ns) + ",\"end_ns\":" + std::to_string(w.end_ns);
   out += ",\n\"iterations\":[";

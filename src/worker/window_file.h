@@ -1,5 +1,5 @@
 // The file the Python tracer leaves for one profiling window: its CallTree as JSON
-// ("perftracker.python_window/1", described in src/worker/protocol.md), written by a thread of
+// ("perftracker.python_window/1", base/python_window_format.h), written by a thread of
 // its own (never the training thread) through PATH.tmp, created exclusively, and a link. The
 // node agent reads it back with pattern/python_window.h and turns it into behaviour patterns.
 #ifndef PERFTRACKER_WORKER_WINDOW_FILE_H_
@@ -13,8 +13,6 @@
 #include "worker/call_tree.h"
 
 namespace perftracker::worker {
-
-inline constexpr char kPythonWindowSchema[] = "perftracker.python_window/1";
 
 struct WindowMarker {
   int64_t index;  // the detector's iteration number

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "base/python_window_format.h"
 #include "temp_dir.h"
 
 namespace perftracker::worker {
@@ -34,7 +35,7 @@ TEST(WindowFileTest, WritesAPrivateFileAndNoTemporaryOne) {
   testing_support::TempDir dir("pt-window-file");
   const std::string path = dir.path() + "/rank-0.python.json";
   ASSERT_TRUE(WritePythonWindow(Window(path)).ok());
-  EXPECT_NE(Read(path).find(kPythonWindowSchema), std::string::npos);
+  EXPECT_NE(Read(path).find(python_window::kSchema), std::string::npos);
   struct stat st {};
   ASSERT_EQ(lstat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u);

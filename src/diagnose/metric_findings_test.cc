@@ -1,4 +1,4 @@
-#include "diagnose/link.h"
+#include "diagnose/metric_findings.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "diagnose/link.h"
+#include "diagnose/metric_findings.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <set>
 
-#include "diagnose/analysis.h"
+#include "base/units.h"
 #include "diagnose/causes.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose {
@@ -132,7 +134,7 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
     double c = 0;
     for (const auto& fn : r.compact)
       if (fn.fclass() == pattern::FunctionClass::kCollective && fn.top_level) c += fn.per_iter_us;
-    comm.push_back(c / 1e3);
+    comm.push_back(UsToMs(c));
     iter.push_back(r.MeanIterationMs());
     if (r.rank == slow && !r.host.empty()) f.hosts = {r.host};
     if (r.rank == slow) {

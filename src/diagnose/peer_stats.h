@@ -1,19 +1,17 @@
-// Internal to the diagnosis engine: robust statistics, effect thresholds and the small helpers
-// shared by the peer comparison (subset.cc), the expected-pattern rules (rules.cc) and the run
-// diff (diff.cc). Not part of the public interface.
-#ifndef PERFTRACKER_DIAGNOSE_ANALYSIS_H_
-#define PERFTRACKER_DIAGNOSE_ANALYSIS_H_
+// Internal to the diagnosis engine: the robust statistics of the peer comparison. A rank's value
+// against its peers' (median and a MAD-based scale, leave-one-out in small groups), the effect
+// and impact thresholds, and how many standard errors a difference is. Used by the peer
+// comparison (subset.cc), the expected-pattern rules (rules.cc), the run diff (diff.cc) and the
+// OS-evidence rules (causes.cc).
+#ifndef PERFTRACKER_DIAGNOSE_PEER_STATS_H_
+#define PERFTRACKER_DIAGNOSE_PEER_STATS_H_
 
+#include <cstddef>
 #include <cstdint>
-#include <set>
-#include <string>
 #include <vector>
 
 #include "base/median.h"
 #include "diagnose/diagnose.h"
-#include "diagnose/finding.h"
-#include "pattern/compact_job.h"
-#include "pattern/pattern.h"
 
 namespace perftracker::diagnose::internal {
 
@@ -85,78 +83,12 @@ struct PeerComparison {
 PeerComparison ComparePeers(const std::vector<double>& values, size_t i, double iteration_us,
                             const DiagnoseOptions& o, const PeerReference* ref = nullptr);
 
-// Functions whose time is mostly waiting for someone else (peers, the GPU, a full launch queue):
-// they grow on the victims of a slowdown, not on its cause.
-bool IsWaitClass(pattern::FunctionClass c);
-
-// True when the summary carries exclusive times (older summaries leave self_per_iter_us 0).
-bool HasSelfTimes(const pattern::RankSummary& r);
-double SelfUs(const pattern::FunctionPattern& f, bool has_self);
-inline double SelfUs(const pattern::CompactFunction& f, bool has_self) {
-  return has_self ? f.self_per_iter_us : f.per_iter_us;
-}
-
-std::vector<std::string> SplitStack(const std::string& stack);
-FunctionRef MakeFunctionRef(const std::string& name, trace::EventKind kind,
-                            const std::string& stack);
-inline FunctionRef MakeFunctionRef(const pattern::FunctionPattern& f) {
-  return MakeFunctionRef(f.name, f.kind, f.stack);
-}
-inline FunctionRef MakeFunctionRef(const pattern::FunctionInfo& f) {
-  return MakeFunctionRef(f.name, f.kind, f.stack);
-}
-
-// Microseconds as a short millisecond string: "41.2 ms".
-std::string Ms(double us);
-std::string Percent(double fraction);
-
-std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks);
-double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseconds
-
-// The missing_rank finding first; then regressions and problems, confident ones
-// (policy::kConfident) before the others, each by impact; improvements (negative impact) after,
-// biggest first.
-void SortFindings(std::vector<Finding>* findings);
-
 // How many standard errors EXCESS is, when a rank's value over N_RANK iterations with spread
 // SD_RANK is compared with PEERS peers' over N_PEERS iterations with spread SD_PEERS (spreads
 // across iterations). Infinity when no spread was measured (one iteration, old summaries).
 double NoiseZ(double excess, double sd_rank, double n_rank, double sd_peers, double n_peers,
               size_t peers);
 
-JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks);
-// The summaries of RANKS (RankSummary or CompactRank), for what needs only their metadata.
-template <typename R>
-std::vector<const pattern::RankSummary*> Pointers(const std::vector<R>& ranks) {
-  std::vector<const pattern::RankSummary*> out;
-  out.reserve(ranks.size());
-  for (const auto& r : ranks) out.push_back(&r);
-  return out;
-}
-
-// The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
-void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
-                        std::vector<Finding>* out);
-void FindAllRankProblems(const pattern::CompactJob& cj, const JobInfo& job,
-                         const DiagnoseOptions& o, std::vector<Finding>* out);
-
-// What the collective-group instances say about ranks, beyond the link findings.
-struct CollectiveEvidence {
-  std::set<int> covered;    // member of a group instance that had others of its kind to compare
-  std::set<int> explained;  // member of a group slowed by a link that a finding names
-  std::set<int> late;       // the member a slowed group waited for
-  std::set<int> waiting;    // the other members of such a group: victims, not causes
-};
-// Slow links localized from collective-group instances (topology.cc): NVLink of a node, NIC of
-// a node, or a switch. OWN_CAUSE: ranks the peer comparison found late for a reason of their own
-// (their groups' waiting is not a link's doing). EV says whose collective outliers are explained,
-// so that the per-rank comparison does not also blame them.
-void FindLinkProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
-                      const std::set<int>& own_cause, std::vector<Finding>* out,
-                      CollectiveEvidence* ev);
-// Node-level findings of the same kind on every node of a switch become one switch finding.
-void FoldBySwitch(const std::vector<pattern::CompactRank>& ranks, std::vector<Finding>* findings);
-
 }  // namespace perftracker::diagnose::internal
 
-#endif  // PERFTRACKER_DIAGNOSE_ANALYSIS_H_
+#endif  // PERFTRACKER_DIAGNOSE_PEER_STATS_H_

@@ -1,12 +1,14 @@
-// Slow-link localization from the node agents' connection samples. When one rank's link is
-// slow, every rank's collectives slow down alike (they all wait for the slow hop), so timing
-// cannot name it. The connections can: the agents sample each worker's TCP send queues
+// The findings the node agents' metrics give, added to a diagnosis after the timing comparison
+// (AddMetricFindings): the OS's evidence through the cause rules (diagnose/causes.h) and the slow
+// link from connection samples. When one rank's link is slow, every rank's collectives slow down
+// alike (they all wait for the slow hop), so timing cannot name it. The connections can: the agents
+// sample each worker's TCP send queues
 // ("tcp.sendq.<local>><remote>", mean bytes queued during the window); a slow endpoint's own
 // sends back up, and so do its peers' sends to it (their acknowledgements queue behind its
 // traffic). The rank that the two most-queued connections share, and that most of the queued
 // bytes touch, is the slow link (C4's idea: the slow hop names the link).
-#ifndef PERFTRACKER_DIAGNOSE_LINK_H_
-#define PERFTRACKER_DIAGNOSE_LINK_H_
+#ifndef PERFTRACKER_DIAGNOSE_METRIC_FINDINGS_H_
+#define PERFTRACKER_DIAGNOSE_METRIC_FINDINGS_H_
 
 #include <map>
 #include <optional>
@@ -38,4 +40,4 @@ void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::Co
 
 }  // namespace perftracker::diagnose
 
-#endif  // PERFTRACKER_DIAGNOSE_LINK_H_
+#endif  // PERFTRACKER_DIAGNOSE_METRIC_FINDINGS_H_

@@ -1,0 +1,27 @@
+// Time units: the conversions between the microseconds traces and patterns count in, the
+// milliseconds findings and reports speak in, and the seconds the OS reports. One function a
+// conversion, so that a figure's unit is read from its name rather than from a bare 1000.
+//   UsToMs(2500) == 2.5; MsToUs(2.5) == 2500; SToMs(0.25) == 250; MsToS(250) == 0.25;
+//   BytesToMB(4e6) == 4
+// Each computes exactly what the expression it replaced did (x / 1000.0, x * 1000.0): the
+// outputs stay byte-identical.
+#ifndef PERFTRACKER_BASE_UNITS_H_
+#define PERFTRACKER_BASE_UNITS_H_
+
+namespace perftracker {
+
+inline constexpr double kUsPerMs = 1000.0;
+inline constexpr double kMsPerS = 1000.0;
+
+inline constexpr double UsToMs(double us) { return us / kUsPerMs; }
+inline constexpr double MsToUs(double ms) { return ms * kUsPerMs; }
+inline constexpr double SToMs(double s) { return s * kMsPerS; }
+inline constexpr double MsToS(double ms) { return ms / kMsPerS; }
+
+// Sizes as reports print them: decimal megabytes (a message of 4,000,000 bytes is "4.0 MB").
+inline constexpr double kBytesPerMB = 1e6;
+inline constexpr double BytesToMB(double bytes) { return bytes / kBytesPerMB; }
+
+}  // namespace perftracker
+
+#endif  // PERFTRACKER_BASE_UNITS_H_

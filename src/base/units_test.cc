@@ -1,0 +1,25 @@
+#include "base/units.h"
+
+#include <gtest/gtest.h>
+
+namespace perftracker {
+namespace {
+
+TEST(UnitsTest, ConvertAsTheExpressionsTheyReplaced) {
+  static_assert(UsToMs(2500) == 2.5);
+  static_assert(MsToUs(2.5) == 2500);
+  static_assert(SToMs(0.25) == 250);
+  static_assert(MsToS(250) == 0.25);
+  static_assert(BytesToMB(4e6) == 4);
+  // Bit for bit what x / 1000.0 and x * 1000.0 give, for values whose quotient is inexact.
+  for (double x : {1.0 / 3, 123456.789, 1e-7, 9.87654321e12}) {
+    EXPECT_EQ(UsToMs(x), x / 1000.0);
+    EXPECT_EQ(MsToUs(x), x * 1000.0);
+    EXPECT_EQ(SToMs(x), x * 1000.0);
+    EXPECT_EQ(MsToS(x), x / 1000.0);
+    EXPECT_EQ(BytesToMB(x), x / 1e6);
+  }
+}
+
+}  // namespace
+}  // namespace perftracker
