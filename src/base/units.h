@@ -2,16 +2,22 @@
 // milliseconds findings and reports speak in, and the seconds the OS reports. One function a
 // conversion, so that a figure's unit is read from its name rather than from a bare 1000.
 //   UsToMs(2500) == 2.5; MsToUs(2.5) == 2500; SToMs(0.25) == 250; MsToS(250) == 0.25;
-//   BytesToMB(4e6) == 4
-// Each computes exactly what the expression it replaced did (x / 1000.0, x * 1000.0): the
+//   BytesToMB(4e6) == 4; NsToUs(2500) == 2.5; NsToMs(2.5e6) == 2.5
+// Each computes exactly what the expression it replaced did (x / 1000.0, x * 1000.0, x / 1e6): the
 // outputs stay byte-identical.
 #ifndef PERFTRACKER_BASE_UNITS_H_
 #define PERFTRACKER_BASE_UNITS_H_
 
 namespace perftracker {
 
+inline constexpr double kNsPerUs = 1000.0;
+inline constexpr double kNsPerMs = 1e6;
 inline constexpr double kUsPerMs = 1000.0;
 inline constexpr double kMsPerS = 1000.0;
+
+// The Python tracer counts nanoseconds (base/python_window_format.h).
+inline constexpr double NsToUs(double ns) { return ns / kNsPerUs; }
+inline constexpr double NsToMs(double ns) { return ns / kNsPerMs; }
 
 inline constexpr double UsToMs(double us) { return us / kUsPerMs; }
 inline constexpr double MsToUs(double ms) { return ms * kUsPerMs; }

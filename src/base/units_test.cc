@@ -11,6 +11,8 @@ TEST(UnitsTest, ConvertAsTheExpressionsTheyReplaced) {
   static_assert(SToMs(0.25) == 250);
   static_assert(MsToS(250) == 0.25);
   static_assert(BytesToMB(4e6) == 4);
+  static_assert(NsToUs(2500) == 2.5);
+  static_assert(NsToMs(2.5e6) == 2.5);
   // Bit for bit what x / 1000.0 and x * 1000.0 give, for values whose quotient is inexact.
   for (double x : {1.0 / 3, 123456.789, 1e-7, 9.87654321e12}) {
     EXPECT_EQ(UsToMs(x), x / 1000.0);
@@ -18,6 +20,8 @@ TEST(UnitsTest, ConvertAsTheExpressionsTheyReplaced) {
     EXPECT_EQ(SToMs(x), x * 1000.0);
     EXPECT_EQ(MsToS(x), x / 1000.0);
     EXPECT_EQ(BytesToMB(x), x / 1e6);
+    EXPECT_EQ(NsToUs(x), x / 1e3);
+    EXPECT_EQ(NsToMs(x), x / 1e6);
   }
 }
 

@@ -11,8 +11,8 @@
 #include <unordered_map>
 
 #include "base/parallel_for.h"
-#include "diagnose/rank_info.h"
 #include "diagnose/policy.h"
+#include "diagnose/rank_info.h"
 #include "pattern/names.h"
 
 namespace perftracker::diagnose {

@@ -13,11 +13,11 @@
 
 #include "base/parallel_for.h"
 #include "base/units.h"
-#include "diagnose/peer_stats.h"
 #include "diagnose/finding_text.h"
-#include "diagnose/rank_info.h"
-#include "diagnose/problem_finders.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
+#include "diagnose/problem_finders.h"
+#include "diagnose/rank_info.h"
 
 namespace perftracker::diagnose::internal {
 namespace rules {

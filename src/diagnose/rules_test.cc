@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "diagnose/rank_info.h"
 #include "diagnose/problem_finders.h"
+#include "diagnose/rank_info.h"
 #include "diagnose/testing.h"
 
 namespace perftracker::diagnose::internal::rules {

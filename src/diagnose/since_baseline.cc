@@ -9,8 +9,8 @@
 #include <set>
 #include <string>
 
-#include "diagnose/peer_stats.h"
 #include "diagnose/causes.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "pattern/names.h"
 #include "trace/event.h"

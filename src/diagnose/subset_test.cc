@@ -7,8 +7,8 @@
 #include <random>
 #include <vector>
 
-#include "diagnose/peer_stats.h"
 #include "diagnose/diagnose.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "diagnose/testing.h"
 
@@ -124,8 +124,8 @@ Work DiagnoseOneRole(int n) {
     const double slow = r == straggler ? 1.5 : 1.0;
     std::vector<pattern::FunctionPattern> fns;
     for (int k = 0; k < 12; ++k)
-      fns.push_back(Fn("aten::op" + std::to_string(k), FunctionClass::kCompute,
-                       slow * jitter * 4.0));
+      fns.push_back(
+          Fn("aten::op" + std::to_string(k), FunctionClass::kCompute, slow * jitter * 4.0));
     for (int k = 0; k < 12; ++k)
       fns.push_back(Fn("model.py(" + std::to_string(k) + "): layer", FunctionClass::kPython,
                        jitter * 0.5, 1, trace::EventKind::kPythonFunction));
@@ -165,8 +165,7 @@ TEST(PeerComparisonCostTest, LinearInTheGroupSizeWithMissingValues) {
   EXPECT_EQ(large.first_rank, 4 * n / 3);
   ASSERT_GT(small.elements, 0u);
   const double growth = static_cast<double>(large.elements) / static_cast<double>(small.elements);
-  const double refs =
-      static_cast<double>(large.references) / static_cast<double>(small.references);
+  const double refs = static_cast<double>(large.references) / static_cast<double>(small.references);
   // Linear is 4x; one reference rebuilt per rank (the quadratic case) is 16x.
   EXPECT_LT(growth, 5.0) << small.elements << " -> " << large.elements << " elements";
   EXPECT_LT(refs, 1.5) << small.references << " -> " << large.references << " references";

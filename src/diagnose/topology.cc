@@ -9,8 +9,8 @@
 #include <tuple>
 #include <vector>
 
-#include "diagnose/problem_finders.h"
 #include "diagnose/link_localizer.h"
+#include "diagnose/problem_finders.h"
 
 namespace perftracker::diagnose::internal {
 

@@ -32,7 +32,7 @@ double Quantile(const BucketCounts& counts, double q, double lo, double hi) {
       std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(q * static_cast<double>(n))));
   const int b = counts.BucketAtRank(rank);
   const double mid =
-      std::sqrt(std::max(1.0, pw::HistogramLowerEdge(b)) * pw::HistogramLowerEdge(b + 1)) / 1e3;
+      NsToUs(std::sqrt(std::max(1.0, pw::HistogramLowerEdge(b)) * pw::HistogramLowerEdge(b + 1)));
   return std::clamp(mid, lo, hi);
 }
 
@@ -85,8 +85,8 @@ class FileReader {
       if (e.get_array().get(a) != simdjson::SUCCESS || a.size() != pw::kIterationSlots ||
           !I64(a, pw::kIterationIndex, &it.index) || !I64(a, pw::kIterationStartNs, &it.start_ns) ||
           !I64(a, pw::kIterationEndNs, &it.end_ns) || it.end_ns < it.start_ns)
-        return Bad(fmt::format("iteration {} is not [index, start_ns, end_ns]",
-                               f_.iterations.size()));
+        return Bad(
+            fmt::format("iteration {} is not [index, start_ns, end_ns]", f_.iterations.size()));
       f_.iterations.push_back(it);
     }
     return Status::Ok();
@@ -113,10 +113,10 @@ class FileReader {
       PythonWindowFile::Node n;
       uint64_t gc = 0;
       if (e.get_array().get(a) != simdjson::SUCCESS || a.size() != pw::kNodeSlots ||
-          !U64(a, pw::kParent, &n.parent) || !U64(a, pw::kName, &n.name) ||
-          !U64(a, pw::kGc, &gc) || !U64(a, pw::kCount, &n.count) ||
-          !U64(a, pw::kTotalNs, &n.total_ns) || !U64(a, pw::kSelfNs, &n.self_ns) ||
-          !U64(a, pw::kMinNs, &n.min_ns) || !U64(a, pw::kMaxNs, &n.max_ns) ||
+          !U64(a, pw::kParent, &n.parent) || !U64(a, pw::kName, &n.name) || !U64(a, pw::kGc, &gc) ||
+          !U64(a, pw::kCount, &n.count) || !U64(a, pw::kTotalNs, &n.total_ns) ||
+          !U64(a, pw::kSelfNs, &n.self_ns) || !U64(a, pw::kMinNs, &n.min_ns) ||
+          !U64(a, pw::kMaxNs, &n.max_ns) ||
           a.at(pw::kSumSqNs).get_double().get(n.sum_sq_ns) != simdjson::SUCCESS ||
           !I64(a, pw::kHistOffset, &n.hist_offset) ||
           a.at(pw::kHist).get_array().get(hist) != simdjson::SUCCESS ||
@@ -170,8 +170,8 @@ class FileReader {
       if (e.get_array().get(a) != simdjson::SUCCESS || a.size() != pw::kLongCallSlots ||
           !U64(a, pw::kLongCallNode, &c.node) || !I64(a, pw::kLongCallStartNs, &c.start_ns) ||
           !I64(a, pw::kLongCallEndNs, &c.end_ns) || c.node >= f_.nodes.size())
-        return Bad(fmt::format("long call {} is not [node, start_ns, end_ns]",
-                               f_.long_calls.size()));
+        return Bad(
+            fmt::format("long call {} is not [node, start_ns, end_ns]", f_.long_calls.size()));
       f_.long_calls.push_back(c);
     }
     return Status::Ok();
@@ -206,10 +206,10 @@ class Parser {
     s.iteration_source = "ProfilerStep";
     s.read_stats.bytes = file.bytes;
     if (file.has_tid) s.main_tid = file.tid;
-    s.window_ms = static_cast<double>(file.end_ns - file.start_ns) / 1e6;
+    s.window_ms = NsToMs(static_cast<double>(file.end_ns - file.start_ns));
     for (const PythonWindowFile::Iteration& it : file.iterations) {
       s.iteration_steps.push_back(it.index);
-      s.iteration_ms.push_back(static_cast<double>(it.end_ns - it.start_ns) / 1e6);
+      s.iteration_ms.push_back(NsToMs(static_cast<double>(it.end_ns - it.start_ns)));
     }
     if (s.iteration_ms.empty()) {  // no iteration completed: the window is one (flagged) iteration
       s.iteration_source = "window";
@@ -227,8 +227,7 @@ class Parser {
   }
 
  private:
-  void Aggregate(const PythonWindowFile& file, bool whole_window, size_t n_iters,
-                 RankSummary* s) {
+  void Aggregate(const PythonWindowFile& file, bool whole_window, size_t n_iters, RankSummary* s) {
     // Parents come before their children, so one pass builds each node's caller stack from its
     // parent's.
     std::vector<std::string> context;  // node -> its stack as seen by its children
@@ -286,10 +285,10 @@ class Parser {
       p.main_thread = true;  // the tracer follows the training thread only
       p.top_level = f.top;
       p.count = f.count;
-      p.total_us = f.total_ns / 1e3;
+      p.total_us = NsToUs(f.total_ns);
       p.mean_us = p.total_us / static_cast<double>(f.count);
-      p.min_us = f.min_ns / 1e3;
-      p.max_us = f.max_ns / 1e3;
+      p.min_us = NsToUs(f.min_ns);
+      p.max_us = NsToUs(f.max_ns);
       const double mean_ns = f.total_ns / static_cast<double>(f.count);
       const double var = std::max(0.0, f.sum_sq / static_cast<double>(f.count) - mean_ns * mean_ns);
       p.cv = mean_ns > 0 ? std::sqrt(var) / mean_ns : 0;
@@ -300,11 +299,11 @@ class Parser {
       p.iter_us.assign(n_iters, 0.0f);
       for (size_t k = 0; k < n_iters; ++k) {
         in_iters += f.iter_ns[k];
-        p.iter_us[k] = static_cast<float>(f.iter_ns[k] / 1e3);
+        p.iter_us[k] = static_cast<float>(NsToUs(f.iter_ns[k]));
       }
-      p.per_iter_us = in_iters / 1e3 / dn;
+      p.per_iter_us = NsToUs(in_iters) / dn;
       p.share = mean_iter_us > 0 ? p.per_iter_us / mean_iter_us : 0;
-      p.self_per_iter_us = f.self_in_iters_ns / 1e3 / dn;
+      p.self_per_iter_us = NsToUs(f.self_in_iters_ns) / dn;
       outside += f.count - f.calls_in_iters;
     }
     s->events_outside_iterations = outside;

@@ -20,8 +20,6 @@
 
 namespace perftracker::pattern {
 
-using python_window::LooksLikePythonWindow;
-
 // A window file as read: every array's arity, every index and every count checked.
 struct PythonWindowFile {
   struct Iteration {

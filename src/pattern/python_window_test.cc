@@ -31,7 +31,7 @@ constexpr char kWindow[] = R"({"schema":"perftracker.python_window/1","pid":1,"t
 "stats":{"calls":2024}})";
 
 TEST(PythonWindowTest, NodesBecomePatternsWithTheirCallerStacks) {
-  ASSERT_TRUE(LooksLikePythonWindow(kWindow));
+  ASSERT_TRUE(python_window::LooksLikePythonWindow(kWindow));
   auto s = SummarizePythonWindowBuffer(kWindow, "w/rank-3.python.json");
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->rank, 3);

@@ -2,6 +2,7 @@
 // not pull in the trace reader.
 #include <fstream>
 
+#include "base/python_window_format.h"
 #include "pattern/python_window.h"
 #include "pattern/summarizer.h"
 #include "trace/reader.h"
@@ -13,7 +14,8 @@ StatusOr<RankSummary> SummarizeTrace(const std::string& path, const trace::ReadO
   char head[96] = {};
   std::ifstream in(path, std::ios::binary);
   in.read(head, sizeof head);
-  if (LooksLikePythonWindow(std::string_view(head, static_cast<size_t>(in.gcount())))) {
+  if (python_window::LooksLikePythonWindow(
+          std::string_view(head, static_cast<size_t>(in.gcount())))) {
     auto s = SummarizePythonWindow(path);
     if (s.ok() && options.rank_override >= 0) s->rank = options.rank_override;
     return s;

@@ -13,6 +13,8 @@
 #include <set>
 
 #include "base/json_writer.h"
+#include "base/python_window_format.h"
+#include "base/units.h"
 #include "pattern/python_window.h"
 #include "trace/reader.h"
 
@@ -275,8 +277,8 @@ Status ExportPythonWindow(const std::string& path, Exporter* ex) {
   meta.rank = trace::RankFromFileName(path);
   const int64_t tid = file.has_tid ? file.tid : 0;
   for (const pattern::PythonWindowFile::Iteration& it : file.iterations)
-    meta.profiler_steps.push_back({it.start_ns / 1e3, (it.end_ns - it.start_ns) / 1e3, tid,
-                                   it.index});
+    meta.profiler_steps.push_back(
+        {NsToUs(it.start_ns), NsToUs(it.end_ns - it.start_ns), tid, it.index});
   ex->OnBegin(meta);
   ex->NameTrack(0, "iterations");
   ex->NameTrack(tid, fmt::format("Python tracer: calls of 1 ms or more, thread {}", tid));
@@ -297,8 +299,8 @@ Status ExportPythonWindow(const std::string& path, Exporter* ex) {
     const pattern::PythonWindowFile::Node& node = file.nodes[c.node];
     ev.kind = node.gc ? trace::EventKind::kOther : trace::EventKind::kPythonFunction;
     ev.name = file.names[node.name];
-    ev.ts_us = c.start_ns / 1e3;
-    ev.dur_us = (c.end_ns - c.start_ns) / 1e3;
+    ev.ts_us = NsToUs(c.start_ns);
+    ev.dur_us = NsToUs(c.end_ns - c.start_ns);
     ex->OnEvent(ev);
   }
   return Status::Ok();
@@ -309,7 +311,7 @@ bool IsPythonWindowFile(const std::string& path) {
   if (!f) return false;
   char head[256];
   const size_t n = std::fread(head, 1, sizeof(head), f.get());
-  return pattern::LooksLikePythonWindow(std::string_view(head, n));
+  return python_window::LooksLikePythonWindow(std::string_view(head, n));
 }
 
 }  // namespace

@@ -98,14 +98,14 @@ TEST_F(TraceExportTest, ABadInputLeavesNoHalfWrittenOutput) {
 // iterations and its calls of 1 ms or more on the tracer's thread; a malformed one is refused
 // with the reader's one line, naming the file.
 TEST_F(TraceExportTest, APythonWindowFileIsItsIterationsAndLongCalls) {
-  const std::string window = Write(
-      "rank-3.python.json",
-      "{\"schema\":\"perftracker.python_window/1\",\"pid\":9,\"tid\":9,\"start_ns\":0,"
-      "\"end_ns\":5000000,\"iterations\":[[7,1000000,3000000]],"
-      "\"names\":[\"\",\"<other>\",\"train.py(3): step\"],"
-      "\"nodes\":[[0,0,0,0,0,0,0,0,0,0,[],[]],[0,1,0,0,0,0,0,0,0,0,[],[]],"
-      "[0,2,0,1,1500000,1500000,1500000,1500000,2.25e12,82,[1],[[0,1,1500000,1500000]]]],"
-      "\"long_calls\":[[2,1200000,2700000]],\"stats\":{\"calls\":1}}");
+  const std::string window =
+      Write("rank-3.python.json",
+            "{\"schema\":\"perftracker.python_window/1\",\"pid\":9,\"tid\":9,\"start_ns\":0,"
+            "\"end_ns\":5000000,\"iterations\":[[7,1000000,3000000]],"
+            "\"names\":[\"\",\"<other>\",\"train.py(3): step\"],"
+            "\"nodes\":[[0,0,0,0,0,0,0,0,0,0,[],[]],[0,1,0,0,0,0,0,0,0,0,[],[]],"
+            "[0,2,0,1,1500000,1500000,1500000,1500000,2.25e12,82,[1],[[0,1,1500000,1500000]]]],"
+            "\"long_calls\":[[2,1200000,2700000]],\"stats\":{\"calls\":1}}");
   const std::string out = (dir_ / "window.json").string();
   auto st = ExportTrace({window}, out);
   ASSERT_TRUE(st.ok()) << st.status().message();

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "base/background.h"
-#include "diagnose/peer_stats.h"
-#include "diagnose/finding_text.h"
 #include "diagnose/causes.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/peer_stats.h"
 #include "server/collector_impl.h"
 #include "server/job_end.h"
 

@@ -26,7 +26,7 @@ struct WindowSpec {
   int64_t start_iteration = 0;
   int iterations = 0;
   double max_seconds = 0;
-  int attempt = 0;  // the job's attempt it profiles (server/attempts.h)
+  int attempt = 0;        // the job's attempt it profiles (server/attempts.h)
   bool baseline = false;  // the attempt's baseline window: later ones are compared with it
   // Its ranks record the CPU ops' input shapes. Only windows that explain a slowdown (a
   // trigger, a user's request) do: shapes make every small op dearer, and in a clean baseline
