@@ -71,6 +71,7 @@ ENV_CONFIG = {  # environment variable -> _worker.install key
     "PERFTRACKER_WARMUP_ITERATIONS": "warmup_iterations",
     "PERFTRACKER_REFERENCE_ITERATIONS": "reference_iterations",
     "PERFTRACKER_HANG_FACTOR": "hang_factor",
+    "PERFTRACKER_HANG_MIN_SECONDS": "hang_min_s",
     "PERFTRACKER_RELEARN_AFTER": "relearn_after",
     "PERFTRACKER_TRACER_MAX_NODES": "tracer_max_nodes",
 }

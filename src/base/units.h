@@ -2,7 +2,7 @@
 // milliseconds findings and reports speak in, and the seconds the OS reports. One function a
 // conversion, so that a figure's unit is read from its name rather than from a bare 1000.
 //   UsToMs(2500) == 2.5; MsToUs(2.5) == 2500; SToMs(0.25) == 250; MsToS(250) == 0.25;
-//   BytesToMB(4e6) == 4; NsToUs(2500) == 2.5; NsToMs(2.5e6) == 2.5
+//   BytesToMB(4e6) == 4; NsToUs(2500) == 2.5; NsToMs(2.5e6) == 2.5; SToNs(2) == 2e9
 // Each computes exactly what the expression it replaced did (x / 1000.0, x * 1000.0, x / 1e6): the
 // outputs stay byte-identical.
 #ifndef PERFTRACKER_BASE_UNITS_H_
@@ -23,6 +23,7 @@ inline constexpr double UsToMs(double us) { return us / kUsPerMs; }
 inline constexpr double MsToUs(double ms) { return ms * kUsPerMs; }
 inline constexpr double SToMs(double s) { return s * kMsPerS; }
 inline constexpr double MsToS(double ms) { return ms / kMsPerS; }
+inline constexpr double SToNs(double s) { return s * kMsPerS * kNsPerMs; }
 
 // Sizes as reports print them: decimal megabytes (a message of 4,000,000 bytes is "4.0 MB").
 inline constexpr double kBytesPerMB = 1e6;

@@ -1,4 +1,5 @@
-// What a profiling window is when nobody says otherwise, and the most one may be: named once here for the server's
+// What a profiling window is when nobody says otherwise, the most one may be, and when a silence
+// is a hang that opens one: named once here for the server's
 // scheduler, the launcher's and server's flags, the agent's commands to workers and (mirrored in
 // python/perftracker/config.py, checked by tests/test_protocol.py) the Python collector.
 #ifndef PERFTRACKER_BASE_WINDOW_DEFAULTS_H_
@@ -22,6 +23,15 @@ inline constexpr double kMaxSeconds = 20;
 // a thousand iterations of 0.6 s.
 inline constexpr int kMostIterations = 1000;
 inline constexpr double kMostSeconds = 600;
+
+// A hang: a rank with no iteration boundary for kHangFactor times its mean iteration, and for
+// at least kHangMinSeconds. The factor alone called every 50 ms hiccup of a 10 ms GPU step a hang
+// (an H200 job: 44 hang triggers in 50 s, each a stacks collection on every rank); a Python GC
+// pause, an epoch's new DataLoader iterator or a throttled period is well under the floor, and a
+// rank that stays silent past it is still named seconds into a real hang (a collective waits
+// minutes before NCCL's watchdog ends it).
+inline constexpr double kHangFactor = 5.0;
+inline constexpr double kHangMinSeconds = 2.0;
 
 }  // namespace perftracker::window_defaults
 

@@ -146,6 +146,10 @@ namespace perftracker::diagnose::policy {
     "on a shared host every rank waits for a CPU; one denied it waits half as long again per "     \
     "second of its own CPU as its peers' median (measured: healthy ranks of a 4-rank job on 2 "    \
     "cores wait 1.65-2.03 s per CPU second, a rank held to 0.1 CPUs 6.3)")                         \
+  X(kRunQueueWaitAtLeast, 0.05, "s per CPU second",                                                \
+    "a wait for a CPU that rose but stays under 5% of the ranks' own CPU time is no contention: "  \
+    "it cannot explain a slowdown (measured on an H200 host with 16 idle cores: 3.9e-5 -> 8.1e-5 " \
+    "s per CPU second, 2.1x, while a needless sync slowed the step; named cpu_contention)")        \
   X(kRunQueueAloneRatio, 2.0, "x the peers' wait per CPU second",                                  \
     "a rank that no slower function names is denied the CPU only when it waits twice its peers' "  \
     "median per second of CPU (measured: a rank sharing its core with a busy process 2.7-2.9x; "   \

@@ -80,10 +80,10 @@ OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetr
     const double wb = RunQueueWaitPerCpu(b->second), wn = RunQueueWaitPerCpu(m);
     if (std::isnan(wb) || std::isnan(wn) || wb <= 0) continue;
     ++known;
-    rose += wn >= policy::kRunQueueWaitRatio * wb;
+    rose += wn >= policy::kRunQueueWaitRatio * wb && wn >= policy::kRunQueueWaitAtLeast;
   }
   if (!std::isnan(wait_n) && !std::isnan(wait_b) && wait_b > 0 &&
-      wait_n >= policy::kRunQueueWaitRatio * wait_b &&
+      wait_n >= policy::kRunQueueWaitRatio * wait_b && wait_n >= policy::kRunQueueWaitAtLeast &&
       rose >= policy::kBaselineOsRanksShare * known) {
     c.category = "cpu_contention";
     c.cause = Cause::kConfiguration;

@@ -167,9 +167,11 @@ struct CollectorServer::Impl final
   JobProgress ProgressLocked() const;
 
   // Opens a window, or returns the open one (already_open). SLOWDOWN and MEAN_MS: a slowdown
-  // trigger opened it. Called with mu held.
+  // trigger opened it. TRIGGER_STEP (>= 0): the iteration the triggering rank reached, which the
+  // start counts from when no report has gone further (an agent forwards a trigger before the
+  // batch of iterations that led to it). Called with mu held.
   TriggerResult OpenWindowLocked(const std::string& reason, int iterations, bool slowdown = false,
-                                 double mean_ms = 0);
+                                 double mean_ms = 0, int64_t trigger_step = -1);
 
   // Closes and publishes window ID on this thread, with mu held: at shutdown only, once the
   // publisher has drained (every other close goes through CloseWindowLater, in order).

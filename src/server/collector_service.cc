@@ -441,7 +441,9 @@ grpc::Status CollectorServer::Impl::DoTrigger(grpc::ServerContext* ctx,
     if (::perftracker::Status st = sched->OnUserTrigger(peer, now); !st.ok())
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, st.message()};
   }
-  TriggerResult r = OpenWindowLocked(reason, req->iterations(), slowdown, req->mean_ms());
+  // A worker's trigger names the step its rank reached; a user's (perftracker trigger) none.
+  TriggerResult r = OpenWindowLocked(reason, req->iterations(), slowdown, req->mean_ms(),
+                                     req->iteration() > 0 ? req->iteration() : -1);
   reply->set_window_id(r.window_id);
   reply->set_start_iteration(r.start_iteration);
   reply->set_already_open(r.already_open);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/background.h"
+#include "base/units.h"
 #include "diagnose/causes.h"
 #include "diagnose/finding_text.h"
 #include "diagnose/peer_stats.h"
@@ -34,7 +35,8 @@ JobProgress CollectorServer::Impl::ProgressLocked() const {
 }
 
 TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason, int iterations,
-                                                      bool slowdown, double mean_ms) {
+                                                      bool slowdown, double mean_ms,
+                                                      int64_t trigger_step) {
   if (const int64_t open = sched->open_window()) {
     const WindowSpec& s = windows[open]->spec();
     return {s.id, s.start_iteration, true};
@@ -43,7 +45,13 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   spec.id = ++last_window;
   spec.iterations = sched->Iterations(iterations);
   spec.max_seconds = options.max_seconds;
-  spec.start_iteration = sched->StartIteration(ProgressLocked());
+  // Seen on an H200 (4 ms iterations): --profile-at-iteration's trigger arrived before any
+  // iteration report, and the window was announced as iterations 0..9 while the ranks profiled
+  // 170..179. The trigger's own step and iteration time stand in for the reports not yet come.
+  JobProgress progress = ProgressLocked();
+  if (trigger_step > progress.furthest_step) progress.furthest_step = trigger_step;
+  if (progress.mean_iteration_ms <= 0 && mean_ms > 0) progress.mean_iteration_ms = mean_ms;
+  spec.start_iteration = sched->StartIteration(progress);
   spec.attempt = attempts.current();
   spec.baseline = ReasonKind(reason) == "baseline";
   spec.record_shapes = !spec.baseline && ReasonKind(reason) != "periodic";
@@ -300,8 +308,11 @@ void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
   h.deadline = std::chrono::steady_clock::now() +
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                    std::chrono::duration<double>(options.stacks_seconds));
-  // How long the job has been stuck: the detector fires after hang_factor x the mean.
-  h.stalled_seconds = mean_ms > 0 ? 5 * mean_ms / 1e3 : 0;
+  // How long the job has been stuck: the detector fires after hang_factor x the mean, and after
+  // the floor at least (base/window_defaults.h).
+  h.stalled_seconds = mean_ms > 0 ? std::max(window_defaults::kHangFactor * MsToS(mean_ms),
+                                             window_defaults::kHangMinSeconds)
+                                  : 0;
   for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
   for (int r : CurrentRanksLocked()) h.expected.insert(r);
   AddMarkLocked({h.id, -1, 0, "hang"});

@@ -569,6 +569,30 @@ TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
 
 // An agent speaks only for the ranks it registered; a user's trigger opens at most one window
 // per caller host per cooldown.
+// --profile-at-iteration on an H200 (4 ms iterations): the agent's trigger came before any
+// iteration report, and the window was announced as iterations 0..9.
+TEST(Server, ATriggerBeforeAnyReportStartsFromItsOwnStep) {
+  ServerOptions o;
+  o.report_dir = TempDir("trigger_step");
+  o.print = false;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  Client c((*server)->port());
+  v1::RegisterRequest reg;
+  reg.set_host("node-a");
+  reg.add_ranks(0);
+  v1::RegisterReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  v1::TriggerRequest req;
+  req.set_kind("user");
+  req.set_rank(0);
+  req.set_iteration(170);
+  req.set_mean_ms(4);
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, req, &tr).ok());
+  EXPECT_EQ(tr.start_iteration(), 170 + 500);  // 2 s of 4 ms iterations ahead
+}
+
 TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   ServerOptions o;
   o.report_dir = TempDir("owner");

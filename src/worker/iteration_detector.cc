@@ -41,6 +41,8 @@
 
 #include <algorithm>
 
+#include "base/units.h"
+
 namespace perftracker::worker {
 
 Status DetectorConfig::Validate() const {
@@ -50,6 +52,8 @@ Status DetectorConfig::Validate() const {
   PT_RETURN_IF_ERROR(Shift().Validate());
   if (!(hang_factor > 1) || hang_factor > 1e6)
     return InvalidArgument("hang_factor not in (1, 1e6]");
+  if (!(hang_min_s >= 0) || hang_min_s > 86400)
+    return InvalidArgument("hang_min_s not in [0, 86400]");
   if (relearn_after < 1 || relearn_after > 10000000)
     return InvalidArgument("relearn_after not in [1, 1e7]");
   if (max_period < 2 || max_period > 4096) return InvalidArgument("max_period not in [2, 4096]");
@@ -252,7 +256,8 @@ void IterationDetector::Record(const Iteration& it, DetectorUpdate* up) {
 
 bool IterationDetector::CheckHang(int64_t now_ns, double slack) {
   if (!learned_ || durations_.empty() || hang_reported_) return false;
-  if (static_cast<double>(now_ns - last_event_ns_) < slack * config_.hang_factor * mean_ns())
+  const double silent_ns = static_cast<double>(now_ns - last_event_ns_);
+  if (silent_ns < slack * config_.hang_factor * mean_ns() || silent_ns < SToNs(config_.hang_min_s))
     return false;
   hang_reported_ = true;
   ++hangs_;

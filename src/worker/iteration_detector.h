@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/window_defaults.h"
 #include "worker/shift_detector.h"
 
 namespace perftracker::worker {
@@ -47,9 +48,11 @@ struct DetectorConfig {
   double slowdown_ratio = 0.05;
   int warmup_iterations = 10;
   int reference_iterations = 50;
-  double hang_factor = 5.0;  // hang when silent for hang_factor x mean iteration
-  int relearn_after = 200;   // K: unmatched events before re-learning
-  int max_period = 64;       // longest event sequence considered one iteration
+  // Hang when silent for hang_factor x the mean iteration and for hang_min_s at least.
+  double hang_factor = window_defaults::kHangFactor;
+  double hang_min_s = window_defaults::kHangMinSeconds;
+  int relearn_after = 200;  // K: unmatched events before re-learning
+  int max_period = 64;      // longest event sequence considered one iteration
 
   // Checks the numbers are usable (positive, bounded).
   Status Validate() const;
@@ -84,7 +87,8 @@ class IterationDetector {
   DetectorUpdate OnEvent(EventKind kind, int64_t ts_ns);
 
   // True once per silent gap: the sequence is learned and nothing arrived for
-  // slack x hang_factor x the mean iteration (mean of the last `window` iterations). SLACK > 1
+  // slack x hang_factor x the mean iteration (mean of the last `window` iterations), and for
+  // hang_min_s at least. SLACK > 1
   // while something known slows the thread down (a traced profiling window).
   bool CheckHang(int64_t now_ns, double slack = 1.0);
   // While on, completed iterations are still reported but feed neither the statistics nor the
@@ -120,9 +124,9 @@ class IterationDetector {
 
   // Learning: a bounded history of kinds, and for each candidate period P the length of the
   // current run of events equal to the event P before them.
-  std::vector<EventKind> history_;  // ring of the last learn_repeats * max_period kinds
-  int64_t seen_ = 0;                // events since learning started
-  std::vector<int64_t> run_;        // run_[P]
+  std::vector<EventKind> history_;       // ring of the last learn_repeats * max_period kinds
+  int64_t seen_ = 0;                     // events since learning started
+  std::vector<int64_t> run_;             // run_[P]
   int64_t seen_kind_[kEventKinds] = {};  // events of each kind since learning started
   // Events of each kind since the process began (never reset): the iteration numbers.
   int64_t total_kind_[kEventKinds] = {};
@@ -131,7 +135,7 @@ class IterationDetector {
   // Tracking the learned sequence.
   bool learned_ = false;
   std::vector<EventKind> pattern_;
-  size_t pos_ = 0;  // next expected index into pattern_
+  size_t pos_ = 0;                                // next expected index into pattern_
   EventKind anchor_ = EventKind::kOptimizerStep;  // the kind that numbers iterations
   int64_t anchors_per_iteration_ = 1;
   int64_t current_index_ = 0;

@@ -195,8 +195,11 @@ TEST(IterationDetectorTest, MarkersTakeOver) {
 
 TEST(IterationDetectorTest, WorkAfterTheStepBelongsToTheIteration) {
   // 10 ms of training (next() to step()), then 90 ms of logging and evaluation before the next
-  // next(): the iteration is 100 ms, and a silence of 90 ms after each step is no hang.
-  IterationDetector d;
+  // next(): the iteration is 100 ms, and a silence of 90 ms after each step is no hang (without
+  // the floor: the factor is what is checked).
+  DetectorConfig c;
+  c.hang_min_s = 0;
+  IterationDetector d(c);
   int64_t t = 0;
   for (int i = 0; i < 30; ++i) {
     d.OnEvent(EventKind::kLoaderNext, t);
@@ -293,7 +296,9 @@ TEST(IterationDetectorTest, WindowIterationsDoNotFeedTheTrigger) {
 }
 
 TEST(IterationDetectorTest, HangAfterFiveMeanIterations) {
-  IterationDetector d;
+  DetectorConfig c;
+  c.hang_min_s = 0;  // the factor alone
+  IterationDetector d(c);
   Feeder f(&d);
   f.Feed("DO", 5, 10 * kMs);
   EXPECT_FALSE(d.CheckHang(f.now() + 1000 * kMs));  // not learned yet: never a hang
@@ -307,6 +312,26 @@ TEST(IterationDetectorTest, HangAfterFiveMeanIterations) {
   f.Feed("DO", 1, 10 * kMs);
   EXPECT_TRUE(d.CheckHang(f.now() + 200 * kMs));
   EXPECT_EQ(d.hang_count(), 2);
+}
+
+// The H200's 10 ms steps had 50 ms hiccups every ~75 iterations: no hang below the floor.
+TEST(IterationDetectorTest, AHangLastsTheFloorAtLeast) {
+  IterationDetector fast;  // the defaults: 5x the mean, 2 s at least
+  Feeder f(&fast);
+  f.Feed("DO", 25, 10 * kMs);
+  ASSERT_TRUE(fast.learned());
+  EXPECT_FALSE(fast.CheckHang(f.now() + 100 * kMs));  // 5x the 20 ms mean: a hiccup
+  EXPECT_FALSE(fast.CheckHang(f.now() + 1999 * kMs));
+  EXPECT_TRUE(fast.CheckHang(f.now() + 2000 * kMs));
+  // A slow step: the factor, not the floor.
+  IterationDetector slow;
+  Feeder g(&slow);
+  g.Feed("DO", 25, 500 * kMs);
+  EXPECT_FALSE(slow.CheckHang(g.now() + 4999 * kMs));
+  EXPECT_TRUE(slow.CheckHang(g.now() + 5000 * kMs));
+  DetectorConfig bad;
+  bad.hang_min_s = -1;
+  EXPECT_FALSE(bad.Validate().ok());
 }
 
 TEST(IterationDetectorTest, RelearnsAfterPatternChange) {

@@ -567,14 +567,14 @@ PyObject* Install(PyObject*, PyObject* args) {
   if (g->installed) Py_RETURN_FALSE;
   DetectorConfig c;
   double learn = c.learn_repeats, window = c.window, ratio = c.slowdown_ratio, hang = c.hang_factor,
-         relearn = c.relearn_after, period = c.max_period, warmup = c.warmup_iterations,
-         reference = c.reference_iterations, nodes = static_cast<double>(g->limits.max_nodes),
-         depth = g->limits.max_depth;
+         hang_min_s = c.hang_min_s, relearn = c.relearn_after, period = c.max_period,
+         warmup = c.warmup_iterations, reference = c.reference_iterations,
+         nodes = static_cast<double>(g->limits.max_nodes), depth = g->limits.max_depth;
   if (cfg != nullptr &&
       !(GetNum(cfg, "learn_repeats", &learn) && GetNum(cfg, "window", &window) &&
         GetNum(cfg, "slowdown_ratio", &ratio) && GetNum(cfg, "hang_factor", &hang) &&
-        GetNum(cfg, "relearn_after", &relearn) && GetNum(cfg, "max_period", &period) &&
-        GetNum(cfg, "warmup_iterations", &warmup) &&
+        GetNum(cfg, "hang_min_s", &hang_min_s) && GetNum(cfg, "relearn_after", &relearn) &&
+        GetNum(cfg, "max_period", &period) && GetNum(cfg, "warmup_iterations", &warmup) &&
         GetNum(cfg, "reference_iterations", &reference) &&
         GetNum(cfg, "tracer_max_nodes", &nodes) && GetNum(cfg, "tracer_max_depth", &depth))) {
     return nullptr;
@@ -583,6 +583,7 @@ PyObject* Install(PyObject*, PyObject* args) {
   c.window = static_cast<int>(window);
   c.slowdown_ratio = ratio;
   c.hang_factor = hang;
+  c.hang_min_s = hang_min_s;
   c.relearn_after = static_cast<int>(relearn);
   c.max_period = static_cast<int>(period);
   c.warmup_iterations = static_cast<int>(warmup);
