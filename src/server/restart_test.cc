@@ -11,6 +11,7 @@
 
 #include "perftracker.grpc.pb.h"
 #include "server/collector.h"
+#include "server/testing.h"
 
 namespace perftracker::server {
 namespace {
@@ -18,73 +19,22 @@ namespace {
 namespace fs = std::filesystem;
 namespace v1 = ::perftracker::v1;
 
-std::string TempDir() {
-  fs::path p = fs::temp_directory_path() / ("pt_restart_test_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// An agent's calls, as agent/agent.cc makes them.
-class Client {
- public:
-  explicit Client(int port)
-      : stub_(v1::Collector::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                         grpc::InsecureChannelCredentials()))) {}
-  template <typename Req, typename Reply, typename Fn>
-  grpc::Status Call(Fn fn, const Req& req, Reply* reply) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return (stub_.get()->*fn)(&ctx, req, reply);
-  }
-  // Registers an agent of HOST that declares no ranks; its id ("" when refused).
-  std::string Register(const std::string& host) {
-    v1::RegisterRequest req;
-    req.set_host(host);
-    v1::RegisterReply reply;
-    return Call(&v1::Collector::Stub::Register, req, &reply).ok() ? reply.agent_id() : "";
-  }
-  // RANK's iterations STEPS (MS each) from process PID of restart count ATTEMPT.
-  bool Report(const std::string& agent, int rank, const std::vector<int64_t>& steps,
-              const std::vector<double>& ms, int pid, int attempt) {
-    v1::ReportIterationsRequest req;
-    req.set_agent_id(agent);
-    auto* b = req.add_batches();
-    b->set_rank(rank);
-    b->set_pid(pid);
-    b->set_attempt(attempt);
-    for (size_t i = 0; i < steps.size(); ++i) {
-      b->add_steps(steps[i]);
-      b->add_iteration_ms(ms[i]);
-    }
-    v1::ReportIterationsReply reply;
-    return Call(&v1::Collector::Stub::ReportIterations, req, &reply).ok();
-  }
-
- private:
-  std::unique_ptr<v1::Collector::Stub> stub_;
-};
+using testing::Slurp;
 
 // torchrun --max-restarts: a rank is killed, every rank starts again in a new process, numbered
 // from iteration 0. The server starts afresh (a baseline of the new attempt, windows placed by
 // its iterations) and the job-end diagnosis shows both attempts.
 TEST(Restart, AnElasticRestartIsANewAttemptInTheSameReport) {
   ServerOptions o;
-  o.report_dir = TempDir();
+  o.report_dir = testing::TempDir("restart");
   o.print = false;
   o.max_seconds = 0.5;
   o.upload_grace_seconds = 0.5;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  const std::string agent = c.Register("vm");  // torchrun starts the ranks: none declared
+  testing::AgentClient c((*server)->port());
+  std::string agent;
+  c.Register({}, &agent, "vm");  // torchrun starts the ranks: none declared
   ASSERT_FALSE(agent.empty());
   auto report = [&](int rank, int64_t from, int64_t to, int pid, int attempt) {
     std::vector<int64_t> steps;
@@ -93,7 +43,7 @@ TEST(Restart, AnElasticRestartIsANewAttemptInTheSameReport) {
       steps.push_back(i);
       ms.push_back(100);  // a window starts 2 s = 20 iterations ahead
     }
-    return c.Report(agent, rank, steps, ms, pid, attempt);
+    return c.Report(rank, steps, ms, agent, pid, attempt);
   };
   auto status = [&] {
     v1::StatusReply st;

@@ -14,6 +14,7 @@
 #include "report/diagnosis_reader.h"
 #include "server/collector.h"
 #include "server/store.h"
+#include "server/testing.h"
 #include "server/window.h"
 
 namespace perftracker::server {
@@ -33,19 +34,9 @@ pattern::RankSummary Synthetic(int rank, int world, double ms) {
   return s;
 }
 
-std::string TempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("pt_server_test_" + name + std::to_string(getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::Slurp;
+using testing::TempDir;
+using Client = testing::AgentClient;
 
 TEST(Auth, ConstantTimeEquals) {
   EXPECT_TRUE(ConstantTimeEquals("abc", "abc"));
@@ -99,51 +90,6 @@ TEST(Store, KeepsWindowsAndFindings) {
   EXPECT_EQ(*(*store)->QueryColumn("SELECT length(summary) FROM rank_summaries"),
             std::vector<std::string>{"11"});
 }
-
-class Client {
- public:
-  Client(int port, std::string token = "")
-      : token_(std::move(token)),
-        stub_(v1::Collector::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                         grpc::InsecureChannelCredentials()))) {}
-  template <typename Req, typename Reply, typename Fn>
-  grpc::Status Call(Fn fn, const Req& req, Reply* reply) {
-    grpc::ClientContext ctx;
-    if (!token_.empty()) ctx.AddMetadata("x-perftracker-token", token_);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    return (stub_.get()->*fn)(&ctx, req, reply);
-  }
-  v1::Collector::Stub* stub() { return stub_.get(); }
-
-  // Registers an agent with RANKS; its id in *ID.
-  bool Register(const std::vector<int>& ranks, std::string* id, const std::string& host = "") {
-    v1::RegisterRequest req;
-    req.set_host(host);
-    for (int r : ranks) req.add_ranks(r);
-    v1::RegisterReply reply;
-    bool ok = Call(&v1::Collector::Stub::Register, req, &reply).ok();
-    *id = agent_ = reply.agent_id();
-    return ok;
-  }
-  // Reports one rank's iterations STEPS, each taking MS[i], as the agent registered last.
-  bool Report(int rank, const std::vector<int64_t>& steps, const std::vector<double>& ms) {
-    v1::ReportIterationsRequest req;
-    req.set_agent_id(agent_);
-    auto* b = req.add_batches();
-    b->set_rank(rank);
-    for (size_t i = 0; i < steps.size(); ++i) {
-      b->add_steps(steps[i]);
-      b->add_iteration_ms(ms[i]);
-    }
-    v1::ReportIterationsReply reply;
-    return Call(&v1::Collector::Stub::ReportIterations, req, &reply).ok();
-  }
-
- private:
-  std::string agent_;  // the id of the agent registered last
-  std::string token_;
-  std::unique_ptr<v1::Collector::Stub> stub_;
-};
 
 TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   ServerOptions o;
@@ -569,30 +515,6 @@ TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
 
 // An agent speaks only for the ranks it registered; a user's trigger opens at most one window
 // per caller host per cooldown.
-// --profile-at-iteration on an H200 (4 ms iterations): the agent's trigger came before any
-// iteration report, and the window was announced as iterations 0..9.
-TEST(Server, ATriggerBeforeAnyReportStartsFromItsOwnStep) {
-  ServerOptions o;
-  o.report_dir = TempDir("trigger_step");
-  o.print = false;
-  auto server = CollectorServer::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status().message();
-  Client c((*server)->port());
-  v1::RegisterRequest reg;
-  reg.set_host("node-a");
-  reg.add_ranks(0);
-  v1::RegisterReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
-  v1::TriggerRequest req;
-  req.set_kind("user");
-  req.set_rank(0);
-  req.set_iteration(170);
-  req.set_mean_ms(4);
-  v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, req, &tr).ok());
-  EXPECT_EQ(tr.start_iteration(), 170 + 500);  // 2 s of 4 ms iterations ahead
-}
-
 TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   ServerOptions o;
   o.report_dir = TempDir("owner");
@@ -687,235 +609,6 @@ TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   ASSERT_TRUE(server.ok());
   (*server)->Shutdown();
   EXPECT_TRUE(fs::exists(o.report_dir + "/diagnosis.json"));
-}
-
-v1::UploadStacksRequest Stacks(const std::string& agent, int64_t id, int rank,
-                               std::vector<std::pair<std::string, int>> at) {
-  v1::UploadStacksRequest s;
-  s.set_agent_id(agent);
-  s.set_request_id(id);
-  s.set_rank(rank);
-  s.set_host("node-a");
-  auto* t = s.add_threads();
-  t->set_name("MainThread");
-  t->set_main(true);
-  for (const auto& [file, line] : at) {
-    auto* f = t->add_frames();
-    f->set_file(file);
-    f->set_line(line);
-    f->set_function(file.find("torch") != std::string::npos ? "backward" : "train_step");
-  }
-  return s;
-}
-
-TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
-  ServerOptions o;
-  o.report_dir = TempDir("hang");
-  o.print = false;
-  std::atomic<int> hangs{0};
-  o.on_hang = [&](const diagnose::Diagnosis& d) { ++hangs; };
-  o.schedule.hang_confirm_seconds = 0.3;
-  auto server = CollectorServer::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0, 1, 2}, &agent));
-  grpc::ClientContext wctx;
-  v1::WatchRequest wreq;
-  wreq.set_agent_id(agent);
-  auto reader = c.stub()->WatchCommands(&wctx, wreq);
-
-  v1::TriggerRequest hang;
-  hang.set_kind("hang");
-  hang.set_rank(0);
-  hang.set_mean_ms(100);
-  v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
-  // A second rank's hang trigger joins the same collection.
-  hang.set_rank(2);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
-  v1::Command cmd;
-  ASSERT_TRUE(reader->Read(&cmd));
-  ASSERT_TRUE(cmd.has_stacks());
-  int64_t id = cmd.stacks().request_id();
-  const std::string torch = "/usr/lib/python3/dist-packages/torch/_tensor.py";
-  v1::UploadStacksReply ur;
-  for (int r : {0, 2})
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
-                       Stacks(agent, id, r, {{"/job/train.py", 150}, {torch, 487}}), &ur)
-                    .ok());
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
-                     Stacks(agent, id, 1, {{"/job/train.py", 150}, {"/job/train.py", 120}}), &ur)
-                  .ok());
-  EXPECT_TRUE(ur.accepted());
-  std::string latest = o.report_dir + "/diagnosis.json";
-  for (int i = 0; i < 50 && hangs == 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(hangs, 1);
-  std::string json = Slurp(latest);
-  EXPECT_NE(json.find("\"hang\""), std::string::npos) << json;
-  EXPECT_NE(json.find("/job/train.py:120"), std::string::npos) << json;
-  EXPECT_TRUE(fs::exists(o.report_dir + "/windows/" + std::to_string(id) + "/diagnosis.json"));
-  // Stacks for a request that is over are refused.
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
-                     Stacks(agent, id, 1, {{"/job/train.py", 150}}), &ur)
-                  .ok());
-  EXPECT_FALSE(ur.accepted());
-  wctx.TryCancel();
-  (*server)->Shutdown();
-}
-
-TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
-  ServerOptions o;
-  o.report_dir = TempDir("pause");
-  o.print = false;
-  o.schedule.hang_confirm_seconds = 0.5;
-  std::atomic<int> hangs{0};
-  o.on_hang = [&](const diagnose::Diagnosis&) { ++hangs; };
-  auto server = CollectorServer::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0}, &agent));
-  ASSERT_TRUE(c.Report(0, {1}, {10}));
-  v1::TriggerRequest hang;
-  hang.set_kind("hang");
-  hang.set_rank(0);
-  hang.set_mean_ms(10);
-  v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
-  ASSERT_TRUE(c.Report(0, {2}, {10}));  // a pause (an epoch boundary), then progress
-  std::this_thread::sleep_for(std::chrono::milliseconds(900));
-  EXPECT_EQ(hangs, 0);
-  EXPECT_FALSE(fs::exists(o.report_dir + "/windows"));
-  // At the job's end the workers go silent; the server stops before confirming.
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
-  (*server)->Shutdown();
-  EXPECT_EQ(hangs, 0);
-  EXPECT_EQ(Slurp(o.report_dir + "/diagnosis.json").find("\"hang\""), std::string::npos);
-}
-
-TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
-  ServerOptions o;
-  o.report_dir = TempDir("cool");
-  o.print = false;
-  o.schedule.baseline_window = false;
-  o.max_seconds = 0.1;
-  o.upload_grace_seconds = 0.1;
-  auto server = CollectorServer::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0}, &agent));
-  std::vector<int64_t> steps;
-  std::vector<double> ms;
-  for (int i = 0; i < 100; ++i) {
-    steps.push_back(i);
-    ms.push_back(i < 99 ? 10 : 50);
-  }
-  ASSERT_TRUE(c.Report(0, steps, ms));
-
-  v1::TriggerRequest slow;
-  slow.set_kind("slowdown");
-  slow.set_rank(0);
-  slow.set_mean_ms(12);
-  slow.set_best_ms(10);
-  v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
-  EXPECT_EQ(tr.window_id(), 1);
-  EXPECT_FALSE(tr.already_open());
-  // The window expires (nobody uploads); a slowdown trigger right after is ignored.
-  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/1/diagnosis.json"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
-  EXPECT_EQ(tr.window_id(), 0);
-  // A user's trigger is never ignored.
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
-  EXPECT_EQ(tr.window_id(), 2);
-  // A new, bigger slowdown during the cooldown (the job 25% slower than at the trigger that
-  // opened window 1) is not the one window 1 profiled: it opens a window once 2 is closed.
-  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  slow.set_mean_ms(14);  // < 1.25 x 12: the same slowdown, still cooling
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
-  EXPECT_EQ(tr.window_id(), 0);
-  slow.set_mean_ms(20);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
-  EXPECT_EQ(tr.window_id(), 3);
-  (*server)->Shutdown();
-  std::string json = Slurp(o.report_dir + "/diagnosis.json");
-  EXPECT_NE(json.find("run_iteration_ms"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"count\": 100"), std::string::npos) << json;
-  EXPECT_NE(json.find("\"max\": 50"), std::string::npos) << json;
-}
-
-TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
-  ServerOptions o;
-  o.report_dir = TempDir("baseline");
-  o.print = false;
-  o.max_seconds = 0.1;
-  o.upload_grace_seconds = 0.1;
-  o.schedule.profile_every_seconds = 0.6;
-  auto server = CollectorServer::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0, 1}, &agent));
-  auto report = [&](int rank, int n) {
-    std::vector<int64_t> steps;
-    std::vector<double> ms;
-    for (int i = 0; i < n; ++i) {
-      steps.push_back(i);
-      ms.push_back(10);
-    }
-    return c.Report(rank, steps, ms);
-  };
-  // Rank 0 is past the warm-up, rank 1 not yet: no window.
-  ASSERT_TRUE(report(0, o.schedule.baseline_after_iterations));
-  ASSERT_TRUE(report(1, o.schedule.baseline_after_iterations - 1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  EXPECT_FALSE(fs::exists(o.report_dir + "/windows/1"));
-  ASSERT_TRUE(report(1, 1));
-  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/1/diagnosis.json"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(fs::exists(o.report_dir + "/windows/1/diagnosis.json"));
-  // Then one every 0.6 s.
-  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_TRUE(fs::exists(o.report_dir + "/windows/2/diagnosis.json"));
-  (*server)->Shutdown();
-}
-
-TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
-  ServerOptions o;
-  o.report_dir = TempDir("followup");
-  o.print = false;
-  o.schedule.baseline_window = false;
-  o.max_seconds = 0.1;
-  o.upload_grace_seconds = 0.1;
-  auto server = CollectorServer::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0}, &agent));
-  v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
-  ASSERT_EQ(tr.window_id(), 1);
-  // The slowdown began at an iteration the open window already profiles (or has profiled).
-  v1::TriggerRequest slow;
-  slow.set_kind("slowdown");
-  slow.set_rank(0);
-  slow.set_iteration(tr.start_iteration() + 3);
-  slow.set_mean_ms(12);
-  slow.set_best_ms(10);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
-  EXPECT_EQ(tr.window_id(), 1);
-  EXPECT_TRUE(tr.already_open());
-  // Window 1 expires (nobody uploads); window 2 follows for the slowdown.
-  for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_TRUE(fs::exists(o.report_dir + "/windows/2/diagnosis.json"));
-  (*server)->Shutdown();
 }
 
 }  // namespace
