@@ -40,10 +40,11 @@ double Since(std::chrono::steady_clock::time_point t) {
 }
 
 int Usage(const char* msg) {
-  std::fprintf(stderr,
-               "diagnose_scale: %s\nusage: diagnose_scale [--workers N[,N...]] [--layout tp=T,pp=P] "
-               "[--layers L] [--fault KIND@PLACE ...] [--seed S] [--threads T]\n",
-               msg);
+  std::fprintf(
+      stderr,
+      "diagnose_scale: %s\nusage: diagnose_scale [--workers N[,N...]] [--layout tp=T,pp=P] "
+      "[--layers L] [--fault KIND@PLACE ...] [--seed S] [--threads T]\n",
+      msg);
   return 2;
 }
 
@@ -109,7 +110,7 @@ SizeResult RunSize(pt::sim::Config config, const std::string& layout) {
       config.workers, n, n ? static_cast<double>(functions) / n : 0.0, job.function_count(),
       res.build_s, build_gb, res.diagnose_s, res.peak_gb, d.findings.size());
   for (size_t k = 0; k < d.findings.size() && k < 5; ++k)
-    std::printf("  %zu. [%s] %s\n", k + 1, d.findings[k].category.c_str(),
+    std::printf("  %zu. [%s] %s\n", k + 1, pt::diagnose::CategoryName(d.findings[k].category),
                 d.findings[k].summary.substr(0, 160).c_str());
   // The faults in order: is each named, with its ranks, by one of the first findings?
   for (const auto& f : config.faults) {
@@ -118,7 +119,8 @@ SizeResult RunSize(pt::sim::Config config, const std::string& layout) {
     bool found = false;
     for (size_t k = 0; k < d.findings.size() && k < config.faults.size(); ++k) {
       std::set<int> got(d.findings[k].ranks.begin(), d.findings[k].ranks.end());
-      found |= got == want_set && d.findings[k].category == pt::sim::FaultCategory(f.kind);
+      found |= got == want_set &&
+               pt::diagnose::CategoryName(d.findings[k].category) == pt::sim::FaultCategory(f.kind);
     }
     std::printf("fault %s@%s: %s\n", pt::sim::FaultKindName(f.kind), f.place.c_str(),
                 found ? "named first" : "NOT among the first findings");
@@ -177,8 +179,8 @@ int main(int argc, char** argv) {
   if (results.size() > 1) {
     // Peak RSS is the process's: it only grows, so each size's figure includes the larger of
     // the earlier ones; sizes in increasing order give each its own.
-    std::printf("\nscaling (diagnosis only):\n%10s %12s %16s %14s %12s\n", "workers",
-                "diagnose s", "us per worker", "size ratio", "time ratio");
+    std::printf("\nscaling (diagnosis only):\n%10s %12s %16s %14s %12s\n", "workers", "diagnose s",
+                "us per worker", "size ratio", "time ratio");
     for (size_t k = 0; k < results.size(); ++k) {
       const SizeResult& r = results[k];
       const double per = r.diagnose_s * 1e6 / r.workers;

@@ -53,6 +53,9 @@ inline constexpr size_t kMaxQuoteLookahead = 1 << 16;
 // Unknown event categories counted by name (ReadStats::unknown_cats): enough for the few a real
 // trace holds, while a file full of made-up ones cannot grow the stats without bound.
 inline constexpr size_t kMaxUnknownCategories = 64;
+// Finding categories a diagnosis reader does not know, named in its note (report/diagnosis_reader):
+// a newer writer adds one or two; a file of made-up ones cannot make the note long.
+inline constexpr size_t kMaxUnknownFindingCategoriesNamed = 8;
 
 // A worker's line to its agent (agent/socket_sink.h, agent/worker_message.h): the line itself,
 // then its contents. Strings (paths, names, reasons) longer than kMaxWorkerString are cut; a

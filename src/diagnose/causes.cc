@@ -41,7 +41,7 @@ double PerIterationMs(const std::map<std::string, double>& m, double seconds, do
 std::string HostOf(const Finding& f) { return f.hosts.empty() ? "its host" : "host " + f.hosts[0]; }
 
 // What every cause rule sets on the finding it explains.
-void Rewrite(Finding* f, const char* category, Cause cause, std::string summary,
+void Rewrite(Finding* f, Category category, Cause cause, std::string summary,
              std::string suggestion) {
   f->summary = std::move(summary);
   f->suggestion = std::move(suggestion);
@@ -52,9 +52,9 @@ void Rewrite(Finding* f, const char* category, Cause cause, std::string summary,
 
 bool IsHostExplainable(const Finding& f) {
   return f.finding_class == FindingClass::kSubset && f.ranks.size() == 1 &&
-         f.category != "communication" && f.category != "low_bandwidth" && f.category != "hang" &&
-         f.category != "missing_rank" && f.category != "collective_mismatch" &&
-         f.category != "rank_crash";
+         f.category != Category::kCommunication && f.category != Category::kLowBandwidth &&
+         f.category != Category::kHang && f.category != Category::kMissingRank &&
+         f.category != Category::kCollectiveMismatch && f.category != Category::kRankCrash;
 }
 
 }  // namespace
@@ -116,7 +116,7 @@ bool CpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
       "rank {}'s cgroup CPU quota{} throttled it in {:.0f}% of its scheduling periods{} ({:.0f}% "
       "for its peers): the kernel stops it, not its own work",
       rank, quota_text, share * 100, time_text, std::isnan(peers) ? 0.0 : peers * 100);
-  Rewrite(f, name(), Cause::kHardware,
+  Rewrite(f, category(), Cause::kHardware,
           fmt::format("rank {} is throttled by its cgroup's CPU quota{}: held off the CPU in "
                       "{:.0f}% of its scheduling periods{}, it runs slower than its peers with "
                       "the same work; the job loses {:.1f} ms/iter",
@@ -239,7 +239,7 @@ bool GpuThrottledRule::Explain(const CauseInput& in, Finding* f) const {
       "{}{}",
       rank, gpu, clock, peers_clock, why, extra);
   const bool config = bits == 0x2;  // only an applications-clock setting: someone set it
-  Rewrite(f, name(), config ? Cause::kConfiguration : Cause::kHardware,
+  Rewrite(f, category(), config ? Cause::kConfiguration : Cause::kHardware,
           fmt::format("rank {}'s GPU {} is throttled ({}): its SM clock is {:.0f} MHz, its peers' "
                       "{:.0f} MHz{}; the job loses {:.1f} ms/iter",
                       rank, gpu, why, clock, peers_clock, extra, f->impact_ms),
@@ -276,7 +276,7 @@ bool IoStallRule::Explain(const CauseInput& in, Finding* f) const {
       "rank {} moved {:.1f} MiB per iteration to and from storage, its peers {:.1f} MiB: the "
       "training thread waits for the disk{}",
       rank, own / kMiB, peers / kMiB, where);
-  Rewrite(f, name(), Cause::kConfiguration,
+  Rewrite(f, category(), Cause::kConfiguration,
           fmt::format("rank {} stalls on storage I/O: it {} {:.1f} MiB per iteration, its peers "
                       "{:.1f} MiB{}; the job loses {:.1f} ms/iter",
                       rank, writes ? "writes" : "reads", (writes ? written : read) / kMiB,
@@ -431,7 +431,7 @@ bool MoreWorkRule::Explain(const CauseInput& in, Finding* f) const {
   std::erase_if(f->functions, [&](const FunctionRef& r) { return r.name == name; });
   f->functions.insert(f->functions.begin(),
                       FunctionRef{name, std::string(trace::EventKindName(top.fn->kind())), {}});
-  Rewrite(f, this->name(), Cause::kSoftware,
+  Rewrite(f, category(), Cause::kSoftware,
           fmt::format("rank {} does more work than its peers: its {} inputs are {} vs {} on its "
                       "peers ({:.1f}x the data per call), {:.1f} ms/iter more; the job "
                       "loses {:.1f} ms/iter",
@@ -476,7 +476,7 @@ bool RunQueueContentionRule::Explain(const CauseInput& in, Finding* f) const {
       "s: {:.1f} ms per iteration more than theirs for its own work; the scheduler, not its "
       "work, slows it",
       rank, own, peers, extra_ms);
-  Rewrite(f, name(), Cause::kConfiguration,
+  Rewrite(f, category(), Cause::kConfiguration,
           fmt::format("rank {} is denied the CPU on {}: its threads wait {:.1f}x longer in the "
                       "run queue per second of CPU than its peers' ({:.1f} ms per iteration "
                       "more), so it runs slower with the same work; the job loses {:.1f} ms/iter",
@@ -559,7 +559,7 @@ bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
     return false;
   // The workers being slow costs the job only where the training thread waits for them.
   const double wait_ms = ExtraLoaderWaitMs(in, rank);
-  if (std::isnan(wait_ms) ? f->category != name()
+  if (std::isnan(wait_ms) ? f->category != category()
                           : wait_ms < policy::kLoaderWaitExplainsShare * f->impact_ms)
     return false;
   const bool in_collate = own->collate_ms - peers_collate >= own->dataset_ms - peers_dataset;
@@ -580,7 +580,7 @@ bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
       "{:.1f} ms in the collate function), its peers' {:.1f} ms; its training thread waits for "
       "the next batch",
       rank, own->PerBatchMs(), own->dataset_ms, own->collate_ms, peers);
-  Rewrite(f, name(), Cause::kSoftware,
+  Rewrite(f, category(), Cause::kSoftware,
           fmt::format("rank {}'s data loader is slow: its {:.0f} DataLoader worker processes take "
                       "{:.1f} ms per batch in {} vs {:.1f} ms on its peers{}; the job loses {:.1f} "
                       "ms/iter",
@@ -599,7 +599,7 @@ bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
 }
 
 bool ExplainLoaderHandOff(const CauseInput& in, Finding* f) {
-  if (f->category != "data_loader" || f->ranks.empty() ||
+  if (f->category != Category::kDataLoader || f->ranks.empty() ||
       f->confidence == policy::kConfidenceOsEvidence)
     return false;
   const std::set<int> ranks(f->ranks.begin(), f->ranks.end());
@@ -671,7 +671,7 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
   if (!IsHostExplainable(*f)) return nullptr;
   for (const auto& rule : CauseRules())
-    if (f->category == rule->name() && f->confidence == policy::kConfidenceOsEvidence)
+    if (f->category == rule->category() && f->confidence == policy::kConfidenceOsEvidence)
       return nullptr;  // explained already
   for (const auto& rule : CauseRules())
     if (rule->Explain(in, f)) return rule.get();
@@ -724,7 +724,7 @@ std::vector<Finding> FindUnnamedRanks(const CauseInput& in, const std::map<int, 
       continue;
     Finding f;
     f.finding_class = FindingClass::kSubset;
-    f.category = "straggler";
+    f.category = Category::kStraggler;
     f.ranks = {rank};
     if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) f.hosts = {h->second};
     f.impact_ms = ms;

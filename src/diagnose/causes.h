@@ -63,7 +63,8 @@ struct CauseInput {
 class CauseRule {
  public:
   virtual ~CauseRule() = default;
-  virtual const char* name() const = 0;  // the category it gives a finding
+  virtual Category category() const = 0;  // the category it gives a finding
+  const char* name() const { return CategoryName(category()); }
   // Rewrites F (a finding on one rank) when the rule's evidence holds; false otherwise.
   virtual bool Explain(const CauseInput& in, Finding* f) const = 0;
 };
@@ -72,7 +73,7 @@ class CauseRule {
 // periods while its peers' do not.
 class CpuThrottledRule : public CauseRule {
  public:
-  const char* name() const override { return "cpu_throttled"; }
+  Category category() const override { return Category::kCpuThrottled; }
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
@@ -83,7 +84,7 @@ class CpuThrottledRule : public CauseRule {
 // the temperature and power, and any uncorrected ECC errors or PCIe replays.
 class GpuThrottledRule : public CauseRule {
  public:
-  const char* name() const override { return "gpu_throttled"; }
+  Category category() const override { return Category::kGpuThrottled; }
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
@@ -98,7 +99,7 @@ bool GpuClockReasonsSlow(uint64_t reasons);
 // iteration and policy kIoPeersRatio times the peers' median.
 class IoStallRule : public CauseRule {
  public:
-  const char* name() const override { return "io_stall"; }
+  Category category() const override { return Category::kIoStall; }
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
@@ -109,7 +110,7 @@ class IoStallRule : public CauseRule {
 // shapes ("aten::mm inputs [512, 256], [256, 256] vs [64, 256], [256, 256] on its peers").
 class MoreWorkRule : public CauseRule {
  public:
-  const char* name() const override { return "more_work"; }
+  Category category() const override { return Category::kMoreWork; }
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
@@ -121,7 +122,7 @@ class MoreWorkRule : public CauseRule {
 // the peer comparison's timing gate; the workers' time per batch does not.
 class LoaderWorkersRule : public CauseRule {
  public:
-  const char* name() const override { return "data_loader"; }
+  Category category() const override { return Category::kDataLoader; }
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 
@@ -129,7 +130,7 @@ class LoaderWorkersRule : public CauseRule {
 // than its peers', and that extra wait is a good part of what it loses per iteration.
 class RunQueueContentionRule : public CauseRule {
  public:
-  const char* name() const override { return "cpu_contention"; }
+  Category category() const override { return Category::kCpuContention; }
   bool Explain(const CauseInput& in, Finding* f) const override;
 };
 

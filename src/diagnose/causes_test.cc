@@ -12,7 +12,7 @@ namespace {
 Finding Straggler() {
   Finding f;
   f.finding_class = FindingClass::kSubset;
-  f.category = "straggler";
+  f.category = Category::kStraggler;
   f.cause = Cause::kUnknown;
   f.confidence = policy::kConfidenceTimingOnly;
   f.ranks = {2};
@@ -47,7 +47,7 @@ TEST(CpuThrottledRule, NamesTheQuotaWithItsFigures) {
   Finding f = Straggler();
   CpuThrottledRule rule;
   ASSERT_TRUE(rule.Explain({m, 50}, &f));
-  EXPECT_EQ(f.category, "cpu_throttled");
+  EXPECT_EQ(f.category, Category::kCpuThrottled);
   EXPECT_EQ(f.cause, Cause::kHardware);
   EXPECT_DOUBLE_EQ(f.evidence.at("throttled_periods_share"), 0.75);
   EXPECT_DOUBLE_EQ(f.evidence.at("quota_cpus"), 0.25);
@@ -72,7 +72,7 @@ TEST(CpuThrottledRule, LeavesAQuotaEveryRankSharesAndAFewThrottledPeriods) {
   m[2]["cgroup.nr_periods"] = 5;  // too few periods to tell
   m[2]["cgroup.nr_throttled"] = 5;
   EXPECT_FALSE(CpuThrottledRule().Explain({m, 50}, &f));
-  EXPECT_EQ(f.category, "straggler");
+  EXPECT_EQ(f.category, Category::kStraggler);
 }
 
 TEST(CpuThrottledRule, AFarTighterQuotaIsTheRanksOwnWherePeersAreThrottledToo) {
@@ -105,7 +105,7 @@ TEST(RunQueueContentionRule, NamesARankTheSchedulerHoldsBack) {
   m[2]["proc.runq_wait_s"] = 4.0;
   Finding f = Straggler();
   ASSERT_TRUE(RunQueueContentionRule().Explain({m, 50}, &f));
-  EXPECT_EQ(f.category, "cpu_contention");
+  EXPECT_EQ(f.category, Category::kCpuContention);
   EXPECT_NEAR(f.evidence.at("runq_wait_per_cpu_s"), 1.0, 1e-9);
   // Peers (ranks 0, 1, 3): 2.4/4.0, 2.5/4.2, 2.7/4.6 -> median 0.595.
   EXPECT_NEAR(f.evidence.at("peers_runq_wait_per_cpu_s"), 2.5 / 4.2, 1e-9);
@@ -130,7 +130,7 @@ TEST(RunQueueContentionRule, ABusyHostAloneIsNoCause) {
   Finding f = Straggler();
   EXPECT_FALSE(RunQueueContentionRule().Explain({m, 50}, &f));
   EXPECT_EQ(ExplainRankFinding({m, 50}, &f), nullptr);
-  EXPECT_EQ(f.category, "straggler");
+  EXPECT_EQ(f.category, Category::kStraggler);
   EXPECT_NE(f.evidence_text.at("host").find("the host is not why it is slower"), std::string::npos);
   // Waiting markedly more, but far too little to explain 10 ms per iteration: not the cause.
   m[2]["proc.run_s"] = 4.0;
@@ -151,7 +151,7 @@ TEST(ExplainRankFinding, ThrottlingComesFirstAndOnlyRankFindingsAreExplained) {
   ASSERT_NE(rule, nullptr);
   EXPECT_STREQ(rule->name(), "cpu_throttled");
   Finding comm = Straggler();
-  comm.category = "communication";
+  comm.category = Category::kCommunication;
   EXPECT_EQ(ExplainRankFinding({m, 50}, &comm), nullptr);
   Finding all = Straggler();
   all.finding_class = FindingClass::kAll;
@@ -180,7 +180,7 @@ TEST(FindThrottledRanks, NamesAThrottledRankNoFindingNamed) {
   const Finding& f = found[0];
   EXPECT_EQ(f.ranks, std::vector<int>{2});
   EXPECT_EQ(f.hosts, std::vector<std::string>{"vm"});
-  EXPECT_EQ(f.category, "cpu_throttled");
+  EXPECT_EQ(f.category, Category::kCpuThrottled);
   EXPECT_NEAR(f.impact_ms, 0.699 * 49.8 / 2.976, 1e-9);  // 11.7 ms per iteration
   EXPECT_NE(f.summary.find("quota of 0.10 CPUs"), std::string::npos) << f.summary;
   // A rank already named is explained by ExplainRankFinding, not found twice.
@@ -200,7 +200,7 @@ TEST(FindContendedRanks, NamesARankTheSchedulerHoldsBackThatNoFindingNamed) {
   std::vector<Finding> found = FindContendedRanks({m, 41.6}, {{1, "vm"}}, {});
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].ranks, std::vector<int>{1});
-  EXPECT_EQ(found[0].category, "cpu_contention");
+  EXPECT_EQ(found[0].category, Category::kCpuContention);
   // (2.647 - 1.122 / 1.793 * 1.592) s in 3.195 s of 41.6 ms iterations: 21.5 ms per iteration.
   EXPECT_NEAR(found[0].impact_ms, (2.647 - 1.122 / 1.793 * 1.592) * 41.6 / 3.195, 1e-9);
   // Healthy ranks of a busy host (within 1.25x of each other): nobody.
@@ -250,7 +250,7 @@ TEST(GpuThrottledRule, NamesTheClockAndNvmlsReason) {
   GpuNode node(1410, 0x4);
   Finding f = Straggler();
   ASSERT_TRUE(GpuThrottledRule().Explain(node.In(), &f));
-  EXPECT_EQ(f.category, "gpu_throttled");
+  EXPECT_EQ(f.category, Category::kGpuThrottled);
   EXPECT_EQ(f.cause, Cause::kHardware);
   EXPECT_EQ(f.evidence.at("gpu_index"), 2);
   EXPECT_EQ(f.evidence.at("peers_sm_clock_mhz"), 1965);  // 1980, 1965, 1935
@@ -286,7 +286,7 @@ TEST(IoStallRule, NamesTheRankThatWritesWhatItsPeersDoNot) {
   Finding f = Straggler();
   f.functions = {{"torch/serialization.py(N): save", "python_function", {}}};
   ASSERT_TRUE(IoStallRule().Explain({m, 50}, &f));
-  EXPECT_EQ(f.category, "io_stall");
+  EXPECT_EQ(f.category, Category::kIoStall);
   EXPECT_DOUBLE_EQ(f.evidence.at("write_bytes_per_iteration"), 8 * kMiB);
   EXPECT_NE(f.summary.find("rank 2 stalls on storage I/O: it writes 8.0 MiB per iteration, its "
                            "peers 0.0 MiB (in torch/serialization.py(N): save)"),
@@ -342,7 +342,7 @@ TEST(MoreWorkRule, NamesTheLargerInputsAndBothShapes) {
   Finding f = Straggler();
   f.functions = {{"<built-in method mm>", "python_function", {}}};
   ASSERT_TRUE(MoreWorkRule().Explain({none, 50, ranks}, &f));
-  EXPECT_EQ(f.category, "more_work");
+  EXPECT_EQ(f.category, Category::kMoreWork);
   EXPECT_EQ(f.cause, Cause::kSoftware);
   // 2.4x the elements in all, 8x in the activation beside the same weight.
   EXPECT_DOUBLE_EQ(f.evidence.at("input_elements_ratio"), 8.0);
@@ -365,7 +365,7 @@ TEST(FindMoreWorkRanks, NamesARankWithLargerInputsThatNoFindingNamed) {
   std::vector<Finding> found = FindMoreWorkRanks({none, 50, ranks}, {{2, "vm"}}, {});
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].ranks, std::vector<int>{2});
-  EXPECT_EQ(found[0].category, "more_work");
+  EXPECT_EQ(found[0].category, Category::kMoreWork);
   EXPECT_DOUBLE_EQ(found[0].impact_ms, 10);
   EXPECT_EQ(found[0].hosts, std::vector<std::string>{"vm"});
   Finding named = Straggler();
@@ -444,7 +444,7 @@ TEST(ExplainRankFinding, MoreWorkBeforeTheRunQueueAndExplainedOnce) {
   // A window's second pass (its metrics after the offline diagnosis) keeps that explanation.
   const std::string summary = f.summary;
   EXPECT_EQ(ExplainRankFinding({m, 50, ranks}, &f), nullptr);
-  EXPECT_EQ(f.category, "more_work");
+  EXPECT_EQ(f.category, Category::kMoreWork);
   EXPECT_EQ(f.summary, summary);
 }
 
@@ -497,10 +497,10 @@ TEST(LoaderWorkersRule, NamesTheWorkersFunctionAndTheWait) {
   SlowLoaderJob j(9.8636, 59300);
   Finding f = Straggler();
   f.ranks = {1};
-  f.category = "data_loader";
+  f.category = Category::kDataLoader;
   f.impact_ms = 56.4;
   ASSERT_TRUE(LoaderWorkersRule().Explain(j.In(), &f));
-  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.category, Category::kDataLoader);
   EXPECT_EQ(f.cause, Cause::kSoftware);
   EXPECT_NEAR(f.evidence.at("loader_ms_per_batch"), (9.8636 + 0.009) * 1000 / 49, 1e-6);
   EXPECT_NE(f.summary.find("rank 1's data loader is slow: its 2 DataLoader worker processes take "
@@ -534,13 +534,13 @@ TEST(ExplainLoaderHandOff, WorkersFastAtTheirWorkMeanTheBatchWaitsForACpu) {
   const CauseInput in{j.metrics, 62, job.ranks()};
   Finding f;
   f.finding_class = FindingClass::kAll;
-  f.category = "data_loader";
+  f.category = Category::kDataLoader;
   f.cause = Cause::kSoftware;
   f.ranks = {0, 1, 2, 3};
   f.impact_ms = 7.5;
   f.summary = "data loading is slow on all 4 ranks: enumerate(DataLoader)#... takes 7.5 ms/iter";
   ASSERT_TRUE(ExplainLoaderHandOff(in, &f));
-  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.category, Category::kDataLoader);
   EXPECT_EQ(f.cause, Cause::kConfiguration);
   EXPECT_NEAR(f.evidence.at("loader_ms_per_batch"), 0.9, 0.05);
   EXPECT_EQ(f.evidence.at("data_wait_ms_per_iteration"), 7.5);
@@ -589,7 +589,7 @@ TEST(FindSlowLoaderWorkers, NamesARankThePeerComparisonMissed) {
   std::vector<Finding> found = FindSlowLoaderWorkers(j.In(), {{1, "vm"}}, {});
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].ranks, std::vector<int>{1});
-  EXPECT_EQ(found[0].category, "data_loader");
+  EXPECT_EQ(found[0].category, Category::kDataLoader);
   EXPECT_NEAR(found[0].impact_ms, (59300 - 2913) / 1000.0, 1e-9);
   Finding named = Straggler();
   named.ranks = {1};

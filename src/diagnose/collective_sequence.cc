@@ -84,7 +84,7 @@ FunctionRef Ref(const CollectiveCall& c) {
 
 // A finding of the ranks of G about collective SEQ: observed (confidence 1), software, and a job
 // that cannot go on loses every iteration from here.
-Finding SequenceFinding(const char* category, int64_t seq, const Group& g, double stalled_seconds) {
+Finding SequenceFinding(Category category, int64_t seq, const Group& g, double stalled_seconds) {
   Finding f;
   f.category = category;
   f.cause = Cause::kSoftware;
@@ -136,7 +136,7 @@ class MismatchRule {
       if (by_sig.size() < 2) continue;
       std::sort(agree.begin(), agree.end());
       major->second = agree;
-      Finding f = SequenceFinding("collective_mismatch", seq, g, stalled_seconds);
+      Finding f = SequenceFinding(Category::kCollectiveMismatch, seq, g, stalled_seconds);
       std::string odd_text;
       for (const auto& [sig, ranks] : by_sig) {
         if (sig == major->first) continue;
@@ -191,7 +191,7 @@ class NeverEnteredRule {
     }
     // Ranks that finished it are not waiting for anyone: the dump was taken in passing.
     if (behind.empty() || waited == nullptr || !waiting) return;
-    Finding f = SequenceFinding("hang", front, g, stalled_seconds);
+    Finding f = SequenceFinding(Category::kHang, front, g, stalled_seconds);
     std::string behind_text;
     for (const auto& [last, ranks] : behind) {
       f.ranks.insert(f.ranks.end(), ranks.begin(), ranks.end());

@@ -63,7 +63,7 @@ TEST(CollectiveSequenceTest, AnExtraCollectiveOnOneRankIsAMismatchAtItsNumber) {
   SequenceResult got = DiagnoseCollectiveSequence(logs, {0, 1, 2, 3}, 0);
   ASSERT_EQ(got.findings.size(), 1u);
   const Finding& f = got.findings[0];
-  EXPECT_EQ(f.category, "collective_mismatch");
+  EXPECT_EQ(f.category, Category::kCollectiveMismatch);
   EXPECT_EQ(f.cause, Cause::kSoftware);
   EXPECT_EQ(f.ranks, std::vector<int>{1});
   EXPECT_EQ(f.evidence.at("collective_seq"), 9);
@@ -95,7 +95,7 @@ TEST(CollectiveSequenceTest, ARankThatSkippedABarrierNeverEnteredIt) {
   SequenceResult got = DiagnoseCollectiveSequence(logs, {0, 1, 2, 3}, 30);
   ASSERT_EQ(got.findings.size(), 1u);
   const Finding& f = got.findings[0];
-  EXPECT_EQ(f.category, "hang");
+  EXPECT_EQ(f.category, Category::kHang);
   EXPECT_EQ(f.ranks, std::vector<int>{2});
   EXPECT_EQ(f.evidence.at("collective_seq"), 10);
   EXPECT_EQ(f.evidence_text.at("waiting_ranks"), "0,1,3");

@@ -40,7 +40,7 @@ double MaxOtherFraction(const Diagnosis& d, size_t skip) {
 
 std::string Dump(const Diagnosis& d) {
   std::string s;
-  for (const auto& f : d.findings) s += f.category + ": " + f.summary + "\n";
+  for (const auto& f : d.findings) s += fmt::format("{}: {}\n", f.category, f.summary);
   return s;
 }
 
@@ -55,7 +55,7 @@ TEST(DiagnoseTest, StragglerIsTheSlowRankNotTheWaiters) {
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
   EXPECT_EQ(f.ranks, std::vector<int>{2}) << Dump(d);
-  EXPECT_EQ(f.category, "straggler");
+  EXPECT_EQ(f.category, Category::kStraggler);
   EXPECT_EQ(f.finding_class, FindingClass::kSubset);
   EXPECT_EQ(f.cause, Cause::kSoftware);  // extra calls
   ASSERT_FALSE(f.functions.empty());
@@ -80,7 +80,7 @@ TEST(DiagnoseTest, UniformSlowdownWithEqualCallsIsHardware) {
   Diagnosis d = Diagnose(ranks);
   ASSERT_FALSE(d.findings.empty());
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>{1}) << Dump(d);
-  EXPECT_EQ(d.findings[0].category, "straggler");
+  EXPECT_EQ(d.findings[0].category, Category::kStraggler);
   EXPECT_EQ(d.findings[0].cause, Cause::kHardware) << d.findings[0].evidence_text.at("reasoning");
   EXPECT_EQ(d.findings[0].functions.size(), 2u);
 }
@@ -96,7 +96,7 @@ TEST(DiagnoseTest, OneSlowDataLoader) {
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
   EXPECT_EQ(f.ranks, std::vector<int>{1}) << Dump(d);
-  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.category, Category::kDataLoader);
   EXPECT_EQ(f.cause, Cause::kSoftware);
   ASSERT_FALSE(f.functions.empty());
   EXPECT_EQ(f.functions[0].name, kLoader);
@@ -113,7 +113,7 @@ TEST(DiagnoseTest, EveryLoaderSlowIsAnAllRankFinding) {
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
   EXPECT_EQ(f.finding_class, FindingClass::kAll) << Dump(d);
-  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.category, Category::kDataLoader);
   EXPECT_EQ(f.cause, Cause::kSoftware);
   EXPECT_EQ(f.ranks, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_NEAR(f.impact_ms, 12 - 0.4, 1e-6);
@@ -155,7 +155,7 @@ TEST(DiagnoseTest, SlowCollectiveWithNobodyLateIsCommunication) {
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
   EXPECT_EQ(f.ranks, std::vector<int>{3}) << Dump(d);
-  EXPECT_EQ(f.category, "communication");
+  EXPECT_EQ(f.category, Category::kCommunication);
   EXPECT_EQ(f.cause, Cause::kHardware);
   EXPECT_EQ(f.functions[0].kind, "kernel");
   EXPECT_EQ(f.evidence.at("busbw_gbps"), 4);
@@ -182,7 +182,7 @@ TEST(DiagnoseTest, LateRankWithNothingProfiledIsStillBlamed) {
   Diagnosis d = Diagnose(ranks);
   ASSERT_FALSE(d.findings.empty());
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>{0}) << Dump(d);
-  EXPECT_EQ(d.findings[0].category, "straggler");
+  EXPECT_EQ(d.findings[0].category, Category::kStraggler);
   EXPECT_NEAR(d.findings[0].impact_ms, 15, 1e-6);
 }
 
@@ -266,16 +266,16 @@ TEST(DiagnoseTest, LowConfidenceNeverOutranksConfident) {
 
 TEST(DiagnoseTest, AMissingRankThenMemoryGrowthComeFirst) {
   std::vector<Finding> fs(3);
-  fs[0].category = "python";
+  fs[0].category = Category::kPython;
   fs[0].impact_ms = 12;
   fs[0].confidence = policy::kConfidenceExtraCalls;
-  fs[1].category = "memory_growth";  // no time lost yet: the job ends when memory runs out
+  fs[1].category = Category::kMemoryGrowth;  // no time lost yet: the job ends when memory runs out
   fs[1].confidence = policy::kConfidenceOsEvidence;
-  fs[2].category = "missing_rank";
+  fs[2].category = Category::kMissingRank;
   internal::SortFindings(&fs);
-  EXPECT_EQ(fs[0].category, "missing_rank");
-  EXPECT_EQ(fs[1].category, "memory_growth");
-  EXPECT_EQ(fs[2].category, "python");
+  EXPECT_EQ(fs[0].category, Category::kMissingRank);
+  EXPECT_EQ(fs[1].category, Category::kMemoryGrowth);
+  EXPECT_EQ(fs[2].category, Category::kPython);
 }
 
 TEST(DiagnoseTest, MissingRankAndNoMarkersAreSaid) {
@@ -286,7 +286,7 @@ TEST(DiagnoseTest, MissingRankAndNoMarkersAreSaid) {
   EXPECT_EQ(d.job.world_size, 4);
   EXPECT_EQ(d.job.ranks, (std::vector<int>{0, 1, 3}));
   ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].category, "missing_rank");
+  EXPECT_EQ(d.findings[0].category, Category::kMissingRank);
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>{2});
   bool no_markers = false, missing = false;
   for (const auto& n : d.job.notes) {
@@ -338,7 +338,7 @@ TEST(DiagnoseTest, SyncOnEveryRankCostsOnlyTheGpuIdleItCauses) {
   }
   Diagnosis d = Diagnose(ranks);
   ASSERT_FALSE(d.findings.empty()) << Dump(d);
-  EXPECT_EQ(d.findings[0].category, "sync");
+  EXPECT_EQ(d.findings[0].category, Category::kSync);
   EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
   EXPECT_NEAR(d.findings[0].impact_ms, 3, 1e-6);
 }
@@ -365,7 +365,7 @@ TEST(DiagnoseTest, TinyKernelsMakeALaunchBoundPhase) {
   };
   Diagnosis d = job(3000, 40);
   ASSERT_FALSE(d.findings.empty()) << Dump(d);
-  EXPECT_EQ(d.findings[0].category, "launch_bound");
+  EXPECT_EQ(d.findings[0].category, Category::kLaunchBound);
   EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
   EXPECT_EQ(d.findings[0].ranks.size(), 4u);
   EXPECT_NEAR(d.findings[0].impact_ms, 3000 * 0.009, 1e-3);
@@ -376,7 +376,7 @@ TEST(DiagnoseTest, TinyKernelsMakeALaunchBoundPhase) {
   EXPECT_NEAR(capped.findings[0].impact_ms, 20, 1e-3);
   // A few hundred small kernels cost less than 5% of the step: nothing to report.
   Diagnosis few = job(300, 40);
-  for (const auto& f : few.findings) EXPECT_NE(f.category, "launch_bound") << Dump(few);
+  for (const auto& f : few.findings) EXPECT_NE(f.category, Category::kLaunchBound) << Dump(few);
 }
 
 TEST(DiffTest, DetectsASlowedFunctionAndANewOne) {
@@ -389,7 +389,7 @@ TEST(DiffTest, DetectsASlowedFunctionAndANewOne) {
   }
   Diagnosis d = Diff(base, test);
   ASSERT_GE(d.findings.size(), 2u) << Dump(d);
-  EXPECT_EQ(d.findings[0].category, "regression");
+  EXPECT_EQ(d.findings[0].category, Category::kRegression);
   EXPECT_EQ(d.findings[0].functions[0].name, "aten::mm");
   EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
   EXPECT_NEAR(d.findings[0].impact_ms, 10, 1e-6);
@@ -402,7 +402,7 @@ TEST(DiffTest, DetectsASlowedFunctionAndANewOne) {
   EXPECT_TRUE(same.findings.empty()) << Dump(same);
   Diagnosis faster = Diff(test, base);
   ASSERT_FALSE(faster.findings.empty());
-  for (const auto& f : faster.findings) EXPECT_EQ(f.category, "improvement");
+  for (const auto& f : faster.findings) EXPECT_EQ(f.category, Category::kImprovement);
   EXPECT_LT(faster.findings[0].impact_ms, 0);
 }
 
@@ -443,7 +443,7 @@ TEST(DiffTest, ASettingsChangeComesFirstAndCallCountsCountWhateverTheTime) {
   test.back().nccl_version = "2.18.3";
   Diagnosis d = Diff(base, test);
   ASSERT_GE(d.findings.size(), 3u) << Dump(d);
-  EXPECT_EQ(d.findings[0].category, "hardware_change") << Dump(d);
+  EXPECT_EQ(d.findings[0].category, Category::kHardwareChange) << Dump(d);
   EXPECT_EQ(d.findings[0].cause, Cause::kHardware);
   EXPECT_NE(d.findings[0].summary.find("8 x NVIDIA A100-PG509-200 -> 2 x Tesla V100-SXM2-16GB"),
             std::string::npos)
@@ -476,7 +476,7 @@ TEST(DiffTest, AStragglerAcrossRunsIsTheCauseNotItsWaiters) {
   Diagnosis d = Diff(base, test);
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "straggler") << Dump(d);
+  EXPECT_EQ(f.category, Category::kStraggler) << Dump(d);
   EXPECT_EQ(f.ranks, std::vector<int>{2});
   EXPECT_EQ(f.functions[0].name, "aten::mm");
   EXPECT_NEAR(f.impact_ms, 10, 1e-6);
@@ -504,7 +504,7 @@ TEST(DiffTest, AStragglerOnASlowerMachineIsStillTheCause) {
   ASSERT_FALSE(d.findings.empty());
   bool straggler = false;
   for (const auto& f : d.findings) {
-    if (f.category != "straggler") continue;
+    if (f.category != Category::kStraggler) continue;
     straggler = true;
     EXPECT_EQ(f.ranks, std::vector<int>{2}) << Dump(d);
     EXPECT_NEAR(f.evidence.at("peers_extra_compute_ms"), 8, 1e-6);
@@ -530,7 +530,7 @@ TEST(DiffTest, OneRanksNoiseBetweenCleanRunsIsNoStraggler) {
     return side;
   };
   Diagnosis d = Diff(run(12, 0), run(15.7, 1.2));
-  for (const auto& f : d.findings) EXPECT_NE(f.category, "straggler") << Dump(d);
+  for (const auto& f : d.findings) EXPECT_NE(f.category, Category::kStraggler) << Dump(d);
 }
 
 TEST(DiffTest, AChangeInsideTheRunsOwnNoiseIsNotReported) {

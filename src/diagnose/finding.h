@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "diagnose/categories.h"
+
 namespace perftracker::diagnose {
 
 enum class FindingClass { kSubset, kAll };
@@ -29,10 +31,8 @@ struct FunctionRef {
 struct Finding {
   FindingClass finding_class = FindingClass::kSubset;
   Cause cause = Cause::kUnknown;
-  // straggler, data_loader, communication, gc, python, sync, memcpy, launch_bound,
-  // low_bandwidth, gpu_idle, regression, hang, missing_rank, cpu_throttled, cpu_contention
-  // (diagnose/causes.h), ...
-  std::string category;
+  // What kind of problem (diagnose/categories.h: the table of categories and their evidence).
+  Category category = Category::kStraggler;
   std::vector<int> ranks;
   std::vector<std::string> hosts;
   std::vector<FunctionRef> functions;

@@ -40,12 +40,12 @@ void SortFindings(std::vector<Finding>* findings) {
   std::stable_sort(findings->begin(), findings->end(), [](const Finding& a, const Finding& b) {
     // Silent ranks first: the diagnosis is incomplete without them, and a silent rank blocks
     // every other in the next collective.
-    bool ma = a.category == "missing_rank", mb = b.category == "missing_rank";
+    bool ma = a.category == Category::kMissingRank, mb = b.category == Category::kMissingRank;
     if (ma != mb) return ma;
     // Then memory that grows every iteration: it costs no time yet (impact 0) but ends the job
     // when the host's memory runs out, and what its growth slows now (the allocations) is
     // named beside it.
-    bool la = a.category == "memory_growth", lb = b.category == "memory_growth";
+    bool la = a.category == Category::kMemoryGrowth, lb = b.category == Category::kMemoryGrowth;
     if (la != lb) return la;
     bool ga = a.impact_ms >= 0, gb = b.impact_ms >= 0;
     if (ga != gb) return ga;

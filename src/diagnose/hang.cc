@@ -136,7 +136,7 @@ Diagnosis DiagnoseHang(const std::vector<RankStacks>& replies, const std::vector
   Finding f;
   f.finding_class = FindingClass::kSubset;
   f.cause = Cause::kSoftware;
-  f.category = "hang";
+  f.category = Category::kHang;
   f.evidence["stalled_seconds"] = stalled_seconds;
   f.evidence["ranks_replied"] = static_cast<double>(views.size());
   f.evidence["ranks_waiting_in_communication"] = static_cast<double>(waiting);
@@ -236,7 +236,7 @@ Diagnosis SlowNotHung(const Diagnosis& hang, double stalled_seconds, int64_t res
       fmt::format("no iteration for {:.1f} s, then the job went on at iteration {}: slow, not hung",
                   stalled_seconds, resumed_step));
   for (Finding& f : d.findings) {
-    if (f.category != "hang") continue;
+    if (f.category != Category::kHang) continue;
     f.evidence["stalled_seconds"] = stalled_seconds;
     f.evidence["resumed_at_iteration"] = static_cast<double>(resumed_step);
     f.impact_ms = SToMs(stalled_seconds);
@@ -246,7 +246,7 @@ Diagnosis SlowNotHung(const Diagnosis& hang, double stalled_seconds, int64_t res
     };
     const std::string waits = text("others_wait_at");
     if (f.finding_class == FindingClass::kAll) {
-      f.category = "stall";
+      f.category = Category::kStall;
       f.summary = fmt::format(
           "every rank stopped for {:.1f} s{}, then the job went on at iteration {}: a pause of "
           "the whole job, not a hang",
@@ -259,7 +259,7 @@ Diagnosis SlowNotHung(const Diagnosis& hang, double stalled_seconds, int64_t res
           "every rank stood at the same place and the iterations resumed: the job was paused";
       continue;
     }
-    f.category = "straggler";
+    f.category = Category::kStraggler;
     f.cause = Cause::kUnknown;
     std::vector<std::string> places;
     for (int r : f.ranks) {

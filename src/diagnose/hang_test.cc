@@ -36,7 +36,7 @@ TEST(Hang, NamesTheRankOutsideCommunication) {
   Diagnosis d = DiagnoseHang(replies, {0, 1, 2, 3}, 12.5);
   ASSERT_EQ(d.findings.size(), 1u);
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "hang");
+  EXPECT_EQ(f.category, Category::kHang);
   EXPECT_EQ(f.ranks, std::vector<int>({2}));
   ASSERT_EQ(f.functions.size(), 1u);
   EXPECT_EQ(f.functions[0].name, "/job/train.py:120 in hang_forever");
@@ -92,7 +92,7 @@ TEST(Hang, ResumedHangIsAStraggler) {
   Diagnosis d = SlowNotHung(DiagnoseHang(replies, {0, 1, 2, 3}, 9.5), 14.0, 41);
   ASSERT_EQ(d.findings.size(), 1u);
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "straggler");
+  EXPECT_EQ(f.category, Category::kStraggler);
   EXPECT_EQ(f.ranks, std::vector<int>({2}));
   EXPECT_EQ(f.evidence.at("stalled_seconds"), 14.0);
   EXPECT_EQ(f.evidence.at("resumed_at_iteration"), 41);
@@ -107,7 +107,7 @@ TEST(Hang, ResumedAllRankHangIsAStall) {
   std::vector<RankStacks> replies = {Rank(0, {kMain, kStep}), Rank(1, {kMain, kStep})};
   Diagnosis d = SlowNotHung(DiagnoseHang(replies, {0, 1}, 7), 8, 10);
   ASSERT_EQ(d.findings.size(), 1u);
-  EXPECT_EQ(d.findings[0].category, "stall");
+  EXPECT_EQ(d.findings[0].category, Category::kStall);
   EXPECT_EQ(d.findings[0].finding_class, FindingClass::kAll);
   EXPECT_NE(d.findings[0].summary.find("not a hang"), std::string::npos);
 }

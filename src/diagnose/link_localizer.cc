@@ -392,7 +392,7 @@ Finding LinkFindingWriter::Emit(const std::vector<std::string>& hosts, const std
   Finding f;
   f.finding_class = FindingClass::kSubset;
   f.cause = Cause::kHardware;
-  f.category = "communication";
+  f.category = Category::kCommunication;
   f.confidence = policy::kConfidenceTimingOnly;
   f.hosts = hosts;
   std::vector<double> excess;

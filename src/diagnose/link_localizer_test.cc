@@ -371,7 +371,7 @@ TEST(LinkFindingWriterTest, NvlinkFinding) {
   CollectiveEvidence ev;
   LinkFindingWriter w(cj, inst, hosts, intra, {}, 100000, &ev);
   Finding f = w.Emit({"a"}, "nvlink", "", {});
-  EXPECT_EQ(f.category, "communication");
+  EXPECT_EQ(f.category, Category::kCommunication);
   EXPECT_EQ(f.cause, Cause::kHardware);
   EXPECT_EQ(f.ranks, (std::vector<int>{0, 1}));
   EXPECT_EQ(f.hosts, std::vector<std::string>{"a"});

@@ -139,7 +139,7 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   Finding f;
   f.finding_class =
       growing.size() == with_series && with_series > 1 ? FindingClass::kAll : FindingClass::kSubset;
-  f.category = "memory_growth";
+  f.category = Category::kMemoryGrowth;
   f.cause = Cause::kSoftware;
   std::vector<double> rates, grown;
   for (const Growing& g : growing) {

@@ -92,7 +92,7 @@ TEST(MemoryGrowthFindings, NamesTheRankAndTheIterationsLeft) {
   std::vector<Finding> found = MemoryGrowthFindings(ranks, hosts, 60);
   ASSERT_EQ(found.size(), 1u);
   const Finding& f = found[0];
-  EXPECT_EQ(f.category, "memory_growth");
+  EXPECT_EQ(f.category, Category::kMemoryGrowth);
   EXPECT_EQ(f.finding_class, FindingClass::kSubset);
   EXPECT_EQ(f.ranks, std::vector<int>{2});
   EXPECT_EQ(f.hosts, std::vector<std::string>{"b"});

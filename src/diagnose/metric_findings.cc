@@ -126,7 +126,7 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
   Finding f;
   f.finding_class = FindingClass::kSubset;
   f.cause = Cause::kHardware;
-  f.category = "communication";
+  f.category = Category::kCommunication;
   f.confidence = policy::kConfidenceTimingOnly;
   f.ranks = {slow};
   std::vector<double> comm, iter;
@@ -190,7 +190,7 @@ void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::Co
   if (std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks)) {
     std::erase_if(d->findings, [](const Finding& f) {
       return f.finding_class == FindingClass::kAll &&
-             (f.category == "communication" || f.category == "low_bandwidth");
+             (f.category == Category::kCommunication || f.category == Category::kLowBandwidth);
     });
     d->findings.push_back(std::move(*link));
   }

@@ -45,7 +45,7 @@ TEST(SlowLink, TheRankAtTheEndOfEveryBackedUpConnection) {
   auto f = DiagnoseSlowLink(m, Ranks(4).ranks());
   ASSERT_TRUE(f.has_value());
   EXPECT_EQ(f->ranks, std::vector<int>({2}));
-  EXPECT_EQ(f->category, "communication");
+  EXPECT_EQ(f->category, Category::kCommunication);
   EXPECT_EQ(f->cause, Cause::kHardware);
   EXPECT_EQ(f->hosts, std::vector<std::string>({"node-2"}));
   EXPECT_DOUBLE_EQ(f->impact_ms, 60);
@@ -164,17 +164,17 @@ TEST(SlowLink, ReplacesTheAllRankCommunicationFindingsItExplains) {
   Diagnosis d;
   Finding low;
   low.finding_class = FindingClass::kAll;
-  low.category = "low_bandwidth";
+  low.category = Category::kLowBandwidth;
   low.impact_ms = 80;
   Finding other;
-  other.category = "data_loader";
+  other.category = Category::kDataLoader;
   other.impact_ms = 5;
   d.findings = {low, other};
   AddMetricFindings(m, Ranks(4).ranks(), &d);
   ASSERT_EQ(d.findings.size(), 2u);
-  EXPECT_EQ(d.findings[0].category, "communication");
+  EXPECT_EQ(d.findings[0].category, Category::kCommunication);
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>({2}));
-  EXPECT_EQ(d.findings[1].category, "data_loader");
+  EXPECT_EQ(d.findings[1].category, Category::kDataLoader);
 }
 
 }  // namespace

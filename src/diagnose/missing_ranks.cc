@@ -94,7 +94,7 @@ std::optional<Finding> MissingRankFinding(const MissingRanks& missing, int repor
   Finding f;
   f.finding_class = FindingClass::kSubset;
   f.cause = Cause::kUnknown;
-  f.category = "missing_rank";
+  f.category = Category::kMissingRank;
   f.ranks = all;
   f.confidence = 1.0;  // observed: nothing came
   f.evidence["missing_ranks"] = static_cast<double>(all.size());

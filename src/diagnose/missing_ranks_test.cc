@@ -79,7 +79,7 @@ TEST(MissingRanksTest, EachReasonAlone) {
     const MissingReasonInfo& info = Describe(c.reason);
     auto f = MissingRankFinding(Window({{3, c.reason, c.detail, 12}}), 3, 4);
     ASSERT_TRUE(f.has_value()) << info.name;
-    EXPECT_EQ(f->category, "missing_rank");
+    EXPECT_EQ(f->category, Category::kMissingRank);
     EXPECT_EQ(f->ranks, std::vector<int>{3});
     EXPECT_TRUE(Has(f->summary, c.summary)) << f->summary;
     EXPECT_EQ(f->suggestion, info.suggestion);
@@ -150,12 +150,12 @@ TEST(MissingRanksTest, SharedAndManyDetails) {
 TEST(MissingRanksTest, OfflineRanksWithoutATraceAreOneFindingFirst) {
   Diagnosis d = Diagnose(Ranks({0, 1, 3}, 5));
   ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].category, "missing_rank");
+  EXPECT_EQ(d.findings[0].category, Category::kMissingRank);
   EXPECT_EQ(d.findings[0].ranks, (std::vector<int>{2, 4}));
   EXPECT_EQ(d.findings[0].summary,
             "ranks 2,4 missing: no trace or summary. The diagnosis covers 3 of 5 ranks.");
   int missing_findings = 0;
-  for (const Finding& f : d.findings) missing_findings += f.category == "missing_rank";
+  for (const Finding& f : d.findings) missing_findings += f.category == Category::kMissingRank;
   EXPECT_EQ(missing_findings, 1);
 }
 
@@ -172,7 +172,7 @@ TEST(MissingRanksTest, TheCallersRanksAreTheOnlyOnes) {
   m.expected = 4;
   Diagnosis d = Diagnose(job, {}, &m);
   int missing_findings = 0;
-  for (const Finding& f : d.findings) missing_findings += f.category == "missing_rank";
+  for (const Finding& f : d.findings) missing_findings += f.category == Category::kMissingRank;
   EXPECT_EQ(missing_findings, 1);
   ASSERT_FALSE(d.findings.empty());
   EXPECT_EQ(d.findings[0].ranks, (std::vector<int>{1, 3}));
@@ -183,7 +183,7 @@ TEST(MissingRanksTest, TheCallersRanksAreTheOnlyOnes) {
   // No silent rank: no finding, even though the world size says 8.
   MissingRanks none;
   d = Diagnose(job, {}, &none);
-  for (const Finding& f : d.findings) EXPECT_NE(f.category, "missing_rank");
+  for (const Finding& f : d.findings) EXPECT_NE(f.category, Category::kMissingRank);
 }
 
 // Nobody reported: the finding still comes, with the expected count as the world size.

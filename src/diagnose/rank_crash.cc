@@ -27,7 +27,7 @@ std::string SignalName(int sig) {
 
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs) {
   Finding f;
-  f.category = "rank_crash";
+  f.category = Category::kRankCrash;
   f.cause = Cause::kSoftware;
   f.finding_class = FindingClass::kSubset;
   f.ranks = {first.rank};

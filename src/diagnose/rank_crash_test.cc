@@ -35,7 +35,7 @@ TEST(RankCrashTest, NamesTheSignalTheCollectiveAndTheError) {
                 {"terminate called after throwing an instance of 'gloo::EnforceNotMet'",
                  "  what():  op.preamble.length <= op.nbytes. 132160 vs 4"}};
   Finding f = RankCrashFinding(exit, {Rank1InAllReduce()});
-  EXPECT_EQ(f.category, "rank_crash");
+  EXPECT_EQ(f.category, Category::kRankCrash);
   EXPECT_EQ(f.ranks, std::vector<int>{1});
   EXPECT_EQ(f.evidence.at("signal"), SIGABRT);
   EXPECT_EQ(f.evidence.at("collective_seq"), 9);

@@ -117,7 +117,7 @@ const RankValue& Typical(const RuleResult& res) { return res.per_rank[res.typica
 
 // The finding's common part: affected ranks and hosts, the typical rank's first MAX_FUNCTIONS
 // functions, impact and the value's spread over ranks.
-Finding Make(const RuleInput& in, const RuleResult& res, const std::string& category, Cause cause,
+Finding Make(const RuleInput& in, const RuleResult& res, Category category, Cause cause,
              double impact_us, size_t max_functions) {
   const double iter_us = in.iter_us;
   Finding f;
@@ -174,7 +174,7 @@ std::optional<Fired> DataLoaderRule(const RuleInput& in) {
   if (!Most(in, loader)) return std::nullopt;
   double impact = Impact(loader, false);
   if (!Reaches(in, impact)) return std::nullopt;
-  Finding f = Make(in, loader, "data_loader", Cause::kSoftware, impact, 3);
+  Finding f = Make(in, loader, Category::kDataLoader, Cause::kSoftware, impact, 3);
   std::string fn = f.functions.empty() ? "the DataLoader" : f.functions[0].name;
   f.evidence_text["reasoning"] = fmt::format(
       "the training loop waits for the next batch on the main thread: more than {} of the "
@@ -208,7 +208,7 @@ std::optional<Fired> SyncRule(const RuleInput& in) {
   if (!Most(in, sync)) return std::nullopt;
   double impact = Impact(sync, true);
   if (!Reaches(in, impact)) return std::nullopt;
-  Finding f = Make(in, sync, "sync", Cause::kSoftware, impact, 3);
+  Finding f = Make(in, sync, Category::kSync, Cause::kSoftware, impact, 3);
   std::string fn = f.functions.empty() ? "synchronizing calls" : f.functions[0].name;
   f.evidence_text["reasoning"] =
       "host-device synchronization on the critical path: the CPU stops queueing work until "
@@ -236,7 +236,7 @@ std::optional<Fired> PageableCopyRule(const RuleInput& in) {
   if (!Most(in, pageable)) return std::nullopt;
   double impact = Impact(pageable, false);
   if (!Reaches(in, impact)) return std::nullopt;
-  Finding f = Make(in, pageable, "memcpy", Cause::kConfiguration, impact, 3);
+  Finding f = Make(in, pageable, Category::kMemcpy, Cause::kConfiguration, impact, 3);
   f.evidence_text["reasoning"] =
       "copies from pageable host memory go through a staging buffer at lower bandwidth and "
       "cannot overlap with compute";
@@ -284,7 +284,7 @@ std::optional<Fired> LaunchBoundRule(const RuleInput& in) {
   if (!Most(in, launch)) return std::nullopt;
   double impact = Impact(launch, false);
   if (!Reaches(in, impact)) return std::nullopt;
-  Finding f = Make(in, launch, "launch_bound", Cause::kSoftware, impact, 5);
+  Finding f = Make(in, launch, Category::kLaunchBound, Cause::kSoftware, impact, 5);
   const RankValue& t = Typical(launch);
   double calls = 0;
   for (const auto* fp : t.functions) calls += fp->calls_per_iter;
@@ -332,7 +332,7 @@ std::optional<Fired> GpuIdleRule(const RuleInput& in, double explained_idle_us) 
   if (!Most(in, idle)) return std::nullopt;
   double impact = Impact(idle, true) - explained_idle_us;
   if (!Reaches(in, impact)) return std::nullopt;
-  Finding f = Make(in, idle, "gpu_idle", Cause::kSoftware, impact, 5);
+  Finding f = Make(in, idle, Category::kGpuIdle, Cause::kSoftware, impact, 5);
   std::vector<std::string> names;
   for (const auto& fn : f.functions) names.push_back(fn.name);
   f.evidence_text["suspects"] = fmt::format("{}", fmt::join(names, ", "));
@@ -391,7 +391,7 @@ std::optional<Fired> LowBandwidthRule(const RuleInput& in) {
   if (lowbw.affected != static_cast<int>(total)) return std::nullopt;
   double impact = Impact(lowbw, true);
   if (!Reaches(in, impact)) return std::nullopt;
-  Finding f = Make(in, lowbw, "low_bandwidth", Cause::kHardware, impact, 3);
+  Finding f = Make(in, lowbw, Category::kLowBandwidth, Cause::kHardware, impact, 3);
   const RankValue& t = Typical(lowbw);
   const CompactFunction* top = t.functions.front();
   f.evidence["busbw_gbps"] = top->busbw_gbps;

@@ -78,7 +78,7 @@ TEST(DataLoaderRuleTest, FiresWhenMostRanksWaitForBatches) {
   std::optional<Fired> fired = RunRule(cj, DataLoaderRule);
   ASSERT_TRUE(fired.has_value());
   const Finding& f = fired->finding;
-  EXPECT_EQ(f.category, "data_loader");
+  EXPECT_EQ(f.category, Category::kDataLoader);
   EXPECT_EQ(f.cause, Cause::kSoftware);
   EXPECT_EQ(f.finding_class, FindingClass::kAll);
   EXPECT_EQ(f.ranks, (std::vector<int>{0, 1, 2, 3}));
@@ -114,7 +114,7 @@ TEST(SyncRuleTest, FiresAndCostsOnlyTheGpuIdleItCauses) {
   b.gpu_idle_ms = 8;
   std::optional<Fired> fired = RunRule(b.Build(), SyncRule);
   ASSERT_TRUE(fired.has_value());
-  EXPECT_EQ(fired->finding.category, "sync");
+  EXPECT_EQ(fired->finding.category, Category::kSync);
   EXPECT_EQ(fired->finding.cause, Cause::kSoftware);
   EXPECT_NEAR(fired->impact_us, 8000, 1e-6);
   ASSERT_FALSE(fired->finding.functions.empty());
@@ -135,7 +135,7 @@ TEST(PageableCopyRuleTest, FiresOnCopiesFromPageableMemory) {
   };
   std::optional<Fired> fired = RunRule(b.Build(), PageableCopyRule);
   ASSERT_TRUE(fired.has_value());
-  EXPECT_EQ(fired->finding.category, "memcpy");
+  EXPECT_EQ(fired->finding.category, Category::kMemcpy);
   EXPECT_EQ(fired->finding.cause, Cause::kConfiguration);
   EXPECT_NEAR(fired->impact_us, 10000, 1e-6);
 }
@@ -164,7 +164,7 @@ JobBuilder TinyKernels(double tiny_calls, double idle_ms) {
 TEST(LaunchBoundRuleTest, FiresOnManyTinyKernelsBoundedByTheIdleTime) {
   std::optional<Fired> fired = RunRule(TinyKernels(2000, 30).Build(), LaunchBoundRule);
   ASSERT_TRUE(fired.has_value());
-  EXPECT_EQ(fired->finding.category, "launch_bound");
+  EXPECT_EQ(fired->finding.category, Category::kLaunchBound);
   EXPECT_NEAR(fired->impact_us, 2000 * 8, 1e-3);
   EXPECT_NEAR(fired->finding.evidence.at("tiny_kernel_calls_per_iter"), 2000, 1e-6);
   std::optional<Fired> capped = RunRule(TinyKernels(2000, 10).Build(), LaunchBoundRule);
@@ -182,7 +182,7 @@ TEST(GpuIdleRuleTest, FiresOnIdleNotExplainedByTheRulesBefore) {
   const RuleInput in{cj, kOptions, IterUs(cj)};
   std::optional<Fired> fired = GpuIdleRule(in, 0);
   ASSERT_TRUE(fired.has_value());
-  EXPECT_EQ(fired->finding.category, "gpu_idle");
+  EXPECT_EQ(fired->finding.category, Category::kGpuIdle);
   EXPECT_NEAR(fired->impact_us, 30000, 1e-6);
   EXPECT_EQ(fired->finding.evidence_text.at("suspects"), "aten::mm");
   std::optional<Fired> rest = GpuIdleRule(in, 12000);
@@ -218,7 +218,7 @@ JobBuilder AllReduce(std::function<double(int)> busbw_gbps) {
 TEST(LowBandwidthRuleTest, FiresWhenEveryRankIsFarBelowTheExpectedBandwidth) {
   std::optional<Fired> fired = RunRule(AllReduce([](int) { return 5; }).Build(), LowBandwidthRule);
   ASSERT_TRUE(fired.has_value());
-  EXPECT_EQ(fired->finding.category, "low_bandwidth");
+  EXPECT_EQ(fired->finding.category, Category::kLowBandwidth);
   EXPECT_EQ(fired->finding.cause, Cause::kHardware);
   // 20 ms at a tenth of the expected 50 GB/s: 90% of it is lost.
   EXPECT_NEAR(fired->impact_us, 18000, 1e-3);
@@ -252,9 +252,9 @@ TEST(FindAllRankProblemsTest, GpuIdleIsWhatTheEarlierRulesLeaveUnexplained) {
   std::vector<Finding> out;
   FindAllRankProblems(cj, BuildJobInfo(Pointers(cj.ranks())), kOptions, &out);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0].category, "sync");
+  EXPECT_EQ(out[0].category, Category::kSync);
   EXPECT_NEAR(out[0].impact_ms, 12, 1e-9);
-  EXPECT_EQ(out[1].category, "gpu_idle");
+  EXPECT_EQ(out[1].category, Category::kGpuIdle);
   EXPECT_NEAR(out[1].impact_ms, 18, 1e-9);
 }
 

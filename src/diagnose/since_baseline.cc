@@ -33,7 +33,7 @@ namespace internal {
 
 // What the OS says changed on the typical rank between the two windows.
 struct OsChange {
-  const char* category = nullptr;  // "cpu_throttled", "cpu_contention", or none
+  std::optional<Category> category;  // kCpuThrottled, kCpuContention, or none
   Cause cause = Cause::kUnknown;
   std::string text;  // for the finding; what did not change when category is null
   std::map<std::string, double> evidence;
@@ -62,7 +62,7 @@ OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetr
   // A quota that throttles the typical rank now and did not (half as often at most) then.
   if (!std::isnan(thr_n) && thr_n >= policy::kThrottledShare &&
       (std::isnan(thr_b) || thr_b <= policy::kThrottledPeersAtMost * thr_n)) {
-    c.category = "cpu_throttled";
+    c.category = Category::kCpuThrottled;
     c.cause = Cause::kHardware;
     c.text = fmt::format(
         "their CPU quota throttles them in {:.0f}% of its scheduling periods ({} in the baseline "
@@ -85,7 +85,7 @@ OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetr
   if (!std::isnan(wait_n) && !std::isnan(wait_b) && wait_b > 0 &&
       wait_n >= policy::kRunQueueWaitRatio * wait_b && wait_n >= policy::kRunQueueWaitAtLeast &&
       rose >= policy::kBaselineOsRanksShare * known) {
-    c.category = "cpu_contention";
+    c.category = Category::kCpuContention;
     c.cause = Cause::kConfiguration;
     c.text = fmt::format(
         "they wait for a CPU {:.2f} s per second of their own CPU ({:.2f} in the baseline "
@@ -134,8 +134,8 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   std::set<int> slow;
   double slow_cost_ms = 0;  // what the costliest of them loses the job per iteration
   for (const Finding& f : existing)
-    if (f.finding_class == FindingClass::kSubset && f.category != "hang" &&
-        f.category != "missing_rank" && f.category != "memory_growth") {
+    if (f.finding_class == FindingClass::kSubset && f.category != Category::kHang &&
+        f.category != Category::kMissingRank && f.category != Category::kMemoryGrowth) {
       slow.insert(f.ranks.begin(), f.ranks.end());
       slow_cost_ms = std::max(slow_cost_ms, f.impact_ms);
     }
@@ -144,7 +144,7 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     std::set_difference(all_ranks.begin(), all_ranks.end(), slow.begin(), slow.end(),
                         std::back_inserter(waiters));
   for (Finding& f : d.findings) {
-    if (f.category != "regression" && f.category != "straggler") continue;
+    if (f.category != Category::kRegression && f.category != Category::kStraggler) continue;
     // "Slower, spread thinly over many functions": on a shared host that is its drift, unless
     // the OS says what changed (below).
     if (f.evidence_text.count("change") &&
@@ -195,7 +195,7 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
 
   const internal::OsChange os = internal::OsChangeSince(base.metrics, now_metrics);
   const double fraction = now_ms > 0 ? delta_ms / now_ms : 0;
-  if (out.empty() && os.category == nullptr) {
+  if (out.empty() && !os.category) {
     result.note = fmt::format(
         "the iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms), and nothing measurable changed "
         "since: no profiled function{}",
@@ -206,7 +206,7 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     // Slower than the baseline with no profiled function to name, but the OS says what changed.
     Finding f;
     f.finding_class = FindingClass::kAll;
-    f.category = "regression";
+    f.category = Category::kRegression;
     f.ranks.assign(all_ranks.begin(), all_ranks.end());
     f.impact_ms = delta_ms;
     f.impact_fraction = fraction;
@@ -225,8 +225,8 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   Finding& top = out.front();
   for (const auto& [k, v] : os.evidence) top.evidence[k] = v;
   if (!os.text.empty()) top.evidence_text["os"] = os.text;
-  if (os.category != nullptr && top.finding_class == FindingClass::kAll) {
-    top.category = os.category;
+  if (os.category && top.finding_class == FindingClass::kAll) {
+    top.category = *os.category;
     top.cause = os.cause;
     top.confidence = policy::kConfidenceOsEvidence;
     top.impact_ms = std::max(top.impact_ms, delta_ms);
@@ -234,7 +234,7 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     top.summary = fmt::format("every rank is {:.2f}x slower than in {} and {}; {}",
                               now_ms / base_ms, base_name, os.text, top.summary);
     top.suggestion =
-        std::string(os.category) == "cpu_throttled"
+        *os.category == Category::kCpuThrottled
             ? "Raise or remove the CPU quota of the job's cgroup (cpu.max / cpu.cfs_quota_us), or "
               "ask the scheduler for as many CPUs as the ranks' threads use."
             : "Find what else now runs on the hosts (top, pidstat) and move it, or pin the ranks "

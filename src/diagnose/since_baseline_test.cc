@@ -53,7 +53,7 @@ Baseline MakeBaseline() {
 // The window's own finding: rank 2 throttled by its quota, losing IMPACT_MS per iteration.
 Finding ThrottledRank2(double impact_ms) {
   Finding f;
-  f.category = "cpu_throttled";
+  f.category = Category::kCpuThrottled;
   f.ranks = {2};
   f.impact_ms = impact_ms;
   return f;
@@ -65,7 +65,7 @@ TEST(SinceBaselineTest, AFunctionSlowerOnEveryRankWithTheQuotaThatThrottlesThem)
   std::vector<Finding> f =
       SinceBaseline(MakeBaseline(), Job(38, 44), Metrics(37.5, 1.0), {}).findings;
   ASSERT_FALSE(f.empty());
-  EXPECT_EQ(f[0].category, "cpu_throttled");
+  EXPECT_EQ(f[0].category, Category::kCpuThrottled);
   EXPECT_EQ(f[0].finding_class, FindingClass::kAll);
   EXPECT_EQ(f[0].cause, Cause::kHardware);
   EXPECT_EQ(f[0].ranks, (std::vector<int>{0, 1, 2, 3}));
@@ -83,13 +83,13 @@ TEST(SinceBaselineTest, OneThrottledRankIsNotEveryRanksChange) {
   for (int r : {0, 1, 3}) m[r]["cgroup.nr_periods"] = 0;
   m[2]["cgroup.nr_throttled"] = 30;
   for (const Finding& f : SinceBaseline(MakeBaseline(), Job(38, 44), m, {}).findings)
-    EXPECT_NE(f.category, "cpu_throttled") << f.summary;
+    EXPECT_NE(f.category, Category::kCpuThrottled) << f.summary;
 }
 
 TEST(SinceBaselineTest, ContentionWhenTheRunQueueGrew) {
   std::vector<Finding> f = SinceBaseline(MakeBaseline(), Job(38, 44), Metrics(0, 2.5), {}).findings;
   ASSERT_FALSE(f.empty());
-  EXPECT_EQ(f[0].category, "cpu_contention");
+  EXPECT_EQ(f[0].category, Category::kCpuContention);
   EXPECT_EQ(f[0].cause, Cause::kConfiguration);
 }
 
@@ -99,7 +99,7 @@ TEST(SinceBaselineTest, ARiseInANegligibleWaitIsNoContention) {
   Baseline base = MakeBaseline();
   base.metrics = Metrics(0, 3.9e-5);
   for (const Finding& f : SinceBaseline(base, Job(38, 44), Metrics(0, 8.1e-5), {}).findings)
-    EXPECT_NE(f.category, "cpu_contention") << f.summary;
+    EXPECT_NE(f.category, Category::kCpuContention) << f.summary;
 }
 
 TEST(SinceBaselineTest, OneRankDeniedTheCpuIsNotEveryRanksContention) {
@@ -114,7 +114,7 @@ TEST(SinceBaselineTest, OneRankDeniedTheCpuIsNotEveryRanksContention) {
   base.metrics.erase(2);
   base.metrics.erase(3);
   for (const Finding& f : SinceBaseline(base, Job(38, 44), now, {}).findings)
-    EXPECT_NE(f.category, "cpu_contention") << f.summary;
+    EXPECT_NE(f.category, Category::kCpuContention) << f.summary;
 }
 
 TEST(SinceBaselineTest, SlowerWithNothingMeasurableChangedIsANote) {
@@ -129,7 +129,7 @@ TEST(SinceBaselineTest, SlowerWithOnlyTheQuotaChangedIsAFinding) {
   std::vector<Finding> f =
       SinceBaseline(MakeBaseline(), Job(20, 39), Metrics(40, 1.0), {}).findings;
   ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].category, "cpu_throttled");
+  EXPECT_EQ(f[0].category, Category::kCpuThrottled);
   EXPECT_NEAR(f[0].impact_ms, 13, 1e-9);
   EXPECT_NE(f[0].summary.find("throttles them in 80%"), std::string::npos) << f[0].summary;
 }
@@ -147,7 +147,7 @@ TEST(SinceBaselineTest, RanksTheWindowAlreadyNamedAreNotNamedAgain) {
   for (int r : {0, 1, 3})
     now[r].functions[1] = Fn("c10d::allreduce_", FunctionClass::kCollective, 19, 2);
   Finding peer;
-  peer.category = "straggler";
+  peer.category = Category::kStraggler;
   peer.ranks = {2};
   for (const Finding& f : SinceBaseline(MakeBaseline(), now, Metrics(0, 1.0), {peer}).findings)
     EXPECT_NE(f.ranks, std::vector<int>{2}) << f.summary;
@@ -168,7 +168,7 @@ TEST(SinceBaselineTest, TheWaitersOfARankTheWindowNamedAreItsEcho) {
   std::vector<RankSummary> now = with_backward(Job(20, 70), 45, 11);
   now[2].functions.push_back(Fn("<built-in method write_record>", FunctionClass::kPython, 19, 13));
   Finding peer;
-  peer.category = "io_stall";
+  peer.category = Category::kIoStall;
   peer.ranks = {2};
   const std::vector<Finding> found = SinceBaseline(base, now, Metrics(0, 1.0), {peer}).findings;
   for (const Finding& f : found) EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 3})) << f.summary;

@@ -310,53 +310,54 @@ void GroupAnalysis::FillCommon(size_t i, Finding* f) const {
   if (n() == 2) f->evidence_text["peers"] = "one of two ranks: no majority to compare with";
 }
 
-const char* CategoryOf(FunctionClass c) {
+Category CategoryOf(FunctionClass c) {
   switch (c) {
     case FunctionClass::kDataLoader:
-      return "data_loader";
+      return Category::kDataLoader;
     case FunctionClass::kGc:
-      return "gc";
+      return Category::kGc;
     case FunctionClass::kPython:
-      return "python";
+      return Category::kPython;
     case FunctionClass::kSync:
-      return "sync";
+      return Category::kSync;
     case FunctionClass::kMemcpy:
-      return "memcpy";
+      return Category::kMemcpy;
     default:
-      return "straggler";
+      return Category::kStraggler;
   }
 }
 
-std::string Phrase(const std::string& category, int rank) {
-  if (category == "data_loader") return fmt::format("rank {}'s data loader is slow", rank);
-  if (category == "gc") return fmt::format("rank {} spends time in garbage collection", rank);
-  if (category == "python") return fmt::format("rank {} runs slow Python code", rank);
-  if (category == "sync") return fmt::format("rank {} waits in synchronizing calls", rank);
-  if (category == "memcpy") return fmt::format("rank {}'s memory copies are slow", rank);
+std::string Phrase(Category category, int rank) {
+  if (category == Category::kDataLoader) return fmt::format("rank {}'s data loader is slow", rank);
+  if (category == Category::kGc)
+    return fmt::format("rank {} spends time in garbage collection", rank);
+  if (category == Category::kPython) return fmt::format("rank {} runs slow Python code", rank);
+  if (category == Category::kSync) return fmt::format("rank {} waits in synchronizing calls", rank);
+  if (category == Category::kMemcpy) return fmt::format("rank {}'s memory copies are slow", rank);
   return fmt::format("rank {} is a straggler", rank);
 }
 
-std::string Suggestion(const std::string& category, Cause cause, int rank, const std::string& fn) {
-  if (category == "data_loader")
+std::string Suggestion(Category category, Cause cause, int rank, const std::string& fn) {
+  if (category == Category::kDataLoader)
     return fmt::format(
         "Rank {}'s input pipeline cannot keep up: check its storage or network reads and "
         "transforms; raise DataLoader num_workers, set pin_memory=True and prefetch_factor, or "
         "cache the data locally.",
         rank);
-  if (category == "gc")
+  if (category == Category::kGc)
     return "Avoid reference cycles in the training step; call gc.freeze() after setup, or "
            "gc.disable() and run gc.collect() at the same step on every rank.";
-  if (category == "python")
+  if (category == Category::kPython)
     return fmt::format(
         "Profile rank {}'s Python code at the stack shown (py-spy, with_stack=True); move "
         "rank-specific work (logging, metrics, checkpointing) off the training step.",
         rank);
-  if (category == "sync")
+  if (category == Category::kSync)
     return fmt::format(
         "Remove .item(), .cpu(), print(tensor) and torch.cuda.synchronize() from rank {}'s step, "
         "or do them only at logging intervals.",
         rank);
-  if (category == "memcpy")
+  if (category == Category::kMemcpy)
     return fmt::format(
         "Check rank {}'s host-device link (nvidia-smi topo -m, PCIe link width and speed) and use "
         "pinned memory.",
@@ -453,7 +454,7 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   // Cause: the same functions uniformly slower with equal call counts point at the device or
   // the host (slow GPU, throttling, CPU contention); extra calls point at the program.
   std::string reasoning;
-  if (f.category == "straggler" || f.category == "memcpy") {
+  if (f.category == Category::kStraggler || f.category == Category::kMemcpy) {
     std::vector<std::string> extra;
     for (const auto& c : culprits) {
       double cr = Compare(c.row->calls, i, c.row->RefCalls()).reference;
@@ -557,7 +558,7 @@ bool GroupAnalysis::LateArrivalFinding(size_t i, std::vector<Finding>* out) cons
   const double lo = coll_sorted_->MinWithout(coll_[i]), hi = coll_sorted_->MaxWithout(coll_[i]);
   if (hi >= lo && wait <= hi - lo) return false;
   Finding f;
-  f.category = "straggler";
+  f.category = Category::kStraggler;
   f.cause = Cause::kUnknown;
   f.confidence = policy::kConfidenceLateArrival;
   if (std::isfinite(z)) f.evidence["noise_z"] = z;
@@ -614,7 +615,7 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   std::sort(highs.begin(), highs.end(),
             [](const Outlier& a, const Outlier& b) { return a.cmp.excess > b.cmp.excess; });
   Finding f;
-  f.category = "communication";
+  f.category = Category::kCommunication;
   f.cause = Cause::kHardware;
   f.confidence = policy::kConfidenceTimingOnly;
   if (std::isfinite(z)) f.evidence["noise_z"] = z;
@@ -683,7 +684,8 @@ void MergeByHost(std::vector<Finding>* findings) {
   for (size_t k = 0; k < findings->size(); ++k) {
     const Finding& f = (*findings)[k];
     if (f.finding_class != FindingClass::kSubset || f.hosts.size() != 1) continue;
-    by[{f.hosts[0], f.category, static_cast<int>(f.cause)}].push_back(k);
+    // By name: the groups keep the order they had when the category was a string.
+    by[{f.hosts[0], CategoryName(f.category), static_cast<int>(f.cause)}].push_back(k);
   }
   std::vector<bool> drop(findings->size(), false);
   for (auto& [key, idx] : by) {
@@ -742,16 +744,17 @@ void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const
   CollectiveEvidence ev;
   std::set<int> own_cause;
   for (const auto& f : found)
-    if (f.category != "communication" && !(f.category == "straggler" && f.cause == Cause::kUnknown))
+    if (f.category != Category::kCommunication &&
+        !(f.category == Category::kStraggler && f.cause == Cause::kUnknown))
       own_cause.insert(f.ranks.begin(), f.ranks.end());
   FindLinkProblems(cj, job, o, own_cause, &links, &ev);
   auto all_in = [](const Finding& f, auto pred) {
     return !f.ranks.empty() && std::all_of(f.ranks.begin(), f.ranks.end(), pred);
   };
   std::erase_if(found, [&](const Finding& f) {
-    if (f.category == "communication")
+    if (f.category == Category::kCommunication)
       return all_in(f, [&](int r) { return ev.explained.count(r) || ev.waiting.count(r); });
-    if (f.category == "straggler" && f.cause == Cause::kUnknown)
+    if (f.category == Category::kStraggler && f.cause == Cause::kUnknown)
       return all_in(f, [&](int r) { return ev.covered.count(r) && !ev.late.count(r); });
     return false;
   });

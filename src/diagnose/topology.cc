@@ -41,7 +41,8 @@ void FoldBySwitch(const std::vector<CompactRank>& ranks, std::vector<Finding>* f
     auto it = switch_of.find(f.hosts[0]);
     if (it == switch_of.end()) continue;
     auto link = f.evidence_text.find("link");
-    by[{it->second, f.category, static_cast<int>(f.cause),
+    // By name: the groups keep the order they had when the category was a string.
+    by[{it->second, CategoryName(f.category), static_cast<int>(f.cause),
         link == f.evidence_text.end() ? "" : link->second}]
         .push_back(k);
   }

@@ -33,7 +33,7 @@ void ExpectNodeLink(const Diagnosis& d, const std::vector<int>& ranks, const std
                     const std::string& link) {
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.category, Category::kCommunication) << Dump(d);
   EXPECT_EQ(f.cause, Cause::kHardware);
   EXPECT_EQ(f.ranks, ranks) << Dump(d);
   EXPECT_EQ(f.hosts, std::vector<std::string>{host});
@@ -55,7 +55,7 @@ TEST(TopologyTest, StagesAreNeverPeersEvenWhenTheyLookAlike) {
   s.slow_gpu = 21;
   Diagnosis d = Diagnose(MakeJob(s));
   ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].category, "straggler") << Dump(d);
+  EXPECT_EQ(d.findings[0].category, Category::kStraggler) << Dump(d);
   EXPECT_EQ(d.findings[0].ranks, std::vector<int>{21}) << Dump(d);
   EXPECT_EQ(d.findings[0].cause, Cause::kHardware) << Dump(d);
 }
@@ -66,10 +66,10 @@ TEST(TopologyTest, SlowGpuIsAStragglerNotALink) {
   Diagnosis d = Diagnose(MakeJob(s));
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "straggler") << Dump(d);
+  EXPECT_EQ(f.category, Category::kStraggler) << Dump(d);
   EXPECT_EQ(f.cause, Cause::kHardware);
   EXPECT_EQ(f.ranks, std::vector<int>{5});
-  for (const auto& g : d.findings) EXPECT_NE(g.category, "communication") << Dump(d);
+  for (const auto& g : d.findings) EXPECT_NE(g.category, Category::kCommunication) << Dump(d);
 }
 
 TEST(TopologyTest, SlowNvlinkIsTheNode) {
@@ -102,7 +102,7 @@ TEST(TopologyTest, SlowNicWhoseRanksArriveLastIsTheNode) {
   Diagnosis d = Diagnose(MakeJob(s));
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.category, Category::kCommunication) << Dump(d);
   EXPECT_EQ(f.ranks, Range(0, 4)) << Dump(d);
   EXPECT_EQ(f.evidence_text.count("link") ? f.evidence_text.at("link") : "", "nic") << Dump(d);
   EXPECT_EQ(d.findings.size(), 1u) << Dump(d);
@@ -131,7 +131,7 @@ TEST(TopologyTest, SlowSwitchIsAllItsNodes) {
   Diagnosis d = Diagnose(MakeJob(s));
   ASSERT_FALSE(d.findings.empty());
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.category, Category::kCommunication) << Dump(d);
   EXPECT_EQ(f.ranks, Range(0, 4)) << Dump(d);
   EXPECT_EQ(f.hosts, (std::vector<std::string>{"node-0", "node-1"}));
   EXPECT_EQ(f.evidence_text.at("switch"), "switch-0");
@@ -142,7 +142,7 @@ void ExpectOnlySwitch(const Diagnosis& d, const std::string& sw,
                       const std::vector<std::string>& hosts, const std::vector<int>& ranks) {
   ASSERT_EQ(d.findings.size(), 1u) << Dump(d);
   const Finding& f = d.findings[0];
-  EXPECT_EQ(f.category, "communication") << Dump(d);
+  EXPECT_EQ(f.category, Category::kCommunication) << Dump(d);
   EXPECT_EQ(f.ranks, ranks) << Dump(d);
   EXPECT_EQ(f.hosts, hosts) << Dump(d);
   ASSERT_TRUE(f.evidence_text.count("switch")) << Dump(d);
@@ -213,8 +213,8 @@ TEST(TopologyTest, SlowGpuAndSlowNicWithExpertParallelismAreBothNamed) {
   ASSERT_EQ(d.findings.size(), 2u) << Dump(d);
   bool gpu = false, nic = false;
   for (const auto& f : d.findings) {
-    gpu |= f.category == "straggler" && f.ranks == std::vector<int>{9};
-    nic |= f.category == "communication" && f.ranks == Range(14, 16) &&
+    gpu |= f.category == Category::kStraggler && f.ranks == std::vector<int>{9};
+    nic |= f.category == Category::kCommunication && f.ranks == Range(14, 16) &&
            f.hosts == std::vector<std::string>{"node-7"} && f.evidence_text.count("link") &&
            f.evidence_text.at("link") == "nic";
   }
@@ -236,7 +236,7 @@ TEST(TopologyTest, LoaderSlowOnEveryRankOfANodeIsOneNodeFinding) {
           f.per_iter_us = f.self_per_iter_us = 30000;
   Diagnosis d = Diagnose(ranks);
   ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].category, "data_loader") << Dump(d);
+  EXPECT_EQ(d.findings[0].category, Category::kDataLoader) << Dump(d);
   EXPECT_EQ(d.findings[0].ranks, Range(0, 4)) << Dump(d);
   EXPECT_EQ(d.findings[0].hosts, std::vector<std::string>{"node-0"});
 }
@@ -249,14 +249,14 @@ TEST(TopologyTest, TwoFaultsAreBothReported) {
   Diagnosis d = Diagnose(MakeJob(s));
   bool gpu = false, link = false;
   for (const auto& f : d.findings) {
-    gpu |= f.category == "straggler" && f.ranks == std::vector<int>{13};
-    link |= f.category == "communication" && f.ranks == Range(4, 8) &&
+    gpu |= f.category == Category::kStraggler && f.ranks == std::vector<int>{13};
+    link |= f.category == Category::kCommunication && f.ranks == Range(4, 8) &&
             f.evidence_text.count("link") && f.evidence_text.at("link") == "nvlink";
   }
   EXPECT_TRUE(gpu) << Dump(d);
   EXPECT_TRUE(link) << Dump(d);
   ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].category, "straggler") << Dump(d);  // 24 ms beats 20 ms
+  EXPECT_EQ(d.findings[0].category, Category::kStraggler) << Dump(d);  // 24 ms beats 20 ms
 }
 
 TEST(TopologyTest, MissingRankIsNamed) {
@@ -265,7 +265,7 @@ TEST(TopologyTest, MissingRankIsNamed) {
   Diagnosis d = Diagnose(MakeJob(s));
   bool found = false;
   for (const auto& f : d.findings)
-    found |= f.category == "missing_rank" && f.ranks == std::vector<int>{9};
+    found |= f.category == Category::kMissingRank && f.ranks == std::vector<int>{9};
   EXPECT_TRUE(found) << Dump(d);
 }
 

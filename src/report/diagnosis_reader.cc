@@ -1,6 +1,7 @@
 #include "report/diagnosis_reader.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <simdjson.h>
 
 #include <algorithm>
@@ -10,8 +11,11 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "base/file_source.h"
+#include "base/limits.h"
 #include "report/report.h"
 
 namespace perftracker::report {
@@ -137,12 +141,16 @@ void ReadJob(dom::object job, diagnose::JobInfo* out) {
   }
 }
 
-diagnose::Finding ReadFinding(dom::object o) {
+std::optional<diagnose::Finding> ReadFinding(dom::object o) {
   diagnose::Finding f;
   f.finding_class =
       Str(At(o, "class")) == "all" ? diagnose::FindingClass::kAll : diagnose::FindingClass::kSubset;
   f.cause = CauseFrom(Str(At(o, "cause")));
-  f.category = Str(At(o, "category"));
+  // A category this version does not know (a newer writer's): the caller leaves the finding out.
+  const std::optional<diagnose::Category> category =
+      diagnose::ParseCategory(Str(At(o, "category")));
+  if (!category) return std::nullopt;
+  f.category = *category;
   f.confidence = Num(At(o, "confidence"));
   dom::array a;
   if (At(o, "ranks").get(a) == simdjson::SUCCESS)
@@ -198,11 +206,26 @@ StatusOr<diagnose::Diagnosis> ParseDiagnosisJson(std::string_view json, const st
   dom::object job;
   if (At(o, "job").get(job) == simdjson::SUCCESS) ReadJob(job, &d.job);
   dom::array findings;
+  std::set<std::string> unknown;
+  int left_out = 0;
   if (At(o, "findings").get(findings) == simdjson::SUCCESS)
     for (dom::element e : findings) {
       dom::object fo;
-      if (e.get(fo) == simdjson::SUCCESS) d.findings.push_back(ReadFinding(fo));
+      if (e.get(fo) != simdjson::SUCCESS) continue;
+      if (std::optional<diagnose::Finding> f = ReadFinding(fo)) {
+        d.findings.push_back(std::move(*f));
+      } else {
+        ++left_out;
+        const std::string name = Str(At(fo, "category"));
+        if (unknown.size() < limits::kMaxUnknownFindingCategoriesNamed)
+          unknown.insert(name.empty() ? "(no category)" : name);
+      }
     }
+  // Counted and said, not dropped in silence.
+  if (left_out > 0)
+    d.job.notes.push_back(
+        fmt::format("{}: {} finding(s) of categories this version does not know were left out ({})",
+                    name, left_out, fmt::join(unknown, ", ")));
   return d;
 }
 

@@ -55,17 +55,36 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
 
 TEST(DiagnosisReaderTest, AbsentKeysAreDefaults) {
   auto d = ParseDiagnosisJson(
-      R"({"schema": "perftracker.diagnosis/1", "job": {}, "findings": [{"ranks": [3]}, 7]})",
+      R"({"schema": "perftracker.diagnosis/1", "job": {},
+          "findings": [{"category": "gc", "ranks": [3]}, 7]})",
       "min.json");
   ASSERT_TRUE(d.ok()) << d.status().message();
   EXPECT_EQ(d->job.world_size, 0);
   EXPECT_TRUE(d->job.run_iterations.empty());
   ASSERT_EQ(d->findings.size(), 1u);
+  EXPECT_EQ(d->findings[0].category, diagnose::Category::kGc);
   EXPECT_EQ(d->findings[0].ranks, std::vector<int>{3});
   EXPECT_EQ(d->findings[0].cause, diagnose::Cause::kUnknown);
+  EXPECT_TRUE(d->job.notes.empty());
   d = ParseDiagnosisJson(R"({"schema": "perftracker.diagnosis/1"})", "bare.json");
   ASSERT_TRUE(d.ok());
   EXPECT_TRUE(d->findings.empty());
+}
+
+// A newer writer's category (or none) is no category of this version: the finding is left out,
+// counted and named in a note, and the others are read.
+TEST(DiagnosisReaderTest, FindingsOfUnknownCategoriesAreLeftOutAndSaid) {
+  auto d = ParseDiagnosisJson(
+      R"({"schema": "perftracker.diagnosis/1", "findings": [{"category": "warp_drive"},
+          {"category": "hang", "ranks": [1]}, {"ranks": [2]}, {"category": "warp_drive"}]})",
+      "new.json");
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  ASSERT_EQ(d->findings.size(), 1u);
+  EXPECT_EQ(d->findings[0].category, diagnose::Category::kHang);
+  ASSERT_EQ(d->job.notes.size(), 1u);
+  EXPECT_EQ(d->job.notes[0],
+            "new.json: 3 finding(s) of categories this version does not know were left out ((no "
+            "category), warp_drive)");
 }
 
 TEST(DiagnosisReaderTest, OtherDocumentsAreOneLineErrors) {

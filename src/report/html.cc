@@ -89,7 +89,9 @@ const char* CauseColour(diagnose::Cause c) {
 std::string HostTable(const Finding& f, const CompactJob* job) {
   if (!job || f.hosts.empty()) return "";
   // Where the place is the point: a link, a NIC, a switch (a straggler's host is in its card).
-  if (f.category != "communication" && f.category != "low_bandwidth") return "";
+  if (f.category != diagnose::Category::kCommunication &&
+      f.category != diagnose::Category::kLowBandwidth)
+    return "";
   std::map<std::string, std::pair<std::vector<int>, std::string>> by_host;
   for (const CompactRank& r : job->ranks()) {
     auto& e = by_host[r.host];
@@ -120,7 +122,7 @@ std::string FindingCard(int index, const Finding& f, const Diagnosis& d, const C
       "<div class=\"card-head\"><span class=\"num\">{}</span><span class=\"badge cat\">{}</span>"
       "<span class=\"badge\">{} cause</span><span class=\"badge\">{}</span>"
       "<span class=\"badge\">confidence {:.1f}</span><span class=\"impact\">{}</span></div>",
-      index, Escape(f.category), Escape(diagnose::CauseName(f.cause)),
+      index, Escape(diagnose::CategoryName(f.category)), Escape(diagnose::CauseName(f.cause)),
       f.finding_class == diagnose::FindingClass::kSubset ? "some ranks" : "every rank",
       f.confidence,
       f.impact_ms > 0 ? fmt::format("{} per iteration <small>({:.1f}% of an iteration)</small>",

@@ -144,7 +144,7 @@ TEST(HtmlTest, WithoutPatternsOnlyTheCardsAndANote) {
   d.job.world_size = 2;
   d.job.ranks = {0, 1};
   diagnose::Finding f;
-  f.category = "hang";
+  f.category = diagnose::Category::kHang;
   f.ranks = {1};
   f.summary = "rank 1 waits in all_reduce";
   f.functions = {{"wait", "python_function", {"train.py(3): main", "dist.py(9): wait"}}};

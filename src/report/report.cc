@@ -21,7 +21,7 @@ void WriteFinding(const Finding& f, JsonWriter* w) {
   w->BeginObject();
   w->Key("class").String(diagnose::FindingClassName(f.finding_class));
   w->Key("cause").String(diagnose::CauseName(f.cause));
-  w->Key("category").String(f.category);
+  w->Key("category").String(diagnose::CategoryName(f.category));
   w->Key("confidence").Number(f.confidence);
   w->Key("ranks").BeginArray();
   std::vector<int> ranks = f.ranks;
@@ -203,9 +203,9 @@ std::string RenderText(const Diagnosis& d) {
   int i = 0;
   for (const auto& f : d.findings) {
     out += fmt::format("\n{}. {} ({}, {} cause, confidence {}): {} ms/iter, {}% of an iteration\n",
-                       ++i, f.category, diagnose::FindingClassName(f.finding_class),
-                       diagnose::CauseName(f.cause), Num(f.confidence, 1), Num(f.impact_ms, 2),
-                       Num(f.impact_fraction * 100));
+                       ++i, diagnose::CategoryName(f.category),
+                       diagnose::FindingClassName(f.finding_class), diagnose::CauseName(f.cause),
+                       Num(f.confidence, 1), Num(f.impact_ms, 2), Num(f.impact_fraction * 100));
     out += fmt::format("   ranks: {}", diagnose::RankList(f.ranks));
     if (!f.hosts.empty()) out += fmt::format("   hosts: {}", fmt::join(f.hosts, ", "));
     out += "\n";

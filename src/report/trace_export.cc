@@ -228,7 +228,9 @@ class Exporter : public trace::EventSink {
       auto event = [&](const char* scope, int64_t pid, double ts) {
         std::string& b = out_->Next();
         b += fmt::format("{{\"ph\":\"i\",\"s\":\"{}\",\"name\":", scope);
-        AppendJsonString(fmt::format("finding: {} ({:.1f} ms/iter)", f.category, f.impact_ms), &b);
+        AppendJsonString(fmt::format("finding: {} ({:.1f} ms/iter)",
+                                     diagnose::CategoryName(f.category), f.impact_ms),
+                         &b);
         b += fmt::format(",\"pid\":{},\"tid\":0,\"ts\":{:.3f},\"args\":{{\"summary\":", pid, ts);
         AppendJsonString(f.summary, &b);
         b += ",\"suggestion\":";

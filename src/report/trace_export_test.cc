@@ -43,7 +43,7 @@ TEST_F(TraceExportTest, ARanksFilesShareItsFirstFilesClockAndFindingsMarkTheCulp
   const std::string c = Write("rank-1.json", Kineto(1, 1003, "aten::mm"));
   diagnose::Diagnosis d;
   diagnose::Finding f;
-  f.category = "straggler";
+  f.category = diagnose::Category::kStraggler;
   f.ranks = {1};
   f.summary = "rank 1 \"is\" slow";
   d.findings.push_back(f);

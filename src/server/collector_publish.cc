@@ -79,7 +79,7 @@ void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, co
     latest_waits.clear();
   }
   for (const diagnose::Finding& f : d.findings)
-    ++findings_total[{f.category, diagnose::CauseName(f.cause)}];
+    ++findings_total[{diagnose::CategoryName(f.category), diagnose::CauseName(f.cause)}];
   // The series in SQLite for `perftracker report` (bounded: at scale only at the end).
   if (ranks.size() * RankState::kMaxSeriesPoints <= kSeriesRowsPerWindow)
     if (::perftracker::Status s3 = store->ReplaceIterationSeries(SeriesLocked()); !s3.ok())

@@ -38,9 +38,9 @@ size_t AddCollectiveFindings(const std::string& dir, const std::optional<diagnos
   }
   // The stacks' hang finding and the sequence's name the same ranks: one finding, with both.
   std::erase_if(found, [&](const diagnose::Finding& f) {
-    if (f.category != "hang") return false;
+    if (f.category != diagnose::Category::kHang) return false;
     for (diagnose::Finding& h : d->findings) {
-      if (h.category != "hang" || h.ranks != f.ranks) continue;
+      if (h.category != diagnose::Category::kHang || h.ranks != f.ranks) continue;
       h.evidence_text["sequence"] = f.summary;
       for (const auto& [k, v] : f.evidence) h.evidence.emplace(k, v);
       return true;

@@ -65,7 +65,7 @@ TEST(Window, MissingRankIsAFinding) {
   EXPECT_EQ(w.Missing(), (std::vector<int>{1, 2}));  // world size 3 from the summary
   diagnose::Diagnosis d = w.Close();
   ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].category, "missing_rank");
+  EXPECT_EQ(d.findings[0].category, diagnose::Category::kMissingRank);
   EXPECT_EQ(d.findings[0].ranks, (std::vector<int>{1, 2}));
 }
 
@@ -78,7 +78,7 @@ TEST(Store, KeepsWindowsAndFindings) {
   ASSERT_TRUE((*store)->AddRankSummary({1, 0, "h", 1234, 10, 5.0, "{}", "PTSUMMRY..."}).ok());
   diagnose::Diagnosis d;
   diagnose::Finding f;
-  f.category = "missing_rank";
+  f.category = diagnose::Category::kMissingRank;
   f.ranks = {3};
   d.findings.push_back(f);
   ASSERT_TRUE((*store)->FinishWindow(1, d, "{}").ok());
@@ -297,9 +297,9 @@ TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
   ASSERT_TRUE(d.ok()) << d.status().message();
   std::vector<diagnose::Finding> missing;
   for (const auto& f : d->findings)
-    if (f.category == "missing_rank") missing.push_back(f);
+    if (f.category == diagnose::Category::kMissingRank) missing.push_back(f);
   ASSERT_EQ(missing.size(), 1u) << Slurp(path);
-  EXPECT_EQ(d->findings[0].category, "missing_rank");
+  EXPECT_EQ(d->findings[0].category, diagnose::Category::kMissingRank);
   EXPECT_EQ(missing[0].ranks, (std::vector<int>{1, 3}));
   EXPECT_EQ(missing[0].summary,
             "ranks 1,3 did not report for window 1: rank 1 dead (process exited at iteration 10, "
@@ -415,7 +415,7 @@ TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
   ASSERT_TRUE(d.ok()) << d.status().message();
   ASSERT_FALSE(d->findings.empty());
   const diagnose::Finding& f = d->findings[0];
-  EXPECT_EQ(f.category, "missing_rank");
+  EXPECT_EQ(f.category, diagnose::Category::kMissingRank);
   EXPECT_EQ(f.ranks, (std::vector<int>{1, 2}));
   EXPECT_NE(f.summary.find("rank 1 agent gone"), std::string::npos) << f.summary;
   EXPECT_NE(f.summary.find("rank 2 command not delivered (its agent registered after the window "

@@ -160,7 +160,7 @@ Status Store::FinishWindow(int64_t window_id, const diagnose::Diagnosis& diagnos
       s.Bind(1, job_id_);
       s.Bind(2, window_id);
       s.Bind(3, idx++);
-      s.Bind(4, f.category);
+      s.Bind(4, std::string(diagnose::CategoryName(f.category)));
       s.Bind(5, std::string(diagnose::FindingClassName(f.finding_class)));
       s.Bind(6, std::string(diagnose::CauseName(f.cause)));
       s.Bind(7, diagnose::RankList(f.ranks));

@@ -37,7 +37,8 @@ diagnose::Diagnosis SimulateAndDiagnose(const Config& c) {
 
 std::string Dump(const diagnose::Diagnosis& d) {
   std::string s;
-  for (const auto& f : d.findings) s += "  [" + f.category + "] " + f.summary + "\n";
+  for (const auto& f : d.findings)
+    s += std::string("  [") + diagnose::CategoryName(f.category) + "] " + f.summary + "\n";
   return s;
 }
 
@@ -49,7 +50,7 @@ TEST_P(FaultDiagnosis, FirstFindingIsTheFaultAndNothingElse) {
   const Fault& f = c.faults[0];
   ASSERT_EQ(d.findings.size(), 1u) << GetParam() << "\n" << Dump(d);
   const diagnose::Finding& top = d.findings[0];
-  EXPECT_EQ(top.category, FaultCategory(f.kind)) << Dump(d);
+  EXPECT_EQ(diagnose::CategoryName(top.category), FaultCategory(f.kind)) << Dump(d);
   EXPECT_EQ(top.ranks, FaultRanks(c, f)) << Dump(d);
   EXPECT_EQ(FaultClass(f.kind) == "all", top.finding_class == diagnose::FindingClass::kAll);
   if (f.place_kind == PlaceKind::kNode) {
@@ -91,7 +92,7 @@ TEST(FaultDiagnosis, LinkFaultsInLargeLayoutsNameOnlyTheLink) {
     c.faults.push_back(*ParseFault(k.fault));
     const diagnose::Diagnosis d = SimulateAndDiagnose(c);
     ASSERT_EQ(d.findings.size(), 1u) << k.layout << " " << k.fault << "\n" << Dump(d);
-    EXPECT_EQ(d.findings[0].category, "communication");
+    EXPECT_EQ(d.findings[0].category, diagnose::Category::kCommunication);
     EXPECT_EQ(d.findings[0].ranks, FaultRanks(c, c.faults[0])) << Dump(d);
   }
 }
