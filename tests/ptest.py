@@ -2,6 +2,7 @@
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,9 +39,59 @@ def _diagnosis(cmd, extra):
         raise AssertionError(f"{cmd[0]} failed ({p.returncode}): {p.stderr}")
     with open(out) as f:
         d = json.load(f)
+    undocumented = schema_problems(d)
+    if undocumented:
+        raise AssertionError(f"{cmd[0]}: not in docs/diagnosis-schema.md's categories: {undocumented}")
     d["_text"] = p.stdout
     d["_json_path"] = out
     return d
+
+
+_SCHEMA = None
+
+
+def schema_categories():
+    """docs/diagnosis-schema.md's categories: ({category: its own evidence keys}, common keys).
+    Keys with a placeholder (rank_<R>_at) are regular expressions."""
+    global _SCHEMA
+    if _SCHEMA is None:
+        with open(os.path.join(SOURCE, "docs", "diagnosis-schema.md")) as f:
+            doc = f.read()
+        section = doc[doc.index("## Categories"):]
+        section = section[:section.index("\n## ", 1)] if "\n## " in section[1:] else section
+        head, table = section.split("| category |", 1)
+        common = set(re.findall(r"`([^`]+)`", head.split("may\ncarry:", 1)[-1].split(". A finding", 1)[0]))
+        cats = {}
+        for line in table.splitlines():
+            cells = line.split("|")
+            if len(cells) > 3 and cells[1].strip().startswith("`"):
+                cats[cells[1].strip().strip("`")] = set(re.findall(r"`([^`]+)`", cells[3]))
+        _SCHEMA = cats, common
+    return _SCHEMA
+
+
+def _documented(key, keys):
+    return key in keys or any("<" in k and re.fullmatch(re.sub(r"<[^>]+>", "[A-Za-z0-9_]+", k), key)
+                              for k in keys)
+
+
+def schema_problems(d):
+    """What the findings of diagnosis D carry that the schema's categories table does not name:
+    a category, or an evidence key neither common nor its category's own (a finding a cause rule,
+    the baseline comparison or a resumed hang re-categorized keeps the keys of straggler,
+    regression and hang)."""
+    cats, common = schema_categories()
+    inherited = cats.get("straggler", set()) | cats.get("regression", set()) | cats.get("hang", set())
+    problems = []
+    for f in d.get("findings", []):
+        c = f.get("category")
+        if c not in cats:
+            problems.append(f"category {c}")
+            continue
+        for k in f.get("evidence", {}):
+            if not (_documented(k, common) or _documented(k, cats[c]) or _documented(k, inherited)):
+                problems.append(f"{c}: {k}")
+    return problems
 
 
 def check(json_path, expect):

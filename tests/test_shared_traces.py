@@ -24,6 +24,18 @@ class SharedTraces(unittest.TestCase):
                 self.assertIn(g["cause"], ("hardware", "software", "configuration", "unknown"))
                 self.assertTrue(g["summary"])
 
+    def test_the_schema_check_names_what_the_doc_does_not(self):
+        # Every analyze and diff of these tests is checked against docs/diagnosis-schema.md's
+        # categories (ptest.schema_problems); the check itself must see an unknown key.
+        cats, common = ptest.schema_categories()
+        self.assertGreaterEqual(len(cats), 25)
+        self.assertIn("rank_ms", common)
+        self.assertEqual(ptest.schema_problems({"findings": [
+            {"category": "hang", "evidence": {"rank_3_at": "x.py:1", "stalled_seconds": 9}},
+            {"category": "cpu_throttled", "evidence": {"uniform_slowdown_ratio": 1.2}},
+            {"category": "gc", "evidence": {"made_up_key": 1}}, {"category": "warp_drive"}]}),
+            ["gc: made_up_key", "category warp_drive"])
+
     def test_job128_pair(self):
         d = ptest.analyze([os.path.join(ptest.KINETO, "job128_rank-0.json.gz"),
                            os.path.join(ptest.KINETO, "job128_rank-1.json.gz")])

@@ -45,7 +45,8 @@ namespace perftracker::diagnose {
     "missing_ranks reported_ranks world_size window start_iteration deadline_s "                 \
     "rank_<R> rank_<R>_last_iteration missing_<reason> reason_<reason>")                         \
   X(kHang, "hang", "ranks stopped making progress; where each stands",                           \
-    "stalled_seconds ranks_replied ranks_waiting_in_communication rank_<R>_at others_wait_at "   \
+    "stalled_seconds resumed_at_iteration ranks_replied ranks_waiting_in_communication "         \
+    "rank_<R>_at others_wait_at "                                                                \
     "rank_<R>_last_collective others_last_collective collective_seq sequence group "             \
     "others_wait_in waiting_ranks")                                                              \
   X(kStall, "stall", "every rank stopped at the same place, then the job went on",               \
