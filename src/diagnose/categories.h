@@ -18,70 +18,74 @@ namespace perftracker::diagnose {
 // (kCommonEvidence), space-separated; "rank_<R>_at" stands for one key per rank. A finding that a
 // cause rule (diagnose/causes.h), the baseline comparison or a resumed hang gave a new category
 // keeps the keys of the one it had (straggler, regression, hang).
-#define PT_FINDING_CATEGORIES(X)                                                                 \
-  X(kStraggler, "straggler",                                                                     \
-    "a rank computes slower than its peers of the same role while they wait for it",             \
-    "uniform_slowdown_ratio functions_slower functions_significant rank_collective_ms "          \
-    "peers_collective_ms extra_compute_ms peers_extra_compute_ms peers_extra_wait_ms "           \
-    "gpu_compute_extra_ms_per_iteration")                                                        \
-  X(kDataLoader, "data_loader", "the training loop waits for its next batch",                    \
-    "loader_ms_per_batch peers_loader_ms_per_batch loader_dataset_ms_per_batch "                 \
-    "loader_collate_ms_per_batch loader_workers data_wait_ms_per_iteration "                     \
-    "extra_data_wait_ms_per_iteration")                                                          \
-  X(kGc, "gc", "Python's garbage collector runs on the training thread", "")                     \
-  X(kPython, "python", "slow Python code on the training thread", "")                            \
-  X(kSync, "sync", "host-device synchronization stops the CPU from queueing work", "")           \
-  X(kMemcpy, "memcpy", "memory copies (pageable host-device copies) on the critical path", "")   \
-  X(kCommunication, "communication",                                                             \
-    "collectives take longer than they should: a slow link, NIC or switch, or a late member",    \
-    "link switch node groups_slow groups_total collective_excess_ms backed_up_peers "            \
-    "own_queued_kib job_queued_kib collective_ms_per_iteration backed_up_connections")           \
-  X(kGpuIdle, "gpu_idle", "the GPU waits for the host", "suspects")                              \
-  X(kLaunchBound, "launch_bound", "kernels too short to pay for their launches",                 \
-    "tiny_kernel_calls_per_iter gpu_busy_ms gpu_idle_ms")                                        \
-  X(kLowBandwidth, "low_bandwidth", "collectives below the bus bandwidth the hardware gives",    \
-    "busbw_gbps peers_busbw_gbps expected_busbw_gbps msg_bytes cv")                              \
-  X(kMissingRank, "missing_rank", "ranks that did not report the window, and why",               \
-    "missing_ranks reported_ranks world_size window start_iteration deadline_s "                 \
-    "rank_<R> rank_<R>_last_iteration missing_<reason> reason_<reason>")                         \
-  X(kHang, "hang", "ranks stopped making progress; where each stands",                           \
-    "stalled_seconds resumed_at_iteration ranks_replied ranks_waiting_in_communication "         \
-    "rank_<R>_at others_wait_at "                                                                \
-    "rank_<R>_last_collective others_last_collective collective_seq sequence group "             \
-    "others_wait_in waiting_ranks")                                                              \
-  X(kStall, "stall", "every rank stopped at the same place, then the job went on",               \
-    "stalled_seconds resumed_at_iteration ranks_replied ranks_waiting_in_communication "         \
-    "others_wait_at")                                                                            \
-  X(kCollectiveMismatch, "collective_mismatch",                                                  \
-    "ranks of a group made different collectives at the same sequence number",                   \
-    "collective_seq group expected expected_ranks")                                              \
-  X(kRankCrash, "rank_crash", "the first rank whose process failed, and in which collective",    \
-    "exit_code signal collective_seq error_output")                                              \
-  X(kRegression, "regression", "slower than the reference (diff, or since the baseline window)", \
-    "change os baseline_window baseline_ms window_ms throttled_share baseline_throttled_share "  \
-    "baseline_runq_wait_per_cpu_s")                                                              \
-  X(kImprovement, "improvement", "faster than the reference (diff)", "change")                   \
-  X(kHardwareChange, "hardware_change", "the two runs compared ran on different GPUs",           \
-    "base_gpu test_gpu base_gpus test_gpus")                                                     \
-  X(kConfigurationChange, "configuration_change",                                                \
-    "the two runs compared ran with a different setup (world size, versions)",                   \
-    "base_world_size test_world_size")                                                           \
-  X(kMemoryGrowth, "memory_growth", "a rank's resident memory grows every iteration",            \
-    "rss_bytes grown_bytes bytes_per_iteration first_iteration last_iteration rising_share "     \
-    "host_available_bytes iterations_left")                                                      \
-  X(kCpuThrottled, "cpu_throttled", "the rank's CPU quota (cgroup) throttles it",                \
-    "throttled_periods_share peers_throttled_periods_share throttled_s quota_cpus window_s "     \
-    "throttled_share baseline_throttled_share")                                                  \
-  X(kCpuContention, "cpu_contention", "the rank's threads wait for a CPU others hold",           \
-    "runq_wait_per_cpu_s peers_runq_wait_per_cpu_s extra_runq_wait_ms_per_iteration "            \
-    "host_runnable_threads host_cores baseline_runq_wait_per_cpu_s")                             \
-  X(kGpuThrottled, "gpu_throttled", "the rank's GPU runs at a lower clock than its peers'",      \
-    "gpu_index sm_clock_mhz peers_sm_clock_mhz clock_event_reasons gpu_clock_reasons")           \
-  X(kIoStall, "io_stall", "the rank waits on storage its peers do not use",                      \
-    "storage_bytes_per_iteration peers_storage_bytes_per_iteration read_bytes_per_iteration "    \
-    "write_bytes_per_iteration")                                                                 \
-  X(kMoreWork, "more_work", "the rank's inputs are larger than its peers'",                      \
-    "input_elements_per_call peers_input_elements_per_call input_elements_ratio "                \
+#define PT_FINDING_CATEGORIES(X)                                                                  \
+  X(kStraggler, "straggler",                                                                      \
+    "a rank computes slower than its peers of the same role while they wait for it",              \
+    "uniform_slowdown_ratio functions_slower functions_significant rank_collective_ms "           \
+    "peers_collective_ms extra_compute_ms peers_extra_compute_ms peers_extra_wait_ms "            \
+    "gpu_compute_extra_ms_per_iteration")                                                         \
+  X(kDataLoader, "data_loader", "the training loop waits for its next batch",                     \
+    "loader_ms_per_batch peers_loader_ms_per_batch loader_dataset_ms_per_batch "                  \
+    "loader_collate_ms_per_batch loader_workers data_wait_ms_per_iteration "                      \
+    "extra_data_wait_ms_per_iteration")                                                           \
+  X(kGc, "gc", "Python's garbage collector runs on the training thread", "")                      \
+  X(kPython, "python", "slow Python code on the training thread", "")                             \
+  X(kSync, "sync", "host-device synchronization stops the CPU from queueing work", "")            \
+  X(kMemcpy, "memcpy", "memory copies (pageable host-device copies) on the critical path", "")    \
+  X(kCommunication, "communication",                                                              \
+    "collectives take longer than they should: a slow link, NIC or switch, or a late member",     \
+    "link groups_slow groups_total collective_excess_ms backed_up_peers "                         \
+    "own_queued_kib job_queued_kib collective_ms_per_iteration backed_up_connections busbw_gbps " \
+    "peers_busbw_gbps msg_bytes rank_collective_ms peers_collective_ms")                          \
+  X(kGpuIdle, "gpu_idle", "the GPU waits for the host", "suspects")                               \
+  X(kLaunchBound, "launch_bound", "kernels too short to pay for their launches",                  \
+    "tiny_kernel_calls_per_iter gpu_busy_ms gpu_idle_ms")                                         \
+  X(kLowBandwidth, "low_bandwidth", "collectives below the bus bandwidth the hardware gives",     \
+    "busbw_gbps peers_busbw_gbps expected_busbw_gbps msg_bytes cv")                               \
+  X(kMissingRank, "missing_rank", "ranks that did not report the window, and why",                \
+    "missing_ranks reported_ranks world_size window start_iteration deadline_s "                  \
+    "rank_<R> rank_<R>_last_iteration missing_<reason> reason_<reason>")                          \
+  X(kHang, "hang", "ranks stopped making progress; where each stands",                            \
+    "stalled_seconds resumed_at_iteration ranks_replied ranks_waiting_in_communication "          \
+    "rank_<R>_at others_wait_at "                                                                 \
+    "rank_<R>_last_collective others_last_collective collective_seq sequence group "              \
+    "others_wait_in waiting_ranks")                                                               \
+  X(kStall, "stall", "every rank stopped at the same place, then the job went on",                \
+    "stalled_seconds resumed_at_iteration ranks_replied ranks_waiting_in_communication "          \
+    "others_wait_at")                                                                             \
+  X(kCollectiveMismatch, "collective_mismatch",                                                   \
+    "ranks of a group made different collectives at the same sequence number",                    \
+    "collective_seq group expected expected_ranks")                                               \
+  X(kRankCrash, "rank_crash", "the first rank whose process failed, and in which collective",     \
+    "exit_code signal collective_seq error_output")                                               \
+  X(kRegression, "regression", "slower than the reference (diff, or since the baseline window)",  \
+    "os baseline_window baseline_ms window_ms throttled_share baseline_throttled_share "          \
+    "baseline_runq_wait_per_cpu_s")                                                               \
+  X(kImprovement, "improvement", "faster than the reference (diff)", "")                          \
+  X(kHardwareChange, "hardware_change", "the two runs compared ran on different GPUs",            \
+    "base_gpu test_gpu base_gpus test_gpus base_world_size test_world_size base_<setting> "       \
+    "test_<setting>")                                                                             \
+  X(kConfigurationChange, "configuration_change",                                                 \
+    "the two runs compared ran with a different setup (world size, versions)",                    \
+    "base_gpu test_gpu base_gpus test_gpus base_world_size test_world_size base_<setting> "       \
+    "test_<setting>")                                                                             \
+  X(kMemoryGrowth, "memory_growth", "a rank's resident memory grows every iteration",             \
+    "rss_bytes grown_bytes bytes_per_iteration first_iteration last_iteration rising_share "      \
+    "host_available_bytes iterations_left")                                                       \
+  X(kCpuThrottled, "cpu_throttled", "the rank's CPU quota (cgroup) throttles it",                 \
+    "throttled_periods_share peers_throttled_periods_share throttled_s quota_cpus window_s "      \
+    "throttled_share baseline_throttled_share")                                                   \
+  X(kCpuContention, "cpu_contention", "the rank's threads wait for a CPU others hold",            \
+    "runq_wait_per_cpu_s peers_runq_wait_per_cpu_s extra_runq_wait_ms_per_iteration "             \
+    "host_runnable_threads host_cores baseline_runq_wait_per_cpu_s")                              \
+  X(kGpuThrottled, "gpu_throttled", "the rank's GPU runs at a lower clock than its peers'",       \
+    "gpu_index sm_clock_mhz peers_sm_clock_mhz clock_event_reasons gpu_clock_reasons "            \
+    "temperature_c power_w ecc_uncorrected pcie_replay")                                          \
+  X(kIoStall, "io_stall", "the rank waits on storage its peers do not use",                       \
+    "storage_bytes_per_iteration peers_storage_bytes_per_iteration read_bytes_per_iteration "     \
+    "write_bytes_per_iteration")                                                                  \
+  X(kMoreWork, "more_work", "the rank's inputs are larger than its peers'",                       \
+    "input_elements_per_call peers_input_elements_per_call input_elements_ratio "                 \
     "larger_input_extra_ms_per_iteration input_shapes peers_input_shapes also_larger_inputs")
 
 // The keys any category may carry: the peer comparison's (the named rank's top function against
@@ -93,7 +97,7 @@ inline constexpr const char* kCommonEvidence =
     "rank_iteration_ms runq_wait_per_cpu_s peers_runq_wait_per_cpu_s host_cores "
     "host_runnable_threads iteration_ms ranks_affected ranks_total median_ms min_ms max_ms "
     "base_ms test_ms base_self_ms test_self_ms base_calls_per_iter test_calls_per_iter reasoning "
-    "peers host uncertainty partial_data node";
+    "peers host uncertainty partial_data node switch change";
 
 enum class Category {
 #define PT_CATEGORY_ENUM(id, name, meaning, evidence) id,
