@@ -18,6 +18,11 @@ namespace perftracker::diagnose {
 // (kCommonEvidence), space-separated; "rank_<R>_at" stands for one key per rank. A finding that a
 // cause rule (diagnose/causes.h), the baseline comparison or a resumed hang gave a new category
 // keeps the keys of the one it had (straggler, regression, hang).
+// What a setup change carries, whichever of its two categories the GPU decides (diff.cc).
+#define PT_SETUP_CHANGE_KEYS                                                              \
+  "base_gpu test_gpu base_gpus test_gpus base_world_size test_world_size base_<setting> " \
+  "test_<setting>"
+
 #define PT_FINDING_CATEGORIES(X)                                                                  \
   X(kStraggler, "straggler",                                                                      \
     "a rank computes slower than its peers of the same role while they wait for it",              \
@@ -63,12 +68,10 @@ namespace perftracker::diagnose {
     "baseline_runq_wait_per_cpu_s")                                                               \
   X(kImprovement, "improvement", "faster than the reference (diff)", "")                          \
   X(kHardwareChange, "hardware_change", "the two runs compared ran on different GPUs",            \
-    "base_gpu test_gpu base_gpus test_gpus base_world_size test_world_size base_<setting> "       \
-    "test_<setting>")                                                                             \
+    PT_SETUP_CHANGE_KEYS)                                                                         \
   X(kConfigurationChange, "configuration_change",                                                 \
     "the two runs compared ran with a different setup (world size, versions)",                    \
-    "base_gpu test_gpu base_gpus test_gpus base_world_size test_world_size base_<setting> "       \
-    "test_<setting>")                                                                             \
+    PT_SETUP_CHANGE_KEYS)                                                                         \
   X(kMemoryGrowth, "memory_growth", "a rank's resident memory grows every iteration",             \
     "rss_bytes grown_bytes bytes_per_iteration first_iteration last_iteration rising_share "      \
     "host_available_bytes iterations_left")                                                       \

@@ -9,15 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "diagnose/testing.h"
+
 namespace perftracker::diagnose {
 namespace {
 
-std::string Doc() {
-  std::ifstream in(std::string(PT_SOURCE_DIR) + "/docs/diagnosis-schema.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string Doc() { return testing::SourceFile("docs/diagnosis-schema.md"); }
 
 std::vector<std::string> Words(const char* s) {
   std::istringstream in(s);

@@ -9,16 +9,12 @@
 #include <string>
 
 #include "diagnose/diagnose.h"
+#include "diagnose/testing.h"
 
 namespace perftracker::diagnose::policy {
 namespace {
 
-std::string Doc() {
-  std::ifstream in(std::string(PT_SOURCE_DIR) + "/docs/diagnosis.md");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string Doc() { return testing::SourceFile("docs/diagnosis.md"); }
 
 TEST(PolicyTest, EveryNumberIsDocumentedWithItsValue) {
   const std::string doc = Doc();

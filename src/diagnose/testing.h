@@ -3,13 +3,23 @@
 #define PERFTRACKER_DIAGNOSE_TESTING_H_
 
 #include <algorithm>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "pattern/pattern.h"
 
 namespace perftracker::diagnose::testing {
+
+// A file of the source tree, whole ("" when absent): the docs the tables are checked against.
+inline std::string SourceFile(const std::string& relative) {
+  std::ifstream in(std::string(PT_SOURCE_DIR) + "/" + relative);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 inline pattern::FunctionPattern Fn(const std::string& name, pattern::FunctionClass c,
                                    double per_iter_ms, double calls = 1,
