@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Checks the size limits that keep src/ changeable (issue 17).
 
-No source file under src/ may exceed MAX_FILE_LINES lines and no function
-MAX_FUNCTION_LINES lines; function extents come from Universal Ctags'
-`end:` field. No bare floating-point number in src/diagnose/ outside
+No source file under src/ may exceed MAX_FILE_LINES lines, no function
+MAX_FUNCTION_LINES lines and no class MAX_CLASS_LINES lines (its definition
+and its members defined outside it, in any file: an Impl spread over five
+files is one class); extents come from Universal Ctags' `end:` field. No bare floating-point number in src/diagnose/ outside
 diagnose/policy.h (issue 27): a threshold is named there once, with why; a
 file's own constant is a named `constexpr` with its comment. Prints every
 offender, one line each, and exits 1 if any.
@@ -22,6 +23,19 @@ MAX_FILE_LINES = 900
 # A function that fits on two screens; longer ones mix steps that deserve
 # names and tests of their own.
 MAX_FUNCTION_LINES = 150
+# A class one person can hold in mind: its state and every method that touches it. Past it, a
+# class owns several things that deserve names and tests of their own (issue 27: the server's
+# agents, windows and hangs were such parts of one Impl).
+MAX_CLASS_LINES = 500
+# Classes over the limit when it came (issue 27), each held at its size then until it is split:
+# it may shrink, never grow. A new class over MAX_CLASS_LINES fails.
+CLASS_LINES_HELD = {
+    'perftracker::server::CollectorServer::Impl': 1129,
+    'perftracker::trace::internal::TraceScanner': 736,
+    'perftracker::pattern::Summarizer::Impl': 722,
+    'perftracker::agent::SocketSink::Impl': 584,
+    'perftracker::diagnose::internal::GroupAnalysis': 520,
+}
 SOURCE_SUFFIXES = ('.cc', '.h')
 # Where every number that decides a diagnosis is named (diagnose/policy.h), and the files the
 # literal check leaves alone: the policy table itself and the tests' fixtures.
@@ -80,6 +94,46 @@ def bare_literals(path, root):
     return found
 
 
+def scope_name(scope):
+    """A ctags scope without its kind and anonymous namespaces.
+
+    'class:perftracker::trace::internal::__anon456c8c260111::TraceScanner'
+    -> 'perftracker::trace::internal::TraceScanner'
+    """
+    name = scope.split(':', 1)[1] if ':' in scope else scope
+    return '::'.join(p for p in name.split('::') if not p.startswith('__anon'))
+
+
+def class_sizes(tags):
+    """{class: (lines, file, line)} from ctags lines of kinds c, s and f.
+
+    A class's lines are its definition's plus those of its member functions defined outside it.
+    """
+    defs, members = {}, []
+    for line in tags.splitlines():
+        parts = line.split('\t')
+        if len(parts) < 4:
+            continue
+        kind = parts[3]
+        fields = dict(p.split(':', 1) for p in parts[4:] if ':' in p)
+        if 'line' not in fields or 'end' not in fields:
+            continue
+        first, last = int(fields['line']), int(fields['end'])
+        scope = scope_name(fields.get('scope', ''))
+        if kind in ('class', 'struct'):
+            name = scope + '::' + parts[0] if scope else parts[0]
+            defs[name] = (parts[1], first, last)
+        elif kind == 'function' and fields.get('scope', '').startswith(('class:', 'struct:')):
+            members.append((scope, parts[1], first, last))
+    sizes = {name: [last - first + 1, path, first] for name, (path, first, last) in defs.items()}
+    for cls, path, first, last in members:
+        d = defs.get(cls)
+        if d is None or (d[0] == path and d[1] <= first <= d[2]):
+            continue  # defined inside the class: counted with it
+        sizes[cls][0] += last - first + 1
+    return {k: tuple(v) for k, v in sizes.items()}
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))
@@ -129,6 +183,16 @@ def main():
             problems.append('%s:%s: %s is %d lines (limit %d)' % (
                 os.path.relpath(parts[1], root), fields['line'], name, length,
                 MAX_FUNCTION_LINES))
+    tags = subprocess.run(
+        [ctags, '--languages=C++', '--map-C++=+.h', '--c++-kinds=csf', '--fields=+neKZ', '-o',
+         '-'] + [f for f in files if not f.endswith('_test.cc')],
+        capture_output=True, text=True, check=True).stdout
+    for name, (lines, path, first) in sorted(class_sizes(tags).items()):
+        limit = CLASS_LINES_HELD.get(name, MAX_CLASS_LINES)
+        if lines > limit:
+            problems.append('%s:%d: class %s is %d lines with its members (limit %d)' % (
+                os.path.relpath(path, root), first, name.split('::')[-1] if not
+                name.endswith('::Impl') else '::'.join(name.split('::')[-2:]), lines, limit))
     for p in problems:
         print(p)
     print('check_structure: %d files, %d over a limit' % (len(files), len(problems)))

@@ -69,8 +69,7 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
     int64_t n = 0;
     const std::string name = e.path().filename().string();
     auto [end, err] = std::from_chars(name.data(), name.data() + name.size(), n);
-    if (err == std::errc() && end == name.data() + name.size())
-      impl->last_window = std::max(impl->last_window, n);
+    if (err == std::errc() && end == name.data() + name.size()) impl->windows.UsedId(n);
   }
 
   std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
@@ -113,8 +112,8 @@ std::string CollectorServer::MetricsText() const {
 RunSummary CollectorServer::Summary() const {
   std::lock_guard lk(impl_->mu);
   RunSummary r;
-  r.windows = impl_->windows_diagnosed;
-  r.hangs = impl_->hangs_diagnosed;
+  r.windows = impl_->counters.windows_diagnosed;
+  r.hangs = impl_->counters.hangs_diagnosed;
   if (impl_->latest) {
     r.has_latest = true;
     r.latest = *impl_->latest;
@@ -165,7 +164,7 @@ void CollectorServer::Shutdown() {
   // report (training ended before it) is no finding about anyone, only a note.
   std::optional<std::string> unprofiled;
   if (const int64_t open = impl_->sched->open_window()) {
-    Window& w = *impl_->windows[open];
+    Window& w = *impl_->windows.Find(open);
     if (w.Reported().empty()) {
       unprofiled =
           fmt::format("window {} opened but the job ended before any rank reported it", open);

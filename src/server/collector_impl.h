@@ -1,9 +1,10 @@
-// The collector's internals, shared by its files: the state of one server (agents, ranks,
-// windows, the hang in progress, what /metrics counts), guarded by one mutex, and the gRPC
-// service over it. collector.cc starts and stops it; collector_service.cc answers the calls,
-// collector_windows.cc opens and seals windows and hangs (and runs the timer),
-// collector_publish.cc writes their reports and store rows, collector_metrics.cc renders
-// /metrics. Not for use outside src/server.
+// The collector's internals, shared by its files: the state of one server, guarded by one
+// mutex, as named parts (the agents: server/agent_registry.h; the windows: window_book.h; a hang:
+// hang_collection.h; the ranks: rank_state.h; the attempts: attempts.h; the policy:
+// scheduler.h; what /metrics counts: collector_counters.h), and the gRPC service over it.
+// collector.cc starts and stops it; collector_service.cc answers the calls, collector_windows.cc
+// opens and seals windows and hangs (and runs the timer), collector_publish.cc writes their
+// reports and store rows, collector_metrics.cc renders /metrics. Not for use outside src/server.
 #ifndef PERFTRACKER_SERVER_COLLECTOR_IMPL_H_
 #define PERFTRACKER_SERVER_COLLECTOR_IMPL_H_
 
@@ -30,14 +31,18 @@
 #include "diagnose/since_baseline.h"
 #include "perftracker.grpc.pb.h"
 #include "report/html.h"
+#include "server/agent_registry.h"
 #include "server/attempts.h"
 #include "server/collector.h"
+#include "server/collector_counters.h"
 #include "server/command_stream.h"
+#include "server/hang_collection.h"
 #include "server/metrics_http.h"
 #include "server/rank_state.h"
 #include "server/scheduler.h"
 #include "server/store.h"
 #include "server/window.h"
+#include "server/window_book.h"
 
 namespace perftracker::server {
 
@@ -48,30 +53,6 @@ namespace v1 = ::perftracker::v1;
 Status WriteAtomically(const std::string& path, std::string_view text);
 // DIAGNOSIS as JSON at PATH, atomically.
 Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path);
-
-struct AgentState {
-  std::string host;
-  std::vector<int> ranks;
-  std::chrono::steady_clock::time_point last_seen;  // its last call or open command stream
-  std::deque<v1::Command> queue;                    // commands while no stream is open
-  CommandStream* stream = nullptr;                  // the agent's open WatchCommands stream
-  std::chrono::steady_clock::time_point registered;
-  // What it reports of itself (ReportIterationsRequest): the newest window command it received
-  // (nullopt: it does not say), and whether its ranks are worker processes on its socket.
-  std::optional<int64_t> window_received;
-  bool relays_workers = false;
-  diagnose::HostMemoryState memory;  // its host's, as it last said
-};
-
-// A hang: every rank's stacks, collected until all expected ranks replied or a deadline.
-struct HangCollection {
-  int64_t id = 0;  // shares the window numbering (DIR/windows/<id>/)
-  std::chrono::steady_clock::time_point deadline;
-  std::chrono::steady_clock::time_point since;  // when the first hang trigger arrived
-  double stalled_seconds = 0;
-  std::set<int> expected;
-  std::map<int, diagnose::RankStacks> replies;
-};
 
 struct CollectorServer::Impl final
     : public v1::Collector::WithCallbackMethod_WatchCommands<v1::Collector::Service> {
@@ -85,18 +66,15 @@ struct CollectorServer::Impl final
   std::condition_variable cv;
   bool shutting_down = false;
   bool shut_down = false;
-  int64_t next_agent = 1;
-  std::map<std::string, AgentState> agents;
-  std::map<int, std::string> declared_by;  // rank -> the agent that registered it
-  std::optional<std::string> job_key;      // the job being collected (RegisterRequest.job_id)
+  AgentRegistry agents;                // the job's node agents (server/agent_registry.h)
+  std::optional<std::string> job_key;  // the job being collected (RegisterRequest.job_id)
   std::map<int, RankState> ranks;
   // The job's attempts: an elastic launcher starts every rank again after a failure.
   AttemptLog attempts;
-  std::map<int64_t, std::unique_ptr<Window>> windows;
+  WindowBook windows;  // the run's windows and their marks (server/window_book.h)
   // The online policy: when windows open, cooldowns, hang confirmation (server/scheduler.h).
   // Guarded by mu like the rest; the single source of which window is open.
   std::optional<WindowScheduler> sched;
-  int64_t last_window = 0;
   bool wrote_latest = false;
   std::optional<diagnose::Diagnosis> latest;        // the last window's (or hang's) diagnosis
   std::optional<diagnose::RankExit> first_failure;  // the launcher's, at the job's end
@@ -104,32 +82,12 @@ struct CollectorServer::Impl final
   std::shared_ptr<const pattern::CompactJob> latest_job;
   int64_t latest_window_id = 0;
   std::vector<report::WaitGroup> latest_waits;  // when the latest diagnosis is a hang's
-  // Every window and hang of the run, for the report's chart (bounded: the newest).
-  std::vector<report::WindowMark> marks;
-  static constexpr size_t kMaxMarks = 4096;
   // Above this many series rows, the series is stored at the end of the run only.
   static constexpr size_t kSeriesRowsPerWindow = 200000;
-  // What /metrics counts (server/metrics_http.h), since the server started.
-  std::map<std::string, uint64_t> windows_opened;                          // by kind of reason
-  std::map<std::pair<std::string, std::string>, uint64_t> findings_total;  // category, cause
-  std::map<std::string, uint64_t> triggers_total;                          // slowdown, hang, user
-  uint64_t upload_bytes_total = 0;
-  uint64_t uploads_accepted = 0, uploads_refused = 0;
-  // Summaries inflated and decoded: an upload refused before (not the agent's rank, no window
-  // open) costs no decoding.
-  uint64_t summaries_decoded = 0;
+  CollectorCounters counters;  // what /metrics counts (server/collector_counters.h)
   std::unique_ptr<MetricsHttp> metrics;
-  int windows_diagnosed = 0;
-  int hangs_diagnosed = 0;
-  std::optional<HangCollection> hang;  // collecting stacks
+  std::optional<HangCollection> hang;  // collecting stacks (server/hang_collection.h)
   // The last hang reported, until iterations resume (then amended: slow, not hung) or the next.
-  struct ReportedHang {
-    int64_t id = 0;
-    diagnose::Diagnosis diagnosis;
-    std::chrono::steady_clock::time_point since;
-    double stalled_before = 0;  // seconds without an iteration when its trigger arrived
-    std::vector<report::WaitGroup> waits;
-  };
   std::optional<ReportedHang> reported_hang;
   int64_t root_report_id = 0;  // the window or hang whose diagnosis DIR/diagnosis.json holds
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
@@ -152,13 +110,6 @@ struct CollectorServer::Impl final
   int64_t last_published = 0;   // the newest window the publisher has published
   std::condition_variable publish_cv;
   std::thread publisher;
-  // Commands kept for an agent without an open stream (the newest; a window needs one).
-  static constexpr size_t kMaxQueuedCommands = 16;
-  // An agent that called this recently counts as connected while it reconnects its stream.
-  static constexpr int kAgentConnectedSeconds = 10;
-  // Closed windows kept in memory (their summaries), newest first; older ones are in SQLite
-  // and in REPORT_DIR/windows/<id>/.
-  static constexpr size_t kKeptClosedWindows = 16;
 
   // --- windows and hangs (server/collector_windows.cc) ---
 
@@ -187,13 +138,10 @@ struct CollectorServer::Impl final
 
   // Each rank's iterations over the run so far (with mu held).
   std::vector<report::RunSeries> SeriesLocked() const;
-  void AddMarkLocked(report::WindowMark m);
 
   // Says why each silent rank of SEALED did not report (server/rank_state.h ExplainMissing),
   // from what the server knows of the rank and of its agent now. Called with mu held.
   void ExplainMissingLocked(Window::Sealed* sealed) const;
-  AgentSeen AgentOfLocked(int rank, const RankState* state, const Window::Sealed& sealed,
-                          std::chrono::steady_clock::time_point now) const;
 
   // Called with mu held.
   int64_t FurthestStepLocked() const;
@@ -243,9 +191,6 @@ struct CollectorServer::Impl final
   // Called with mu held.
   void MaybeOpenScheduledLocked();
 
-  // Queues a command for every agent and wakes their streams. Called with mu held.
-  void SendLocked(const v1::Command& cmd);
-
   // The kind of a window's reason, for the windows_opened metric: its first word.
   static std::string ReasonKind(const std::string& reason);
 
@@ -280,12 +225,9 @@ struct CollectorServer::Impl final
 
   grpc::Status Authorize(grpc::ServerContextBase* ctx);
 
-  // Whether agent ID may speak for RANK (with mu held): an agent that registered ranks speaks
-  // for those; one that registered none (a folder-watching agent) for any rank no other agent
-  // registered. An unknown id is NOT_FOUND, which tells an agent to register again.
+  // Whether agent ID may speak for RANK (AgentRegistry::Owns) as a gRPC status (with mu held):
+  // an unknown id is NOT_FOUND, which tells an agent to register again.
   grpc::Status OwnsLocked(const std::string& id, int rank);
-  // Agents with a command stream open or a call in the last kAgentConnectedSeconds (mu held).
-  size_t ConnectedAgentsLocked() const;
 
   // Each call Guarded, then its Do*.
   grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,

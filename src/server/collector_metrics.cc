@@ -37,10 +37,10 @@ std::string CollectorServer::Impl::MetricsLocked() const {
   head("perftracker_triggers_total", "counter",
        "Window requests by kind: a worker detector's slowdown or hang, or a user's trigger.");
   for (const char* k : {"slowdown", "hang", "user"}) {
-    auto it = triggers_total.find(k);
+    auto it = counters.triggers_total.find(k);
     fmt::format_to(std::back_inserter(out),
                    "perftracker_triggers_total{{job=\"{}\",kind=\"{}\"}} {}\n", job, k,
-                   it == triggers_total.end() ? 0 : it->second);
+                   it == counters.triggers_total.end() ? 0 : it->second);
   }
   head("perftracker_detector_state", "gauge",
        "1 for the server's current state: idle, window (profiling), hang_suspected (a hang "
@@ -56,14 +56,14 @@ std::string CollectorServer::Impl::MetricsLocked() const {
   head("perftracker_windows_opened_total", "counter",
        "Profiling windows opened, by reason (and hangs whose stacks were collected).");
   for (const char* k : {"baseline", "periodic", "slowdown", "user", "hang"}) {
-    auto it = windows_opened.find(k);
+    auto it = counters.windows_opened.find(k);
     fmt::format_to(std::back_inserter(out),
                    "perftracker_windows_opened_total{{job=\"{}\",reason=\"{}\"}} {}\n", job, k,
-                   it == windows_opened.end() ? 0 : it->second);
+                   it == counters.windows_opened.end() ? 0 : it->second);
   }
   head("perftracker_findings_total", "counter",
        "Findings of every diagnosis, by category and cause.");
-  for (const auto& [key, n] : findings_total)
+  for (const auto& [key, n] : counters.findings_total)
     fmt::format_to(std::back_inserter(out),
                    "perftracker_findings_total{{job=\"{}\",category=\"{}\",cause=\"{}\"}} {}\n",
                    job, MetricsHttp::Label(key.first), key.second, n);
@@ -74,28 +74,25 @@ std::string CollectorServer::Impl::MetricsLocked() const {
        "Node agents registered, and those connected (a command stream open or a call in the "
        "last seconds).");
   const auto now = std::chrono::steady_clock::now();
-  size_t connected = 0;
-  for (const auto& [id, a] : agents)
-    if (a.stream != nullptr || now - a.last_seen < std::chrono::seconds(kAgentConnectedSeconds))
-      ++connected;
+  const size_t connected = agents.CountConnected(now);
   fmt::format_to(std::back_inserter(out),
                  "perftracker_agents{{job=\"{}\",state=\"registered\"}} {}\n", job, agents.size());
   fmt::format_to(std::back_inserter(out),
                  "perftracker_agents{{job=\"{}\",state=\"connected\"}} {}\n", job, connected);
   head("perftracker_upload_bytes_total", "counter", "Bytes of rank summaries accepted.");
   fmt::format_to(std::back_inserter(out), "perftracker_upload_bytes_total{{job=\"{}\"}} {}\n", job,
-                 upload_bytes_total);
+                 counters.upload_bytes_total);
   head("perftracker_summaries_decoded_total", "counter",
        "Rank summaries inflated and decoded (an upload refused first costs none).");
   fmt::format_to(std::back_inserter(out), "perftracker_summaries_decoded_total{{job=\"{}\"}} {}\n",
-                 job, summaries_decoded);
+                 job, counters.summaries_decoded);
   head("perftracker_uploads_total", "counter", "Rank summary uploads, accepted or refused.");
   fmt::format_to(std::back_inserter(out),
                  "perftracker_uploads_total{{job=\"{}\",result=\"accepted\"}} {}\n", job,
-                 uploads_accepted);
+                 counters.uploads_accepted);
   fmt::format_to(std::back_inserter(out),
                  "perftracker_uploads_total{{job=\"{}\",result=\"refused\"}} {}\n", job,
-                 uploads_refused);
+                 counters.uploads_refused);
   return out;
 }
 

@@ -26,7 +26,7 @@ std::string CollectorServer::Impl::RenderHtmlLocked(const diagnose::Diagnosis& d
                                                     const pattern::CompactJob* job, int64_t id,
                                                     std::vector<report::WaitGroup> waits,
                                                     int64_t views_from) const {
-  return RenderHtmlFrom(d, job, SeriesLocked(), marks, id, std::move(waits), views_from);
+  return RenderHtmlFrom(d, job, SeriesLocked(), windows.marks(), id, std::move(waits), views_from);
 }
 
 std::string CollectorServer::Impl::RenderHtmlFrom(const diagnose::Diagnosis& d,
@@ -78,8 +78,7 @@ void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, co
     latest_window_id = id;
     latest_waits.clear();
   }
-  for (const diagnose::Finding& f : d.findings)
-    ++findings_total[{diagnose::CategoryName(f.category), diagnose::CauseName(f.cause)}];
+  counters.CountDiagnosis(d, what);
   // The series in SQLite for `perftracker report` (bounded: at scale only at the end).
   if (ranks.size() * RankState::kMaxSeriesPoints <= kSeriesRowsPerWindow)
     if (::perftracker::Status s3 = store->ReplaceIterationSeries(SeriesLocked()); !s3.ok())
@@ -91,7 +90,6 @@ void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, co
   if (root) latest = d;
   // What the window measured: the slowdown cooldown's reference (server/scheduler.h).
   if (std::string_view(what) == "window") sched->Measured(id, d.job.iteration_ms_median);
-  if (!amended) ++(std::string_view(what) == "hang" ? hangs_diagnosed : windows_diagnosed);
   log::Detail(
       "server", "{} {} diagnosed (unix {:.3f}): {} finding(s)", what, id,
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(),

@@ -49,15 +49,16 @@ grpc::Status CollectorServer::Impl::Authorize(grpc::ServerContextBase* ctx) {
 }
 
 grpc::Status CollectorServer::Impl::OwnsLocked(const std::string& id, int rank) {
-  auto a = agents.find(id);
-  if (a == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
-  auto d = declared_by.find(rank);
-  const bool ok = a->second.ranks.empty() ? d == declared_by.end() || d->second == id
-                                          : d != declared_by.end() && d->second == id;
-  if (!ok)
-    return {grpc::StatusCode::PERMISSION_DENIED,
-            fmt::format("rank {} belongs to another agent", rank)};
-  return grpc::Status::OK;
+  switch (agents.Owns(id, rank)) {
+    case AgentRegistry::Ownership::kOwns:
+      return grpc::Status::OK;
+    case AgentRegistry::Ownership::kUnknownAgent:
+      return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
+    case AgentRegistry::Ownership::kAnotherAgents:
+      break;
+  }
+  return {grpc::StatusCode::PERMISSION_DENIED,
+          fmt::format("rank {} belongs to another agent", rank)};
 }
 
 grpc::Status CollectorServer::Impl::Register(grpc::ServerContext* ctx,
@@ -78,8 +79,7 @@ grpc::Status CollectorServer::Impl::UploadWindow(grpc::ServerContext* ctx,
   grpc::Status st = Guarded("UploadWindow", [&] { return DoUploadWindow(ctx, req, reply); });
   if (st.ok()) {
     std::lock_guard lk(mu);
-    ++(reply->accepted() ? uploads_accepted : uploads_refused);
-    if (reply->accepted()) upload_bytes_total += req->summary().size();
+    counters.CountUpload(reply->accepted(), req->summary().size());
   }
   return st;
 }
@@ -100,16 +100,6 @@ grpc::Status CollectorServer::Impl::Status(grpc::ServerContext* ctx, const v1::S
   return Guarded("Status", [&] { return DoStatus(ctx, req, reply); });
 }
 
-size_t CollectorServer::Impl::ConnectedAgentsLocked() const {
-  // Connected: a command stream open, or a call in the last seconds (an agent reconnects within
-  // a second or two). A job that ended leaves agents with neither.
-  const auto now = std::chrono::steady_clock::now();
-  return std::count_if(agents.begin(), agents.end(), [&](const auto& kv) {
-    return kv.second.stream != nullptr ||
-           now - kv.second.last_seen < std::chrono::seconds(kAgentConnectedSeconds);
-  });
-}
-
 grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
                                                const v1::RegisterRequest* req,
                                                v1::RegisterReply* reply) {
@@ -125,7 +115,7 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
   // One job at a time: two jobs' ranks in one diagnosis would compare rank 0 of one job with
   // rank 0 of the other. Once the first job's agents are gone (expired), a new job starts.
   if (!job_key || *job_key != req->job_id()) {
-    if (job_key && ConnectedAgentsLocked() > 0) {
+    if (job_key && agents.CountConnected(std::chrono::steady_clock::now()) > 0) {
       return {grpc::StatusCode::FAILED_PRECONDITION,
               fmt::format("this server collects job '{}' (its agents are connected); job '{}' "
                           "needs a server of its own",
@@ -135,8 +125,7 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
       log::Event("server", "job '{}' replaces job '{}', whose agents are gone",
                  log::Printable(req->job_id()), log::Printable(*job_key));
       ranks.clear();
-      declared_by.clear();
-      agents.clear();  // the previous job's, all without a stream
+      agents.Clear();  // the previous job's, all without a stream
       sched->NewJob();
     }
     job_key = req->job_id();
@@ -144,12 +133,9 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
   // Unguessable: an id is what lets a caller upload for its ranks and read their commands.
   auto secret = NewToken();
   if (!secret.ok()) return {grpc::StatusCode::INTERNAL, secret.status().message()};
-  std::string id = fmt::format("agent-{}-{}", next_agent++, secret->substr(0, 24));
-  for (int r : req->ranks()) declared_by[r] = id;
-  AgentState& a = agents[id];
-  a.last_seen = a.registered = std::chrono::steady_clock::now();
-  a.host = req->host();
-  a.ranks.assign(req->ranks().begin(), req->ranks().end());
+  std::string id = agents.NextId(*secret);
+  AgentState& a = agents.Add(id, req->host(), {req->ranks().begin(), req->ranks().end()},
+                             std::chrono::steady_clock::now());
   for (int r : a.ranks) ranks[r].host = a.host;
   reply->set_agent_id(id);
   log::Detail("server", "{} registered from {} (ranks {})", id, a.host,
@@ -162,16 +148,16 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
                                                        v1::ReportIterationsReply*) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   std::lock_guard lk(mu);
-  auto agent = agents.find(req->agent_id());
-  if (agent == agents.end()) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
-  agent->second.last_seen = std::chrono::steady_clock::now();
-  if (req->has_window_received()) agent->second.window_received = req->window_received();
-  agent->second.relays_workers |= req->relays_workers();
+  AgentState* agent = agents.Find(req->agent_id());
+  if (agent == nullptr) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
+  agent->last_seen = std::chrono::steady_clock::now();
+  if (req->has_window_received()) agent->window_received = req->window_received();
+  agent->relays_workers |= req->relays_workers();
   if (std::isfinite(req->host_mem_available_bytes()) && req->host_mem_available_bytes() > 0)
-    agent->second.memory.available_bytes = req->host_mem_available_bytes();
+    agent->memory.available_bytes = req->host_mem_available_bytes();
   if (std::isfinite(req->host_mem_total_bytes()) && req->host_mem_total_bytes() > 0)
-    agent->second.memory.total_bytes = req->host_mem_total_bytes();
-  ReportIterationsLocked(req->agent_id(), agent->second.host, *req);
+    agent->memory.total_bytes = req->host_mem_total_bytes();
+  ReportIterationsLocked(req->agent_id(), agent->host, *req);
   return grpc::Status::OK;
 }
 
@@ -241,31 +227,19 @@ grpc::ServerWriteReactor<v1::Command>* CollectorServer::Impl::WatchCommands(
     return stream;
   }
   std::lock_guard lk(mu);
-  auto it = agents.find(req->agent_id());
-  if (it == agents.end() || shutting_down) {
+  if (agents.Find(req->agent_id()) == nullptr || shutting_down) {
     stream->Close(shutting_down
                       ? grpc::Status::OK
                       : grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown agent; register first"));
     return stream;
   }
-  AgentState& agent = it->second;
-  agent.last_seen = std::chrono::steady_clock::now();
-  // A reconnecting agent replaces its old stream, which gives back what it did not send.
-  if (agent.stream != nullptr) agent.stream->Close();
-  agent.stream = stream;
   // By id, not by reference: a silent agent may have expired when the stream ends.
-  stream->on_done = [this, id = it->first](CommandStream* done, std::deque<v1::Command> left) {
+  stream->on_done = [this, id = req->agent_id()](CommandStream* done,
+                                                 std::deque<v1::Command> left) {
     std::lock_guard lk(mu);
-    auto a = agents.find(id);
-    if (a == agents.end()) return;
-    AgentState& agent = a->second;
-    agent.last_seen = std::chrono::steady_clock::now();
-    if (agent.stream == done) agent.stream = nullptr;
-    for (auto c = left.rbegin(); c != left.rend(); ++c) agent.queue.push_front(std::move(*c));
-    while (agent.queue.size() > kMaxQueuedCommands) agent.queue.pop_front();
-    if (agent.stream != nullptr && !agent.queue.empty()) agent.stream->Push(&agent.queue);
+    agents.StreamEnded(id, done, std::move(left), std::chrono::steady_clock::now());
   };
-  stream->Push(&agent.queue);
+  agents.StreamOpened(req->agent_id(), stream, std::chrono::steady_clock::now());
   return stream;
 }
 
@@ -296,8 +270,8 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
       reply->set_message(own.error_message());
       return grpc::Status::OK;
     }
-    auto open = windows.find(req->window_id());
-    if (open == windows.end() || open->second->closed()) {
+    const Window* open = windows.Find(req->window_id());
+    if (open == nullptr || open->closed()) {
       reply->set_accepted(false);
       reply->set_message(fmt::format("window {} is not open", req->window_id()));
       return grpc::Status::OK;
@@ -310,15 +284,15 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   lk.unlock();
   auto parsed = Window::Parse(up, req->window_id());
   lk.lock();
-  ++summaries_decoded;
+  ++counters.summaries_decoded;
   if (auto refused = admit()) return *refused;
-  auto it = windows.find(req->window_id());
+  Window* window = windows.Find(req->window_id());
   if (!parsed.ok()) {
     reply->set_accepted(false);
     reply->set_message(parsed.status().message());
     return grpc::Status::OK;
   }
-  auto kept = it->second->AddParsed(std::move(up), *std::move(parsed));
+  auto kept = window->AddParsed(std::move(up), *std::move(parsed));
   if (!kept.ok()) {
     reply->set_accepted(false);
     reply->set_message(kept.status().message());
@@ -354,7 +328,7 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   // The last expected upload closes the window; its reply waits for the diagnosis (a caller
   // that uploaded everything finds DIR/windows/<n>/diagnosis.json written), other calls don't.
   // The publisher thread makes it; this one only waits (it holds no CPU meanwhile).
-  if (it->second->Complete()) {
+  if (window->Complete()) {
     const int64_t id = req->window_id();
     CloseWindowLater(id);
     publish_cv.wait(lk, [&] { return last_published >= id || publisher_done; });
@@ -387,12 +361,9 @@ grpc::Status CollectorServer::Impl::DoUploadStacks(grpc::ServerContext* ctx,
   }
   const auto& lc = req->last_collective();
   s.last_collective = {lc.op(), lc.count(), lc.file(), lc.line(), lc.in_progress(), lc.seconds()};
-  hang->replies[s.rank] = std::move(s);
-  hang->expected.insert(req->rank());
+  const bool all_replied = hang->AddReply(std::move(s));
   reply->set_accepted(true);
-  if (std::all_of(hang->expected.begin(), hang->expected.end(),
-                  [&](int r) { return hang->replies.count(r) > 0; }))
-    FinishHangLocked();
+  if (all_replied) FinishHangLocked();
   cv.notify_all();
   return grpc::Status::OK;
 }
@@ -404,7 +375,7 @@ grpc::Status CollectorServer::Impl::DoTrigger(grpc::ServerContext* ctx,
   std::lock_guard lk(mu);
   const std::string& kind = req->kind();
   const auto now = std::chrono::steady_clock::now();
-  ++triggers_total[kind == "hang" || kind == "slowdown" ? kind : "user"];
+  counters.CountTrigger(kind);
   if (kind == "hang") {
     sched->OnHangTrigger(req->rank(), req->mean_ms(), FurthestStepLocked(), now);
     if (auto p = sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
@@ -459,9 +430,10 @@ grpc::Status CollectorServer::Impl::DoStatus(grpc::ServerContext* ctx, const v1:
   std::lock_guard lk(mu);
   reply->set_agents(static_cast<int>(agents.size()));
   if (job_key) reply->set_job_id(*job_key);
-  reply->set_connected_agents(static_cast<int>(ConnectedAgentsLocked()));
+  reply->set_connected_agents(
+      static_cast<int>(agents.CountConnected(std::chrono::steady_clock::now())));
   reply->set_total_ranks(static_cast<int>(ranks.size()));
-  reply->set_total_windows(static_cast<int>(windows.size()));
+  reply->set_total_windows(static_cast<int>(windows.windows().size()));
   const int offset = std::max(req->rank_offset(), 0);
   int index = 0;
   for (const auto& [r, st] : ranks) {
@@ -479,10 +451,10 @@ grpc::Status CollectorServer::Impl::DoStatus(grpc::ServerContext* ctx, const v1:
   }
   if (offset > 0) return grpc::Status::OK;
   const int max_windows = req->max_windows() > 0 ? req->max_windows() : kDefaultWindows;
-  auto first = windows.begin();
-  if (windows.size() > static_cast<size_t>(max_windows))
-    first = std::prev(windows.end(), max_windows);
-  for (auto it = first; it != windows.end(); ++it) {
+  const WindowBook::Map& book = windows.windows();
+  auto first = book.begin();
+  if (book.size() > static_cast<size_t>(max_windows)) first = std::prev(book.end(), max_windows);
+  for (auto it = first; it != book.end(); ++it) {
     const Window& w = *it->second;
     v1::WindowStatus* ws = reply->add_windows();
     ws->set_window_id(it->first);

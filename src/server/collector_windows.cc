@@ -22,8 +22,7 @@ JobProgress CollectorServer::Impl::ProgressLocked() const {
     n += st.count;
   }
   if (n > 0 && sum > 0) p.mean_iteration_ms = sum / n;
-  std::set<int> expected;
-  for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
+  std::set<int> expected = agents.DeclaredRanks();
   if (expected.empty()) expected = CurrentRanksLocked();
   for (int r : expected) {
     auto it = ranks.find(r);
@@ -38,11 +37,11 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
                                                       bool slowdown, double mean_ms,
                                                       int64_t trigger_step) {
   if (const int64_t open = sched->open_window()) {
-    const WindowSpec& s = windows[open]->spec();
+    const WindowSpec& s = windows.Find(open)->spec();
     return {s.id, s.start_iteration, true};
   }
   WindowSpec spec;
-  spec.id = ++last_window;
+  spec.id = windows.NextId();
   spec.iterations = sched->Iterations(iterations);
   spec.max_seconds = options.max_seconds;
   // Seen on an H200 (4 ms iterations): --profile-at-iteration's trigger arrived before any
@@ -55,8 +54,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   spec.attempt = attempts.current();
   spec.baseline = ReasonKind(reason) == "baseline";
   spec.record_shapes = !spec.baseline && ReasonKind(reason) != "periodic";
-  std::set<int> expected;
-  for (const auto& [id, a] : agents) expected.insert(a.ranks.begin(), a.ranks.end());
+  const std::set<int> expected = agents.DeclaredRanks();
   auto deadline = Window::Clock::now() +
                   std::chrono::duration_cast<Window::Clock::duration>(std::chrono::duration<double>(
                       options.max_seconds + options.upload_grace_seconds));
@@ -66,15 +64,14 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   const std::set<int> current = expected.empty() ? CurrentRanksLocked() : std::set<int>();
   for (const auto& [r, st] : ranks)
     if (expected.empty() ? current.count(r) > 0 : expected.count(r) > 0) steps[r] = st.last_step;
-  windows[spec.id] = std::make_unique<Window>(spec, expected, deadline);
-  windows[spec.id]->SetStepsAtOpen(std::move(steps));
+  windows.Add(std::make_unique<Window>(spec, expected, deadline)).SetStepsAtOpen(std::move(steps));
   // The chart's steps are run-wide (the attempts one after another).
-  AddMarkLocked({spec.id, spec.start_iteration + attempts.Current().run_offset, spec.iterations,
-                 spec.attempt == 0 ? reason
-                                   : fmt::format("{} (attempt {}, its iterations {}..{})", reason,
-                                                 spec.attempt, spec.start_iteration,
-                                                 spec.start_iteration + spec.iterations - 1)});
-  ++windows_opened[ReasonKind(reason)];
+  windows.AddMark({spec.id, spec.start_iteration + attempts.Current().run_offset, spec.iterations,
+                   spec.attempt == 0 ? reason
+                                     : fmt::format("{} (attempt {}, its iterations {}..{})", reason,
+                                                   spec.attempt, spec.start_iteration,
+                                                   spec.start_iteration + spec.iterations - 1)});
+  ++counters.windows_opened[ReasonKind(reason)];
   sched->Opened(spec.id, spec.start_iteration, std::chrono::steady_clock::now(), slowdown, mean_ms);
   if (::perftracker::Status st =
           store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
@@ -87,7 +84,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   p->set_iterations(spec.iterations);
   p->set_max_seconds(spec.max_seconds);
   p->set_record_shapes(spec.record_shapes);
-  SendLocked(cmd);
+  agents.Send(cmd);
   cv.notify_all();
   log::Event("", "window {} opened ({}): profiling iterations {}..{} on every rank{}", spec.id,
              reason, spec.start_iteration, spec.start_iteration + spec.iterations - 1,
@@ -98,7 +95,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
 }
 
 void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
-  Window& w = *windows[id];
+  Window& w = *windows.Find(id);
   if (w.closed()) return;
   Window::Sealed sealed = w.Seal();
   ExplainMissingLocked(&sealed);
@@ -109,11 +106,11 @@ void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
 }
 
 void CollectorServer::Impl::CloseWindowLater(int64_t id) {
-  Window& w = *windows[id];
+  Window& w = *windows.Find(id);
   if (w.closed()) return;
   Window::Sealed sealed = w.Seal();
   ExplainMissingLocked(&sealed);
-  to_publish.push_back({std::move(sealed), SeriesLocked(), marks});
+  to_publish.push_back({std::move(sealed), SeriesLocked(), windows.marks()});
   sched->Closed(id, std::chrono::steady_clock::now());
   publish_cv.notify_one();
 }
@@ -158,7 +155,7 @@ std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() con
   for (const auto& [r, st] : ranks) {
     if (!current.count(r)) continue;
     std::string host;
-    if (auto a = agents.find(st.agent); a != agents.end()) host = a->second.host;
+    if (const AgentState* a = agents.Find(st.agent)) host = a->host;
     mem.push_back({r, host, &st.memory});
     if (st.last_ms > 0) iteration_ms.push_back(st.last_ms);
   }
@@ -196,39 +193,6 @@ void CollectorServer::Impl::PublishLoop() {
   }
 }
 
-AgentSeen CollectorServer::Impl::AgentOfLocked(int rank, const RankState* state,
-                                               const Window::Sealed& sealed,
-                                               std::chrono::steady_clock::time_point now) const {
-  AgentSeen a;
-  std::string id;
-  if (auto d = declared_by.find(rank); d != declared_by.end()) {
-    id = d->second;
-  } else if (state != nullptr) {
-    id = state->agent;
-  }
-  auto it = id.empty() ? agents.end() : agents.find(id);
-  if (it == agents.end()) {
-    // The window waited for the rank because an agent declared it, or an agent reported for it:
-    // that agent is gone. Otherwise no agent was ever known to serve it.
-    a.gone = sealed.declared || !id.empty();
-    return a;
-  }
-  const AgentState& agent = it->second;
-  a.identified = true;
-  a.host = agent.host;
-  a.silent_seconds = std::chrono::duration<double>(now - agent.last_seen).count();
-  a.connected = agent.stream != nullptr ||
-                now - agent.last_seen < std::chrono::seconds(kAgentConnectedSeconds);
-  a.registered_after_open = agent.registered > sealed.opened;
-  a.window_received = agent.window_received;
-  a.command_waiting =
-      std::any_of(agent.queue.begin(), agent.queue.end(), [&](const v1::Command& c) {
-        return c.has_profile() && c.profile().window_id() == sealed.spec.id;
-      });
-  a.relays_workers = agent.relays_workers;
-  return a;
-}
-
 void CollectorServer::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
   const auto now = std::chrono::steady_clock::now();
   for (diagnose::MissingRank& m : sealed->missing.ranks) {
@@ -237,7 +201,9 @@ void CollectorServer::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
     auto at_open = sealed->steps_at_open.find(m.rank);
     MissedWindow window{sealed->spec.id, sealed->spec.start_iteration,
                         at_open == sealed->steps_at_open.end() ? -1 : at_open->second};
-    m = ExplainMissing(m.rank, state, AgentOfLocked(m.rank, state, *sealed, now), window);
+    const AgentSeen agent = agents.SeenFor(m.rank, state == nullptr ? std::string() : state->agent,
+                                           sealed->declared, sealed->spec.id, sealed->opened, now);
+    m = ExplainMissing(m.rank, state, agent, window);
   }
 }
 
@@ -247,11 +213,6 @@ std::vector<report::RunSeries> CollectorServer::Impl::SeriesLocked() const {
   for (const auto& [r, st] : ranks)
     if (st.count > 0) out.push_back(st.Series(r));
   return out;
-}
-
-void CollectorServer::Impl::AddMarkLocked(report::WindowMark m) {
-  if (marks.size() >= kMaxMarks) marks.erase(marks.begin());
-  marks.push_back(std::move(m));
 }
 
 std::set<int> CollectorServer::Impl::CurrentRanksLocked() const {
@@ -273,7 +234,7 @@ void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
   // that got nothing is dropped, as at the job's end), and a hang's stacks are what came.
   if (hang) FinishHangLocked();
   if (const int64_t open = sched->open_window()) {
-    Window& w = *windows[open];
+    Window& w = *windows.Find(open);
     if (w.Reported().empty()) {
       w.Seal();
       sched->Closed(open, std::chrono::steady_clock::now());
@@ -303,25 +264,23 @@ void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
   // Queued behind any window still being published, so windows are published in order.
   if (sched->open_window()) CloseWindowLater(sched->open_window());
   HangCollection h;
-  h.id = ++last_window;
+  h.id = windows.NextId();
   h.since = since;
   h.deadline = std::chrono::steady_clock::now() +
                std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                    std::chrono::duration<double>(options.stacks_seconds));
   // How long the job has been stuck: the detector fires after hang_factor x the mean, and after
   // the floor at least (base/window_defaults.h).
-  h.stalled_seconds = mean_ms > 0 ? std::max(window_defaults::kHangFactor * MsToS(mean_ms),
-                                             window_defaults::kHangMinSeconds)
-                                  : 0;
-  for (const auto& [id, a] : agents) h.expected.insert(a.ranks.begin(), a.ranks.end());
+  h.stalled_seconds = HangCollection::StalledAtTrigger(mean_ms);
+  h.expected = agents.DeclaredRanks();
   for (int r : CurrentRanksLocked()) h.expected.insert(r);
-  AddMarkLocked({h.id, -1, 0, "hang"});
-  ++windows_opened["hang"];
+  windows.AddMark({h.id, -1, 0, "hang"});
+  ++counters.windows_opened["hang"];
   if (::perftracker::Status st = store->AddWindow(job_id, h.id, -1, 0, "hang"); !st.ok())
     log::Error("server", "{}", st.message());
   v1::Command cmd;
   cmd.mutable_stacks()->set_request_id(h.id);
-  SendLocked(cmd);
+  agents.Send(cmd);
   sched->HangStarted(FurthestStepLocked());
   log::Event("", "hang reported by rank {}: collecting stacks from {} rank(s)", rank,
              h.expected.size());
@@ -333,11 +292,8 @@ void CollectorServer::Impl::FinishHangLocked() {
   HangCollection h = std::move(*hang);
   hang.reset();
   sched->HangFinished();
-  std::vector<diagnose::RankStacks> replies;
-  for (auto& [r, s] : h.replies) replies.push_back(s);
-  double stalled =
-      h.stalled_seconds +
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
+  const std::vector<diagnose::RankStacks> replies = h.Replies();
+  const double stalled = h.StalledSeconds(std::chrono::steady_clock::now());
   diagnose::Diagnosis d = diagnose::DiagnoseHang(
       replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
   // The sequence view: each rank's collectives, dumped as it answered (where it could).
@@ -356,9 +312,7 @@ bool CollectorServer::Impl::AmendResumedHangLocked() {
   if (!step || !reported_hang) return false;
   ReportedHang h = std::move(*reported_hang);
   reported_hang.reset();
-  const double stalled =
-      h.stalled_before +
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - h.since).count();
+  const double stalled = h.StalledSeconds(std::chrono::steady_clock::now());
   diagnose::Diagnosis d = diagnose::SlowNotHung(h.diagnosis, stalled, *step);
   log::Event("", "hang {} was not one: iterations resumed at {} after {:.1f} s", h.id, *step,
              stalled);
@@ -383,34 +337,17 @@ void CollectorServer::Impl::TimerLoop() {
 }
 
 void CollectorServer::Impl::ExpireLocked() {
-  const auto now = std::chrono::steady_clock::now();
-  for (auto it = agents.begin(); it != agents.end();) {
-    const AgentState& a = it->second;
-    if (a.stream == nullptr &&
-        now - a.last_seen > std::chrono::duration<double>(options.agent_expiry_seconds)) {
-      log::Detail("server", "{} from {} silent for {:.0f} s: forgotten", it->first, a.host,
-                  options.agent_expiry_seconds);
-      std::erase_if(declared_by, [&](const auto& kv) { return kv.second == it->first; });
-      it = agents.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  size_t closed = 0;
-  for (auto it = windows.rbegin(); it != windows.rend();) {
-    if (it->second->closed() && ++closed > kKeptClosedWindows &&
-        it->first != sched->slowdown_window()) {
-      it = decltype(it)(windows.erase(std::next(it).base()));
-    } else {
-      ++it;
-    }
-  }
+  for (const auto& [id, host] :
+       agents.Expire(std::chrono::steady_clock::now(), options.agent_expiry_seconds))
+    log::Detail("server", "{} from {} silent for {:.0f} s: forgotten", id, host,
+                options.agent_expiry_seconds);
+  windows.ForgetOldClosed(sched->slowdown_window());
 }
 
 void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
   ExpireLocked();
   if (const int64_t open = sched->open_window();
-      open && windows[open]->Expired(Window::Clock::now()))
+      open && windows.Find(open)->Expired(Window::Clock::now()))
     CloseWindowLater(open);
   if (auto p = sched->TakeConfirmedHang(std::chrono::steady_clock::now()))
     StartHangLocked(p->rank, p->mean_ms, p->since);
@@ -429,18 +366,6 @@ void CollectorServer::Impl::MaybeOpenScheduledLocked() {
   if (shutting_down || hang) return;
   if (auto due = sched->Due(ProgressLocked(), std::chrono::steady_clock::now()))
     OpenWindowLocked(due->reason, 0, due->slowdown, due->mean_ms);
-}
-
-void CollectorServer::Impl::SendLocked(const v1::Command& cmd) {
-  for (auto& [id, a] : agents) {
-    std::deque<v1::Command> one = {cmd};
-    if (a.stream == nullptr || !a.stream->Push(&one)) {
-      a.queue.push_back(cmd);
-      // An agent without a stream for long gets the latest commands only: older ones are
-      // for windows that are over.
-      while (a.queue.size() > kMaxQueuedCommands) a.queue.pop_front();
-    }
-  }
 }
 
 std::string CollectorServer::Impl::ReasonKind(const std::string& reason) {

@@ -1,0 +1,43 @@
+#include "server/collector_counters.h"
+
+#include <gtest/gtest.h>
+
+namespace perftracker::server {
+namespace {
+
+TEST(CollectorCountersTest, UploadsCountTheBytesOfAcceptedOnesOnly) {
+  CollectorCounters c;
+  c.CountUpload(true, 100);
+  c.CountUpload(false, 50);
+  c.CountUpload(true, 1);
+  EXPECT_EQ(c.uploads_accepted, 2u);
+  EXPECT_EQ(c.uploads_refused, 1u);
+  EXPECT_EQ(c.upload_bytes_total, 101u);
+}
+
+TEST(CollectorCountersTest, TriggersOtherThanADetectorsAreAUsers) {
+  CollectorCounters c;
+  for (const char* k : {"hang", "slowdown", "slowdown", "", "manual"}) c.CountTrigger(k);
+  EXPECT_EQ(c.triggers_total["hang"], 1u);
+  EXPECT_EQ(c.triggers_total["slowdown"], 2u);
+  EXPECT_EQ(c.triggers_total["user"], 2u);
+  EXPECT_EQ(c.triggers_total.size(), 3u);
+}
+
+TEST(CollectorCountersTest, AnAmendedHangCountsItsFindingsNotItself) {
+  diagnose::Diagnosis d;
+  diagnose::Finding f;
+  f.category = diagnose::Category::kHang;
+  f.cause = diagnose::Cause::kSoftware;
+  d.findings = {f, f};
+  CollectorCounters c;
+  c.CountDiagnosis(d, "window");
+  c.CountDiagnosis(d, "hang");
+  c.CountDiagnosis(d, "amended");
+  EXPECT_EQ(c.windows_diagnosed, 1);
+  EXPECT_EQ(c.hangs_diagnosed, 1);
+  EXPECT_EQ((c.findings_total[{"hang", "software"}]), 6u);
+}
+
+}  // namespace
+}  // namespace perftracker::server

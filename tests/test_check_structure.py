@@ -1,0 +1,87 @@
+"""scripts/check_structure.py refuses what it says it refuses: a file, a function or a class over
+its limit (a class counted with its members defined in other files), a class held at its size
+growing, and a bare number in src/diagnose/. Each on a small tree made here, beside a tree that
+passes, so a check that stopped looking would fail this test."""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ptest  # noqa: E402
+
+SCRIPT = os.path.join(ptest.SOURCE, "scripts", "check_structure.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+import check_structure  # noqa: E402
+
+
+def run_on(files):
+    """Runs the check on a tree of FILES ({path under src/: text}); (exit code, output)."""
+    with tempfile.TemporaryDirectory() as root:
+        for rel, text in files.items():
+            path = os.path.join(root, "src", rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+        p = subprocess.run([sys.executable, SCRIPT, root], capture_output=True, text=True)
+        return p.returncode, p.stdout
+
+
+def body(n):
+    return "".join("  int v%d = %d;\n" % (k, k) for k in range(n))
+
+
+HEADER = ("namespace a {\nclass Big {\n public:\n  void F();\n  void G();\n  void H();\n  void I();\n"
+          "};\n}  // namespace a\n")
+
+
+def members(per_function, functions=("F", "G")):
+    return "namespace a {\n" + "".join(
+        "void Big::%s() {\n%s}\n" % (f, body(per_function)) for f in functions) + "}\n"
+
+
+class CheckStructure(unittest.TestCase):
+    def test_a_small_tree_passes(self):
+        rc, out = run_on({"x/big.h": HEADER, "x/big.cc": members(100)})
+        self.assertEqual(rc, 0, out)
+
+    def test_a_class_is_counted_with_its_members_in_other_files(self):
+        # Four functions of 142 lines in two files: none over its own limit, the class over.
+        rc, out = run_on({"x/big.h": HEADER, "x/big_a.cc": members(140, ["F", "G"]),
+                          "x/big_b.cc": members(140, ["H", "I"])})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("class Big is", out)
+        self.assertNotIn("Big::F is", out)
+
+    def test_a_function_over_its_limit(self):
+        rc, out = run_on({"x/big.h": HEADER, "x/big.cc": members(check_structure.MAX_FUNCTION_LINES)})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("Big::F is", out)
+
+    def test_a_held_class_may_not_grow(self):
+        name = "perftracker::pattern::Summarizer::Impl"
+        held = check_structure.CLASS_LINES_HELD[name]
+        header = ("namespace perftracker::pattern {\nclass Summarizer {\n struct Impl;\n};\n"
+                  "struct Summarizer::Impl {\n%s};\n}\n")
+        rc, out = run_on({"pattern/s.h": header % body(held - 8)})
+        self.assertEqual(rc, 0, out)
+        rc, out = run_on({"pattern/s.h": header % body(held + 1)})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("Summarizer::Impl is", out)
+
+    def test_a_bare_number_in_diagnose(self):
+        rc, out = run_on({"diagnose/rule.cc": "double F(double x) { return x > 0.3; }\n"})
+        self.assertEqual(rc, 1, out)
+        self.assertIn("bare number 0.3", out)
+        rc, out = run_on({"diagnose/rule.cc":
+                          "constexpr double kShare = 0.3;  // why\ndouble F() { return 1.0; }\n"})
+        self.assertEqual(rc, 0, out)
+
+    def test_the_tree_itself_passes(self):
+        p = subprocess.run([sys.executable, SCRIPT, ptest.SOURCE], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stdout)
+
+
+if __name__ == "__main__":
+    ptest.main()
