@@ -2,6 +2,7 @@
 
 #include <iterator>
 
+#include "base/units.h"
 #include "server/collector_impl.h"
 
 namespace perftracker::server {
@@ -20,7 +21,7 @@ std::string CollectorServer::Impl::MetricsLocked() const {
       fmt::format_to(std::back_inserter(out),
                      "perftracker_iteration_duration_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
                      "{:.6f}\n",
-                     job, r, MetricsHttp::Label(st.host), st.last_ms / 1e3);
+                     job, r, MetricsHttp::Label(st.host), MsToS(st.last_ms));
   head("perftracker_iteration_mean_seconds", "gauge",
        "The rank's mean iteration time over the run.");
   for (const auto& [r, st] : ranks)
@@ -28,7 +29,7 @@ std::string CollectorServer::Impl::MetricsLocked() const {
       fmt::format_to(std::back_inserter(out),
                      "perftracker_iteration_mean_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
                      "{:.6f}\n",
-                     job, r, MetricsHttp::Label(st.host), st.sum_ms / st.count / 1e3);
+                     job, r, MetricsHttp::Label(st.host), MsToS(st.sum_ms / st.count));
   head("perftracker_iterations_total", "counter", "Iterations the rank reported.");
   for (const auto& [r, st] : ranks)
     fmt::format_to(std::back_inserter(out),

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <utility>
 
+#include "base/units.h"
+
 namespace perftracker::server {
 
 namespace {
@@ -21,7 +23,7 @@ int64_t WindowScheduler::StartIteration(const JobProgress& progress) const {
   if (progress.furthest_step < 0) return 0;
   int64_t lead = options_.start_lead;
   if (progress.mean_iteration_ms > 0)
-    lead = std::max<int64_t>(lead, static_cast<int64_t>(std::ceil(options_.lead_seconds * 1e3 /
+    lead = std::max<int64_t>(lead, static_cast<int64_t>(std::ceil(SToMs(options_.lead_seconds) /
                                                                   progress.mean_iteration_ms)));
   return progress.furthest_step + lead;
 }
