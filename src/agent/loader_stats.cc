@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/units.h"
+
 namespace perftracker::agent {
 namespace {
 
@@ -125,8 +127,8 @@ void AddLoaderMetrics(const std::map<int, LoaderStats>& begin,
   }
   (*m)["loader.workers"] = static_cast<double>(end.size());
   (*m)["loader.batches"] = static_cast<double>(batches);
-  (*m)["loader.dataset_s"] = static_cast<double>(dataset_ns) * 1e-9;
-  (*m)["loader.collate_s"] = static_cast<double>(collate_ns) * 1e-9;
+  (*m)["loader.dataset_s"] = NsToS(dataset_ns);
+  (*m)["loader.collate_s"] = NsToS(collate_ns);
   if (!named->dataset_fn.empty()) (*m)["loader.dataset_fn=" + named->dataset_fn] = 1;
   if (!named->collate_fn.empty()) (*m)["loader.collate_fn=" + named->collate_fn] = 1;
 }

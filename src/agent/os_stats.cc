@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <set>
 
+#include "base/units.h"
+
 namespace perftracker::agent {
 namespace {
 
@@ -119,9 +121,9 @@ StatusOr<CgroupCpu> ParseCgroupCpuStat(std::string_view text) {
     return DataLoss("cpu.stat: no nr_periods or nr_throttled");
   uint64_t t = 0;
   if (KeyNumber(text, "throttled_usec", &t))
-    c.throttled_s = static_cast<double>(t) * 1e-6;
+    c.throttled_s = UsToS(t);
   else if (KeyNumber(text, "throttled_time", &t))
-    c.throttled_s = static_cast<double>(t) * 1e-9;
+    c.throttled_s = NsToS(t);
   else
     return DataLoss("cpu.stat: no throttled_usec or throttled_time");
   return c;
@@ -182,8 +184,8 @@ std::string CpuCgroupDir(std::string_view text, const std::string& root) {
 HostMemory ParseMeminfo(std::string_view text) {
   HostMemory m;
   uint64_t kib = 0;
-  if (KeyNumber(text, "MemTotal", &kib)) m.total_bytes = static_cast<double>(kib) * 1024;
-  if (KeyNumber(text, "MemAvailable", &kib)) m.available_bytes = static_cast<double>(kib) * 1024;
+  if (KeyNumber(text, "MemTotal", &kib)) m.total_bytes = KiBToBytes(kib);
+  if (KeyNumber(text, "MemAvailable", &kib)) m.available_bytes = KiBToBytes(kib);
   return m;
 }
 

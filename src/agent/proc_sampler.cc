@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "base/units.h"
+
 namespace perftracker::agent {
 namespace {
 
@@ -305,8 +307,8 @@ void AddSchedDelta(const std::map<int, SchedStat>& begin, const std::map<int, Sc
     auto b = begin.find(tid);
     const uint64_t run0 = b == begin.end() ? 0 : std::min(b->second.run_ns, s.run_ns);
     const uint64_t wait0 = b == begin.end() ? 0 : std::min(b->second.wait_ns, s.wait_ns);
-    *run_s += static_cast<double>(s.run_ns - run0) * 1e-9;
-    *wait_s += static_cast<double>(s.wait_ns - wait0) * 1e-9;
+    *run_s += NsToS(s.run_ns - run0);
+    *wait_s += NsToS(s.wait_ns - wait0);
   }
 }
 

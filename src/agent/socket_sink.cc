@@ -31,6 +31,7 @@
 #include "base/json_writer.h"
 #include "base/log.h"
 #include "base/private_dir.h"
+#include "base/units.h"
 #include "base/window_defaults.h"
 
 namespace perftracker::agent {
@@ -337,12 +338,13 @@ struct SocketSink::Impl {
       case T::kStats: {
         c.exit_message = true;
         // The worker's detector at exit: why a slowdown did or did not fire.
-        const double ref = msg.reference_ns / 1e6, thr = msg.threshold_ns / 1e6;
+        const double ref = NsToMs(msg.reference_ns), thr = NsToMs(msg.threshold_ns);
         Log(fmt::format(
             "rank {} (pid {}) detector at exit: {} iterations, reference {:.2f} ms, fires above "
             "{:.2f} ms (+{:.1f}%), recent median {:.2f} ms, {} slowdown(s), {} hang(s)",
             RankName(c.rank), c.pid, msg.iterations, ref, thr,
-            ref > 0 ? 100 * (thr / ref - 1) : 0.0, msg.recent_ns / 1e6, msg.slowdowns, msg.hangs));
+            ref > 0 ? 100 * (thr / ref - 1) : 0.0, NsToMs(msg.recent_ns), msg.slowdowns,
+            msg.hangs));
         break;
       }
       case T::kProfileAck:
@@ -367,8 +369,8 @@ struct SocketSink::Impl {
       ++counters.forged_messages;
       return false;
     }
-    if (m.rank && c.rank < 0 && RankHeldByOther(c, *m.rank, m.pid.value_or(c.pid),
-                                                 m.attempt.value_or(c.attempt))) {
+    if (m.rank && c.rank < 0 &&
+        RankHeldByOther(c, *m.rank, m.pid.value_or(c.pid), m.attempt.value_or(c.attempt))) {
       ++counters.rank_conflicts;
       c.refused = true;
       log::Error("agent", "refused a worker (pid {}) claiming rank {}, which pid {} holds",
@@ -430,7 +432,7 @@ struct SocketSink::Impl {
   void OnIterations(Conn& c, const WorkerMessage& m) {
     for (const IterationItem& item : m.items) {
       c.last_iteration = std::max(c.last_iteration, item.index);
-      IterationReport r{c.rank, item.index, (item.end_ns - item.start_ns) / 1e6, c.pid,
+      IterationReport r{c.rank, item.index, NsToMs(item.end_ns - item.start_ns), c.pid,
                         std::max(c.attempt, 0)};
       if (c.rank >= 0) {
         PushIteration(r);
@@ -449,8 +451,8 @@ struct SocketSink::Impl {
     t.rank = c.rank;
     t.kind = m.kind;
     t.iteration = m.iteration;
-    t.mean_ms = m.mean_ns / 1e6;
-    t.best_ms = m.best_ns / 1e6;
+    t.mean_ms = NsToMs(m.mean_ns);
+    t.best_ms = NsToMs(m.best_ns);
     Log(fmt::format("rank {} (pid {}): {} at iteration {} (mean {:.2f} ms{})", RankName(t.rank),
                     c.pid, t.kind, t.iteration, t.mean_ms,
                     t.kind == "slowdown" ? fmt::format(", best {:.2f} ms", t.best_ms) : ""));
@@ -557,10 +559,10 @@ struct SocketSink::Impl {
         // Logged once: a stranger's loop of connections must not fill the log.
         if (++counters.refused_peers == 1)
           log::Error("agent", "{}: refused a connection from {} (this agent serves uid {} only)",
-                   socket_path,
-                   peer.ok() ? fmt::format("uid {} (pid {})", peer->uid, peer->pid)
-                             : peer.status().message(),
-                   geteuid());
+                     socket_path,
+                     peer.ok() ? fmt::format("uid {} (pid {})", peer->uid, peer->pid)
+                               : peer.status().message(),
+                     geteuid());
         close(fd);
         continue;
       }
@@ -714,7 +716,7 @@ Status SocketSink::Start() {
   // The workers find the trace folder they may write to through this link, which only this
   // user can have made in the private folder (python/perftracker/client.py checks it).
   const std::string link = TraceDirLink(m.socket_path);
-  if (struct stat lst {}; lstat(link.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
+  if (struct stat lst{}; lstat(link.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode))
     unlink(link.c_str());  // a crashed agent's
   if (chmod(m.socket_path.c_str(), 0600) != 0 || symlink(m.trace_root.c_str(), link.c_str()) != 0) {
     Status err = Internal(fmt::format("agent: cannot set up {} (mode 0600, trace folder link): {}",
@@ -767,8 +769,8 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
     Log(
         fmt::format("removed the raw traces of window {} ({:.1f} MB; summarized and uploaded; "
                     "the newest {} windows' are kept, {:.0f} MB at most)",
-                    p.window_id, p.bytes / 1e6, m.options.retention.keep_windows,
-                    m.options.retention.max_bytes / 1e6));
+                    p.window_id, BytesToMB(p.bytes), m.options.retention.keep_windows,
+                    BytesToMB(m.options.retention.max_bytes)));
   JsonWriter w;
   w.BeginObject();
   w.Key("type").String("profile");

@@ -32,6 +32,7 @@
 #ifdef PT_ONLINE
 #include "base/credentials.h"
 #include "base/terminal.h"
+#include "base/units.h"
 #include "cli/launcher.h"
 #include "cli/online_commands.h"
 #endif
@@ -54,7 +55,7 @@ int Fail(const pt::Status& status) {
 double PeakRssMb() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  return usage.ru_maxrss / 1024.0;
+  return pt::KiBToMiB(usage.ru_maxrss);
 }
 
 struct OutputFlags {
@@ -132,7 +133,7 @@ std::string JobTitle(const std::vector<std::string>& paths) {
 }
 
 void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
-  double mb = s.json_bytes / 1e6;
+  double mb = pt::BytesToMB(s.json_bytes);
   std::fprintf(stderr,
                "perftracker: %zu files, %.1f MB of JSON, %llu events, %llu skipped, %.3f s, "
                "%.0f MB/s, peak RSS %.0f MB\n",
@@ -299,16 +300,17 @@ int RunShow(const std::vector<std::string>& paths, int top, const std::string& j
       std::printf(
           "  gpu per iteration: busy %.2f ms, idle %.2f ms, compute %.2f, comm %.2f, "
           "memcpy %.2f, overlap %.2f, cpu-critical %.2f\n",
-          r.gpu_busy_us / 1e3, r.gpu_idle_us / 1e3, r.compute_us / 1e3, r.comm_us / 1e3,
-          r.memcpy_us / 1e3, r.comm_compute_overlap_us / 1e3, r.cpu_critical_us / 1e3);
+          pt::UsToMs(r.gpu_busy_us), pt::UsToMs(r.gpu_idle_us), pt::UsToMs(r.compute_us),
+          pt::UsToMs(r.comm_us), pt::UsToMs(r.memcpy_us), pt::UsToMs(r.comm_compute_overlap_us),
+          pt::UsToMs(r.cpu_critical_us));
     }
     std::printf("  %10s %10s %8s %7s %10s %-11s %s\n", "ms/iter", "self ms", "calls", "share",
                 "p99 us", "class", "function");
     int shown = 0;
     for (const auto& f : r.functions) {
       if (shown++ >= top) break;
-      std::printf("  %10.3f %10.3f %8.1f %6.1f%% %10.1f %-11s ", f.per_iter_us / 1e3,
-                  f.self_per_iter_us / 1e3, f.calls_per_iter, 100 * f.share, f.p99_us,
+      std::printf("  %10.3f %10.3f %8.1f %6.1f%% %10.1f %-11s ", pt::UsToMs(f.per_iter_us),
+                  pt::UsToMs(f.self_per_iter_us), f.calls_per_iter, 100 * f.share, f.p99_us,
                   pt::pattern::FunctionClassName(f.fclass));
       pt::PutSafe(fmt::format("{}{}{}\n", f.name, f.stack.empty() ? "" : "  <- ", f.stack), stdout);
     }
@@ -363,7 +365,8 @@ int RunSimulate(const SimulateFlags& f) {
   auto stats = pt::sim::Run(config, f.out);
   if (!stats.ok()) return Fail(stats.status());
   std::fprintf(stderr, "perftracker: simulated %d workers (%d written) to %s: %.1f MB, %.2f s\n",
-               f.workers, stats->ranks_written, f.out.c_str(), stats->bytes / 1e6, stats->seconds);
+               f.workers, stats->ranks_written, f.out.c_str(), pt::BytesToMB(stats->bytes),
+               stats->seconds);
   return 0;
 }
 

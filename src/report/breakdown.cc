@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/json_writer.h"
+#include "base/units.h"
 
 namespace perftracker::report {
 namespace {
@@ -27,16 +28,16 @@ std::string BreakdownJson(const std::vector<pattern::RankSummary>& ranks) {
     w.Key("iteration_ms").Number(r.MeanIterationMs());
     if (r.has_gpu) {
       w.Key("gpu").BeginObject();
-      w.Key("idle_ms").Number(r.gpu_idle_us / 1e3);
-      w.Key("compute_ms").Number(r.compute_us / 1e3);
-      w.Key("non_compute_ms").Number((r.gpu_busy_us - r.compute_us) / 1e3);
-      w.Key("communication_ms").Number(r.comm_us / 1e3);
-      w.Key("memory_ms").Number(r.memcpy_us / 1e3);
-      w.Key("overlap_ms").Number(r.comm_compute_overlap_us / 1e3);
-      w.Key("busy_ms").Number(r.gpu_busy_us / 1e3);
-      w.Key("cpu_critical_ms").Number(r.cpu_critical_us / 1e3);
+      w.Key("idle_ms").Number(UsToMs(r.gpu_idle_us));
+      w.Key("compute_ms").Number(UsToMs(r.compute_us));
+      w.Key("non_compute_ms").Number(UsToMs(r.gpu_busy_us - r.compute_us));
+      w.Key("communication_ms").Number(UsToMs(r.comm_us));
+      w.Key("memory_ms").Number(UsToMs(r.memcpy_us));
+      w.Key("overlap_ms").Number(UsToMs(r.comm_compute_overlap_us));
+      w.Key("busy_ms").Number(UsToMs(r.gpu_busy_us));
+      w.Key("cpu_critical_ms").Number(UsToMs(r.cpu_critical_us));
       w.Key("pre_profiler_ops").Int(static_cast<int64_t>(r.pre_profiler_gpu_ops));
-      w.Key("pre_profiler_ms").Number(r.pre_profiler_gpu_us / 1e3);
+      w.Key("pre_profiler_ms").Number(UsToMs(r.pre_profiler_gpu_us));
       w.EndObject();
     }
     w.EndObject();
@@ -54,10 +55,10 @@ std::string BreakdownTable(const std::vector<pattern::RankSummary>& ranks) {
                        Count(r, pattern::ExcludedIteration::kPartial),
                        Count(r, pattern::ExcludedIteration::kWarmup), r.MeanIterationMs());
     if (r.has_gpu) {
-      out +=
-          fmt::format(" {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f}", r.gpu_idle_us / 1e3,
-                      r.compute_us / 1e3, (r.gpu_busy_us - r.compute_us) / 1e3, r.comm_us / 1e3,
-                      r.memcpy_us / 1e3, r.comm_compute_overlap_us / 1e3);
+      out += fmt::format(" {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f}",
+                         UsToMs(r.gpu_idle_us), UsToMs(r.compute_us),
+                         UsToMs(r.gpu_busy_us - r.compute_us), UsToMs(r.comm_us),
+                         UsToMs(r.memcpy_us), UsToMs(r.comm_compute_overlap_us));
     } else {
       out += "   (no GPU events)";
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/median.h"
+#include "base/units.h"
 #include "diagnose/diagnose.h"
 
 namespace perftracker::report::internal {
@@ -87,7 +88,7 @@ std::string FunctionKey(const diagnose::FunctionRef& f) {
 // A rank's per-iteration time in function INFO (0 when it does not run it).
 double PerIterMs(const CompactRank& r, const FunctionInfo* info) {
   for (const auto& f : r.compact)
-    if (f.info == info) return f.per_iter_us / 1e3;
+    if (f.info == info) return UsToMs(f.per_iter_us);
   return 0;
 }
 
@@ -442,7 +443,7 @@ std::string Heatmap(const Diagnosis& d, const CompactJob& job) {
   std::vector<std::vector<double>> values(ranks.size(), std::vector<double>(cols.size(), 0));
   for (size_t i = 0; i < ranks.size(); ++i) {
     std::unordered_map<const FunctionInfo*, double> mine;
-    for (const auto& f : ranks[i].compact) mine[f.info] = f.per_iter_us / 1e3;
+    for (const auto& f : ranks[i].compact) mine[f.info] = UsToMs(f.per_iter_us);
     for (size_t c = 0; c < cols.size(); ++c)
       if (auto it = mine.find(cols[c]); it != mine.end()) values[i][c] = it->second;
   }
@@ -559,9 +560,9 @@ Parts Breakdown(const CompactRank& r) {
       continue;
     double ms = 0;
     if (r.has_self) {
-      ms = f.self_per_iter_us / 1e3;
+      ms = UsToMs(f.self_per_iter_us);
     } else if (f.top_level) {
-      ms = f.per_iter_us / 1e3;
+      ms = UsToMs(f.per_iter_us);
     }
     if (ms <= 0) continue;
     p.v[PartOf(f.fclass())] += ms;
@@ -620,7 +621,7 @@ std::string BreakdownChart(const Diagnosis& d, const CompactJob& job) {
       x += w;
     }
     if (ranks[i].has_gpu && ranks[i].gpu_idle_us > 0)
-      svg.Text(x + 4, y + 12, fmt::format("GPU idle {}", Ms(ranks[i].gpu_idle_us / 1e3)));
+      svg.Text(x + 4, y + 12, fmt::format("GPU idle {}", Ms(UsToMs(ranks[i].gpu_idle_us))));
   }
   const double base = fr.top + rows.size() * row_h;
   for (double t : axis.ticks) {

@@ -14,6 +14,7 @@
 
 #include "base/json_writer.h"
 #include "base/parallel_for.h"
+#include "base/units.h"
 #include "pattern/names.h"
 #include "pattern/summary_io.h"
 
@@ -96,7 +97,7 @@ class SummaryBuilder {
     out_.main_tid = 1;
     double window = 0;
     for (int i = 0; i < config_.iterations; ++i) {
-      out_.iteration_ms.push_back((st_.iteration_us * st_.iter_factor[i] / 1000));
+      out_.iteration_ms.push_back(UsToMs(st_.iteration_us * st_.iter_factor[i]));
       out_.iteration_steps.push_back(100 + i);
       window += out_.iteration_ms.back();
     }
