@@ -25,11 +25,7 @@ using testing::Slurp;
 // from iteration 0. The server starts afresh (a baseline of the new attempt, windows placed by
 // its iterations) and the job-end diagnosis shows both attempts.
 TEST(Restart, AnElasticRestartIsANewAttemptInTheSameReport) {
-  ServerOptions o;
-  o.report_dir = testing::TempDir("restart");
-  o.print = false;
-  o.max_seconds = 0.5;
-  o.upload_grace_seconds = 0.5;
+  ServerOptions o = testing::TestOptions("restart", 0.5, 0.5);
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   testing::AgentClient c((*server)->port());

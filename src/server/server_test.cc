@@ -36,6 +36,7 @@ pattern::RankSummary Synthetic(int rank, int world, double ms) {
 
 using testing::Slurp;
 using testing::TempDir;
+using testing::TestOptions;
 using Client = testing::AgentClient;
 
 TEST(Auth, ConstantTimeEquals) {
@@ -92,11 +93,7 @@ TEST(Store, KeepsWindowsAndFindings) {
 }
 
 TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
-  ServerOptions o;
-  o.report_dir = TempDir("full");
-  o.print = false;
-  o.max_seconds = 5;
-  o.upload_grace_seconds = 5;
+  ServerOptions o = TestOptions("full", 5, 5);
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
@@ -166,9 +163,7 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
 // Command streams: a command queued while an agent has no stream waits for its next one; a
 // second stream of the same agent replaces the first, which ends; an unknown agent is refused.
 TEST(Server, CommandStreamsQueueReplaceAndRefuse) {
-  ServerOptions o;
-  o.report_dir = TempDir("streams");
-  o.print = false;
+  ServerOptions o = TestOptions("streams");
   o.schedule.hang_confirm_seconds = 0.3;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
@@ -209,11 +204,7 @@ TEST(Server, CommandStreamsQueueReplaceAndRefuse) {
 }
 
 TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
-  ServerOptions o;
-  o.report_dir = TempDir("deadline");
-  o.print = false;
-  o.max_seconds = 0.2;
-  o.upload_grace_seconds = 0.3;
+  ServerOptions o = TestOptions("deadline", 0.2, 0.3);
   o.token = "s3cret";
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
@@ -247,11 +238,7 @@ TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
 // from the traces' world size), and it says why each rank is silent from what the agent
 // reported: rank 1's process exited, rank 3 took the command but made no iteration since.
 TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
-  ServerOptions o;
-  o.report_dir = TempDir("why");
-  o.print = false;
-  o.max_seconds = 0.2;
-  o.upload_grace_seconds = 0.5;
+  ServerOptions o = TestOptions("why", 0.2, 0.5);
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
@@ -314,11 +301,7 @@ TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
 // iteration. That is no dead rank: the window's diagnosis notes it, with no finding, and the
 // job's report stays the window before it.
 TEST(Server, AWindowTheJobEndedBeforeIsANoteAndLeavesTheReport) {
-  ServerOptions o;
-  o.report_dir = TempDir("ended");
-  o.print = false;
-  o.max_seconds = 0.2;
-  o.upload_grace_seconds = 0.3;
+  ServerOptions o = TestOptions("ended", 0.2, 0.3);
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
@@ -375,11 +358,7 @@ TEST(Server, AWindowTheJobEndedBeforeIsANoteAndLeavesTheReport) {
 // The agent went away: its ranks' silence is its agent's, and a restarted agent that registered
 // after the window opened never got the command.
 TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
-  ServerOptions o;
-  o.report_dir = TempDir("gone");
-  o.print = false;
-  o.max_seconds = 0.2;
-  o.upload_grace_seconds = 1.0;
+  ServerOptions o = TestOptions("gone", 0.2, 1.0);
   o.agent_expiry_seconds = 0.5;  // the agent of rank 1 is forgotten before the deadline
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
@@ -429,11 +408,7 @@ TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
 // whose exception ended the launcher. Uploads with impossible ranks are refused; the window
 // is still diagnosed with what was valid, and the server goes on.
 TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
-  ServerOptions o;
-  o.report_dir = TempDir("huge");
-  o.print = false;
-  o.max_seconds = 0.3;
-  o.upload_grace_seconds = 0.3;
+  ServerOptions o = TestOptions("huge", 0.3, 0.3);
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port(), "");
@@ -483,9 +458,7 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
 
 // A long job's server forgets what it no longer needs, and `status` pages a large job.
 TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
-  ServerOptions o;
-  o.report_dir = TempDir("pages");
-  o.print = false;
+  ServerOptions o = TestOptions("pages");
   o.agent_expiry_seconds = 0.5;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
@@ -516,11 +489,7 @@ TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
 // An agent speaks only for the ranks it registered; a user's trigger opens at most one window
 // per caller host per cooldown.
 TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
-  ServerOptions o;
-  o.report_dir = TempDir("owner");
-  o.print = false;
-  o.max_seconds = 0.2;
-  o.upload_grace_seconds = 0.2;
+  ServerOptions o = TestOptions("owner", 0.2, 0.2);
   o.schedule.user_trigger_cooldown_seconds = 30;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
@@ -568,9 +537,7 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
 // Two jobs pointed at one server are not mixed into one diagnosis: the second job's agents
 // are refused while the first's are connected, and welcome once they are gone.
 TEST(Server, OneJobAtATime) {
-  ServerOptions o;
-  o.report_dir = TempDir("jobs");
-  o.print = false;
+  ServerOptions o = TestOptions("jobs");
   o.agent_expiry_seconds = 0.5;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
@@ -602,9 +569,7 @@ TEST(Server, OneJobAtATime) {
 }
 
 TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
-  ServerOptions o;
-  o.report_dir = TempDir("empty");
-  o.print = false;
+  ServerOptions o = TestOptions("empty");
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   (*server)->Shutdown();

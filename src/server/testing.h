@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "perftracker.grpc.pb.h"
+#include "server/collector.h"
 
 namespace perftracker::server::testing {
 
@@ -26,6 +27,18 @@ inline std::string TempDir(const std::string& name) {
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
+}
+
+// A test server's options: its own report folder (TempDir(NAME)), nothing printed, and where
+// given (> 0), a window's length and its upload grace in seconds.
+inline ServerOptions TestOptions(const std::string& name, double max_seconds = 0,
+                                 double upload_grace_seconds = 0) {
+  ServerOptions o;
+  o.report_dir = TempDir(name);
+  o.print = false;
+  if (max_seconds > 0) o.max_seconds = max_seconds;
+  if (upload_grace_seconds > 0) o.upload_grace_seconds = upload_grace_seconds;
+  return o;
 }
 
 inline std::string Slurp(const std::string& path) {

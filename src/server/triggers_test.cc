@@ -21,6 +21,7 @@ namespace v1 = ::perftracker::v1;
 
 using testing::Slurp;
 using testing::TempDir;
+using testing::TestOptions;
 using Client = testing::AgentClient;
 
 // A stacks reply of RANK to request ID: its main thread at AT (file, line), outermost first.
@@ -46,9 +47,7 @@ v1::UploadStacksRequest Stacks(const std::string& agent, int64_t id, int rank,
 // --profile-at-iteration on an H200 (4 ms iterations): the agent's trigger came before any
 // iteration report, and the window was announced as iterations 0..9.
 TEST(Server, ATriggerBeforeAnyReportStartsFromItsOwnStep) {
-  ServerOptions o;
-  o.report_dir = TempDir("trigger_step");
-  o.print = false;
+  ServerOptions o = TestOptions("trigger_step");
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
@@ -68,9 +67,7 @@ TEST(Server, ATriggerBeforeAnyReportStartsFromItsOwnStep) {
 }
 
 TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
-  ServerOptions o;
-  o.report_dir = TempDir("hang");
-  o.print = false;
+  ServerOptions o = TestOptions("hang");
   std::atomic<int> hangs{0};
   o.on_hang = [&](const diagnose::Diagnosis& d) { ++hangs; };
   o.schedule.hang_confirm_seconds = 0.3;
@@ -125,9 +122,7 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
 }
 
 TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
-  ServerOptions o;
-  o.report_dir = TempDir("pause");
-  o.print = false;
+  ServerOptions o = TestOptions("pause");
   o.schedule.hang_confirm_seconds = 0.5;
   std::atomic<int> hangs{0};
   o.on_hang = [&](const diagnose::Diagnosis&) { ++hangs; };
@@ -155,12 +150,8 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
 }
 
 TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
-  ServerOptions o;
-  o.report_dir = TempDir("cool");
-  o.print = false;
+  ServerOptions o = TestOptions("cool", 0.1, 0.1);
   o.schedule.baseline_window = false;
-  o.max_seconds = 0.1;
-  o.upload_grace_seconds = 0.1;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
@@ -209,11 +200,7 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
 }
 
 TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
-  ServerOptions o;
-  o.report_dir = TempDir("baseline");
-  o.print = false;
-  o.max_seconds = 0.1;
-  o.upload_grace_seconds = 0.1;
+  ServerOptions o = TestOptions("baseline", 0.1, 0.1);
   o.schedule.profile_every_seconds = 0.6;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
@@ -246,12 +233,8 @@ TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
 }
 
 TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
-  ServerOptions o;
-  o.report_dir = TempDir("followup");
-  o.print = false;
+  ServerOptions o = TestOptions("followup", 0.1, 0.1);
   o.schedule.baseline_window = false;
-  o.max_seconds = 0.1;
-  o.upload_grace_seconds = 0.1;
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
