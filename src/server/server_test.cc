@@ -90,6 +90,14 @@ TEST(Store, KeepsWindowsAndFindings) {
             std::vector<std::string>{"1234"});
   EXPECT_EQ(*(*store)->QueryColumn("SELECT length(summary) FROM rank_summaries"),
             std::vector<std::string>{"11"});
+  // Every column where it belongs, the summary as a BLOB (a TEXT would be cut at a NUL).
+  EXPECT_EQ(*(*store)->QueryColumn("SELECT window_id || ',' || rank || ',' || host || ',' || "
+                                   "iterations || ',' || mean_iteration_ms || ',' || "
+                                   "hardware_json || ',' || typeof(summary) FROM rank_summaries"),
+            std::vector<std::string>{"1,0,h,10,5.0,{},blob"});
+  EXPECT_EQ(*(*store)->QueryColumn("SELECT window_id || ',' || start_iteration || ',' || "
+                                   "iterations || ',' || reason FROM windows"),
+            std::vector<std::string>{"1,100,10,user"});
 }
 
 TEST(Server, CollectsRealTracesFansOutAndWritesReports) {

@@ -12,6 +12,11 @@ namespace perftracker::server {
 namespace {
 
 // Statement wrapper: finalizes on every return path.
+// Bytes bound as a BLOB (a std::string alone binds as TEXT).
+struct Blob {
+  const std::string& bytes;
+};
+
 class Stmt {
  public:
   Stmt(sqlite3* db, const std::string& sql) {
@@ -27,6 +32,15 @@ class Stmt {
   }
   void BindBlob(int i, const std::string& v) {
     sqlite3_bind_blob(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC);
+  }
+  void Bind(int i, const Blob& b) { BindBlob(i, b.bytes); }
+  // Binds ARGS to parameters 1, 2, ... in order (nothing when the statement did not prepare:
+  // Step reports that): s.BindAll(job_id, int64_t{rank}, host, Blob{bytes}).
+  template <typename... Args>
+  void BindAll(const Args&... args) {
+    if (!ok()) return;
+    int i = 0;
+    (Bind(++i, args), ...);
   }
 
  private:
@@ -94,10 +108,7 @@ Status Store::Exec(const std::string& sql) {
 
 StatusOr<int64_t> Store::AddJob(const std::string& report_dir) {
   Stmt s(db_, "INSERT INTO jobs(report_dir, started_at) VALUES(?, ?)");
-  if (s.ok()) {
-    s.Bind(1, report_dir);
-    s.Bind(2, NowSeconds());
-  }
+  s.BindAll(report_dir, NowSeconds());
   PT_RETURN_IF_ERROR(Step(db_, s));
   job_id_ = sqlite3_last_insert_rowid(db_);
   return job_id_;
@@ -108,14 +119,8 @@ Status Store::AddWindow(int64_t job_id, int64_t window_id, int64_t start_iterati
   Stmt s(db_,
          "INSERT INTO windows(job_id, window_id, start_iteration, iterations, reason, state, "
          "opened_at) VALUES(?, ?, ?, ?, ?, 'open', ?)");
-  if (s.ok()) {
-    s.Bind(1, job_id);
-    s.Bind(2, window_id);
-    s.Bind(3, start_iteration);
-    s.Bind(4, static_cast<int64_t>(iterations));
-    s.Bind(5, reason);
-    s.Bind(6, NowSeconds());
-  }
+  s.BindAll(job_id, window_id, start_iteration, static_cast<int64_t>(iterations), reason,
+            NowSeconds());
   return Step(db_, s);
 }
 
@@ -123,17 +128,9 @@ Status Store::AddRankSummary(const RankSummaryRow& row) {
   Stmt s(db_,
          "INSERT INTO rank_summaries(job_id, window_id, rank, host, summary_bytes, iterations, "
          "mean_iteration_ms, hardware_json, summary) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  if (s.ok()) {
-    s.Bind(1, job_id_);
-    s.Bind(2, row.window_id);
-    s.Bind(3, static_cast<int64_t>(row.rank));
-    s.Bind(4, row.host);
-    s.Bind(5, row.summary_bytes);
-    s.Bind(6, static_cast<int64_t>(row.iterations));
-    s.Bind(7, row.mean_iteration_ms);
-    s.Bind(8, row.hardware_json);
-    s.BindBlob(9, row.summary);
-  }
+  s.BindAll(job_id_, row.window_id, static_cast<int64_t>(row.rank), row.host, row.summary_bytes,
+            static_cast<int64_t>(row.iterations), row.mean_iteration_ms, row.hardware_json,
+            Blob{row.summary});
   return Step(db_, s);
 }
 
@@ -143,12 +140,7 @@ Status Store::FinishWindow(int64_t window_id, const diagnose::Diagnosis& diagnos
     Stmt s(db_,
            "UPDATE windows SET state='done', closed_at=?, diagnosis_json=? "
            "WHERE job_id=? AND window_id=?");
-    if (s.ok()) {
-      s.Bind(1, NowSeconds());
-      s.Bind(2, diagnosis_json);
-      s.Bind(3, job_id_);
-      s.Bind(4, window_id);
-    }
+    s.BindAll(NowSeconds(), diagnosis_json, job_id_, window_id);
     PT_RETURN_IF_ERROR(Step(db_, s));
   }
   int64_t idx = 0;
@@ -156,17 +148,10 @@ Status Store::FinishWindow(int64_t window_id, const diagnose::Diagnosis& diagnos
     Stmt s(db_,
            "INSERT INTO findings(job_id, window_id, idx, category, class, cause, ranks, "
            "impact_ms, summary) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    if (s.ok()) {
-      s.Bind(1, job_id_);
-      s.Bind(2, window_id);
-      s.Bind(3, idx++);
-      s.Bind(4, std::string(diagnose::CategoryName(f.category)));
-      s.Bind(5, std::string(diagnose::FindingClassName(f.finding_class)));
-      s.Bind(6, std::string(diagnose::CauseName(f.cause)));
-      s.Bind(7, diagnose::RankList(f.ranks));
-      s.Bind(8, f.impact_ms);
-      s.Bind(9, f.summary);
-    }
+    s.BindAll(job_id_, window_id, idx++, std::string(diagnose::CategoryName(f.category)),
+              std::string(diagnose::FindingClassName(f.finding_class)),
+              std::string(diagnose::CauseName(f.cause)), diagnose::RankList(f.ranks), f.impact_ms,
+              f.summary);
     PT_RETURN_IF_ERROR(Step(db_, s));
   }
   return Status::Ok();
