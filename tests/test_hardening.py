@@ -248,8 +248,9 @@ def fake_collector():
 def worker_client(sock):
     sys.path.insert(0, os.path.join(ptest.SOURCE, "python"))
     from perftracker import client
-    c = fake_collector()
-    ac = client.AgentClient(c, sock, "")
+    c = fake_collector()  # also the switch the client reads _worker and turn_off from
+    ac = client.AgentClient(c, c.windows, c.patches.ring, sock, "", train_tid=lambda: None,
+                            last_collective=lambda: None)
     ac.ident["rank"] = 0  # the trace is named after it (no launcher's environment here)
     return c, ac
 

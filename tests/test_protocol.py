@@ -310,12 +310,21 @@ class FakeWorker:
 
 
 def fake_collector(worker=None):
-    c = types.SimpleNamespace(w=worker, off=False, train_tid=None, client=None)
-    c.turn_off = lambda e: (_ for _ in ()).throw(e)
+    """The collector's parts wired as hooks.Collector wires them, around WORKER (a fake _worker);
+    an internal error raises instead of turning the collector off."""
+    switch = types.SimpleNamespace(w=worker, off=False)
+    switch.turn_off = lambda e: (_ for _ in ()).throw(e)
     from perftracker.window import WindowState
-    c.windows = WindowState(c)
-    c.patches = patches.TorchPatches(c)
+    c = types.SimpleNamespace(switch=switch, train_tid=None, client=None)
+    c.windows = WindowState(switch, lambda m: c.client.send(m) if c.client is not None else None)
+    c.patches = patches.TorchPatches(switch, lambda: None, lambda: None)
     return c
+
+
+def agent_client(c, log=""):
+    """An agent client of C's parts (fake_collector), without a socket."""
+    return client.AgentClient(c.switch, c.windows, c.patches.ring, "", log,
+                              train_tid=lambda: c.train_tid, last_collective=c.patches.last_collective)
 
 
 class PythonSideAgrees(unittest.TestCase):
@@ -330,7 +339,7 @@ class PythonSideAgrees(unittest.TestCase):
         log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
         w = FakeWorker("/tmp/w.python.json")
         c = fake_collector(w)
-        ac = client.AgentClient(c, "", log)
+        ac = agent_client(c, log)
         c.client = ac
         ac._command(json.dumps({"type": "profile", "path": w.path, "window": 7}).encode())
         ac.tick()
@@ -345,7 +354,7 @@ class PythonSideAgrees(unittest.TestCase):
         self.check_message(ac.stacks_reply(1))
 
     def test_the_client_handles_every_command(self):
-        ac = client.AgentClient(fake_collector(), "", "")
+        ac = agent_client(fake_collector())
         self.assertEqual(set(ac.handlers), {t.name for t in protocol.AGENT_TO_WORKER})
 
     def test_the_client_reads_declared_command_fields_only(self):

@@ -12,12 +12,12 @@ import struct
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from perftracker import config, identity, news, protocol
-
-if TYPE_CHECKING:
-    from perftracker.hooks import Collector
+from perftracker.collectives import CollectiveRing
+from perftracker.switch import Switch
+from perftracker.window import WindowState
 
 Message = Dict[str, Any]
 
@@ -26,15 +26,25 @@ class AgentClient:
     """One daemon thread: drains the detector's news, batches iteration times, sends newline-
     delimited JSON to the agent over a non-blocking Unix socket, and reads its commands. Also
     appends every message to PERFTRACKER_WORKER_LOG when set (tests, or running without an agent).
+
+    What it works with comes from the collector (hooks.py): the SWITCH (_worker, read at each use:
+    tests replace it; turn_off), the WINDOWS it starts and whose ends it reports, the RING of
+    collectives it dumps, and for a stacks reply the training thread's id (TRAIN_TID, a getter:
+    it is known at the first training event) and LAST_COLLECTIVE.
     """
 
     MAX_OUT = config.MAX_OUT  # bytes waiting for the socket; beyond that, messages are dropped
     HOLD_MAX_S = config.HOLD_MAX_S  # a window's collection never holds the detector longer
 
-    def __init__(self, collector: "Collector", sock_path: str, log_path: str,
-                 period_s: float = config.CLIENT_PERIOD_S) -> None:
-        # w, the windows and the patches come from the collector each time (tests replace w).
-        self._collector = collector
+    def __init__(self, switch: Switch, windows: WindowState, ring: CollectiveRing, sock_path: str,
+                 log_path: str, period_s: float = config.CLIENT_PERIOD_S, *,
+                 train_tid: Callable[[], Optional[int]],
+                 last_collective: Callable[[], Optional[Message]]) -> None:
+        self._switch = switch
+        self._windows = windows
+        self._ring = ring
+        self._train_tid = train_tid
+        self._last_collective = last_collective
         self.sock_path = sock_path
         self.log_path = log_path
         self.period_s = period_s
@@ -72,7 +82,7 @@ class AgentClient:
 
     @property
     def _w(self) -> Any:
-        return self._collector.w
+        return self._switch.w
 
     def start(self) -> None:
         self.thread.start()
@@ -88,7 +98,7 @@ class AgentClient:
             try:
                 self.tick()
             except Exception as e:
-                self._collector.turn_off(e)
+                self._switch.turn_off(e)
                 return
 
     def tick(self, timeout_s: float = -1) -> None:
@@ -145,7 +155,7 @@ class AgentClient:
 
     def _window_message(self, end: news.WindowEnd) -> Message:
         path = end.path
-        rec = self._collector.windows.pop(path)
+        rec = self._windows.pop(path)
         if end.done and self.sock is not None:
             # While armed the window excludes its iterations itself; from its end until the
             # agent uploaded the summary, the collection's work slows training.
@@ -224,7 +234,7 @@ class AgentClient:
             # Whoever answers there is not this user's agent: nothing goes to it, ever again.
             s.close()
             self.sock_path = ""
-            self._collector.turn_off(PermissionError(why))
+            self._switch.turn_off(PermissionError(why))
             return
         self.sock = s
         self.out.clear()
@@ -262,7 +272,7 @@ class AgentClient:
         self._start_profile()
         # A window (a slowdown, `perftracker trigger`): the ring of collectives as it stands, a
         # fixed-size copy (torch's own dump, with its stacks, is kept for a hang and the exit).
-        self._collector.patches.ring.dump(with_torch=False)
+        self._ring.dump(with_torch=False)
 
     def _on_stop(self, cmd: Message) -> None:
         self._w.stop_window()
@@ -273,7 +283,7 @@ class AgentClient:
     def _on_stacks(self, cmd: Message) -> None:
         self.replies.append(self.stacks_reply(cmd.get("request_id")))
         # The job hangs: each rank's collectives, for the sequence diagnosis.
-        self._collector.patches.ring.dump(with_torch=True)
+        self._ring.dump(with_torch=True)
 
     def _start_profile(self) -> None:
         """Starts the pending window once the trace file can be named after the rank (a command
@@ -306,8 +316,8 @@ class AgentClient:
             why = _outside_trace_dir(out, self.sock_path)
         ok = False
         if why is None:
-            ok = self._collector.windows.start(out, window, int(iters), float(max_s), start_iter,
-                                               cmd.get("shapes") is True)
+            ok = self._windows.start(out, window, int(iters), float(max_s), start_iter,
+                                     cmd.get("shapes") is True)
         elif not self.refused_profile:
             self.refused_profile = True  # said once: the agent hears of each in profile_ack
             sys.stderr.write(f"perftracker: profile command refused: {why}\n")
@@ -328,11 +338,10 @@ class AgentClient:
             self._w.hold_detector(False)
 
     def stacks_reply(self, request_id: Any) -> Message:
-        c = self._collector
         return protocol.make(protocol.STACKS_REPLY, request_id=request_id,
                              iteration=self.last_iteration,
-                             threads=thread_stacks(c.train_tid, skip=(threading.get_ident(),)),
-                             last_collective=c.patches.last_collective())
+                             threads=thread_stacks(self._train_tid(), skip=(threading.get_ident(),)),
+                             last_collective=self._last_collective())
 
 
 def _foreign_agent(s: socket.socket, sock_path: str) -> Optional[str]:

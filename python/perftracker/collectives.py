@@ -13,6 +13,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from perftracker.config import COLLECTIVES_DIR_ENV
+from perftracker.switch import Switch
 
 # The ops whose input tensor the wrapper sees as the Flight Recorder records it: the first tensor
 # argument, or the second for (output, input) signatures. Others are recorded without sizes (the
@@ -30,10 +31,10 @@ _DTYPES = {"torch.float32": "Float", "torch.float64": "Double", "torch.float16":
 
 class CollectiveRing:
     """Feeds the C++ ring from the collective wrappers and writes the dumps. One instance, owned
-    by the torch patches (patches.py)."""
+    by the torch patches (patches.py); _worker is the SWITCH's `w`, read at each use."""
 
-    def __init__(self, collector: Any) -> None:
-        self._collector = collector
+    def __init__(self, switch: Switch) -> None:
+        self._switch = switch
         self._c10d: Any = None  # torch.distributed.distributed_c10d once patched
         self._tensor: Any = None  # torch.Tensor
         self._groups: Dict[Any, Tuple[str, str, str]] = {}  # group -> (name, desc, backend)
@@ -48,7 +49,7 @@ class CollectiveRing:
 
     def enter(self, op: str, args: tuple, kwargs: dict, file: str, line: int, function: str) -> Optional[int]:
         """The ticket of the recorded call, or None when it is not one the ring can place."""
-        c10d, w = self._c10d, self._collector.w
+        c10d, w = self._c10d, self._switch.w
         if c10d is None or w is None or not c10d.is_initialized():
             return None
         if self._tensor is None:  # torch was still importing when the patches were applied
@@ -82,8 +83,8 @@ class CollectiveRing:
         return w.collective_enter(name, desc, seq, op, backend, sizes, dtype, file, line, function)
 
     def exit(self, ticket: Optional[int], kwargs: dict) -> None:
-        if ticket is not None and self._collector.w is not None:
-            self._collector.w.collective_exit(ticket, not kwargs.get("async_op", False))
+        if ticket is not None and self._switch.w is not None:
+            self._switch.w.collective_exit(ticket, not kwargs.get("async_op", False))
 
     def _group(self, group: Any) -> Tuple[str, str, str]:
         known = self._groups.get(group)
@@ -121,7 +122,7 @@ class CollectiveRing:
         self._crash_path_set = True
         folder, rank = self._dir_and_rank()
         if folder and rank is not None:
-            self._collector.w.collective_crash_path(os.path.join(folder, f"rank_{rank}.ring.json"))
+            self._switch.w.collective_crash_path(os.path.join(folder, f"rank_{rank}.ring.json"))
 
     def dump(self, with_torch: bool) -> None:
         """Writes this rank's ring and, WITH_TORCH, torch's Flight Recorder dump (where this
@@ -137,7 +138,7 @@ class CollectiveRing:
 
     def _dump(self, with_torch: bool) -> None:
         folder, rank = self._dir_and_rank()
-        w = self._collector.w
+        w = self._switch.w
         if not folder or rank is None or w is None:
             return
         w.collective_dump(os.path.join(folder, f"rank_{rank}.ring.json"))

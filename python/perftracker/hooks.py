@@ -9,11 +9,12 @@ Rules (the collector must never harm training):
 
 This module is the entry point: enable(), the training thread's events and the collector's state
 (one Collector). The parts: patches.py (torch), window.py (profiling windows), client.py (the
-agent's socket), protocol.py (the messages), config.py (the numbers).
+agent's socket), protocol.py (the messages), config.py (the numbers). The Collector hands each part
+what it works with (the switch.py Switch: _worker and on/off; the windows, the ring, callables),
+never itself: no part imports this module (tests/test_package.py).
 """
 import gc
 import os
-import sys
 import threading
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional
@@ -23,6 +24,7 @@ from perftracker.client import AgentClient, thread_stacks as _thread_stacks
 from perftracker.config import (ENV_CONFIG, EXIT_WAIT_S, EXPORT_SWITCH_INTERVAL_S,
                                 MAX_STACK_FRAMES, MAX_STACK_THREADS, OWNER_ENV)
 from perftracker.patches import COLLECTIVES, TorchPatches
+from perftracker.switch import Switch
 from perftracker.window import WindowState
 
 # What other code uses from here (sitecustomize.py, tests, bench), and the names the single-module
@@ -48,59 +50,74 @@ def is_helper_of_a_rank(environ: Mapping[str, str] = os.environ, pid: Optional[i
 
 
 class Collector:
-    """The collector of this process: perftracker._worker once enabled, the agent client, the
-    windows, the torch patches, and whether an internal error turned it all off."""
+    """The collector of this process: perftracker._worker once enabled and whether an internal
+    error turned it all off (its switch, which every part shares), the agent client, the windows
+    and the torch patches."""
 
     def __init__(self) -> None:
-        self.w: Any = None  # perftracker._worker once enabled
+        self.switch = Switch()  # w: perftracker._worker once enabled; off: on the first internal error
         self.client: Optional[AgentClient] = None
-        self.off = False  # set on the first internal error
         self.train_tid: Optional[int] = None  # the thread that calls the loader/optimizer hooks
         self.pid: Optional[int] = None  # the process the collector was enabled in
-        self.windows = WindowState(self)
-        self.patches = TorchPatches(self)
+        self.windows = WindowState(self.switch, self._send)
+        self.patches = TorchPatches(self.switch, self.on_loader_next, self.on_optimizer_step)
+
+    # The switch's two fields, as the collector's own (tests and bench/ read them; tests replace w).
+    @property
+    def w(self) -> Any:
+        return self.switch.w
+
+    @w.setter
+    def w(self, w: Any) -> None:
+        self.switch.w = w
+
+    @property
+    def off(self) -> bool:
+        return self.switch.off
+
+    @off.setter
+    def off(self, off: bool) -> None:
+        self.switch.off = off
 
     def turn_off(self, err: BaseException) -> None:
-        if self.off:
-            return
-        self.off = True
-        try:
-            sys.stderr.write(f"perftracker: worker collector turned off: {err!r}\n")
-            if self.w is not None:
-                self.w.disable()  # the C++ side stops too (and disarms its tracer), without a 2nd line
-        except Exception:
-            pass
+        self.switch.turn_off(err)
+
+    def _send(self, msg: Dict[str, Any]) -> None:
+        """Queues MSG for the agent; dropped while there is no client (not enabled, a fork)."""
+        client = self.client
+        if client is not None:
+            client.send(msg)
 
     # ---- events from the training thread ----
 
     def on_loader_next(self) -> None:
-        self._training_event(step=False)
+        self._training_event(False)
 
     def on_optimizer_step(self) -> None:
-        self._training_event(step=True)
+        self._training_event(True)
 
     def on_marker(self) -> None:
         """perftracker.step(): the user's end of an iteration."""
-        if self.w is None:
+        if self.switch.w is None:
             return  # the collector is not on in this process
-        self._training_event(step=None)
+        self._training_event(None)
 
     def _training_event(self, step: Optional[bool]) -> None:
         """A DataLoader next() (STEP False), an optimizer step() (True) or a marker (None) on the
         training thread: the C++ detector's edge, if any, opens or closes a window."""
-        if self.off:
+        if self.switch.off:
             if self.windows.profiler is not None:
                 self.windows.drop_profiler()
             return
         if self.train_tid is None:
             self.train_tid = threading.get_ident()
         try:
-            code = (self.w.on_marker() if step is None else
-                    self.w.on_optimizer_step() if step else self.w.on_loader_next())
+            code = (self.switch.w.on_marker() if step is None else
+                    self.switch.w.on_optimizer_step() if step else self.switch.w.on_loader_next())
             if code:
                 self.windows.edge(code)
         except Exception as e:
-            self.turn_off(e)
+            self.switch.turn_off(e)
 
     # ---- lifetime ----
 
@@ -114,7 +131,7 @@ class Collector:
                 cfg[key] = float(os.environ[env])
         cfg.update(config_ or {})
         _worker.install(cfg)
-        self.w = _worker
+        self.switch.w = _worker
         self.patches.install()
         if _worker.gc_event not in gc.callbacks:
             # A C function: costs one thread-local read per collection unless a window is armed.
@@ -122,8 +139,10 @@ class Collector:
         log = os.environ.get(config.WORKER_LOG_ENV, "")
         if log:
             log = log.replace("{pid}", str(os.getpid()))
-        self.client = AgentClient(self, identity.agent_socket(os.environ.get(config.AGENT_SOCKET_ENV, "")),
-                                  log)
+        self.client = AgentClient(self.switch, self.windows, self.patches.ring,
+                                  identity.agent_socket(os.environ.get(config.AGENT_SOCKET_ENV, "")), log,
+                                  train_tid=lambda: self.train_tid,
+                                  last_collective=self.patches.last_collective)
         self.client.start()
         self.pid = os.getpid()
         # Python processes this one starts with the same RANK (multiprocessing spawn workers, a
@@ -139,7 +158,7 @@ class Collector:
         """os.fork() child (a DataLoader worker, a user's fork): it is not the rank. The collector
         goes quiet without a word: no agent client (its thread did not survive the fork, and its
         socket is the parent's connection), no exit hook, no windows."""
-        self.off = True
+        self.switch.off = True
         self.client = None
         try:
             if self.w is not None:

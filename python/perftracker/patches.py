@@ -13,13 +13,11 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from perftracker import loader
 from perftracker.collectives import CollectiveRing
-
-if TYPE_CHECKING:
-    from perftracker.hooks import Collector
+from perftracker.switch import Switch
 
 # torch.distributed's Python-level collectives (whichever the torch version has). DDP's gradient
 # all-reduce runs from C++ inside backward() and is not seen here.
@@ -40,15 +38,20 @@ def _caller(torch_dir: str) -> Tuple[str, int, str]:
 
 class TorchPatches:
     """The collector's patches of torch and what the collective wrappers record. One instance,
-    owned by the collector (hooks.py)."""
+    owned by the collector (hooks.py), which hands it the SWITCH (off: the wrappers go straight to
+    torch; turn_off on an internal error) and the training thread's two events, called from the
+    DataLoader's next() (ON_LOADER_NEXT) and after an optimizer step (ON_OPTIMIZER_STEP)."""
 
-    def __init__(self, collector: "Collector") -> None:
-        self._collector = collector
+    def __init__(self, switch: Switch, on_loader_next: Callable[[], None],
+                 on_optimizer_step: Callable[[], None]) -> None:
+        self._switch = switch
+        self._on_loader_next = on_loader_next
+        self._on_optimizer_step = on_optimizer_step
         self.tls = threading.local()  # in_step, in_coll: the outermost call is the one
         # [op, count, file, line, start_monotonic, end_monotonic or None]
         self.last_coll: Optional[List[Any]] = None
         self.coll_count = 0  # wrapped collective calls so far (outermost ones)
-        self.ring = CollectiveRing(collector)  # what each of them is, for the sequence diagnosis
+        self.ring = CollectiveRing(switch)  # what each of them is, for the sequence diagnosis
         self.targets: Dict[str, Callable[[Any], None]] = {
             "torch.utils.data.dataloader": self.patch_dataloader,
             "torch.utils.data._utils.fetch": loader.patch_fetchers,
@@ -62,7 +65,7 @@ class TorchPatches:
             if name in sys.modules:
                 patch(sys.modules[name])
         if not any(isinstance(f, PostImportFinder) for f in sys.meta_path):
-            sys.meta_path.insert(0, PostImportFinder(self.targets, self._collector.turn_off))
+            sys.meta_path.insert(0, PostImportFinder(self.targets, self._switch.turn_off))
 
     # ---- DataLoader and optimizers ----
 
@@ -71,11 +74,11 @@ class TorchPatches:
         if cls is None or getattr(cls.__next__, "_perftracker", False):
             return
         orig = cls.__next__
-        collector = self._collector
+        on_loader_next = self._on_loader_next
 
         @functools.wraps(orig)
         def __next__(self):
-            collector.on_loader_next()
+            on_loader_next()
             return orig(self)
 
         __next__._perftracker = True
@@ -85,7 +88,7 @@ class TorchPatches:
         step = cls.__dict__.get("step")
         if step is None or getattr(step, "_perftracker", False):
             return
-        tls, collector = self.tls, self._collector
+        tls, on_optimizer_step = self.tls, self._on_optimizer_step
 
         @functools.wraps(step)
         def wrapped(self, *args, **kwargs):
@@ -97,7 +100,7 @@ class TorchPatches:
                 return step(self, *args, **kwargs)
             finally:
                 tls.in_step = False
-                collector.on_optimizer_step()
+                on_optimizer_step()
 
         wrapped._perftracker = True
         cls.step = wrapped
@@ -107,10 +110,10 @@ class TorchPatches:
         if opt is None or getattr(opt, "_perftracker", False):
             return
         opt._perftracker = True
-        collector = self._collector
+        on_optimizer_step, turn_off = self._on_optimizer_step, self._switch.turn_off
         register = getattr(mod, "register_optimizer_step_post_hook", None)
         if register is not None:  # torch >= 2.0
-            register(lambda o, a, k: collector.on_optimizer_step())
+            register(lambda o, a, k: on_optimizer_step())
             return
         orig_init = opt.__init__
         wrap_step = self._wrap_step
@@ -125,7 +128,7 @@ class TorchPatches:
                     try:
                         wrap_step(c)
                     except Exception as e:
-                        collector.turn_off(e)
+                        turn_off(e)
                     break
 
         opt.__init__ = __init__
@@ -134,11 +137,11 @@ class TorchPatches:
 
     def _wrap_collective(self, name: str, fn: Callable[..., Any], torch_dir: str) -> Callable[..., Any]:
         record = self._record_collective
-        tls, collector, ring = self.tls, self._collector, self.ring
+        tls, switch, ring = self.tls, self._switch, self.ring
 
         @functools.wraps(fn)
         def wrapped(*args, **kwargs):
-            if collector.off or getattr(tls, "in_coll", False):  # nested: the outermost call is the one
+            if switch.off or getattr(tls, "in_coll", False):  # nested: the outermost call is the one
                 return fn(*args, **kwargs)
             rec, ticket = record(name, torch_dir, args, kwargs)
             tls.in_coll = True
@@ -151,7 +154,7 @@ class TorchPatches:
                     try:
                         ring.exit(ticket, kwargs)
                     except Exception as e:
-                        collector.turn_off(e)
+                        switch.turn_off(e)
 
         wrapped._perftracker = True
         return wrapped
@@ -167,7 +170,7 @@ class TorchPatches:
             self.last_coll = rec
             return rec, self.ring.enter(name, args, kwargs, file, line, function)
         except Exception as e:
-            self._collector.turn_off(e)
+            self._switch.turn_off(e)
             return None, None
 
     def patch_distributed(self, mod: Any) -> None:

@@ -11,12 +11,10 @@ import json
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional
 
 from perftracker import config, protocol
-
-if TYPE_CHECKING:
-    from perftracker.hooks import Collector
+from perftracker.switch import Switch
 
 # A window's record: {"path": its Python trace, "window": the agent's id or None,
 # "torch": whether torch.profiler started for it}.
@@ -31,9 +29,11 @@ class WindowState:
     """What the globals of the single-module collector held: the window the next arm belongs to,
     the windows still due, the running torch profiler and the exports in flight."""
 
-    def __init__(self, collector: "Collector") -> None:
-        # w and client come from the collector each time: enable(), a fork and tests change them.
-        self._collector = collector
+    def __init__(self, switch: Switch, send: Callable[[Dict[str, Any]], None]) -> None:
+        # _worker is the switch's w, read each time: enable(), a fork and tests change it. SEND
+        # queues a message for the agent (dropped while there is no agent client).
+        self._switch = switch
+        self._send = send
         self.profiler: Any = None  # torch profiler of the current window, if any
         self.profiler_rec: Optional[WindowRecord] = None  # the window record of that profiler
         self.out: Optional[str] = None  # python-trace path of the current window
@@ -53,7 +53,7 @@ class WindowState:
         rec = {"path": out, "window": window, "torch": False, "shapes": shapes}
         prev = (self.out, self.rec)
         self.out, self.rec = out, rec  # before the training thread can arm it
-        ok = self._collector.w.start_window(iters, max_s, out, start_iter)
+        ok = self._switch.w.start_window(iters, max_s, out, start_iter)
         if ok:
             self.due.append(rec)
         else:
@@ -134,16 +134,14 @@ class WindowState:
             pass
 
     def torch_failed(self, window: Optional[int], error: str) -> None:
-        client = self._collector.client
-        if client is not None:
-            client.send(protocol.make(protocol.TORCH_TRACE, path=None, window=window,
-                                      error=error[:config.MAX_ERROR_CHARS]))
+        self._send(protocol.make(protocol.TORCH_TRACE, path=None, window=window,
+                                 error=error[:config.MAX_ERROR_CHARS]))
 
     # ---- the export thread ----
 
     def export(self, write: Callable[[str], None], out: str,
                window: Optional[int] = None) -> None:
-        w = self._collector.w
+        w = self._switch.w
         if w is not None:
             w.hold_detector(True)  # the export slows training: its iterations say nothing
         with self._exports_lock:
@@ -158,7 +156,7 @@ class WindowState:
                 self.exports -= 1
                 if self.exports == 0:
                     sys.setswitchinterval(self._saved_interval)
-            w = self._collector.w
+            w = self._switch.w
             if w is not None:
                 w.hold_detector(False)
 
@@ -166,9 +164,7 @@ class WindowState:
         try:
             write(out + ".tmp")
             os.replace(out + ".tmp", out)
-            client = self._collector.client
-            if client is not None:
-                client.send(protocol.make(protocol.TORCH_TRACE, path=out, window=window))
+            self._send(protocol.make(protocol.TORCH_TRACE, path=out, window=window))
         except Exception as e:
             sys.stderr.write(f"perftracker: torch trace export failed: {e!r}\n")
             self.torch_failed(window, f"torch trace export failed: {e!r}")
