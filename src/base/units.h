@@ -38,6 +38,7 @@ inline constexpr double BytesToMB(double bytes) { return bytes / kBytesPerMB; }
 inline constexpr double kBytesPerKiB = 1024.0;
 inline constexpr double KiBToBytes(double kib) { return kib * kBytesPerKiB; }
 inline constexpr double KiBToMiB(double kib) { return kib / kBytesPerKiB; }
+inline constexpr double BytesToMiB(double bytes) { return bytes / (kBytesPerKiB * kBytesPerKiB); }
 
 }  // namespace perftracker
 

@@ -21,6 +21,7 @@ TEST(UnitsTest, ConvertAsTheExpressionsTheyReplaced) {
   static_assert(UsToS(2.5e6) == 2.5);
   static_assert(KiBToBytes(4) == 4096);
   static_assert(KiBToMiB(2048) == 2);
+  static_assert(BytesToMiB(3 * 1048576) == 3);
   // Bit for bit what x / 1000.0 and x * 1000.0 give, for values whose quotient is inexact.
   for (double x : {1.0 / 3, 123456.789, 1e-7, 9.87654321e12}) {
     EXPECT_EQ(UsToMs(x), x / 1000.0);
@@ -34,6 +35,7 @@ TEST(UnitsTest, ConvertAsTheExpressionsTheyReplaced) {
     EXPECT_EQ(UsToS(x), x * 1e-6);
     EXPECT_EQ(KiBToBytes(x), x * 1024);
     EXPECT_EQ(KiBToMiB(x), x / 1024.0);
+    EXPECT_EQ(BytesToMiB(x), x / (1024 * 1024));
   }
   // From the integer counters the OS reports, as the callers pass them (converted to double).
   for (uint64_t n : {uint64_t{1}, uint64_t{123456789}, uint64_t{9876543210123}}) {

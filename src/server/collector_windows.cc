@@ -142,7 +142,7 @@ void CollectorServer::Impl::CompareWithBaseline(Window::Sealed* sealed, diagnose
 void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g) {
   const std::string reason =
       fmt::format("memory growth on rank {}: +{:.1f} MiB per iteration from iteration {} to {}",
-                  rank, g.bytes_per_iteration / (1024 * 1024), g.first_step, g.last_step);
+                  rank, BytesToMiB(g.bytes_per_iteration), g.first_step, g.last_step);
   log::Event("", "{}", reason);
   if (hang || sched->open_window()) return;  // the open window's diagnosis names it
   OpenWindowLocked(reason, 0);
