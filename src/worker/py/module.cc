@@ -1,4 +1,10 @@
-// perftracker._worker: the in-worker collector as a CPython extension.
+// perftracker._worker: the in-worker collector as a CPython extension. Only the CPython glue is
+// here; the logic is in the pt_worker library, Python-free and unit-tested:
+//   worker/window_control.h   the detector under its mutex, the news queue, the requested window,
+//                             when it arms and ends, the hang watchdog, the window writers;
+//   worker/window_recorder.h  the armed window's tracer clock, interned names and call tree;
+//   worker/name_table.h       names by code object / method def, behind a direct-mapped cache;
+//   worker/tracer_clock.h     the TSC scaled to steady-clock nanoseconds.
 //
 // Design notes.
 //
@@ -14,15 +20,13 @@
 //
 // The Python tracer uses PyEval_SetProfile, which arms only the calling thread, so a window
 // requested from any thread (the agent client's) is armed by the training thread itself at its
-// next iteration start (worker/iteration_detector.h: a loader next() after a step, a step on
-// a rank without a DataLoader, a marker) once the requested iteration is reached, and disarmed
-// there (or from inside the profile callback once the time limit passes or stop is requested).
-// Function identity is the whole call stack. Calls are aggregated as they return into a CallTree
-// (worker/call_tree.h): one node per call-stack path with counts, times, a histogram and
-// per-iteration figures, so the tracer loses nothing at any call rate and its memory is bounded by
-// the node cap, not by the number of calls. At window end the tree is handed to a writer thread
-// that writes it as "perftracker.python_window/1" JSON (worker/window_file.h) to PATH.tmp and
-// renames it to PATH.
+// next iteration start once the requested iteration is reached, and disarmed there (or from
+// inside the profile callback once the time limit passes or stop is requested): WindowControl
+// decides, this file turns the tracer on and off. Function identity is the whole call stack.
+// Calls are aggregated as they return into a CallTree (worker/call_tree.h), so the tracer loses
+// nothing at any call rate and its memory is bounded by the node cap, not by the number of calls.
+// At window end the tree is handed to a writer thread that writes it as
+// "perftracker.python_window/1" JSON (worker/window_file.h) to PATH.tmp and renames it to PATH.
 //
 // Python's garbage collector is invisible to PyEval_SetProfile: gc_event(), installed by
 // hooks.py as a gc.callbacks entry, records each collection on an armed thread as a call of
@@ -33,161 +37,36 @@
 #include <frameobject.h>
 #include <pthread.h>
 #include <unistd.h>
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <x86intrin.h>
-#endif
 
-#include <algorithm>
-#include <array>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <memory>
-#include <mutex>
-#include <new>
 #include <string>
-#include <thread>
-#include <unordered_map>
-#include <utility>
 #include <vector>
 
-#include "base/background.h"
 #include "base/window_defaults.h"
 #include "worker/call_tree.h"
 #include "worker/iteration_detector.h"
 #include "worker/py/collectives.h"
+#include "worker/tracer_clock.h"
+#include "worker/window_control.h"
 #include "worker/window_file.h"
+#include "worker/window_recorder.h"
 
 namespace perftracker::worker {
 namespace {
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// The tracer reads the time twice per call. clock_gettime costs 20-50 ns through the vDSO (more
-// on a VM's paravirtual clock: a quarter of the tracer's time, measured with perf); the time
-// stamp counter costs a few. Where the CPU has an invariant TSC, the tracer's clock is the TSC
-// scaled to nanoseconds with a rate measured between the collector's install and the window's
-// arming (seconds apart: parts per million), anchored at the arming's steady-clock time, so its
-// times line up with the detector's iteration markers.
-class TracerClock {
- public:
-  // Called at install: the start of the rate measurement.
-  void Start() {
-    ns0_ = NowNs();
-    ticks0_ = Ticks();
-  }
-  // Called at arming: anchors the clock and decides TSC or steady clock for this window.
-  void Anchor(int64_t now_ns) {
-    anchor_ns_ = now_ns;
-    anchor_ticks_ = Ticks();
-    scale_ = 0;
-    const int64_t span_ns = now_ns - ns0_;
-    if (InvariantTsc() && span_ns >= kMinCalibrationNs && anchor_ticks_ > ticks0_) {
-      scale_ = static_cast<double>(span_ns) / static_cast<double>(anchor_ticks_ - ticks0_);
-    }
-  }
-  int64_t Now() const {
-    if (scale_ == 0) return NowNs();
-    return anchor_ns_ + static_cast<int64_t>(static_cast<double>(Ticks() - anchor_ticks_) * scale_);
-  }
-
- private:
-  // Below this the two clock reads' own cost would show in the rate.
-  static constexpr int64_t kMinCalibrationNs = 50'000'000;
-  static uint64_t Ticks() {
-#if defined(__x86_64__)
-    return __rdtsc();
-#else
-    return 0;
-#endif
-  }
-  static bool InvariantTsc() {
-#if defined(__x86_64__)
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(0x80000007, &a, &b, &c, &d) && (d & (1u << 8)) != 0;
-#else
-    return false;
-#endif
-  }
-  int64_t ns0_ = 0;
-  uint64_t ticks0_ = 0;
-  int64_t anchor_ns_ = 0;
-  uint64_t anchor_ticks_ = 0;
-  double scale_ = 0;  // ns per tick; 0: use the steady clock
-};
-
-// ---- news queue (detector -> Python) ----
-
-struct News {
-  enum Kind { kIter, kSlowdown, kHang, kLearned, kRelearn, kWindowDone, kWindowFailed } kind;
-  int64_t a = 0, b = 0;  // iter: start, end; slowdown: mean, best; hang: now, mean
-  int64_t index = 0;
-  bool clean = true;
-  std::string text;  // learned: pattern; window done / failed: path
-};
-
-// While a window is armed the tracer slows the traced thread down (up to ~2x on call-heavy
-// code), so the watchdog waits this many times longer before it calls a silence a hang.
-constexpr double kArmedHangSlack = 4.0;
-// Names are looked up by code object address for every call: a direct-mapped cache in front of
-// the hash map answers most lookups with one compare.
-constexpr size_t kNameCacheSlots = 4096;
-
 struct State {
-  std::mutex mu;  // guards det, news, window fields touched by other threads
-  std::unique_ptr<IterationDetector> det;
-  std::deque<News> news;
-  size_t max_news = 10000;
-  uint64_t news_dropped = 0;
+  WindowControl control;  // the detector, the news, the window's arming and end
   std::atomic<bool> installed{false};
   std::atomic<bool> failed{false};
-  bool verbose = false;
-
-  // Watchdog (hang check) thread.
-  std::thread watchdog;
-  std::condition_variable cv;
-  bool stop_watchdog = false;
-
-  // Window: requested (any thread, under mu), armed (training thread, under the GIL).
-  bool win_pending = false;
-  int64_t win_start_iter = 0, win_iters = 0;
-  double win_max_s = 20;
-  std::string win_path;
-  std::atomic<bool> win_stop{false};
-  std::atomic<bool> armed{false};
-  bool end_edge_pending = false;   // a window ended outside OnEvent: report 2 at the next event
-  unsigned long armed_thread = 0;  // PyThread_get_thread_ident() of the armed thread
-  int64_t armed_at_iter = 0, armed_ns = 0, deadline_ns = 0;
-  std::vector<WindowMarker> markers;  // under mu
-  // The detector ignores iterations while a window is armed and while Python holds it (its
-  // torch.profiler export competes for the GIL after the window). Under mu.
-  bool window_excludes = false;
-  int holds = 0;
   CallTreeLimits limits;
-  uint64_t windows_done = 0;
-  std::atomic<uint64_t> files_written{0};
-  std::atomic<uint64_t> write_errors{0};
-  int writers = 0;  // window files being written (under mu; cv signals the last one's end)
 
-  // Tracer tables (touched only with the GIL held, by the armed thread).
-  TracerClock clock;
-  std::unique_ptr<CallTree> tree;
+  // The tracer (touched only with the GIL held, by the armed thread).
+  WindowRecorder recorder;
   uint64_t traced_tid = 0;
-  std::unordered_map<const void*, uint32_t> name_ids;  // code object or PyMethodDef -> name id
-  std::array<std::pair<const void*, uint32_t>, kNameCacheSlots> name_cache{};
-  std::vector<PyObject*> held_codes;  // strong refs while armed
-  std::vector<std::string> names;
-  uint32_t gc_name = 0;
-  // Totals over every window, for stats().
-  uint64_t tracer_calls = 0, tracer_other_calls = 0, tracer_untraced = 0, gc_spans = 0;
-  uint64_t tracer_nodes = 0;
+  std::vector<PyObject*> held_codes;  // strong refs while armed: keys of recorder.names()
 };
 
 State* g = nullptr;  // created at module init, never freed (threads may outlive finalization)
@@ -214,33 +93,14 @@ void Fail(const char* what) {
                what);
 }
 
-void PushNews(News n) {  // mu held
-  if (g->news.size() >= g->max_news) {
-    g->news.pop_front();
-    ++g->news_dropped;
-  }
-  g->news.push_back(std::move(n));
-}
-
 // ---- tracer ----
-
-uint32_t InternName(std::string name) {
-  g->names.push_back(std::move(name));
-  return static_cast<uint32_t>(g->names.size() - 1);
-}
 
 uint32_t NameId(const void* key, PyObject* code_ref, std::string (*make)(PyObject*),
                 PyObject* obj) {
-  auto& slot = g->name_cache[(reinterpret_cast<uintptr_t>(key) >> 4) % kNameCacheSlots];
-  if (slot.first == key) return slot.second;
-  auto it = g->name_ids.find(key);
-  if (it != g->name_ids.end()) {
-    slot = {key, it->second};
-    return it->second;
-  }
-  const uint32_t id = InternName(make(obj));
-  g->name_ids.emplace(key, id);
-  slot = {key, id};
+  NameTable& names = g->recorder.names();
+  uint32_t id = 0;
+  if (names.Find(key, &id)) return id;
+  id = names.Add(key, make(obj));
   if (code_ref != nullptr) {
     Py_INCREF(code_ref);  // keep the address from being reused for another code object
     g->held_codes.push_back(code_ref);
@@ -279,9 +139,9 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
     RestoreProfile();
     return 0;
   }
-  const int64_t now = g->clock.Now();
-  if (now >= g->deadline_ns || g->win_stop.load(std::memory_order_relaxed)) {
-    Disarm(NowNs());
+  const int64_t now = g->recorder.Now();
+  if (g->control.Expired(now)) {
+    Disarm(SteadyNowNs());
     return 0;
   }
   try {
@@ -320,29 +180,10 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return 0;
 }
 
-void WriteWindow(std::shared_ptr<PythonWindow> w);
-
 void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
-  g->end_edge_pending = false;
-  g->armed_thread = PyThread_get_thread_ident();
-  g->armed_at_iter = iter;
-  g->armed_ns = now;
-  g->deadline_ns = now + static_cast<int64_t>(g->win_max_s * 1e9);
-  g->win_stop = false;
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    g->markers.clear();
-    g->window_excludes = true;
-    g->det->SetExcluded(true);
-  }
-  g->names.clear();
-  g->name_ids.clear();
-  g->name_cache.fill({nullptr, 0});
-  InternName("");  // name 0: the root's
-  g->gc_name = InternName("<gc>");
-  g->clock.Anchor(now);
-  g->tree = std::make_unique<CallTree>(g->limits);
-  g->tree->SetIteration(0);
+  g->control.PrepareArm(now, iter, PyThread_get_thread_ident());
+  g->recorder.Begin(now, g->limits);
+  CallTree* tree = g->recorder.tree();
   g->traced_tid = PyThread_get_thread_native_id();
   // The Python calls in progress (the training loop, the step function, the loader's next())
   // began before the window: enter them now, so that their callees get the same identity (the
@@ -361,11 +202,11 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
   Py_XDECREF(f);
   for (auto it = codes.rbegin(); it != codes.rend(); ++it) {
     PyObject* code = reinterpret_cast<PyObject*>(*it);
-    g->tree->EnterInProgress(NameId(code, code, CodeName, code), now);
+    tree->EnterInProgress(NameId(code, code, CodeName, code), now);
     Py_DECREF(code);
   }
-  t_tree = g->tree.get();
-  g->armed = true;
+  t_tree = tree;
+  g->control.CommitArm();
   PyThreadState* ts = PyThreadState_Get();
   if (ts->c_profilefunc != ProfileCallback) {
     t_saved_profile = ts->c_profilefunc;
@@ -377,70 +218,16 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
 
 void Disarm(int64_t now) {  // training thread (the armed one), GIL held
   RestoreProfile();
-  if (!g->armed) return;
-  g->armed = false;
-  g->end_edge_pending = true;  // OnEvent reports the end (torch.profiler stops there)
+  if (!g->control.armed()) return;
   t_tree = nullptr;
   auto w = std::make_shared<PythonWindow>();
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    w->path = g->win_path;
-    w->markers = std::move(g->markers);
-    g->markers.clear();
-    g->window_excludes = false;
-    g->det->SetExcluded(g->holds > 0);
-  }
-  // Calls still open at the window end are closed there (their time so far is real).
-  g->tree->CloseAll(now);
-  const CallTreeStats& s = g->tree->stats();
-  g->tracer_calls += s.calls;
-  g->tracer_other_calls += s.other_calls;
-  g->tracer_untraced += s.untraced_calls;
-  g->gc_spans += s.gc_collections;
-  g->tracer_nodes = g->tree->nodes().size();
-  w->tree = std::move(*g->tree);
-  g->tree.reset();
+  g->control.FinishWindow(now, w.get());
+  g->recorder.Finish(now, w.get());
   for (PyObject* c : g->held_codes) Py_DECREF(c);
   g->held_codes.clear();
-  g->name_ids.clear();
-  g->name_cache.fill({nullptr, 0});
-  w->names = std::move(g->names);
-  g->names.clear();
   w->pid = static_cast<int>(getpid());
   w->tid = g->traced_tid;
-  w->start_ns = g->armed_ns;
-  w->end_ns = now;
-  ++g->windows_done;
-  // Writing a file is blocking I/O: never on the training thread. Counted, so that the exit
-  // hook can wait for it (wait_writers) instead of cutting the file off.
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    ++g->writers;
-  }
-  std::thread(WriteWindow, std::move(w)).detach();
-}
-
-void WriteWindow(std::shared_ptr<PythonWindow> w) {
-  // Its own thread, without the GIL: at the lowest priority, so that training gets the CPU
-  // first (base/background.h). Best effort: a refusal only leaves it at the rank's priority.
-  (void)BecomeBackgroundThread("pt-window-file");
-  try {
-    const Status st = WritePythonWindow(*w);
-    News n{st.ok() ? News::kWindowDone : News::kWindowFailed, 0, 0, 0, st.ok(), {}};
-    n.text = w->path;
-    if (st.ok()) {
-      ++g->files_written;
-    } else {
-      ++g->write_errors;
-    }
-    std::lock_guard<std::mutex> l(g->mu);
-    PushNews(std::move(n));
-  } catch (const std::exception& e) {
-    ++g->write_errors;
-  }
-  std::lock_guard<std::mutex> l(g->mu);
-  --g->writers;
-  g->cv.notify_all();
+  g->control.StartWriter(std::move(w));
 }
 
 // wait_writers(timeout_s) -> bool: waits (GIL released) until no window file is being written;
@@ -449,11 +236,7 @@ PyObject* WaitWriters(PyObject*, PyObject* arg) {
   const double timeout = PyFloat_AsDouble(arg);
   if (PyErr_Occurred()) return nullptr;
   bool done = false;
-  Py_BEGIN_ALLOW_THREADS {
-    std::unique_lock<std::mutex> l(g->mu);
-    done = g->cv.wait_for(l, std::chrono::duration<double>(std::max(timeout, 0.0)),
-                          [] { return g->writers == 0; });
-  }
+  Py_BEGIN_ALLOW_THREADS done = g->control.WaitWriters(timeout);
   Py_END_ALLOW_THREADS return PyBool_FromLong(done);
 }
 
@@ -462,92 +245,26 @@ PyObject* WaitWriters(PyObject*, PyObject* arg) {
 // Returns 0, or 1 when this call armed a window, 2 when it ended one (Python then starts or
 // stops torch.profiler on this same thread).
 int OnEvent(EventKind kind) {
-  const int64_t now = NowNs();
-  int ret = 0;
-  bool arm = false;
-  int64_t iters = 0;
-  // The previous window's end is reported before a new window arms (one edge per event).
-  const bool end_first =
-      g->end_edge_pending && !g->armed && PyThread_get_thread_ident() == g->armed_thread;
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    IterationDetector& d = *g->det;
-    DetectorUpdate u = d.OnEvent(kind, now);
-    if (u.learned) PushNews({News::kLearned, 0, 0, 0, true, d.PatternString()});
-    if (u.relearning) PushNews({News::kRelearn, 0, 0, 0, true, {}});
-    if (u.iteration_done) {
-      const Iteration& it = u.iteration;
-      PushNews({News::kIter, it.start_ns, it.end_ns, it.index, it.clean, {}});
-      if (g->armed) {
-        g->markers.push_back({it.index, it.start_ns, it.end_ns});
-        // The training thread holds the GIL here: the tree is its own.
-        if (t_tree != nullptr) t_tree->SetIteration(static_cast<int32_t>(g->markers.size()));
-      }
-    }
-    if (u.slowdown) {
-      PushNews({News::kSlowdown,
-                static_cast<int64_t>(u.window_mean_ns),
-                static_cast<int64_t>(u.best_mean_ns),
-                u.iteration.index,
-                true,
-                {}});
-    }
-    iters = d.iterations();
-    if (g->win_pending && !end_first && u.started && iters >= g->win_start_iter) {
-      g->win_pending = false;
-      arm = true;
-    }
-  }
-  if (arm && !g->armed) {
-    Arm(now, iters);
+  const int64_t now = SteadyNowNs();
+  const WindowControl::ThreadId self = PyThread_get_thread_ident();
+  const EventDecision d = g->control.OnEvent(kind, now, self, t_tree);
+  if (d.action == WindowAction::kArm) {
+    Arm(now, d.iteration);
     return 1;
   }
-  if (g->armed && t_tree != nullptr &&
-      (g->win_stop || now >= g->deadline_ns || iters - g->armed_at_iter >= g->win_iters)) {
-    Disarm(now);
-  }
-  // The end of a window, wherever it happened (here, in the profile callback at max_s, or on
-  // stop), is reported once to the thread that armed it.
-  if (g->end_edge_pending && !g->armed && PyThread_get_thread_ident() == g->armed_thread) {
-    g->end_edge_pending = false;
-    ret = 2;
-  }
-  return ret;
-}
-
-void WatchdogLoop() {
-  std::unique_lock<std::mutex> l(g->mu);
-  while (!g->stop_watchdog) {
-    g->cv.wait_for(l, std::chrono::milliseconds(50));
-    if (g->stop_watchdog || g->failed || !g->det) continue;
-    const int64_t now = NowNs();
-    // A traced window slows the thread down: a silence must last longer to be a hang.
-    if (g->det->CheckHang(now, g->armed ? kArmedHangSlack : 1.0)) {
-      PushNews({News::kHang,
-                now,
-                static_cast<int64_t>(g->det->mean_ns()),
-                g->det->iterations(),
-                true,
-                {}});
-    }
-  }
+  if (d.action == WindowAction::kDisarm) Disarm(now);
+  return g->control.TakeEndEdge(self) ? 2 : 0;
 }
 
 // A forked child (DataLoader workers, subprocess helpers) has this state but not the watchdog
-// thread, and the mutex may have been held at the fork: the child starts over with a fresh mutex
-// and the collector off. The old std::thread object is abandoned, not destroyed (destroying a
-// joinable thread terminates the process).
+// thread, and the mutex may have been held at the fork: the child starts over with the collector
+// off (WindowControl::ResetAfterFork).
 void AtForkChild() {
   if (g == nullptr) return;
-  new (&g->mu) std::mutex();
-  new (&g->cv) std::condition_variable();
-  new (&g->watchdog) std::thread();
+  g->control.ResetAfterFork();
   g->installed = false;
-  g->armed = false;
-  g->end_edge_pending = false;
-  g->win_pending = false;
   t_tree = nullptr;
-  g->tree.release();  // the parent's: a forked child never touches (nor frees) it
+  g->recorder.AbandonAfterFork();  // the parent's tree: a forked child never touches (nor frees) it
 }
 
 // ---- Python functions ----
@@ -592,19 +309,16 @@ PyObject* Install(PyObject*, PyObject* args) {
     PyErr_SetString(PyExc_ValueError, st.message().c_str());
     return nullptr;
   }
-  if (!(nodes >= 16 && nodes <= 1e7 && depth >= 1 && depth <= 10000)) {
-    PyErr_SetString(PyExc_ValueError, "tracer_max_nodes or tracer_max_depth out of range");
+  if (Status st = CheckTracerLimits(nodes, depth); !st.ok()) {
+    PyErr_SetString(PyExc_ValueError, st.message().c_str());
     return nullptr;
   }
   try {
-    std::lock_guard<std::mutex> l(g->mu);
-    g->det = std::make_unique<IterationDetector>(c);
+    g->control.Install(c);
     g->limits.max_nodes = static_cast<size_t>(nodes);
     g->limits.max_depth = static_cast<int>(depth);
-    g->news.clear();
-    g->clock.Start();
-    g->stop_watchdog = false;
-    g->watchdog = std::thread(WatchdogLoop);
+    g->recorder.Start();
+    g->control.StartWatchdog(&g->failed);
   } catch (const std::exception& e) {
     Fail(e.what());
     Py_RETURN_FALSE;
@@ -615,16 +329,11 @@ PyObject* Install(PyObject*, PyObject* args) {
 
 PyObject* Uninstall(PyObject*, PyObject*) {
   if (!g->installed) Py_RETURN_NONE;
-  if (g->armed && t_tree != nullptr) Disarm(NowNs());
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    g->stop_watchdog = true;
-  }
-  g->cv.notify_all();
-  if (g->watchdog.joinable()) {
-    Py_BEGIN_ALLOW_THREADS g->watchdog.join();
-    Py_END_ALLOW_THREADS
-  }
+  if (g->control.armed() && t_tree != nullptr) Disarm(SteadyNowNs());
+  // The join waits for the watchdog's last check, which never needs the GIL: released meanwhile.
+  PyThreadState* ts = PyEval_SaveThread();
+  g->control.StopWatchdog();
+  PyEval_RestoreThread(ts);
   g->installed = false;
   Py_RETURN_NONE;
 }
@@ -635,7 +344,7 @@ PyObject* EventEntry(EventKind kind) {
     return PyLong_FromLong(OnEvent(kind));
   } catch (const std::exception& e) {
     Fail(e.what());
-    if (g->armed && t_tree != nullptr) RestoreProfile();
+    if (g->control.armed() && t_tree != nullptr) RestoreProfile();
     return PyLong_FromLong(0);
   }
 }
@@ -647,7 +356,7 @@ PyObject* GcEvent(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   CallTree* tree = t_tree;
   if (tree == nullptr || nargs < 1 || g->failed.load(std::memory_order_relaxed)) Py_RETURN_NONE;
   try {
-    const int64_t now = g->clock.Now();
+    const int64_t now = g->recorder.Now();
     int phase = -1;
     PyObject* p = args[0];
     if (PyUnicode_Check(p)) {
@@ -661,7 +370,7 @@ PyObject* GcEvent(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     }
     if (PyErr_Occurred()) PyErr_Clear();
     if (phase == 0) {
-      tree->EnterGc(g->gc_name, now);
+      tree->EnterGc(g->recorder.gc_name(), now);
     } else if (phase == 1) {
       tree->ExitGc(now);
     }
@@ -678,35 +387,22 @@ PyObject* OnMarker(PyObject*, PyObject*) { return EventEntry(EventKind::kMarker)
 
 PyObject* StartWindow(PyObject*, PyObject* args) {
   long long n = 0, start = -1;
-  double max_s = 20;
+  double max_s = window_defaults::kMaxSeconds;
   const char* path = nullptr;
   if (!PyArg_ParseTuple(args, "Lds|L", &n, &max_s, &path, &start)) return nullptr;
   if (n < 1 || !(max_s > 0)) {
     PyErr_SetString(PyExc_ValueError, "need n_iters >= 1 and max_s > 0");
     return nullptr;
   }
-  // Beyond what any agent asks (base/window_defaults.h): refused, as a second window is.
-  if (n > window_defaults::kMostIterations || !(max_s <= window_defaults::kMostSeconds))
-    Py_RETURN_FALSE;
   if (!g->installed || g->failed) Py_RETURN_FALSE;
-  std::lock_guard<std::mutex> l(g->mu);
-  if (g->armed || g->win_pending) Py_RETURN_FALSE;  // one window at a time
-  g->win_pending = true;
-  g->win_iters = n;
-  g->win_max_s = max_s;
-  g->win_path = path;
-  g->win_start_iter = start < 0 ? g->det->iterations() : start;
-  g->win_stop = false;
+  // Refused while a window is on, and beyond base/window_defaults.h's most.
+  if (!g->control.Request({n, max_s, path, start})) Py_RETURN_FALSE;
   Py_RETURN_TRUE;
 }
 
 PyObject* StopWindow(PyObject*, PyObject*) {
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    g->win_pending = false;
-  }
-  g->win_stop = true;
-  if (g->armed && t_tree != nullptr) Disarm(NowNs());  // the armed thread itself
+  g->control.Stop();
+  if (g->control.armed() && t_tree != nullptr) Disarm(SteadyNowNs());  // the armed thread itself
   Py_RETURN_NONE;
 }
 
@@ -716,18 +412,12 @@ PyObject* StopWindow(PyObject*, PyObject*) {
 PyObject* HoldDetector(PyObject*, PyObject* arg) {
   const int on = PyObject_IsTrue(arg);
   if (on < 0) return nullptr;
-  std::lock_guard<std::mutex> l(g->mu);
-  g->holds = std::max(0, g->holds + (on ? 1 : -1));
-  if (g->det) g->det->SetExcluded(g->window_excludes || g->holds > 0);
+  g->control.Hold(on != 0);
   Py_RETURN_NONE;
 }
 
 PyObject* Drain(PyObject*, PyObject*) {
-  std::deque<News> got;
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    got.swap(g->news);
-  }
+  const std::deque<News> got = g->control.TakeNews();
   PyObject* list = PyList_New(0);
   if (list == nullptr) return nullptr;
   for (const News& n : got) {
@@ -769,61 +459,38 @@ PyObject* Drain(PyObject*, PyObject*) {
 PyObject* Stats(PyObject*, PyObject*) {
   // Copied under the lock, built outside it: building Python objects may run the GC, and no
   // Python code may run while the detector's lock is held.
-  bool learned = false;
-  std::string pattern;
-  long long iters = 0, unmatched = 0, relearns = 0, slowdowns = 0, hangs = 0;
-  double mean = 0, best = 0, threshold = 0, recent = 0;
-  bool excluded = false;
-  int holds = 0;
-  unsigned long long news_dropped = 0;
-  {
-    std::lock_guard<std::mutex> l(g->mu);
-    if (const IterationDetector* d = g->det.get()) {
-      learned = d->learned();
-      pattern = d->PatternString();
-      iters = d->iterations();
-      unmatched = d->unmatched();
-      relearns = d->relearn_count();
-      slowdowns = d->slowdown_count();
-      hangs = d->hang_count();
-      mean = d->mean_ns();
-      best = d->shift().reference_ns();
-      threshold = d->shift().threshold_ns();
-      recent = d->shift().recent_ns();
-    }
-    excluded = g->window_excludes || g->holds > 0;
-    holds = g->holds;
-    news_dropped = g->news_dropped;
-  }
+  const ControlStats c = g->control.Snapshot();
+  const TracerTotals& t = g->recorder.totals();
   auto b = [](bool v) { return v ? Py_True : Py_False; };
   return Py_BuildValue(
       "{s:O,s:O,s:O,s:s,s:L,s:L,s:L,s:L,s:L,s:d,s:d,s:d,s:d,s:O,s:i,s:O,s:K,s:K,s:K,s:K,s:K,s:K,s:"
       "K,"
       "s:K,s:K}",
-      "installed", b(g->installed), "failed", b(g->failed), "learned", b(learned), "pattern",
-      pattern.c_str(), "iterations", iters, "unmatched", unmatched, "relearns", relearns,
-      "slowdowns", slowdowns, "hangs", hangs, "mean_ns", mean, "reference_ns", best, "threshold_ns",
-      threshold, "recent_ns", recent, "excluded", b(excluded), "holds", holds, "window_armed",
-      b(g->armed), "windows_done", (unsigned long long)g->windows_done, "files_written",
-      (unsigned long long)g->files_written.load(), "write_errors",
-      (unsigned long long)g->write_errors.load(), "tracer_calls",
-      (unsigned long long)g->tracer_calls, "tracer_other_calls",
-      (unsigned long long)g->tracer_other_calls, "tracer_untraced",
-      (unsigned long long)g->tracer_untraced, "tracer_nodes", (unsigned long long)g->tracer_nodes,
-      "news_dropped", news_dropped, "gc_spans", (unsigned long long)g->gc_spans);
+      "installed", b(g->installed), "failed", b(g->failed), "learned", b(c.learned), "pattern",
+      c.pattern.c_str(), "iterations", (long long)c.iterations, "unmatched", (long long)c.unmatched,
+      "relearns", (long long)c.relearns, "slowdowns", (long long)c.slowdowns, "hangs",
+      (long long)c.hangs, "mean_ns", c.mean_ns, "reference_ns", c.reference_ns, "threshold_ns",
+      c.threshold_ns, "recent_ns", c.recent_ns, "excluded", b(c.excluded), "holds", c.holds,
+      "window_armed", b(g->control.armed()), "windows_done",
+      (unsigned long long)g->control.windows_done(), "files_written",
+      (unsigned long long)g->control.files_written(), "write_errors",
+      (unsigned long long)g->control.write_errors(), "tracer_calls", (unsigned long long)t.calls,
+      "tracer_other_calls", (unsigned long long)t.other_calls, "tracer_untraced",
+      (unsigned long long)t.untraced, "tracer_nodes", (unsigned long long)t.nodes, "news_dropped",
+      (unsigned long long)c.news_dropped, "gc_spans", (unsigned long long)t.gc_spans);
 }
 
 // Test hook: behaves like an internal error so that containment can be tested for real.
 PyObject* InjectFailure(PyObject*, PyObject*) {
   Fail("injected by _inject_failure()");
-  if (g->armed && t_tree != nullptr) RestoreProfile();
+  if (g->control.armed() && t_tree != nullptr) RestoreProfile();
   Py_RETURN_NONE;
 }
 
 // Turns the collector off without a message (Python already logged its own one line).
 PyObject* Disable(PyObject*, PyObject*) {
   g->failed = true;
-  if (g->armed && t_tree != nullptr) RestoreProfile();
+  if (g->control.armed() && t_tree != nullptr) RestoreProfile();
   Py_RETURN_NONE;
 }
 
