@@ -11,10 +11,6 @@
 namespace perftracker::diagnose {
 namespace {
 
-using pattern::FunctionClass;
-using pattern::RankSummary;
-using testing::Fn;
-using testing::Rank;
 using trace::EventKind;
 
 constexpr char kLoader[] = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__";

@@ -11,12 +11,6 @@
 namespace perftracker::diagnose::internal::diff {
 namespace {
 
-using pattern::FunctionClass;
-using pattern::FunctionPattern;
-using pattern::RankSummary;
-using testing::Fn;
-using testing::Rank;
-
 const DiagnoseOptions kOptions;
 
 // N ranks of a 27 ms step running FNS(rank).

@@ -13,7 +13,6 @@ namespace perftracker::diagnose::internal {
 namespace {
 
 using pattern::CompactRank;
-using pattern::FunctionClass;
 
 // A collective of GROUP taking MS per iteration.
 pattern::FunctionPattern Coll(const std::string& op, const std::string& group, double ms) {

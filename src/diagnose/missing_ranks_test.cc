@@ -11,10 +11,6 @@
 namespace perftracker::diagnose {
 namespace {
 
-using pattern::FunctionClass;
-using testing::Fn;
-using testing::Rank;
-
 bool Has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }

@@ -11,11 +11,6 @@
 namespace perftracker::diagnose {
 namespace {
 
-using pattern::FunctionClass;
-using pattern::FunctionPattern;
-using pattern::RankSummary;
-using testing::Fn;
-using testing::Rank;
 using trace::EventKind;
 using Groups = std::vector<std::vector<size_t>>;
 

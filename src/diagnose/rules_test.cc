@@ -16,11 +16,6 @@
 namespace perftracker::diagnose::internal::rules {
 namespace {
 
-using pattern::FunctionClass;
-using pattern::FunctionPattern;
-using pattern::RankSummary;
-using testing::Fn;
-using testing::Rank;
 using trace::EventKind;
 
 constexpr int kRanks = 4;

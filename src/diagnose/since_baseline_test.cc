@@ -10,12 +10,6 @@
 namespace perftracker::diagnose {
 namespace {
 
-using pattern::FunctionClass;
-using pattern::FunctionPattern;
-using pattern::RankSummary;
-using testing::Fn;
-using testing::Rank;
-
 // Four ranks whose step is MM ms of aten::mm (same calls) plus 5 ms of all-reduce.
 std::vector<RankSummary> Job(double mm_ms, double iteration_ms) {
   std::vector<RankSummary> out;

@@ -19,9 +19,6 @@ using internal::ComparePeers;
 using internal::MakePeerReference;
 using internal::PeerComparison;
 using internal::SortedSample;
-using pattern::FunctionClass;
-using testing::Fn;
-using testing::Rank;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 

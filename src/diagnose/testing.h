@@ -213,4 +213,13 @@ inline std::vector<pattern::RankSummary> MakeJob(const JobSpec& s) {
 
 }  // namespace perftracker::diagnose::testing
 
+// The names the diagnosis tests write unqualified, declared once for all of them.
+namespace perftracker::diagnose {
+using pattern::FunctionClass;
+using pattern::FunctionPattern;
+using pattern::RankSummary;
+using testing::Fn;
+using testing::Rank;
+}  // namespace perftracker::diagnose
+
 #endif  // PERFTRACKER_DIAGNOSE_TESTING_H_

@@ -105,11 +105,18 @@ std::vector<News> Taken(WindowControl* c) {
   return {d.begin(), d.end()};
 }
 
-TEST(WindowControlTest, AWindowArmsAtTheFirstIterationStartAtOrAfterItsIteration) {
+// A control installed with the defaults whose training thread has learned its iteration.
+class LearnedWindowControlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    c.Install({});
+    t.Learn();
+  }
   WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+  Trainer t{&c};
+};
+
+TEST_F(LearnedWindowControlTest, AWindowArmsAtTheFirstIterationStartAtOrAfterItsIteration) {
   const int64_t n = c.Snapshot().iterations + 5;
   ASSERT_TRUE(c.Request(Request(3, n)));
   for (int i = 0; i < 20 && !c.armed(); ++i) {
@@ -127,11 +134,7 @@ TEST(WindowControlTest, AWindowArmsAtTheFirstIterationStartAtOrAfterItsIteration
   EXPECT_EQ(t.armed_at(), n);
 }
 
-TEST(WindowControlTest, AWindowForTheIterationInProgressArmsAtTheNextStart) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, AWindowForTheIterationInProgressArmsAtTheNextStart) {
   EXPECT_EQ(t.Next(), 0);  // iteration k starts
   const int64_t k = c.Snapshot().iterations;
   ASSERT_TRUE(c.Request(Request(2)));  // -1: from the iteration in progress
@@ -160,11 +163,7 @@ TEST(WindowControlTest, ARequestBeforeLearningArmsOnceIterationsStart) {
   EXPECT_EQ(ends[0], arms[0] + 4);
 }
 
-TEST(WindowControlTest, TheWindowEndsAfterItsIterationCount) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, TheWindowEndsAfterItsIterationCount) {
   ASSERT_TRUE(c.Request(Request(3)));
   ASSERT_EQ(t.Next(), 1);
   const int64_t n = t.armed_at();
@@ -197,11 +196,7 @@ TEST(WindowControlTest, TheWindowEndsAfterItsIterationCount) {
   EXPECT_EQ(c.windows_done(), 1u);
 }
 
-TEST(WindowControlTest, TheWindowEndsAtItsTimeLimit) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, TheWindowEndsAtItsTimeLimit) {
   ASSERT_TRUE(c.Request(Request(1000, -1, 0.5)));
   ASSERT_EQ(t.Next(), 1);
   const int64_t armed = t.now();
@@ -215,13 +210,9 @@ TEST(WindowControlTest, TheWindowEndsAtItsTimeLimit) {
   EXPECT_FALSE(c.armed());
 }
 
-TEST(WindowControlTest, AnEndOutsideAnEventIsReportedAtTheArmedThreadsNextEvent) {
+TEST_F(LearnedWindowControlTest, AnEndOutsideAnEventIsReportedAtTheArmedThreadsNextEvent) {
   // The profile callback ends the window at its time limit (no event there): the next event of
   // the thread that armed it reports the end, once; another thread's events never do.
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
   ASSERT_TRUE(c.Request(Request(1000, -1, 0.5)));
   ASSERT_EQ(t.Next(), 1);
   ASSERT_TRUE(c.Expired(t.now() + kS / 2));
@@ -232,11 +223,7 @@ TEST(WindowControlTest, AnEndOutsideAnEventIsReportedAtTheArmedThreadsNextEvent)
   EXPECT_EQ(t.Step(), 0);
 }
 
-TEST(WindowControlTest, OnlyTheArmedThreadEndsTheWindow) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, OnlyTheArmedThreadEndsTheWindow) {
   ASSERT_TRUE(c.Request(Request(1)));
   ASSERT_EQ(t.Next(), 1);
   // Its iteration is done at the next start, but that start comes from another thread (whose
@@ -248,11 +235,7 @@ TEST(WindowControlTest, OnlyTheArmedThreadEndsTheWindow) {
   EXPECT_FALSE(c.armed());
 }
 
-TEST(WindowControlTest, ASecondRequestIsRefusedWhileOneIsPendingOrArmed) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, ASecondRequestIsRefusedWhileOneIsPendingOrArmed) {
   ASSERT_TRUE(c.Request(Request(1)));
   EXPECT_FALSE(c.Request(Request(1)));  // pending
   ASSERT_EQ(t.Next(), 1);
@@ -272,11 +255,7 @@ TEST(WindowControlTest, ARequestBeyondTheMostIsRefused) {
       c.Request(Request(window_defaults::kMostIterations, -1, window_defaults::kMostSeconds)));
 }
 
-TEST(WindowControlTest, StopDropsAPendingWindowAndEndsAnArmedOne) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, StopDropsAPendingWindowAndEndsAnArmedOne) {
   ASSERT_TRUE(c.Request(Request(5)));
   c.Stop();
   for (int code : t.Iterations(3)) EXPECT_EQ(code, 0);
@@ -290,11 +269,7 @@ TEST(WindowControlTest, StopDropsAPendingWindowAndEndsAnArmedOne) {
   EXPECT_EQ(t.Step(), 2);  // the armed thread's next event ends it
 }
 
-TEST(WindowControlTest, APendingWindowArmsOnlyAfterThePreviousEndIsReported) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, APendingWindowArmsOnlyAfterThePreviousEndIsReported) {
   ASSERT_TRUE(c.Request(Request(1000, -1, 0.5)));
   ASSERT_EQ(t.Next(), 1);
   t.Finish();  // ended in the profile callback
@@ -303,11 +278,7 @@ TEST(WindowControlTest, APendingWindowArmsOnlyAfterThePreviousEndIsReported) {
   EXPECT_EQ(t.Next(), 1);
 }
 
-TEST(WindowControlTest, TheEndAndANewArmingFallOnSeparateIterationStarts) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, TheEndAndANewArmingFallOnSeparateIterationStarts) {
   ASSERT_TRUE(c.Request(Request(1000, -1, 0.5)));
   ASSERT_EQ(t.Next(), 1);
   EXPECT_EQ(t.Step(), 0);
@@ -355,11 +326,7 @@ TEST(WindowControlTest, AnArmedWindowAndHoldsExcludeIterationsFromTheStatistics)
   EXPECT_GT(c.Snapshot().mean_ns, mean);
 }
 
-TEST(WindowControlTest, AHoldOutlastsTheWindow) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, AHoldOutlastsTheWindow) {
   ASSERT_TRUE(c.Request(Request(1)));
   ASSERT_EQ(t.Next(), 1);
   c.Hold(true);  // Python's torch.profiler export after the window
@@ -370,11 +337,7 @@ TEST(WindowControlTest, AHoldOutlastsTheWindow) {
   EXPECT_FALSE(c.Snapshot().excluded);
 }
 
-TEST(WindowControlTest, TheDetectorsNewsIsQueuedInOrder) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, TheDetectorsNewsIsQueuedInOrder) {
   std::vector<News> news = Taken(&c);
   ASSERT_FALSE(news.empty());
   EXPECT_EQ(news[0].kind, News::kLearned);
@@ -516,11 +479,7 @@ TEST(WindowControlWriterTest, AFinishedWindowIsWrittenAndReported) {
   EXPECT_EQ(access(path.c_str(), F_OK), 0);
 }
 
-TEST(WindowControlForkTest, ResetAfterForkForgetsTheWindow) {
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
+TEST_F(LearnedWindowControlTest, ResetAfterForkForgetsTheWindow) {
   ASSERT_TRUE(c.Request(Request(5)));
   ASSERT_EQ(t.Next(), 1);
   t.Finish();                          // an end still to be reported
@@ -533,14 +492,10 @@ TEST(WindowControlForkTest, ResetAfterForkForgetsTheWindow) {
   EXPECT_TRUE(c.Request(Request(5)));
 }
 
-TEST(WindowControlForkTest, AChildForkedWhileTheMutexIsBusyDoesNotDeadlock) {
+TEST_F(LearnedWindowControlTest, AChildForkedWhileTheMutexIsBusyDoesNotDeadlock) {
   // The watchdog's check takes the mutex 20,000 times a second here: a fork catches it held in
   // some of the children. Each child resets and takes the mutex (Snapshot); one that hangs is
   // killed by its alarm and fails the test.
-  WindowControl c;
-  c.Install({});
-  Trainer t(&c);
-  t.Learn();
   ASSERT_TRUE(c.Request(Request(5)));
   ASSERT_EQ(t.Next(), 1);
   std::atomic<bool> stop{false};
