@@ -161,6 +161,32 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertIn("baseline window", named[0]["summary"], out)
         self.assertGreaterEqual(named[0]["evidence"]["throttled_share"], 0.2, out)
 
+    def test_every_rank_throttled_from_inside_the_baseline_is_still_named(self):
+        # Issue 36: the quota begins at iteration 40, about where the baseline window profiles
+        # (once every rank reported 20 iterations, 2 s ahead): before, inside or right after it.
+        # A baseline holding part of the fault must not hide it: the OS's own account (every
+        # rank throttled in most periods) and the healthy rate from the unprofiled iterations
+        # name it in a later window, and the report says what it compared against.
+        quota = CpuQuota(0.25)
+        if quota.error:
+            self.skipTest(quota.error)
+        try:
+            ws, out = self.job("all_quota_early", "--iters", "200", *STEP, "--fault", "cpu-quota",
+                               "--fault-rank", "all", "--fault-start", "40",
+                               "--fault-cgroup", quota.path)
+        finally:
+            quota.close()
+        self.assertGreaterEqual(len(ws), 2, out)
+        later = [f for w, fs in ws.items() if w > min(ws) for f in fs]
+        self.assertTrue(later, out)
+        first = later[0]
+        self.assertEqual(first["category"], "cpu_throttled", out)
+        self.assertEqual(first["ranks"], [0, 1, 2, 3], out)
+        self.assertGreaterEqual(first["evidence"]["throttled_share"], 0.5, out)
+        with open(os.path.join(self.tmp, "all_quota_early", "diagnosis.json")) as f:
+            notes = json.load(f)["job"]["notes"]
+        self.assertTrue([n for n in notes if n.startswith("compared with: ")], notes)
+
     def test_a_leak_is_named_with_its_growth_and_the_iterations_left(self):
         ws, out = self.job("leak", "--iters", "320", *STEP, "--fault", "leak", "--fault-rank", "2",
                            "--fault-start", "0", "--fault-mb", "1")

@@ -14,6 +14,7 @@
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "pattern/input_shapes.h"
+#include "pattern/names.h"
 
 namespace perftracker::diagnose {
 namespace {
@@ -58,6 +59,28 @@ bool IsHostExplainable(const Finding& f) {
 }
 
 }  // namespace
+
+const pattern::CompactRank* CauseInput::Find(int rank) const {
+  // Ranks come sorted by rank (CompactJob::SortByRank); a caller's unsorted span is searched.
+  auto it = std::lower_bound(ranks.begin(), ranks.end(), rank,
+                             [](const pattern::CompactRank& r, int v) { return r.rank < v; });
+  if (it != ranks.end() && it->rank == rank) return &*it;
+  for (const pattern::CompactRank& r : ranks)
+    if (r.rank == rank) return &r;
+  return nullptr;
+}
+
+bool CauseInput::SamePeers(const pattern::CompactRank& a, const pattern::CompactRank& b) const {
+  if (peer_group.size() != ranks.size() || ranks.empty()) return a.role == b.role;
+  const auto ia = static_cast<size_t>(&a - ranks.data()), ib = static_cast<size_t>(&b - ranks.data());
+  if (ia >= ranks.size() || ib >= ranks.size()) return a.role == b.role;
+  return peer_group[ia] == peer_group[ib];
+}
+
+bool CauseInput::SamePeers(int a, int b) const {
+  const pattern::CompactRank *ra = Find(a), *rb = Find(b);
+  return ra == nullptr || rb == nullptr || SamePeers(*ra, *rb);
+}
 
 double ThrottledShare(const std::map<std::string, double>& m) {
   const double periods = Get(m, "cgroup.nr_periods");
@@ -301,23 +324,20 @@ struct ShapeDiff {
   double ratio = 0;        // how much larger its data is (pattern::DataInputRatio)
 };
 
-const pattern::CompactRank* FindRank(std::span<const pattern::CompactRank> ranks, int rank) {
-  for (const pattern::CompactRank& r : ranks)
-    if (r.rank == rank) return &r;
-  return nullptr;
-}
 
 // The rank's shaped functions whose inputs are larger than its peers' by kMoreWorkRatio.
-std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
-                                    const pattern::CompactRank& me) {
+std::vector<ShapeDiff> LargerInputs(const CauseInput& in, const pattern::CompactRank& me) {
   struct PeerValues {
     std::vector<double> elements, per_iter_us, calls;
     std::map<std::string, int> dims;
   };
   std::map<uint32_t, PeerValues> peers;  // by function id
-  for (const pattern::CompactShape& s : me.shapes) peers[me.compact[s.index].id()];
-  for (const pattern::CompactRank& r : ranks) {
-    if (r.rank == me.rank || r.role != me.role) continue;
+  // A collective's inputs are the parameters or activations its group exchanges, and its time
+  // is mostly waiting for the group: larger ones are another role's tensors, not more work.
+  for (const pattern::CompactShape& s : me.shapes)
+    if (pattern::CollectiveOp(me.compact[s.index].name()).empty()) peers[me.compact[s.index].id()];
+  for (const pattern::CompactRank& r : in.ranks) {
+    if (r.rank == me.rank || !in.SamePeers(r, me)) continue;
     for (const pattern::CompactShape& s : r.shapes) {
       auto it = peers.find(r.compact[s.index].id());
       if (it == peers.end()) continue;
@@ -329,8 +349,9 @@ std::vector<ShapeDiff> LargerInputs(std::span<const pattern::CompactRank> ranks,
   }
   std::vector<ShapeDiff> out;
   for (const pattern::CompactShape& s : me.shapes) {
-    PeerValues& p = peers[me.compact[s.index].id()];
-    if (p.elements.empty()) continue;
+    auto found = peers.find(me.compact[s.index].id());
+    if (found == peers.end() || found->second.elements.empty()) continue;
+    PeerValues& p = found->second;
     ShapeDiff d;
     d.own = &s;
     d.fn = &me.compact[s.index];
@@ -371,10 +392,10 @@ struct MoreWork {
 };
 
 std::optional<MoreWork> MoreWorkOf(const CauseInput& in, int rank) {
-  const pattern::CompactRank* me = FindRank(in.ranks, rank);
+  const pattern::CompactRank* me = in.Find(rank);
   if (me == nullptr || me->shapes.empty()) return std::nullopt;
   MoreWork w;
-  w.larger = LargerInputs(in.ranks, *me);
+  w.larger = LargerInputs(in, *me);
   if (w.larger.empty()) return std::nullopt;
   // Nested ops (aten::linear holds aten::addmm) share their time, so the largest one rise, not
   // a sum, is what the inputs explain.
@@ -386,7 +407,7 @@ std::optional<MoreWork> MoreWorkOf(const CauseInput& in, int rank) {
   if (me->has_gpu) {
     std::vector<double> peer_compute;
     for (const pattern::CompactRank& r : in.ranks)
-      if (r.rank != rank && r.role == me->role && r.has_gpu) peer_compute.push_back(r.compute_us);
+      if (r.rank != rank && in.SamePeers(r, *me) && r.has_gpu) peer_compute.push_back(r.compute_us);
     if (!peer_compute.empty()) {
       w.compute_rise_ms = UsToMs(me->compute_us - internal::Median(peer_compute));
       w.explained_ms = std::max(w.explained_ms, w.compute_rise_ms);
@@ -531,8 +552,13 @@ double LoaderWaitUs(const pattern::CompactRank& r) {
 double ExtraLoaderWaitMs(const CauseInput& in, int rank) {
   double own = kNone;
   std::vector<double> peers;
-  for (const pattern::CompactRank& r : in.ranks)
-    (r.rank == rank ? own : peers.emplace_back()) = LoaderWaitUs(r);
+  for (const pattern::CompactRank& r : in.ranks) {
+    if (r.rank == rank) {
+      own = LoaderWaitUs(r);
+    } else if (in.SamePeers(r.rank, rank)) {
+      peers.push_back(LoaderWaitUs(r));
+    }
+  }
   if (std::isnan(own) || peers.empty()) return kNone;
   return UsToMs(own - internal::Median(peers));
 }
@@ -547,7 +573,7 @@ bool LoaderWorkersRule::Explain(const CauseInput& in, Finding* f) const {
   if (!own) return false;
   std::vector<double> dataset, collate;
   for (const auto& [r, m] : in.metrics) {
-    if (r == rank) continue;
+    if (r == rank || !in.SamePeers(r, rank)) continue;
     if (auto w = LoaderWorkOf(m))
       dataset.push_back(w->dataset_ms), collate.push_back(w->collate_ms);
   }
@@ -748,19 +774,28 @@ std::vector<Finding> FindThrottledRanks(const CauseInput& in,
 std::vector<Finding> FindSlowLoaderWorkers(const CauseInput& in,
                                            const std::map<int, std::string>& hosts,
                                            const std::vector<Finding>& existing) {
-  // Every rank's wait and one sorted sample of them, for the same figure as ExtraLoaderWaitMs
-  // without its pass over every rank per rank (O(n^2): hours at 100,000 ranks).
+  // Every rank's wait and one sorted sample per role, for the same figure as ExtraLoaderWaitMs
+  // without its pass over every rank per rank (O(n^2): hours at 100,000 ranks). A stage without
+  // a DataLoader waits for no data: a rank is compared with ranks of its role only.
   std::map<int, double> wait_us;
-  std::vector<double> all;
-  for (const pattern::CompactRank& r : in.ranks) {
+  std::map<int, int> group_of;  // rank -> its sample
+  std::map<int, std::vector<double>> by_group;
+  const bool grouped = in.peer_group.size() == in.ranks.size();
+  for (size_t i = 0; i < in.ranks.size(); ++i) {
+    const pattern::CompactRank& r = in.ranks[i];
+    const int g = grouped ? in.peer_group[i] : r.role;
     wait_us[r.rank] = LoaderWaitUs(r);
-    all.push_back(wait_us[r.rank]);
+    group_of[r.rank] = g;
+    by_group[g].push_back(wait_us[r.rank]);
   }
-  const internal::SortedSample sample(all);
+  std::map<int, internal::SortedSample> samples;
+  for (auto& [g, v] : by_group) samples.emplace(g, internal::SortedSample(v));
   auto lost = [&](int rank, const std::map<std::string, double>&) {
     auto own = wait_us.find(rank);
-    if (own == wait_us.end() || all.size() < 2) return kNone;
-    return UsToMs(own->second - sample.MedianWithout(own->second));
+    if (own == wait_us.end()) return kNone;
+    const int g = group_of[rank];
+    if (by_group[g].size() < 2) return kNone;  // no peer of its role
+    return UsToMs(own->second - samples.at(g).MedianWithout(own->second));
   };
   return FindUnnamedRanks(in, hosts, existing, lost, LoaderWorkersRule());
 }

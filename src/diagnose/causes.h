@@ -58,6 +58,18 @@ struct CauseInput {
   const RankMetrics& metrics;
   double iteration_ms = 0;  // the window's median iteration (0: unknown)
   std::span<const pattern::CompactRank> ranks = {};
+  // Each rank's peer group (by index into RANKS: diagnose/peer_groups.h PeerGroupOf), so that a
+  // rank is compared only with ranks of its role (a pipeline stage, a tensor-parallel shard):
+  // a stage without a DataLoader waits for no data, a stage's all-reduce moves its own
+  // parameters. Empty: the ranks' pipeline stage (CompactRank::role) alone tells roles apart.
+  std::span<const int> peer_group = {};
+
+  // Whether A and B (elements of RANKS) are of one role.
+  bool SamePeers(const pattern::CompactRank& a, const pattern::CompactRank& b) const;
+  // The same by rank number (a rank not in RANKS is of every role: nothing tells otherwise).
+  bool SamePeers(int a, int b) const;
+  // RANK's element of RANKS, or null.
+  const pattern::CompactRank* Find(int rank) const;
 };
 
 class CauseRule {

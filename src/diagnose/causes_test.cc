@@ -596,5 +596,63 @@ TEST(FindSlowLoaderWorkers, NamesARankThePeerComparisonMissed) {
   EXPECT_TRUE(FindSlowLoaderWorkers(j.In(), {}, {named}).empty());
 }
 
+
+// A 2-stage x 2 pipeline: ranks 0 and 2 are stage 0, 1 and 3 stage 1. Stage 0's aten::mm runs
+// on 512 rows, stage 1's on 64 (its layers are narrower); its gloo:all_reduce moves its own
+// parameters.
+std::vector<pattern::CompactRank> PipelineJob(pattern::CompactJob* job) {
+  for (int r = 0; r < 4; ++r) {
+    pattern::RankSummary s;
+    s.rank = r;
+    s.world_size = 4;
+    s.iteration_ms = {50, 50, 50};
+    const bool stage0 = r % 2 == 0;
+    const int rows = stage0 ? 512 : 64;
+    for (const char* name : {"aten::mm", "gloo:all_reduce"}) {
+      pattern::FunctionPattern f;
+      f.name = name;
+      f.kind = trace::EventKind::kCpuOp;
+      f.count = 30;
+      f.calls_per_iter = 10;
+      f.per_iter_us = stage0 ? 14000 : 4000;
+      f.input_dims = fmt::format("[{}, 256], [256, 256]", rows);
+      f.input_elements = rows * 256.0 + 256 * 256;
+      s.functions.push_back(f);
+    }
+    job->Add(std::move(s));
+  }
+  job->SortByRank();
+  return job->ranks();
+}
+
+TEST(RoleTruePeers, AStageIsNeverComparedWithAnotherStage) {
+  pattern::CompactJob job;
+  const std::vector<pattern::CompactRank> ranks = PipelineJob(&job);
+  const RankMetrics none;
+  const std::vector<int> groups = {0, 1, 0, 1};
+  const CauseInput in{none, 50, ranks, groups};
+  EXPECT_TRUE(in.SamePeers(0, 2));
+  EXPECT_FALSE(in.SamePeers(0, 1));
+  // With its role's peers, stage 0's rank 2 does no more work than rank 0.
+  EXPECT_TRUE(FindMoreWorkRanks(in, {}, {}).empty());
+  Finding f = Straggler();
+  EXPECT_FALSE(MoreWorkRule().Explain(in, &f));
+  // Compared with every rank, as before peers were role-true, stage 0 looked like more work.
+  const CauseInput mixed{none, 50, ranks};
+  EXPECT_FALSE(FindMoreWorkRanks(mixed, {}, {}).empty());
+}
+
+TEST(RoleTruePeers, ACollectivesLargerInputsAreNoMoreWork) {
+  // Only the all-reduce differs (another stage's parameters, its time mostly waiting).
+  pattern::CompactJob job;
+  std::vector<pattern::CompactRank> ranks = PipelineJob(&job);
+  const RankMetrics none;
+  const CauseInput mixed{none, 50, ranks};
+  for (const Finding& f : FindMoreWorkRanks(mixed, {}, {}))
+    EXPECT_EQ(f.evidence_text.at("input_shapes").find("gloo"), std::string::npos);
+  for (const Finding& f : FindMoreWorkRanks(mixed, {}, {}))
+    for (const FunctionRef& fn : f.functions) EXPECT_NE(fn.name, "gloo:all_reduce") << f.summary;
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

@@ -78,11 +78,13 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
     return d;
   }
   AddMissingRanks(missing ? *missing : RanksWithoutTrace(d.job), &d);
-  internal::FindSubsetProblems(job, d.job, options, &d.findings);
+  std::vector<std::vector<size_t>> groups = internal::PeerGroups(job.ranks(), options.threads);
+  const std::vector<int> peer_group = PeerGroupOf(groups, job.ranks().size());
+  internal::FindSubsetProblems(job, d.job, options, std::move(groups), &d.findings);
   // The causes a trace alone shows (input shapes); a window's OS metrics add theirs later
   // (AddMetricFindings).
   const RankMetrics no_metrics;
-  const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks()};
+  const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks(), peer_group};
   for (Finding& f : d.findings) ExplainRankFinding(causes, &f);
   std::map<int, std::string> hosts;
   for (const pattern::CompactRank& r : job.ranks()) hosts[r.rank] = r.host;

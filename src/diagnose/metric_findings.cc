@@ -7,8 +7,10 @@
 #include <set>
 
 #include "base/units.h"
+#include "diagnose/all_rank_os.h"
 #include "diagnose/causes.h"
 #include "diagnose/finding_text.h"
+#include "diagnose/peer_groups.h"
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 
@@ -178,7 +180,8 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
 
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d) {
-  const CauseInput in{metrics, d->job.iteration_ms_median, ranks};
+  const std::vector<int> peer_group = PeerGroupOf(internal::PeerGroups(ranks), ranks.size());
+  const CauseInput in{metrics, d->job.iteration_ms_median, ranks, peer_group};
   for (Finding& f : d->findings)
     if (!ExplainRankFinding(in, &f)) ExplainLoaderHandOff(in, &f);
   std::map<int, std::string> hosts;
@@ -187,6 +190,13 @@ void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::Co
   for (Finding& f : FindSlowLoaderWorkers(in, hosts, d->findings))
     d->findings.push_back(std::move(f));
   for (Finding& f : FindContendedRanks(in, hosts, d->findings)) d->findings.push_back(std::move(f));
+  if (std::optional<Finding> all = AllRanksThrottledRule().Find(metrics, in.iteration_ms, hosts)) {
+    // Every rank throttled: the rank findings it explains are its parts, not causes of their own.
+    std::erase_if(d->findings, [](const Finding& f) {
+      return f.finding_class == FindingClass::kSubset && f.category == Category::kCpuThrottled;
+    });
+    d->findings.push_back(std::move(*all));
+  }
   if (std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks)) {
     std::erase_if(d->findings, [](const Finding& f) {
       return f.finding_class == FindingClass::kAll &&

@@ -246,6 +246,14 @@ Groups PeerGroups(const std::vector<CompactRank>& ranks, size_t threads) {
 
 }  // namespace internal
 
+std::vector<int> PeerGroupOf(const std::vector<std::vector<size_t>>& groups, size_t n) {
+  std::vector<int> out(n, -1);
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i : groups[g])
+      if (i < n) out[i] = static_cast<int>(g);
+  return out;
+}
+
 std::vector<std::vector<size_t>> PeerGroups(const pattern::CompactJob& job) {
   return internal::PeerGroups(job.ranks());
 }

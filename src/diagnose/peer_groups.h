@@ -17,6 +17,10 @@ namespace perftracker::diagnose {
 // same significant functions): indexes into job.ranks(), each group sorted. For reports.
 std::vector<std::vector<size_t>> PeerGroups(const pattern::CompactJob& job);
 
+// Each rank's group number (by index into the ranks GROUPS index, N of them): the peers of a
+// rank are the ranks of its number (diagnose/causes.h CauseInput::peer_group).
+std::vector<int> PeerGroupOf(const std::vector<std::vector<size_t>>& groups, size_t n);
+
 namespace internal {
 
 // The same on RANKS: indexes into RANKS, each group sorted; every rank is in exactly one group.

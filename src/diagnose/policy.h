@@ -233,6 +233,38 @@ namespace perftracker::diagnose::policy {
     "a quarter more than the iteration's rise or the rank's cost: a function's mean and the "      \
     "iterations' median are other samples of the same window (measured: run_backward +93.9 "       \
     "ms/iter on every rank beside a throttled rank costing 90.4)")                                 \
+  /* The healthy rate: each rank's unprofiled iterations (diagnose/healthy_rate.h) */           \
+  X(kHealthyWarmupIterations, 10, "iterations",                                                    \
+    "an attempt's first 10 iterations (first batches, caches, lazy initialisation, compilation) "  \
+    "say nothing of its healthy rate")                                                             \
+  X(kHealthyAfterWindow, 5, "iterations",                                                          \
+    "the iterations right after a profiling window wait for its stop and export (on torch 2.13 "   \
+    "two steps at 3x the median, measured): they are the window's cost, not the job's rate")       \
+  X(kHealthyMinPoints, 10, "points",                                                               \
+    "a rate needs 10 unprofiled points (iterations, or bucket means in a long run) at least")      \
+  X(kChangeMinSegment, 5, "points",                                                                \
+    "a level the job changed to lasts 5 points at least: fewer is a hiccup (a checkpoint, a "      \
+    "collection), not a new rate")                                                                 \
+  X(kChangeNoiseZ, 4.0, "standard errors",                                                         \
+    "a change of level stands 4 standard errors (of the two levels' medians, from the points' "    \
+    "spread) out of the noise: a shared host drifts, and the search tries every split")            \
+  X(kStraddleRanksShare, 0.5, "of the ranks",                                                      \
+    "a baseline window straddles a change when half its ranks' profiled iterations step up "       \
+    "within it: a change on every rank slows every rank of a synchronous job, and profiled "       \
+    "iterations are too noisy to ask all of them")                                                 \
+  X(kHealthyRiseAtLeast, 0.10, "of the healthy rate",                                               \
+    "a slowdown from the healthy rate that no profiled function or OS figure names is a finding, " \
+    "and opens a window of the server's own, from 10%: timing alone on a shared host drifts by "   \
+    "5% (kBaselineSlowdown)")                                                                      \
+  X(kAllThrottledShare, 0.5, "share of periods",                                                   \
+    "a quota that throttles a rank in most of its scheduling periods holds it back every step: a " \
+    "healthy job meets its quota now and then at a burst, not in most periods")                    \
+  X(kAllOsRanksShare, 0.75, "of the ranks",                                                        \
+    "an all-rank cause from the OS alone holds on three in four ranks (one rank's is the peer "    \
+    "comparison's)")                                                                               \
+  X(kCostSlack, 1.25, "x the loss it is bounded by",                                               \
+    "a finding may claim a quarter more than the iteration's rise or the rank's own excess: the "  \
+    "figures are other samples of the same window (kEchoSlack's measurement)")                     \
   X(kBaselineMaxFindings, 3, "findings",                                                           \
     "at most the 3 largest changes since the baseline are listed: the rest are their echoes")      \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \

@@ -15,8 +15,9 @@
 namespace perftracker::diagnose::internal {
 
 // The peer comparison (subset problems) and the expected-pattern rules (all-rank problems).
+// GROUPS: the peer groups (PeerGroups of cj's ranks), which the cause rules use too.
 void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
-                        std::vector<Finding>* out);
+                        std::vector<std::vector<size_t>> groups, std::vector<Finding>* out);
 void FindAllRankProblems(const pattern::CompactJob& cj, const JobInfo& job,
                          const DiagnoseOptions& o, std::vector<Finding>* out);
 

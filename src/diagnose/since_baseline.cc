@@ -27,6 +27,79 @@ double MedianIterationMs(const std::vector<pattern::RankSummary>& ranks) {
   return v.empty() ? 0 : internal::Median(v);
 }
 
+// The ranks of a window: those sampled and those with metrics.
+std::vector<int> AllRanks(const std::vector<pattern::RankSummary>& now,
+                          const pattern::RankMetrics& metrics) {
+  std::set<int> all;
+  for (const auto& r : now) all.insert(r.rank);
+  for (const auto& [r, m] : metrics) all.insert(r);
+  return {all.begin(), all.end()};
+}
+
+// A spoiled baseline window: the comparison is with the job's healthy rate alone.
+SinceBaselineResult SinceHealthyRate(const Baseline& base,
+                                     const std::vector<pattern::RankSummary>& now,
+                                     const pattern::RankMetrics& metrics,
+                                     const std::vector<Finding>& existing,
+                                     const HealthyReference& ref) {
+  SinceBaselineResult result;
+  const std::string spoiled =
+      fmt::format("the baseline window (iterations {}..{}) is spoiled: {}", base.first_iteration,
+                  base.last_iteration, ref.baseline.why);
+  const HealthyRate* rate = ref.rate && ref.rate->slowdown_step ? &*ref.rate : nullptr;
+  if (rate == nullptr) {
+    result.note = spoiled + "; nothing compared with it";
+    return result;
+  }
+  const double rise = rate->RiseMs();
+  // What the window found already may be the rise: an all-rank cause the OS shows, or slow ranks
+  // that cost the job as much (every rank waits for them).
+  double slow_cost = 0;
+  bool os_cause = false;
+  for (const Finding& f : existing) {
+    if (f.finding_class == FindingClass::kAll &&
+        (f.category == Category::kCpuThrottled || f.category == Category::kCpuContention))
+      os_cause = true;
+    if (f.finding_class == FindingClass::kSubset && f.category != Category::kHang &&
+        f.category != Category::kMissingRank && f.category != Category::kMemoryGrowth)
+      slow_cost = std::max(slow_cost, f.impact_ms);
+  }
+  if (os_cause || slow_cost * policy::kEchoSlack >= rise) {
+    result.note = fmt::format("{}; compared with the job's healthy rate instead: {}", spoiled,
+                              rate->Describe());
+    return result;
+  }
+  if (rate->Ratio() < 1 + policy::kHealthyRiseAtLeast) {
+    result.note = fmt::format(
+        "{}; compared with the job's healthy rate instead: {}, too little to name without a "
+        "profiled change",
+        spoiled, rate->Describe());
+    return result;
+  }
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.category = Category::kRegression;
+  f.ranks = AllRanks(now, metrics);
+  f.impact_ms = rise;
+  f.impact_fraction = rate->recent.ms > 0 ? rise / rate->recent.ms : 0;
+  f.confidence = policy::kConfidenceTimingOnly;
+  f.evidence["healthy_ms"] = rate->healthy.ms;
+  f.evidence["recent_ms"] = rate->recent.ms;
+  f.evidence["slowdown_iteration"] = static_cast<double>(*rate->slowdown_step);
+  f.evidence["baseline_window"] = static_cast<double>(base.window_id);
+  f.evidence_text["reference"] = spoiled;
+  f.summary = fmt::format(
+      "every rank runs {:.2f}x slower than the job's healthy rate since iteration {} ({:.1f} ms an "
+      "iteration, {:.1f} ms before); {}, so no profiled function is compared with it",
+      rate->Ratio(), *rate->slowdown_step, rate->recent.ms, rate->healthy.ms, spoiled);
+  f.suggestion =
+      "Look at what changed on every rank at that iteration: the input data or its length, the "
+      "host's other processes, CPU quotas and frequency, or the job's own periodic work; a "
+      "window opened with `perftracker trigger` now is compared with the healthy rate too.";
+  result.findings.push_back(std::move(f));
+  return result;
+}
+
 }  // namespace
 
 namespace internal {
@@ -111,14 +184,19 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
                                   const std::vector<pattern::RankSummary>& now,
                                   const pattern::RankMetrics& now_metrics,
                                   const std::vector<Finding>& existing,
-                                  const DiagnoseOptions& options) {
+                                  const DiagnoseOptions& options, const HealthyReference& ref) {
   SinceBaselineResult result;
   std::vector<Finding>& out = result.findings;
   if (base.ranks.empty() || now.empty()) return result;
+  if (ref.baseline.spoiled) return SinceHealthyRate(base, now, now_metrics, existing, ref);
   const double base_ms = MedianIterationMs(base.ranks), now_ms = MedianIterationMs(now);
-  const double delta_ms = now_ms - base_ms;
+  double delta_ms = now_ms - base_ms;
+  // The job's unprofiled slowdown since it was healthy, where the history shows one: what
+  // fixing it gives (profiled iterations are inflated, and differently in each window).
+  const HealthyRate* rate = ref.rate && ref.rate->slowdown_step ? &*ref.rate : nullptr;
+  if (rate) delta_ms = rate->RiseMs();
   // Nothing to explain: the window is no slower than the healthy job was.
-  if (base_ms <= 0 || delta_ms < policy::kBaselineSlowdown * base_ms) return result;
+  if (!rate && (base_ms <= 0 || delta_ms < policy::kBaselineSlowdown * base_ms)) return result;
 
   const std::string base_name = fmt::format("the baseline window (iterations {}..{})",
                                             base.first_iteration, base.last_iteration);
@@ -200,6 +278,7 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
         "the iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms), and nothing measurable changed "
         "since: no profiled function{}",
         now_ms, now_ms / base_ms, base_name, base_ms, os.text.empty() ? "" : ", and " + os.text);
+    if (rate) result.note += "; " + rate->Describe();
     return result;
   }
   if (out.empty()) {
@@ -214,6 +293,11 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     f.evidence["baseline_ms"] = base_ms;
     f.evidence["window_ms"] = now_ms;
     f.evidence["baseline_window"] = static_cast<double>(base.window_id);
+    if (rate) {
+      f.evidence["healthy_ms"] = rate->healthy.ms;
+      f.evidence["recent_ms"] = rate->recent.ms;
+      f.evidence["slowdown_iteration"] = static_cast<double>(*rate->slowdown_step);
+    }
     f.summary = fmt::format(
         "the iteration takes {:.1f} ms ({:.1f} ms in the baseline), spread over all the work",
         now_ms, base_ms);

@@ -15,10 +15,12 @@
 #define PERFTRACKER_DIAGNOSE_SINCE_BASELINE_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "diagnose/diagnose.h"
 #include "diagnose/finding.h"
+#include "diagnose/healthy_rate.h"
 #include "pattern/collected.h"
 #include "pattern/pattern.h"
 
@@ -36,21 +38,34 @@ struct Baseline {
 // the same ranks are kept in every window.
 bool InBaselineSample(int rank, int world);
 
+// What the window is compared with beside the baseline window: the job's healthy rate from its
+// unprofiled iterations up to the window, and the baseline window's verdict (CheckBaseline).
+struct HealthyReference {
+  std::optional<HealthyRate> rate;
+  BaselineCheck baseline;
+};
+
 struct SinceBaselineResult {
   std::vector<Finding> findings;
   std::string note;  // for the diagnosis' notes; empty when there is nothing to say
 };
 
 // What changed in a window (NOW: its sampled ranks' patterns, NOW_METRICS: every rank's
-// metrics) since BASE, when its iteration is slower than the baseline's (policy
-// kBaselineSlowdown): functions slower or called more on every rank, a rank that computes more
-// (unless EXISTING, the window's own findings, names it), the OS's change as their cause; with
-// none of them, a finding of the OS's change alone, else the note that nothing measurable did.
+// metrics) since BASE, when its iteration is slower than the baseline's or the job runs slower
+// than its healthy rate (policy kBaselineSlowdown): functions slower or called more on every
+// rank, a rank that computes more (unless EXISTING, the window's own findings, names it), the
+// OS's change as their cause; with none of them, a finding of the OS's change alone, else the
+// note that nothing measurable did. The rise over the healthy rate (unprofiled, what fixing it
+// gives) is the cost where REF knows it.
+// A spoiled baseline (REF.baseline) holds the fault itself: no function is compared with it;
+// the job's slowdown from its healthy rate is a finding of its own (unless EXISTING explains it:
+// an all-rank OS cause, or slow ranks costing as much), with why the baseline could not serve.
 SinceBaselineResult SinceBaseline(const Baseline& base,
                                   const std::vector<pattern::RankSummary>& now,
                                   const pattern::RankMetrics& now_metrics,
                                   const std::vector<Finding>& existing,
-                                  const DiagnoseOptions& options = {});
+                                  const DiagnoseOptions& options = {},
+                                  const HealthyReference& ref = {});
 
 }  // namespace perftracker::diagnose
 

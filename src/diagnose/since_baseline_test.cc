@@ -244,5 +244,64 @@ TEST(SinceBaselineTest, TheSampleKeepsTheSameRanksInEveryWindow) {
   EXPECT_TRUE(InBaselineSample(0, 100000));
 }
 
+
+// A history: 70 ms an iteration until iteration 25, 100 ms from there (the baseline profiled
+// 20..29, so the fault began inside it).
+HealthyReference SpoiledBy(const char* why) {
+  HealthyReference ref;
+  std::vector<IterationPoint> v;
+  for (int i = 10; i < 20; ++i) v.push_back({i, 70});
+  for (int i = 35; i < 80; ++i) v.push_back({i, 100});
+  ref.rate = FindHealthyRate(v);
+  ref.baseline = {true, why};
+  return ref;
+}
+
+TEST(SinceBaselineTest, ASpoiledBaselineIsNotComparedWithTheSlowdownIsAFindingOfItsOwn) {
+  // The window is no slower than the spoiled baseline (both hold the fault): the comparison
+  // with it would say nothing; the healthy rate says every rank is 1.43x slower.
+  const SinceBaselineResult r = SinceBaseline(MakeBaseline(), Job(20, 26), Metrics(0, 1.0), {}, {},
+                                              SpoiledBy("its iterations slowed down within it"));
+  ASSERT_EQ(r.findings.size(), 1u) << r.note;
+  const Finding& f = r.findings[0];
+  EXPECT_EQ(f.finding_class, FindingClass::kAll);
+  EXPECT_EQ(f.category, Category::kRegression);
+  EXPECT_NEAR(f.impact_ms, 30, 1e-9);
+  EXPECT_DOUBLE_EQ(f.evidence.at("slowdown_iteration"), 35);
+  EXPECT_NE(f.summary.find("1.43x slower than the job's healthy rate since iteration 35"),
+            std::string::npos)
+      << f.summary;
+  EXPECT_NE(f.summary.find("is spoiled: its iterations slowed down within it"), std::string::npos)
+      << f.summary;
+}
+
+TEST(SinceBaselineTest, ASpoiledBaselineWithAnAllRankOsCauseIsANote) {
+  Finding throttled;
+  throttled.finding_class = FindingClass::kAll;
+  throttled.category = Category::kCpuThrottled;
+  throttled.impact_ms = 20;
+  const SinceBaselineResult r = SinceBaseline(MakeBaseline(), Job(20, 26), Metrics(37, 1.0),
+                                              {throttled}, {}, SpoiledBy("it was slowed"));
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_NE(r.note.find("compared with the job's healthy rate instead"), std::string::npos)
+      << r.note;
+}
+
+TEST(SinceBaselineTest, AHealthyRateSlowdownIsExplainedThoughTheProfiledWindowsLookAlike) {
+  // A clean baseline; the job ran 70 ms until iteration 60 and 100 ms since, while the profiled
+  // windows differ by 4% (the profiler's own cost hides it): every rank's aten::mm takes 1.9x.
+  HealthyReference ref;
+  std::vector<IterationPoint> v;
+  for (int i = 10; i < 60; ++i) v.push_back({i, 70});
+  for (int i = 60; i < 90; ++i) v.push_back({i, 100});
+  ref.rate = FindHealthyRate(v);
+  Baseline base = MakeBaseline();
+  base.ranks = Job(20, 43);
+  const SinceBaselineResult r = SinceBaseline(base, Job(38, 44), Metrics(0, 1.0), {}, {}, ref);
+  ASSERT_FALSE(r.findings.empty()) << r.note;
+  ASSERT_FALSE(r.findings[0].functions.empty());
+  EXPECT_EQ(r.findings[0].functions[0].name, "aten::mm");
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

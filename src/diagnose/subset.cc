@@ -720,9 +720,8 @@ void MergeByHost(std::vector<Finding>* findings) {
 }  // namespace
 
 void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const DiagnoseOptions& o,
-                        std::vector<Finding>* out) {
+                        std::vector<std::vector<size_t>> groups, std::vector<Finding>* out) {
   const std::vector<CompactRank>& ranks = cj.ranks();
-  std::vector<std::vector<size_t>> groups = PeerGroups(ranks, o.threads);
   // Groups are independent: analyzed on o.threads threads, each group's findings in its own
   // slot and kept in group order, so the result does not depend on scheduling.
   std::vector<std::vector<Finding>> per_group(groups.size());

@@ -37,6 +37,7 @@
 #include "server/collector_counters.h"
 #include "server/command_stream.h"
 #include "server/hang_collection.h"
+#include "server/healthy_watch.h"
 #include "server/metrics_http.h"
 #include "server/rank_state.h"
 #include "server/scheduler.h"
@@ -100,12 +101,13 @@ struct CollectorServer::Impl final
     Window::Sealed sealed;
     std::vector<report::RunSeries> series;
     std::vector<report::WindowMark> marks;
+    std::optional<diagnose::HealthyRate> rate;  // the job's healthy rate up to the window
   };
   std::deque<SealedWindow> to_publish;
   // The attempt's baseline window, which every later window is compared with
-  // (diagnose/since_baseline.h). The publisher thread's alone: no lock.
-  std::optional<diagnose::Baseline> baseline;
-  int baseline_attempt = -1;
+  // (server/healthy_watch.h). The publisher thread's alone: no lock.
+  BaselineState baseline;
+  HealthyWatch healthy;  // the unprofiled history, under mu
   bool publisher_done = false;  // Shutdown: the publisher drains to_publish, then returns
   int64_t last_published = 0;   // the newest window the publisher has published
   std::condition_variable publish_cv;
@@ -168,9 +170,6 @@ struct CollectorServer::Impl final
   // diagnosis as diagnose::SlowNotHung says. Returns whether it did. Called with mu held.
   bool AmendResumedHangLocked();
   void TimerLoop();
-  // Keeps the baseline window's sample, or adds to D what changed since it (the publisher
-  // thread's, without mu).
-  void CompareWithBaseline(Window::Sealed* sealed, diagnose::Diagnosis* d);
   // A rank's memory grows steadily (diagnose::FindMemoryGrowth): logged, and a window opens
   // ("memory growth on rank N"; joined when one is open) whose diagnosis names it. mu held.
   void OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g);

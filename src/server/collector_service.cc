@@ -127,6 +127,7 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
       ranks.clear();
       agents.Clear();  // the previous job's, all without a stream
       sched->NewJob();
+      healthy.NewAttempt();
     }
     job_key = req->job_id();
   }
@@ -201,6 +202,7 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
     for (int i = 0; i < n; ++i) {
       r.last_step = std::max(r.last_step, b.steps(i));
       r.AddStep(b.steps(i) + offset, b.iteration_ms(i));
+      healthy.Add(b.steps(i), b.iteration_ms(i));
     }
     r.attempt_iterations += n;
     if (b.rss_bytes() > 0 && furthest >= 0) {

@@ -73,6 +73,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
                                                    spec.start_iteration + spec.iterations - 1)});
   ++counters.windows_opened[ReasonKind(reason)];
   sched->Opened(spec.id, spec.start_iteration, std::chrono::steady_clock::now(), slowdown, mean_ms);
+  healthy.WindowOpened(spec.start_iteration, spec.iterations);
   if (::perftracker::Status st =
           store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
       !st.ok())
@@ -110,33 +111,10 @@ void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   if (w.closed()) return;
   Window::Sealed sealed = w.Seal();
   ExplainMissingLocked(&sealed);
-  to_publish.push_back({std::move(sealed), SeriesLocked(), windows.marks()});
+  const int64_t start = sealed.spec.start_iteration;
+  to_publish.push_back({std::move(sealed), SeriesLocked(), windows.marks(), healthy.RateBefore(start)});
   sched->Closed(id, std::chrono::steady_clock::now());
   publish_cv.notify_one();
-}
-
-void CollectorServer::Impl::CompareWithBaseline(Window::Sealed* sealed, diagnose::Diagnosis* d) {
-  const WindowSpec& spec = sealed->spec;
-  if (spec.baseline) {
-    baseline = diagnose::Baseline{spec.id, spec.start_iteration,
-                                  spec.start_iteration + spec.iterations - 1,
-                                  std::move(sealed->sample), sealed->metrics};
-    baseline_attempt = spec.attempt;
-    return;
-  }
-  // Another attempt's baseline is of processes that are gone (iterations numbered anew).
-  if (!baseline || baseline_attempt != spec.attempt) return;
-  diagnose::SinceBaselineResult since = diagnose::SinceBaseline(
-      *baseline, sealed->sample, sealed->metrics, d->findings, options.diagnose);
-  // A rank the comparison with the baseline names gets the same cause rules as one its peers
-  // name (its inputs, its quota, its run-queue wait in this window).
-  const diagnose::CauseInput causes{sealed->metrics, d->job.iteration_ms_median,
-                                    sealed->job.ranks()};
-  for (auto& f : since.findings) {
-    diagnose::ExplainRankFinding(causes, &f);
-    d->findings.push_back(std::move(f));
-  }
-  if (!since.note.empty()) d->job.notes.push_back(std::move(since.note));
 }
 
 void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g) {
@@ -179,11 +157,7 @@ void CollectorServer::Impl::PublishLoop() {
     std::vector<diagnose::Finding> memory = MemoryFindingsLocked();
     lk.unlock();
     diagnose::Diagnosis d = Window::Diagnose(w.sealed, options.diagnose);
-    CompareWithBaseline(&w.sealed, &d);
-    if (!memory.empty()) {
-      for (auto& f : memory) d.findings.push_back(std::move(f));
-      diagnose::internal::SortFindings(&d.findings);
-    }
+    CompareWindow(&w.sealed, w.rate, std::move(memory), options.diagnose, &baseline, &d);
     auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
     std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);
     lk.lock();
@@ -245,6 +219,7 @@ void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
     }
   }
   sched->NewAttempt();
+  healthy.NewAttempt();
   reported_hang.reset();  // its processes are gone: nothing of it resumes
   for (auto& [r, st] : ranks) {
     st.last_step = -1;
@@ -364,8 +339,15 @@ void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
 
 void CollectorServer::Impl::MaybeOpenScheduledLocked() {
   if (shutting_down || hang) return;
-  if (auto due = sched->Due(ProgressLocked(), std::chrono::steady_clock::now()))
+  const auto now = std::chrono::steady_clock::now();
+  if (auto due = sched->Due(ProgressLocked(), now)) {
     OpenWindowLocked(due->reason, 0, due->slowdown, due->mean_ms);
+  } else if (auto slow = healthy.Check(now); slow && options.schedule.baseline_window &&
+             sched->OnSlowdown(FurthestStepLocked(), slow->recent_ms, slow->reason, now) ==
+                 WindowScheduler::SlowdownAction::kOpen) {
+    log::Event("", "{}", slow->reason);
+    OpenWindowLocked(slow->reason, 0, true, slow->recent_ms, FurthestStepLocked());
+  }
 }
 
 std::string CollectorServer::Impl::ReasonKind(const std::string& reason) {

@@ -1,0 +1,85 @@
+#include "diagnose/all_rank_os.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "base/median.h"
+#include "diagnose/causes.h"
+#include "diagnose/policy.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+double Value(const std::map<std::string, double>& m, const char* key) {
+  auto it = m.find(key);
+  return it == m.end() ? std::nan("") : it->second;
+}
+
+}  // namespace
+
+std::optional<Finding> AllRanksThrottledRule::Find(const pattern::RankMetrics& metrics,
+                                                   double iteration_ms,
+                                                   const std::map<int, std::string>& hosts) const {
+  std::vector<double> shares, lost_ms, quotas, throttled_s, windows_s;
+  int throttled = 0;
+  std::vector<int> ranks;
+  std::set<std::string> host_set;
+  for (const auto& [rank, m] : metrics) {
+    ranks.push_back(rank);
+    const double share = ThrottledShare(m);
+    if (std::isnan(share)) continue;  // no quota, or too few periods to tell: not throttled
+    shares.push_back(share);
+    if (share < policy::kAllThrottledShare) continue;
+    ++throttled;
+    const double window_s = Value(m, "window.seconds"), thr_s = Value(m, "cgroup.throttled_s");
+    if (window_s > 0 && !std::isnan(thr_s) && iteration_ms > 0) {
+      lost_ms.push_back(thr_s * iteration_ms / window_s);
+      throttled_s.push_back(thr_s);
+      windows_s.push_back(window_s);
+    }
+    if (const double q = Value(m, "cgroup.quota_cpus"); q > 0) quotas.push_back(q);
+    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) host_set.insert(h->second);
+  }
+  const auto total = static_cast<double>(ranks.size());
+  if (ranks.empty() || throttled < policy::kAllOsRanksShare * total) return std::nullopt;
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.category = Category::kCpuThrottled;
+  f.cause = Cause::kConfiguration;
+  f.confidence = policy::kConfidenceOsEvidence;
+  f.ranks = ranks;
+  f.hosts.assign(host_set.begin(), host_set.end());
+  const double share = Median(shares);
+  // A single-threaded rank loses what its quota holds it back; several threads of one rank are
+  // throttled together, so the figure is at most the iteration.
+  const double lost = lost_ms.empty() ? 0.0 : std::min(Median(lost_ms), iteration_ms);
+  f.impact_ms = lost;
+  f.impact_fraction = iteration_ms > 0 ? lost / iteration_ms : 0;
+  f.evidence["throttled_share"] = share;
+  f.evidence["ranks_affected"] = throttled;
+  f.evidence["ranks_total"] = total;
+  if (!throttled_s.empty()) {
+    f.evidence["throttled_s"] = Median(throttled_s);
+    f.evidence["window_s"] = Median(windows_s);
+  }
+  if (!quotas.empty()) f.evidence["quota_cpus"] = Median(quotas);
+  f.evidence_text["reasoning"] = fmt::format(
+      "the kernel throttled {} of {} ranks' CPU quota in most of its scheduling periods (median "
+      "{:.0f}%): a healthy job meets its quota now and then, not every period; no baseline is "
+      "needed to see it",
+      throttled, ranks.size(), 100 * share);
+  f.summary = fmt::format(
+      "every rank is held by its CPU quota: throttled in {:.0f}% of its scheduling periods{}, "
+      "{:.1f} ms per iteration",
+      100 * share, quotas.empty() ? "" : fmt::format(" ({:.2f} CPUs)", Median(quotas)), lost);
+  f.suggestion =
+      "Raise or remove the CPU quota of the job's cgroup (cpu.max / cpu.cfs_quota_us), or ask the "
+      "scheduler for as many CPUs as the ranks' threads use.";
+  return f;
+}
+
+}  // namespace perftracker::diagnose

@@ -1,0 +1,34 @@
+// All-rank causes the OS shows on its own, without a baseline to compare with: an expected
+// pattern of the kernel's accounting. A healthy job is not throttled by its CPU quota in most of
+// its scheduling periods on every rank; when it is, every rank is held back every step, whether
+// or not a baseline window (spoiled, or taken under the same quota) saw it too.
+//
+// One rule, one class (AllRanksThrottledRule), run by AddMetricFindings on every window. A rank
+// throttled while its peers are not is the peer comparison's (diagnose/causes.h
+// CpuThrottledRule); this rule speaks only when three in four ranks are (policy
+// kAllOsRanksShare, kAllThrottledShare).
+#ifndef PERFTRACKER_DIAGNOSE_ALL_RANK_OS_H_
+#define PERFTRACKER_DIAGNOSE_ALL_RANK_OS_H_
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "diagnose/finding.h"
+#include "pattern/collected.h"
+
+namespace perftracker::diagnose {
+
+class AllRanksThrottledRule {
+ public:
+  static constexpr const char* kName = "all_ranks_throttled";
+  // The finding (class all, category cpu_throttled) when most ranks' quota throttles them in
+  // most periods; ITERATION_MS is the window's median iteration (its impact: the median rank's
+  // throttled time per iteration, at most the iteration); HOSTS by rank.
+  std::optional<Finding> Find(const pattern::RankMetrics& metrics, double iteration_ms,
+                              const std::map<int, std::string>& hosts) const;
+};
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_ALL_RANK_OS_H_

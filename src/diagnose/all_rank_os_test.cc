@@ -1,0 +1,50 @@
+#include "diagnose/all_rank_os.h"
+
+#include <gtest/gtest.h>
+
+namespace perftracker::diagnose {
+namespace {
+
+// N ranks whose quota throttled them in THROTTLED of 40 periods over a 4 s window, 1.5 s in all.
+pattern::RankMetrics Quota(int n, double throttled) {
+  pattern::RankMetrics m;
+  for (int r = 0; r < n; ++r)
+    m[r] = {{"cgroup.nr_periods", 40},
+            {"cgroup.nr_throttled", throttled},
+            {"cgroup.throttled_s", 1.5},
+            {"cgroup.quota_cpus", 0.25},
+            {"window.seconds", 4}};
+  return m;
+}
+
+TEST(AllRanksThrottledRule, EveryRankThrottledInMostPeriodsIsOneAllRankFinding) {
+  // Measured: every rank held to a quarter CPU, throttled in 39 of 40 periods.
+  std::optional<Finding> f = AllRanksThrottledRule().Find(Quota(4, 39), 300, {{0, "vm"}});
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->finding_class, FindingClass::kAll);
+  EXPECT_EQ(f->category, Category::kCpuThrottled);
+  EXPECT_EQ(f->ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NEAR(f->evidence.at("throttled_share"), 0.975, 1e-9);
+  // 1.5 s throttled of a 4 s window: 37.5% of each 300 ms iteration.
+  EXPECT_NEAR(f->impact_ms, 112.5, 1e-9);
+  EXPECT_NE(f->summary.find("0.25 CPUs"), std::string::npos) << f->summary;
+}
+
+TEST(AllRanksThrottledRule, AQuotaMetNowAndThenIsHealthy) {
+  EXPECT_FALSE(AllRanksThrottledRule().Find(Quota(4, 8), 300, {}));
+}
+
+TEST(AllRanksThrottledRule, OneThrottledRankIsThePeerComparisons) {
+  pattern::RankMetrics m = Quota(4, 2);
+  m[2]["cgroup.nr_throttled"] = 39;
+  EXPECT_FALSE(AllRanksThrottledRule().Find(m, 300, {}));
+}
+
+TEST(AllRanksThrottledRule, NoQuotaNoFinding) {
+  pattern::RankMetrics m;
+  for (int r = 0; r < 4; ++r) m[r] = {{"proc.run_s", 2}};
+  EXPECT_FALSE(AllRanksThrottledRule().Find(m, 300, {}));
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose

@@ -1,0 +1,111 @@
+#include "diagnose/cost_bound.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "diagnose/finding_text.h"
+#include "diagnose/policy.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+// The categories whose impact is time per iteration that removing the problem gives back. A
+// silent rank, a hang, a crash, a mismatch or a leak has no such figure to bound.
+bool TimeCost(Category c) {
+  switch (c) {
+    case Category::kMissingRank:
+    case Category::kHang:
+    case Category::kStall:
+    case Category::kCollectiveMismatch:
+    case Category::kRankCrash:
+    case Category::kMemoryGrowth:
+    case Category::kImprovement:
+    case Category::kHardwareChange:
+    case Category::kConfigurationChange:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// A rank that computes more than its peers: its peers wait for its excess, no more.
+bool ComputesMore(Category c) { return c == Category::kStraggler || c == Category::kMoreWork; }
+
+double Evidence(const Finding& f, const char* key) {
+  auto it = f.evidence.find(key);
+  return it == f.evidence.end() ? std::nan("") : it->second;
+}
+
+// Whether the clean baseline window named this problem already: then the healthy rate includes it.
+bool BeforeRise(const Finding& f, const CostBudget& b) {
+  if (f.finding_class != FindingClass::kSubset) return false;
+  return std::any_of(f.ranks.begin(), f.ranks.end(),
+                     [&](int r) { return b.before_rise.count({f.category, r}) > 0; });
+}
+
+}  // namespace
+
+std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget) {
+  if (!TimeCost(f.category) || f.impact_ms <= 0) return std::nullopt;
+  std::optional<CostLimit> limit;
+  const auto tighten = [&limit](double ms, std::string why) {
+    if (std::isnan(ms) || ms < 0) ms = 0;
+    if (!limit || ms < limit->ms) limit = CostLimit{ms, std::move(why)};
+  };
+  if (budget.iteration_ms > 0)
+    tighten(budget.iteration_ms,
+            fmt::format("the whole iteration takes {:.1f} ms", budget.iteration_ms));
+  if (f.finding_class == FindingClass::kSubset && ComputesMore(f.category)) {
+    const double own = Evidence(f, "own_work_ms"), peers = Evidence(f, "peers_own_work_ms");
+    const double gpu = Evidence(f, "own_gpu_work_ms"), peers_gpu = Evidence(f, "peers_own_gpu_work_ms");
+    double excess = std::nan("");
+    if (!std::isnan(own) && !std::isnan(peers)) excess = own - peers;
+    if (!std::isnan(gpu) && !std::isnan(peers_gpu))
+      excess = std::isnan(excess) ? gpu - peers_gpu : std::max(excess, gpu - peers_gpu);
+    if (!std::isnan(excess))
+      tighten(policy::kCostSlack * excess,
+              fmt::format("its own work exceeds its peers' by {:.1f} ms an iteration, all they "
+                          "wait for it",
+                          std::max(excess, 0.0)));
+  }
+  if (budget.rise_ms && !BeforeRise(f, budget))
+    tighten(policy::kCostSlack * std::max(*budget.rise_ms, 0.0),
+            fmt::format("the iteration rose {:.1f} ms over the job's healthy rate",
+                        std::max(*budget.rise_ms, 0.0)));
+  return limit;
+}
+
+void BoundCosts(const CostBudget& budget, Diagnosis* d) {
+  const double floor_ms = std::max(policy::kMinAbsMs, policy::kMinFraction * budget.iteration_ms);
+  std::vector<Finding> kept;
+  kept.reserve(d->findings.size());
+  for (Finding& f : d->findings) {
+    const std::optional<CostLimit> limit = LimitOf(f, budget);
+    if (!limit || f.impact_ms <= limit->ms) {
+      kept.push_back(std::move(f));
+      continue;
+    }
+    const double claimed = f.impact_ms;
+    if (limit->ms < floor_ms) {
+      d->job.notes.push_back(fmt::format(
+          "dropped: \"{}\" claimed {:.1f} ms an iteration, but {} (under the {:.1f} ms a finding "
+          "must cost)",
+          f.summary, claimed, limit->why, floor_ms));
+      continue;
+    }
+    f.impact_ms = limit->ms;
+    if (budget.iteration_ms > 0) f.impact_fraction = f.impact_ms / budget.iteration_ms;
+    f.evidence["claimed_ms"] = claimed;
+    f.evidence_text["cost_bound"] = fmt::format(
+        "its rule's figure, {:.1f} ms an iteration, is more than was lost: {}; {:.1f} ms counted",
+        claimed, limit->why, f.impact_ms);
+    f.summary += fmt::format(" (at most {:.1f} ms/iter of it is lost: {})", f.impact_ms, limit->why);
+    kept.push_back(std::move(f));
+  }
+  d->findings = std::move(kept);
+  internal::SortFindings(&d->findings);
+}
+
+}  // namespace perftracker::diagnose

@@ -1,0 +1,50 @@
+// Findings add up: no finding claims more per iteration than the job or the rank lost. Each rule
+// states its cost from its own evidence (a function's excess, a loader's wait, a throttled
+// quota's time), and such a figure can exceed what removing the problem gives: a collective's
+// time on a rank of another role is mostly waiting, a profiled window's functions are inflated by
+// the profiler. The bound is what was lost:
+// - the iteration itself: no problem costs more than the whole step;
+// - a rank that computes more (straggler, more work): its own work's excess over its peers' (what
+//   they wait for it), from the peer comparison's own_work_ms / peers_own_work_ms;
+// - when the job slowed down from its healthy rate (diagnose/healthy_rate.h), a problem that the
+//   clean baseline window did not name: the iteration's rise since then.
+// A finding over its bound is cut to it, with its rule's figure and why kept in its evidence; one
+// whose bound is under the size a finding must have (policy kMinAbsMs, kMinFraction) is dropped
+// with a note. Then findings are ranked by the bounded cost (SortFindings).
+#ifndef PERFTRACKER_DIAGNOSE_COST_BOUND_H_
+#define PERFTRACKER_DIAGNOSE_COST_BOUND_H_
+
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "diagnose/finding.h"
+
+namespace perftracker::diagnose {
+
+// What a window's findings may claim.
+struct CostBudget {
+  double iteration_ms = 0;  // the window's median iteration (0: unknown, no bound from it)
+  // The job's rise over its healthy rate, unprofiled (nullopt: it did not slow down, or unknown).
+  std::optional<double> rise_ms;
+  // Problems the clean baseline window already named (category, rank): present while the job was
+  // healthy, so not part of the rise.
+  std::set<std::pair<Category, int>> before_rise;
+};
+
+// The most F may claim under BUDGET, and why (empty: no bound applies).
+struct CostLimit {
+  double ms = 0;
+  std::string why;
+};
+std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget);
+
+// Bounds every finding of D, drops those whose bound leaves too little (with a note in
+// D->job.notes), and sorts the rest by their bounded cost.
+void BoundCosts(const CostBudget& budget, Diagnosis* d);
+
+}  // namespace perftracker::diagnose
+
+#endif  // PERFTRACKER_DIAGNOSE_COST_BOUND_H_

@@ -1,0 +1,134 @@
+#include "diagnose/cost_bound.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "diagnose/policy.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+Finding MoreWork(int rank, double impact_ms, double own_ms, double peers_ms) {
+  Finding f;
+  f.category = Category::kMoreWork;
+  f.ranks = {rank};
+  f.impact_ms = impact_ms;
+  f.summary = "more work";
+  f.evidence["own_work_ms"] = own_ms;
+  f.evidence["peers_own_work_ms"] = peers_ms;
+  return f;
+}
+
+TEST(CostBound, NoFindingClaimsMoreThanTheIteration) {
+  // Recorded (a 2-stage x 2 pipeline on a busy host): rank 1's gloo:all_reduce inputs twice
+  // its "peers'" (ranks of the other stage), "431 ms/iter more" on a 260 ms iteration.
+  Diagnosis d;
+  Finding f;
+  f.category = Category::kMoreWork;
+  f.ranks = {1};
+  f.impact_ms = 431;
+  f.summary = "rank 1 does more work";
+  d.findings = {f};
+  BoundCosts({260, std::nullopt, {}}, &d);
+  ASSERT_EQ(d.findings.size(), 1u);
+  EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, 260);
+  EXPECT_DOUBLE_EQ(d.findings[0].evidence.at("claimed_ms"), 431);
+  EXPECT_NE(d.findings[0].evidence_text.at("cost_bound").find("whole iteration"), std::string::npos);
+}
+
+TEST(CostBound, ARankThatComputesMoreCostsItsOwnExcessAtMost) {
+  Diagnosis d;
+  d.findings = {MoreWork(2, 30.4, 80, 60)};  // 20 ms of own work more than its peers
+  BoundCosts({100, std::nullopt, {}}, &d);
+  EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, policy::kCostSlack * 20);
+}
+
+TEST(CostBound, ANewProblemCostsTheRiseOverTheHealthyRateAtMost) {
+  // The iteration rose 19.3 ms over the healthy rate; the straggler's rule said 30.4.
+  Diagnosis d;
+  d.findings = {MoreWork(2, 30.4, 100, 60)};
+  d.findings[0].category = Category::kStraggler;
+  BoundCosts({105, 19.3, {}}, &d);
+  EXPECT_NEAR(d.findings[0].impact_ms, policy::kCostSlack * 19.3, 1e-9);
+  // The same rank named by the clean baseline window already: present while healthy.
+  Diagnosis before;
+  before.findings = {MoreWork(2, 30.4, 100, 60)};
+  before.findings[0].category = Category::kStraggler;
+  BoundCosts({105, 19.3, {{Category::kStraggler, 2}}}, &before);
+  EXPECT_DOUBLE_EQ(before.findings[0].impact_ms, 30.4);
+}
+
+TEST(CostBound, AFindingWhoseBoundIsTooSmallIsDroppedWithANote) {
+  Diagnosis d;
+  d.findings = {MoreWork(2, 30, 60.1, 60)};
+  BoundCosts({100, std::nullopt, {}}, &d);
+  EXPECT_TRUE(d.findings.empty());
+  ASSERT_EQ(d.job.notes.size(), 1u);
+  EXPECT_NE(d.job.notes[0].find("dropped: \"more work\" claimed 30.0 ms"), std::string::npos)
+      << d.job.notes[0];
+}
+
+TEST(CostBound, FindingsAreRankedByTheirBoundedCost) {
+  Diagnosis d;
+  Finding loader;
+  loader.category = Category::kDataLoader;
+  loader.ranks = {2};
+  loader.impact_ms = 40;
+  d.findings = {MoreWork(1, 431, 305, 290), loader};  // 431 claimed, 18.75 counted
+  BoundCosts({260, std::nullopt, {}}, &d);
+  ASSERT_EQ(d.findings.size(), 2u);
+  EXPECT_EQ(d.findings[0].category, Category::kDataLoader);
+  EXPECT_NEAR(d.findings[1].impact_ms, 18.75, 1e-9);
+}
+
+TEST(CostBound, SilentRanksHangsAndLeaksAreNotBounded) {
+  Diagnosis d;
+  Finding hang;
+  hang.category = Category::kHang;
+  hang.impact_ms = 1e6;
+  d.findings = {hang};
+  BoundCosts({100, 5, {}}, &d);
+  EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, 1e6);
+}
+
+// Property: over generated windows, every finding kept claims no more than its limit, none is
+// kept under the size a finding must have once bounded, and the order is by bounded cost.
+TEST(CostBound, GeneratedWindowsAddUp) {
+  std::mt19937 gen(36);
+  std::uniform_real_distribution<double> u(0, 1);
+  const Category cats[] = {Category::kStraggler, Category::kMoreWork, Category::kDataLoader,
+                           Category::kRegression, Category::kCpuThrottled, Category::kSync};
+  for (int round = 0; round < 500; ++round) {
+    CostBudget b;
+    b.iteration_ms = 20 + 300 * u(gen);
+    if (u(gen) < 0.5) b.rise_ms = b.iteration_ms * u(gen) * 0.5;
+    Diagnosis d;
+    const int n = 1 + static_cast<int>(u(gen) * 6);
+    for (int i = 0; i < n; ++i) {
+      Finding f = MoreWork(i, b.iteration_ms * 2 * u(gen), 100 * u(gen), 100 * u(gen));
+      f.category = cats[static_cast<size_t>(u(gen) * 6) % 6];
+      f.finding_class = u(gen) < 0.3 ? FindingClass::kAll : FindingClass::kSubset;
+      if (u(gen) < 0.5) b.before_rise.insert({f.category, i});
+      d.findings.push_back(f);
+    }
+    BoundCosts(b, &d);
+    const double floor_ms = std::max(policy::kMinAbsMs, policy::kMinFraction * b.iteration_ms);
+    for (size_t k = 0; k < d.findings.size(); ++k) {
+      const Finding& f = d.findings[k];
+      const std::optional<CostLimit> limit = LimitOf(f, b);
+      ASSERT_TRUE(limit);
+      EXPECT_LE(f.impact_ms, limit->ms + 1e-9) << "round " << round;
+      EXPECT_LE(f.impact_ms, b.iteration_ms + 1e-9);
+      if (f.evidence.count("claimed_ms")) {
+        EXPECT_GE(f.impact_ms, floor_ms - 1e-9);
+      }
+      if (k > 0 && f.confidence == d.findings[k - 1].confidence) {
+        EXPECT_LE(f.impact_ms, d.findings[k - 1].impact_ms + 1e-9);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
