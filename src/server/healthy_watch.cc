@@ -125,7 +125,8 @@ void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::Healthy
   }
   if (rate) {
     against.push_back(rate->Describe());
-    if (rate->slowdown_step && !spec.baseline) budget.rise_ms = rate->RiseMs();
+    // A baseline window the job had slowed down before is bounded by that rise too.
+    if (rate->slowdown_step) budget.rise_ms = rate->RiseMs();
   }
   for (auto& f : memory) d->findings.push_back(std::move(f));
   MergeAllRankThrottled(d);
