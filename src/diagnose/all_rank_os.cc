@@ -82,4 +82,29 @@ std::optional<Finding> AllRanksThrottledRule::Find(const pattern::RankMetrics& m
   return f;
 }
 
+void FoldAllRanksThrottled(std::vector<Finding>* findings) {
+  auto is = [](const Finding& f) {
+    return f.finding_class == FindingClass::kAll && f.category == Category::kCpuThrottled;
+  };
+  auto first = std::find_if(findings->begin(), findings->end(), is);
+  if (first == findings->end()) return;
+  for (auto it = first + 1; it != findings->end();) {
+    if (!is(*it)) {
+      ++it;
+      continue;
+    }
+    const size_t base_it = it->evidence.count("baseline_window");
+    const size_t base_first = first->evidence.count("baseline_window");
+    const bool later = base_it > base_first ||
+                       (base_it == base_first && it->functions.size() > first->functions.size());
+    Finding& keep = later ? *it : *first;
+    Finding& gone = later ? *first : *it;
+    keep.impact_ms = std::max(keep.impact_ms, gone.impact_ms);
+    keep.impact_fraction = std::max(keep.impact_fraction, gone.impact_fraction);
+    for (const auto& [k, v] : gone.evidence) keep.evidence.emplace(k, v);
+    if (later) *first = std::move(keep);
+    it = findings->erase(it);
+  }
+}
+
 }  // namespace perftracker::diagnose

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "diagnose/finding.h"
 #include "pattern/collected.h"
@@ -28,6 +29,12 @@ class AllRanksThrottledRule {
   std::optional<Finding> Find(const pattern::RankMetrics& metrics, double iteration_ms,
                               const std::map<int, std::string>& hosts) const;
 };
+
+// Folds FINDINGS' all-rank cpu_throttled findings into one: the rule above and the comparison with
+// the baseline window (diagnose/since_baseline.h) both name every rank's quota, and it is one
+// problem. The one that names the baseline window (then the one with more functions) is kept, in
+// the first one's place, with the larger cost and both findings' evidence.
+void FoldAllRanksThrottled(std::vector<Finding>* findings);
 
 }  // namespace perftracker::diagnose
 

@@ -46,5 +46,29 @@ TEST(AllRanksThrottledRule, NoQuotaNoFinding) {
   EXPECT_FALSE(AllRanksThrottledRule().Find(m, 300, {}));
 }
 
+TEST(FoldAllRanksThrottled, TheBaselineComparisonsFindingStandsForBoth) {
+  Finding os = *AllRanksThrottledRule().Find(Quota(4, 39), 300, {});
+  Finding since;
+  since.finding_class = FindingClass::kAll;
+  since.category = Category::kCpuThrottled;
+  since.impact_ms = 80;
+  since.summary = "every rank is 3.40x slower than in the baseline window";
+  since.evidence["baseline_window"] = 1;
+  since.functions = {{"aten::mm", "cpu_op", {}}};
+  Finding other;
+  other.category = Category::kStraggler;
+  std::vector<Finding> fs = {os, other, since};
+  FoldAllRanksThrottled(&fs);
+  ASSERT_EQ(fs.size(), 2u);
+  EXPECT_EQ(fs[0].summary, since.summary);  // in the first one's place
+  EXPECT_DOUBLE_EQ(fs[0].impact_ms, 112.5);  // the larger cost
+  EXPECT_DOUBLE_EQ(fs[0].evidence.at("throttled_share"), 0.975);
+  EXPECT_EQ(fs[1].category, Category::kStraggler);
+  // One alone stays as it is.
+  std::vector<Finding> one = {os};
+  FoldAllRanksThrottled(&one);
+  EXPECT_EQ(one.size(), 1u);
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

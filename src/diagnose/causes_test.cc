@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "diagnose/policy.h"
 
 namespace perftracker::diagnose {
@@ -597,18 +599,20 @@ TEST(FindSlowLoaderWorkers, NamesARankThePeerComparisonMissed) {
 }
 
 
-// A 2-stage x 2 pipeline: ranks 0 and 2 are stage 0, 1 and 3 stage 1. Stage 0's aten::mm runs
-// on 512 rows, stage 1's on 64 (its layers are narrower); its gloo:all_reduce moves its own
-// parameters.
-std::vector<pattern::CompactRank> PipelineJob(pattern::CompactJob* job) {
+// A 2-stage x 2 pipeline: ranks 0 and 2 are stage 0, 1 and 3 stage 1. Stage 0's FUNCTIONS run
+// on 512 rows and take 14 ms an iteration, stage 1's on 64 rows, 4 ms (its layers are
+// narrower; its gloo:all_reduce moves its own parameters); the others alike on every rank.
+std::vector<pattern::CompactRank> PipelineJob(pattern::CompactJob* job,
+                                              std::set<std::string> differ = {"aten::mm",
+                                                                              "gloo:all_reduce"}) {
   for (int r = 0; r < 4; ++r) {
     pattern::RankSummary s;
     s.rank = r;
     s.world_size = 4;
     s.iteration_ms = {50, 50, 50};
-    const bool stage0 = r % 2 == 0;
-    const int rows = stage0 ? 512 : 64;
     for (const char* name : {"aten::mm", "gloo:all_reduce"}) {
+      const bool stage0 = r % 2 == 0 && differ.count(name) > 0;
+      const int rows = stage0 ? 512 : 64;
       pattern::FunctionPattern f;
       f.name = name;
       f.kind = trace::EventKind::kCpuOp;
@@ -643,15 +647,14 @@ TEST(RoleTruePeers, AStageIsNeverComparedWithAnotherStage) {
 }
 
 TEST(RoleTruePeers, ACollectivesLargerInputsAreNoMoreWork) {
-  // Only the all-reduce differs (another stage's parameters, its time mostly waiting).
+  // Only the all-reduce differs (another stage's parameters, its time mostly waiting): compared
+  // with every rank, as a job whose roles nothing tells apart is, no rank does more work.
   pattern::CompactJob job;
-  std::vector<pattern::CompactRank> ranks = PipelineJob(&job);
+  const std::vector<pattern::CompactRank> ranks = PipelineJob(&job, {"gloo:all_reduce"});
+  ASSERT_EQ(ranks[0].shapes.size(), 2u);
   const RankMetrics none;
   const CauseInput mixed{none, 50, ranks};
-  for (const Finding& f : FindMoreWorkRanks(mixed, {}, {}))
-    EXPECT_EQ(f.evidence_text.at("input_shapes").find("gloo"), std::string::npos);
-  for (const Finding& f : FindMoreWorkRanks(mixed, {}, {}))
-    for (const FunctionRef& fn : f.functions) EXPECT_NE(fn.name, "gloo:all_reduce") << f.summary;
+  for (const Finding& f : FindMoreWorkRanks(mixed, {}, {})) ADD_FAILURE() << f.summary;
 }
 
 }  // namespace

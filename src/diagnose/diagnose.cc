@@ -79,12 +79,12 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
   }
   AddMissingRanks(missing ? *missing : RanksWithoutTrace(d.job), &d);
   std::vector<std::vector<size_t>> groups = internal::PeerGroups(job.ranks(), options.threads);
-  const std::vector<int> peer_group = PeerGroupOf(groups, job.ranks().size());
+  d.peer_group = PeerGroupOf(groups, job.ranks().size());
   internal::FindSubsetProblems(job, d.job, options, std::move(groups), &d.findings);
   // The causes a trace alone shows (input shapes); a window's OS metrics add theirs later
   // (AddMetricFindings).
   const RankMetrics no_metrics;
-  const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks(), peer_group};
+  const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks(), d.peer_group};
   for (Finding& f : d.findings) ExplainRankFinding(causes, &f);
   std::map<int, std::string> hosts;
   for (const pattern::CompactRank& r : job.ranks()) hosts[r.rank] = r.host;

@@ -87,6 +87,10 @@ struct JobInfo {
 struct Diagnosis {
   JobInfo job;
   std::vector<Finding> findings;  // sorted by impact, descending
+  // Each rank's peer group, by index into the diagnosed job's ranks (diagnose/peer_groups.h
+  // PeerGroupOf), so that the rules run after Diagnose on the same ranks (AddMetricFindings)
+  // compare a rank with the same peers without grouping the job again. Not written out.
+  std::vector<int> peer_group;
 };
 
 }  // namespace perftracker::diagnose

@@ -180,8 +180,10 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
 
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d) {
-  const std::vector<int> peer_group = PeerGroupOf(internal::PeerGroups(ranks), ranks.size());
-  const CauseInput in{metrics, d->job.iteration_ms_median, ranks, peer_group};
+  // The peer groups Diagnose found on these ranks, else (a diagnosis of other ranks) anew.
+  if (d->peer_group.size() != ranks.size())
+    d->peer_group = PeerGroupOf(internal::PeerGroups(ranks), ranks.size());
+  const CauseInput in{metrics, d->job.iteration_ms_median, ranks, d->peer_group};
   for (Finding& f : d->findings)
     if (!ExplainRankFinding(in, &f)) ExplainLoaderHandOff(in, &f);
   std::map<int, std::string> hosts;

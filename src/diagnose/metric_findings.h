@@ -33,8 +33,9 @@ std::optional<Finding> DiagnoseSlowLink(const RankMetrics& metrics,
 // findings it explains; a rank finding whose cause the OS's evidence names is rewritten by the
 // cause rules (diagnose/causes.h), and a data-loading finding whose DataLoader workers are fast
 // at their work says where the batch waits (ExplainLoaderHandOff); the OS-evidence finders add
-// the ranks no finding named (throttled, slow loader workers, contended); findings stay sorted
-// (SortFindings).
+// the ranks no finding named (throttled, slow loader workers, contended), and every rank
+// throttled is one all-rank finding (diagnose/all_rank_os.h); findings stay sorted
+// (SortFindings). RANKS are the ranks D diagnosed: D->peer_group is theirs (set when empty).
 void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::CompactRank>& ranks,
                        Diagnosis* d);
 

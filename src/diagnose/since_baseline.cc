@@ -27,13 +27,38 @@ double MedianIterationMs(const std::vector<pattern::RankSummary>& ranks) {
   return v.empty() ? 0 : internal::Median(v);
 }
 
-// The ranks of a window: those sampled and those with metrics.
+// The ranks of a window, sorted: those sampled and those with metrics.
 std::vector<int> AllRanks(const std::vector<pattern::RankSummary>& now,
                           const pattern::RankMetrics& metrics) {
   std::set<int> all;
   for (const auto& r : now) all.insert(r.rank);
   for (const auto& [r, m] : metrics) all.insert(r);
   return {all.begin(), all.end()};
+}
+
+// The ranks the window's own findings named slow (subset problems other than a silent, hung or
+// leaking rank), and what the costliest of them loses the job per iteration: every other rank
+// waits for them, so a rise on all ranks up to that cost is their echo.
+struct SlowRanks {
+  std::set<int> ranks;
+  double cost_ms = 0;
+};
+SlowRanks SlowRanksOf(const std::vector<Finding>& existing) {
+  SlowRanks slow;
+  for (const Finding& f : existing)
+    if (f.finding_class == FindingClass::kSubset && f.category != Category::kHang &&
+        f.category != Category::kMissingRank && f.category != Category::kMemoryGrowth) {
+      slow.ranks.insert(f.ranks.begin(), f.ranks.end());
+      slow.cost_ms = std::max(slow.cost_ms, f.impact_ms);
+    }
+  return slow;
+}
+
+// The healthy rate's figures on a finding it measured.
+void AddRateEvidence(const HealthyRate& rate, Finding* f) {
+  f->evidence["healthy_ms"] = rate.healthy.ms;
+  f->evidence["recent_ms"] = rate.recent.ms;
+  if (rate.slowdown_step) f->evidence["slowdown_iteration"] = static_cast<double>(*rate.slowdown_step);
 }
 
 // A spoiled baseline window: the comparison is with the job's healthy rate alone.
@@ -46,7 +71,7 @@ SinceBaselineResult SinceHealthyRate(const Baseline& base,
   const std::string spoiled =
       fmt::format("the baseline window (iterations {}..{}) is spoiled: {}", base.first_iteration,
                   base.last_iteration, ref.baseline.why);
-  const HealthyRate* rate = ref.rate && ref.rate->slowdown_step ? &*ref.rate : nullptr;
+  const HealthyRate* rate = ref.Slowdown();
   if (rate == nullptr) {
     result.note = spoiled + "; nothing compared with it";
     return result;
@@ -54,17 +79,11 @@ SinceBaselineResult SinceHealthyRate(const Baseline& base,
   const double rise = rate->RiseMs();
   // What the window found already may be the rise: an all-rank cause the OS shows, or slow ranks
   // that cost the job as much (every rank waits for them).
-  double slow_cost = 0;
-  bool os_cause = false;
-  for (const Finding& f : existing) {
-    if (f.finding_class == FindingClass::kAll &&
-        (f.category == Category::kCpuThrottled || f.category == Category::kCpuContention))
-      os_cause = true;
-    if (f.finding_class == FindingClass::kSubset && f.category != Category::kHang &&
-        f.category != Category::kMissingRank && f.category != Category::kMemoryGrowth)
-      slow_cost = std::max(slow_cost, f.impact_ms);
-  }
-  if (os_cause || slow_cost * policy::kEchoSlack >= rise) {
+  const bool os_cause = std::any_of(existing.begin(), existing.end(), [](const Finding& f) {
+    return f.finding_class == FindingClass::kAll &&
+           (f.category == Category::kCpuThrottled || f.category == Category::kCpuContention);
+  });
+  if (os_cause || SlowRanksOf(existing).cost_ms * policy::kEchoSlack >= rise) {
     result.note = fmt::format("{}; compared with the job's healthy rate instead: {}", spoiled,
                               rate->Describe());
     return result;
@@ -83,9 +102,7 @@ SinceBaselineResult SinceHealthyRate(const Baseline& base,
   f.impact_ms = rise;
   f.impact_fraction = rate->recent.ms > 0 ? rise / rate->recent.ms : 0;
   f.confidence = policy::kConfidenceTimingOnly;
-  f.evidence["healthy_ms"] = rate->healthy.ms;
-  f.evidence["recent_ms"] = rate->recent.ms;
-  f.evidence["slowdown_iteration"] = static_cast<double>(*rate->slowdown_step);
+  AddRateEvidence(*rate, &f);
   f.evidence["baseline_window"] = static_cast<double>(base.window_id);
   f.evidence_text["reference"] = spoiled;
   f.summary = fmt::format(
@@ -193,7 +210,7 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   double delta_ms = now_ms - base_ms;
   // The job's unprofiled slowdown since it was healthy, where the history shows one: what
   // fixing it gives (profiled iterations are inflated, and differently in each window).
-  const HealthyRate* rate = ref.rate && ref.rate->slowdown_step ? &*ref.rate : nullptr;
+  const HealthyRate* rate = ref.Slowdown();
   if (rate) delta_ms = rate->RiseMs();
   // Nothing to explain: the window is no slower than the healthy job was.
   if (!rate && (base_ms <= 0 || delta_ms < policy::kBaselineSlowdown * base_ms)) return result;
@@ -203,20 +220,13 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   Diagnosis d = Diff(base.ranks, now, options, DiffNames{base_name, "this window"});
   std::set<int> named;
   for (const Finding& f : existing) named.insert(f.ranks.begin(), f.ranks.end());
-  std::set<int> all_ranks;
-  for (const auto& r : now) all_ranks.insert(r.rank);
-  for (const auto& [r, m] : now_metrics) all_ranks.insert(r);
+  const std::vector<int> all_ranks = AllRanks(now, now_metrics);
   // The ranks that wait for the ranks the window named slow: every other rank. What rose on
   // exactly them since the baseline (DDP's all-reduce waits inside run_backward) is the slow
   // ranks' echo.
-  std::set<int> slow;
-  double slow_cost_ms = 0;  // what the costliest of them loses the job per iteration
-  for (const Finding& f : existing)
-    if (f.finding_class == FindingClass::kSubset && f.category != Category::kHang &&
-        f.category != Category::kMissingRank && f.category != Category::kMemoryGrowth) {
-      slow.insert(f.ranks.begin(), f.ranks.end());
-      slow_cost_ms = std::max(slow_cost_ms, f.impact_ms);
-    }
+  const SlowRanks slow_ranks = SlowRanksOf(existing);
+  const std::set<int>& slow = slow_ranks.ranks;
+  const double slow_cost_ms = slow_ranks.cost_ms;
   std::vector<int> waiters;
   if (!slow.empty())
     std::set_difference(all_ranks.begin(), all_ranks.end(), slow.begin(), slow.end(),
@@ -293,11 +303,7 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     f.evidence["baseline_ms"] = base_ms;
     f.evidence["window_ms"] = now_ms;
     f.evidence["baseline_window"] = static_cast<double>(base.window_id);
-    if (rate) {
-      f.evidence["healthy_ms"] = rate->healthy.ms;
-      f.evidence["recent_ms"] = rate->recent.ms;
-      f.evidence["slowdown_iteration"] = static_cast<double>(*rate->slowdown_step);
-    }
+    if (rate) AddRateEvidence(*rate, &f);
     f.summary = fmt::format(
         "the iteration takes {:.1f} ms ({:.1f} ms in the baseline), spread over all the work",
         now_ms, base_ms);

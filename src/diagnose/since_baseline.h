@@ -43,6 +43,8 @@ bool InBaselineSample(int rank, int world);
 struct HealthyReference {
   std::optional<HealthyRate> rate;
   BaselineCheck baseline;
+  // The rate when it shows the job slowed down, else null.
+  const HealthyRate* Slowdown() const { return rate && rate->slowdown_step ? &*rate : nullptr; }
 };
 
 struct SinceBaselineResult {

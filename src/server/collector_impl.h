@@ -44,6 +44,7 @@
 #include "server/store.h"
 #include "server/window.h"
 #include "server/window_book.h"
+#include "server/window_comparison.h"
 
 namespace perftracker::server {
 
@@ -105,7 +106,7 @@ struct CollectorServer::Impl final
   };
   std::deque<SealedWindow> to_publish;
   // The attempt's baseline window, which every later window is compared with
-  // (server/healthy_watch.h). The publisher thread's alone: no lock.
+  // (server/window_comparison.h). The publisher thread's alone: no lock.
   BaselineState baseline;
   HealthyWatch healthy;  // the unprofiled history, under mu
   bool publisher_done = false;  // Shutdown: the publisher drains to_publish, then returns

@@ -342,7 +342,8 @@ void CollectorServer::Impl::MaybeOpenScheduledLocked() {
   const auto now = std::chrono::steady_clock::now();
   if (auto due = sched->Due(ProgressLocked(), now)) {
     OpenWindowLocked(due->reason, 0, due->slowdown, due->mean_ms);
-  } else if (auto slow = healthy.Check(now); slow && options.schedule.baseline_window &&
+  } else if (auto slow = healthy.Check(now);  // with no baseline window, no window of its own
+             slow && options.schedule.baseline_window &&
              sched->OnSlowdown(FurthestStepLocked(), slow->recent_ms, slow->reason, now) ==
                  WindowScheduler::SlowdownAction::kOpen) {
     log::Event("", "{}", slow->reason);

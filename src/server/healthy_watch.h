@@ -1,30 +1,20 @@
-// The server's watch on the job's healthy rate (diagnose/healthy_rate.h), and what a window is
-// compared with. It keeps the unprofiled history (server/job_history.h), the attempt's baseline
-// window with what that window named, and opens a window of its own when the history shows a
-// slowdown no window profiled: a worker's detector learns its reference after the warm-up, and
-// a fault that began while it learned (or while it was held after a window) never fires it.
+// The server's watch on the job's healthy rate (diagnose/healthy_rate.h): it keeps the
+// unprofiled history (server/job_history.h), gives the rate before a window for its comparison
+// (server/window_comparison.h), and opens a window of its own when the history shows a slowdown
+// no window profiled: a worker's detector learns its reference after the warm-up, and a fault
+// that began while it learned (or while it was held after a window) never fires it.
 //
-// CompareWindow is what a window's diagnosis gets after the peer comparison: the comparison with
-// the baseline window or, where that is spoiled, with the healthy rate; the memory findings; the
-// cost bounds (diagnose/cost_bound.h); and a note that says what it compared against.
-//
-// Not thread-safe: the history under the server's lock, the baseline on the publisher thread.
+// Not thread-safe: used under the server's lock.
 #ifndef PERFTRACKER_SERVER_HEALTHY_WATCH_H_
 #define PERFTRACKER_SERVER_HEALTHY_WATCH_H_
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
-#include <utility>
-#include <vector>
 
-#include "diagnose/finding.h"
 #include "diagnose/healthy_rate.h"
-#include "diagnose/since_baseline.h"
 #include "server/job_history.h"
-#include "server/window.h"
 
 namespace perftracker::server {
 
@@ -57,22 +47,6 @@ class HealthyWatch {
   int64_t reported_step_ = -1;  // the slowdown a window was asked for
   std::chrono::steady_clock::time_point next_check_{};
 };
-
-// The attempt's baseline window as the comparison keeps it, and the problems it named (a rank's
-// problem there was present while the job was healthy: not part of a later rise).
-struct BaselineState {
-  std::optional<diagnose::Baseline> baseline;
-  int attempt = -1;
-  std::set<std::pair<diagnose::Category, int>> named;
-};
-
-// Adds to D (SEALED's diagnosis) what its window is compared with: keeps SEALED as the baseline
-// when it is one; else the comparison with STATE's baseline, or with RATE (the healthy rate up to
-// the window) where the baseline is spoiled; MEMORY's findings; the bounded costs; the note that
-// says what it was compared against.
-void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::HealthyRate>& rate,
-                   std::vector<diagnose::Finding> memory, const diagnose::DiagnoseOptions& options,
-                   BaselineState* state, diagnose::Diagnosis* d);
 
 }  // namespace perftracker::server
 
