@@ -5,7 +5,9 @@
 // the profiler. The bound is what was lost:
 // - the iteration itself: no problem costs more than the whole step;
 // - a rank that computes more (straggler, more work): its own work's excess over its peers' (what
-//   they wait for it), from the peer comparison's own_work_ms / peers_own_work_ms;
+//   they wait for it), the largest of the peer comparison's totals (own_work_ms, own_op_work_ms,
+//   own_gpu_work_ms against their peers_ figures): each is a floor, as a Python frame's self
+//   time also holds waits no op names;
 // - when the job slowed down from its healthy rate (diagnose/healthy_rate.h), a problem that the
 //   clean baseline window did not name: the iteration's rise since then.
 // A finding over its bound is cut to it, with its rule's figure and why kept in its evidence; one

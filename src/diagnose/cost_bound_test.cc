@@ -69,6 +69,24 @@ TEST(CostBound, AFindingWhoseBoundIsTooSmallIsDroppedWithANote) {
       << d.job.notes[0];
 }
 
+TEST(CostBound, TheLargestOwnWorkTotalBoundsTheCost) {
+  // Recorded (4-rank DDP online, rank 2's batch 8x its peers'): the peers' backward frames held
+  // their wait for rank 2's buckets, so the Python self totals differ by 0.2 ms while rank 2's
+  // CPU ops took 11.8 ms more. The op total bounds the cost; the frames' alone would drop it.
+  Diagnosis d;
+  d.findings = {MoreWork(2, 11.8, 60.2, 60)};
+  d.findings[0].evidence["own_op_work_ms"] = 40.5;
+  d.findings[0].evidence["peers_own_op_work_ms"] = 28.0;
+  BoundCosts({80, std::nullopt, {}}, &d);
+  ASSERT_EQ(d.findings.size(), 1u);
+  EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, 11.8);
+  // Without the op total the same finding is dropped: the test fails if the op total is ignored.
+  Diagnosis frames_only;
+  frames_only.findings = {MoreWork(2, 11.8, 60.2, 60)};
+  BoundCosts({80, std::nullopt, {}}, &frames_only);
+  EXPECT_TRUE(frames_only.findings.empty());
+}
+
 TEST(CostBound, FindingsAreRankedByTheirBoundedCost) {
   Diagnosis d;
   Finding loader;

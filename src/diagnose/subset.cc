@@ -68,7 +68,7 @@ struct Member {
   std::vector<Outlier> high_wait;  // sync / launch functions above their peers
   std::vector<Outlier> high_coll;
   std::vector<Outlier> low_coll;
-  PeerComparison own_cpu, own_gpu, coll;
+  PeerComparison own_cpu, own_gpu, own_ops, coll;
   double excess = 0;  // own-work excess used to pick among candidates
 };
 
@@ -129,6 +129,11 @@ class GroupAnalysis {
   std::vector<Member> m_;
   std::vector<Row> rows_;
   std::vector<double> own_cpu_, own_gpu_, coll_;
+  // Per member: its CPU ops' exclusive time outside collectives and waits, where the ops sit
+  // inside Python frames (an online window). A frame's self time also holds the blocking waits
+  // no op names (a DDP backward waiting for its buckets), so own_cpu_ understates how much more
+  // a rank computes; this total does not. 0 where no op is inside a frame (offline traces).
+  std::vector<double> own_ops_;
   std::vector<double> coll_sd_;  // per member: its collectives' spreads added as variances
   // Over the members whose collective time is known (coll_ not NaN).
   std::optional<SortedSample> coll_sorted_, coll_sd_sorted_, coll_iters_sorted_;
@@ -139,6 +144,7 @@ void GroupAnalysis::BuildRows() {
   std::vector<int32_t> row_of(functions_, -1);
   own_cpu_.assign(n(), 0);
   own_gpu_.assign(n(), 0);
+  own_ops_.assign(n(), 0);
   coll_.assign(n(), 0);
   for (size_t i = 0; i < n(); ++i) {
     const CompactRank& r = *m_[i].r;
@@ -165,7 +171,11 @@ void GroupAnalysis::BuildRows() {
       bool gpu = trace::IsGpuKind(f.kind());
       // Already inside a Python frame's self time (an online window's torch.profiler op):
       // compared on its own row, not counted twice in the totals.
-      if (f.in_python) continue;
+      if (f.in_python) {
+        if (!gpu && f.fclass() != FunctionClass::kCollective && !IsWait(f.fclass()))
+          own_ops_[i] += self;
+        continue;
+      }
       if (f.fclass() == FunctionClass::kCollective) {
         coll_[i] += gpu ? f.per_iter_us : self;
       } else if (!IsWait(f.fclass())) {
@@ -185,7 +195,7 @@ void GroupAnalysis::BuildRows() {
       const bool python = row.proto->kind == trace::EventKind::kPythonFunction;
       if (python == python_missing) row.v[i] = row.self[i] = row.calls[i] = unknown;
     }
-    own_cpu_[i] = own_gpu_[i] = unknown;
+    own_cpu_[i] = own_gpu_[i] = own_ops_[i] = unknown;
     if (!python_missing) coll_[i] = unknown;
   }
   for (Row& row : rows_) {
@@ -219,11 +229,12 @@ void GroupAnalysis::BuildCollectiveSamples() {
 
 void GroupAnalysis::CompareMembers() {
   const PeerReference rc = MakePeerReference(own_cpu_), rg = MakePeerReference(own_gpu_),
-                      rk = MakePeerReference(coll_);
+                      ro = MakePeerReference(own_ops_), rk = MakePeerReference(coll_);
   for (size_t i = 0; i < n(); ++i) {
     Member& mb = m_[i];
     mb.own_cpu = Compare(own_cpu_, i, rc);
     mb.own_gpu = Compare(own_gpu_, i, rg);
+    mb.own_ops = Compare(own_ops_, i, ro);
     mb.coll = Compare(coll_, i, rk);
     for (const Row& row : rows_) {
       PeerComparison c = Compare(row.v, i, row.ref_v);
@@ -516,6 +527,10 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   if (!std::isnan(own_cpu_[i])) {
     f.evidence["own_work_ms"] = UsToMs(own_cpu_[i]);
     f.evidence["peers_own_work_ms"] = UsToMs(mb.own_cpu.reference);
+  }
+  if (!std::isnan(own_ops_[i]) && own_ops_[i] > 0) {
+    f.evidence["own_op_work_ms"] = UsToMs(own_ops_[i]);
+    f.evidence["peers_own_op_work_ms"] = UsToMs(mb.own_ops.reference);
   }
   if (!r.missing_part.empty())
     f.evidence_text["partial_data"] = fmt::format(
