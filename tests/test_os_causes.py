@@ -235,6 +235,20 @@ class OsCauses(OsJobs, unittest.TestCase):
         # The peers wait for it in run_backward (DDP's all-reduce): its echo is no finding.
         self.assertFalse([g for g in later if g["ranks"] == [0, 1, 3]], out)
 
+    def test_every_rank_checkpointing_every_step_is_an_all_rank_io_stall(self):
+        # Every rank saves a 16 MiB checkpoint with fsync each step from the first: no rank is
+        # slower than its peers and no baseline window was healthy; the host's storage pressure
+        # (PSI) and every rank's writes name it in the first window.
+        ws, out = self.job("checkpoint_all", "--iters", "120", *STEP, "--fault", "checkpoint", "--fault-rank",
+                           "all", "--fault-start", "0", "--fault-mb", "16")
+        self.assertTrue(ws and ws[min(ws)], "no finding in the baseline window\n" + out)
+        f = ws[min(ws)][0]
+        self.assertEqual(f["class"], "all", out)
+        self.assertEqual(f["category"], "io_stall", out)
+        self.assertEqual(f["ranks"], [0, 1, 2, 3], out)
+        self.assertGreater(f["evidence"]["storage_bytes_per_iteration"], 8 * 2 ** 20, out)
+        self.assertGreaterEqual(f["evidence"]["io_stall_share"], 0.1, out)
+
     def test_a_rank_sharing_its_core_is_denied_the_cpu(self):
         # Two ranks bound to a core each; from iteration 300 a busy process runs on rank 1's. No
         # step wait: the ranks are CPU-bound (hidden 1024: ~25 ms steps), so the competitor

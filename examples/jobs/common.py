@@ -50,7 +50,10 @@ def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, fault_size=5
     p.add_argument("--batch", type=int, default=batch, help="per data-parallel replica batch size")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
-    p.add_argument("--fault", default="none", choices=["none", "straggler"])
+    p.add_argument("--fault", default="none", choices=["none", "straggler", "slow-loader"],
+                   help="straggler: extra matmuls on the rank; slow-loader: its DataLoader's collate "
+                        "sleeps --fault-ms a batch (ranks that have a DataLoader)")
+    p.add_argument("--fault-ms", type=float, default=40.0, help="sleep per batch (slow-loader)")
     p.add_argument("--fault-rank", type=int, default=2, help="rank with the fault")
     p.add_argument("--fault-start", type=int, default=20, help="first step with the fault")
     p.add_argument("--fault-work", type=int, default=fault_work,
@@ -143,6 +146,26 @@ class Straggler:
         for _ in range(self.work):
             m = torch.mm(m, self.mat)
         return m
+
+
+class SlowCollate:
+    """--fault slow-loader: the faulty rank's DataLoader collate function sleeps --fault-ms per
+    batch from batch --fault-start on (a slow data source or decoder on one rank), then collates
+    as the default does. Pass it as the DataLoader's collate_fn on every rank."""
+
+    def __init__(self, args, rank):
+        self.on = args.fault == "slow-loader" and rank == args.fault_rank
+        self.start, self.ms, self.rank, self.batches = args.fault_start, args.fault_ms, rank, 0
+
+    def __call__(self, batch):
+        import torch.utils.data
+        if self.on and self.batches >= self.start:
+            if self.batches == self.start:
+                print(f"rank {self.rank}: fault slow-loader on at step {self.batches} (unix {time.time():.3f})",
+                      file=sys.stderr, flush=True)
+            time.sleep(self.ms / 1000.0)
+        self.batches += 1
+        return torch.utils.data.default_collate(batch)
 
 
 def step_sleep(args):

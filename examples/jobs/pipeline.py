@@ -21,6 +21,8 @@ dist.all_reduce), then each stage steps its own torch.optim.AdamW.
 Fault: --fault straggler --fault-rank R --fault-start K: from step K on, rank R does --fault-work
 extra 512x512 matrix multiplies before its pipeline schedule step. With R=2 (stage 0 of replica 1)
 rank 3 waits for its activations, and ranks 0/1 wait for 2/3 in the dp all-reduce.
+--fault slow-loader --fault-rank R --fault-ms M (R a stage-0 rank: 0 or 2): from batch K on, R's
+DataLoader collate sleeps M ms per batch (common.SlowCollate).
 
 Run (one rank per process, 4 ranks, external launcher):
   torchrun --standalone --nproc-per-node 4 examples/jobs/pipeline.py --steps 60
@@ -67,7 +69,7 @@ def main():
     # last stage calls it).
     schedule = sched_cls(stage, n_microbatches=args.microbatches, loss_fn=lambda out, y: F.cross_entropy(out, y))
     opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
-    data = StageData(args, replica, replicas, is_first)
+    data = StageData(args, replica, replicas, is_first, env.rank)
 
     def pipeline_step(step):
         if is_first:

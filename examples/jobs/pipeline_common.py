@@ -5,7 +5,7 @@ loop around the pipeline's forward/backward (straggler, gradient average over th
 --step-sleep-ms wait, optimizer step, timing, the last stage's loss line)."""
 import sys
 
-from common import (ReplicaBatches, Straggler, SyntheticClassification, add_model_args,
+from common import (ReplicaBatches, SlowCollate, Straggler, SyntheticClassification, add_model_args,
                     allreduce_mean, finish_job, job_parser, mlp_block, step_sleep)
 
 STAGES = 2
@@ -45,14 +45,14 @@ class StageData:
     """One stage's data: stage 0 reads the replica's batches from a DataLoader (next_inputs()),
     the last stage has no DataLoader and regenerates step k's targets from the seed (targets(k))."""
 
-    def __init__(self, args, replica, replicas, is_first):
+    def __init__(self, args, replica, replicas, is_first, rank):
         import torch.utils.data
         self.task = SyntheticClassification(8192, args.dim, args.classes, args.seed)
         self.order = ReplicaBatches(self.task.n, args.batch, replica, replicas, args.seed)
         self.batches = None
         if is_first:
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(self.task.x),
-                                                 batch_sampler=self.order)
+                                                 batch_sampler=self.order, collate_fn=SlowCollate(args, rank))
             self.batches = iter(loader)
 
     def next_inputs(self):

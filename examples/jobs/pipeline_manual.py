@@ -58,7 +58,7 @@ def main():
     opt = torch.optim.AdamW(module.parameters(), lr=1e-3)
     M = args.microbatches
     micro = args.batch // M
-    data = StageData(args, replica, replicas, is_first)
+    data = StageData(args, replica, replicas, is_first, env.rank)
 
     def pipeline_step(step):
         if is_first:

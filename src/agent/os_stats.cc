@@ -246,6 +246,34 @@ StatusOr<CgroupCpu> ReadCgroupCpu(int pid, const std::string& proc, const std::s
   return c;
 }
 
+StatusOr<Pressure> ParsePressure(std::string_view text) {
+  Pressure p;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    int64_t* slot = line.starts_with("some ") ? &p.some_us
+                    : line.starts_with("full ") ? &p.full_us
+                                                : nullptr;
+    const size_t t = line.find("total=");
+    if (!slot || t == std::string_view::npos) continue;
+    std::string_view rest = line.substr(t + 6);
+    uint64_t v = 0;
+    if (!NextNumber(&rest, &v) || v > static_cast<uint64_t>(INT64_MAX))
+      return DataLoss("pressure: a total that is not a number");
+    *slot = static_cast<int64_t>(v);
+  }
+  if (p.some_us < 0) return DataLoss("pressure: no 'some' line with a total");
+  return p;
+}
+
+StatusOr<Pressure> ReadIoPressure(const std::string& proc) {
+  PT_ASSIGN_OR_RETURN(std::string text, ReadProcFile(proc + "/pressure/io"));
+  return ParsePressure(text);
+}
+
 HostMemory ReadHostMemory(const std::string& proc) {
   auto text = ReadProcFile(proc + "/meminfo");
   return text.ok() ? ParseMeminfo(*text) : HostMemory{};

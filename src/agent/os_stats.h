@@ -72,6 +72,16 @@ struct HostMemory {
 };
 HostMemory ParseMeminfo(std::string_view text);
 
+// Pressure stall information (/proc/pressure/io, Linux 4.20+): the time, in microseconds since
+// boot, in which some task (SOME) or every non-idle task at once (FULL) waited for storage:
+// "some avg10=0.00 avg60=0.02 avg300=0.17 total=20266364\nfull avg10=0.00 ... total=14052221"
+// -> {20266364, 14052221}. The cpu file has a "some" line only on older kernels (full -1).
+struct Pressure {
+  int64_t some_us = -1;
+  int64_t full_us = -1;
+};
+StatusOr<Pressure> ParsePressure(std::string_view text);
+
 // Readers over PROC (default /proc) and the cgroup ROOT.
 // The sum over the process's threads, keyed by thread id so that deltas match thread to thread.
 std::map<int, SchedStat> ReadThreadSchedStats(int pid, const std::string& proc = "/proc");
@@ -82,6 +92,8 @@ std::vector<int> ReadChildren(int pid, const std::string& proc = "/proc", size_t
 StatusOr<CgroupCpu> ReadCgroupCpu(int pid, const std::string& proc = "/proc",
                                   const std::string& root = "/sys/fs/cgroup");
 HostMemory ReadHostMemory(const std::string& proc = "/proc");
+// PROC/pressure/io; an error where the kernel has no PSI (before 4.20, or psi=0).
+StatusOr<Pressure> ReadIoPressure(const std::string& proc = "/proc");
 
 // Bytes read from one /proc or cgroup file at most: they are a few hundred bytes; a thread
 // list of a huge process is longer, and more than this is not a file the agent should trust.

@@ -35,6 +35,24 @@ TEST(OsStats, ParsesPidIo) {
   EXPECT_FALSE(ParsePidIo("rchar: 1\nwchar: 2\nread_bytes: 3\ncancelled_write_bytes: 4\n").ok());
 }
 
+TEST(OsStats, ParsesPressure) {
+  // Recorded from this machine's /proc/pressure/io.
+  auto p = ParsePressure(
+      "some avg10=0.00 avg60=0.02 avg300=0.17 total=20266364\n"
+      "full avg10=0.00 avg60=0.01 avg300=0.11 total=14052221\n");
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->some_us, 20266364);
+  EXPECT_EQ(p->full_us, 14052221);
+  // An older kernel's cpu file: a "some" line alone.
+  auto cpu = ParsePressure("some avg10=1.00 avg60=0.50 avg300=0.10 total=42\n");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ(cpu->some_us, 42);
+  EXPECT_EQ(cpu->full_us, -1);
+  EXPECT_FALSE(ParsePressure("").ok());
+  EXPECT_FALSE(ParsePressure("some avg10=0.00 total=x\n").ok());
+  EXPECT_FALSE(ParsePressure("full avg10=0.00 total=5\n").ok());  // no "some"
+}
+
 TEST(OsStats, ParsesStatMemoryFields) {
   // Recorded from a Python process; the name holds a space and a parenthesis, nice is negative.
   const char* stat =
@@ -131,6 +149,8 @@ TEST(OsStats, SamplerReportsWindowDeltasFromAFakeProc) {
     write(proc + "/meminfo", "MemTotal: 1000 kB\nMemAvailable: 500 kB\n");
     write(proc + "/stat", "cpu  1 0 0 1 0 0 0 0 0 0\n");
     write(proc + "/net/dev", "Inter-|\n face |\n lo: 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n");
+    write(proc + "/pressure/io", fmt::format("some avg10=0.00 total={}\nfull avg10=0.00 total={}\n",
+                                             wbytes, wbytes / 4));
   };
   state(1000000000, 100000000, 1000, 10, 2, 0, 100);
   ProcSampler s(proc, cg);
@@ -150,6 +170,9 @@ TEST(OsStats, SamplerReportsWindowDeltasFromAFakeProc) {
   EXPECT_NEAR(m["cgroup.throttled_s"], 0.75, 1e-9);
   EXPECT_DOUBLE_EQ(m["cgroup.quota_cpus"], 0.25);
   EXPECT_EQ(m["host.mem_available_bytes"], 500 * 1024);
+  // The storage stall of the window: 1 MiB us of "some", a quarter of it "full".
+  EXPECT_NEAR(m["host.io_some_s"], (1 << 20) / 1e6, 1e-9);
+  EXPECT_NEAR(m["host.io_full_s"], (1 << 18) / 1e6, 1e-9);
   std::filesystem::remove_all(dir);
 }
 

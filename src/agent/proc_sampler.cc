@@ -226,6 +226,8 @@ void ProcSampler::Begin(const std::vector<int>& pids) {
   if (have_host_) host_ = *h;
   auto n = ReadNetDev(proc_);
   nics_ = n.ok() ? *n : std::map<std::string, NicBytes>{};
+  auto io = ReadIoPressure(proc_);
+  io_pressure_ = io.ok() ? std::optional<Pressure>(*io) : std::nullopt;
 }
 
 void ProcSampler::Tick() {
@@ -281,6 +283,11 @@ std::map<std::string, double> ProcSampler::End(int pid) {
     if (auto h = ReadHostCpu(proc_); h.ok() && h->total > host_.total)
       m["host.cpu_util"] =
           static_cast<double>(h->busy - host_.busy) / static_cast<double>(h->total - host_.total);
+  }
+  if (auto io = ReadIoPressure(proc_); io.ok() && io_pressure_ && io->some_us >= io_pressure_->some_us) {
+    m["host.io_some_s"] = static_cast<double>(io->some_us - io_pressure_->some_us) / 1e6;
+    if (io->full_us >= 0 && io_pressure_->full_us >= 0 && io->full_us >= io_pressure_->full_us)
+      m["host.io_full_s"] = static_cast<double>(io->full_us - io_pressure_->full_us) / 1e6;
   }
   if (auto n = ReadNetDev(proc_); n.ok()) {
     for (const auto& [dev, e] : *n) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/median.h"
+#include "base/units.h"
 #include "diagnose/causes.h"
 #include "diagnose/policy.h"
 
@@ -79,6 +80,67 @@ std::optional<Finding> AllRanksThrottledRule::Find(const pattern::RankMetrics& m
   f.suggestion =
       "Raise or remove the CPU quota of the job's cgroup (cpu.max / cpu.cfs_quota_us), or ask the "
       "scheduler for as many CPUs as the ranks' threads use.";
+  return f;
+}
+
+std::optional<Finding> AllRanksIoStallRule::Find(const pattern::RankMetrics& metrics,
+                                                 double iteration_ms,
+                                                 const std::map<int, std::string>& hosts) const {
+  if (!(iteration_ms > 0)) return std::nullopt;
+  std::vector<double> shares, bytes, written;
+  std::vector<int> ranks;
+  std::set<std::string> host_set;
+  for (const auto& [rank, m] : metrics) {
+    ranks.push_back(rank);
+    const double moved = StorageBytesPerIteration(m, iteration_ms);
+    const double window_s = Value(m, "window.seconds"), some_s = Value(m, "host.io_some_s");
+    if (std::isnan(moved) || moved < policy::kIoMinBytesPerIteration || !(window_s > 0) ||
+        std::isnan(some_s))
+      continue;
+    const double share = std::min(some_s / window_s, 1.0);
+    if (share < policy::kAllIoStallShare) continue;
+    shares.push_back(share);
+    bytes.push_back(moved);
+    const double w = Value(m, "proc.write_bytes");
+    written.push_back(std::isnan(w) ? 0.0 : w * iteration_ms / SToMs(window_s));
+    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) host_set.insert(h->second);
+  }
+  const auto total = static_cast<double>(ranks.size());
+  const auto stalled = static_cast<double>(shares.size());
+  if (ranks.empty() || stalled < policy::kAllOsRanksShare * total) return std::nullopt;
+  constexpr double kMiB = 1024.0 * 1024.0;
+  const double share = Median(shares), moved = Median(bytes);
+  const bool writes = Median(written) * 2 >= moved;
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.category = Category::kIoStall;
+  f.cause = Cause::kConfiguration;
+  f.confidence = policy::kConfidenceOsEvidence;
+  f.ranks = ranks;
+  f.hosts.assign(host_set.begin(), host_set.end());
+  // A rank that reads or writes on its training thread waits as long as the disk makes some
+  // task wait, at most: the estimate is the stalled share of its iteration.
+  f.impact_ms = std::min(share, 1.0) * iteration_ms;
+  f.impact_fraction = iteration_ms > 0 ? f.impact_ms / iteration_ms : 0;
+  f.evidence["io_stall_share"] = share;
+  f.evidence["storage_bytes_per_iteration"] = moved;
+  f.evidence["ranks_affected"] = stalled;
+  f.evidence["ranks_total"] = total;
+  f.evidence_text["reasoning"] = fmt::format(
+      "{:.0f} of {} ranks {} {:.1f} MiB per iteration to storage, and their hosts' tasks waited "
+      "for storage {:.0f}% of the window (the kernel's pressure stall information): a healthy "
+      "step does not wait for the disk; no baseline is needed to see it",
+      stalled, ranks.size(), writes ? "write" : "read", moved / kMiB, 100 * share);
+  f.summary = fmt::format(
+      "every rank stalls on storage I/O: each {} {:.1f} MiB per iteration and the host waited for "
+      "storage {:.0f}% of the time, about {:.1f} ms per iteration",
+      writes ? "writes" : "reads", moved / kMiB, 100 * share, f.impact_ms);
+  f.suggestion =
+      writes ? "Take the writes off the training thread and out of every step: save checkpoints "
+               "asynchronously (torch.distributed.checkpoint.async_save, a background thread) and "
+               "less often, from one rank of each replica group; buffer logs."
+             : "Read ahead of the step: more DataLoader workers and prefetch_factor, a local copy "
+               "or cache of the dataset, larger sequential reads; check the disk (iostat).";
   return f;
 }
 

@@ -46,6 +46,47 @@ TEST(AllRanksThrottledRule, NoQuotaNoFinding) {
   EXPECT_FALSE(AllRanksThrottledRule().Find(m, 300, {}));
 }
 
+// N ranks that each wrote WRITTEN bytes in a 2 s window while the host's tasks waited for
+// storage SOME_S of it.
+pattern::RankMetrics Io(int n, double written, double some_s) {
+  pattern::RankMetrics m;
+  for (int r = 0; r < n; ++r)
+    m[r] = {{"proc.write_bytes", written},
+            {"proc.read_bytes", 0},
+            {"host.io_some_s", some_s},
+            {"window.seconds", 2}};
+  return m;
+}
+
+TEST(AllRanksIoStallRule, EveryRankWritingWhileTheHostWaitsForStorageIsOneAllRankFinding) {
+  // Every rank saves a 16 MiB checkpoint each 100 ms step (20 in the window) with fsync; the
+  // host's tasks waited for storage 0.6 s of the 2 s.
+  std::optional<Finding> f = AllRanksIoStallRule().Find(Io(4, 20 * 16.0 * (1 << 20), 0.6), 100, {});
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->finding_class, FindingClass::kAll);
+  EXPECT_EQ(f->category, Category::kIoStall);
+  EXPECT_EQ(f->ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NEAR(f->evidence.at("storage_bytes_per_iteration"), 16.0 * (1 << 20), 1);
+  EXPECT_NEAR(f->evidence.at("io_stall_share"), 0.3, 1e-9);
+  EXPECT_NEAR(f->impact_ms, 30, 1e-9);  // 30% of the 100 ms iteration
+  EXPECT_NE(f->summary.find("writes 16.0 MiB per iteration"), std::string::npos) << f->summary;
+}
+
+TEST(AllRanksIoStallRule, AHostThatBarelyWaitsOrRanksThatWriteLittleAreHealthy) {
+  // Writes, but the disk keeps up (the host waited 1% of the window).
+  EXPECT_FALSE(AllRanksIoStallRule().Find(Io(4, 20 * 16.0 * (1 << 20), 0.02), 100, {}));
+  // The host waits (another process's I/O), but the ranks write a few KiB a step.
+  EXPECT_FALSE(AllRanksIoStallRule().Find(Io(4, 20 * 4096.0, 0.9), 100, {}));
+  // One rank writing is the peer comparison's (IoStallRule).
+  pattern::RankMetrics one = Io(4, 20 * 4096.0, 0.6);
+  one[2]["proc.write_bytes"] = 20 * 16.0 * (1 << 20);
+  EXPECT_FALSE(AllRanksIoStallRule().Find(one, 100, {}));
+  // No PSI on this kernel: no finding from the bytes alone.
+  pattern::RankMetrics no_psi = Io(4, 20 * 16.0 * (1 << 20), 0.6);
+  for (auto& [r, m] : no_psi) m.erase("host.io_some_s");
+  EXPECT_FALSE(AllRanksIoStallRule().Find(no_psi, 100, {}));
+}
+
 TEST(FoldAllRanksThrottled, TheBaselineComparisonsFindingStandsForBoth) {
   Finding os = *AllRanksThrottledRule().Find(Quota(4, 39), 300, {});
   Finding since;

@@ -84,9 +84,10 @@ namespace perftracker::diagnose {
   X(kGpuThrottled, "gpu_throttled", "the rank's GPU runs at a lower clock than its peers'",       \
     "gpu_index sm_clock_mhz peers_sm_clock_mhz clock_event_reasons gpu_clock_reasons "            \
     "temperature_c power_w ecc_uncorrected pcie_replay")                                          \
-  X(kIoStall, "io_stall", "the rank waits on storage its peers do not use",                       \
+  X(kIoStall, "io_stall",                                                                         \
+    "the rank waits on storage its peers do not use, or every rank waits on storage",             \
     "storage_bytes_per_iteration peers_storage_bytes_per_iteration read_bytes_per_iteration "     \
-    "write_bytes_per_iteration")                                                                  \
+    "write_bytes_per_iteration io_stall_share")                                                   \
   X(kMoreWork, "more_work", "the rank's inputs are larger than its peers'",                       \
     "input_elements_per_call peers_input_elements_per_call input_elements_ratio "                 \
     "larger_input_extra_ms_per_iteration input_shapes peers_input_shapes also_larger_inputs")

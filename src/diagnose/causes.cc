@@ -160,14 +160,13 @@ double PerIterationBytes(const std::map<std::string, double>& m, double bytes,
   return bytes * iteration_ms / SToMs(window);
 }
 
-// Storage bytes read and written per iteration (NaN: no I/O figures).
+}  // namespace
+
 double StorageBytesPerIteration(const std::map<std::string, double>& m, double iteration_ms) {
   const double r = Get(m, "proc.read_bytes"), w = Get(m, "proc.write_bytes");
   if (std::isnan(r) && std::isnan(w)) return kNone;
   return PerIterationBytes(m, (std::isnan(r) ? 0 : r) + (std::isnan(w) ? 0 : w), iteration_ms);
 }
-
-}  // namespace
 
 namespace {
 

@@ -32,6 +32,9 @@ using pattern::RankMetrics;
 // Share of a rank's cgroup scheduling periods in which its CPU quota throttled it, from its
 // window metrics (NaN: no quota data, or too few periods to tell: policy kMinQuotaPeriods).
 double ThrottledShare(const std::map<std::string, double>& metrics);
+// Storage bytes a rank read and wrote per iteration of ITERATION_MS in its window (NaN: no I/O
+// figures or no window length).
+double StorageBytesPerIteration(const std::map<std::string, double>& metrics, double iteration_ms);
 // Whether RANK's cgroup CPU QUOTA (in CPUs; <= 0 or NaN: none) is far tighter than its peers'
 // median (policy kQuotaTighter; a peer without a quota counts as unlimited): its own limit, even
 // where its peers are throttled by theirs.

@@ -199,6 +199,13 @@ void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::Co
     });
     d->findings.push_back(std::move(*all));
   }
+  if (std::optional<Finding> io = AllRanksIoStallRule().Find(metrics, in.iteration_ms, hosts)) {
+    // Every rank stalls on storage: a rank's own I/O finding is one part of it.
+    std::erase_if(d->findings, [](const Finding& f) {
+      return f.finding_class == FindingClass::kSubset && f.category == Category::kIoStall;
+    });
+    d->findings.push_back(std::move(*io));
+  }
   if (std::optional<Finding> link = DiagnoseSlowLink(metrics, ranks)) {
     std::erase_if(d->findings, [](const Finding& f) {
       return f.finding_class == FindingClass::kAll &&

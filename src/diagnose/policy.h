@@ -259,6 +259,10 @@ namespace perftracker::diagnose::policy {
   X(kAllThrottledShare, 0.5, "share of periods",                                                   \
     "a quota that throttles a rank in most of its scheduling periods holds it back every step: a " \
     "healthy job meets its quota now and then at a burst, not in most periods")                    \
+  X(kAllIoStallShare, 0.10, "of the window",                                                       \
+    "every rank moving megabytes to storage while the host's tasks waited for storage a tenth of " \
+    "the window (PSI 'some') stalls on it: a healthy step waits for no disk, and logs or small "  \
+    "files stall the host well under 1%")                                                         \
   X(kAllOsRanksShare, 0.75, "of the ranks",                                                        \
     "an all-rank cause from the OS alone holds on three in four ranks (one rank's is the peer "    \
     "comparison's)")                                                                               \

@@ -72,6 +72,25 @@ struct Member {
   double excess = 0;  // own-work excess used to pick among candidates
 };
 
+// A member's own-work totals against its peers' medians, as evidence (cost_bound.h bounds a
+// rank's cost by the largest excess): CPU (Python frames' self time online, the ops' offline);
+// online, the CPU ops inside the frames too, as a frame's self time also holds the blocking waits
+// no op names (a DDP backward waiting for a late rank's buckets); GPU work.
+void AddOwnWork(const Member& mb, double cpu, double ops, double gpu, Finding* f) {
+  if (!std::isnan(cpu)) {
+    f->evidence["own_work_ms"] = UsToMs(cpu);
+    f->evidence["peers_own_work_ms"] = UsToMs(mb.own_cpu.reference);
+  }
+  if (!std::isnan(ops) && ops > 0) {
+    f->evidence["own_op_work_ms"] = UsToMs(ops);
+    f->evidence["peers_own_op_work_ms"] = UsToMs(mb.own_ops.reference);
+  }
+  if (gpu > 0) {
+    f->evidence["own_gpu_work_ms"] = UsToMs(gpu);
+    f->evidence["peers_own_gpu_work_ms"] = UsToMs(mb.own_gpu.reference);
+  }
+}
+
 class GroupAnalysis {
  public:
   GroupAnalysis(const pattern::CompactJob& cj, std::vector<size_t> members, const JobInfo& job,
@@ -129,10 +148,7 @@ class GroupAnalysis {
   std::vector<Member> m_;
   std::vector<Row> rows_;
   std::vector<double> own_cpu_, own_gpu_, coll_;
-  // Per member: its CPU ops' exclusive time outside collectives and waits, where the ops sit
-  // inside Python frames (an online window). A frame's self time also holds the blocking waits
-  // no op names (a DDP backward waiting for its buckets), so own_cpu_ understates how much more
-  // a rank computes; this total does not. 0 where no op is inside a frame (offline traces).
+  // Per member: its CPU ops' own time inside Python frames (online; 0 offline): AddOwnWork.
   std::vector<double> own_ops_;
   std::vector<double> coll_sd_;  // per member: its collectives' spreads added as variances
   // Over the members whose collective time is known (coll_ not NaN).
@@ -524,21 +540,10 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   f.evidence["excess_self_ms"] = UsToMs(top.self_excess);
   if (!std::isnan(peers_wait))  // NaN: the rank's collectives are in its missing part
     f.evidence["peers_extra_collective_wait_ms"] = UsToMs(std::max(peers_wait, 0.0));
-  if (!std::isnan(own_cpu_[i])) {
-    f.evidence["own_work_ms"] = UsToMs(own_cpu_[i]);
-    f.evidence["peers_own_work_ms"] = UsToMs(mb.own_cpu.reference);
-  }
-  if (!std::isnan(own_ops_[i]) && own_ops_[i] > 0) {
-    f.evidence["own_op_work_ms"] = UsToMs(own_ops_[i]);
-    f.evidence["peers_own_op_work_ms"] = UsToMs(mb.own_ops.reference);
-  }
+  AddOwnWork(mb, own_cpu_[i], own_ops_[i], own_gpu_[i], &f);
   if (!r.missing_part.empty())
     f.evidence_text["partial_data"] = fmt::format(
         "no {} data on rank {}: compared on its other functions only", r.missing_part, r.rank);
-  if (own_gpu_[i] > 0) {
-    f.evidence["own_gpu_work_ms"] = UsToMs(own_gpu_[i]);
-    f.evidence["peers_own_gpu_work_ms"] = UsToMs(mb.own_gpu.reference);
-  }
   FillCommon(i, &f);
   f.summary = fmt::format("{}: {} takes {}/iter vs {} on {}; the job loses {}/iter ({})",
                           Phrase(f.category, r.rank), tf->name, Ms(top_v), Ms(top_ref),
@@ -661,10 +666,7 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   }
   f.evidence["rank_collective_ms"] = UsToMs(coll_[i]);
   f.evidence["peers_collective_ms"] = UsToMs(mb.coll.reference);
-  if (!std::isnan(own_cpu_[i])) {
-    f.evidence["own_work_ms"] = UsToMs(own_cpu_[i]);
-    f.evidence["peers_own_work_ms"] = UsToMs(mb.own_cpu.reference);
-  }
+  AddOwnWork(mb, own_cpu_[i], own_ops_[i], own_gpu_[i], &f);
   f.evidence_text["reasoning"] =
       "its collectives are slower than its peers' while no rank does more own work, so it is "
       "not waiting for a late rank: its link or NIC is slow";
