@@ -36,7 +36,9 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  wait for it (a rank that evaluates or serializes a checkpoint alone): a step
                  that takes seconds and then completes, slow but not hung
   leak           the rank keeps --fault-mb MiB every step (a tensor appended to a list, as a loss
-                 history kept with its graph is): its memory grows until the host runs out
+                 history kept with its graph is): its memory grows until the host runs out, or
+                 with --fault-cgroup (a memory cgroup it joins) until that cgroup's OOM killer
+                 ends it
   checkpoint     the rank saves a checkpoint every step on the training thread: the model's state
                  and --fault-mb MiB more, torch.save to a file in the temp folder, then fsync
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
@@ -100,7 +102,9 @@ def parse_args(argv=None):
                             "wrong-size", "wrong-dtype", "skip-barrier", "raise"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
-    p.add_argument("--fault-cgroup", default="", help="cgroup folder for --fault cpu-quota")
+    p.add_argument("--fault-cgroup", default="",
+                   help="cgroup folder the rank joins at --fault-start: --fault cpu-quota (its CPU quota), "
+                        "--fault leak (a memory limit)")
     p.add_argument("--fault-cpu-share", type=float, default=0.0,
                    help="--fault cpu-quota: first set the cgroup's quota to this share of the CPU the "
                         "rank used over the 30 steps before (0 = keep the quota the caller set)")
@@ -377,6 +381,11 @@ def worker(rank, world, args):
                 subprocess.run(args.fault_cmd, shell=True, check=True)
             elif args.fault == "stall":
                 stall_compute(args.fault_ms / 1000.0)
+            elif args.fault == "leak" and args.fault_cgroup:
+                # A memory cgroup (its limit set by the caller): the leak grows into it until the
+                # kernel's OOM killer ends the rank.
+                with open(os.path.join(args.fault_cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
             elif args.fault == "cpu-quota":
                 if args.fault_cpu_share > 0:
                     set_cpu_quota(args.fault_cgroup, args.fault_cpu_share, cpu_mark)

@@ -36,6 +36,7 @@ import ptest  # noqa: E402
 from test_online_run import FAULT_AT, STEP, run_job  # noqa: E402
 
 V1 = "/sys/fs/cgroup/cpu"
+V1_MEMORY = "/sys/fs/cgroup/memory"
 V2 = "/sys/fs/cgroup"
 
 
@@ -94,6 +95,38 @@ class CpuQuota:
             os.rmdir(self.path)
         except OSError:
             pass
+
+
+class MemoryLimit:
+    """A memory cgroup limited to MIB MiB (v1 memory controller, or v2), removed by close();
+    `error` says why it could not be made."""
+
+    def __init__(self, mib):
+        self.path, self.error, self.parent = None, None, None
+        name = f"pt_mem_{os.getpid()}"
+        limit = str(int(mib * 2 ** 20))
+        try:
+            if os.path.exists(os.path.join(V1_MEMORY, "memory.limit_in_bytes")):
+                self.parent, self.path = V1_MEMORY, os.path.join(V1_MEMORY, name)
+                os.mkdir(self.path)
+                self._write("memory.limit_in_bytes", limit)
+                if os.path.exists(os.path.join(self.path, "memory.memsw.limit_in_bytes")):
+                    self._write("memory.memsw.limit_in_bytes", limit)  # no swap to spill into
+            elif os.path.exists(os.path.join(V2, "cgroup.controllers")):
+                with open(os.path.join(V2, "cgroup.subtree_control"), "w") as f:
+                    f.write("+memory")
+                self.parent, self.path = V2, os.path.join(V2, name)
+                os.mkdir(self.path)
+                self._write("memory.max", limit)
+                self._write("memory.swap.max", "0")
+            else:
+                self.error = "no cgroup file system with the memory controller"
+        except OSError as e:
+            self.error = f"cannot make a cgroup with a memory limit: {e}"
+            self.close()
+
+    _write = CpuQuota._write
+    close = CpuQuota.close
 
 
 def window_findings(report):
@@ -248,6 +281,33 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertEqual(f["ranks"], [0, 1, 2, 3], out)
         self.assertGreater(f["evidence"]["storage_bytes_per_iteration"], 8 * 2 ** 20, out)
         self.assertGreaterEqual(f["evidence"]["io_stall_share"], 0.1, out)
+
+    def test_a_rank_killed_for_memory_is_out_of_memory(self):
+        # From iteration 40 rank 1 keeps 16 MiB a step inside a 600 MiB memory cgroup until the
+        # kernel's OOM killer ends it: the job's diagnosis says out of memory, which limit, and
+        # quotes no profiler chatter as its error.
+        limit = MemoryLimit(600)
+        if limit.error:
+            self.fail(limit.error)
+        try:
+            report = os.path.join(self.tmp, "oom")
+            p = run_job(report, ["--iters", "400", *STEP, "--fault", "leak", "--fault-rank", "1", "--fault-start",
+                                 "40", "--fault-mb", "16", "--fault-cgroup", limit.path])
+        finally:
+            limit.close()
+        out = f"--- stderr\n{p.stderr[-6000:]}"
+        self.assertNotEqual(p.returncode, 0, out)
+        with open(os.path.join(report, "diagnosis.json")) as f:
+            d = json.load(f)
+        crash = [f for f in d["findings"] if f["category"] == "rank_crash"]
+        self.assertTrue(crash, out)
+        c = crash[0]
+        self.assertEqual(c["ranks"], [1], out)
+        self.assertIn("out of memory", c["summary"], out)
+        self.assertIn("600 MiB", c["summary"], out)
+        self.assertEqual(c["evidence"]["oom_kill"], 1, out)
+        self.assertNotIn("USDT", c["summary"], out)
+        self.assertNotIn("profiler_st", c["evidence"].get("error_output", ""), out)
 
     def test_a_rank_sharing_its_core_is_denied_the_cpu(self):
         # Two ranks bound to a core each; from iteration 300 a busy process runs on rank 1's. No

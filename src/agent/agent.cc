@@ -142,6 +142,9 @@ struct Agent::Impl {
   static constexpr size_t kMaxWorkersPerReport = 4096;
   // For Progress(), under mu: each local rank's latest iteration.
   std::map<int, IterationReport> latest;
+  // Under mu, by worker pid: its memory cgroup and resident memory at its latest iteration
+  // report, for MemoryAtEnd (the folder must be known from before: a dead process is in none).
+  std::map<int, WorkerMemory> worker_memory;
   std::string last_trigger;
   int window_uploads = 0;
 
@@ -399,8 +402,18 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
     static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
     for (auto& [key, b] : by_worker) {
       if (key.second <= 0) continue;
-      if (auto mem = ReadPidMemory(key.second); mem.ok())
-        b->set_rss_bytes(static_cast<double>(mem->rss_pages) * kPage);
+      WorkerMemory wm;
+      if (auto mem = ReadPidMemory(key.second); mem.ok()) {
+        wm.rss_bytes = static_cast<double>(mem->rss_pages) * kPage;
+        b->set_rss_bytes(wm.rss_bytes);
+      }
+      wm.cgroup = ReadCgroupMemory(key.second);
+      if (wm.cgroup.limit_bytes > 0) b->set_cgroup_memory_limit_bytes(wm.cgroup.limit_bytes);
+      if (wm.cgroup.usage_bytes >= 0) b->set_cgroup_memory_usage_bytes(wm.cgroup.usage_bytes);
+      wm.step = b->steps_size() > 0 ? b->steps(b->steps_size() - 1) : -1;
+      std::lock_guard lk(mu);
+      if (worker_memory.size() < kMaxWorkersPerReport || worker_memory.count(key.second))
+        worker_memory[key.second] = std::move(wm);
     }
     const HostMemory host = ReadHostMemory();
     if (host.available_bytes > 0) ir.set_host_mem_available_bytes(host.available_bytes);
@@ -556,6 +569,21 @@ void Agent::Impl::PostLoop() {
     // The window that answered the trigger is in: the detector watches again.
     if (window_uploads >= static_cast<int>(latest.size())) last_trigger.clear();
   }
+}
+
+std::optional<MemoryEnd> Agent::MemoryAtEnd(int pid) const {
+  WorkerMemory last;
+  {
+    std::lock_guard lk(impl_->mu);
+    auto it = impl_->worker_memory.find(pid);
+    if (it == impl_->worker_memory.end()) return std::nullopt;
+    last = it->second;
+  }
+  MemoryEnd end;
+  end.last = last;
+  end.now = ReadCgroupMemoryAt(last.cgroup.dir);
+  end.oom_killed = last.cgroup.oom_kills >= 0 && end.now.oom_kills > last.cgroup.oom_kills;
+  return end;
 }
 
 AgentProgress Agent::Progress() const {

@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "agent/os_stats.h"
 #include "base/credentials.h"
 #include "base/status.h"
 #include "pattern/collected.h"
@@ -147,6 +149,21 @@ struct AgentProgress {
   int window_uploads = 0;   // local summaries of that window uploaded so far
 };
 
+// A worker's memory at its latest iteration report: its resident set and its memory cgroup.
+struct WorkerMemory {
+  int64_t step = -1;     // the iteration it reported last
+  double rss_bytes = -1;
+  CgroupMemory cgroup;   // dir "" when none was found
+};
+// What a worker's memory cgroup says once the worker died: whether its OOM killer ended a
+// process since the worker's last report (the kernel counts kills per cgroup; a SIGKILL with a
+// kill counted is the OOM killer's), with the last report's figures.
+struct MemoryEnd {
+  WorkerMemory last;
+  CgroupMemory now;
+  bool oom_killed = false;
+};
+
 class Agent {
  public:
   Agent(AgentOptions options, std::unique_ptr<AgentLocalSink> sink);
@@ -157,6 +174,9 @@ class Agent {
   void Stop();
   // Thread-safe; cheap (a copy under the agent's lock).
   AgentProgress Progress() const;
+  // After worker PID died: its memory cgroup's verdict (nullopt: it never reported an iteration
+  // with a pid). Thread-safe; reads the cgroup's files.
+  std::optional<MemoryEnd> MemoryAtEnd(int pid) const;
 
   struct Impl;
 

@@ -148,7 +148,13 @@ double CpuQuotaV1(std::string_view quota_us, std::string_view period_us) {
   return quota / period;
 }
 
-std::string CpuCgroupDir(std::string_view text, const std::string& root) {
+namespace {
+
+// The folder of the cgroup that accounts CONTROLLER for a process, from its /proc/PID/cgroup
+// TEXT: a v1 hierarchy that lists the controller wins; else the unified (v2) one, where it holds
+// V2_FILE. "" when neither.
+std::string ControllerCgroupDir(std::string_view text, const std::string& root,
+                                std::string_view controller, const char* v2_file) {
   std::string v2;
   size_t at = 0;
   while (at < text.size()) {
@@ -171,14 +177,61 @@ std::string CpuCgroupDir(std::string_view text, const std::string& root) {
     while (p <= controllers.size()) {
       size_t q = controllers.find(',', p);
       if (q == std::string_view::npos) q = controllers.size();
-      if (controllers.substr(p, q - p) == "cpu")
+      if (controllers.substr(p, q - p) == controller)
         return fmt::format("{}/{}{}", root, controllers, path == "/" ? "" : path);
       p = q + 1;
     }
   }
-  // v2 only when the unified hierarchy holds the cpu controller's files.
-  if (!v2.empty() && std::filesystem::exists(v2 + "/cpu.stat")) return v2;
+  // v2 only when the unified hierarchy holds the controller's files.
+  if (!v2.empty() && std::filesystem::exists(v2 + "/" + v2_file)) return v2;
   return "";
+}
+
+// "oom_kill N" in a v1 memory.oom_control or a v2 memory.events (-1: not counted).
+int64_t OomKills(std::string_view text) {
+  uint64_t n = 0;
+  return KeyNumber(text, "oom_kill", &n) ? static_cast<int64_t>(n) : -1;
+}
+
+// A byte count of a cgroup file ("max", or v1's page-counter maximum: no limit, -1).
+double LimitBytes(std::string_view text) {
+  text = Trim(text);
+  if (text == "max") return -1;
+  bool ok = false;
+  const double v = ToDouble(text, &ok);
+  return ok && v < kNoMemoryLimitBytes ? v : -1;
+}
+
+}  // namespace
+
+std::string CpuCgroupDir(std::string_view text, const std::string& root) {
+  return ControllerCgroupDir(text, root, "cpu", "cpu.stat");
+}
+
+std::string MemoryCgroupDir(std::string_view text, const std::string& root) {
+  return ControllerCgroupDir(text, root, "memory", "memory.max");
+}
+
+CgroupMemory ReadCgroupMemoryAt(const std::string& dir) {
+  CgroupMemory m;
+  m.dir = dir;
+  if (dir.empty()) return m;
+  const bool v2 = std::filesystem::exists(dir + "/memory.max");
+  if (auto t = ReadProcFile(dir + (v2 ? "/memory.max" : "/memory.limit_in_bytes")); t.ok())
+    m.limit_bytes = LimitBytes(*t);
+  if (auto t = ReadProcFile(dir + (v2 ? "/memory.current" : "/memory.usage_in_bytes")); t.ok()) {
+    bool ok = false;
+    const double v = ToDouble(*t, &ok);
+    if (ok) m.usage_bytes = v;
+  }
+  if (auto t = ReadProcFile(dir + (v2 ? "/memory.events" : "/memory.oom_control")); t.ok())
+    m.oom_kills = OomKills(*t);
+  return m;
+}
+
+CgroupMemory ReadCgroupMemory(int pid, const std::string& proc, const std::string& root) {
+  auto cg = ReadProcFile(fmt::format("{}/{}/cgroup", proc, pid));
+  return ReadCgroupMemoryAt(cg.ok() ? MemoryCgroupDir(*cg, root) : "");
 }
 
 HostMemory ParseMeminfo(std::string_view text) {

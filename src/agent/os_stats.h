@@ -65,6 +65,25 @@ double CpuQuotaV1(std::string_view quota_us, std::string_view period_us);
 // cgroup root (/sys/fs/cgroup). Empty when the text names none.
 std::string CpuCgroupDir(std::string_view proc_pid_cgroup, const std::string& root);
 
+// The cgroup folder that accounts a process's memory, as CpuCgroupDir does for its CPU (a v1
+// memory controller wins; v2 where the unified hierarchy has memory.max).
+std::string MemoryCgroupDir(std::string_view proc_pid_cgroup, const std::string& root);
+// v1 reports "no limit" as the page counter's maximum (9223372036854771712): any limit at or
+// above 2^62 bytes is none.
+inline constexpr double kNoMemoryLimitBytes = 4611686018427387904.0;
+// A memory cgroup's accounting: its limit (v1 memory.limit_in_bytes, v2 memory.max; -1: none),
+// its usage (memory.usage_in_bytes, memory.current; -1: unknown) and the processes its OOM
+// killer ended (v1 memory.oom_control's and v2 memory.events' "oom_kill N"; -1: not counted).
+struct CgroupMemory {
+  std::string dir;  // "" when the process's memory cgroup is not found
+  double limit_bytes = -1;
+  double usage_bytes = -1;
+  int64_t oom_kills = -1;
+};
+// The memory cgroup folder DIR's accounting ("" gives an empty one): read again after a process
+// ended, where its folder is known from before.
+CgroupMemory ReadCgroupMemoryAt(const std::string& dir);
+
 // /proc/meminfo's MemTotal and MemAvailable, in bytes (-1 where absent).
 struct HostMemory {
   double total_bytes = -1;
@@ -92,6 +111,9 @@ std::vector<int> ReadChildren(int pid, const std::string& proc = "/proc", size_t
 StatusOr<CgroupCpu> ReadCgroupCpu(int pid, const std::string& proc = "/proc",
                                   const std::string& root = "/sys/fs/cgroup");
 HostMemory ReadHostMemory(const std::string& proc = "/proc");
+// The accounting of the memory cgroup PID is in now.
+CgroupMemory ReadCgroupMemory(int pid, const std::string& proc = "/proc",
+                              const std::string& root = "/sys/fs/cgroup");
 // PROC/pressure/io; an error where the kernel has no PSI (before 4.20, or psi=0).
 StatusOr<Pressure> ReadIoPressure(const std::string& proc = "/proc");
 

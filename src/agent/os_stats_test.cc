@@ -176,6 +176,41 @@ TEST(OsStats, SamplerReportsWindowDeltasFromAFakeProc) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(OsStats, FindsTheMemoryCgroupAndItsOomKills) {
+  const std::string dir = fmt::format("{}/pt_memcg_{}", testing::TempDir(), getpid());
+  auto write = [](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << text;
+  };
+  // v1 (this machine's layout): the memory controller's own hierarchy.
+  const std::string v1 = MemoryCgroupDir("4:memory:/job/rank1\n1:cpu:/\n0::/\n", dir);
+  EXPECT_EQ(v1, dir + "/memory/job/rank1");
+  write(v1 + "/memory.limit_in_bytes", "629145600\n");
+  write(v1 + "/memory.usage_in_bytes", "600000000\n");
+  write(v1 + "/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+  CgroupMemory m = ReadCgroupMemoryAt(v1);
+  EXPECT_EQ(m.limit_bytes, 629145600);
+  EXPECT_EQ(m.usage_bytes, 600000000);
+  EXPECT_EQ(m.oom_kills, 1);
+  // v1's "no limit" is the page counter's maximum.
+  write(v1 + "/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(ReadCgroupMemoryAt(v1).limit_bytes, -1);
+  // v2: the unified hierarchy where it has memory.max; "max" is no limit.
+  const std::string v2 = dir + "/v2";
+  write(v2 + "/job/memory.max", "max\n");
+  write(v2 + "/job/memory.current", "4096\n");
+  write(v2 + "/job/memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 2\n");
+  EXPECT_EQ(MemoryCgroupDir("0::/job\n", v2), v2 + "/job");
+  m = ReadCgroupMemoryAt(v2 + "/job");
+  EXPECT_EQ(m.limit_bytes, -1);
+  EXPECT_EQ(m.usage_bytes, 4096);
+  EXPECT_EQ(m.oom_kills, 2);
+  // Neither: no folder, nothing read.
+  EXPECT_EQ(MemoryCgroupDir("0::/other\n", v2), "");
+  EXPECT_EQ(ReadCgroupMemoryAt("").oom_kills, -1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OsStats, ReadsThisProcess) {
   EXPECT_FALSE(ReadThreadSchedStats(getpid()).empty());
   EXPECT_TRUE(ReadPidMemory(getpid()).ok());

@@ -33,6 +33,15 @@ std::pair<int, int> OutputRelay::AddChild(bool with_stdout) {
   return {out[1], err[1]};
 }
 
+bool IsProfilerChatter(std::string_view line) {
+  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  if (line.starts_with("USDT:") || line.starts_with("STAGE:")) return true;
+  for (std::string_view source : {"ActivityProfiler", "CuptiActivityProfiler", "output_json.cpp",
+                                  "ActivityProfilerController", "SyncActivityProfilerHandler"})
+    if (line.find(source) != std::string_view::npos) return true;
+  return false;
+}
+
 void OutputRelay::Keep(End* e, std::string_view lines) {
   if (e->target != STDERR_FILENO) return;
   while (!lines.empty()) {
@@ -40,7 +49,7 @@ void OutputRelay::Keep(End* e, std::string_view lines) {
     std::string_view line = lines.substr(0, nl);
     lines.remove_prefix(nl == std::string_view::npos ? lines.size() : nl + 1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
+    if (line.empty() || IsProfilerChatter(line)) continue;
     e->tail.emplace_back(line.substr(0, kErrorTailChars));
     if (e->tail.size() > kErrorTailLines) e->tail.pop_front();
   }

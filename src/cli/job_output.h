@@ -32,6 +32,11 @@ constexpr size_t kMaxPassthroughLine = 64 << 10;
 constexpr size_t kErrorTailLines = 8;
 constexpr size_t kErrorTailChars = 400;
 
+// Whether a rank's stderr LINE is the profiler's own log (Kineto's "USDT:... profiler_stop",
+// "STAGE:... ActivityProfilerController.cpp..."), which every profiled window writes: never the
+// error a crash's diagnosis should quote.
+bool IsProfilerChatter(std::string_view line);
+
 // On a terminal the ranks' stdout and stderr come through pipes, so that their lines and the
 // status line never share a terminal line. One thread reads every pipe and writes whole lines.
 class OutputRelay {
@@ -48,7 +53,8 @@ class OutputRelay {
   // included, are gone), or after a bound: a daemon a rank left behind may hold a pipe forever.
   void Join();
   // After Join: the last lines child CHILD wrote to stderr, oldest first (kErrorTailLines at
-  // most, each cut to kErrorTailChars): what the diagnosis of a crash quotes.
+  // most, each cut to kErrorTailChars), without the profiler's chatter: what the diagnosis of a
+  // crash quotes.
   std::vector<std::string> ErrorTail(int child) const;
 
  private:

@@ -394,6 +394,9 @@ class JobLauncher {
     if (status_thread_.joinable()) status_thread_.join();
     JobOutcome outcome;
     outcome.progress = agent_ ? agent_->Progress() : agent::AgentProgress{};
+    std::optional<agent::MemoryEnd> first_memory;  // read while the agent knows the ranks' cgroups
+    if (agent_ && end.first_failed >= 0)
+      first_memory = agent_->MemoryAtEnd(children_[static_cast<size_t>(end.first_failed)].pid);
     StopAgent();
     if (embedded_ && (agent_ || slurm_agents_)) ExportLatestTimeline(report_dir_, trace_dir_);
     if (!agent_status_.ok()) log::Error("", "{}", agent_status_.message());
@@ -406,7 +409,17 @@ class JobLauncher {
     if (embedded_) {
       if (end.first_failed >= 0) {
         const Child& c = children_[static_cast<size_t>(end.first_failed)];
-        embedded_->SetFirstFailure({c.rank, c.code, c.signal, relay_.ErrorTail(end.first_failed)});
+        diagnose::RankExit first{c.rank, c.code, c.signal, relay_.ErrorTail(end.first_failed)};
+        if (first_memory) {
+          first.oom_killed = first_memory->oom_killed && c.signal == SIGKILL;
+          first.memory_limit_bytes = first_memory->now.limit_bytes > 0
+                                         ? first_memory->now.limit_bytes
+                                         : first_memory->last.cgroup.limit_bytes;
+          first.rss_bytes = first_memory->last.rss_bytes;
+          first.cgroup_usage_bytes = first_memory->last.cgroup.usage_bytes;
+          first.last_iteration = first_memory->last.step;
+        }
+        embedded_->SetFirstFailure(first);
       }
       embedded_->Shutdown();
       summary = embedded_->Summary();

@@ -61,8 +61,10 @@ namespace perftracker::diagnose {
   X(kCollectiveMismatch, "collective_mismatch",                                                   \
     "ranks of a group made different collectives at the same sequence number",                    \
     "collective_seq group expected expected_ranks")                                               \
-  X(kRankCrash, "rank_crash", "the first rank whose process failed, and in which collective",     \
-    "exit_code signal collective_seq error_output")                                               \
+  X(kRankCrash, "rank_crash",                                                                     \
+    "the first rank whose process failed, in which collective, and whether it ran out of memory",  \
+    "exit_code signal collective_seq error_output oom_kill memory_limit_bytes rss_bytes "          \
+    "cgroup_usage_bytes last_iteration")                                                          \
   X(kRegression, "regression", "slower than the reference (diff, or since the baseline window)",  \
     "os baseline_window baseline_ms window_ms throttled_share baseline_throttled_share "          \
     "baseline_runq_wait_per_cpu_s")                                                               \
@@ -74,7 +76,7 @@ namespace perftracker::diagnose {
     PT_SETUP_CHANGE_KEYS)                                                                         \
   X(kMemoryGrowth, "memory_growth", "a rank's resident memory grows every iteration",             \
     "rss_bytes grown_bytes bytes_per_iteration first_iteration last_iteration rising_share "      \
-    "host_available_bytes iterations_left")                                                       \
+    "host_available_bytes cgroup_headroom_bytes iterations_left")                                 \
   X(kCpuThrottled, "cpu_throttled", "the rank's CPU quota (cgroup) throttles it",                 \
     "throttled_periods_share peers_throttled_periods_share throttled_s quota_cpus window_s "      \
     "throttled_share baseline_throttled_share")                                                   \

@@ -44,49 +44,79 @@ void MemorySeries::Add(int64_t step, double bytes) {
   samples_.push_back({step, bytes});
 }
 
-std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
-  const std::vector<MemorySeries::Sample>& all = series.samples();
-  if (all.size() < 3) return std::nullopt;
-  const int64_t start = all.front().step + static_cast<int64_t>(policy::kMemoryWarmupIterations);
-  std::vector<MemorySeries::Sample> s;
-  for (const auto& x : all)
-    if (x.step >= start) s.push_back(x);
-  if (s.size() < 3) return std::nullopt;
-  MemoryGrowth g;
-  g.first_step = s.front().step;
-  g.last_step = s.back().step;
-  g.first_bytes = s.front().bytes;
-  g.last_bytes = s.back().bytes;
-  const double span = static_cast<double>(g.last_step - g.first_step);
-  if (span < policy::kMemoryMinIterations) return std::nullopt;
-  // Least squares of bytes on iterations.
-  double mx = 0, my = 0;
-  for (const auto& x : s) {
-    mx += static_cast<double>(x.step);
-    my += x.bytes;
+namespace {
+
+using Sample = MemorySeries::Sample;
+
+// Sums of a series for least squares over any head or tail in O(1): the slope of the tail s[i..]
+// and how well "flat before i, a line from i" fits the whole (the sum of squared residuals).
+// Steps are counted from the first sample and bytes in MiB, so that the sums stay small.
+class SplitFit {
+ public:
+  explicit SplitFit(const std::vector<Sample>& s) : s_(s), suffix_(s.size() + 1), prefix_(s.size() + 1) {
+    for (size_t i = s.size(); i-- > 0;) suffix_[i] = suffix_[i + 1].Plus(X(i), Y(i));
+    for (size_t i = 0; i < s.size(); ++i) prefix_[i + 1] = prefix_[i].Plus(X(i), Y(i));
   }
-  mx /= static_cast<double>(s.size());
-  my /= static_cast<double>(s.size());
-  double sxy = 0, sxx = 0;
-  for (const auto& x : s) {
-    const double dx = static_cast<double>(x.step) - mx;
-    sxy += dx * (x.bytes - my);
-    sxx += dx * dx;
+  // The slope of s[i..] in bytes per iteration (NaN: fewer than two distinct steps).
+  double Slope(size_t i) const {
+    const Sums& t = suffix_[i];
+    const double sxx = t.xx - t.x * t.x / t.n;
+    return sxx > 0 ? (t.xy - t.x * t.y / t.n) / sxx * kUnit : std::nan("");
   }
-  if (sxx <= 0) return std::nullopt;
-  g.bytes_per_iteration = sxy / sxx;
-  g.grown_bytes = g.bytes_per_iteration * span;
-  if (g.grown_bytes < policy::kMemoryMinGrowthBytes ||
-      g.last_bytes - g.first_bytes < policy::kMemoryMinGrowthBytes / 2)
-    return std::nullopt;
+  // Squared residuals of the mean over s[..i) and of the line over s[i..] (MiB^2).
+  double SplitResidual(size_t i) const {
+    const Sums& h = prefix_[i];
+    const Sums& t = suffix_[i];
+    const double flat = h.n > 0 ? h.yy - h.y * h.y / h.n : 0;
+    const double sxx = t.xx - t.x * t.x / t.n, sxy = t.xy - t.x * t.y / t.n;
+    const double line = t.yy - t.y * t.y / t.n - (sxx > 0 ? sxy * sxy / sxx : 0);
+    return flat + line;
+  }
+
+ private:
+  static constexpr double kUnit = 1024.0 * 1024.0;  // bytes in the sums' unit
+  struct Sums {
+    double n = 0, x = 0, y = 0, xy = 0, xx = 0, yy = 0;
+    Sums Plus(double px, double py) const {
+      return {n + 1, x + px, y + py, xy + px * py, xx + px * px, yy + py * py};
+    }
+  };
+  double X(size_t i) const { return static_cast<double>(s_[i].step - s_[0].step); }
+  double Y(size_t i) const { return s_[i].bytes / kUnit; }
+  const std::vector<Sample>& s_;
+  std::vector<Sums> suffix_, prefix_;
+};
+
+// Whether the tail S[I..] (its slope SLOPE) is a leak by the policy: enough iterations and
+// growth, each half growing, most intervals rising, and above every level the rank held before
+// the tail (PEAK_BEFORE; -1: none). Fills G.
+bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double peak_before,
+                MemoryGrowth* g) {
+  const std::vector<Sample> tail(s.begin() + static_cast<std::ptrdiff_t>(i), s.end());
+  if (tail.size() < 3 || !(slope > 0)) return false;
+  g->first_step = tail.front().step;
+  g->last_step = tail.back().step;
+  g->first_bytes = tail.front().bytes;
+  g->last_bytes = tail.back().bytes;
+  const double span = static_cast<double>(g->last_step - g->first_step);
+  if (span < policy::kMemoryMinIterations) return false;
+  g->bytes_per_iteration = slope;
+  g->grown_bytes = slope * span;
+  if (g->grown_bytes < policy::kMemoryMinGrowthBytes ||
+      g->last_bytes - g->first_bytes < policy::kMemoryMinGrowthBytes / 2)
+    return false;
+  // A sawtooth (a cache filled and emptied, an evaluation's buffers freed) climbs back to levels
+  // it held before; a leak takes memory the rank never held.
+  if (peak_before >= 0 && g->last_bytes - peak_before < policy::kMemoryMinGrowthBytes / 2)
+    return false;
   // A leak grows alike throughout; a warm-up ramp or a profiling window's buffers (measured: a
   // healthy rank's RSS steps up 27 MiB in its baseline window and then creeps by a MiB) grow in
   // one part. Each half of the span must grow at a good share of the overall rate.
-  const int64_t mid = g.first_step + (g.last_step - g.first_step) / 2;
+  const int64_t mid = g->first_step + (g->last_step - g->first_step) / 2;
   auto half_rate = [&](bool first) {
-    const MemorySeries::Sample* a = nullptr;
-    const MemorySeries::Sample* z = nullptr;
-    for (const auto& x : s) {
+    const Sample* a = nullptr;
+    const Sample* z = nullptr;
+    for (const auto& x : tail) {
       if (first ? x.step > mid : x.step < mid) continue;
       if (a == nullptr) a = &x;
       z = &x;
@@ -94,17 +124,52 @@ std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
     if (a == nullptr || z == a) return 0.0;
     return (z->bytes - a->bytes) / static_cast<double>(z->step - a->step);
   };
-  const double floor = g.bytes_per_iteration * policy::kMemoryHalvesShare;
-  if (half_rate(true) < floor || half_rate(false) < floor) return std::nullopt;
+  const double floor = slope * policy::kMemoryHalvesShare;
+  if (half_rate(true) < floor || half_rate(false) < floor) return false;
   // Rises of a good part of what the rate gives the interval; a page more is no rise.
   int up = 0;
-  for (size_t i = 1; i < s.size(); ++i) {
-    const double expected = g.bytes_per_iteration * static_cast<double>(s[i].step - s[i - 1].step);
-    if (s[i].bytes - s[i - 1].bytes >= expected * policy::kMemoryRiseOfExpected) ++up;
+  for (size_t k = 1; k < tail.size(); ++k) {
+    const double expected = slope * static_cast<double>(tail[k].step - tail[k - 1].step);
+    if (tail[k].bytes - tail[k - 1].bytes >= expected * policy::kMemoryRiseOfExpected) ++up;
   }
-  g.rising_share = static_cast<double>(up) / static_cast<double>(s.size() - 1);
-  if (g.rising_share < policy::kMemoryRisingShare) return std::nullopt;
-  return g;
+  g->rising_share = static_cast<double>(up) / static_cast<double>(tail.size() - 1);
+  return g->rising_share >= policy::kMemoryRisingShare;
+}
+
+}  // namespace
+
+std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
+  const std::vector<Sample>& all = series.samples();
+  if (all.size() < 3) return std::nullopt;
+  const int64_t start = all.front().step + static_cast<int64_t>(policy::kMemoryWarmupIterations);
+  std::vector<Sample> s;
+  for (const auto& x : all)
+    if (x.step >= start) s.push_back(x);
+  if (s.size() < 3) return std::nullopt;
+  // A leak may begin at any time: every tail of the series (to its last sample) that grows
+  // steadily is one. Of those, the one where "flat before, a line after" fits best says where it
+  // began and at what rate (the earliest would count a flat stretch before it). A tail's slope
+  // costs O(1), and a flat rank's tails fail on their growth before anything else is looked at:
+  // O(n) for a healthy rank, O(n^2) (n <= kMaxSamples) only for one whose memory grows.
+  const SplitFit fit(s);
+  double peak_before = -1;
+  std::optional<MemoryGrowth> best;
+  double best_residual = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i + 2 < s.size(); ++i) {
+    if (static_cast<double>(s.back().step - s[i].step) < policy::kMemoryMinIterations) break;
+    const double slope = fit.Slope(i);
+    MemoryGrowth g;
+    if (slope * static_cast<double>(s.back().step - s[i].step) >= policy::kMemoryMinGrowthBytes &&
+        TailIsLeak(s, i, slope, peak_before, &g)) {
+      const double residual = fit.SplitResidual(i);
+      if (residual < best_residual) {
+        best_residual = residual;
+        best = g;
+      }
+    }
+    peak_before = std::max(peak_before, s[i].bytes);
+  }
+  return best;
 }
 
 std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
@@ -126,14 +191,29 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   std::map<std::string, double> host_rate;
   for (const Growing& g : growing) host_rate[g.rank->host] += g.growth.bytes_per_iteration;
   double left = std::numeric_limits<double>::infinity();
-  std::string tightest;
+  std::string limit_text;  // "host a's 1.0 GiB available", "rank 1's cgroup limit of 600 MiB"
+  const char* limit_key = "host_available_bytes";  // or cgroup_headroom_bytes
+  double limit_bytes = -1;
   for (const auto& [host, rate] : host_rate) {
     auto h = hosts.find(host);
     if (h == hosts.end() || h->second.available_bytes < 0 || rate <= 0) continue;
     const double n = h->second.available_bytes / rate;
     if (n < left) {
       left = n;
-      tightest = host;
+      limit_bytes = h->second.available_bytes;
+      limit_text = fmt::format("host {}'s {} available", host, Bytes(limit_bytes));
+    }
+  }
+  for (const Growing& g : growing) {
+    const RankMemory& r = *g.rank;
+    if (r.cgroup_headroom_bytes < 0 || g.growth.bytes_per_iteration <= 0) continue;
+    const double n = r.cgroup_headroom_bytes / g.growth.bytes_per_iteration;
+    if (n < left) {
+      left = n;
+      limit_bytes = r.cgroup_headroom_bytes;
+      limit_key = "cgroup_headroom_bytes";
+      limit_text = fmt::format("the {} left under rank {}'s memory cgroup limit of {}",
+                               Bytes(r.cgroup_headroom_bytes), r.rank, Bytes(r.cgroup_limit_bytes));
     }
   }
   Finding f;
@@ -167,13 +247,12 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   std::string left_text;
   if (std::isfinite(left)) {
     f.evidence["iterations_left"] = left;
-    f.evidence["host_available_bytes"] = hosts.at(tightest).available_bytes;
+    f.evidence[limit_key] = limit_bytes;
     const std::string when = iteration_ms > 0
                                  ? fmt::format(" (~{:.0f} min at {:.0f} ms an iteration)",
                                                left * iteration_ms / 60000, iteration_ms)
                                  : "";
-    left_text = fmt::format("; host {}'s {} available run out in ~{:.0f} iterations{}", tightest,
-                            Bytes(hosts.at(tightest).available_bytes), left, when);
+    left_text = fmt::format("; {} run out in ~{:.0f} iterations{}", limit_text, left, when);
   }
   const std::string who =
       f.finding_class == FindingClass::kAll

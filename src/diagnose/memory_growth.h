@@ -48,7 +48,11 @@ struct MemoryGrowth {
 };
 
 // The growth of SERIES when it is a leak by the policy (kMemoryWarmupIterations,
-// kMemoryMinIterations, kMemoryMinGrowthBytes, kMemoryRisingShare); nullopt otherwise.
+// kMemoryMinIterations, kMemoryMinGrowthBytes, kMemoryRisingShare, kMemoryHalvesShare); nullopt
+// otherwise. A leak may begin at any time: the earliest tail of the series (from a sample after
+// the warm-up to the last one) that grows steadily is the leak, from its first sample on, so a
+// healthy first half of a run hides nothing. A tail that only climbs back to a level the rank
+// held before it (a sawtooth: a cache filled and emptied, an evaluation's buffers) is none.
 std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series);
 
 // What the diagnosis knows of one rank for the memory rule.
@@ -56,6 +60,10 @@ struct RankMemory {
   int rank = -1;
   std::string host;
   const MemorySeries* series = nullptr;
+  // Its memory cgroup: what it may still take (limit less usage) and the limit (bytes; -1: no
+  // limit or unknown). A rank in a cgroup runs out at its limit, whatever its host has left.
+  double cgroup_headroom_bytes = -1;
+  double cgroup_limit_bytes = -1;
 };
 // What the host's agent last said of its memory (bytes; -1: unknown).
 struct HostMemoryState {
@@ -64,7 +72,8 @@ struct HostMemoryState {
 };
 
 // A "memory_growth" finding for every rank whose series is a leak, with the iterations left
-// before its host's available memory runs out at the rate of all its growing ranks together
+// before the tightest limit runs out: a growing rank's memory cgroup at its own rate, or its
+// host's available memory at the rate of all its growing ranks together
 // (HOSTS: host -> memory; ITERATION_MS: the job's typical iteration, for the time left; 0:
 // unknown). Ranks growing alike on every host are one finding of them all.
 std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,

@@ -5,7 +5,9 @@
 #include <csignal>
 #include <cstring>
 #include <string_view>
+#include <vector>
 
+#include "base/units.h"
 #include "diagnose/collective_sequence.h"
 
 namespace perftracker::diagnose {
@@ -23,6 +25,39 @@ std::string SignalName(int sig) {
   return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
 
+std::string Mib(double bytes) { return fmt::format("{:.0f} MiB", BytesToMiB(bytes)); }
+
+// "killed by the kernel's OOM killer ..." for a rank its memory cgroup's OOM killer ended, with
+// its limit and last figures as evidence.
+std::string OutOfMemory(const RankExit& e, Finding* f) {
+  f->cause = Cause::kConfiguration;
+  f->evidence["oom_kill"] = 1;
+  std::string what = fmt::format("out of memory: killed by the kernel's OOM killer ({}, exit code {})",
+                                 SignalName(e.signal != 0 ? e.signal : SIGKILL), e.exit_code);
+  if (e.memory_limit_bytes > 0) {
+    f->evidence["memory_limit_bytes"] = e.memory_limit_bytes;
+    what += fmt::format(" at its memory cgroup's limit of {}", Mib(e.memory_limit_bytes));
+  }
+  std::vector<std::string> last;
+  if (e.rss_bytes > 0) {
+    f->evidence["rss_bytes"] = e.rss_bytes;
+    last.push_back(fmt::format("resident {}", Mib(e.rss_bytes)));
+  }
+  if (e.cgroup_usage_bytes > 0) {
+    f->evidence["cgroup_usage_bytes"] = e.cgroup_usage_bytes;
+    last.push_back(fmt::format("its cgroup using {}", Mib(e.cgroup_usage_bytes)));
+  }
+  if (!last.empty()) {
+    what += fmt::format(" ({}{}", last[0], last.size() > 1 ? ", " + last[1] : "");
+    if (e.last_iteration >= 0) {
+      f->evidence["last_iteration"] = static_cast<double>(e.last_iteration);
+      what += fmt::format(" at iteration {}", e.last_iteration);
+    }
+    what += ")";
+  }
+  return what;
+}
+
 }  // namespace
 
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs) {
@@ -38,6 +73,7 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
   std::string how = first.signal != 0 ? fmt::format("killed by {} (exit code {})",
                                                     SignalName(first.signal), first.exit_code)
                                       : fmt::format("exited with code {}", first.exit_code);
+  if (first.oom_killed) how = OutOfMemory(first, &f);
   f.summary = fmt::format("rank {} failed first: {}", first.rank, how);
   for (const pattern::CollectiveLog& log : logs) {
     if (log.rank != first.rank) continue;
@@ -63,7 +99,11 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
     f.summary += fmt::format("; its last error output: {}", last);
   }
   f.suggestion =
-      first.signal != 0
+      first.oom_killed
+          ? "the rank ran out of the memory its cgroup allows: find what grows (a memory_growth "
+            "finding names the rank and its rate; tensors kept across iterations, caches without "
+            "a bound, a DataLoader's prefetch), or give the job a larger memory limit"
+      : first.signal != 0
           ? "a fatal error inside the process (a backend's check that aborts, a native library): "
             "its error output names it; where a collective_mismatch finding names the same rank, "
             "the ranks' collectives out of step are the cause"

@@ -8,6 +8,7 @@
 #ifndef PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
 #define PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,15 @@ struct RankExit {
   int exit_code = 0;                    // as a shell says it: 128 + the signal for a signal
   int signal = 0;                       // the fatal signal; 0 when it exited
   std::vector<std::string> error_tail;  // its last lines on stderr, oldest first (may be empty)
+  // Its memory, from its node agent (agent::Agent::MemoryAtEnd): whether its memory cgroup's OOM
+  // killer counted a kill since its last report, that cgroup's limit (-1: none or unknown), its
+  // resident memory and cgroup usage at its last report (-1: unknown) and that report's
+  // iteration.
+  bool oom_killed = false;
+  double memory_limit_bytes = -1;
+  double rss_bytes = -1;
+  double cgroup_usage_bytes = -1;
+  int64_t last_iteration = -1;
 };
 
 // The rank_crash finding of FIRST, the first rank that failed.

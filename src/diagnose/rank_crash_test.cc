@@ -65,5 +65,27 @@ TEST(RankCrashTest, AnExitWithoutRingOrOutputIsStillNamed) {
   EXPECT_TRUE(f.functions.empty());
 }
 
+TEST(RankCrashTest, AnOomKillSaysOutOfMemoryAndWhichLimit) {
+  // Recorded (issue 37): a rank leaking in a 512 MiB cgroup, ended by its OOM killer; its last
+  // stderr line was the profiler's (the launcher leaves those out of the tail now).
+  RankExit e{1, 137, SIGKILL, {}};
+  e.oom_killed = true;
+  e.memory_limit_bytes = 512.0 * 1024 * 1024;
+  e.rss_bytes = 498.0 * 1024 * 1024;
+  e.cgroup_usage_bytes = 511.0 * 1024 * 1024;
+  e.last_iteration = 212;
+  Finding f = RankCrashFinding(e, {});
+  EXPECT_EQ(f.summary,
+            "rank 1 failed first: out of memory: killed by the kernel's OOM killer (SIGKILL, exit "
+            "code 137) at its memory cgroup's limit of 512 MiB (resident 498 MiB, its cgroup "
+            "using 511 MiB at iteration 212)");
+  EXPECT_EQ(f.evidence.at("oom_kill"), 1);
+  EXPECT_EQ(f.cause, Cause::kConfiguration);
+  EXPECT_NE(f.suggestion.find("out of the memory"), std::string::npos);
+  // The same SIGKILL without a counted kill (a user's kill -9) says no more than the signal.
+  e.oom_killed = false;
+  EXPECT_EQ(RankCrashFinding(e, {}).summary, "rank 1 failed first: killed by SIGKILL (exit code 137)");
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

@@ -205,6 +205,10 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
       healthy.Add(b.steps(i), b.iteration_ms(i));
     }
     r.attempt_iterations += n;
+    if (b.cgroup_memory_limit_bytes() > 0) {
+      r.cgroup_limit_bytes = b.cgroup_memory_limit_bytes();
+      r.cgroup_usage_bytes = b.cgroup_memory_usage_bytes() > 0 ? b.cgroup_memory_usage_bytes() : -1;
+    }
     if (b.rss_bytes() > 0 && furthest >= 0) {
       r.memory.Add(furthest, b.rss_bytes());
       if (++r.memory_unchecked >= RankState::kMemoryCheckEvery && !r.memory_reported) {

@@ -134,7 +134,10 @@ std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() con
     if (!current.count(r)) continue;
     std::string host;
     if (const AgentState* a = agents.Find(st.agent)) host = a->host;
-    mem.push_back({r, host, &st.memory});
+    const double headroom = st.cgroup_limit_bytes > 0 && st.cgroup_usage_bytes >= 0
+                                ? std::max(st.cgroup_limit_bytes - st.cgroup_usage_bytes, 0.0)
+                                : -1;
+    mem.push_back({r, host, &st.memory, headroom, st.cgroup_limit_bytes});
     if (st.last_ms > 0) iteration_ms.push_back(st.last_ms);
   }
   std::map<std::string, diagnose::HostMemoryState> hosts;

@@ -61,6 +61,8 @@ struct RankState {
   int memory_unchecked = 0;
   bool memory_reported = false;
   static constexpr int kMemoryCheckEvery = 8;
+  // Its memory cgroup's limit and usage at the latest report (bytes; -1: none or unknown).
+  double cgroup_limit_bytes = -1, cgroup_usage_bytes = -1;
 
   // The run's iteration times for the report's chart: bucket means of `stride` steps, at most
   // kMaxSeriesPoints (when full, neighbouring buckets merge and the stride doubles), so a long
