@@ -283,7 +283,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertGreaterEqual(f["evidence"]["io_stall_share"], 0.1, out)
 
     def test_a_rank_killed_for_memory_is_out_of_memory(self):
-        # From iteration 40 rank 1 keeps 16 MiB a step inside a 600 MiB memory cgroup until the
+        # From iteration 40 rank 1 keeps 4 MiB a step inside a 600 MiB memory cgroup until the
         # kernel's OOM killer ends it: the job's diagnosis says out of memory, which limit, and
         # quotes no profiler chatter as its error.
         limit = MemoryLimit(600)
@@ -292,7 +292,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         try:
             report = os.path.join(self.tmp, "oom")
             p = run_job(report, ["--iters", "400", *STEP, "--fault", "leak", "--fault-rank", "1", "--fault-start",
-                                 "40", "--fault-mb", "16", "--fault-cgroup", limit.path])
+                                 "40", "--fault-mb", "4", "--fault-cgroup", limit.path])
         finally:
             limit.close()
         out = f"--- stderr\n{p.stderr[-6000:]}"

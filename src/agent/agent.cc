@@ -400,6 +400,7 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
   // shows over the run, not within a window (diagnose/memory_growth.h).
   if (!by_worker.empty()) {
     static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
+    const int64_t host_oom_kills = ReadHostOomKills();
     for (auto& [key, b] : by_worker) {
       if (key.second <= 0) continue;
       WorkerMemory wm;
@@ -411,6 +412,7 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
       if (wm.cgroup.limit_bytes > 0) b->set_cgroup_memory_limit_bytes(wm.cgroup.limit_bytes);
       if (wm.cgroup.usage_bytes >= 0) b->set_cgroup_memory_usage_bytes(wm.cgroup.usage_bytes);
       wm.step = b->steps_size() > 0 ? b->steps(b->steps_size() - 1) : -1;
+      wm.host_oom_kills = host_oom_kills;
       std::lock_guard lk(mu);
       if (worker_memory.size() < kMaxWorkersPerReport || worker_memory.count(key.second))
         worker_memory[key.second] = std::move(wm);
@@ -582,7 +584,9 @@ std::optional<MemoryEnd> Agent::MemoryAtEnd(int pid) const {
   MemoryEnd end;
   end.last = last;
   end.now = ReadCgroupMemoryAt(last.cgroup.dir);
-  end.oom_killed = last.cgroup.oom_kills >= 0 && end.now.oom_kills > last.cgroup.oom_kills;
+  const int64_t host_now = ReadHostOomKills();
+  end.oom_killed = (last.cgroup.oom_kills >= 0 && end.now.oom_kills > last.cgroup.oom_kills) ||
+                   (last.host_oom_kills >= 0 && host_now > last.host_oom_kills);
   return end;
 }
 

@@ -154,10 +154,11 @@ struct WorkerMemory {
   int64_t step = -1;     // the iteration it reported last
   double rss_bytes = -1;
   CgroupMemory cgroup;   // dir "" when none was found
+  int64_t host_oom_kills = -1;  // the host's OOM kills since boot (/proc/vmstat; -1: unknown)
 };
-// What a worker's memory cgroup says once the worker died: whether its OOM killer ended a
-// process since the worker's last report (the kernel counts kills per cgroup; a SIGKILL with a
-// kill counted is the OOM killer's), with the last report's figures.
+// What a worker's memory cgroup says once the worker died: whether an OOM killer ended a process
+// since the worker's last report (the kernel counts kills per memory cgroup and on the host; a
+// SIGKILL with a kill counted is the OOM killer's), with the last report's figures.
 struct MemoryEnd {
   WorkerMemory last;
   CgroupMemory now;

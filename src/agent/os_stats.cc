@@ -229,6 +229,11 @@ CgroupMemory ReadCgroupMemoryAt(const std::string& dir) {
   return m;
 }
 
+int64_t ReadHostOomKills(const std::string& proc) {
+  auto text = ReadProcFile(proc + "/vmstat");
+  return text.ok() ? OomKills(*text) : -1;
+}
+
 CgroupMemory ReadCgroupMemory(int pid, const std::string& proc, const std::string& root) {
   auto cg = ReadProcFile(fmt::format("{}/{}/cgroup", proc, pid));
   return ReadCgroupMemoryAt(cg.ok() ? MemoryCgroupDir(*cg, root) : "");

@@ -111,6 +111,10 @@ std::vector<int> ReadChildren(int pid, const std::string& proc = "/proc", size_t
 StatusOr<CgroupCpu> ReadCgroupCpu(int pid, const std::string& proc = "/proc",
                                   const std::string& root = "/sys/fs/cgroup");
 HostMemory ReadHostMemory(const std::string& proc = "/proc");
+// The kernel's count of processes its OOM killer ended since boot, on the whole host
+// (/proc/vmstat "oom_kill N", Linux 4.13+; -1: not counted): a kill is seen even where the
+// process's memory cgroup is unknown or its own counter is not kept.
+int64_t ReadHostOomKills(const std::string& proc = "/proc");
 // The accounting of the memory cgroup PID is in now.
 CgroupMemory ReadCgroupMemory(int pid, const std::string& proc = "/proc",
                               const std::string& root = "/sys/fs/cgroup");

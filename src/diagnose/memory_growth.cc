@@ -248,10 +248,12 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   if (std::isfinite(left)) {
     f.evidence["iterations_left"] = left;
     f.evidence[limit_key] = limit_bytes;
-    const std::string when = iteration_ms > 0
-                                 ? fmt::format(" (~{:.0f} min at {:.0f} ms an iteration)",
-                                               left * iteration_ms / 60000, iteration_ms)
-                                 : "";
+    const double left_s = left * iteration_ms / 1000;
+    const std::string when =
+        iteration_ms <= 0 ? ""
+        : left_s < 60     ? fmt::format(" (~{:.0f} s at {:.0f} ms an iteration)", left_s, iteration_ms)
+                          : fmt::format(" (~{:.0f} min at {:.0f} ms an iteration)", left_s / 60,
+                                        iteration_ms);
     left_text = fmt::format("; {} run out in ~{:.0f} iterations{}", limit_text, left, when);
   }
   const std::string who =
