@@ -223,8 +223,10 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertTrue([n for n in notes if n.startswith("compared with: ")], notes)
 
     def test_a_leak_is_named_with_its_growth_and_the_iterations_left(self):
-        ws, out = self.job("leak", "--iters", "320", *STEP, "--fault", "leak", "--fault-rank", "2",
-                           "--fault-start", "0", "--fault-mb", "1")
+        # The leak begins after 200 healthy iterations (a fit over the whole run missed such a
+        # leak: issue 37); it is named, and placed where it began.
+        ws, out = self.job("leak", "--iters", "360", *STEP, "--fault", "leak", "--fault-rank", "2",
+                           "--fault-start", "200", "--fault-mb", "1")
         every = [f for fs in ws.values() for f in fs]
         leaks = [f for f in every if f["category"] == "memory_growth"]
         self.assertTrue(leaks, out)
@@ -234,6 +236,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertGreater(mib, 0.8, out)
         self.assertLess(mib, 2.0, out)
         self.assertGreater(f["evidence"]["iterations_left"], 0, out)
+        self.assertGreaterEqual(f["evidence"]["first_iteration"], 180, out)
         self.assertIn("rank 2's memory grows every iteration", f["summary"], out)
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)

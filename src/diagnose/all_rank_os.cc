@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "base/median.h"
@@ -18,6 +19,19 @@ namespace {
 double Value(const std::map<std::string, double>& m, const char* key) {
   auto it = m.find(key);
   return it == m.end() ? std::nan("") : it->second;
+}
+
+// The finding of an all-rank cause the OS names: every rank, a configuration the kernel shows.
+Finding AllRankOsFinding(Category category, const std::vector<int>& ranks,
+                         const std::set<std::string>& hosts) {
+  Finding f;
+  f.finding_class = FindingClass::kAll;
+  f.category = category;
+  f.cause = Cause::kConfiguration;
+  f.confidence = policy::kConfidenceOsEvidence;
+  f.ranks = ranks;
+  f.hosts.assign(hosts.begin(), hosts.end());
+  return f;
 }
 
 }  // namespace
@@ -47,13 +61,7 @@ std::optional<Finding> AllRanksThrottledRule::Find(const pattern::RankMetrics& m
   }
   const auto total = static_cast<double>(ranks.size());
   if (ranks.empty() || throttled < policy::kAllOsRanksShare * total) return std::nullopt;
-  Finding f;
-  f.finding_class = FindingClass::kAll;
-  f.category = Category::kCpuThrottled;
-  f.cause = Cause::kConfiguration;
-  f.confidence = policy::kConfidenceOsEvidence;
-  f.ranks = ranks;
-  f.hosts.assign(host_set.begin(), host_set.end());
+  Finding f = AllRankOsFinding(Category::kCpuThrottled, ranks, host_set);
   const double share = Median(shares);
   // A single-threaded rank loses what its quota holds it back; several threads of one rank are
   // throttled together, so the figure is at most the iteration.
@@ -111,13 +119,7 @@ std::optional<Finding> AllRanksIoStallRule::Find(const pattern::RankMetrics& met
   constexpr double kMiB = 1024.0 * 1024.0;
   const double share = Median(shares), moved = Median(bytes);
   const bool writes = Median(written) * 2 >= moved;
-  Finding f;
-  f.finding_class = FindingClass::kAll;
-  f.category = Category::kIoStall;
-  f.cause = Cause::kConfiguration;
-  f.confidence = policy::kConfidenceOsEvidence;
-  f.ranks = ranks;
-  f.hosts.assign(host_set.begin(), host_set.end());
+  Finding f = AllRankOsFinding(Category::kIoStall, ranks, host_set);
   // A rank that reads or writes on its training thread waits as long as the disk makes some
   // task wait, at most: the estimate is the stalled share of its iteration.
   f.impact_ms = std::min(share, 1.0) * iteration_ms;

@@ -242,14 +242,17 @@ std::optional<Finding> CrossRunStraggler(const DiffInput& in, std::set<std::stri
   for (const auto& [r, c] : per_rank) {
     if (r == s) continue;
     peers_wait.push_back(c.wait);
-    peers_same_fn.push_back(SelfOn(sk.test, r) - SelfOn(sk.base, r));
+    // The peers of its role only: a rank that runs the function in neither run (another pipeline
+    // stage) says nothing of how the machine changed it.
+    if (sk.base.by_rank.count(r) > 0 || sk.test.by_rank.count(r) > 0)
+      peers_same_fn.push_back(SelfOn(sk.test, r) - SelfOn(sk.base, r));
   }
   const double wait = Median(peers_wait);
   // What the rank computes beyond what its peers' same function rose by: a machine that is
   // slower in TEST raises every rank's compute (measured: aten::mm +43% a call on every
   // rank between two runs on this VM), and only the excess is the rank's own, and what its
   // peers wait for.
-  const double peers_rise = std::max(Median(peers_same_fn), 0.0);
+  const double peers_rise = peers_same_fn.empty() ? 0.0 : std::max(Median(peers_same_fn), 0.0);
   const double excess = sc.compute - peers_rise;
   // The excess must stand out of the rank's own iteration-to-iteration spread of that
   // function in both runs, and what the peers lose waiting (the finding's impact) must cost
