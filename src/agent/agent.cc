@@ -403,17 +403,28 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
     const int64_t host_oom_kills = ReadHostOomKills();
     for (auto& [key, b] : by_worker) {
       if (key.second <= 0) continue;
+      // A worker that died since its last iterations (a zombie has no resident memory, and is
+      // in the root cgroup) keeps what was read while it lived: MemoryAtEnd compares with that.
+      auto mem = ReadPidMemory(key.second);
+      if (!mem.ok() || mem->rss_pages == 0) continue;
       WorkerMemory wm;
-      if (auto mem = ReadPidMemory(key.second); mem.ok()) {
-        wm.rss_bytes = static_cast<double>(mem->rss_pages) * kPage;
-        b->set_rss_bytes(wm.rss_bytes);
-      }
+      wm.rss_bytes = static_cast<double>(mem->rss_pages) * kPage;
+      b->set_rss_bytes(wm.rss_bytes);
       wm.cgroup = ReadCgroupMemory(key.second);
       if (wm.cgroup.limit_bytes > 0) b->set_cgroup_memory_limit_bytes(wm.cgroup.limit_bytes);
       if (wm.cgroup.usage_bytes >= 0) b->set_cgroup_memory_usage_bytes(wm.cgroup.usage_bytes);
       wm.step = b->steps_size() > 0 ? b->steps(b->steps_size() - 1) : -1;
       wm.host_oom_kills = host_oom_kills;
       std::lock_guard lk(mu);
+      // The counts one report earlier too: a reading taken while the killed worker was still
+      // exiting already holds its own kill.
+      wm.oom_kills_before = wm.cgroup.oom_kills;
+      wm.host_oom_kills_before = host_oom_kills;
+      if (auto prev = worker_memory.find(key.second); prev != worker_memory.end()) {
+        if (prev->second.cgroup.dir == wm.cgroup.dir)
+          wm.oom_kills_before = prev->second.cgroup.oom_kills;
+        wm.host_oom_kills_before = prev->second.host_oom_kills;
+      }
       if (worker_memory.size() < kMaxWorkersPerReport || worker_memory.count(key.second))
         worker_memory[key.second] = std::move(wm);
     }
@@ -585,8 +596,8 @@ std::optional<MemoryEnd> Agent::MemoryAtEnd(int pid) const {
   end.last = last;
   end.now = ReadCgroupMemoryAt(last.cgroup.dir);
   const int64_t host_now = ReadHostOomKills();
-  end.oom_killed = (last.cgroup.oom_kills >= 0 && end.now.oom_kills > last.cgroup.oom_kills) ||
-                   (last.host_oom_kills >= 0 && host_now > last.host_oom_kills);
+  end.oom_killed = (last.oom_kills_before >= 0 && end.now.oom_kills > last.oom_kills_before) ||
+                   (last.host_oom_kills_before >= 0 && host_now > last.host_oom_kills_before);
   return end;
 }
 

@@ -151,14 +151,16 @@ struct AgentProgress {
 
 // A worker's memory at its latest iteration report: its resident set and its memory cgroup.
 struct WorkerMemory {
-  int64_t step = -1;     // the iteration it reported last
+  int64_t step = -1;  // the iteration it reported last
   double rss_bytes = -1;
-  CgroupMemory cgroup;   // dir "" when none was found
+  CgroupMemory cgroup;          // dir "" when none was found
   int64_t host_oom_kills = -1;  // the host's OOM kills since boot (/proc/vmstat; -1: unknown)
+  // The same counts at the report before (its cgroup's where it was in the same one).
+  int64_t oom_kills_before = -1, host_oom_kills_before = -1;
 };
 // What a worker's memory cgroup says once the worker died: whether an OOM killer ended a process
-// since the worker's last report (the kernel counts kills per memory cgroup and on the host; a
-// SIGKILL with a kill counted is the OOM killer's), with the last report's figures.
+// since the worker's report before last (the kernel counts kills per memory cgroup and on the
+// host; a SIGKILL with a kill counted is the OOM killer's), with the last report's figures.
 struct MemoryEnd {
   WorkerMemory last;
   CgroupMemory now;

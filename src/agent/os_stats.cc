@@ -312,7 +312,7 @@ StatusOr<Pressure> ParsePressure(std::string_view text) {
     if (end == std::string_view::npos) end = text.size();
     const std::string_view line = text.substr(at, end - at);
     at = end + 1;
-    int64_t* slot = line.starts_with("some ") ? &p.some_us
+    int64_t* slot = line.starts_with("some ")   ? &p.some_us
                     : line.starts_with("full ") ? &p.full_us
                                                 : nullptr;
     const size_t t = line.find("total=");

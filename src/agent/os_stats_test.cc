@@ -149,8 +149,8 @@ TEST(OsStats, SamplerReportsWindowDeltasFromAFakeProc) {
     write(proc + "/meminfo", "MemTotal: 1000 kB\nMemAvailable: 500 kB\n");
     write(proc + "/stat", "cpu  1 0 0 1 0 0 0 0 0 0\n");
     write(proc + "/net/dev", "Inter-|\n face |\n lo: 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n");
-    write(proc + "/pressure/io", fmt::format("some avg10=0.00 total={}\nfull avg10=0.00 total={}\n",
-                                             wbytes, wbytes / 4));
+    write(proc + "/pressure/io",
+          fmt::format("some avg10=0.00 total={}\nfull avg10=0.00 total={}\n", wbytes, wbytes / 4));
   };
   state(1000000000, 100000000, 1000, 10, 2, 0, 100);
   ProcSampler s(proc, cg);

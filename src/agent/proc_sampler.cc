@@ -284,7 +284,8 @@ std::map<std::string, double> ProcSampler::End(int pid) {
       m["host.cpu_util"] =
           static_cast<double>(h->busy - host_.busy) / static_cast<double>(h->total - host_.total);
   }
-  if (auto io = ReadIoPressure(proc_); io.ok() && io_pressure_ && io->some_us >= io_pressure_->some_us) {
+  if (auto io = ReadIoPressure(proc_);
+      io.ok() && io_pressure_ && io->some_us >= io_pressure_->some_us) {
     m["host.io_some_s"] = static_cast<double>(io->some_us - io_pressure_->some_us) / 1e6;
     if (io->full_us >= 0 && io_pressure_->full_us >= 0 && io->full_us >= io_pressure_->full_us)
       m["host.io_full_s"] = static_cast<double>(io->full_us - io_pressure_->full_us) / 1e6;

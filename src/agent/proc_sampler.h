@@ -73,7 +73,8 @@ std::vector<TcpSocket> ReadPidTcp(int pid, const std::string& proc = "/proc");
 //   "cgroup.nr_periods", "cgroup.nr_throttled", "cgroup.throttled_s", "cgroup.quota_cpus"
 //   "host.mem_total_bytes", "host.mem_available_bytes"
 //   "host.io_some_s", "host.io_full_s"   seconds of the window in which some task / every
-//                                        non-idle task waited for storage (PSI), where the kernel has it
+//                                        non-idle task waited for storage (PSI), where the kernel
+//                                        has it
 class ProcSampler {
  public:
   explicit ProcSampler(std::string proc = "/proc", std::string cgroup_root = "/sys/fs/cgroup")

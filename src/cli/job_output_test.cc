@@ -13,8 +13,9 @@ TEST(JobOutputTest, ProfilerChatterIsNoErrorOutput) {
   // Recorded: what a rank OOM-killed after a window had last written to stderr.
   EXPECT_TRUE(IsProfilerChatter(
       "USDT:2026-12-04 21:40:57 29210:29210 SyncActivityProfilerHandler.cpp:59] profiler_stop"));
-  EXPECT_TRUE(IsProfilerChatter(
-      "STAGE:2024-05-01 10:00:00 1:1 ActivityProfilerController.cpp:314] Completed Stage: Warm Up"));
+  EXPECT_TRUE(
+      IsProfilerChatter("STAGE:2024-05-01 10:00:00 1:1 ActivityProfilerController.cpp:314] "
+                        "Completed Stage: Warm Up"));
   EXPECT_FALSE(IsProfilerChatter("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"));
   EXPECT_FALSE(IsProfilerChatter("  File \"train.py\", line 12, in <module>"));
 }

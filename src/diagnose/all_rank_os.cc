@@ -57,7 +57,8 @@ std::optional<Finding> AllRanksThrottledRule::Find(const pattern::RankMetrics& m
       windows_s.push_back(window_s);
     }
     if (const double q = Value(m, "cgroup.quota_cpus"); q > 0) quotas.push_back(q);
-    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) host_set.insert(h->second);
+    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty())
+      host_set.insert(h->second);
   }
   const auto total = static_cast<double>(ranks.size());
   if (ranks.empty() || throttled < policy::kAllOsRanksShare * total) return std::nullopt;
@@ -111,7 +112,8 @@ std::optional<Finding> AllRanksIoStallRule::Find(const pattern::RankMetrics& met
     bytes.push_back(moved);
     const double w = Value(m, "proc.write_bytes");
     written.push_back(std::isnan(w) ? 0.0 : w * iteration_ms / SToMs(window_s));
-    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty()) host_set.insert(h->second);
+    if (auto h = hosts.find(rank); h != hosts.end() && !h->second.empty())
+      host_set.insert(h->second);
   }
   const auto total = static_cast<double>(ranks.size());
   const auto stalled = static_cast<double>(shares.size());

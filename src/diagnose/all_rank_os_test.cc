@@ -101,7 +101,7 @@ TEST(FoldAllRanksThrottled, TheBaselineComparisonsFindingStandsForBoth) {
   std::vector<Finding> fs = {os, other, since};
   FoldAllRanksThrottled(&fs);
   ASSERT_EQ(fs.size(), 2u);
-  EXPECT_EQ(fs[0].summary, since.summary);  // in the first one's place
+  EXPECT_EQ(fs[0].summary, since.summary);   // in the first one's place
   EXPECT_DOUBLE_EQ(fs[0].impact_ms, 112.5);  // the larger cost
   EXPECT_DOUBLE_EQ(fs[0].evidence.at("throttled_share"), 0.975);
   EXPECT_EQ(fs[1].category, Category::kStraggler);

@@ -62,8 +62,8 @@ namespace perftracker::diagnose {
     "ranks of a group made different collectives at the same sequence number",                    \
     "collective_seq group expected expected_ranks")                                               \
   X(kRankCrash, "rank_crash",                                                                     \
-    "the first rank whose process failed, in which collective, and whether it ran out of memory",  \
-    "exit_code signal collective_seq error_output oom_kill memory_limit_bytes rss_bytes "          \
+    "the first rank whose process failed, in which collective, and whether it ran out of memory", \
+    "exit_code signal collective_seq error_output oom_kill memory_limit_bytes rss_bytes "         \
     "cgroup_usage_bytes last_iteration")                                                          \
   X(kRegression, "regression", "slower than the reference (diff, or since the baseline window)",  \
     "os baseline_window baseline_ms window_ms throttled_share baseline_throttled_share "          \
@@ -99,7 +99,8 @@ namespace perftracker::diagnose {
 // with.
 inline constexpr const char* kCommonEvidence =
     "rank_ms peers_ms ratio calls_per_iter peers_calls_per_iter peers_extra_collective_wait_ms "
-    "noise_z own_work_ms peers_own_work_ms own_op_work_ms peers_own_op_work_ms own_gpu_work_ms peers_own_gpu_work_ms excess_self_ms "
+    "noise_z own_work_ms peers_own_work_ms own_op_work_ms peers_own_op_work_ms own_gpu_work_ms "
+    "peers_own_gpu_work_ms excess_self_ms "
     "rank_iteration_ms runq_wait_per_cpu_s peers_runq_wait_per_cpu_s host_cores "
     "host_runnable_threads iteration_ms ranks_affected ranks_total median_ms min_ms max_ms "
     "base_ms test_ms base_self_ms test_self_ms base_calls_per_iter test_calls_per_iter reasoning "

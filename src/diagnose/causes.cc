@@ -72,7 +72,8 @@ const pattern::CompactRank* CauseInput::Find(int rank) const {
 
 bool CauseInput::SamePeers(const pattern::CompactRank& a, const pattern::CompactRank& b) const {
   if (peer_group.size() != ranks.size() || ranks.empty()) return a.role == b.role;
-  const auto ia = static_cast<size_t>(&a - ranks.data()), ib = static_cast<size_t>(&b - ranks.data());
+  const auto ia = static_cast<size_t>(&a - ranks.data()),
+             ib = static_cast<size_t>(&b - ranks.data());
   if (ia >= ranks.size() || ib >= ranks.size()) return a.role == b.role;
   return peer_group[ia] == peer_group[ib];
 }
@@ -322,7 +323,6 @@ struct ShapeDiff {
   double rise_us = 0;      // its time per iteration above the peers' median
   double ratio = 0;        // how much larger its data is (pattern::DataInputRatio)
 };
-
 
 // The rank's shaped functions whose inputs are larger than its peers' by kMoreWorkRatio.
 std::vector<ShapeDiff> LargerInputs(const CauseInput& in, const pattern::CompactRank& me) {

@@ -111,7 +111,8 @@ void BoundCosts(const CostBudget& budget, Diagnosis* d) {
     f.evidence_text["cost_bound"] = fmt::format(
         "its rule's figure, {:.1f} ms an iteration, is more than was lost: {}; {:.1f} ms counted",
         claimed, limit->why, f.impact_ms);
-    f.summary += fmt::format(" (at most {:.1f} ms/iter of it is lost: {})", f.impact_ms, limit->why);
+    f.summary +=
+        fmt::format(" (at most {:.1f} ms/iter of it is lost: {})", f.impact_ms, limit->why);
     kept.push_back(std::move(f));
   }
   d->findings = std::move(kept);

@@ -34,7 +34,8 @@ TEST(CostBound, NoFindingClaimsMoreThanTheIteration) {
   ASSERT_EQ(d.findings.size(), 1u);
   EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, 260);
   EXPECT_DOUBLE_EQ(d.findings[0].evidence.at("claimed_ms"), 431);
-  EXPECT_NE(d.findings[0].evidence_text.at("cost_bound").find("whole iteration"), std::string::npos);
+  EXPECT_NE(d.findings[0].evidence_text.at("cost_bound").find("whole iteration"),
+            std::string::npos);
 }
 
 TEST(CostBound, ARankThatComputesMoreCostsItsOwnExcessAtMost) {
@@ -115,7 +116,7 @@ TEST(CostBound, SilentRanksHangsAndLeaksAreNotBounded) {
 TEST(CostBound, GeneratedWindowsAddUp) {
   std::mt19937 gen(36);
   std::uniform_real_distribution<double> u(0, 1);
-  const Category cats[] = {Category::kStraggler, Category::kMoreWork, Category::kDataLoader,
+  const Category cats[] = {Category::kStraggler,  Category::kMoreWork,     Category::kDataLoader,
                            Category::kRegression, Category::kCpuThrottled, Category::kSync};
   for (int round = 0; round < 500; ++round) {
     CostBudget b;

@@ -201,7 +201,8 @@ TEST(CrossRunStragglerTest, AStageOnlyFunctionIsComparedWithItsOwnStage) {
   // Rank 0 computes no more than its own stage's peer: no straggler (with the stage-1 ranks'
   // absent function counted as "no rise", rank 0 was named, 15% of the iteration).
   auto fns = [](int r, double cat_ms, double wait_ms) {
-    std::vector<FunctionPattern> v = {Fn("gloo:all_reduce", FunctionClass::kCollective, wait_ms, 3)};
+    std::vector<FunctionPattern> v = {
+        Fn("gloo:all_reduce", FunctionClass::kCollective, wait_ms, 3)};
     if (r % 2 == 0) v.push_back(Fn("<built-in method cat>", FunctionClass::kCompute, cat_ms, 1));
     return v;
   };

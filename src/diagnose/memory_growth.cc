@@ -53,7 +53,8 @@ using Sample = MemorySeries::Sample;
 // Steps are counted from the first sample and bytes in MiB, so that the sums stay small.
 class SplitFit {
  public:
-  explicit SplitFit(const std::vector<Sample>& s) : s_(s), suffix_(s.size() + 1), prefix_(s.size() + 1) {
+  explicit SplitFit(const std::vector<Sample>& s)
+      : s_(s), suffix_(s.size() + 1), prefix_(s.size() + 1) {
     for (size_t i = s.size(); i-- > 0;) suffix_[i] = suffix_[i + 1].Plus(X(i), Y(i));
     for (size_t i = 0; i < s.size(); ++i) prefix_[i + 1] = prefix_[i].Plus(X(i), Y(i));
   }
@@ -251,9 +252,9 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
     const double left_s = left * iteration_ms / 1000;
     const std::string when =
         iteration_ms <= 0 ? ""
-        : left_s < 60     ? fmt::format(" (~{:.0f} s at {:.0f} ms an iteration)", left_s, iteration_ms)
-                          : fmt::format(" (~{:.0f} min at {:.0f} ms an iteration)", left_s / 60,
-                                        iteration_ms);
+        : left_s < 60
+            ? fmt::format(" (~{:.0f} s at {:.0f} ms an iteration)", left_s, iteration_ms)
+            : fmt::format(" (~{:.0f} min at {:.0f} ms an iteration)", left_s / 60, iteration_ms);
     left_text = fmt::format("; {} run out in ~{:.0f} iterations{}", limit_text, left, when);
   }
   const std::string who =

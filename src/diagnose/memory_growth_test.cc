@@ -129,9 +129,14 @@ TEST(FindMemoryGrowth, ASawtoothOrAOneOffStepIsNeverALeak) {
   // A cache filled over 40 iterations (2 MiB each) and emptied, again and again: no prefix of
   // the run is a leak, though a tail that spans two fillings grows by 80 MiB. (A filling longer
   // than kMemoryMinIterations looks like a leak until it is first emptied: no series can tell.)
-  EXPECT_EQ(FirstFound(1500, [](int64_t i) { return (500 + 2.0 * static_cast<double>(i % 40)) * kMiB; }), -1);
+  EXPECT_EQ(
+      FirstFound(1500, [](int64_t i) { return (500 + 2.0 * static_cast<double>(i % 40)) * kMiB; }),
+      -1);
   // An evaluation every 300 iterations that holds 200 MiB for 50 of them.
-  EXPECT_EQ(FirstFound(1500, [](int64_t i) { return (500 + (i % 300 < 50 && i > 20 ? 200.0 : 0)) * kMiB; }), -1);
+  EXPECT_EQ(
+      FirstFound(1500,
+                 [](int64_t i) { return (500 + (i % 300 < 50 && i > 20 ? 200.0 : 0)) * kMiB; }),
+      -1);
   // One 100 MiB step up at iteration 600 (a buffer allocated once), flat around it.
   EXPECT_EQ(FirstFound(1500, [](int64_t i) { return (500 + (i >= 600 ? 100.0 : 0)) * kMiB; }), -1);
 }
@@ -168,7 +173,8 @@ TEST(MemoryGrowthFindings, NamesTheRankAndTheIterationsLeft) {
   ASSERT_EQ(found.size(), 1u);
   EXPECT_NEAR(found[0].evidence.at("iterations_left"), 160, 10);
   EXPECT_EQ(found[0].evidence.at("cgroup_headroom_bytes"), 160 * kMiB);
-  EXPECT_NE(found[0].summary.find("the 160.0 MiB left under rank 2's memory cgroup limit of 600.0 MiB run out"),
+  EXPECT_NE(found[0].summary.find(
+                "the 160.0 MiB left under rank 2's memory cgroup limit of 600.0 MiB run out"),
             std::string::npos)
       << found[0].summary;
   // Nobody leaking: nothing.

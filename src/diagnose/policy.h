@@ -233,7 +233,7 @@ namespace perftracker::diagnose::policy {
     "a quarter more than the iteration's rise or the rank's cost: a function's mean and the "      \
     "iterations' median are other samples of the same window (measured: run_backward +93.9 "       \
     "ms/iter on every rank beside a throttled rank costing 90.4)")                                 \
-  /* The healthy rate: each rank's unprofiled iterations (diagnose/healthy_rate.h) */           \
+  /* The healthy rate: each rank's unprofiled iterations (diagnose/healthy_rate.h) */              \
   X(kHealthyWarmupIterations, 10, "iterations",                                                    \
     "an attempt's first 10 iterations (first batches, caches, lazy initialisation, compilation) "  \
     "say nothing of its healthy rate")                                                             \
@@ -252,7 +252,7 @@ namespace perftracker::diagnose::policy {
     "a baseline window straddles a change when half its ranks' profiled iterations step up "       \
     "within it: a change on every rank slows every rank of a synchronous job, and profiled "       \
     "iterations are too noisy to ask all of them")                                                 \
-  X(kHealthyRiseAtLeast, 0.10, "of the healthy rate",                                               \
+  X(kHealthyRiseAtLeast, 0.10, "of the healthy rate",                                              \
     "a slowdown from the healthy rate that no profiled function or OS figure names is a finding, " \
     "and opens a window of the server's own, from 10%: timing alone on a shared host drifts by "   \
     "5% (kBaselineSlowdown)")                                                                      \
@@ -261,8 +261,8 @@ namespace perftracker::diagnose::policy {
     "healthy job meets its quota now and then at a burst, not in most periods")                    \
   X(kAllIoStallShare, 0.10, "of the window",                                                       \
     "every rank moving megabytes to storage while the host's tasks waited for storage a tenth of " \
-    "the window (PSI 'some') stalls on it: a healthy step waits for no disk, and logs or small "  \
-    "files stall the host well under 1%")                                                         \
+    "the window (PSI 'some') stalls on it: a healthy step waits for no disk, and logs or small "   \
+    "files stall the host well under 1%")                                                          \
   X(kAllOsRanksShare, 0.75, "of the ranks",                                                        \
     "an all-rank cause from the OS alone holds on three in four ranks (one rank's is the peer "    \
     "comparison's)")                                                                               \

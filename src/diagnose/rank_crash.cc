@@ -32,8 +32,9 @@ std::string Mib(double bytes) { return fmt::format("{:.0f} MiB", BytesToMiB(byte
 std::string OutOfMemory(const RankExit& e, Finding* f) {
   f->cause = Cause::kConfiguration;
   f->evidence["oom_kill"] = 1;
-  std::string what = fmt::format("out of memory: killed by the kernel's OOM killer ({}, exit code {})",
-                                 SignalName(e.signal != 0 ? e.signal : SIGKILL), e.exit_code);
+  std::string what =
+      fmt::format("out of memory: killed by the kernel's OOM killer ({}, exit code {})",
+                  SignalName(e.signal != 0 ? e.signal : SIGKILL), e.exit_code);
   if (e.memory_limit_bytes > 0) {
     f->evidence["memory_limit_bytes"] = e.memory_limit_bytes;
     what += fmt::format(" at its memory cgroup's limit of {}", Mib(e.memory_limit_bytes));

@@ -84,7 +84,8 @@ TEST(RankCrashTest, AnOomKillSaysOutOfMemoryAndWhichLimit) {
   EXPECT_NE(f.suggestion.find("out of the memory"), std::string::npos);
   // The same SIGKILL without a counted kill (a user's kill -9) says no more than the signal.
   e.oom_killed = false;
-  EXPECT_EQ(RankCrashFinding(e, {}).summary, "rank 1 failed first: killed by SIGKILL (exit code 137)");
+  EXPECT_EQ(RankCrashFinding(e, {}).summary,
+            "rank 1 failed first: killed by SIGKILL (exit code 137)");
 }
 
 }  // namespace

@@ -112,7 +112,8 @@ void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   Window::Sealed sealed = w.Seal();
   ExplainMissingLocked(&sealed);
   const int64_t start = sealed.spec.start_iteration;
-  to_publish.push_back({std::move(sealed), SeriesLocked(), windows.marks(), healthy.RateBefore(start)});
+  to_publish.push_back(
+      {std::move(sealed), SeriesLocked(), windows.marks(), healthy.RateBefore(start)});
   sched->Closed(id, std::chrono::steady_clock::now());
   publish_cv.notify_one();
 }
@@ -349,7 +350,8 @@ void CollectorServer::Impl::MaybeOpenScheduledLocked() {
              slow && options.schedule.baseline_window &&
              sched->OnSlowdown(FurthestStepLocked(), slow->recent_ms, slow->reason, now) ==
                  WindowScheduler::SlowdownAction::kOpen) {
-    log::Event("", "{}", slow->reason);
+    // The window's own "opened" line says why on the terminal; this one is the log's.
+    log::Detail("server", "{}", slow->reason);
     OpenWindowLocked(slow->reason, 0, true, slow->recent_ms, FurthestStepLocked());
   }
 }
