@@ -151,6 +151,18 @@ def online_built():
     return p.returncode == 0 and "offline build" not in p.stdout
 
 
+def torch_major(python):
+    """The major version of the torch PYTHON imports (0: none)."""
+    p = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    return int(p.stdout.split(".")[0]) if p.returncode == 0 and p.stdout[:1].isdigit() else 0
+
+
+def require_torch2():
+    """Raises unittest.SkipTest (a failure under CI=true, as every skip) without torch 2.x."""
+    if torch_major(TORCH_PYTHON) < 2:
+        raise unittest.SkipTest(f"{TORCH_PYTHON} has no torch 2.x (PT_TORCH_PYTHON: .venv/bin/python)")
+
+
 def torch_available():
     try:
         return subprocess.run([TORCH_PYTHON, "-c", "import torch"], capture_output=True).returncode == 0

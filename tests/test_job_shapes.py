@@ -4,7 +4,6 @@ product's defaults: clean, nothing above 3% of an iteration and no missing rank;
 on rank 2 from the first step, the baseline window's first finding names rank 2 alone. The table
 is tests/job_shapes.py; bench/online_accuracy.py --shapes repeats it for pass rates."""
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -14,16 +13,10 @@ import job_shapes  # noqa: E402
 import ptest  # noqa: E402
 
 
-def torch_major(python):
-    p = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
-    return int(p.stdout.split(".")[0]) if p.returncode == 0 and p.stdout[:1].isdigit() else 0
-
-
 class JobShapes(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if torch_major(ptest.TORCH_PYTHON) < 2:
-            raise unittest.SkipTest(f"{ptest.TORCH_PYTHON} has no torch 2.x (PT_TORCH_PYTHON: .venv/bin/python)")
+        ptest.require_torch2()
         cls.tmp = tempfile.mkdtemp(prefix="pt_shapes_")
 
     def check(self, name):

@@ -18,7 +18,6 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 from job_shapes import JOBS, share  # noqa: E402
-from test_job_shapes import torch_major  # noqa: E402
 
 PIPELINE = os.path.join(JOBS, "pipeline.py")
 RANK = 2  # replica 1, stage 0: it has a DataLoader
@@ -27,8 +26,7 @@ RANK = 2  # replica 1, stage 0: it has a DataLoader
 class PipelineRoles(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        if torch_major(ptest.TORCH_PYTHON) < 2:
-            raise unittest.SkipTest(f"{ptest.TORCH_PYTHON} has no torch 2.x (PT_TORCH_PYTHON: .venv/bin/python)")
+        ptest.require_torch2()
         cls.tmp = tempfile.mkdtemp(prefix="pt_pipeline_")
 
     def run_job(self, name, *args, busy=False):

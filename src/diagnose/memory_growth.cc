@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <span>
 
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
@@ -93,7 +94,8 @@ class SplitFit {
 // the tail (PEAK_BEFORE; -1: none). Fills G.
 bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double peak_before,
                 MemoryGrowth* g) {
-  const std::vector<Sample> tail(s.begin() + static_cast<std::ptrdiff_t>(i), s.end());
+  // A view, not a copy: the tails of a growing rank are tested one after another.
+  const std::span<const Sample> tail(s.begin() + static_cast<std::ptrdiff_t>(i), s.end());
   if (tail.size() < 3 || !(slope > 0)) return false;
   g->first_step = tail.front().step;
   g->last_step = tail.back().step;
