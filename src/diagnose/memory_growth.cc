@@ -23,26 +23,67 @@ std::string Bytes(double b) {
 
 }  // namespace
 
+void MemorySeries::Profiled(int64_t first, int64_t last) {
+  if (last < first) return;
+  if (profiled_.size() >= kMaxProfiled) profiled_.erase(profiled_.begin());
+  profiled_.emplace_back(first, last);
+}
+
+bool MemorySeries::InProfiledSpan(int64_t step) const {
+  const auto settle = static_cast<int64_t>(policy::kMemoryProfileSettleIterations);
+  return std::any_of(profiled_.begin(), profiled_.end(),
+                     [&](const auto& w) { return step >= w.first && step <= w.second + settle; });
+}
+
+bool MemorySeries::WindowSince(int64_t step) const {
+  if (samples_.empty()) return false;
+  const int64_t back = samples_.back().step;
+  return std::any_of(profiled_.begin(), profiled_.end(),
+                     [&](const auto& w) { return w.first > back && w.second < step; });
+}
+
+double MemorySeries::ProfilerStep(int64_t step, double bytes) const {
+  const Sample& back = samples_.back();
+  // The rate before: over the last few kept samples (a leak's, or a flat rank's zero).
+  const size_t from = samples_.size() > kRateSamples ? samples_.size() - kRateSamples : 0;
+  const Sample& a = samples_[from];
+  const double rate =
+      back.step > a.step
+          ? std::max(0.0, (back.bytes - a.bytes) / static_cast<double>(back.step - a.step))
+          : 0.0;
+  const double expected = rate * static_cast<double>(step - back.step);
+  return std::max(0.0, (bytes - offset_ - back.bytes) - expected);
+}
+
 void MemorySeries::Add(int64_t step, double bytes) {
   if (!std::isfinite(bytes) || bytes < 0) return;
   if (!samples_.empty() && step <= samples_.back().step) {
     if (step == samples_.back().step) {
-      samples_.back().bytes = bytes;  // the newer reading of the same iteration
+      // The newer reading of the same iteration.
+      samples_.back().bytes = bytes - offset_;
+      samples_.back().rss = bytes;
       return;
     }
     samples_.clear();  // a restarted process: its memory starts again
+    profiled_.clear();
+    offset_ = 0;
     stride_ = 1;
   }
-  if (!samples_.empty() && step - samples_.back().step < stride_) return;
+  if (InProfiledSpan(step)) return;
+  // The first sample after a window joins the levels and is kept whatever the stride: the next
+  // one must not count the same window again.
+  const bool after_window = WindowSince(step);
+  if (after_window) offset_ += ProfilerStep(step, bytes);
+  if (!after_window && !samples_.empty() && step - samples_.back().step < stride_) return;
   if (samples_.size() >= kMaxSamples) {
     // Every other sample goes (the first stays: the warm-up is measured from it).
     size_t out = 1;
     for (size_t i = 2; i < samples_.size(); i += 2) samples_[out++] = samples_[i];
     samples_.resize(out);
     stride_ *= 2;
-    if (step - samples_.back().step < stride_) return;
+    if (!after_window && step - samples_.back().step < stride_) return;
   }
-  samples_.push_back({step, bytes});
+  samples_.push_back({step, bytes - offset_, bytes});
 }
 
 namespace {
@@ -101,6 +142,8 @@ bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double pea
   g->last_step = tail.back().step;
   g->first_bytes = tail.front().bytes;
   g->last_bytes = tail.back().bytes;
+  g->first_rss = tail.front().rss;
+  g->last_rss = tail.back().rss;
   const double span = static_cast<double>(g->last_step - g->first_step);
   if (span < policy::kMemoryMinIterations) return false;
   g->bytes_per_iteration = slope;
@@ -243,7 +286,7 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   f.evidence["rising_share"] = first.growth.rising_share;
   f.evidence["first_iteration"] = static_cast<double>(first.growth.first_step);
   f.evidence["last_iteration"] = static_cast<double>(first.growth.last_step);
-  f.evidence["rss_bytes"] = first.growth.last_bytes;
+  f.evidence["rss_bytes"] = first.growth.last_rss;
   // No time lost per iteration yet: what it costs is the run itself, when the host runs out.
   f.impact_ms = 0;
   f.confidence = policy::kConfidenceOsEvidence;
@@ -268,11 +311,18 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
       "between {:.0f}% of the samples){}",
       who, Bytes(rate), Bytes(internal::Median(grown)), first.growth.first_step,
       first.growth.last_step, first.growth.rising_share * 100, left_text);
+  // What profiling windows left in RSS between the two samples is perftracker's, not counted.
+  const double ours = (first.growth.last_rss - first.growth.first_rss) -
+                      (first.growth.last_bytes - first.growth.first_bytes);
   f.evidence_text["reasoning"] = fmt::format(
       "resident memory (RSS) sampled with the iteration reports rises steadily after the warm-up "
-      "({} at iteration {}, {} at {}): something keeps memory every iteration",
-      Bytes(first.growth.first_bytes), first.growth.first_step, Bytes(first.growth.last_bytes),
-      first.growth.last_step);
+      "({} at iteration {}, {} at {}{}): something keeps memory every iteration",
+      Bytes(first.growth.first_rss), first.growth.first_step, Bytes(first.growth.last_rss),
+      first.growth.last_step,
+      ours >= kMiB ? fmt::format("; {} of it is what perftracker's profiling windows left, not "
+                                 "counted",
+                                 Bytes(ours))
+                   : "");
   f.suggestion =
       "find what the training loop keeps each iteration: tensors appended to a list (losses or "
       "outputs kept with their graphs: store loss.item() or .detach()), caches without a bound, "

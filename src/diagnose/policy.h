@@ -212,6 +212,11 @@ namespace perftracker::diagnose::policy {
     "a leak grows alike throughout the span, so each half grows at half the overall rate at "      \
     "least; a warm-up ramp or a profiling window's buffers grow in one part (measured: a healthy " \
     "rank steps up 27 MiB in its baseline window, then creeps by a MiB)")                          \
+  X(kMemoryProfileSettleIterations, 20, "iterations after a profiling window",                    \
+    "a window's trace is exported and summarized after its last iteration (measured: 1-3 s, up "  \
+    "to 60 iterations of 45 ms on 2 shared cores; the export's memory is its biggest part): "      \
+    "samples until 20 iterations after it are perftracker's memory, not the job's; a later one "   \
+    "still inside the export only lowers the level after it")                                      \
   X(kMemoryRiseOfExpected, 0.25, "of the growth the rate gives an interval",                       \
     "a rise between two samples counts when it is a quarter of what the rate gives their "         \
     "interval: a page more is no rise")                                                            \

@@ -74,6 +74,9 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   ++counters.windows_opened[ReasonKind(reason)];
   sched->Opened(spec.id, spec.start_iteration, std::chrono::steady_clock::now(), slowdown, mean_ms);
   healthy.WindowOpened(spec.start_iteration, spec.iterations);
+  // The profiler's memory is perftracker's: no rank's memory series counts it as the job's.
+  for (auto& [r, st] : ranks)
+    st.memory.Profiled(spec.start_iteration, spec.start_iteration + spec.iterations - 1);
   if (::perftracker::Status st =
           store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
       !st.ok())
