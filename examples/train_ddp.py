@@ -129,6 +129,9 @@ def parse_args(argv=None):
     p.add_argument("--profile-dir", default="", help="write one profiler trace per rank here")
     p.add_argument("--profile-iters", default="", help="A:B, iterations to profile (default: all)")
     p.add_argument("--port", type=int, default=0, help="MASTER_PORT when spawning (0 = pick one)")
+    p.add_argument("--stop-file", default="",
+                   help="end the run early, every rank at the same step, once this file exists "
+                        f"(rank 0 looks every {STOP_CHECK_STEPS} steps; up to --iters)")
     return p.parse_args(argv)
 
 
@@ -264,6 +267,37 @@ def tokenize(n):
     return len(out)
 
 
+# --stop-file: rank 0 looks for the file at every multiple of this many steps.
+STOP_CHECK_STEPS = 10
+
+
+class StopFile:
+    """--stop-file: every rank leaves the loop at the same step once the file exists (a test
+    ends a job when what it waits for was diagnosed, instead of running out a margin of steps).
+    Rank 0 looks at steps 0, 10, 20, ... and on finding the file at step S writes "end at S+10"
+    to the process group's store; the others read it half way, at step S+5. DDP's all-reduce
+    keeps the ranks within a step of each other, so a rank at step S+5 knows rank 0 passed step
+    S, and a rank at S-5 that rank 0 had not reached S: every rank reads the same end, in time.
+    (Only for jobs whose ranks all-reduce every step.)"""
+
+    def __init__(self, path, rank):
+        import torch.distributed as dist
+        self.path, self.rank, self.end = path, rank, None
+        self.store = dist.distributed_c10d._get_default_store()
+
+    def ends_at(self, step):
+        if self.end is None:
+            phase = step % STOP_CHECK_STEPS
+            # A counter (add), not set/check: torch 1.13's PrefixStore has no check(); adding 0
+            # reads it, 0 while rank 0 has not set it.
+            if self.rank == 0 and phase == 0 and os.path.exists(self.path):
+                self.end = step + STOP_CHECK_STEPS
+                self.store.add("perftracker_example_stop_at", self.end)
+            elif self.rank != 0 and phase == STOP_CHECK_STEPS // 2:
+                self.end = self.store.add("perftracker_example_stop_at", 0) or None
+        return self.end is not None and step >= self.end
+
+
 def worker(rank, world, args):
     import torch
     import torch.distributed as dist
@@ -355,10 +389,13 @@ def worker(rank, world, args):
             dist.barrier()
         return loss
 
+    stop = StopFile(args.stop_file, rank) if args.stop_file else None
     step_times, step_starts = [], []
     cpu_mark = None  # (process CPU s, wall s) at the first of the steps --fault-cpu-share measures
     first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") in ("", "0")
     for step in range(args.iters):
+        if stop is not None and stop.ends_at(step):
+            break
         if step == args.die_at_step and rank == args.die_rank and first_attempt:
             import signal
             print(f"rank {rank} (pid {os.getpid()}): killing itself at step {step}",

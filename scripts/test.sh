@@ -6,12 +6,34 @@
 # (scripts/check_deps.py) and the size limits of scripts/check_structure.py.
 #
 # No test skips silently: a skip shows in ctest's summary, and with CI=true (.ci/run sets it) a
-# test that would skip for a missing part fails instead.
+# test that would skip for a missing part fails instead. The time of each test is printed at the
+# end, slowest first.
+#
+# scripts/test.sh --quick: for day-to-day work, the unit tests, the offline path's tests and one
+# online run (ctest -L quick; CMakeLists.txt says which), without the fuzz build and runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
+esac
 scripts/deps.sh
 scripts/build.sh
 source scripts/tools.sh
+
+# ctest's JUnit file holds each test's time: printed slowest first once the run ends, pass or
+# fail.
+print_test_times() {
+  /usr/bin/python3 scripts/test_times.py build/Testing/times.xml || true
+}
+if [ "$quick" = 1 ]; then
+  rm -f build/Testing/times.xml
+  trap print_test_times EXIT
+  "$CTEST" --test-dir build --output-on-failure -j2 -L quick --output-junit Testing/times.xml
+  exit 0
+fi
 # The fuzzer needs clang's libFuzzer: its own build folder.
 # binutils' ar and ranlib (as the main build uses): with clang, CMake would pick llvm-ar where
 # llvm-14 happens to be installed, and the build would differ between machines.
@@ -32,4 +54,7 @@ done
 /usr/bin/python3 scripts/check_deps.py --build build --build build-fuzz
 # Sizes that keep the code changeable: no file in src/ over 900 lines, no function over 150.
 /usr/bin/python3 scripts/check_structure.py
-"$CTEST" --test-dir build --output-on-failure -j2
+rm -f build/Testing/times.xml
+trap print_test_times EXIT
+# Everything but online_smoke (test_online_run runs the same case).
+"$CTEST" --test-dir build --output-on-failure -j2 -LE smoke --output-junit Testing/times.xml

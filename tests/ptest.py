@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 SOURCE = os.environ.get("PT_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -185,15 +186,88 @@ def wait_until(cond, seconds=30, step=0.1):
     return bool(cond())
 
 
+# "window 2 opened (slowdown on rank 2: ...): profiling iterations 182..191 on every rank" and
+# "window 2 diagnosed: ..." in DIR/perftracker.log.
+_WINDOW_OPENED = re.compile(r"window (\d+) opened .*?: profiling iterations (\d+)\.\.")
+_WINDOW_DIAGNOSED = re.compile(r"window (\d+) diagnosed")
+
+
+class StopWhenDiagnosed:
+    """Creates STOP_FILE (a job's --stop-file, examples/train_ddp.py) once a window that began at
+    AFTER_ITERATION or later is diagnosed in REPORT/perftracker.log: the job then ends within 20
+    steps instead of running out the margin its --iters keeps for a slow machine (a third of a
+    fault test's time, measured here). REPORT may be a glob pattern (sbatch names the folder
+    after the job). Call poll() while the job runs."""
+
+    def __init__(self, report, stop_file, after_iteration):
+        self.log_pattern = os.path.join(report, "perftracker.log")
+        self.stop_file, self.after = stop_file, after_iteration
+        self.stopped = False
+
+    def poll(self):
+        for log in [] if self.stopped else glob.glob(self.log_pattern)[:1]:
+            with open(log, errors="replace") as f:
+                text = f.read()
+            began = {w: int(i) for w, i in _WINDOW_OPENED.findall(text)}
+            if any(began.get(w, -1) >= self.after for w in _WINDOW_DIAGNOSED.findall(text)):
+                open(self.stop_file, "w").close()
+                self.stopped = True
+
+
+def run_until_diagnosed(cmd, report, stop_file, after_iteration, timeout, env=None):
+    """Runs CMD, a `perftracker run --report-dir REPORT` of a job given --stop-file STOP_FILE, and
+    ends it early as StopWhenDiagnosed says. The result is subprocess.run's, with .seconds and
+    .stopped (whether it was ended early)."""
+    t0 = time.time()
+    watch = StopWhenDiagnosed(report, stop_file, after_iteration)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+        try:
+            while p.poll() is None:
+                if time.time() - t0 > timeout:
+                    raise subprocess.TimeoutExpired(cmd, timeout)
+                watch.poll()
+                time.sleep(0.25)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read())
+    result.seconds, result.stopped = time.time() - t0, watch.stopped
+    return result
+
+
 def in_ci():
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+class TimedResult(unittest.TextTestResult):
+    """Keeps each test's wall time, printed by main() at the end (slowest first): the place to
+    look when the test command grows."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seconds, self._started = {}, 0.0
+
+    def startTest(self, test):
+        self._started = time.time()
+        super().startTest(test)
+
+    def stopTest(self, test):
+        self.seconds[test.id().split(".")[-1]] = time.time() - self._started
+        super().stopTest(test)
 
 
 def main():
     """unittest.main under the project's rule that no test skips silently: a skipped test (a
     missing part) makes the run exit with SKIP_RETURN_CODE, which ctest counts as skipped, and
     under CI=true a skip is a failure."""
-    result = unittest.main(verbosity=2, exit=False).result
+    result = unittest.main(verbosity=2, exit=False, testRunner=unittest.TextTestRunner(
+        resultclass=TimedResult, verbosity=2)).result
+    print("time per test (s): " + ", ".join(f"{name} {s:.1f}" for name, s in sorted(
+        result.seconds.items(), key=lambda x: -x[1])), file=sys.stderr)
     if not result.wasSuccessful():
         sys.exit(1)
     if not result.skipped:

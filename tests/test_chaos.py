@@ -23,7 +23,8 @@ TRAIN = os.path.join(ptest.SOURCE, "examples", "train_ddp.py")
 # each life). On torch 2.13 (MKL) a step of this small model alone lasts 7-15 ms: 3000 of them
 # ended after 38 s, before the second life stored a window. Each step also waits 30 ms here (as
 # a GPU-bound step waits for its kernels): 3000 steps last 120-140 s on 2.13, about 200 s on
-# Debian's 1.13, and their time is quiet on shared cores.
+# Debian's 1.13, and their time is quiet on shared cores. Once the third life stored its window
+# the test ends the job (--stop-file) instead of running out the rest of the steps.
 JOB = ["--iters", "3000", "--step-sleep-ms", "30"]
 
 
@@ -81,12 +82,12 @@ class Chaos(unittest.TestCase):
         token = os.path.join(report, ".perftracker", "token")
         self.assertTrue(wait_until(lambda: os.path.exists(token), 30), "the server made no token")
         agent = start_agent()
-        run_log = os.path.join(tmp, "run.log")
+        run_log, stop = os.path.join(tmp, "run.log"), os.path.join(tmp, "job.stop")
         with open(run_log, "wb") as out:
             job = subprocess.Popen([ptest.BIN, "run", "--nproc", "2", "--server", addr,
                                     "--token-file", token, "--agent-socket", agent_sock,
                                     "--report-dir", os.path.join(tmp, "run"), "--",
-                                    ptest.TORCH_PYTHON, TRAIN, *JOB],
+                                    ptest.TORCH_PYTHON, TRAIN, *JOB, "--stop-file", stop],
                                    stdout=out, stderr=out)
         t0 = time.time()
         try:
@@ -161,6 +162,7 @@ class Chaos(unittest.TestCase):
                     server.wait()
                     time.sleep(1)
                     server = start_server()
+            open(stop, "w").close()
             self.assertEqual(job.wait(timeout=300), 0, tail(run_log))
             diagnosed = [d for d in os.listdir(os.path.join(report, "windows"))]
             print(f"chaos: {len(before)} rank summaries over 3 server lives, windows {sorted(diagnosed)}; "

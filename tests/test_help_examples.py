@@ -26,7 +26,7 @@ TORCHRUN = os.path.join(os.path.dirname(ptest.TORCH_PYTHON), "torchrun")
 FR_DATA = os.path.join(ptest.SOURCE, "tests", "data", "flight_recorder")
 
 TRAIN = r"""
-import argparse, time
+import argparse, os, time
 import torch
 import torch.distributed as dist
 p = argparse.ArgumentParser()
@@ -36,10 +36,13 @@ dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(4096, 64)),
+# TRAIN_STEPS: the test's, not the example's: the run that status, trigger and the report read
+# takes 256 steps; the others only have to run as written and end well.
+steps = int(os.environ.get("TRAIN_STEPS", "256"))
+data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16 * steps, 64)),
                                    batch_size=16)
 for epoch in range(args.epochs):
-    for (x,) in data:  # 256 steps of about 25 ms
+    for (x,) in data:  # steps of about 25 ms
         opt.zero_grad()
         model(x).sum().backward()
         time.sleep(0.02)
@@ -140,8 +143,8 @@ class HelpExamples(unittest.TestCase):
         self.ran.update(lines)
         return lines
 
-    def run_one(self, line, timeout=300):
-        p = subprocess.run(self.argv(line), cwd=self.dir, env=self.env, capture_output=True,
+    def run_one(self, line, timeout=300, env=None):
+        p = subprocess.run(self.argv(line), cwd=self.dir, env=env or self.env, capture_output=True,
                            text=True, timeout=timeout)
         self.assertEqual(p.returncode, 0, f"{line}\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
         return p
@@ -184,7 +187,7 @@ class HelpExamples(unittest.TestCase):
             self.run_one(line)
         for line in others + self.take("perftracker run --nproc 8") + self.take(
                 "perftracker run -- torchrun"):
-            self.run_one(line)
+            self.run_one(line, env=dict(self.env, TRAIN_STEPS="64"))
         # The standalone server on loopback, and status with its token.
         loopback, tls = self.take("perftracker server --listen 127.0.0.1"), self.take(
             "perftracker server --listen 0.0.0.0")

@@ -4,6 +4,7 @@ and n2 with ports of their own) and the real torch DDP straggler job across its 
 sbatch example. Two agents register, one per node and named by it; rank 2 is named on n2; the
 job's exit code is Slurm's; scancel stops everything."""
 import json
+import re
 import os
 import shutil
 import signal
@@ -30,8 +31,10 @@ CLUSTER = os.path.join(ptest.SOURCE, "scripts", "slurm_local.sh")
 # sbatch example: no window). 32 extra matrix multiplies cost rank 2 about 19 ms a step, the job
 # about 30% (8 cost 7 ms and, on 2 shared cores, moved the job's median under the detector's
 # level, +13% on that run).
+# Each job ends once the window after the fault is diagnosed (ptest.run_until_diagnosed).
+FAULT_START = 130
 STRAGGLER = ["--iters", "400", "--step-sleep-ms", "30", "--fault", "straggler", "--fault-rank", "2",
-             "--fault-start", "130", "--fault-work", "32"]
+             "--fault-start", str(FAULT_START), "--fault-work", "32"]
 
 
 def free_port():
@@ -93,9 +96,12 @@ class Slurm(unittest.TestCase):
 
     def test_run_srun_across_two_nodes(self):
         report = os.path.join(self.tmp, "run")
-        p = subprocess.run([ptest.BIN, "run", "--report-dir", report, "--", "srun", "-N", "2",
-                            "-n", "4", TASK, ptest.TORCH_PYTHON, TRAIN, *STRAGGLER],
-                           env=self.env_with_port(), capture_output=True, text=True, timeout=900)
+        stop = os.path.join(self.tmp, "run.stop")
+        p = ptest.run_until_diagnosed([ptest.BIN, "run", "--report-dir", report, "--", "srun", "-N", "2",
+                                       "-n", "4", TASK, ptest.TORCH_PYTHON, TRAIN, *STRAGGLER,
+                                       "--stop-file", stop], report, stop, FAULT_START, 900,
+                                      self.env_with_port())
+        print(f"srun: {p.seconds:.1f} s, ended once diagnosed: {p.stopped}", file=sys.stderr)
         self.assertEqual(p.returncode, 0, p.stdout[-3000:] + p.stderr[-3000:])
         self.check_straggler_run(report, p.stdout + p.stderr)
         self.assertIn("one agent per node (2 node(s))", p.stdout + p.stderr)
@@ -105,14 +111,31 @@ class Slurm(unittest.TestCase):
         os.makedirs(work)
         os.symlink(os.path.join(ptest.SOURCE, "examples"), os.path.join(work, "examples"))
         env = dict(self.env_with_port(), PYTHON=ptest.TORCH_PYTHON)
-        p = subprocess.run(["sbatch", "--wait", "--parsable", f"--chdir={work}", SBATCH,
-                            *STRAGGLER], env=env, capture_output=True, text=True, timeout=900)
+        stop = os.path.join(self.tmp, "sbatch.stop")
+        # Submitted, then watched here: `sbatch --wait` looks at the job with a growing interval
+        # (20 s more here than the job took).
+        t0 = time.time()
+        p = subprocess.run(["sbatch", "--parsable", f"--chdir={work}", SBATCH, *STRAGGLER,
+                            "--stop-file", stop], env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
         job = p.stdout.strip().split(";")[0]
+        watch = ptest.StopWhenDiagnosed(os.path.join(work, f"perftracker-{job}"), stop, FAULT_START)
+
+        def state():
+            q = subprocess.run(["scontrol", "show", "job", job], env=env, capture_output=True, text=True)
+            return dict(re.findall(r"\b(JobState|ExitCode)=(\S+)", q.stdout))
+
+        def ended():
+            watch.poll()
+            return state().get("JobState") not in (None, "PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+
+        self.assertTrue(wait_until(ended, 900, step=0.5), state())
+        print(f"sbatch: {time.time() - t0:.1f} s, ended once diagnosed: {watch.stopped}", file=sys.stderr)
         out = ""
-        if job and os.path.exists(os.path.join(work, f"ddp-{job}.out")):
+        if os.path.exists(os.path.join(work, f"ddp-{job}.out")):
             with open(os.path.join(work, f"ddp-{job}.out"), errors="replace") as f:
                 out = f.read()
-        self.assertEqual(p.returncode, 0, p.stderr + out[-3000:])
+        self.assertEqual(state(), {"JobState": "COMPLETED", "ExitCode": "0:0"}, out[-3000:])
         self.check_straggler_run(os.path.join(work, f"perftracker-{job}"), out)
 
     def test_one_run_per_node_takes_its_place_from_slurm(self):
