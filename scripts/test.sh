@@ -42,11 +42,14 @@ CXX=clang++ pt_configure build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERFTRAC
   -DPython3_EXECUTABLE=/usr/bin/python3
 "$NINJA" -C build-fuzz trace_reader_fuzz summary_fuzz worker_message_fuzz diagnosis_reader_fuzz \
   flight_recorder_fuzz
-# Each target: a fixed seed and run count from its committed corpus (copied: libFuzzer adds
-# what it finds to the folder it is given). -rss_limit_mb: a parser that lets input make it
-# hold more than this fails the run.
+# Each target: a fixed seed and run count from its committed corpus, copied afresh each time
+# (libFuzzer adds what it finds to the folder it is given: a kept folder grew to 1,500 inputs
+# and made each run slower and different from the last). -rss_limit_mb: a parser that lets
+# input make it hold more than this fails the run.
 for t in trace_reader summary worker_message diagnosis_reader flight_recorder; do
-  mkdir -p "build-fuzz/corpus/$t" && cp -n "fuzz/corpus/$t"/* "build-fuzz/corpus/$t/" 2>/dev/null || true
+  rm -rf "build-fuzz/corpus/$t"
+  mkdir -p "build-fuzz/corpus/$t"
+  cp "fuzz/corpus/$t"/* "build-fuzz/corpus/$t/" 2>/dev/null || true  # some start from nothing
   "build-fuzz/${t}_fuzz" -runs=20000 -max_len=4096 -seed=1 -rss_limit_mb=512 "build-fuzz/corpus/$t" \
     >"build-fuzz/$t.log" 2>&1 || { tail -40 "build-fuzz/$t.log"; echo "fuzz run of $t failed"; exit 1; }
   echo "fuzz: $t, 20000 runs clean"
