@@ -80,6 +80,15 @@ std::string HealthyRate::Describe() const {
       healthy.ms, healthy.first_step, healthy.last_step, *slowdown_step, recent.ms, Ratio());
 }
 
+std::string HealthyRate::ProfilingInflation(double window_ms) const {
+  if (!(window_ms > 0) || !(recent.ms > 0)) return "";
+  // Against the level the job runs at now: a slowdown window's iterations carry the fault too.
+  return fmt::format(
+      "profiled iterations ran {:.2f}x the unprofiled ones ({:.1f} ms against {:.1f} ms); "
+      "figures are of profiled iterations",
+      window_ms / recent.ms, window_ms, recent.ms);
+}
+
 std::optional<HealthyRate> FindHealthyRate(std::span<const IterationPoint> history) {
   const auto min_points = static_cast<size_t>(policy::kHealthyMinPoints);
   if (history.size() < min_points) return std::nullopt;

@@ -18,7 +18,8 @@ std::vector<IterationPoint> Flat(int64_t first, int n, double ms, double jitter 
   return v;
 }
 
-std::vector<IterationPoint> Concat(std::vector<IterationPoint> a, const std::vector<IterationPoint>& b) {
+std::vector<IterationPoint> Concat(std::vector<IterationPoint> a,
+                                   const std::vector<IterationPoint>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
@@ -50,7 +51,8 @@ TEST(HealthyRate, AStepUpIsASlowdownFromItsFirstIteration) {
 
 TEST(HealthyRate, AShiftWithinTheNoiseIsNoSlowdown) {
   // 3% up, under kBaselineSlowdown; and a 6% shift buried in +-10 ms of noise.
-  EXPECT_FALSE(FindHealthyRate(Concat(Flat(0, 60, 70, 0.5), Flat(60, 60, 72.1, 0.5)))->slowdown_step);
+  EXPECT_FALSE(
+      FindHealthyRate(Concat(Flat(0, 60, 70, 0.5), Flat(60, 60, 72.1, 0.5)))->slowdown_step);
   std::mt19937 gen(7);
   std::normal_distribution<double> noise(0, 12);
   std::vector<IterationPoint> v;
@@ -82,6 +84,18 @@ std::vector<pattern::RankSummary> Profiled(double before, double after, int at) 
     out.push_back(s);
   }
   return out;
+}
+
+TEST(HealthyRate, SaysHowMuchProfilingInflatedTheWindow) {
+  HealthyRate r;
+  r.healthy.ms = 40;
+  r.recent.ms = 42.7;  // the level now, a slowdown's too
+  EXPECT_EQ(r.ProfilingInflation(47.74),
+            "profiled iterations ran 1.12x the unprofiled ones (47.7 ms against 42.7 ms); figures "
+            "are of profiled iterations");
+  EXPECT_EQ(r.ProfilingInflation(0), "");
+  r.recent.ms = 0;
+  EXPECT_EQ(r.ProfilingInflation(47.74), "");
 }
 
 TEST(CheckBaseline, AJobSlowedBeforeTheBaselineSpoilsIt) {

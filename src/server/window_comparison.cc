@@ -27,7 +27,8 @@ void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::Healthy
                                          spec.start_iteration + spec.iterations - 1,
                                          std::move(sealed->sample), sealed->metrics};
     state->attempt = spec.attempt;
-    against.push_back("expected patterns (this is the baseline window, later ones compare with it)");
+    against.push_back(
+        "expected patterns (this is the baseline window, later ones compare with it)");
   } else if (state->baseline && state->attempt == spec.attempt) {
     // Another attempt's baseline is of processes that are gone (iterations numbered anew).
     const diagnose::Baseline& base = *state->baseline;
@@ -35,8 +36,8 @@ void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::Healthy
     ref.rate = rate;
     ref.baseline = diagnose::CheckBaseline(rate ? &*rate : nullptr, base.first_iteration,
                                            base.last_iteration, base.ranks);
-    diagnose::SinceBaselineResult since = diagnose::SinceBaseline(
-        base, sealed->sample, sealed->metrics, d->findings, options, ref);
+    diagnose::SinceBaselineResult since =
+        diagnose::SinceBaseline(base, sealed->sample, sealed->metrics, d->findings, options, ref);
     // A rank the comparison with the baseline names gets the same cause rules as one its peers
     // name (its inputs, its quota, its run-queue wait in this window).
     const diagnose::CauseInput causes{sealed->metrics, d->job.iteration_ms_median,
@@ -56,6 +57,9 @@ void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::Healthy
   }
   if (rate) {
     against.push_back(rate->Describe());
+    if (std::string inflation = rate->ProfilingInflation(d->job.iteration_ms_median);
+        !inflation.empty())
+      d->job.notes.push_back(std::move(inflation));
     // A baseline window the job had slowed down before is bounded by that rise too.
     if (rate->slowdown_step) budget.rise_ms = rate->RiseMs();
   }
