@@ -559,5 +559,31 @@ TEST(AnalysisTest, RobustReferenceAndRankList) {
   EXPECT_EQ(internal::SplitStack("a;b;;c"), (std::vector<std::string>{"a", "b", "c"}));
 }
 
+TEST(DiagnoseTest, ARangesSelfTimeIsNoOwnWork) {
+  // Recorded (job_shape_lightning): Lightning runs forward and backward inside Optimizer.step;
+  // the peers wait for rank 2's gradients in that range's self time (55.8 ms against its 11.9
+  // ms), which the op total counted as their own work: no excess, and the cost bound dropped
+  // the straggler. Ranges are no work: rank 2's 44 ms of extra aten::mm is its excess.
+  std::vector<pattern::RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    const bool slow = r == 2;
+    std::vector<pattern::FunctionPattern> fns = {
+        testing::Fn("Optimizer.step#AdamW.step", FunctionClass::kOptimizer, 127, 1,
+                    trace::EventKind::kUserAnnotation),
+        testing::Fn("aten::mm", FunctionClass::kCompute, slow ? 46.7 : 2.5, slow ? 26 : 10),
+        testing::Fn("t.py(9): training_step", FunctionClass::kPython, 1.5, 1,
+                    trace::EventKind::kPythonFunction)};
+    fns[0].self_per_iter_us = (slow ? 11.9 : 55.8) * 1000;
+    fns[0].in_python = fns[1].in_python = true;
+    ranks.push_back(testing::Rank(r, 4, fns, 134));
+  }
+  Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  const Finding& f = d.findings[0];
+  EXPECT_EQ(f.ranks, std::vector<int>{2});
+  ASSERT_TRUE(f.evidence.count("own_op_work_ms")) << f.summary;
+  EXPECT_NEAR(f.evidence.at("own_op_work_ms") - f.evidence.at("peers_own_op_work_ms"), 44.2, 0.5);
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

@@ -35,6 +35,12 @@ constexpr double kTieBreakUs = 1e-9;
 
 // Waiting never makes a rank a straggler on its own.
 bool IsWait(FunctionClass c) { return IsWaitClass(c); }
+// A range around other work (record_function, an optimizer step's annotation), not work: its
+// self time is what no op names, Python the tracer counts or a wait (Lightning runs forward and
+// backward inside Optimizer.step, whose self time holds the peers' wait for a late rank).
+bool IsRange(FunctionClass c) {
+  return c == FunctionClass::kAnnotation || c == FunctionClass::kOptimizer;
+}
 
 // One function identity across the members of a group.
 struct Row {
@@ -186,9 +192,10 @@ void GroupAnalysis::BuildRows() {
       row.calls[i] += f.calls_per_iter;
       bool gpu = trace::IsGpuKind(f.kind());
       // Already inside a Python frame's self time (an online window's torch.profiler op):
-      // compared on its own row, not counted twice in the totals.
+      // compared on its own row, not counted twice in the totals. Ranges: see IsRange.
       if (f.in_python) {
-        if (!gpu && f.fclass() != FunctionClass::kCollective && !IsWait(f.fclass()))
+        if (!gpu && f.fclass() != FunctionClass::kCollective && !IsWait(f.fclass()) &&
+            !IsRange(f.fclass()))
           own_ops_[i] += self;
         continue;
       }
@@ -742,10 +749,13 @@ void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const
   // Groups are independent: analyzed on o.threads threads, each group's findings in its own
   // slot and kept in group order, so the result does not depend on scheduling.
   std::vector<std::vector<Finding>> per_group(groups.size());
-  ParallelFor(groups.size(), o.threads, [&](size_t k) {
-    GroupAnalysis g(cj, std::move(groups[k]), job, o);
-    g.Run(&per_group[k]);
-  });
+  {
+    ScopedPhase p(o.phases, "peer comparison");
+    ParallelFor(groups.size(), o.threads, [&](size_t k) {
+      GroupAnalysis g(cj, std::move(groups[k]), job, o);
+      g.Run(&per_group[k]);
+    });
+  }
   std::vector<Finding> found;
   for (auto& v : per_group)
     for (auto& f : v) found.push_back(std::move(f));
@@ -763,7 +773,10 @@ void FindSubsetProblems(const pattern::CompactJob& cj, const JobInfo& job, const
     if (f.category != Category::kCommunication &&
         !(f.category == Category::kStraggler && f.cause == Cause::kUnknown))
       own_cause.insert(f.ranks.begin(), f.ranks.end());
-  FindLinkProblems(cj, job, o, own_cause, &links, &ev);
+  {
+    ScopedPhase p(o.phases, "link localiser");
+    FindLinkProblems(cj, job, o, own_cause, &links, &ev);
+  }
   auto all_in = [](const Finding& f, auto pred) {
     return !f.ranks.empty() && std::all_of(f.ranks.begin(), f.ranks.end(), pred);
   };
