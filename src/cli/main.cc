@@ -132,7 +132,7 @@ std::string JobTitle(const std::vector<std::string>& paths) {
                            : fmt::format("perftracker: {} and {} more", first, paths.size() - 1);
 }
 
-void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
+void PrintStats(const pt::pattern::LoadStats& s, double seconds, const pt::PhaseTimes& phases) {
   double mb = pt::BytesToMB(s.json_bytes);
   std::fprintf(stderr,
                "perftracker: %zu files, %.1f MB of JSON, %llu events, %llu skipped, %.3f s, "
@@ -140,6 +140,13 @@ void PrintStats(const pt::pattern::LoadStats& s, double seconds) {
                s.files, mb, static_cast<unsigned long long>(s.events),
                static_cast<unsigned long long>(s.skipped), seconds,
                seconds > 0 ? mb / seconds : 0.0, PeakRssMb());
+  // Where the time went: wall time per phase; the summary files' parts in thread-seconds.
+  std::fprintf(stderr, "perftracker: phases (wall): %s\n", phases.Format().c_str());
+  if (s.read_s + s.decode_s + s.add_s > 0)
+    std::fprintf(stderr,
+                 "perftracker: summary files (thread-seconds): read %.2f s, decode %.2f s, "
+                 "add to the job %.2f s\n",
+                 s.read_s, s.decode_s, s.add_s);
 }
 
 // The traces among PATHS once the Flight Recorder DUMPS are set aside: a folder of dumps alone
@@ -192,12 +199,17 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
   pt::pattern::LoadStats stats;
   std::optional<pt::pattern::CompactJob> job;
   pt::diagnose::Diagnosis diagnosis;
+  pt::PhaseTimes phases;
   if (!traces.empty()) {
-    auto j = pt::pattern::LoadCompactJob(traces, {.threads = flags.threads}, &stats);
-    if (!j.ok()) return Fail(j.status());
-    job = std::move(*j);
+    {
+      pt::ScopedPhase p(&phases, "load");
+      auto j = pt::pattern::LoadCompactJob(traces, {.threads = flags.threads}, &stats);
+      if (!j.ok()) return Fail(j.status());
+      job = std::move(*j);
+    }
     pt::diagnose::DiagnoseOptions options = flags.diagnose;
     options.threads = static_cast<size_t>(std::max(flags.threads, 0));  // as many as the readers
+    options.phases = &phases;
     diagnosis = pt::diagnose::Diagnose(*job, options);
   } else {
     for (const auto& log : logs) diagnosis.job.ranks.push_back(log.rank);
@@ -206,8 +218,12 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
   }
   if (!logs.empty()) AddSequenceFindings(logs, std::move(notes), &diagnosis);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  int rc = Emit(diagnosis, flags, job ? &*job : nullptr, JobTitle(paths));
-  if (flags.stats) PrintStats(stats, seconds);
+  int rc = 0;
+  {
+    pt::ScopedPhase p(&phases, "report");
+    rc = Emit(diagnosis, flags, job ? &*job : nullptr, JobTitle(paths));
+  }
+  if (flags.stats) PrintStats(stats, seconds, phases);
   return rc;
 }
 

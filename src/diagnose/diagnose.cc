@@ -70,27 +70,45 @@ void AddMissingRanks(MissingRanks missing, Diagnosis* d) {
 
 Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& options,
                    const MissingRanks* missing) {
+  PhaseTimes* t = options.phases;
   Diagnosis d;
-  d.job = internal::BuildJobInfo(internal::Pointers(job.ranks()));
+  {
+    ScopedPhase p(t, "job info");
+    d.job = internal::BuildJobInfo(internal::Pointers(job.ranks()), options.threads);
+  }
   if (job.ranks().empty()) {
     d.job.notes.push_back("no ranks to diagnose");
     if (missing) AddMissingRanks(*missing, &d);
     return d;
   }
-  AddMissingRanks(missing ? *missing : RanksWithoutTrace(d.job), &d);
-  std::vector<std::vector<size_t>> groups = internal::PeerGroups(job.ranks(), options.threads);
-  d.peer_group = PeerGroupOf(groups, job.ranks().size());
+  {
+    ScopedPhase p(t, "missing ranks");
+    AddMissingRanks(missing ? *missing : RanksWithoutTrace(d.job), &d);
+  }
+  std::vector<std::vector<size_t>> groups;
+  {
+    ScopedPhase p(t, "peer groups");
+    groups = internal::PeerGroups(job.ranks(), options.threads);
+    d.peer_group = PeerGroupOf(groups, job.ranks().size());
+  }
+  // Times its link localiser as a phase of its own, "peer comparison" the rest.
   internal::FindSubsetProblems(job, d.job, options, std::move(groups), &d.findings);
-  // The causes a trace alone shows (input shapes); a window's OS metrics add theirs later
-  // (AddMetricFindings).
-  const RankMetrics no_metrics;
-  const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks(), d.peer_group};
-  for (Finding& f : d.findings) ExplainRankFinding(causes, &f);
-  std::map<int, std::string> hosts;
-  for (const pattern::CompactRank& r : job.ranks()) hosts[r.rank] = r.host;
-  for (Finding& f : FindMoreWorkRanks(causes, hosts, d.findings))
-    d.findings.push_back(std::move(f));
-  internal::FindAllRankProblems(job, d.job, options, &d.findings);
+  {
+    ScopedPhase p(t, "causes");
+    // The causes a trace alone shows (input shapes); a window's OS metrics add theirs later
+    // (AddMetricFindings).
+    const RankMetrics no_metrics;
+    const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks(), d.peer_group};
+    for (Finding& f : d.findings) ExplainRankFinding(causes, &f);
+    std::map<int, std::string> hosts;
+    for (const pattern::CompactRank& r : job.ranks()) hosts[r.rank] = r.host;
+    for (Finding& f : FindMoreWorkRanks(causes, hosts, d.findings))
+      d.findings.push_back(std::move(f));
+  }
+  {
+    ScopedPhase p(t, "all-rank rules");
+    internal::FindAllRankProblems(job, d.job, options, &d.findings);
+  }
   internal::SortFindings(&d.findings);
   return d;
 }

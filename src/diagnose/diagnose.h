@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "base/phase_times.h"
 #include "diagnose/finding.h"
 #include "diagnose/missing_ranks.h"
 #include "diagnose/peer_groups.h"  // PeerGroups, for reports
@@ -28,6 +29,8 @@ struct DiagnoseOptions {
   // Threads the peer comparison analyzes its groups on; 0 = every core (base/parallel_for.h).
   // The findings do not depend on it.
   size_t threads = 0;
+  // Where each phase's wall time goes (--stats); null: not timed.
+  PhaseTimes* phases = nullptr;
 };
 
 // JOB's ranks sorted by rank (CompactJob::SortByRank). The ranks that did not report are one

@@ -110,11 +110,11 @@ double Similarity(const Signature& a, const Signature& b) {
 }
 
 // Buckets of identical signatures, in order of first appearance.
-Groups BucketIdentical(const std::vector<Signature>& sigs) {
+Groups BucketIdentical(const std::vector<Signature>& sigs, const std::vector<uint64_t>& hashes) {
   Groups buckets;
   std::unordered_map<uint64_t, std::vector<size_t>> by_hash;  // hash -> bucket indices
   for (size_t i = 0; i < sigs.size(); ++i) {
-    auto& cands = by_hash[HashOf(sigs[i])];
+    auto& cands = by_hash[hashes[i]];
     bool placed = false;
     for (size_t b : cands)
       if (sigs[buckets[b][0]] == sigs[i]) {
@@ -188,28 +188,18 @@ Groups MergeSmallGroups(Groups groups, const Likeness& sim) {
 
 }  // namespace
 
-std::vector<int> ReplicaSets(const std::vector<CompactRank>& ranks) {
-  std::vector<int> parent(ranks.size());
-  for (size_t i = 0; i < ranks.size(); ++i) parent[i] = static_cast<int>(i);
-  const auto find = [&parent](int x) {
-    while (parent[x] != x) x = parent[x] = parent[parent[x]];
-    return x;
-  };
-  // A group (a collective's group id, or a process group's address: CompactJob stores each
-  // once) -> a rank in it.
-  std::unordered_map<uintptr_t, int> first_member;
-  const auto join = [&](uintptr_t key, size_t i) {
-    auto [it, fresh] = first_member.emplace(key, static_cast<int>(i));
-    if (!fresh) parent[find(static_cast<int>(i))] = find(it->second);
-  };
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    bool any = false;
+std::vector<int> ReplicaSets(const std::vector<CompactRank>& ranks, size_t threads) {
+  // Each rank's groups, found in parallel: a group (a collective's group id, or a process
+  // group's address: CompactJob stores each once) as a key, even for collectives, odd for
+  // process groups. Empty: nothing to go by for that rank.
+  std::vector<std::vector<uintptr_t>> keys(ranks.size());
+  ParallelFor(ranks.size(), threads, [&](size_t i) {
+    std::vector<uintptr_t>& k = keys[i];
     for (const CompactFunction& f : ranks[i].compact) {
       if (f.group == CompactFunction::kNoGroup) continue;
       const std::string op = pattern::CollectiveOp(f.name());
       if (op == "send" || op == "recv" || op == "send_recv") continue;  // between stages
-      any = true;
-      join(uintptr_t{f.group} << 1, i);  // even keys: collectives
+      k.push_back(uintptr_t{f.group} << 1);
     }
     // Where collectives carry no group (gloo on CPU in torch 2.x), the process groups the rank
     // belongs to (the trace's pg_config): all but the world, the pipeline's own groups and the
@@ -219,10 +209,26 @@ std::vector<int> ReplicaSets(const std::vector<CompactRank>& ranks) {
           pattern::IsPipelineGroup(*pg) || pattern::IsEmbeddingGroup(*pg)) {
         continue;
       }
-      any = true;
-      join(reinterpret_cast<uintptr_t>(pg) | 1, i);  // odd keys: process groups
+      k.push_back(reinterpret_cast<uintptr_t>(pg) | 1);
     }
-    if (!any) return {};  // nothing to go by for this rank: no sets at all
+    std::sort(k.begin(), k.end());
+    k.erase(std::unique(k.begin(), k.end()), k.end());
+  });
+  if (std::any_of(keys.begin(), keys.end(), [](const auto& k) { return k.empty(); })) return {};
+  // Then the sets, on this thread: a union-find over the ranks, joined by the groups they share.
+  std::vector<int> parent(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) parent[i] = static_cast<int>(i);
+  const auto find = [&parent](int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  std::unordered_map<uintptr_t, int> first_member;  // a group -> a rank in it
+  first_member.reserve(ranks.size());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    for (uintptr_t key : keys[i]) {
+      auto [it, fresh] = first_member.emplace(key, static_cast<int>(i));
+      if (!fresh) parent[find(static_cast<int>(i))] = find(it->second);
+    }
   }
   std::vector<int> set(ranks.size());
   for (size_t i = 0; i < ranks.size(); ++i) set[i] = find(static_cast<int>(i));
@@ -233,13 +239,14 @@ Groups PeerGroups(const std::vector<CompactRank>& ranks, size_t threads) {
   std::vector<Signature> sigs(ranks.size());
   ParallelFor(ranks.size(), threads, [&](size_t i) { sigs[i] = SignatureOf(ranks[i]); });
   // Without a pipeline group's name the replica sets tell the roles apart (ReplicaSets).
-  const std::vector<int> sets = ReplicaSets(ranks);
-  if (!sets.empty()) {
-    for (size_t i = 0; i < ranks.size(); ++i)
-      if (sigs[i].role < 0) sigs[i].role = kReplicaRoleBase + sets[i];
-  }
+  const std::vector<int> sets = ReplicaSets(ranks, threads);
+  std::vector<uint64_t> hashes(ranks.size());
+  ParallelFor(ranks.size(), threads, [&](size_t i) {
+    if (!sets.empty() && sigs[i].role < 0) sigs[i].role = kReplicaRoleBase + sets[i];
+    hashes[i] = HashOf(sigs[i]);
+  });
   const Likeness sim(sigs);
-  Groups out = MergeSmallGroups(GroupBuckets(BucketIdentical(sigs), sim), sim);
+  Groups out = MergeSmallGroups(GroupBuckets(BucketIdentical(sigs, hashes), sim), sim);
   for (auto& g : out) std::sort(g.begin(), g.end());
   return out;
 }

@@ -39,7 +39,8 @@ std::vector<std::vector<size_t>> PeerGroups(const std::vector<pattern::CompactRa
 // dist.send/recv and dist.new_group). For each rank (index into RANKS) a set number, or empty when
 // some rank ran no collective at all in the window (nothing to go by: the sets would split ranks
 // for lack of data).
-std::vector<int> ReplicaSets(const std::vector<pattern::CompactRank>& ranks);
+// THREADS: each rank's groups are found on this many threads (0: every core).
+std::vector<int> ReplicaSets(const std::vector<pattern::CompactRank>& ranks, size_t threads = 0);
 
 }  // namespace internal
 }  // namespace perftracker::diagnose

@@ -27,7 +27,9 @@ inline double SelfUs(const pattern::CompactFunction& f, bool has_self) {
 std::vector<std::string> HostsOf(const std::vector<const pattern::RankSummary*>& ranks);
 double IterationUs(const pattern::RankSummary& r);  // mean iteration, microseconds
 
-JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks);
+// THREADS: what each rank says alone is computed on this many threads (0: every core); the
+// result does not depend on it.
+JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks, size_t threads = 0);
 // The summaries of RANKS (RankSummary or CompactRank), for what needs only their metadata.
 template <typename R>
 std::vector<const pattern::RankSummary*> Pointers(const std::vector<R>& ranks) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -208,11 +209,19 @@ StatusOr<CompactJob> LoadCompactJob(const std::vector<std::string>& paths,
     const std::string& f = files[i];
     if (IsSummaryFile(f)) {
       // Decoded straight into the compact form: no FunctionPattern per function.
-      StatusOr<SummaryViews> v = ReadSummaryFileViews(f);
+      SummaryReadTimes times;
+      StatusOr<SummaryViews> v = ReadSummaryFileViews(f, &times);
       if (!v.ok()) return fail(i, v.status());
       place_alone(&v->summary);
       count(v->summary);
+      const auto t0 = std::chrono::steady_clock::now();
       job.Add(std::move(v->summary), v->functions, v->strings);
+      const double add_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard<std::mutex> lock(mu);
+      local.read_s += times.read_s;
+      local.decode_s += times.decode_s;
+      local.add_s += add_s;
       return;
     }
     StatusOr<RankSummary> r = SummarizeTrace(f);

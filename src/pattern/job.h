@@ -22,6 +22,9 @@ struct LoadStats {
   uint64_t json_bytes = 0;  // uncompressed trace bytes read
   uint64_t events = 0;
   uint64_t skipped = 0;  // malformed + unknown events, summed over files
+  // Thread-seconds of LoadCompactJob's parts over summary files (--stats): the files' bytes,
+  // their decoding, and their addition to the compact job.
+  double read_s = 0, decode_s = 0, add_s = 0;
 };
 
 // PATHs are trace files, summary files, or folders of either. Ranks come back sorted.

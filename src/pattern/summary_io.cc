@@ -19,6 +19,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -790,11 +791,19 @@ StatusOr<RankSummary> ReadSummaryFile(const std::string& path) {
   return ParseWith(sc.file.view(), path, sc);
 }
 
-StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path) {
+StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path, SummaryReadTimes* times) {
   Scratch& sc = ThreadScratch();
   sc.Trim();
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
   PT_RETURN_IF_ERROR(ReadFile(path, &sc.file));
-  return ParseViewsWith(sc.file.view(), path, sc);
+  const Clock::time_point t1 = Clock::now();
+  StatusOr<SummaryViews> v = ParseViewsWith(sc.file.view(), path, sc);
+  if (times != nullptr) {
+    times->read_s += std::chrono::duration<double>(t1 - t0).count();
+    times->decode_s += std::chrono::duration<double>(Clock::now() - t1).count();
+  }
+  return v;
 }
 
 bool LooksLikeSummaryFile(const std::string& path) {

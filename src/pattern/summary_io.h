@@ -44,7 +44,13 @@ struct SummaryViews {
   std::span<const std::string_view> strings;
 };
 StatusOr<SummaryViews> ParseSummaryViews(std::string_view bytes, const std::string& name);
-StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path);
+// Where reading a summary file goes, for --stats: the file's bytes, then their decoding.
+struct SummaryReadTimes {
+  double read_s = 0;
+  double decode_s = 0;
+};
+StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path,
+                                            SummaryReadTimes* times = nullptr);
 
 // True if the file starts with the summary magic.
 bool LooksLikeSummaryFile(const std::string& path);

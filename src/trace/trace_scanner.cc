@@ -20,8 +20,15 @@ namespace {
 constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();  // no offset
 // Deepest nesting accepted: far past any trace, and it bounds the bracket stack of a hostile file.
 constexpr size_t kMaxDepth = limits::kMaxJsonDepth;
-// A stream's first read (ReaderTuning::read_bytes is the most): enough for a small file whole.
+// A stream's first read; later ones read as much as was read so far (doubling), up to
+// MaxRead. A small file (a rank's short trace) then clears no MiB-sized buffer (measured: the
+// fuzzer's 1 KiB inputs spent most of their 5 ms on it); a large one soon reads MaxRead.
 constexpr size_t kFirstReadBytes = 64 << 10;
+size_t MaxRead(const ReaderTuning& t) { return std::max<size_t>(t.read_bytes, 1); }
+// The next read of a stream of which SO_FAR bytes were read.
+size_t ReadSize(const ReaderTuning& t, uint64_t so_far) {
+  return std::min(MaxRead(t), static_cast<size_t>(std::max<uint64_t>(kFirstReadBytes, so_far)));
+}
 
 // Blocks classified per call of the classifier: reading blocks in runs lets the machine's vector
 // width pay off.
@@ -61,11 +68,6 @@ class TraceScanner {
   // `map` (with `map_size` bytes and kPad more after them) is the whole input when the source is
   // mapped; null to stream it through Read.
   Status Run(ByteSource* src, const char* map, size_t map_size) {
-    const size_t max_read = std::max<size_t>(tuning_.read_bytes, 1);
-    // A stream's reads start small and double up to max_read: a small file (a rank's short
-    // trace, a summary) costs no MiB-sized buffer to clear (measured: the fuzzer's 1 KiB inputs
-    // spent most of their 5 ms on it), a large one reaches full-size reads after a few.
-    size_t read = std::min(max_read, kFirstReadBytes);
     stack_.reserve(64);
     if (map != nullptr) {
       // The bytes are all there: scan them a read's worth at a time, handing back pages once
@@ -75,7 +77,7 @@ class TraceScanner {
       size_t ahead = 0;  // bytes hinted to the source as read next
       while (len_ < map_size) {
         if (len_ >= ahead) {
-          ahead = std::min(map_size, len_ + std::max(tuning_.release_bytes, max_read));
+          ahead = std::min(map_size, len_ + std::max(tuning_.release_bytes, MaxRead(tuning_)));
           if (!src->WillRead(len_, ahead))
             return DataLoss(name_ + ": file changed while being read");
         }
@@ -84,7 +86,7 @@ class TraceScanner {
                                        std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
         }
         const size_t from = len_;
-        len_ = std::min(map_size, len_ + max_read);
+        len_ = std::min(map_size, len_ + MaxRead(tuning_));
         PT_RETURN_IF_ERROR(Scan(from));
         const size_t done = keep_from_ == kNone ? len_ : static_cast<size_t>(keep_from_);
         if (done - released >= tuning_.release_bytes) {
@@ -95,9 +97,10 @@ class TraceScanner {
       src->Release(released, len_);
       return Finish();
     }
-    buf_.resize(read + kPad);
+    buf_.resize(ReadSize(tuning_, 0) + kPad);
     data_ = buf_.data();
     for (;;) {
+      const size_t read = ReadSize(tuning_, base_ + len_);
       // Keep the bytes of whatever value is still being captured; drop the rest.
       if (keep_from_ != kNone) {
         const size_t drop = static_cast<size_t>(keep_from_ - base_);
@@ -122,7 +125,6 @@ class TraceScanner {
       const size_t from = len_;
       len_ += *n;
       PT_RETURN_IF_ERROR(Scan(from));
-      if (*n == read) read = std::min(read * 2, max_read);
     }
     return Finish();
   }
