@@ -39,6 +39,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  history kept with its graph is): its memory grows until the host runs out, or
                  with --fault-cgroup (a memory cgroup it joins) until that cgroup's OOM killer
                  ends it
+  gpu-leak       the same with tensors on the rank's device (--device cuda): its GPU memory grows
+                 until CUDA's allocator fails (torch.OutOfMemoryError)
   checkpoint     the rank saves a checkpoint every step on the training thread: the model's state
                  and --fault-mb MiB more, torch.save to a file in the temp folder, then fsync
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
@@ -98,7 +100,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
-                            "call-heavy", "cpu-quota", "skew", "leak", "checkpoint", "nice", "extra-collective",
+                            "call-heavy", "cpu-quota", "skew", "leak", "gpu-leak", "checkpoint", "nice", "extra-collective",
                             "wrong-size", "wrong-dtype", "skip-barrier", "raise"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
@@ -367,6 +369,8 @@ def worker(rank, world, args):
                 tokenize(args.calls)
             elif args.fault == "leak":
                 kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4)))
+            elif args.fault == "gpu-leak":
+                kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4), device=device))
             elif args.fault == "checkpoint":
                 save_checkpoint(model, args.fault_mb, rank)
             elif args.fault == "hang":

@@ -17,7 +17,9 @@
 #      GPU busy/idle breakdown present;
 #   4. `perftracker run -- torchrun --nproc-per-node 2 ...` with a straggler on rank 1 from
 #      iteration 130 (torchrun starts the ranks; they find the launcher's agent through the
-#      environment; the baseline window, ~500 iterations on, already holds the straggler).
+#      environment; the baseline window, ~500 iterations on, already holds the straggler);
+#   5. a GPU memory leak on rank 1 (CUDA tensors kept every step): memory_growth of its GPU;
+#   6. CUDA out of memory on rank 0: rank_crash "out of GPU memory" with the allocator's figures.
 #
 # It installs nothing (the GPU machine may be offline): the build needs cmake, a C++20 compiler,
 # simdjson, fmt, CLI11, zlib, GoogleTest; gRPC/protobuf/SQLite for the online checks. Where the
@@ -108,4 +110,21 @@ timeout "$T" "$PT" run --report-dir "$R4" -- "$TORCHRUN" --standalone --nproc-pe
   --fault-work 8 >"$OUT/torchrun.log" 2>&1
 echo "exit $?" >>"$OUT/torchrun.log"
 check torchrun "$R4" 'any(f["ranks"] == [1] for f in d["findings"])'
+# 5. GPU memory (issue 37): rank 1 keeps 64 MiB of CUDA tensors every step from iteration 200:
+# its GPU memory (NVML's per-process usage, read by the agent with every report) grows, named
+# with the GPU's free memory as the limit.
+R5="$OUT/gpu-leak"; rm -rf "$R5"
+timeout "$T" "$PT" run --nproc 2 --report-dir "$R5" -- \
+  "$PY" examples/train_ddp.py --device cuda --iters 1200 --step-sleep-ms 5 --fault gpu-leak \
+  --fault-rank 1 --fault-start 200 --fault-mb 64 >"$OUT/gpu-leak.log" 2>&1
+echo "exit $?" >>"$OUT/gpu-leak.log"
+check gpu-leak "$R5" 'any(f["category"] == "memory_growth" and f["ranks"] == [1] and f.get("evidence_text", {}).get("memory") == "gpu" for f in d["findings"] + [g for w in [w] if w for g in w["findings"]])'
+# 6. CUDA out of memory: rank 0 keeps 8 GiB a step until the allocator fails; the job's
+# diagnosis says "out of GPU memory" with the allocator's figures.
+R6="$OUT/gpu-oom"; rm -rf "$R6"
+timeout "$T" "$PT" run --nproc 1 --report-dir "$R6" -- \
+  "$PY" examples/train_ddp.py --device cuda --iters 400 --fault gpu-leak --fault-rank 0 \
+  --fault-start 50 --fault-mb 8192 >"$OUT/gpu-oom.log" 2>&1
+echo "exit $?" >>"$OUT/gpu-oom.log"
+check gpu-oom "$R6" 'any(f["category"] == "rank_crash" and "out of GPU memory" in f["summary"] for f in d["findings"])'
 exit $status

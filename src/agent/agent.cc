@@ -401,8 +401,16 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
   if (!by_worker.empty()) {
     static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
     const int64_t host_oom_kills = ReadHostOomKills();
+    // And the GPU memory each worker holds (NVML's per-process usage: one call per GPU).
+    const std::map<int, NvmlSampler::ProcessGpuMemory> gpu_memory = nvml.ProcessMemory();
     for (auto& [key, b] : by_worker) {
       if (key.second <= 0) continue;
+      if (auto g = gpu_memory.find(key.second); g != gpu_memory.end()) {
+        b->set_gpu_memory_bytes(g->second.used_bytes);
+        b->set_gpu_index(g->second.gpu);
+        if (g->second.free_bytes >= 0) b->set_gpu_free_bytes(g->second.free_bytes);
+        if (g->second.total_bytes > 0) b->set_gpu_total_bytes(g->second.total_bytes);
+      }
       // A worker that died since its last iterations (a zombie has no resident memory, and is
       // in the root cgroup) keeps what was read while it lived: MemoryAtEnd compares with that.
       auto mem = ReadPidMemory(key.second);

@@ -3,6 +3,9 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace perftracker::agent {
 
 // The NVML ABI subset we call (nvml.h): handles are opaque pointers, results 0 on success.
@@ -30,6 +33,24 @@ struct NvmlFieldValue {
 };
 static_assert(sizeof(NvmlFieldValue) == 40);
 
+// nvmlProcessInfo_t (v2 and v3 share it) and nvmlMemory_t (nvml.h).
+struct NvmlProcessInfo {
+  unsigned pid;
+  unsigned long long used_gpu_memory;  // kNvmlValueNotAvailable where NVML may not say
+  unsigned gpu_instance_id;
+  unsigned compute_instance_id;
+};
+static_assert(sizeof(NvmlProcessInfo) == 24);
+struct NvmlMemory {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
+constexpr unsigned long long kNvmlValueNotAvailable = ~0ull;  // NVML_VALUE_NOT_AVAILABLE
+// Processes read per GPU: a GPU shared by more is read as far as this (bounded, as anything a
+// library hands back).
+constexpr unsigned kMaxProcessesPerGpu = 256;
+
 struct NvmlSampler::Api {
   nvmlReturn_t (*init)();
   nvmlReturn_t (*shutdown)();
@@ -44,6 +65,9 @@ struct NvmlSampler::Api {
   // Optional: boards without ECC or drivers without the counter answer "not supported".
   nvmlReturn_t (*ecc)(nvmlDevice_t, int, int, unsigned long long*);
   nvmlReturn_t (*replay)(nvmlDevice_t, unsigned*);
+  // Optional: per-process GPU memory and the device's memory.
+  nvmlReturn_t (*processes)(nvmlDevice_t, unsigned*, NvmlProcessInfo*);
+  nvmlReturn_t (*memory)(nvmlDevice_t, NvmlMemory*);
 };
 
 namespace {
@@ -79,6 +103,13 @@ NvmlSampler::NvmlSampler(const char* library) {
   api_->ecc = reinterpret_cast<decltype(api_->ecc)>(dlsym(lib_, "nvmlDeviceGetTotalEccErrors"));
   api_->replay =
       reinterpret_cast<decltype(api_->replay)>(dlsym(lib_, "nvmlDeviceGetPcieReplayCounter"));
+  // The v3 entry point where the driver has it, else v2 (the same struct; v1's is smaller).
+  for (const char* name :
+       {"nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"}) {
+    if (api_->processes == nullptr)
+      api_->processes = reinterpret_cast<decltype(api_->processes)>(dlsym(lib_, name));
+  }
+  api_->memory = reinterpret_cast<decltype(api_->memory)>(dlsym(lib_, "nvmlDeviceGetMemoryInfo"));
   if (!all) {
     status_ = "unavailable: NVML lacks an entry point we use";
     return;
@@ -120,6 +151,34 @@ std::map<std::string, double> NvlinkCounters(const NvmlSampler::Api& api) {
 }
 
 }  // namespace
+
+std::map<int, NvmlSampler::ProcessGpuMemory> NvmlSampler::ProcessMemory() const {
+  std::map<int, ProcessGpuMemory> out;
+  unsigned n = 0;
+  if (!ok_ || api_->processes == nullptr || api_->count(&n) != 0) return out;
+  std::vector<NvmlProcessInfo> infos(kMaxProcessesPerGpu);
+  for (unsigned i = 0; i < n; ++i) {
+    nvmlDevice_t dev = nullptr;
+    if (api_->handle(i, &dev) != 0) continue;
+    unsigned count = kMaxProcessesPerGpu;
+    // NVML_ERROR_INSUFFICIENT_SIZE (7): more processes than the buffer; those read are kept.
+    if (const int rc = api_->processes(dev, &count, infos.data()); rc != 0 && rc != 7) continue;
+    count = std::min(count, kMaxProcessesPerGpu);
+    NvmlMemory mem{};
+    const bool have_mem = api_->memory != nullptr && api_->memory(dev, &mem) == 0;
+    for (unsigned k = 0; k < count; ++k) {
+      const NvmlProcessInfo& p = infos[k];
+      if (p.used_gpu_memory == kNvmlValueNotAvailable || p.used_gpu_memory == 0) continue;
+      ProcessGpuMemory& m = out[static_cast<int>(p.pid)];
+      if (static_cast<double>(p.used_gpu_memory) <= m.used_bytes) continue;
+      m.gpu = static_cast<int>(i);
+      m.used_bytes = static_cast<double>(p.used_gpu_memory);
+      m.free_bytes = have_mem ? static_cast<double>(mem.free) : -1;
+      m.total_bytes = have_mem ? static_cast<double>(mem.total) : -1;
+    }
+  }
+  return out;
+}
 
 void NvmlSampler::Begin() {
   if (ok_) nvlink_begin_ = NvlinkCounters(*api_);

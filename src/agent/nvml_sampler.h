@@ -2,7 +2,8 @@
 // says "unavailable") on machines without a driver. Only the few NVML entry points used here
 // are declared: SM clock, clock-event (throttle) reasons, temperature, power, PCIe throughput,
 // and, where the driver has them, NVLink data counters (nvmlDeviceGetFieldValues), uncorrected
-// ECC errors and PCIe replays.
+// ECC errors and PCIe replays; and each process's GPU memory
+// (nvmlDeviceGetComputeRunningProcesses).
 #ifndef PERFTRACKER_AGENT_NVML_SAMPLER_H_
 #define PERFTRACKER_AGENT_NVML_SAMPLER_H_
 
@@ -29,6 +30,18 @@ class NvmlSampler {
   // since Begin "gpu<i>.nvlink_tx_kib" / "gpu<i>.nvlink_rx_kib" (all links; where NVLink
   // exists). Empty when unavailable.
   std::map<std::string, double> Sample() const;
+  // The GPU memory each process holds, by pid (NVML's per-process usage: its CUDA context and
+  // what its allocator reserved), with that GPU's index, free and total memory. A process on
+  // several GPUs is listed on the one where it holds the most. Empty when unavailable, when the
+  // driver lacks the calls, or where NVML may not see the processes (a container without the
+  // permission reports no usage).
+  struct ProcessGpuMemory {
+    int gpu = -1;
+    double used_bytes = 0;
+    double free_bytes = -1;
+    double total_bytes = -1;
+  };
+  std::map<int, ProcessGpuMemory> ProcessMemory() const;
 
   struct Api;  // the entry points, resolved by dlsym
 

@@ -64,7 +64,8 @@ namespace perftracker::diagnose {
   X(kRankCrash, "rank_crash",                                                                     \
     "the first rank whose process failed, in which collective, and whether it ran out of memory", \
     "exit_code signal collective_seq error_output oom_kill memory_limit_bytes rss_bytes "         \
-    "cgroup_usage_bytes last_iteration")                                                          \
+    "cgroup_usage_bytes last_iteration gpu_oom gpu requested_bytes gpu_total_bytes "              \
+    "gpu_free_bytes torch_allocated_bytes torch_reserved_unallocated_bytes")                      \
   X(kRegression, "regression", "slower than the reference (diff, or since the baseline window)",  \
     "os baseline_window baseline_ms window_ms throttled_share baseline_throttled_share "          \
     "baseline_runq_wait_per_cpu_s")                                                               \
@@ -74,9 +75,10 @@ namespace perftracker::diagnose {
   X(kConfigurationChange, "configuration_change",                                                 \
     "the two runs compared ran with a different setup (world size, versions)",                    \
     PT_SETUP_CHANGE_KEYS)                                                                         \
-  X(kMemoryGrowth, "memory_growth", "a rank's resident memory grows every iteration",             \
+  X(kMemoryGrowth, "memory_growth", "a rank's host or GPU memory grows every iteration",          \
     "rss_bytes grown_bytes bytes_per_iteration first_iteration last_iteration rising_share "      \
-    "host_available_bytes cgroup_headroom_bytes iterations_left")                                 \
+    "host_available_bytes cgroup_headroom_bytes iterations_left memory gpu gpu_free_bytes "       \
+    "gpu_total_bytes gpu_memory_bytes")                                                           \
   X(kCpuThrottled, "cpu_throttled", "the rank's CPU quota (cgroup) throttles it",                 \
     "throttled_periods_share peers_throttled_periods_share throttled_s quota_cpus window_s "      \
     "throttled_share baseline_throttled_share")                                                   \

@@ -220,7 +220,8 @@ std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
 
 std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
                                           const std::map<std::string, HostMemoryState>& hosts,
-                                          double iteration_ms) {
+                                          double iteration_ms, MemoryKind kind) {
+  const bool gpu = kind == MemoryKind::kGpu;
   struct Growing {
     const RankMemory* rank;
     MemoryGrowth growth;
@@ -241,6 +242,7 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   const char* limit_key = "host_available_bytes";  // or cgroup_headroom_bytes
   double limit_bytes = -1;
   for (const auto& [host, rate] : host_rate) {
+    if (gpu) break;  // a GPU's memory is its own, whatever its host has
     auto h = hosts.find(host);
     if (h == hosts.end() || h->second.available_bytes < 0 || rate <= 0) continue;
     const double n = h->second.available_bytes / rate;
@@ -252,14 +254,18 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   }
   for (const Growing& g : growing) {
     const RankMemory& r = *g.rank;
-    if (r.cgroup_headroom_bytes < 0 || g.growth.bytes_per_iteration <= 0) continue;
-    const double n = r.cgroup_headroom_bytes / g.growth.bytes_per_iteration;
+    const double headroom = gpu ? r.gpu_free_bytes : r.cgroup_headroom_bytes;
+    if (headroom < 0 || g.growth.bytes_per_iteration <= 0) continue;
+    const double n = headroom / g.growth.bytes_per_iteration;
     if (n < left) {
       left = n;
-      limit_bytes = r.cgroup_headroom_bytes;
-      limit_key = "cgroup_headroom_bytes";
-      limit_text = fmt::format("the {} left under rank {}'s memory cgroup limit of {}",
-                               Bytes(r.cgroup_headroom_bytes), r.rank, Bytes(r.cgroup_limit_bytes));
+      limit_bytes = headroom;
+      limit_key = gpu ? "gpu_free_bytes" : "cgroup_headroom_bytes";
+      limit_text =
+          gpu ? fmt::format("the {} free on rank {}'s GPU{} (of {})", Bytes(headroom), r.rank,
+                            r.gpu >= 0 ? fmt::format(" {}", r.gpu) : "", Bytes(r.gpu_total_bytes))
+              : fmt::format("the {} left under rank {}'s memory cgroup limit of {}",
+                            Bytes(headroom), r.rank, Bytes(r.cgroup_limit_bytes));
     }
   }
   Finding f;
@@ -286,7 +292,7 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   f.evidence["rising_share"] = first.growth.rising_share;
   f.evidence["first_iteration"] = static_cast<double>(first.growth.first_step);
   f.evidence["last_iteration"] = static_cast<double>(first.growth.last_step);
-  f.evidence["rss_bytes"] = first.growth.last_rss;
+  f.evidence[gpu ? "gpu_memory_bytes" : "rss_bytes"] = first.growth.last_rss;
   // No time lost per iteration yet: what it costs is the run itself, when the host runs out.
   f.impact_ms = 0;
   f.confidence = policy::kConfidenceOsEvidence;
@@ -306,17 +312,24 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
       f.finding_class == FindingClass::kAll
           ? "every rank's"
           : fmt::format("rank{} {}'s", f.ranks.size() > 1 ? "s" : "", RankList(f.ranks));
+  if (gpu) {
+    f.evidence_text["memory"] = "gpu";
+    if (first.rank->gpu >= 0) f.evidence["gpu"] = first.rank->gpu;
+    if (first.rank->gpu_total_bytes > 0)
+      f.evidence["gpu_total_bytes"] = first.rank->gpu_total_bytes;
+  }
   f.summary = fmt::format(
-      "{} memory grows every iteration: +{} per iteration ({} from iteration {} to {}, rising "
+      "{} {}memory grows every iteration: +{} per iteration ({} from iteration {} to {}, rising "
       "between {:.0f}% of the samples){}",
-      who, Bytes(rate), Bytes(internal::Median(grown)), first.growth.first_step,
+      who, gpu ? "GPU " : "", Bytes(rate), Bytes(internal::Median(grown)), first.growth.first_step,
       first.growth.last_step, first.growth.rising_share * 100, left_text);
   // What profiling windows left in RSS between the two samples is perftracker's, not counted.
   const double ours = (first.growth.last_rss - first.growth.first_rss) -
                       (first.growth.last_bytes - first.growth.first_bytes);
   f.evidence_text["reasoning"] = fmt::format(
-      "resident memory (RSS) sampled with the iteration reports rises steadily after the warm-up "
-      "({} at iteration {}, {} at {}{}): something keeps memory every iteration",
+      "{} sampled with the iteration reports rises steadily after the warm-up ({} at iteration "
+      "{}, {} at {}{}): something keeps memory every iteration",
+      gpu ? "the GPU memory its process holds (NVML)" : "resident memory (RSS)",
       Bytes(first.growth.first_rss), first.growth.first_step, Bytes(first.growth.last_rss),
       first.growth.last_step,
       ours >= kMiB ? fmt::format("; {} of it is what perftracker's profiling windows left, not "
@@ -324,9 +337,14 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
                                  Bytes(ours))
                    : "");
   f.suggestion =
-      "find what the training loop keeps each iteration: tensors appended to a list (losses or "
-      "outputs kept with their graphs: store loss.item() or .detach()), caches without a bound, "
-      "growing histories or metrics; tracemalloc or torch.cuda.memory_snapshot() show where";
+      gpu ? "find which CUDA tensors the training loop keeps each iteration (outputs or losses "
+            "kept with their graphs: store loss.item() or .detach(); caches of activations): "
+            "torch.cuda.memory._record_memory_history() then torch.cuda.memory._snapshot() "
+            "name the allocations that stay, with their stacks"
+          : "find what the training loop keeps each iteration: tensors appended to a list (losses "
+            "or outputs kept with their graphs: store loss.item() or .detach()), caches without "
+            "a bound, growing histories or metrics; tracemalloc or torch.cuda.memory_snapshot() "
+            "show where";
   return {f};
 }
 

@@ -89,7 +89,17 @@ struct RankMemory {
   // limit or unknown). A rank in a cgroup runs out at its limit, whatever its host has left.
   double cgroup_headroom_bytes = -1;
   double cgroup_limit_bytes = -1;
+  // For a series of GPU memory (MemoryKind::kGpu): its GPU's index, and what that GPU had free
+  // and in all at the last report (bytes; -1: unknown). The rank runs out there.
+  int gpu = -1;
+  double gpu_free_bytes = -1;
+  double gpu_total_bytes = -1;
 };
+
+// What a rank's series holds: its process's resident memory on the host (the agent reads
+// /proc), or the GPU memory its process holds (the agent reads NVML's per-process usage: the
+// CUDA context and everything PyTorch's caching allocator reserved).
+enum class MemoryKind { kHost, kGpu };
 // What the host's agent last said of its memory (bytes; -1: unknown).
 struct HostMemoryState {
   double available_bytes = -1;
@@ -100,10 +110,11 @@ struct HostMemoryState {
 // before the tightest limit runs out: a growing rank's memory cgroup at its own rate, or its
 // host's available memory at the rate of all its growing ranks together
 // (HOSTS: host -> memory; ITERATION_MS: the job's typical iteration, for the time left; 0:
-// unknown). Ranks growing alike on every host are one finding of them all.
+// unknown). Ranks growing alike on every host are one finding of them all. KIND kGpu: the
+// series are GPU memory, and the limit is each rank's GPU (HOSTS is not used).
 std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
                                           const std::map<std::string, HostMemoryState>& hosts,
-                                          double iteration_ms);
+                                          double iteration_ms, MemoryKind kind = MemoryKind::kHost);
 
 }  // namespace perftracker::diagnose
 

@@ -203,6 +203,29 @@ TEST(MemorySeries, ALeakThroughAWindowKeepsItsGrowth) {
       << f[0].evidence_text["reasoning"];
 }
 
+TEST(MemoryGrowthFindings, GpuMemoryRunsOutOnItsGpu) {
+  // Rank 2's process holds 8 MiB more GPU memory every iteration; its GPU has 4 GiB free of 80.
+  const MemorySeries leak = Series(20000, 8, 0, 200, 2), flat = Series(20000, 0, 0, 200, 2);
+  std::vector<RankMemory> ranks = {{.rank = 1, .host = "a", .series = &flat},
+                                   {.rank = 2, .host = "a", .series = &leak}};
+  ranks[1].gpu = 2;
+  ranks[1].gpu_free_bytes = 4096 * kMiB;
+  ranks[1].gpu_total_bytes = 80 * 1024 * kMiB;
+  std::map<std::string, HostMemoryState> hosts = {{"a", {.available_bytes = 1e12}}};
+  std::vector<Finding> f = MemoryGrowthFindings(ranks, hosts, 100, MemoryKind::kGpu);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].ranks, std::vector<int>{2});
+  EXPECT_EQ(f[0].evidence_text.at("memory"), "gpu");
+  EXPECT_NEAR(f[0].evidence.at("iterations_left"), 512, 30);  // 4 GiB at 8 MiB, not the host's
+  EXPECT_EQ(f[0].evidence.count("rss_bytes"), 0u);
+  EXPECT_GT(f[0].evidence.at("gpu_memory_bytes"), 20000 * kMiB);
+  EXPECT_NE(f[0].summary.find("rank 2's GPU memory grows every iteration"), std::string::npos)
+      << f[0].summary;
+  EXPECT_NE(f[0].summary.find("free on rank 2's GPU 2 (of 80.0 GiB)"), std::string::npos)
+      << f[0].summary;
+  EXPECT_NE(f[0].suggestion.find("_record_memory_history"), std::string::npos);
+}
+
 TEST(MemoryGrowthFindings, NamesTheRankAndTheIterationsLeft) {
   const MemorySeries leak = Series(500, 1, 0, 200, 2), flat = Series(500, 0, 0, 200, 2);
   std::vector<RankMemory> ranks = {

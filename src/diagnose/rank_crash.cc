@@ -4,11 +4,13 @@
 
 #include <csignal>
 #include <cstring>
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "base/units.h"
 #include "diagnose/collective_sequence.h"
+#include "diagnose/cuda_oom.h"
 
 namespace perftracker::diagnose {
 namespace {
@@ -59,6 +61,47 @@ std::string OutOfMemory(const RankExit& e, Finding* f) {
   return what;
 }
 
+std::string Size(double bytes) {
+  return bytes >= 0x1p30 ? fmt::format("{:.2f} GiB", bytes / 0x1p30) : Mib(bytes);
+}
+
+// "out of GPU memory: ..." for a rank whose last error output is the CUDA caching allocator's
+// out-of-memory error, with the allocator's figures as evidence.
+std::string OutOfGpuMemory(const CudaOom& o, Finding* f) {
+  f->cause = Cause::kConfiguration;
+  f->evidence["gpu_oom"] = 1;
+  std::string what = "out of GPU memory: CUDA's allocator could not allocate";
+  what += o.requested_bytes >= 0 ? " " + Size(o.requested_bytes) : " more";
+  if (o.gpu >= 0) {
+    f->evidence["gpu"] = o.gpu;
+    what += fmt::format(" on GPU {}", o.gpu);
+  }
+  std::vector<std::string> parts;
+  auto add = [&](const char* key, double v, const char* text) {
+    if (v < 0) return;
+    f->evidence[key] = v;
+    parts.push_back(fmt::format("{} {}", Size(v), text));
+  };
+  if (o.requested_bytes >= 0) f->evidence["requested_bytes"] = o.requested_bytes;
+  add("gpu_total_bytes", o.total_bytes, "total");
+  add("gpu_free_bytes", o.free_bytes, "free");
+  add("torch_allocated_bytes", o.allocated_bytes, "in PyTorch's tensors");
+  add("torch_reserved_unallocated_bytes", o.reserved_unallocated_bytes,
+      "cached by PyTorch but unallocated");
+  if (!parts.empty()) {
+    what += " (";
+    for (size_t i = 0; i < parts.size(); ++i) what += (i ? ", " : "") + parts[i];
+    what += ")";
+  }
+  return what;
+}
+
+// The allocator held, cached but unallocated, at least what it failed to find in one piece.
+bool Fragmented(const CudaOom& o) {
+  return o.reserved_unallocated_bytes > 0 && o.requested_bytes > 0 &&
+         o.reserved_unallocated_bytes >= o.requested_bytes;
+}
+
 }  // namespace
 
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs) {
@@ -74,7 +117,16 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
   std::string how = first.signal != 0 ? fmt::format("killed by {} (exit code {})",
                                                     SignalName(first.signal), first.exit_code)
                                       : fmt::format("exited with code {}", first.exit_code);
-  if (first.oom_killed) how = OutOfMemory(first, &f);
+  // A plain value and a flag (GCC 12 warns of an optional's members read below).
+  CudaOom oom;
+  bool gpu_oom = false;
+  if (first.oom_killed) {
+    how = OutOfMemory(first, &f);
+  } else if (std::optional<CudaOom> o = FindCudaOom(first.error_tail)) {
+    oom = *o;
+    gpu_oom = true;
+    how = OutOfGpuMemory(oom, &f);
+  }
   f.summary = fmt::format("rank {} failed first: {}", first.rank, how);
   for (const pattern::CollectiveLog& log : logs) {
     if (log.rank != first.rank) continue;
@@ -100,7 +152,16 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
     f.summary += fmt::format("; its last error output: {}", last);
   }
   f.suggestion =
-      first.oom_killed
+      gpu_oom && Fragmented(oom)
+          ? "the caching allocator held enough memory, but not in one piece (fragmentation): set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, or free cached blocks between "
+            "phases whose tensor sizes differ"
+      : gpu_oom
+          ? "the rank's tensors outgrew its GPU: a smaller batch or sequence, activation "
+            "checkpointing, mixed precision or sharding (FSDP, ZeRO); where memory grew over the "
+            "run (a memory_growth finding), tensors kept across iterations (losses kept with "
+            "their graphs: store loss.item())"
+      : first.oom_killed
           ? "the rank ran out of the memory its cgroup allows: find what grows (a memory_growth "
             "finding names the rank and its rate; tensors kept across iterations, caches without "
             "a bound, a DataLoader's prefetch), or give the job a larger memory limit"

@@ -88,5 +88,35 @@ TEST(RankCrashTest, AnOomKillSaysOutOfMemoryAndWhichLimit) {
             "rank 1 failed first: killed by SIGKILL (exit code 137)");
 }
 
+TEST(RankCrashTest, ACudaOutOfMemoryErrorSaysOutOfGpuMemoryAndWhetherFragmented) {
+  RankExit e{3, 1, 0, {}};
+  e.error_tail = {
+      "Traceback (most recent call last):",
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total "
+      "capacity of 79.15 GiB of which 1.19 GiB is free. Including non-PyTorch memory, this "
+      "process has 77.95 GiB memory in use. Of the allocated memory 75.30 GiB is allocated by "
+      "PyTorch, and 1.52 GiB is reserved by PyTorch but unallocated."};
+  Finding f = RankCrashFinding(e, {});
+  EXPECT_EQ(f.summary.substr(0, f.summary.find(';')),
+            "rank 3 failed first: out of GPU memory: CUDA's allocator could not allocate 2.00 GiB "
+            "on GPU 3 (79.15 GiB total, 1.19 GiB free, 75.30 GiB in PyTorch's tensors, 1.52 GiB "
+            "cached by PyTorch but unallocated)");
+  EXPECT_EQ(f.evidence.at("gpu_oom"), 1);
+  EXPECT_EQ(f.evidence.at("gpu"), 3);
+  EXPECT_EQ(f.cause, Cause::kConfiguration);
+  EXPECT_EQ(f.suggestion.find("fragmentation"), std::string::npos);  // 1.52 GiB < 2 GiB asked
+  // Cached but unallocated memory of at least the request: fragmentation.
+  e.error_tail = {
+      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 "
+      "has a total capacity of 79.15 GiB of which 100.00 MiB is free. Of the "
+      "allocated memory 70.00 GiB is allocated by PyTorch, and 8.00 GiB is reserved "
+      "by PyTorch but unallocated."};
+  f = RankCrashFinding(e, {});
+  EXPECT_NE(f.suggestion.find("expandable_segments"), std::string::npos) << f.suggestion;
+  // Any other error: as before.
+  e.error_tail = {"RuntimeError: shapes cannot be multiplied"};
+  EXPECT_EQ(RankCrashFinding(e, {}).evidence.count("gpu_oom"), 0u);
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

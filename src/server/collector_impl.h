@@ -108,7 +108,7 @@ struct CollectorServer::Impl final
   // The attempt's baseline window, which every later window is compared with
   // (server/window_comparison.h). The publisher thread's alone: no lock.
   BaselineState baseline;
-  HealthyWatch healthy;  // the unprofiled history, under mu
+  HealthyWatch healthy;         // the unprofiled history, under mu
   bool publisher_done = false;  // Shutdown: the publisher drains to_publish, then returns
   int64_t last_published = 0;   // the newest window the publisher has published
   std::condition_variable publish_cv;
@@ -173,7 +173,7 @@ struct CollectorServer::Impl final
   void TimerLoop();
   // A rank's memory grows steadily (diagnose::FindMemoryGrowth): logged, and a window opens
   // ("memory growth on rank N"; joined when one is open) whose diagnosis names it. mu held.
-  void OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g);
+  void OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g, diagnose::MemoryKind kind);
   // The memory growth findings of the current attempt's ranks (mu held): every published
   // window's diagnosis carries them, since a leak stays.
   std::vector<diagnose::Finding> MemoryFindingsLocked() const;

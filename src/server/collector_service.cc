@@ -209,15 +209,15 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
       r.cgroup_limit_bytes = b.cgroup_memory_limit_bytes();
       r.cgroup_usage_bytes = b.cgroup_memory_usage_bytes() > 0 ? b.cgroup_memory_usage_bytes() : -1;
     }
-    if (b.rss_bytes() > 0 && furthest >= 0) {
-      r.memory.Add(furthest, b.rss_bytes());
-      if (++r.memory_unchecked >= RankState::kMemoryCheckEvery && !r.memory_reported) {
-        r.memory_unchecked = 0;
-        if (auto g = diagnose::FindMemoryGrowth(r.memory)) {
-          r.memory_reported = true;
-          OnMemoryGrowthLocked(b.rank(), *g);
-        }
-      }
+    if (b.rss_bytes() > 0 && furthest >= 0)
+      if (auto g = r.memory.Add(furthest, b.rss_bytes()))
+        OnMemoryGrowthLocked(b.rank(), *g, diagnose::MemoryKind::kHost);
+    if (b.gpu_memory_bytes() > 0 && furthest >= 0) {
+      r.gpu = b.gpu_index();
+      r.gpu_free_bytes = b.gpu_free_bytes() > 0 ? b.gpu_free_bytes() : -1;
+      r.gpu_total_bytes = b.gpu_total_bytes() > 0 ? b.gpu_total_bytes() : -1;
+      if (auto g = r.gpu_memory.Add(furthest, b.gpu_memory_bytes()))
+        OnMemoryGrowthLocked(b.rank(), *g, diagnose::MemoryKind::kGpu);
     }
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);

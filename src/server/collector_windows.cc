@@ -76,7 +76,8 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   healthy.WindowOpened(spec.start_iteration, spec.iterations);
   // The profiler's memory is perftracker's: no rank's memory series counts it as the job's.
   for (auto& [r, st] : ranks)
-    st.memory.Profiled(spec.start_iteration, spec.start_iteration + spec.iterations - 1);
+    for (MemoryWatch* m : {&st.memory, &st.gpu_memory})
+      m->series.Profiled(spec.start_iteration, spec.start_iteration + spec.iterations - 1);
   if (::perftracker::Status st =
           store->AddWindow(job_id, spec.id, spec.start_iteration, spec.iterations, reason);
       !st.ok())
@@ -121,34 +122,28 @@ void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   publish_cv.notify_one();
 }
 
-void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g) {
+void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g,
+                                                 diagnose::MemoryKind kind) {
   const std::string reason =
-      fmt::format("memory growth on rank {}: +{:.1f} MiB per iteration from iteration {} to {}",
-                  rank, BytesToMiB(g.bytes_per_iteration), g.first_step, g.last_step);
+      fmt::format("{}memory growth on rank {}: +{:.1f} MiB per iteration from iteration {} to {}",
+                  kind == diagnose::MemoryKind::kGpu ? "GPU " : "", rank,
+                  BytesToMiB(g.bytes_per_iteration), g.first_step, g.last_step);
   log::Event("", "{}", reason);
   if (hang || sched->open_window()) return;  // the open window's diagnosis names it
   OpenWindowLocked(reason, 0);
 }
 
 std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() const {
-  std::vector<diagnose::RankMemory> mem;
-  std::vector<double> iteration_ms;
-  const std::set<int> current = CurrentRanksLocked();
-  for (const auto& [r, st] : ranks) {
-    if (!current.count(r)) continue;
-    std::string host;
-    if (const AgentState* a = agents.Find(st.agent)) host = a->host;
-    const double headroom = st.cgroup_limit_bytes > 0 && st.cgroup_usage_bytes >= 0
-                                ? std::max(st.cgroup_limit_bytes - st.cgroup_usage_bytes, 0.0)
-                                : -1;
-    mem.push_back({r, host, &st.memory, headroom, st.cgroup_limit_bytes});
-    if (st.last_ms > 0) iteration_ms.push_back(st.last_ms);
-  }
   std::map<std::string, diagnose::HostMemoryState> hosts;
   for (const auto& [id, a] : agents)
     if (a.memory.available_bytes > 0) hosts[a.host] = a.memory;
-  return diagnose::MemoryGrowthFindings(
-      mem, hosts, iteration_ms.empty() ? 0 : diagnose::internal::Median(iteration_ms));
+  return MemoryFindings(
+      ranks, CurrentRanksLocked(),
+      [&](const RankState& st) {
+        const AgentState* a = agents.Find(st.agent);
+        return a != nullptr ? a->host : std::string();
+      },
+      hosts);
 }
 
 void CollectorServer::Impl::PublishLoop() {

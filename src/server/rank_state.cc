@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "diagnose/peer_stats.h"
+
 namespace perftracker::server {
 
 void RankState::AddStep(int64_t step, double ms) {
@@ -166,6 +168,44 @@ diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const Age
   if (last >= window.start_iteration)
     detail = fmt::format("it reached iteration {}, but its summary never arrived", last);
   return {rank, MissingReason::kUnknown, detail, last};
+}
+
+std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double bytes) {
+  series.Add(step, bytes);
+  if (++unchecked < kMemoryCheckEvery || reported) return std::nullopt;
+  unchecked = 0;
+  std::optional<diagnose::MemoryGrowth> g = diagnose::FindMemoryGrowth(series);
+  reported = g.has_value();
+  return g;
+}
+
+std::vector<diagnose::Finding> MemoryFindings(
+    const std::map<int, RankState>& ranks, const std::set<int>& current,
+    const std::function<std::string(const RankState&)>& host_of,
+    const std::map<std::string, diagnose::HostMemoryState>& hosts) {
+  std::vector<diagnose::RankMemory> mem, gpu;
+  std::vector<double> iteration_ms;
+  for (const auto& [r, st] : ranks) {
+    if (!current.count(r)) continue;
+    const std::string host = host_of(st);
+    const double headroom = st.cgroup_limit_bytes > 0 && st.cgroup_usage_bytes >= 0
+                                ? std::max(st.cgroup_limit_bytes - st.cgroup_usage_bytes, 0.0)
+                                : -1;
+    mem.push_back({r, host, &st.memory.series, headroom, st.cgroup_limit_bytes});
+    if (!st.gpu_memory.series.samples().empty()) {
+      diagnose::RankMemory g{r, host, &st.gpu_memory.series};
+      g.gpu = st.gpu;
+      g.gpu_free_bytes = st.gpu_free_bytes;
+      g.gpu_total_bytes = st.gpu_total_bytes;
+      gpu.push_back(g);
+    }
+    if (st.last_ms > 0) iteration_ms.push_back(st.last_ms);
+  }
+  const double typical = iteration_ms.empty() ? 0 : diagnose::internal::Median(iteration_ms);
+  std::vector<diagnose::Finding> out = diagnose::MemoryGrowthFindings(mem, hosts, typical);
+  for (auto& f : diagnose::MemoryGrowthFindings(gpu, hosts, typical, diagnose::MemoryKind::kGpu))
+    out.push_back(std::move(f));
+  return out;
 }
 
 }  // namespace perftracker::server

@@ -10,7 +10,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,17 @@ struct WorkerSeen {
   }
 };
 
+// A rank's memory over the run, host (RSS) or GPU (diagnose/memory_growth.h), checked for a
+// leak every kMemoryCheckEvery samples; once one is found it is reported (a window opens) once.
+struct MemoryWatch {
+  diagnose::MemorySeries series;
+  int unchecked = 0;
+  bool reported = false;
+  static constexpr int kMemoryCheckEvery = 8;
+  // Adds a sample; the growth the first time one is found.
+  std::optional<diagnose::MemoryGrowth> Add(int64_t step, double bytes);
+};
+
 struct RankState {
   std::string host;
   int attempt = 0;                 // the job's attempt of its latest report (server/attempts.h)
@@ -55,14 +69,15 @@ struct RankState {
   // of the worker.
   std::string agent;
   std::optional<WorkerSeen> worker;
-  // Its worker's resident memory over the run (the agent's reports), checked for a leak every
-  // kMemoryCheckEvery samples; once one is found it is reported (a window opens) once.
-  diagnose::MemorySeries memory;
-  int memory_unchecked = 0;
-  bool memory_reported = false;
-  static constexpr int kMemoryCheckEvery = 8;
-  // Its memory cgroup's limit and usage at the latest report (bytes; -1: none or unknown).
+  // Its worker's resident memory over the run (the agent's reports), and its memory cgroup's
+  // limit and usage at the latest report (bytes; -1: none or unknown).
+  MemoryWatch memory;
   double cgroup_limit_bytes = -1, cgroup_usage_bytes = -1;
+  // The GPU memory its process holds (NVML, through its agent), and its GPU at the latest
+  // report (index, free and total bytes; -1: unknown).
+  MemoryWatch gpu_memory;
+  int gpu = -1;
+  double gpu_free_bytes = -1, gpu_total_bytes = -1;
 
   // The run's iteration times for the report's chart: bucket means of `stride` steps, at most
   // kMaxSeriesPoints (when full, neighbouring buckets merge and the stride doubles), so a long
@@ -116,6 +131,14 @@ struct MissedWindow {
 // first iteration (kNoIterationSinceCommand); else kUnknown. The detail says what was seen.
 diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const AgentSeen& agent,
                                      const MissedWindow& window);
+
+// The memory_growth findings of the RANKS in CURRENT, host then GPU: HOST_OF names a rank's host
+// (by its agent), HOSTS what each host's agent last said of its memory, ITERATION_MS the job's
+// typical iteration (for the time left).
+std::vector<diagnose::Finding> MemoryFindings(
+    const std::map<int, RankState>& ranks, const std::set<int>& current,
+    const std::function<std::string(const RankState&)>& host_of,
+    const std::map<std::string, diagnose::HostMemoryState>& hosts);
 
 }  // namespace perftracker::server
 
