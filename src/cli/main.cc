@@ -183,6 +183,8 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
   if (pt::Status st = OutputIsNotAnInput(flags.json_path, paths); !st.ok()) return Fail(st);
   if (pt::Status st = OutputIsNotAnInput(flags.html_path, paths); !st.ok()) return Fail(st);
   auto start = std::chrono::steady_clock::now();
+  pt::PhaseTimes phases;
+  std::optional<pt::ScopedPhase> finding(std::in_place, &phases, "find inputs");
   auto dumps = pt::pattern::FindFlightRecorderDumps(paths);
   if (!dumps.ok()) return Fail(dumps.status());
   std::vector<std::string> traces = paths;
@@ -196,10 +198,10 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
     if (!l.ok()) return Fail(l.status());
     logs = std::move(*l);
   }
+  finding.reset();
   pt::pattern::LoadStats stats;
   std::optional<pt::pattern::CompactJob> job;
   pt::diagnose::Diagnosis diagnosis;
-  pt::PhaseTimes phases;
   if (!traces.empty()) {
     {
       pt::ScopedPhase p(&phases, "load");
