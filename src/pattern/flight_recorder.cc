@@ -16,6 +16,7 @@
 
 #include "base/file_source.h"
 #include "base/limits.h"
+#include "pattern/summary_io.h"
 #include "trace/pickle.h"
 #include "trace/reader.h"
 
@@ -255,9 +256,13 @@ StatusOr<std::vector<std::string>> FindFlightRecorderDumps(const std::vector<std
     DIR* dir = opendir(path.c_str());
     if (dir == nullptr) return InvalidArgument(path + ": " + std::strerror(errno));
     while (dirent* e = readdir(dir)) {
+      // A summary file is none (a folder of 100,000 of them was read twice, cold: 14 s of a
+      // 55 s diagnosis), nor a dot file; the entry's type spares a stat where it is known.
+      if (e->d_name[0] == '.' || HasSummaryExtension(e->d_name)) continue;
+      if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) continue;
       const std::string file = (path.ends_with('/') ? path : path + "/") + e->d_name;
-      struct stat fs;
-      if (e->d_name[0] == '.' || stat(file.c_str(), &fs) != 0 || !S_ISREG(fs.st_mode)) continue;
+      struct stat fs;  // a link counts as what it names
+      if (e->d_type != DT_REG && (stat(file.c_str(), &fs) != 0 || !S_ISREG(fs.st_mode))) continue;
       if (LooksLikeFlightRecorder(head_of(file))) out.push_back(file);
     }
     closedir(dir);

@@ -1,12 +1,17 @@
 #include "pattern/job.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <thread>
 
 #include "base/parallel_for.h"
 #include "pattern/merge.h"
@@ -18,10 +23,6 @@ namespace perftracker::pattern {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool HasSummaryExtension(const std::string& p) {
-  return p.size() >= 8 && p.compare(p.size() - 8, 8, ".summary") == 0;
-}
 
 // Folders may hold traces or summaries; summaries are listed by extension.
 StatusOr<std::vector<std::string>> ExpandPaths(const std::vector<std::string>& paths) {
@@ -122,6 +123,50 @@ void Count(const RankSummary& r, bool new_file, LoadStats* stats) {
   if (new_file) stats->skipped += r.read_stats.malformed_events + r.read_stats.unknown_kind;
 }
 
+// Files a ReadAhead keeps asked for ahead of the loading threads: 64 summaries of ~70 KB are a
+// few MB in flight, enough to keep a virtual disk busy while two threads decode.
+constexpr size_t kReadAheadFiles = 64;
+
+// Reads ahead of the loading threads: a folder of cold summary files was read at the disk's pace
+// by the two threads that also decode them (measured: 100,000 files, 7 GB, cold page cache:
+// reading took 23 s of a 29 s diagnosis; 8 loading threads cut it to 14 s but fought over the
+// job's lock). One thread asks the kernel for the next files (POSIX_FADV_WILLNEED) while the
+// loading threads decode the ones before.
+class ReadAhead {
+ public:
+  explicit ReadAhead(const std::vector<std::string>& files)
+      : files_(files), thread_([this] { Run(); }) {}
+  ~ReadAhead() {
+    stop_ = true;
+    thread_.join();
+  }
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+  // A loading thread took file I (files are taken in order: base/parallel_for.h).
+  void Reached(size_t i) {
+    size_t seen = reached_.load();
+    while (i > seen && !reached_.compare_exchange_weak(seen, i)) {
+    }
+  }
+
+ private:
+  void Run() {
+    for (size_t i = 0; i < files_.size() && !stop_; ++i) {
+      while (!stop_ && i >= reached_.load() + kReadAheadFiles)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const int fd = open(files_[i].c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // the loading thread reports it
+      (void)posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED);
+      close(fd);
+    }
+  }
+
+  const std::vector<std::string>& files_;
+  std::atomic<size_t> reached_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;  // last: it starts once the rest is set
+};
+
 }  // namespace
 
 Status ValidateJob(const std::vector<RankSummary>& ranks) { return Validate(ranks); }
@@ -205,8 +250,11 @@ StatusOr<CompactJob> LoadCompactJob(const std::vector<std::string>& paths,
   };
   job.Reserve(files.size());
   const size_t threads = options.threads > 0 ? static_cast<size_t>(options.threads) : 0;
+  std::optional<ReadAhead> ahead;
+  if (files.size() > kReadAheadFiles) ahead.emplace(files);
   ParallelFor(files.size(), threads, [&](size_t i) {
     const std::string& f = files[i];
+    if (ahead) ahead->Reached(i);
     if (IsSummaryFile(f)) {
       // Decoded straight into the compact form: no FunctionPattern per function.
       SummaryReadTimes times;

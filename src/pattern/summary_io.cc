@@ -806,6 +806,8 @@ StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path, SummaryRead
   return v;
 }
 
+bool HasSummaryExtension(std::string_view path) { return path.ends_with(".summary"); }
+
 bool LooksLikeSummaryFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   char head[sizeof(kMagic)] = {};

@@ -53,6 +53,8 @@ StatusOr<SummaryViews> ReadSummaryFileViews(const std::string& path,
                                             SummaryReadTimes* times = nullptr);
 
 // True if the file starts with the summary magic.
+// Whether PATH is named as a summary file is ("*.summary").
+bool HasSummaryExtension(std::string_view path);
 bool LooksLikeSummaryFile(const std::string& path);
 
 }  // namespace perftracker::pattern
