@@ -4,7 +4,11 @@
 // slowdown trigger nor the peer comparison sees it: the agent samples each worker's RSS with its
 // iteration reports, always (one small /proc read per report), and this module finds the growth
 // in that series: its size per iteration and the iterations left before the host's available
-// memory is gone at the rate its growing ranks take it.
+// memory is gone at the rate its growing ranks take it. The same for the GPU memory each
+// worker's process holds, where its agent reads NVML (MemoryKind::kGpu: the limit is its GPU).
+// A profiling window's buffers are perftracker's memory, not the job's: the series leaves them
+// out (MemorySeries::Profiled). The server keeps one series of each kind per rank
+// (server/rank_state.h MemoryWatch); a rank that died of memory is rank_crash.h's.
 #ifndef PERFTRACKER_DIAGNOSE_MEMORY_GROWTH_H_
 #define PERFTRACKER_DIAGNOSE_MEMORY_GROWTH_H_
 

@@ -4,7 +4,9 @@
 // rank, the collective (number, group, op, sizes, the user's line) and the error, so that a
 // crash reads as one line instead of "rank 1 exited with code 134" and a page of peers' errors.
 // When the sequence diagnosis found the ranks out of step (collective_mismatch), that finding is
-// the cause and this one the way it ended.
+// the cause and this one the way it ended. A rank the kernel's OOM killer ended (its agent's
+// cgroup and host counts) or whose last error is CUDA's out-of-memory (cuda_oom.h) is said to
+// have run out of memory, with the limit it hit.
 #ifndef PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
 #define PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
 
