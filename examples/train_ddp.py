@@ -66,6 +66,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stop_file import STOP_CHECK_STEPS, StopFile  # noqa: E402
+
 
 COLLECTIVE_FAULTS = ("extra-collective", "wrong-size", "wrong-dtype", "raise")
 
@@ -267,37 +270,6 @@ def tokenize(n):
     for i in range(n):
         out.append(tokenize_word(i))
     return len(out)
-
-
-# --stop-file: rank 0 looks for the file at every multiple of this many steps.
-STOP_CHECK_STEPS = 10
-
-
-class StopFile:
-    """--stop-file: every rank leaves the loop at the same step once the file exists (a test
-    ends a job when what it waits for was diagnosed, instead of running out a margin of steps).
-    Rank 0 looks at steps 0, 10, 20, ... and on finding the file at step S writes "end at S+10"
-    to the process group's store; the others read it half way, at step S+5. DDP's all-reduce
-    keeps the ranks within a step of each other, so a rank at step S+5 knows rank 0 passed step
-    S, and a rank at S-5 that rank 0 had not reached S: every rank reads the same end, in time.
-    (Only for jobs whose ranks all-reduce every step.)"""
-
-    def __init__(self, path, rank):
-        import torch.distributed as dist
-        self.path, self.rank, self.end = path, rank, None
-        self.store = dist.distributed_c10d._get_default_store()
-
-    def ends_at(self, step):
-        if self.end is None:
-            phase = step % STOP_CHECK_STEPS
-            # A counter (add), not set/check: torch 1.13's PrefixStore has no check(); adding 0
-            # reads it, 0 while rank 0 has not set it.
-            if self.rank == 0 and phase == 0 and os.path.exists(self.path):
-                self.end = step + STOP_CHECK_STEPS
-                self.store.add("perftracker_example_stop_at", self.end)
-            elif self.rank != 0 and phase == STOP_CHECK_STEPS // 2:
-                self.end = self.store.add("perftracker_example_stop_at", 0) or None
-        return self.end is not None and step >= self.end
 
 
 def worker(rank, world, args):

@@ -8,12 +8,10 @@ every rank is past its warm-up) is the one that must name it; a job this short n
 slowdown trigger's reference (warm-up and 50 reference iterations after learning).
 """
 import os
-import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ptest import windows  # noqa: E402
+from ptest import run_until_diagnosed, windows  # noqa: E402
 
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = os.path.join(SOURCE, "examples", "jobs")
@@ -55,13 +53,15 @@ BY_NAME = {s.name: s for s in SHAPES}
 
 
 def run_shape(bin_path, python, shape, straggler, report, timeout=900):
-    """Runs SHAPE under perftracker run into REPORT; returns (process, seconds)."""
+    """Runs SHAPE under perftracker run into REPORT; returns (process, seconds). The job ends
+    early, every rank at the same step (--stop-file), once the baseline window is diagnosed:
+    nothing after it is judged, and its --steps stay the margin a slow machine needs."""
+    stop_file = report + ".stop"
     cmd = [bin_path, "run", "--nproc", str(shape.nproc), "--report-dir", report, "--",
-           *shape.command(python, straggler)]
+           *shape.command(python, straggler), "--stop-file", stop_file]
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    t = time.monotonic()
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    return p, time.monotonic() - t
+    p = run_until_diagnosed(cmd, report, stop_file, 0, timeout, env=env)
+    return p, p.seconds
 
 
 def share(finding):

@@ -194,7 +194,7 @@ _WINDOW_DIAGNOSED = re.compile(r"window (\d+) diagnosed")
 
 class StopWhenDiagnosed:
     """Creates STOP_FILE (a job's --stop-file, examples/train_ddp.py) once a window that began at
-    AFTER_ITERATION or later is diagnosed in REPORT/perftracker.log: the job then ends within 20
+    AFTER_ITERATION or later is diagnosed in REPORT/perftracker.log: the job then ends within 8
     steps instead of running out the margin its --iters keeps for a slow machine (a third of a
     fault test's time, measured here). REPORT may be a glob pattern (sbatch names the folder
     after the job). Call poll() while the job runs."""

@@ -17,6 +17,8 @@ step_sleep and times its steps with StepTimer, in the style of examples/train_dd
                       '{rank}' in PATH every rank writes its own file
   --threads T         torch.set_num_threads (default 1)
   --seed S
+  --stop-file PATH    end early, every rank at the same step, once PATH exists (a test that has
+                      what it waits for; examples/stop_file.py): StepTimer.ends(step) says when
 
 It also holds what several scripts share: the residual MLP model (mlp_block, build_mlp), its flags
 (add_model_args), the per-replica DataLoader (replica_batches), the hand-written gradient average
@@ -30,6 +32,9 @@ import os
 import statistics
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from stop_file import STOP_CHECK_STEPS, StopFile  # noqa: E402
 
 
 def process_age_s():
@@ -65,6 +70,9 @@ def add_common_args(p, steps=60, step_sleep_ms=60.0, fault_work=16, fault_size=5
                    help="rank 0 writes every step's duration here (JSON); '{rank}' in PATH: every rank writes one")
     p.add_argument("--print-every", type=int, default=10,
                    help="rank 0 prints step time / loss every K steps (0: never)")
+    p.add_argument("--stop-file", default="",
+                   help="end the run early, every rank at the same step, once this file exists "
+                        f"(rank 0 looks every {STOP_CHECK_STEPS} steps; up to --steps)")
     return p
 
 
@@ -186,6 +194,7 @@ class StepTimer:
         self.t0 = None
         self.startup_s = None
         self.losses = {}
+        self._stop = None  # --stop-file's StopFile, made at the first ends(): it needs the group
 
     def start(self, step):
         if self.startup_s is None:
@@ -205,6 +214,15 @@ class StepTimer:
                 msg += f" loss {float(loss):.4f}"
             print(msg, flush=True)
         return dt
+
+    def ends(self, step):
+        """Whether the job leaves its loop after step STEP (--stop-file; every rank asks once a
+        step, after stop(), and all get the same answer)."""
+        if not self.args.stop_file:
+            return False
+        if self._stop is None:
+            self._stop = StopFile(self.args.stop_file, self.rank)
+        return self._stop.ends_at(step + 1)
 
     def summary(self):
         s = self.step_s
@@ -371,6 +389,8 @@ def train_classifier(args, env, timer, model, replica, replicas, after_backward=
         opt.step()
         opt.zero_grad()
         timer.stop(step, loss.item())
+        if timer.ends(step):
+            break
     finish_job(timer)
 
 

@@ -85,6 +85,8 @@ def main():
         def on_step_end(self, targs, state, control, **kw):
             step_sleep(args)
             timer.stop(state.global_step - 1)  # global_step was just incremented
+            if timer.ends(state.global_step - 1):
+                control.should_training_stop = True
 
     cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=2 * args.hidden,
                       num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,

@@ -88,6 +88,8 @@ def main():
 
         def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
             timer.stop(trainer.global_step - 1, module.last_loss.item())  # global_step counts optimizer steps done
+            if timer.ends(trainer.global_step - 1):
+                trainer.should_stop = True
 
     task = SyntheticClassification(8192, args.dim, args.classes, args.seed)
     loader = torch.utils.data.DataLoader(task.dataset(), batch_size=args.batch, shuffle=True, drop_last=True,

@@ -81,4 +81,6 @@ def run_pipeline_steps(args, env, timer, replica, replicas, dp_group, module, op
         if loss is not None and replica == 0 and args.print_every and \
                 (step % args.print_every == 0 or step == args.steps - 1):
             print(f"[{timer.name}] rank {env.rank} (last stage) step {step} loss {loss:.4f}", flush=True)
+        if timer.ends(step):
+            break
     finish_job(timer)
