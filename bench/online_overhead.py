@@ -22,6 +22,16 @@ the run-level cost (total step time of the run against the plain run's).
   python3 bench/online_overhead.py --pairs 0 --workload call-heavy --calls 20000
   python3 bench/online_overhead.py --pairs 0 --windows 0 --defaults-pairs 5 --iters 140
 
+Shapes of the defaults runs (`--shape`, with --defaults-pairs): demo (train_ddp.py's MLP: a few
+large matrix multiplies a step), cnn (train_ddp.py --model cnn --loader-workers 2: convolutions and
+batch norm, DataLoader worker processes) and lm (examples/jobs/hf_trainer.py: a small Llama under
+the Hugging Face Trainer, many small ops a step; no --step-sleep-ms wait, transformers needed).
+Each window's lost time is also split: its first step (the profiler's start), its last (the
+stop, on the training thread) and the steps between (the tracer and profiler inflating them).
+
+  python3 bench/online_overhead.py --pairs 0 --windows 0 --collective-calls 0 --defaults-pairs 3 \
+      --shape lm --iters 200 --python .venv/bin/python
+
 Cost per collective of the ring of collectives (`--collective-calls N`, default 20000; 0 skips):
 one process, a 1-rank gloo group, N all_reduce calls of 7 floats through torch.distributed as the
 collector wraps it (the last-collective record and the ring: sizes, dtype, the group's sequence
@@ -42,6 +52,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.dirname(HERE)
 TRAIN = os.path.join(SOURCE, "examples", "train_ddp.py")
 PYTHON = "/usr/bin/python3"
+
+
+JOBS = os.path.join(SOURCE, "examples", "jobs")
+# --shape: (script, its arguments, whether it spawns its own ranks, its step-count flag).
+SHAPES = {
+    "demo": (TRAIN, [], True, "--iters"),
+    "cnn": (TRAIN, ["--model", "cnn", "--loader-workers", "2"], True, "--iters"),
+    "lm": (os.path.join(JOBS, "hf_trainer.py"), ["--step-sleep-ms", "0", "--print-every", "0"], False,
+           "--steps"),
+}
+
+
+def shape_commands(a, work, steps_n, times):
+    """(plain command, the job's command under `perftracker run`) of --shape."""
+    script, args, spawns, steps_flag = SHAPES[a.shape]
+    job = [script, steps_flag, str(steps_n), "--times", times, *args, *work]
+    plain = ([a.python, job[0], "--nproc", "4", *job[1:]] if spawns else
+             [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", *job])
+    return plain, [a.python, *job]
 
 
 def steps(path, skip):
@@ -68,10 +97,14 @@ def main():
     ap.add_argument("--defaults-pairs", type=int, default=0,
                     help="interleaved plain / defaults pairs: each window's lost time, run cost")
     ap.add_argument("--after", type=int, default=20, help="steps after a window counted as its")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="demo",
+                    help="the job of the defaults runs (see above)")
     ap.add_argument("--python", default=PYTHON, help="the ranks' Python (its torch is used)")
     ap.add_argument("--collective-calls", type=int, default=20000,
                     help="calls timed for the ring's cost per collective (0: skip)")
     a = ap.parse_args()
+    if a.shape == "lm" and a.workload != "model":
+        ap.error("--workload call-heavy is train_ddp.py's fault: not with --shape lm")
     if a.collective_calls:
         collective_cost(a)
     work = [] if a.workload == "model" else ["--fault", "call-heavy", "--fault-rank", "all",
@@ -188,40 +221,44 @@ def window_marks(report):
 
 
 def lost_per_window(times, marks, after):
-    """(window, steps in it, lost during ms, lost after ms, reference step ms) per window."""
+    """Per window: (window, steps in it, lost during ms, lost after ms, reference step ms, lost in
+    its start step ms, lost in its last step ms). The start step is the one before the window's
+    first iteration mark (the tracer and torch's profiler start at its end, on the training
+    thread); the last step holds the profiler's stop. The reference is the median of the 20
+    steps before the start step."""
     step_ms = [x * 1e3 for x in times["step_s"]]
     starts = times["step_start_ns"]
     out = []
     for wid, (lo, hi) in sorted(marks.items()):
         inside = [i for i, t0 in enumerate(starts) if lo <= t0 < hi]
-        if not inside:
+        if not inside or inside[0] == 0:
             continue
-        first, last = inside[0], inside[-1] + 1
+        first, last = inside[0] - 1, inside[-1] + 1
         before = step_ms[max(0, first - 20):first]
         if len(before) < 5:
             continue
         ref = statistics.median(before)
-        during = sum(step_ms[i] - ref for i in inside)
+        during = sum(step_ms[i] - ref for i in range(first, last))
         following = step_ms[last:last + after]
-        out.append((wid, len(inside), during, sum(x - ref for x in following), ref))
+        out.append((wid, last - first, during, sum(x - ref for x in following), ref,
+                    step_ms[first] - ref, step_ms[last - 1] - ref))
     return out
 
 
 def defaults_cost(a, work, tmp):
     """Interleaved plain and defaults runs: each window's lost time and the run-level cost."""
     costs, per_window = [], []
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     for i in range(a.defaults_pairs):
         plain = os.path.join(tmp, f"dplain{i}.json")
         online = os.path.join(tmp, f"donline{i}.json")
         report = os.path.join(tmp, f"d{i}")
         order = ["plain", "online"] if i % 2 == 0 else ["online", "plain"]
         for which in order:
-            if which == "plain":
-                run([a.python, TRAIN, "--nproc", "4", "--iters", str(a.iters), "--times", plain,
-                     *work])
-            else:
-                run([a.bin, "run", "--nproc", "4", "--report-dir", report, "--",
-                     a.python, TRAIN, "--iters", str(a.iters), "--times", online, *work])
+            cmd, online_job = shape_commands(a, work, a.iters, plain if which == "plain" else online)
+            if which == "online":
+                cmd = [a.bin, "run", "--nproc", "4", "--report-dir", report, "--", *online_job]
+            run(cmd, env=env)
         with open(plain) as f:
             tp = json.load(f)
         with open(online) as f:
@@ -229,18 +266,20 @@ def defaults_cost(a, work, tmp):
         sp, so = sum(tp["step_s"][a.skip:]), sum(to["step_s"][a.skip:])
         costs.append(so / sp - 1)
         windows = lost_per_window(to, window_marks(report), a.after)
-        for wid, n, during, after, ref in windows:
-            per_window.append((during, after, ref))
-            print(f"pair {i} window {wid}: {n} steps, lost {during:.0f} ms during, {after:.0f} ms "
-                  f"in the {a.after} steps after ({(during + after) / ref:.2f} iterations of "
-                  f"{ref:.1f} ms)", flush=True)
+        for wid, n, during, after, ref, start, stop in windows:
+            per_window.append((during, after, ref, start, stop))
+            print(f"pair {i} window {wid}: {n} steps, lost {during:.0f} ms during (start step "
+                  f"{start:.0f}, last step {stop:.0f}, the {n - 2} between {during - start - stop:.0f}), "
+                  f"{after:.0f} ms in the {a.after} steps after ({(during + after) / ref:.2f} "
+                  f"iterations of {ref:.1f} ms)", flush=True)
         print(f"pair {i}: plain {sp:.2f} s, under perftracker (defaults, {len(windows)} window(s)) "
               f"{so:.2f} s: {100 * (so / sp - 1):+.1f}%", flush=True)
     if per_window:
-        iters = [(d + x) / r for d, x, r in per_window]
-        print(f"per window: median {statistics.median([d for d, _, _ in per_window]):.0f} ms lost "
-              f"during, {statistics.median([x for _, x, _ in per_window]):.0f} ms after; "
-              f"median {statistics.median(iters):.2f} iterations (max {max(iters):.2f}) over "
+        iters = [(w[0] + w[1]) / w[2] for w in per_window]
+        med = lambda k: statistics.median([w[k] for w in per_window])  # noqa: E731
+        print(f"per window ({a.shape}, step {med(2):.1f} ms): median {med(0):.0f} ms lost during "
+              f"(start step {med(3):.0f}, last step {med(4):.0f}), {med(1):.0f} ms after; median "
+              f"{statistics.median(iters):.2f} iterations (max {max(iters):.2f}) over "
               f"{len(per_window)} windows")
     print(f"run-level cost with defaults: median {100 * statistics.median(costs):+.1f}% "
           f"(min {100 * min(costs):+.1f}%, max {100 * max(costs):+.1f}%) over {len(costs)} pairs")

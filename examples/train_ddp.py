@@ -94,6 +94,9 @@ def parse_args(argv=None):
     p.add_argument("--nproc", type=int, default=int(os.environ.get("WORLD_SIZE", "2")))
     p.add_argument("--iters", type=int, default=40)
     p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                   help="mlp: --layers Linear layers of --hidden on 256 features; cnn: a small "
+                        "convolutional net (convolutions, batch norm, pooling) on 3x32x32 images")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
@@ -272,6 +275,22 @@ def tokenize(n):
     return len(out)
 
 
+def build_model(nn, args):
+    """--model: the MLP (a few large matrix multiplies a step) or the CNN (more, smaller ops,
+    batch norm's buffers broadcast by DDP each forward)."""
+    if args.model == "cnn":
+        return nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    layers = [nn.Linear(256, args.hidden), nn.ReLU()]
+    for _ in range(args.layers - 1):
+        layers += [nn.Linear(args.hidden, args.hidden), nn.ReLU()]
+    layers.append(nn.Linear(args.hidden, 10))
+    return nn.Sequential(*layers)
+
+
 def worker(rank, world, args):
     import torch
     import torch.distributed as dist
@@ -284,17 +303,15 @@ def worker(rank, world, args):
     backend = "nccl" if args.device == "cuda" and world <= torch.cuda.device_count() else "gloo"
     dist.init_process_group(backend, rank=rank, world_size=world)
 
-    layers = [nn.Linear(256, args.hidden), nn.ReLU()]
-    for _ in range(args.layers - 1):
-        layers += [nn.Linear(args.hidden, args.hidden), nn.ReLU()]
-    layers.append(nn.Linear(args.hidden, 10))
-    model = nn.Sequential(*layers).to(device)
+    model = build_model(nn, args).to(device)
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 
     g = torch.Generator().manual_seed(args.seed + rank)
-    n = args.batch * 64
-    data = torch.utils.data.TensorDataset(torch.randn(n, 256, generator=g), torch.randint(0, 10, (n,), generator=g))
+    n = args.batch * (16 if args.model == "cnn" else 64)
+    shape = (3, 32, 32) if args.model == "cnn" else (256,)
+    data = torch.utils.data.TensorDataset(torch.randn(n, *shape, generator=g),
+                                          torch.randint(0, 10, (n,), generator=g))
     collate = SleepyCollate(args.fault_ms / 1000.0)
     loader = torch.utils.data.DataLoader(data, batch_size=args.batch, shuffle=True, collate_fn=collate,
                                          generator=torch.Generator().manual_seed(args.seed),
@@ -327,7 +344,7 @@ def worker(rank, world, args):
     def train_step(step):
         x, y = next_batch()
         if is_faulty and step >= args.fault_start and args.fault == "skew":
-            x, y = x.repeat(args.fault_scale, 1), y.repeat(args.fault_scale)
+            x, y = x.repeat(args.fault_scale, *[1] * (x.dim() - 1)), y.repeat(args.fault_scale)
         x, y = x.to(device), y.to(device)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(ddp(x), y)

@@ -41,6 +41,44 @@ print(json.dumps({"kineto": kineto, "writer": getattr(write, "func", write).__na
 """
 
 
+# A window (WindowState's torch.profiler, started and ended as the training thread's edges do)
+# over batches of a DataLoader in the training process, then a profile of the same loop without
+# a window's silencing; prints the ops each trace holds.
+LOADER_SCRIPT = r"""
+import json, sys, threading, time, torch
+import torch.utils.data._utils.fetch as fetch
+from perftracker import loader
+from perftracker.switch import Switch
+from perftracker.window import ARMED, ENDED, WindowState
+loader.patch_fetchers(fetch)
+m = torch.nn.Linear(8, 4)
+data = torch.utils.data.TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (256,)))
+def steps():
+    for x, y in torch.utils.data.DataLoader(data, batch_size=32):
+        m(x).sum().backward()
+def ops(path):
+    with open(path) as f:
+        doc = json.load(f)
+    return sorted({e.get("name") for e in (doc if isinstance(doc, list) else doc["traceEvents"])
+                   if isinstance(e.get("name"), str)})
+sent = []
+ws = WindowState(Switch(), sent.append)
+ws.out = sys.argv[1]
+ws.edge(ARMED)
+steps()
+ws.edge(ENDED)
+deadline = time.time() + 60
+while not sent and time.time() < deadline:
+    time.sleep(0.05)
+plain = torch.autograd.profiler.profile()
+with plain:
+    steps()
+plain.export_chrome_trace(sys.argv[1] + ".plain.json")
+print(json.dumps({"window": ops(sys.argv[1] + ".torch.json"), "plain": ops(sys.argv[1] + ".plain.json"),
+                  "sent": sent, "unrecorded_after": loader.UNRECORDED_FETCH.enable_record_function is None}))
+"""
+
+
 def launcher_threads(pid):
     """{tid: (name, nice)} of the threads of process PID."""
     out = {}
@@ -82,6 +120,23 @@ class WindowCostTest(unittest.TestCase):
         shown = ptest.run(["show", trace, "--json", os.path.join(tmp, "show.json")])
         self.assertEqual(shown.returncode, 0, shown.stderr)
         self.assertIn("aten::addmm", shown.stdout)
+
+    def test_a_window_leaves_the_training_process_batch_fetch_unrecorded(self):
+        """The dataset's indexing and the collate's stack (hundreds of tiny ops a batch) are not
+        in a window's torch trace; the model's ops are; the same loop profiled without a window
+        has them (so the check can fail)."""
+        tmp = tempfile.mkdtemp(prefix="pt_wcost_loader_")
+        out = os.path.join(tmp, "rank-0.python.json")
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", LOADER_SCRIPT, out], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=PYPKG), timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        info = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertTrue(info["sent"] and info["sent"][0].get("path"), info["sent"])
+        self.assertIn("aten::stack", info["plain"])  # default_collate stacks the samples
+        self.assertIn("aten::addmm", info["window"])
+        self.assertNotIn("aten::stack", info["window"])
+        self.assertNotIn("aten::select", info["window"])  # TensorDataset's indexing
+        self.assertTrue(info["unrecorded_after"])
 
     def test_post_processing_threads_run_at_the_lowest_priority(self):
         report = tempfile.mkdtemp(prefix="pt_wcost_run_")

@@ -131,12 +131,39 @@ def _in_worker() -> bool:
     return worker is not None and getattr(worker, "_worker_info", None) is not None
 
 
+class UnrecordedFetch:
+    """While a window's torch.profiler records (window.py sets `enable_record_function` at its
+    start, None at its stop), a batch fetched in the training process runs with torch's
+    RecordFunction off on its thread: the dataset's indexing and the collate's stacking are
+    hundreds of tiny ops a batch (62% of the demo job's recorded ops: select, unsqueeze,
+    as_strided), each of which torch's profiler pays for while recording and again, on the
+    training thread, when it stops. Nothing reads them: the Python tracer still sees the fetch
+    and its functions, torch's enumerate(DataLoader) range is outside the fetch, and worker
+    processes are not profiled."""
+
+    def __init__(self) -> None:
+        self.enable_record_function: Optional[Callable[[bool], None]] = None
+
+    def call(self, orig: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        enable = self.enable_record_function
+        if enable is None:
+            return orig(*args, **kwargs)
+        enable(False)
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            enable(True)
+
+
+UNRECORDED_FETCH = UnrecordedFetch()
+
+
 def _timed_fetch(orig: Callable[..., Any], dataset_method: str) -> Callable[..., Any]:
     @functools.wraps(orig)
     def fetch(self, *args, **kwargs):
         stats = _RECORDER.stats_for(self, dataset_method) if _in_worker() else None
         if stats is None:
-            return orig(self, *args, **kwargs)
+            return UNRECORDED_FETCH.call(orig, self, *args, **kwargs)
         collate = self.collate_fn
         spent = [0]
 
@@ -165,7 +192,8 @@ def _timed_fetch(orig: Callable[..., Any], dataset_method: str) -> Callable[...,
 
 def patch_fetchers(mod: Any) -> None:
     """Times the fetch of torch's map-style and iterable dataset fetchers (torch.utils.data.
-    _utils.fetch) in DataLoader worker processes; elsewhere the wrapper only calls through."""
+    _utils.fetch) in DataLoader worker processes; elsewhere the wrapper calls through, unrecorded
+    by torch's profiler during a window (UnrecordedFetch)."""
     for cls_name, method in (("_MapDatasetFetcher", "__getitem__"), ("_IterableDatasetFetcher", "__iter__")):
         cls = getattr(mod, cls_name, None)
         fetch = getattr(cls, "fetch", None) if cls is not None else None

@@ -13,7 +13,7 @@ import sys
 import threading
 from typing import Any, Callable, Deque, Dict, List, Optional
 
-from perftracker import config, protocol
+from perftracker import config, loader, protocol
 from perftracker.switch import Switch
 
 # A window's record: {"path": its Python trace, "window": the agent's id or None,
@@ -104,11 +104,15 @@ class WindowState:
             self.profiler.__enter__()
             if rec is not None:
                 rec["torch"] = True
+            autograd = getattr(torch._C, "_autograd", None)
+            loader.UNRECORDED_FETCH.enable_record_function = getattr(
+                autograd, "_enable_record_function", None)
         except Exception as e:
             self.profiler = self.profiler_rec = None
             sys.stderr.write(f"perftracker: torch profiler not started: {e!r}\n")
 
     def _end_profiler(self) -> None:
+        loader.UNRECORDED_FETCH.enable_record_function = None
         prof, self.profiler = self.profiler, None
         rec, self.profiler_rec = self.profiler_rec, None
         path = rec.get("path") if rec is not None else None
@@ -128,6 +132,7 @@ class WindowState:
         """The collector turned itself off with torch.profiler running: stop it (on the training
         thread, which started it) and drop what it recorded, or it would record, and grow, for
         the rest of the job."""
+        loader.UNRECORDED_FETCH.enable_record_function = None
         prof, self.profiler, self.profiler_rec = self.profiler, None, None
         try:
             prof.__exit__(None, None, None)
