@@ -226,11 +226,14 @@ def lost_per_window(times, marks, after):
     first iteration mark (the tracer and torch's profiler start at its end, on the training
     thread); the last step holds the profiler's stop. The reference is the median of the 20
     steps before the start step."""
-    step_ms = [x * 1e3 for x in times["step_s"]]
     starts = times["step_start_ns"]
+    # A step's time is from its start to the next one's: what a job's own timer leaves out (the
+    # Hugging Face Trainer's callbacks do not time its DataLoader's next(), where a window may
+    # stop) still counts.
+    step_ms = [(b - a) / 1e6 for a, b in zip(starts, starts[1:])]
     out = []
     for wid, (lo, hi) in sorted(marks.items()):
-        inside = [i for i, t0 in enumerate(starts) if lo <= t0 < hi]
+        inside = [i for i, t0 in enumerate(starts[:len(step_ms)]) if lo <= t0 < hi]
         if not inside or inside[0] == 0:
             continue
         first, last = inside[0] - 1, inside[-1] + 1

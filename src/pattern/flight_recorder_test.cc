@@ -75,7 +75,7 @@ TEST(FlightRecorderTest, RankFromTheName) {
 TEST(FlightRecorderTest, BadDumpsAreOneLineErrors) {
   for (const std::string& bad :
        {std::string("{\"entries\": 3}"), std::string("[1, 2]"), std::string("\x80\x02K\x01."),
-        std::string("{\"entries\": ["), std::string("\x80\x02}q\x00X\x07\x00\x00\x00", 12)}) {
+        std::string("{\"entries\": ["), std::string("\x80\x02}q\x00X\x07\x00\x00\x00", 10)}) {
     auto log = ParseFlightRecorder(bad, "fr_0", 0);
     ASSERT_FALSE(log.ok()) << bad;
     EXPECT_EQ(log.status().message().rfind("fr_0", 0), 0u) << log.status().message();
