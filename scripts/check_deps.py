@@ -325,7 +325,7 @@ print(json.dumps({"dists": dists, "files": files}))
 
 
 def resolve_modules(python, mods, builds):
-    local = [os.path.join(ROOT, d) for d in ("tests", "python", "scripts")] + \
+    local = [os.path.join(ROOT, d) for d in ("tests", "python", "scripts", "examples")] + \
         [os.path.join(b, "python") for b in builds]
     out = subprocess.run([python, "-c", RESOLVE, ",".join(sorted(mods)), ":".join(local)],
                          capture_output=True, text=True)
