@@ -181,7 +181,7 @@ class OnlineReports(unittest.TestCase):
             except OSError:
                 return False
             return 'perftracker_iteration_duration_seconds{' in scraped["text"] and \
-                'rank="3"' in scraped["text"]
+                'rank="3"' in scraped["text"] and 'perftracker_memory_bytes{' in scraped["text"]
 
         try:
             self.assertTrue(wait_until(scrape, 120), "no per-rank metrics during the run")
@@ -197,6 +197,10 @@ class OnlineReports(unittest.TestCase):
                          "perftracker_detector_state", "perftracker_upload_bytes_total",
                          "perftracker_iterations_total"):
                 self.assertIn(name, scraped["text"])
+            # Every rank's resident memory (the agent reads it with each report).
+            rss = re.findall(r'perftracker_memory_bytes\{[^}]*rank="(\d+)"[^}]*kind="host"\} (\d+)',
+                             scraped["text"])
+            self.assertTrue(rss and all(int(b) > 10 * 2 ** 20 for _, b in rss), rss)
             rc = job.wait(timeout=600)
             with open(os.path.join(tmp, "run.log")) as f:
                 self.assertEqual(rc, 0, f.read()[-3000:])

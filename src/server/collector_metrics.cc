@@ -1,18 +1,69 @@
 #include <fmt/format.h>
 
 #include <iterator>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "base/units.h"
 #include "server/collector_impl.h"
 
 namespace perftracker::server {
 
+namespace {
+
+void Head(std::string& out, const char* name, const char* type, const char* help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// Memory, so that an alert can fire before a leak kills the job (it does not slow it first):
+// the latest sample, the limits it runs into and, once the memory rule found a leak, its rate.
+// Each family's lines together, as the text format asks.
+void MemoryMetrics(const std::map<int, RankState>& ranks, const std::string& job,
+                   std::string& out) {
+  using Watch = std::pair<const char*, const MemoryWatch RankState::*>;
+  const Watch watches[] = {{"host", &RankState::memory}, {"gpu", &RankState::gpu_memory}};
+  Head(out, "perftracker_memory_bytes", "gauge",
+       "The rank's memory at its latest report: host (its resident set) and gpu (its process on "
+       "its GPU, as NVML reads it).");
+  for (const auto& [r, st] : ranks)
+    for (const auto& [kind, member] : watches)
+      if (const auto& samples = (st.*member).series.samples(); !samples.empty())
+        fmt::format_to(std::back_inserter(out),
+                       "perftracker_memory_bytes{{job=\"{}\",rank=\"{}\",host=\"{}\",kind=\"{}\"}} "
+                       "{:.0f}\n",
+                       job, r, MetricsHttp::Label(st.host), kind, samples.back().rss);
+  Head(out, "perftracker_memory_limit_bytes", "gauge",
+       "Limits the rank's memory runs into, where known: its memory cgroup's limit, its GPU's "
+       "memory.");
+  for (const auto& [r, st] : ranks)
+    for (const auto& [limit, bytes] :
+         {std::pair{"cgroup", st.cgroup_limit_bytes}, {"gpu", st.gpu_total_bytes}})
+      if (bytes > 0)
+        fmt::format_to(std::back_inserter(out),
+                       "perftracker_memory_limit_bytes{{job=\"{}\",rank=\"{}\",host=\"{}\","
+                       "limit=\"{}\"}} {:.0f}\n",
+                       job, r, MetricsHttp::Label(st.host), limit, bytes);
+  Head(out, "perftracker_memory_growth_bytes_per_iteration", "gauge",
+       "How fast the rank's memory grows, once the memory rule found a leak (its slope since the "
+       "leak began).");
+  for (const auto& [r, st] : ranks)
+    for (const auto& [kind, member] : watches)
+      if (const auto& growth = (st.*member).growth)
+        fmt::format_to(std::back_inserter(out),
+                       "perftracker_memory_growth_bytes_per_iteration{{job=\"{}\",rank=\"{}\","
+                       "host=\"{}\",kind=\"{}\"}} {:.0f}\n",
+                       job, r, MetricsHttp::Label(st.host), kind, growth->bytes_per_iteration);
+}
+
+}  // namespace
+
 // Formatted in place: at 100,000 ranks this runs ~300,000 lines under the server's lock.
 std::string CollectorServer::Impl::MetricsLocked() const {
   const std::string job = MetricsHttp::Label(job_key.value_or(""));
   std::string out;
   auto head = [&](const char* name, const char* type, const char* help) {
-    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    Head(out, name, type, help);
   };
   head("perftracker_iteration_duration_seconds", "gauge",
        "The rank's latest iteration time, as its detector measured it.");
@@ -30,6 +81,7 @@ std::string CollectorServer::Impl::MetricsLocked() const {
                      "perftracker_iteration_mean_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
                      "{:.6f}\n",
                      job, r, MetricsHttp::Label(st.host), MsToS(st.sum_ms / st.count));
+  MemoryMetrics(ranks, job, out);
   head("perftracker_iterations_total", "counter", "Iterations the rank reported.");
   for (const auto& [r, st] : ranks)
     fmt::format_to(std::back_inserter(out),

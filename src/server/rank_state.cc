@@ -172,11 +172,14 @@ diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const Age
 
 std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double bytes) {
   series.Add(step, bytes);
-  if (++unchecked < kMemoryCheckEvery || reported) return std::nullopt;
+  if (++unchecked < kMemoryCheckEvery) return std::nullopt;
   unchecked = 0;
-  std::optional<diagnose::MemoryGrowth> g = diagnose::FindMemoryGrowth(series);
-  reported = g.has_value();
-  return g;
+  // Checked on after the report too: /metrics shows the rate as it is now (the first fit, early
+  // in a leak, still holds samples from before it began).
+  growth = diagnose::FindMemoryGrowth(series);
+  if (reported || !growth) return std::nullopt;
+  reported = true;
+  return growth;
 }
 
 std::vector<diagnose::Finding> MemoryFindings(

@@ -45,11 +45,13 @@ struct WorkerSeen {
 };
 
 // A rank's memory over the run, host (RSS) or GPU (diagnose/memory_growth.h), checked for a
-// leak every kMemoryCheckEvery samples; once one is found it is reported (a window opens) once.
+// leak every kMemoryCheckEvery samples; once one is found it is reported (a window opens) once,
+// and `growth` follows it on (/metrics).
 struct MemoryWatch {
   diagnose::MemorySeries series;
   int unchecked = 0;
   bool reported = false;
+  std::optional<diagnose::MemoryGrowth> growth;  // the latest check's leak, if any (/metrics)
   static constexpr int kMemoryCheckEvery = 8;
   // Adds a sample; the growth the first time one is found.
   std::optional<diagnose::MemoryGrowth> Add(int64_t step, double bytes);

@@ -1,6 +1,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "agent/agent.h"
+#include "diagnose/memory_growth.h"
 #include "pattern/summarizer.h"
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
@@ -573,6 +575,69 @@ TEST(Server, OneJobAtATime) {
   EXPECT_EQ(reg("third", 0).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   ASSERT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
   EXPECT_EQ(sr.total_ranks(), 1);  // the old job's ranks are forgotten
+  (*server)->Shutdown();
+}
+
+// /metrics shows each rank's memory with every report, the limits it runs into, and a leak's
+// rate once the memory rule found it: an alert can fire before the job dies of it.
+TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
+  ServerOptions o = TestOptions("memory");
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  v1::RegisterRequest reg;
+  reg.set_host("node-a");
+  reg.add_ranks(0);
+  reg.add_ranks(1);
+  v1::RegisterReply rr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  constexpr double kMiB = 1 << 20;
+  for (int step = 0; step < 200; ++step) {
+    v1::ReportIterationsRequest it;
+    it.set_agent_id(rr.agent_id());
+    auto* steady = it.add_batches();  // rank 0: flat host memory, 2 GiB on GPU 3 of 80 GiB
+    steady->set_rank(0);
+    steady->add_steps(step);
+    steady->add_iteration_ms(50);
+    steady->set_rss_bytes(300 * kMiB);
+    steady->set_gpu_memory_bytes(2048 * kMiB);
+    steady->set_gpu_index(3);
+    steady->set_gpu_total_bytes(80 * 1024 * kMiB);
+    steady->set_gpu_free_bytes(70 * 1024 * kMiB);
+    auto* leak = it.add_batches();  // rank 1: keeps 4 MiB a step from step 60, in an 8 GiB cgroup
+    leak->set_rank(1);
+    leak->add_steps(step);
+    leak->add_iteration_ms(50);
+    leak->set_rss_bytes((300 + 4 * std::max(0, step - 60)) * kMiB);
+    leak->set_cgroup_memory_limit_bytes(8192 * kMiB);
+    leak->set_cgroup_memory_usage_bytes(1024 * kMiB);
+    v1::ReportIterationsReply itr;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+  }
+  const std::string m = (*server)->MetricsText();
+  auto has = [&](const std::string& line) { return m.find(line + "\n") != std::string::npos; };
+  const std::string r0 = "job=\"\",rank=\"0\",host=\"node-a\"";
+  const std::string r1 = "job=\"\",rank=\"1\",host=\"node-a\"";
+  EXPECT_TRUE(has("perftracker_memory_bytes{" + r0 + ",kind=\"host\"} 314572800")) << m;
+  EXPECT_TRUE(has("perftracker_memory_bytes{" + r0 + ",kind=\"gpu\"} 2147483648")) << m;
+  EXPECT_TRUE(has("perftracker_memory_bytes{" + r1 + ",kind=\"host\"} 897581056")) << m;
+  EXPECT_TRUE(has("perftracker_memory_limit_bytes{" + r0 + ",limit=\"gpu\"} 85899345920")) << m;
+  EXPECT_TRUE(has("perftracker_memory_limit_bytes{" + r1 + ",limit=\"cgroup\"} 8589934592")) << m;
+  // The leak's rate on rank 1 alone: the memory rule's slope of the same series.
+  diagnose::MemorySeries series;
+  for (int step = 0; step < 200; ++step)
+    series.Add(step, (300 + 4 * std::max(0, step - 60)) * kMiB);
+  const std::optional<diagnose::MemoryGrowth> rule = diagnose::FindMemoryGrowth(series);
+  ASSERT_TRUE(rule.has_value());
+  const std::string growth =
+      "perftracker_memory_growth_bytes_per_iteration{" + r1 + ",kind=\"host\"} ";
+  const size_t at = m.find(growth);
+  ASSERT_NE(at, std::string::npos) << m;
+  EXPECT_NEAR(std::stod(m.substr(at + growth.size())), rule->bytes_per_iteration, 1) << m;
+  EXPECT_EQ(m.find("perftracker_memory_growth_bytes_per_iteration{" + r0), std::string::npos) << m;
+  // One group per family, as the text format asks: each name's lines follow its TYPE line.
+  EXPECT_LT(m.find("# TYPE perftracker_memory_bytes"), m.find("perftracker_memory_bytes{"));
+  EXPECT_LT(m.rfind("perftracker_memory_bytes{"), m.find("# TYPE perftracker_memory_limit_bytes"));
   (*server)->Shutdown();
 }
 
