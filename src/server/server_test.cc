@@ -585,16 +585,12 @@ TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
-  v1::RegisterRequest reg;
-  reg.set_host("node-a");
-  reg.add_ranks(0);
-  reg.add_ranks(1);
-  v1::RegisterReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0, 1}, &agent, "node-a"));
   constexpr double kMiB = 1 << 20;
   for (int step = 0; step < 200; ++step) {
     v1::ReportIterationsRequest it;
-    it.set_agent_id(rr.agent_id());
+    it.set_agent_id(agent);
     auto* steady = it.add_batches();  // rank 0: flat host memory, 2 GiB on GPU 3 of 80 GiB
     steady->set_rank(0);
     steady->add_steps(step);
