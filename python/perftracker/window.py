@@ -1,6 +1,8 @@
 """The profiling window as the Python side sees it: which window the C++ side may arm next,
 the windows whose python_trace message is still due, and torch.profiler around an armed window
-(started and stopped on the training thread, its trace written on a thread of its own).
+(started and stopped on the training thread, its trace written on a thread of its own). While it
+records, the training process's batch fetch goes unrecorded (loader.UnrecordedFetch), and where
+torch has it the profiler keeps the trace alone (trace_only_config): less for its stop to do.
 
 The C++ side (perftracker._worker) arms and ends windows and runs the Python tracer; this state
 is the one WindowState instance the collector owns (hooks.py), not module globals.
