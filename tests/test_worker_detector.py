@@ -456,8 +456,8 @@ class WorkerDetector(unittest.TestCase):
             if not [t for t in trig if t["iteration"] >= FAULT_AT]:
                 missed.append(rank)
                 stats = [m for m in msgs if m["type"] == "stats"]
-                print(f"\n{tag}: rank {rank} missed the slowdown; detector at exit: {stats}",
-                      file=sys.stderr)
+                print(f"\n{tag}: rank {rank} missed the slowdown; its triggers: {trig}; detector at "
+                      f"exit: {stats}", file=sys.stderr)
             # The agent died mid-run and training went on: iterations ended after its death.
             self.assertGreater(iters[-1][2], agent.died_ns, rank)
             self.assertEqual(len(iters), ITERS - M - 1, rank)

@@ -15,7 +15,11 @@
 // So on a quiet host (sigma ~1%) a sustained 5% slowdown fires within about 20 iterations,
 // while on a noisy one (sigma 15%, neighbours correlated) only a shift well beyond what the job
 // does by itself fires. A median ignores single outliers (a GC pause, a checkpoint); a trigger
-// re-arms once the median is back under the threshold. A reference measured while the host
+// re-arms once the median is back under the threshold, and while it has not, a second slowdown
+// on top of the first (the median a further step above the level it fired at) fires again: a
+// drift of a few percent that fired first must not hide the straggler that begins after it
+// (seen on a CI host: a +3% drift fired, stayed above the threshold, and a +60% straggler 30
+// iterations later never fired). A reference measured while the host
 // was turbulent is replaced by a later block of iterations whose threshold is much tighter
 // (Remeasure): the detector is never blind for a whole job because its start was noisy.
 //
@@ -69,6 +73,9 @@ class ShiftDetector {
   double threshold_ns() const { return threshold_ns_; }  // the moving median's firing level
   double recent_ns() const;                              // the moving median now; 0 if none
   int64_t fired() const { return fired_; }
+  // The level the trigger last fired at: the median of the iterations after it fired (see
+  // SecondSlowdown); 0 while it is not active or fewer than `recent` iterations followed.
+  double fired_level_ns() const { return active_ ? fired_level_ns_ : 0; }
   // The reference's two halves ran at different levels; the faster one was kept.
   bool level_change() const { return level_change_; }
   // Times a later, calmer block of iterations replaced the reference (see Remeasure).
@@ -77,6 +84,7 @@ class ShiftDetector {
  private:
   void FinishReference();
   void Remeasure();
+  bool SecondSlowdown(int64_t duration_ns, double median);
 
   ShiftConfig c_;
   int64_t seen_ = 0;
@@ -86,8 +94,11 @@ class ShiftDetector {
   double reference_ns_ = 0, sigma_ns_ = 0, rho_ = 0, threshold_ns_ = 0;
   std::vector<int64_t> recent_;  // ring of the last `recent` durations
   size_t recent_next_ = 0;
-  int above_ = 0;        // consecutive iterations with the moving median above the threshold
-  bool active_ = false;  // fired and not yet back under the threshold
+  int above_ = 0;               // consecutive iterations with the moving median above the threshold
+  bool active_ = false;         // fired and not yet back under the threshold
+  double fired_level_ns_ = 0;   // the level it last fired at (while active_)
+  std::vector<int64_t> after_;  // iterations since it last fired, up to max(reference, recent)
+  int above_fired_ = 0;         // consecutive iterations a further step above fired_level_ns_
   int64_t fired_ = 0;
   std::vector<int64_t> block_;  // iterations under the threshold since the last (re)measure
   struct Calm {

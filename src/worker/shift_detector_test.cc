@@ -137,6 +137,35 @@ TEST(ShiftDetectorTest, ALongWarmupInsideTheReferenceIsLeftOut) {
   }
 }
 
+// Seen on a CI host: a drift of +3% fired and the moving median never went back under the
+// threshold, so the straggler that began 30 iterations later (+60%) never fired. A second
+// slowdown on top of the first fires again; the job staying at either level does not.
+TEST(ShiftDetectorTest, ASecondSlowdownOnTopOfTheFirstFiresAgain) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    ShiftDetector d;
+    NoisyJob job(35, 0.01, 0.3, seed);
+    ASSERT_EQ(FirstFire(&d, &job, 200), -1) << "seed " << seed;
+    EXPECT_GE(FirstFire(&d, &job, 100, 0.06), 0) << "seed " << seed;
+    EXPECT_NEAR(d.fired_level_ns() / d.reference_ns(), 1.06, 0.02) << "seed " << seed;
+    EXPECT_EQ(FirstFire(&d, &job, 2000, 0.06), -1) << "seed " << seed;  // the drift stays
+    EXPECT_EQ(d.fired(), 1) << "seed " << seed;
+    const int at = FirstFire(&d, &job, 100, 0.6);
+    EXPECT_GE(at, 0) << "seed " << seed;
+    EXPECT_LE(at, 20) << "seed " << seed;
+    EXPECT_EQ(FirstFire(&d, &job, 2000, 0.6), -1) << "seed " << seed;  // and so does the straggler
+    EXPECT_EQ(d.fired(), 2) << "seed " << seed;
+  }
+  // A noisy job at its slower level: its noise (15%, neighbours alike) never fires a second time.
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    ShiftDetector d;
+    NoisyJob job(40, 0.15, 0.3, seed);
+    ASSERT_EQ(FirstFire(&d, &job, 200), -1) << "seed " << seed;
+    EXPECT_GE(FirstFire(&d, &job, 100, 1.0), 0) << "seed " << seed;
+    EXPECT_EQ(FirstFire(&d, &job, 5000, 1.0), -1) << "seed " << seed;
+    EXPECT_EQ(d.fired(), 1) << "seed " << seed;
+  }
+}
+
 TEST(ShiftDetectorTest, ReferenceSkipsWarmupAndResetStartsOver) {
   ShiftConfig c;
   c.warmup = 5;
