@@ -12,6 +12,7 @@
 #include "diagnose/finding_text.h"
 #include "diagnose/problem_finders.h"
 #include "diagnose/rank_info.h"
+#include "diagnose/trace_memory.h"
 
 namespace perftracker::diagnose {
 
@@ -93,6 +94,8 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
   }
   // Times its link localiser as a phase of its own, "peer comparison" the rest.
   internal::FindSubsetProblems(job, d.job, options, std::move(groups), &d.findings);
+  std::map<int, std::string> hosts;
+  for (const pattern::CompactRank& r : job.ranks()) hosts[r.rank] = r.host;
   {
     ScopedPhase p(t, "causes");
     // The causes a trace alone shows (input shapes); a window's OS metrics add theirs later
@@ -100,14 +103,15 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
     const RankMetrics no_metrics;
     const CauseInput causes{no_metrics, d.job.iteration_ms_median, job.ranks(), d.peer_group};
     for (Finding& f : d.findings) ExplainRankFinding(causes, &f);
-    std::map<int, std::string> hosts;
-    for (const pattern::CompactRank& r : job.ranks()) hosts[r.rank] = r.host;
     for (Finding& f : FindMoreWorkRanks(causes, hosts, d.findings))
       d.findings.push_back(std::move(f));
   }
   {
     ScopedPhase p(t, "all-rank rules");
     internal::FindAllRankProblems(job, d.job, options, &d.findings);
+    // What the traces' own memory records show (profile_memory), where they have any.
+    for (Finding& f : TraceMemoryFindings(d.job.memory, d.job.ranks.size(), hosts))
+      d.findings.push_back(std::move(f));
   }
   internal::SortFindings(&d.findings);
   return d;

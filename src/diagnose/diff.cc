@@ -13,6 +13,7 @@
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "diagnose/rank_info.h"
+#include "diagnose/trace_memory.h"
 
 namespace perftracker::diagnose {
 namespace internal::diff {
@@ -538,6 +539,8 @@ Diagnosis Diff(const std::vector<pattern::RankSummary>& base,
   if (std::optional<Finding> f =
           diff::SpreadSlowdownFinding(in, setup, std::move(contributors), explained))
     d.findings.push_back(std::move(*f));
+  for (Finding& f : MemoryPeakChanges(base_job.memory, d.job.memory, names.base, names.test))
+    d.findings.push_back(std::move(f));
   internal::SortFindings(&d.findings);
   // A change of the runs' settings comes first, whatever its size: every other change is read
   // in its light.

@@ -73,6 +73,24 @@ struct AttemptInfo {
   std::string summary;          // one line for people
 };
 
+// What one rank's trace recorded of one device's memory (profile_memory records;
+// pattern::DeviceMemory, diagnose/trace_memory.h), bytes as the allocator counted them.
+struct RankMemoryUse {
+  int rank = -1;
+  std::string device;  // "cpu", "cuda:0"
+  double peak_allocated_bytes = 0;
+  double peak_reserved_bytes = -1;  // -1: none recorded
+  double start_bytes = 0, end_bytes = 0;
+  // The least-squares slope of the level at each steady iteration's end, over `iterations`.
+  double bytes_per_iteration = 0;
+  int iterations = 0;
+  uint64_t failed_allocations = 0;
+  double largest_failed_bytes = 0;  // the largest request that failed
+  // The timeline: the level at each steady iteration's end, and each one's peak.
+  std::vector<double> iteration_end_bytes;
+  std::vector<double> iteration_peak_bytes;
+};
+
 struct JobInfo {
   int world_size = 0;
   std::vector<int> ranks;
@@ -82,6 +100,7 @@ struct JobInfo {
   std::vector<std::string> notes;                // flagged conditions (no markers, ...)
   std::map<int, IterationStats> run_iterations;  // online: the whole run, per rank
   std::vector<AttemptInfo> attempts;             // online, at the job's end: every attempt
+  std::vector<RankMemoryUse> memory;             // traces with memory records, by rank
 };
 
 struct Diagnosis {

@@ -16,12 +16,23 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-std::string Bytes(double b) {
+}  // namespace
+
+std::string MemoryBytes(double b) {
   return std::abs(b) >= 1024 * kMiB ? fmt::format("{:.1f} GiB", b / (1024 * kMiB))
                                     : fmt::format("{:.1f} MiB", b / kMiB);
 }
 
-}  // namespace
+std::string MemoryGrowthSuggestion(bool gpu) {
+  return gpu ? "find which CUDA tensors the training loop keeps each iteration (outputs or losses "
+               "kept with their graphs: store loss.item() or .detach(); caches of activations): "
+               "torch.cuda.memory._record_memory_history() then torch.cuda.memory._snapshot() "
+               "name the allocations that stay, with their stacks"
+             : "find what the training loop keeps each iteration: tensors appended to a list "
+               "(losses or outputs kept with their graphs: store loss.item() or .detach()), "
+               "caches without a bound, growing histories or metrics; tracemalloc or "
+               "torch.cuda.memory_snapshot() show where";
+}
 
 void MemorySeries::Profiled(int64_t first, int64_t last) {
   if (last < first) return;
@@ -249,7 +260,7 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
     if (n < left) {
       left = n;
       limit_bytes = h->second.available_bytes;
-      limit_text = fmt::format("host {}'s {} available", host, Bytes(limit_bytes));
+      limit_text = fmt::format("host {}'s {} available", host, MemoryBytes(limit_bytes));
     }
   }
   for (const Growing& g : growing) {
@@ -262,10 +273,11 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
       limit_bytes = headroom;
       limit_key = gpu ? "gpu_free_bytes" : "cgroup_headroom_bytes";
       limit_text =
-          gpu ? fmt::format("the {} free on rank {}'s GPU{} (of {})", Bytes(headroom), r.rank,
-                            r.gpu >= 0 ? fmt::format(" {}", r.gpu) : "", Bytes(r.gpu_total_bytes))
+          gpu ? fmt::format("the {} free on rank {}'s GPU{} (of {})", MemoryBytes(headroom), r.rank,
+                            r.gpu >= 0 ? fmt::format(" {}", r.gpu) : "",
+                            MemoryBytes(r.gpu_total_bytes))
               : fmt::format("the {} left under rank {}'s memory cgroup limit of {}",
-                            Bytes(headroom), r.rank, Bytes(r.cgroup_limit_bytes));
+                            MemoryBytes(headroom), r.rank, MemoryBytes(r.cgroup_limit_bytes));
     }
   }
   Finding f;
@@ -321,8 +333,8 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   f.summary = fmt::format(
       "{} {}memory grows every iteration: +{} per iteration ({} from iteration {} to {}, rising "
       "between {:.0f}% of the samples){}",
-      who, gpu ? "GPU " : "", Bytes(rate), Bytes(internal::Median(grown)), first.growth.first_step,
-      first.growth.last_step, first.growth.rising_share * 100, left_text);
+      who, gpu ? "GPU " : "", MemoryBytes(rate), MemoryBytes(internal::Median(grown)),
+      first.growth.first_step, first.growth.last_step, first.growth.rising_share * 100, left_text);
   // What profiling windows left in RSS between the two samples is perftracker's, not counted.
   const double ours = (first.growth.last_rss - first.growth.first_rss) -
                       (first.growth.last_bytes - first.growth.first_bytes);
@@ -330,21 +342,13 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
       "{} sampled with the iteration reports rises steadily after the warm-up ({} at iteration "
       "{}, {} at {}{}): something keeps memory every iteration",
       gpu ? "the GPU memory its process holds (NVML)" : "resident memory (RSS)",
-      Bytes(first.growth.first_rss), first.growth.first_step, Bytes(first.growth.last_rss),
-      first.growth.last_step,
+      MemoryBytes(first.growth.first_rss), first.growth.first_step,
+      MemoryBytes(first.growth.last_rss), first.growth.last_step,
       ours >= kMiB ? fmt::format("; {} of it is what perftracker's profiling windows left, not "
                                  "counted",
-                                 Bytes(ours))
+                                 MemoryBytes(ours))
                    : "");
-  f.suggestion =
-      gpu ? "find which CUDA tensors the training loop keeps each iteration (outputs or losses "
-            "kept with their graphs: store loss.item() or .detach(); caches of activations): "
-            "torch.cuda.memory._record_memory_history() then torch.cuda.memory._snapshot() "
-            "name the allocations that stay, with their stacks"
-          : "find what the training loop keeps each iteration: tensors appended to a list (losses "
-            "or outputs kept with their graphs: store loss.item() or .detach()), caches without "
-            "a bound, growing histories or metrics; tracemalloc or torch.cuda.memory_snapshot() "
-            "show where";
+  f.suggestion = MemoryGrowthSuggestion(gpu);
   return {f};
 }
 

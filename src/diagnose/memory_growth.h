@@ -120,6 +120,11 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
                                           const std::map<std::string, HostMemoryState>& hosts,
                                           double iteration_ms, MemoryKind kind = MemoryKind::kHost);
 
+// A size as findings write it: "512.0 MiB", "80.0 GiB".
+std::string MemoryBytes(double bytes);
+// What to do about memory that grows every iteration, host (GPU false) or GPU memory.
+std::string MemoryGrowthSuggestion(bool gpu);
+
 }  // namespace perftracker::diagnose
 
 #endif  // PERFTRACKER_DIAGNOSE_MEMORY_GROWTH_H_

@@ -220,6 +220,15 @@ namespace perftracker::diagnose::policy {
   X(kMemoryRiseOfExpected, 0.25, "of the growth the rate gives an interval",                       \
     "a rise between two samples counts when it is a quarter of what the rate gives their "         \
     "interval: a page more is no rise")                                                            \
+  /* Memory in a trace's own records (profile_memory; diagnose/trace_memory.h) */                 \
+  X(kTraceMemoryMinIterations, 4, "steady iterations",                                             \
+    "a level that rises over three intervals in a row or more is growth; fewer iterations show "   \
+    "one allocation, not a rate")                                                                  \
+  X(kMemoryPeakRise, 0.1, "of the reference's peak",                                               \
+    "a peak within 10% of the reference's is the same batch, model and allocator moving by "       \
+    "themselves (fragmentation, a different order of frees); more is a change worth naming")      \
+  X(kMemoryPeakMinBytes, 67108864, "bytes",                                                        \
+    "below 64 MiB a peak's rise is a buffer or two, not what brings a rank to its limit")          \
   /* The temporal differential: a window against the job's baseline (diagnose/since_baseline.h) */ \
   X(kBaselineSlowdown, 0.05, "of the baseline's iteration",                                        \
     "a window within 5% of the baseline's iteration has nothing to explain; the slowdown "         \

@@ -12,6 +12,7 @@
 #include "base/units.h"
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
+#include "diagnose/trace_memory.h"
 #include "pattern/steady_state.h"
 
 namespace perftracker::diagnose::internal {
@@ -116,6 +117,7 @@ JobInfo BuildJobInfo(const std::vector<const pattern::RankSummary*>& ranks, size
   job.world_size = std::max({job.world_size, max_rank + 1, static_cast<int>(seen.size())});
   job.iterations = static_cast<int>(std::lround(Median(iters)));
   job.iteration_ms_median = Median(medians);
+  job.memory = TraceMemoryOf(ranks);
   return job;
 }
 

@@ -131,6 +131,26 @@ struct ExcludedIteration {
   double ms = 0;
 };
 
+// One device's memory over a trace (profile_memory; pattern/memory_use.h), as the allocator
+// counted it (bytes). The CPU's totals
+// count only what was allocated while the profiler recorded (torch's CPU reporter starts from
+// zero), the CUDA caching allocator's everything the process holds on the device.
+struct DeviceMemory {
+  std::string device;                // "cpu", "cuda:0", "device9:0"
+  double peak_allocated_bytes = 0;   // the highest "Total Allocated"
+  double peak_reserved_bytes = -1;   // the highest "Total Reserved"; -1: the trace gave none
+  double start_allocated_bytes = 0;  // before the trace's first record
+  double end_allocated_bytes = 0;    // after its last
+  uint64_t allocations = 0;
+  double allocated_bytes = 0;       // their sizes, summed
+  uint64_t failed_allocations = 0;  // "[OutOfMemory]" records
+  double largest_failed_bytes = 0;  // the largest request that failed
+  // Per steady iteration of the summary (RankSummary::iteration_ms), the level at its end and
+  // its peak: an iteration without a record keeps the level before it.
+  std::vector<double> iteration_end_bytes;
+  std::vector<double> iteration_peak_bytes;
+};
+
 struct RankSummary {
   // 4: a function may carry its input shapes (flag 8); 3: zstd payload; 2 (deflated) and 1
   // still read.
@@ -180,6 +200,10 @@ struct RankSummary {
   // compared with its peers only on what it has.
   std::string missing_part;
   std::string missing_why;
+
+  // Per device, where the trace holds the profiler's memory records (profile_memory=True);
+  // empty otherwise.
+  std::vector<DeviceMemory> memory;
 
   double MeanIterationMs() const;
   double MedianIterationMs() const;

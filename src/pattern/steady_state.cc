@@ -4,11 +4,47 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <unordered_map>
 
 #include "base/median.h"
 #include "base/units.h"
 
 namespace perftracker::pattern {
+
+IterationCuts CutIterations(const std::vector<trace::Span>& spans, bool optimizer) {
+  IterationCuts c;
+  if (spans.empty()) return c;
+  std::unordered_map<int64_t, int> per_tid;
+  for (const auto& s : spans) ++per_tid[s.tid];
+  int64_t best = spans.front().tid;
+  for (const auto& s : spans) {
+    if (per_tid[s.tid] > per_tid[best]) best = s.tid;
+  }
+  std::vector<trace::Span> v;
+  for (const auto& s : spans) {
+    if (s.tid == best && std::isfinite(s.ts_us) && s.dur_us >= 0) v.push_back(s);
+  }
+  std::sort(v.begin(), v.end(),
+            [](const trace::Span& a, const trace::Span& b) { return a.ts_us < b.ts_us; });
+  c.tid = best;
+  double prev_end = -std::numeric_limits<double>::infinity();
+  for (const auto& s : v) {
+    const double end = s.ts_us + s.dur_us;
+    if (optimizer) {
+      if (end <= prev_end) continue;
+      c.start.push_back(prev_end);
+      c.end.push_back(end);
+      prev_end = end;
+    } else {
+      if (!c.start.empty() && s.ts_us < c.end.back()) continue;  // overlapping marker
+      c.start.push_back(s.ts_us);
+      c.end.push_back(end);
+      c.step.push_back(s.step);
+    }
+  }
+  return c;
+}
 
 std::vector<IterationClass> ClassifyIterations(const std::vector<double>& d) {
   const size_t n = d.size();

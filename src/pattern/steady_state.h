@@ -1,5 +1,5 @@
-// Which of a trace's iterations describe the job's steady state. Per-iteration values are means
-// over those; the others are named in notes. Two kinds are left out:
+// A trace's iterations, cut from its markers, and which of them describe the job's steady state.
+// Per-iteration values are means over those; the others are named in notes. Two kinds are left out:
 //   - partial: the first or the last iteration, cut by the trace's start or end, far shorter
 //     than the others (an AMD trace's last ProfilerStep of 49 us next to steps of 9.3 ms);
 //   - warm-up: leading iterations far from the steady level (steps of 35 and 72 ms before a job
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pattern/pattern.h"
+#include "trace/event.h"
 
 namespace perftracker::pattern {
 
@@ -30,6 +31,18 @@ inline constexpr double kWarmupSigmas = 4.0;
 // Warm-up is looked for only with at least this many iterations (fewer cannot tell a level),
 // and never takes more than half of them (the steady level is measured on the later half).
 inline constexpr int kMinIterationsForWarmup = 3;
+
+// Iterations cut from a trace's markers: [start, end) sorted and not overlapping, the step
+// number of each (ProfilerStep#N; none for optimizer steps) and the thread whose markers they
+// are (markers on several threads, e.g. nested profilers: the thread with most of them). An
+// iteration of optimizer steps runs from the end of one to the end of the next, the first from
+// -inf (the trace's first event, once known).
+struct IterationCuts {
+  std::vector<double> start, end;
+  std::vector<int64_t> step;
+  int64_t tid = 0;
+};
+IterationCuts CutIterations(const std::vector<trace::Span>& spans, bool optimizer);
 
 enum class IterationClass : uint8_t { kSteady, kPartial, kWarmup };
 

@@ -38,7 +38,9 @@
 #include "pattern/input_shapes.h"
 #include "pattern/intervals.h"
 #include "pattern/iteration_breakdown.h"
+#include "pattern/memory_use.h"
 #include "pattern/names.h"
+#include "pattern/steady_state.h"
 #include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
@@ -188,6 +190,7 @@ struct Summarizer::Impl {
   std::vector<std::pair<uint32_t, int64_t>> coll_kernel_ext;  // NCCL kernel fn -> External id
   std::unordered_map<int64_t, CollArgs> coll_by_ext;
 
+  MemoryUseBuilder memory;  // the trace's memory records (profile_memory)
   bool has_gpu = false;
   double first_ts = kInf;
   double last_end = -kInf;
@@ -196,38 +199,14 @@ struct Summarizer::Impl {
   size_t NumIters() const { return it_start.size(); }
 
   void SetIterations(const std::vector<trace::Span>& spans, bool optimizer) {
-    // Markers on several threads (e.g. nested profilers): keep the thread with most of them.
-    std::unordered_map<int64_t, int> per_tid;
-    for (const auto& s : spans) ++per_tid[s.tid];
-    int64_t best = spans.front().tid;
-    for (const auto& s : spans) {
-      if (per_tid[s.tid] > per_tid[best]) best = s.tid;
-    }
-    std::vector<trace::Span> v;
-    for (const auto& s : spans) {
-      if (s.tid == best && std::isfinite(s.ts_us) && s.dur_us >= 0) v.push_back(s);
-    }
-    std::sort(v.begin(), v.end(),
-              [](const trace::Span& a, const trace::Span& b) { return a.ts_us < b.ts_us; });
     // Optimizer.step runs on the training thread as ProfilerStep does. Without it the thread with
     // the most top-level work would be the main one, which in a gloo job is a gloo worker
     // (its collectives span the whole step), not the thread the iterations belong to.
-    step_tid = best;
-    double prev_end = -kInf;
-    for (const auto& s : v) {
-      const double end = s.ts_us + s.dur_us;
-      if (optimizer) {
-        if (end <= prev_end) continue;
-        it_start.push_back(prev_end);
-        it_end.push_back(end);
-        prev_end = end;
-      } else {
-        if (!it_start.empty() && s.ts_us < it_end.back()) continue;  // overlapping marker
-        it_start.push_back(s.ts_us);
-        it_end.push_back(end);
-        it_step.push_back(s.step);
-      }
-    }
+    IterationCuts cuts = CutIterations(spans, optimizer);
+    step_tid = cuts.tid;
+    it_start = std::move(cuts.start);
+    it_end = std::move(cuts.end);
+    it_step = std::move(cuts.step);
   }
 
   void Begin(const trace::TraceMeta& m) {
@@ -248,6 +227,7 @@ struct Summarizer::Impl {
     }
     corr_min.assign(NumIters(), std::numeric_limits<int64_t>::max());
     corr_max.assign(NumIters(), std::numeric_limits<int64_t>::min());
+    memory = MemoryUseBuilder(NumIters());
   }
 
   // Iterations are sorted and do not overlap (it_start[i + 1] >= it_end[i]), so when ts lies in
@@ -870,6 +850,7 @@ struct Summarizer::Impl {
     AttachKernelCollArgs();
     if (!lanes.empty() && !steady.empty()) FillGpuBreakdown(&lanes, steady, main, &s);
     FillFunctions(steady, main, mean_iter_us, &s);
+    s.memory = memory.Build(steady);
     return s;
   }
 };
@@ -882,6 +863,11 @@ void Summarizer::OnBegin(const trace::TraceMeta& meta) { impl_->Begin(meta); }
 void Summarizer::OnEvent(const trace::Event& event) {
   if (impl_->it_start.empty()) impl_->Begin(trace::TraceMeta{});  // no OnBegin: window mode
   impl_->OnEvent(event);
+}
+
+void Summarizer::OnMemory(const trace::MemoryEvent& event) {
+  if (impl_->it_start.empty()) impl_->Begin(trace::TraceMeta{});
+  impl_->memory.Add(event, impl_->IterOf(event.ts_us));
 }
 
 void Summarizer::OnEnd(const trace::ReadStats& stats) { impl_->stats = stats; }

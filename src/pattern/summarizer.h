@@ -20,6 +20,7 @@ class Summarizer : public trace::EventSink {
   ~Summarizer() override;
   void OnBegin(const trace::TraceMeta& meta) override;
   void OnEvent(const trace::Event& event) override;
+  void OnMemory(const trace::MemoryEvent& event) override;
   void OnEnd(const trace::ReadStats& stats) override;
 
   // Finishes the summary; call once after the reader returned.

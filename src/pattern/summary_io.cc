@@ -405,6 +405,21 @@ std::string SerializeSummary(const RankSummary& s) {
   w.D(s.pre_profiler_gpu_us);
   w.Str(s.backend);
   w.Str(s.nccl_version);
+  w.U(s.memory.size());
+  for (const DeviceMemory& m : s.memory) {
+    w.Str(m.device);
+    for (double v : {m.peak_allocated_bytes, m.peak_reserved_bytes, m.start_allocated_bytes,
+                     m.end_allocated_bytes, m.allocated_bytes, m.largest_failed_bytes}) {
+      w.D(v);
+    }
+    w.U(m.allocations);
+    w.U(m.failed_allocations);
+    w.U(m.iteration_end_bytes.size());
+    for (size_t i = 0; i < m.iteration_end_bytes.size(); ++i) {
+      w.D(m.iteration_end_bytes[i]);
+      w.D(i < m.iteration_peak_bytes.size() ? m.iteration_peak_bytes[i] : 0.0);
+    }
+  }
   return w.Finish();
 }
 
@@ -612,6 +627,32 @@ void ReadReadStats(Reader& r, const StringTable& table, trace::ReadStats* st) {
   }
 }
 
+// The devices' memory (RankSummary::memory): a name, six doubles and three counts at least.
+constexpr size_t kMinDeviceMemoryBytes = 1 + 6 * 8 + 3;
+
+void ReadMemory(Reader& r, const StringTable& table, std::vector<DeviceMemory>* out) {
+  const size_t n = r.Count<DeviceMemory>(kMinDeviceMemoryBytes);
+  out->reserve(n);
+  for (size_t i = 0; i < n && !r.failed(); ++i) {
+    DeviceMemory& m = out->emplace_back();
+    m.device = std::string(r.Str(table));
+    for (double* v : {&m.peak_allocated_bytes, &m.peak_reserved_bytes, &m.start_allocated_bytes,
+                      &m.end_allocated_bytes, &m.allocated_bytes, &m.largest_failed_bytes}) {
+      *v = r.D();
+    }
+    m.allocations = r.U();
+    m.failed_allocations = r.U();
+    const size_t k = r.Count<double>(2 * 8);
+    r.Charge(k * sizeof(double));  // the peaks beside the ends
+    m.iteration_end_bytes.reserve(k);
+    m.iteration_peak_bytes.reserve(k);
+    for (size_t j = 0; j < k && !r.failed(); ++j) {
+      m.iteration_end_bytes.push_back(r.D());
+      m.iteration_peak_bytes.push_back(r.D());
+    }
+  }
+}
+
 // The optional trailing fields, each group read only when bytes are left (older summaries end
 // before them).
 void ReadTrailer(Reader& r, const StringTable& table, RankSummary* s) {
@@ -643,6 +684,7 @@ void ReadTrailer(Reader& r, const StringTable& table, RankSummary* s) {
     s->backend = r.Str(table);
     s->nccl_version = r.Str(table);
   }
+  if (!r.failed() && r.remaining() > 0) ReadMemory(r, table, &s->memory);
 }
 
 // Why the reader stopped, if it did: over the memory budget, corrupt or truncated.

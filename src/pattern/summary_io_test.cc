@@ -89,6 +89,22 @@ RankSummary Sample() {
   s.pre_profiler_gpu_us = 56517.25;
   s.backend = "nccl";
   s.nccl_version = "2.17.1";
+  DeviceMemory m;
+  m.device = "cuda:0";
+  m.peak_allocated_bytes = 3.5e9;
+  m.peak_reserved_bytes = 4e9;
+  m.start_allocated_bytes = 1e9;
+  m.end_allocated_bytes = 1.5e9;
+  m.allocations = 1234;
+  m.allocated_bytes = 9e10;
+  m.failed_allocations = 1;
+  m.largest_failed_bytes = 2e9;
+  m.iteration_end_bytes = {1.1e9, 1.2e9, 1.3e9};
+  m.iteration_peak_bytes = {3.1e9, 3.2e9, 3.5e9};
+  s.memory.push_back(m);
+  m = {};
+  m.device = "cpu";
+  s.memory.push_back(m);
   return s;
 }
 
@@ -182,6 +198,22 @@ void ExpectEqual(const RankSummary& a, const RankSummary& b) {
   EXPECT_EQ(a.pre_profiler_gpu_us, b.pre_profiler_gpu_us);
   EXPECT_EQ(a.backend, b.backend);
   EXPECT_EQ(a.nccl_version, b.nccl_version);
+  ASSERT_EQ(a.memory.size(), b.memory.size());
+  for (size_t i = 0; i < a.memory.size(); ++i) {
+    const DeviceMemory& x = a.memory[i];
+    const DeviceMemory& y = b.memory[i];
+    EXPECT_EQ(x.device, y.device);
+    EXPECT_EQ(x.peak_allocated_bytes, y.peak_allocated_bytes);
+    EXPECT_EQ(x.peak_reserved_bytes, y.peak_reserved_bytes);
+    EXPECT_EQ(x.start_allocated_bytes, y.start_allocated_bytes);
+    EXPECT_EQ(x.end_allocated_bytes, y.end_allocated_bytes);
+    EXPECT_EQ(x.allocations, y.allocations);
+    EXPECT_EQ(x.allocated_bytes, y.allocated_bytes);
+    EXPECT_EQ(x.failed_allocations, y.failed_allocations);
+    EXPECT_EQ(x.largest_failed_bytes, y.largest_failed_bytes);
+    EXPECT_EQ(x.iteration_end_bytes, y.iteration_end_bytes);
+    EXPECT_EQ(x.iteration_peak_bytes, y.iteration_peak_bytes);
+  }
 }
 
 TEST(SummaryIoTest, RoundTrip) {
@@ -434,7 +466,6 @@ TEST(SummaryIoTest, NonFiniteNumbersBecomeZero) {
   EXPECT_EQ(r->iteration_ms[0], 0);
 }
 
-
 // A version-3 summary whose header declares DECLARED bytes around a frame of PAYLOAD.
 std::string WrapDeclaring(const std::string& payload, uint64_t declared) {
   const std::string honest = Wrap(payload);
@@ -557,8 +588,8 @@ TEST(SummaryIoTest, FilesOfDifferentSizesInARowOnOneThread) {
         EXPECT_EQ(r.status().message(), *path + not_inflating);
       } else if (*path == cut_path) {
         ASSERT_FALSE(v.ok());
-        EXPECT_EQ(v.status().message(), *path + ": truncated summary at byte " +
-                                            std::to_string(whole.size() / 2));
+        EXPECT_EQ(v.status().message(),
+                  *path + ": truncated summary at byte " + std::to_string(whole.size() / 2));
         EXPECT_EQ(r.status().message(), v.status().message());
       } else {
         ASSERT_TRUE(from_views.ok()) << from_views.status().message();

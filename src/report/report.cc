@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/json_writer.h"
+#include "diagnose/memory_growth.h"
 
 namespace perftracker::report {
 namespace {
@@ -107,6 +108,56 @@ void IterationTable(const diagnose::JobInfo& job, std::string* out) {
   *out += "\n";
 }
 
+// Rows of the memory table the terminal shows; the JSON report has them all.
+constexpr size_t kMaxMemoryRows = 16;
+
+void MemoryJson(const std::vector<diagnose::RankMemoryUse>& memory, JsonWriter* w) {
+  w->Key("memory").BeginArray();
+  for (const auto& m : memory) {
+    w->BeginObject().Key("rank").Int(m.rank).Key("device").String(m.device);
+    w->Key("peak_allocated_bytes").Number(m.peak_allocated_bytes);
+    if (m.peak_reserved_bytes >= 0) w->Key("peak_reserved_bytes").Number(m.peak_reserved_bytes);
+    w->Key("start_bytes").Number(m.start_bytes).Key("end_bytes").Number(m.end_bytes);
+    w->Key("bytes_per_iteration").Number(m.bytes_per_iteration);
+    w->Key("iterations").Int(m.iterations);
+    w->Key("failed_allocations").Int(static_cast<int64_t>(m.failed_allocations));
+    w->Key("iteration_end_bytes").BeginArray();
+    for (double v : m.iteration_end_bytes) w->Number(v);
+    w->EndArray().Key("iteration_peak_bytes").BeginArray();
+    for (double v : m.iteration_peak_bytes) w->Number(v);
+    w->EndArray().EndObject();
+  }
+  w->EndArray();
+}
+
+// The traces' memory records per rank and device (profile_memory), one line each.
+void MemoryTable(const std::vector<diagnose::RankMemoryUse>& memory, std::string* out) {
+  if (memory.empty()) return;
+  *out +=
+      "memory (the traces' memory records, allocated): peak, and the level at the first and "
+      "last steady iteration's end\n";
+  for (size_t i = 0; i < memory.size() && i < kMaxMemoryRows; ++i) {
+    const auto& m = memory[i];
+    *out += fmt::format("  rank {:>4} {:<8} peak {:>10}", m.rank, m.device,
+                        diagnose::MemoryBytes(m.peak_allocated_bytes));
+    if (m.peak_reserved_bytes >= 0)
+      *out += fmt::format(" ({} reserved)", diagnose::MemoryBytes(m.peak_reserved_bytes));
+    if (!m.iteration_end_bytes.empty())
+      *out += fmt::format(", {} -> {} over {} iterations ({}{}/iteration)",
+                          diagnose::MemoryBytes(m.iteration_end_bytes.front()),
+                          diagnose::MemoryBytes(m.iteration_end_bytes.back()), m.iterations,
+                          m.bytes_per_iteration >= 0 ? "+" : "",
+                          diagnose::MemoryBytes(m.bytes_per_iteration));
+    if (m.failed_allocations > 0)
+      *out += fmt::format(", {} failed allocation{}", m.failed_allocations,
+                          m.failed_allocations == 1 ? "" : "s");
+    *out += "\n";
+  }
+  if (memory.size() > kMaxMemoryRows)
+    *out += fmt::format("  ... {} more in the JSON report (job.memory)\n",
+                        memory.size() - kMaxMemoryRows);
+}
+
 }  // namespace
 
 std::string RenderJson(const Diagnosis& d) {
@@ -163,6 +214,7 @@ std::string RenderJson(const Diagnosis& d) {
     }
     w.EndArray();
   }
+  if (!d.job.memory.empty()) MemoryJson(d.job.memory, &w);
   w.EndObject();
   w.Key("findings").BeginArray();
   for (const auto& f : d.findings) WriteFinding(f, &w);
@@ -190,6 +242,7 @@ std::string RenderText(const Diagnosis& d) {
       out += fmt::format("  rank {:>4}: {:>6} {:>8} {:>8} {:>8} {:>8}\n", rank, s.count,
                          Num(s.mean_ms), Num(s.p50_ms), Num(s.p99_ms), Num(s.max_ms));
   }
+  MemoryTable(job.memory, &out);
   if (job.attempts.size() > 1)
     for (const auto& a : job.attempts) out += a.summary + "\n";
   for (const auto& n : job.notes) out += fmt::format("note: {}\n", n);

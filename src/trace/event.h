@@ -70,6 +70,23 @@ struct Event {
   std::string_view input_dims;
 };
 
+// One of the profiler's memory records (profile_memory=True): Kineto writes an instant event
+// ("ph":"i") named "[memory]" for every allocation and free the allocator reports, and
+// "[OutOfMemory]" for an allocation that failed, with the allocator's totals after it:
+//   {"ph": "i", "name": "[memory]", "ts": 12.5, "args": {"Device Type": 1, "Device Id": 0,
+//    "Bytes": 4096, "Total Allocated": 1052672, "Total Reserved": 2097152, "Addr": 139...}}
+// gives {ts_us 12.5, device_type 1, device_id 0, bytes 4096, total_allocated 1052672,
+// total_reserved 2097152}. A free has negative Bytes. -1 where the trace left a field out.
+struct MemoryEvent {
+  double ts_us = 0;
+  int32_t device_type = -1;  // c10::DeviceType: 0 CPU, 1 CUDA, ...
+  int32_t device_id = -1;    // -1 for the CPU
+  int64_t bytes = 0;
+  int64_t total_allocated = -1;
+  int64_t total_reserved = -1;
+  bool out_of_memory = false;  // "[OutOfMemory]": an allocation of `bytes` failed
+};
+
 struct ProcessGroup {
   std::string name;
   std::string desc;
@@ -117,7 +134,8 @@ struct ReadStats {
   uint64_t bytes = 0;             // uncompressed JSON bytes
   uint64_t events = 0;            // complete events delivered
   uint64_t flow_events = 0;       // ac2g / fwdbwd flows (s/f/t), counted and skipped
-  uint64_t metadata_events = 0;   // ph M / i / C
+  uint64_t metadata_events = 0;   // ph M / i / C (other than memory records)
+  uint64_t memory_events = 0;     // "[memory]" / "[OutOfMemory]" instant events delivered
   uint64_t unknown_kind = 0;      // complete events with an unknown cat
   uint64_t malformed_events = 0;  // events missing ts/name or with wrong types
   // The first malformed event: where it was found and what was expected instead, for the error
@@ -133,6 +151,8 @@ class EventSink {
   // Called once per trace, before any event.
   virtual void OnBegin(const TraceMeta& meta) {}
   virtual void OnEvent(const Event& event) = 0;
+  // A memory record (profile_memory); most sinks have no use for them.
+  virtual void OnMemory(const MemoryEvent& event) {}
   virtual void OnEnd(const ReadStats& stats) {}
 };
 

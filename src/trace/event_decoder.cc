@@ -123,6 +123,33 @@ void RepairUtf8(char* data, size_t len) {
   }
 }
 
+// The profiler's names for its memory records (trace::MemoryEvent).
+constexpr std::string_view kMemoryRecord = "[memory]";
+constexpr std::string_view kOutOfMemoryRecord = "[OutOfMemory]";
+
+// A memory record's args into M, each looked up by name (other keys, "Addr", are not read):
+//   {"Total Allocated": 1052672, "Bytes": 4096, "Device Type": 1, "Device Id": 0}
+//   -> total_allocated 1052672, bytes 4096, device_type 1, device_id 0.
+simdjson::error_code MemoryArgs(od::object& args, trace::MemoryEvent* m) {
+  int64_t type = m->device_type, id = m->device_id;
+  const std::pair<const char*, int64_t*> fields[] = {{"Bytes", &m->bytes},
+                                                     {"Total Allocated", &m->total_allocated},
+                                                     {"Total Reserved", &m->total_reserved},
+                                                     {"Device Type", &type},
+                                                     {"Device Id", &id}};
+  for (const auto& [key, out] : fields) {
+    od::value v;
+    const simdjson::error_code e = args.find_field_unordered(key).get(v);
+    if (e == simdjson::NO_SUCH_FIELD) continue;
+    if (e) return e;
+    int64_t i;
+    if (ReadInt(v, &i)) *out = i;
+  }
+  m->device_type = static_cast<int32_t>(type);
+  m->device_id = static_cast<int32_t>(id);
+  return simdjson::SUCCESS;
+}
+
 // Pass 2 over one trace: reads (or maps) the segments and decodes their events.
 class EventDecoder {
  public:
@@ -337,8 +364,10 @@ class EventDecoder {
     }
     od::object& obj = as_object.value_unsafe();
     trace::Event ev;
+    trace::MemoryEvent mem;
     std::string_view ph, cat;
     bool has_cat = false, has_ts = false, has_name = false, bad = false, skip = false;
+    bool instant = false;           // "ph":"i": a memory record, if named so (read on for its args)
     const char* bad_key = nullptr;  // the first field of the wrong type
     for (auto f : obj) {
       if (auto e = f.error()) return e;
@@ -350,7 +379,8 @@ class EventDecoder {
         case 'p':
           if (KeyIs(k, "ph")) {
             e = val.get_string().get(ph);
-            skip = e == simdjson::SUCCESS && ph.size() == 1 && ph[0] != 'X';
+            instant = e == simdjson::SUCCESS && ph.size() == 1 && (ph[0] == 'i' || ph[0] == 'I');
+            skip = e == simdjson::SUCCESS && ph.size() == 1 && ph[0] != 'X' && !instant;
           } else if (KeyIs(k, "pid")) {
             bad |= !ReadId(val, &ev.pid);
           }
@@ -382,7 +412,7 @@ class EventDecoder {
           if (KeyIs(k, "args")) {
             od::object args;
             e = val.get_object().get(args);
-            if (!e) e = Args(args, &ev);
+            if (!e) e = instant ? MemoryArgs(args, &mem) : Args(args, &ev);
           }
           break;
         default:
@@ -411,7 +441,18 @@ class EventDecoder {
       case 't':
         ++stats_->flow_events;
         return simdjson::SUCCESS;
-      default:  // M, i, I, C and the rarer phases: metadata for a viewer, not work
+      case 'i':
+      case 'I':
+        if (has_ts && !bad && (ev.name == kMemoryRecord || ev.name == kOutOfMemoryRecord)) {
+          mem.ts_us = ev.ts_us;
+          mem.out_of_memory = ev.name == kOutOfMemoryRecord;
+          ++stats_->memory_events;
+          sink_->OnMemory(mem);
+          return simdjson::SUCCESS;
+        }
+        ++stats_->metadata_events;
+        return simdjson::SUCCESS;
+      default:  // M, C and the rarer phases: metadata for a viewer, not work
         ++stats_->metadata_events;
         return simdjson::SUCCESS;
     }

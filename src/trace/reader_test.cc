@@ -200,6 +200,48 @@ TEST(ReaderTest, KinetoOddShapes) {
   EXPECT_EQ(sink.pg_ranks[0], "[0, 1]");
 }
 
+// profile_memory's records: instant events named "[memory]" / "[OutOfMemory]" reach the sink
+// with the allocator's totals; other instant events stay metadata.
+TEST(ReaderTest, MemoryRecords) {
+  const std::string json = R"({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 10, "dur": 2},
+    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+     "ts": 11.5, "args": {"Total Reserved": 2097152, "Total Allocated": 1052672, "Bytes": 4096,
+     "Addr": 139917, "Device Type": 1, "Device Id": 0}},
+    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+     "ts": 12, "args": {"Total Reserved": 0, "Total Allocated": 0, "Bytes": -4096, "Addr": 7,
+     "Device Type": 0, "Device Id": -1}},
+    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[OutOfMemory]", "pid": 1,
+     "tid": 1, "ts": 13, "args": {"Total Reserved": 3, "Total Allocated": 2, "Bytes": 1073741824,
+     "Device Type": 1, "Device Id": 0}},
+    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "Record Window End", "pid": 1,
+     "tid": 1, "ts": 14},
+    {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": "x"}
+  ]})";
+  struct MemorySink : CountingSink {
+    std::vector<MemoryEvent> memory;
+    void OnMemory(const MemoryEvent& e) override { memory.push_back(e); }
+  } sink;
+  auto st = ReadTraceBuffer(json, "m.json", &sink);
+  ASSERT_TRUE(st.ok()) << st.status().message();
+  EXPECT_EQ(st->events, 1u);
+  EXPECT_EQ(st->memory_events, 3u);
+  EXPECT_EQ(st->metadata_events, 2u);  // the window's end and the record without a time
+  ASSERT_EQ(sink.memory.size(), 3u);
+  const MemoryEvent& a = sink.memory[0];
+  EXPECT_DOUBLE_EQ(a.ts_us, 11.5);
+  EXPECT_EQ(a.device_type, 1);
+  EXPECT_EQ(a.device_id, 0);
+  EXPECT_EQ(a.bytes, 4096);
+  EXPECT_EQ(a.total_allocated, 1052672);
+  EXPECT_EQ(a.total_reserved, 2097152);
+  EXPECT_FALSE(a.out_of_memory);
+  EXPECT_EQ(sink.memory[1].bytes, -4096);
+  EXPECT_EQ(sink.memory[1].device_type, 0);
+  EXPECT_TRUE(sink.memory[2].out_of_memory);
+  EXPECT_EQ(sink.memory[2].bytes, 1073741824);
+}
+
 TEST(ReaderTest, ChunkBoundaries) {
   for (const char* f :
        {"nccl_2rank_rank0.json.gz", "single_rank_triton.json.gz", "job128_rank-1.json.gz"}) {
