@@ -19,9 +19,22 @@ class OfflineFaults(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="pt_faults_")
+        cls.recorded = {}
 
     def traces(self, name, *args):
-        return ptest.train(os.path.join(self.tmp, name), *args)
+        """The traces of a run NAME with ARGS, recorded once per class (a NAME is always the same
+        run): the clean and straggler runs serve several tests (each costs ~10 s of the test
+        command)."""
+        if name not in self.recorded:
+            self.recorded[name] = ptest.train(os.path.join(self.tmp, name), *args)
+        return self.recorded[name]
+
+    def straggler(self):
+        """Rank 2 doing extra matmuls every step (test_a, test_e)."""
+        if "straggler" in self.recorded:
+            return self.recorded["straggler"]
+        return self.traces("straggler", "--fault", "straggler", "--fault-rank", "2",
+                           "--fault-work", self.straggler_work())
 
     def assertCheck(self, d, expect):
         ok, msg = ptest.check(d["_json_path"], expect)
@@ -34,8 +47,7 @@ class OfflineFaults(unittest.TestCase):
         return str(max(3, ptest.fault_work_for(4)[0]))  # 1.13 (~6 ms a matmul): 3, as before
 
     def test_a_straggler_is_the_slow_rank_not_the_waiters(self):
-        d = ptest.analyze([self.traces("straggler", "--fault", "straggler", "--fault-rank", "2",
-                                       "--fault-work", self.straggler_work())])
+        d = ptest.analyze([self.straggler()])
         f = top(d)
         self.assertEqual(f["ranks"], [2], d["_text"])
         self.assertEqual(f["class"], "subset")
@@ -88,7 +100,7 @@ class OfflineFaults(unittest.TestCase):
         # The same job twice, the second with rank 2 doing extra matmuls every step: the diff
         # reasons like the diagnosis (each rank against itself; the peers' longer collectives are
         # the echo), so its first finding is rank 2's aten::mm.
-        base, clean = self.traces("diff_base"), self.traces("diff_clean")
+        base, clean = self.traces("clean0"), self.traces("clean1")  # test_d's clean runs
         # Extra 256x256 matmuls worth about 8 ms (at least 15: about a third of a step on torch
         # 2.x's MKL; 3 cost only a few percent there, within two runs' difference on this VM).
         # 15 alone once raised the iteration 1 ms under .ci/run's load (4 ranks and a parallel
@@ -119,8 +131,7 @@ class OfflineFaults(unittest.TestCase):
             self.assertNotEqual(g["category"], "straggler", d["_text"])
 
     def test_e_summarize_then_diagnose_matches_analyze(self):
-        src = self.traces("map_reduce", "--fault", "straggler", "--fault-rank", "3",
-                          "--fault-work", self.straggler_work())
+        src = self.straggler()  # test_a's traces
         sums = os.path.join(self.tmp, "summaries")
         os.makedirs(sums, exist_ok=True)
         for r in range(4):
@@ -132,7 +143,7 @@ class OfflineFaults(unittest.TestCase):
         b = ptest.analyze([sums])
         strip = lambda d: [(f["category"], f["ranks"], round(f["impact"]["ms_per_iteration"], 3)) for f in d["findings"]]
         self.assertEqual(strip(a), strip(b))
-        self.assertEqual(top(b)["ranks"], [3], b["_text"])
+        self.assertEqual(top(b)["ranks"], [2], b["_text"])
 
 
 if __name__ == "__main__":

@@ -86,9 +86,11 @@ struct RankMemoryUse {
   int iterations = 0;
   uint64_t failed_allocations = 0;
   double largest_failed_bytes = 0;  // the largest request that failed
-  // The timeline: the level at each steady iteration's end, and each one's peak.
+  // The timeline: the level at each steady iteration's end, and each one's peak; the iterations'
+  // numbers (ProfilerStep#N, or the run's iteration for online samples) where known, else empty.
   std::vector<double> iteration_end_bytes;
   std::vector<double> iteration_peak_bytes;
+  std::vector<int64_t> iteration_numbers;
 };
 
 struct JobInfo {

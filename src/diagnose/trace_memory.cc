@@ -151,6 +151,8 @@ std::vector<RankMemoryUse> TraceMemoryOf(const std::vector<const pattern::RankSu
       m.largest_failed_bytes = d.largest_failed_bytes;
       m.iteration_end_bytes = d.iteration_end_bytes;
       m.iteration_peak_bytes = d.iteration_peak_bytes;
+      if (r->iteration_steps.size() == d.iteration_end_bytes.size())
+        m.iteration_numbers = r->iteration_steps;
       m.iterations = static_cast<int>(d.iteration_end_bytes.size());
       m.bytes_per_iteration = MemorySlope(d.iteration_end_bytes);
     }

@@ -104,6 +104,34 @@ void ReadAttempts(dom::object job, diagnose::JobInfo* out) {
   }
 }
 
+// job.memory: each rank's memory per device (the traces' records, or an online run's samples).
+void ReadMemory(dom::object job, diagnose::JobInfo* out) {
+  dom::array rows;
+  if (At(job, "memory").get(rows) != simdjson::SUCCESS) return;
+  for (dom::element e : rows) {
+    dom::object o;
+    if (e.get(o) != simdjson::SUCCESS) continue;
+    diagnose::RankMemoryUse& m = out->memory.emplace_back();
+    m.rank = Whole<int>(At(o, "rank"));
+    m.device = Str(At(o, "device"));
+    m.peak_allocated_bytes = Num(At(o, "peak_allocated_bytes"));
+    if (double v; At(o, "peak_reserved_bytes").get(v) == simdjson::SUCCESS)
+      m.peak_reserved_bytes = v;
+    m.start_bytes = Num(At(o, "start_bytes"));
+    m.end_bytes = Num(At(o, "end_bytes"));
+    m.bytes_per_iteration = Num(At(o, "bytes_per_iteration"));
+    m.iterations = Whole<int>(At(o, "iterations"));
+    m.failed_allocations = Whole<uint64_t>(At(o, "failed_allocations"));
+    dom::array arr;
+    if (At(o, "iteration_end_bytes").get(arr) == simdjson::SUCCESS)
+      for (dom::element v : arr) m.iteration_end_bytes.push_back(Num(v));
+    if (At(o, "iteration_peak_bytes").get(arr) == simdjson::SUCCESS)
+      for (dom::element v : arr) m.iteration_peak_bytes.push_back(Num(v));
+    if (At(o, "iteration_numbers").get(arr) == simdjson::SUCCESS)
+      for (dom::element v : arr) m.iteration_numbers.push_back(Whole<int64_t>(v));
+  }
+}
+
 void ReadJob(dom::object job, diagnose::JobInfo* out) {
   out->world_size = Whole<int>(At(job, "world_size"));
   out->iterations = Whole<int>(At(job, "iterations"));
@@ -122,6 +150,7 @@ void ReadJob(dom::object job, diagnose::JobInfo* out) {
   if (At(job, "notes").get(notes) == simdjson::SUCCESS)
     for (dom::element n : notes) out->notes.push_back(Str(n));
   ReadAttempts(job, out);
+  ReadMemory(job, out);
   dom::object run;
   if (At(job, "run_iteration_ms").get(run) == simdjson::SUCCESS) {
     dom::object per;

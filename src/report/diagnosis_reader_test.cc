@@ -38,6 +38,21 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
   d.job.attempts[1].restart_count = 1;
   d.job.attempts[1].ends.clear();
   d.findings[0].evidence_text["reasoning"] = "because";
+  diagnose::RankMemoryUse m;
+  m.rank = 1;
+  m.device = "cuda:0";
+  m.peak_allocated_bytes = 3e9;
+  m.peak_reserved_bytes = 4e9;
+  m.iteration_end_bytes = {1e9, 1.5e9};
+  m.iteration_peak_bytes = {2e9, 3e9};
+  m.iteration_numbers = {10, 11};
+  m.iterations = 2;
+  m.bytes_per_iteration = 5e8;
+  m.failed_allocations = 1;
+  d.job.memory = {m};
+  m.device = "host";
+  m.peak_reserved_bytes = -1;
+  d.job.memory.push_back(m);
   const std::string json = RenderJson(d);
   auto back = ParseDiagnosisJson(json, "d.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
@@ -49,6 +64,12 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
   EXPECT_FALSE(back->job.attempts[0].ends[0].clean);
   EXPECT_TRUE(back->job.attempts[0].ends[1].clean);
   EXPECT_EQ(back->job.attempts[1].restart_count, 1);
+  ASSERT_EQ(back->job.memory.size(), 2u);
+  EXPECT_EQ(back->job.memory[0].iteration_numbers, (std::vector<int64_t>{10, 11}));
+  EXPECT_EQ(back->job.memory[1].peak_reserved_bytes, -1);
+  // The text report's memory table holds the traces' records, not an online run's samples.
+  EXPECT_NE(RenderText(*back).find("rank    1 cuda:0   peak"), std::string::npos);
+  EXPECT_EQ(RenderText(*back).find("rank    1 host"), std::string::npos);
   // The text report lists them when there was a restart.
   EXPECT_NE(RenderText(*back).find("attempt 0 (restart count 0): ranks 0,1\n"), std::string::npos);
 }

@@ -342,6 +342,17 @@ std::string RenderHtml(const HtmlInput& in) {
           "<p class=\"note\">Shaded: the profiling windows (w<i>n</i>), every rank profiling the "
           "same iterations.</p>";
   }
+  for (bool gpu : {false, true}) {
+    if (std::string chart = internal::MemoryChart(in, gpu); !chart.empty()) {
+      out += gpu ? "<h2>GPU memory per rank</h2>" : "<h2>Host memory per rank</h2>";
+      out += chart;
+      out += in.series.empty()
+                 ? "<p class=\"note\">Allocated memory at each profiled iteration's end, as the "
+                   "trace's memory records (profile_memory) count it.</p>"
+                 : "<p class=\"note\">Each rank's memory as its agent sampled it with the "
+                   "iteration reports (RSS; on GPUs the memory its process holds).</p>";
+    }
+  }
   if (job && in.views_from_window > 0)
     out += fmt::format(
         "<p class=\"note\">The per-rank views below are from window {}, the latest profiled.</p>",

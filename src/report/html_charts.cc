@@ -243,31 +243,27 @@ std::string CulpritChart(const Finding& f, const Diagnosis& d, const CompactJob*
 }
 
 // Iteration time per rank: over the run (online series) or the window's iterations.
-std::string IterationChart(const HtmlInput& in) {
-  const Diagnosis& d = *in.diagnosis;
-  std::vector<RunSeries> series = in.series;
-  if (series.empty() && in.job) {
-    for (const CompactRank& r : in.job->ranks()) {
-      RunSeries s;
-      s.rank = r.rank;
-      for (size_t i = 0; i < r.iteration_ms.size(); ++i) {
-        s.steps.push_back(i < r.iteration_steps.size() ? r.iteration_steps[i]
-                                                       : static_cast<int64_t>(i));
-        s.ms.push_back(static_cast<float>(r.iteration_ms[i]));
-      }
-      if (!s.steps.empty()) series.push_back(std::move(s));
-    }
-  }
+namespace {
+
+// Bytes in a GiB, for the memory charts' axis.
+constexpr double kBytesPerGiB = 1024.0 * 1024 * 1024;
+
+// One line per rank over iterations (SERIES: values in UNIT), the windows shaded under them:
+// every rank when few; else the CULPRITS, then the highest on average, over the distribution of
+// all (median and p10-p90 per bucket of iterations).
+std::string RankLines(const std::vector<RunSeries>& series, const std::vector<WindowMark>& windows,
+                      const std::set<int>& culprits, const std::string& title,
+                      const std::string& unit) {
   if (series.empty()) return "";
   int64_t x0 = INT64_MAX, x1 = INT64_MIN;
-  double max_ms = 0;
+  double max_ms = 0;  // the highest value, in UNIT
   for (const RunSeries& s : series)
     for (size_t i = 0; i < s.steps.size(); ++i) {
       x0 = std::min(x0, s.steps[i]);
       x1 = std::max(x1, s.steps[i]);
       max_ms = std::max<double>(max_ms, s.ms[i]);
     }
-  for (const WindowMark& w : in.windows)
+  for (const WindowMark& w : windows)
     if (w.start_iteration >= 0) x1 = std::max<int64_t>(x1, w.start_iteration + w.iterations);
   if (x1 <= x0) x1 = x0 + 1;
   // Buckets of steps, so a long run is at most kMaxPointsPerLine points per line.
@@ -288,14 +284,14 @@ std::string IterationChart(const HtmlInput& in) {
     return out;
   };
   const Axis axis = NiceAxis(max_ms * 1.05);
-  Svg svg(960, 300, "iteration time per rank");
+  Svg svg(960, 300, title);
   Frame fr;
   fr.right = 130;
   const double pw = svg.w() - fr.left - fr.right, ph = svg.h() - fr.top - fr.bottom;
   auto X = [&](double step) { return fr.left + pw * (step - x0) / std::max<double>(1, x1 - x0); };
   auto Y = [&](double ms) { return fr.top + ph - ph * ms / axis.top; };
   // The windows first, under the lines.
-  for (const WindowMark& w : in.windows) {
+  for (const WindowMark& w : windows) {
     if (w.start_iteration < 0) continue;
     const double xa = X(w.start_iteration), xb = X(w.start_iteration + w.iterations);
     svg.Rect(xa, fr.top, std::max(2.0, xb - xa), ph, "rgba(255,165,0,0.18)",
@@ -303,7 +299,7 @@ std::string IterationChart(const HtmlInput& in) {
                          w.start_iteration + w.iterations - 1, w.reason));
     svg.Text(xa + 2, fr.top + 10, fmt::format("w{}", w.id), "start", "lbl win");
   }
-  ValueAxis(svg, fr, axis, "ms");
+  ValueAxis(svg, fr, axis, unit);
   int64_t last_tick = INT64_MIN;
   for (int i = 0; i <= 4; ++i) {
     const int64_t step = x0 + static_cast<int64_t>(std::llround((x1 - x0) * i / 4.0));
@@ -331,7 +327,6 @@ std::string IterationChart(const HtmlInput& in) {
   if (series.size() <= 8) {
     for (const RunSeries& s : series) lines.push_back(&s);
   } else {
-    const std::set<int> culprits = CulpritRanks(d);
     std::vector<std::pair<double, const RunSeries*>> by_mean;
     for (const RunSeries& s : series) {
       double sum = 0;
@@ -385,6 +380,52 @@ std::string IterationChart(const HtmlInput& in) {
     ++k;
   }
   return svg.Take();
+}
+
+}  // namespace
+
+std::string IterationChart(const HtmlInput& in) {
+  std::vector<RunSeries> series = in.series;
+  if (series.empty() && in.job) {
+    for (const CompactRank& r : in.job->ranks()) {
+      RunSeries s;
+      s.rank = r.rank;
+      for (size_t i = 0; i < r.iteration_ms.size(); ++i) {
+        s.steps.push_back(i < r.iteration_steps.size() ? r.iteration_steps[i]
+                                                       : static_cast<int64_t>(i));
+        s.ms.push_back(static_cast<float>(r.iteration_ms[i]));
+      }
+      if (!s.steps.empty()) series.push_back(std::move(s));
+    }
+  }
+  return RankLines(series, in.windows, CulpritRanks(*in.diagnosis), "iteration time per rank",
+                   "ms");
+}
+
+std::string MemoryChart(const HtmlInput& in, bool gpu) {
+  std::vector<RunSeries> series;
+  double top = 0;
+  for (const diagnose::RankMemoryUse& m : in.diagnosis->job.memory) {
+    if ((m.device != "cpu" && m.device != "host") != gpu || m.iteration_end_bytes.empty()) continue;
+    for (double v : m.iteration_end_bytes) top = std::max(top, v);
+  }
+  // GiB once a rank holds several; MiB below.
+  const bool gib = top >= 4 * kBytesPerGiB;
+  const double scale = gib ? kBytesPerGiB : kBytesPerGiB / 1024;
+  for (const diagnose::RankMemoryUse& m : in.diagnosis->job.memory) {
+    if ((m.device != "cpu" && m.device != "host") != gpu || m.iteration_end_bytes.empty()) continue;
+    RunSeries s;
+    s.rank = m.rank;
+    for (size_t i = 0; i < m.iteration_end_bytes.size(); ++i) {
+      s.steps.push_back(i < m.iteration_numbers.size() ? m.iteration_numbers[i]
+                                                       : static_cast<int64_t>(i));
+      s.ms.push_back(static_cast<float>(m.iteration_end_bytes[i] / scale));
+    }
+    series.push_back(std::move(s));
+  }
+  if (series.empty()) return "";
+  return RankLines(series, in.windows, CulpritRanks(*in.diagnosis),
+                   gpu ? "GPU memory per rank" : "host memory per rank", gib ? "GiB" : "MiB");
 }
 
 namespace {

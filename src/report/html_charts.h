@@ -1,7 +1,7 @@
 // The report page's charts (report/html.h), each an inline <svg> with a viewBox so it scales with
-// the page: the culprit against its peers, iteration time per rank, the differential view
-// (ranks x top functions) and where each rank's iteration goes. At any number of ranks they show
-// a distribution plus the outliers and the culprits. Owns the charts' policy numbers; html.cc
+// the page: the culprit against its peers, iteration time and memory per rank, the differential
+// view (ranks x top functions) and where each rank's iteration goes. At any number of ranks they
+// show a distribution plus the outliers and the culprits. Owns the charts' policy numbers; html.cc
 // assembles the page around them. Internal to src/report.
 #ifndef PERFTRACKER_REPORT_HTML_CHARTS_H_
 #define PERFTRACKER_REPORT_HTML_CHARTS_H_
@@ -24,6 +24,9 @@ std::string CulpritChart(const diagnose::Finding& f, const diagnose::Diagnosis& 
                          const pattern::CompactJob* job);
 // Iteration time per rank: over the run (online series) or the window's iterations.
 std::string IterationChart(const HtmlInput& in);
+// Memory per rank over iterations (Diagnosis::job.memory: the traces' memory records, or the
+// online run's samples), host (GPU false) or GPU memory. "" when there is none.
+std::string MemoryChart(const HtmlInput& in, bool gpu);
 // Ranks x top functions, each cell coloured by the rank's deviation from its peer group (the
 // ranks the diagnosis compares it with: diagnose::PeerGroups). "" below two ranks.
 std::string Heatmap(const diagnose::Diagnosis& d, const pattern::CompactJob& job);

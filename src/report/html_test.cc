@@ -81,6 +81,33 @@ TEST(HtmlTest, AStragglerPageNamesTheCulpritWithItsCharts) {
   EXPECT_NE(page.find("rank 2: data loading 2.0 ms"), std::string::npos);
 }
 
+TEST(HtmlTest, MemoryIsChartedPerRankAndDevice) {
+  auto ranks = Straggler(4, -1);
+  pattern::CompactJob job;
+  for (const auto& r : ranks) job.Add(r);
+  diagnose::Diagnosis d = diagnose::Diagnose(job);
+  HtmlInput in;
+  in.diagnosis = &d;
+  in.job = &job;
+  EXPECT_EQ(RenderHtml(in).find("memory per rank</h2>"), std::string::npos);  // none recorded
+  for (int r = 0; r < 4; ++r) {
+    diagnose::RankMemoryUse m;
+    m.rank = r;
+    m.device = "host";
+    m.iteration_numbers = {100, 200, 300};
+    // Rank 3 leaks 1 GiB every 100 iterations.
+    for (int i = 0; i < 3; ++i)
+      m.iteration_end_bytes.push_back((2.0 + (r == 3 ? i : 0)) * (1 << 30));
+    d.job.memory.push_back(m);
+  }
+  const std::string page = RenderHtml(in);
+  EXPECT_NE(page.find("<h2>Host memory per rank</h2>"), std::string::npos);
+  EXPECT_EQ(page.find("<h2>GPU memory per rank</h2>"), std::string::npos);
+  EXPECT_NE(page.find("host memory per rank"), std::string::npos);  // the chart's own title
+  EXPECT_NE(page.find(">GiB<"), std::string::npos);
+  EXPECT_NE(page.find("<title>rank 3</title>"), std::string::npos);
+}
+
 TEST(HtmlTest, ACleanJobSaysSo) {
   auto ranks = Straggler(4, -1);
   pattern::CompactJob job;

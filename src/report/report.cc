@@ -125,19 +125,26 @@ void MemoryJson(const std::vector<diagnose::RankMemoryUse>& memory, JsonWriter* 
     for (double v : m.iteration_end_bytes) w->Number(v);
     w->EndArray().Key("iteration_peak_bytes").BeginArray();
     for (double v : m.iteration_peak_bytes) w->Number(v);
+    w->EndArray().Key("iteration_numbers").BeginArray();
+    for (int64_t v : m.iteration_numbers) w->Int(v);
     w->EndArray().EndObject();
   }
   w->EndArray();
 }
 
-// The traces' memory records per rank and device (profile_memory), one line each.
-void MemoryTable(const std::vector<diagnose::RankMemoryUse>& memory, std::string* out) {
+// The traces' memory records per rank and device (profile_memory), one line each. An online
+// run's samples (devices "host" and "gpu") are left to the JSON and HTML reports: a window's
+// terminal output stays short.
+void MemoryTable(const std::vector<diagnose::RankMemoryUse>& all, std::string* out) {
+  std::vector<const diagnose::RankMemoryUse*> memory;
+  for (const auto& m : all)
+    if (m.device != "host" && m.device != "gpu") memory.push_back(&m);
   if (memory.empty()) return;
   *out +=
       "memory (the traces' memory records, allocated): peak, and the level at the first and "
       "last steady iteration's end\n";
   for (size_t i = 0; i < memory.size() && i < kMaxMemoryRows; ++i) {
-    const auto& m = memory[i];
+    const auto& m = *memory[i];
     *out += fmt::format("  rank {:>4} {:<8} peak {:>10}", m.rank, m.device,
                         diagnose::MemoryBytes(m.peak_allocated_bytes));
     if (m.peak_reserved_bytes >= 0)

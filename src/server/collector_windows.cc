@@ -106,6 +106,7 @@ void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
   ExplainMissingLocked(&sealed);
   sched->Closed(id, std::chrono::steady_clock::now());
   diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
+  if (d.job.memory.empty()) d.job.memory = MemoryTimelines(ranks, CurrentRanksLocked());
   auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
   Publish(id, d, "window", job, RenderHtmlLocked(d, job.get(), id));
 }
@@ -157,8 +158,10 @@ void CollectorServer::Impl::PublishLoop() {
     to_publish.pop_front();
     const int64_t id = w.sealed.spec.id;
     std::vector<diagnose::Finding> memory = MemoryFindingsLocked();
+    std::vector<diagnose::RankMemoryUse> timelines = MemoryTimelines(ranks, CurrentRanksLocked());
     lk.unlock();
     diagnose::Diagnosis d = Window::Diagnose(w.sealed, options.diagnose);
+    if (d.job.memory.empty()) d.job.memory = std::move(timelines);
     CompareWindow(&w.sealed, w.rate, std::move(memory), options.diagnose, &baseline, &d);
     auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
     std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);

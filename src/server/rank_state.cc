@@ -182,6 +182,45 @@ std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double byte
   return growth;
 }
 
+std::vector<diagnose::RankMemoryUse> MemoryTimelines(const std::map<int, RankState>& ranks,
+                                                     const std::set<int>& current) {
+  // The ranks shown, at scale: those whose memory grows, then those that hold the most.
+  std::vector<std::pair<double, int>> order;
+  for (const auto& [r, st] : ranks) {
+    if (!current.count(r) || st.memory.series.samples().empty()) continue;
+    const bool grows = st.memory.growth || st.gpu_memory.growth;
+    order.push_back({(grows ? 1e18 : 0.0) + st.memory.series.samples().back().rss, r});
+  }
+  std::sort(order.begin(), order.end(), std::greater<>());
+  if (order.size() > kMaxMemoryTimelineRanks) order.resize(kMaxMemoryTimelineRanks);
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::vector<diagnose::RankMemoryUse> out;
+  for (const auto& [unused, r] : order) {
+    const RankState& st = ranks.at(r);
+    for (const auto& [watch, device] : {std::pair{&st.memory, "host"}, {&st.gpu_memory, "gpu"}}) {
+      const auto& samples = watch->series.samples();
+      if (samples.empty()) continue;
+      diagnose::RankMemoryUse& m = out.emplace_back();
+      m.rank = r;
+      m.device = device;
+      const size_t stride =
+          (samples.size() + kMaxMemoryTimelinePoints - 1) / kMaxMemoryTimelinePoints;
+      for (size_t i = 0; i < samples.size(); ++i) {
+        m.peak_allocated_bytes = std::max(m.peak_allocated_bytes, samples[i].rss);
+        if (i % stride != 0 && i + 1 != samples.size()) continue;
+        m.iteration_numbers.push_back(samples[i].step);
+        m.iteration_end_bytes.push_back(samples[i].rss);
+      }
+      m.start_bytes = samples.front().rss;
+      m.end_bytes = samples.back().rss;
+      m.iterations = static_cast<int>(m.iteration_end_bytes.size());
+      if (watch->growth) m.bytes_per_iteration = watch->growth->bytes_per_iteration;
+    }
+  }
+  return out;
+}
+
 std::vector<diagnose::Finding> MemoryFindings(
     const std::map<int, RankState>& ranks, const std::set<int>& current,
     const std::function<std::string(const RankState&)>& host_of,

@@ -135,6 +135,16 @@ struct MissedWindow {
 diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const AgentSeen& agent,
                                      const MissedWindow& window);
 
+// The memory timeline of the ranks in CURRENT for a report (Diagnosis::job.memory): host memory
+// (RSS as read, device "host") and, where its agent reads NVML, GPU memory (device "gpu"), at
+// the iterations sampled over the whole run. Bounded for diagnosis.json at any scale: at most
+// kMaxMemoryTimelineRanks ranks (those whose memory grows, then those that hold the most) of
+// at most kMaxMemoryTimelinePoints points each (~1 MB of JSON).
+inline constexpr size_t kMaxMemoryTimelineRanks = 256;
+inline constexpr size_t kMaxMemoryTimelinePoints = 64;
+std::vector<diagnose::RankMemoryUse> MemoryTimelines(const std::map<int, RankState>& ranks,
+                                                     const std::set<int>& current);
+
 // The memory_growth findings of the RANKS in CURRENT, host then GPU: HOST_OF names a rank's host
 // (by its agent), HOSTS what each host's agent last said of its memory, ITERATION_MS the job's
 // typical iteration (for the time left).

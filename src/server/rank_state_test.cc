@@ -228,3 +228,46 @@ TEST(ExplainMissingTest, ALateExitOfAnOldPidKeepsTheNewWorker) {
 
 }  // namespace
 }  // namespace perftracker::server
+
+namespace perftracker::server {
+namespace {
+
+TEST(MemoryTimelinesTest, EachCurrentRanksHostAndGpuSamplesBounded) {
+  std::map<int, RankState> ranks;
+  for (int r = 0; r < 3; ++r) {
+    for (int64_t step = 0; step < 200; ++step) {
+      ranks[r].memory.Add(step, (1000.0 + (r == 1 ? step : 0)) * 1024 * 1024);
+      if (r == 2) ranks[r].gpu_memory.Add(step, 5e9);
+    }
+  }
+  const std::vector<diagnose::RankMemoryUse> t = MemoryTimelines(ranks, {1, 2});  // rank 0 left
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].rank, 1);
+  EXPECT_EQ(t[0].device, "host");
+  EXPECT_EQ(t[1].device, "host");
+  EXPECT_EQ(t[2].device, "gpu");
+  for (const auto& m : t) {
+    EXPECT_LE(m.iteration_end_bytes.size(), kMaxMemoryTimelinePoints);
+    EXPECT_EQ(m.iteration_numbers.size(), m.iteration_end_bytes.size());
+    EXPECT_EQ(m.iteration_numbers.back(), m.iteration_numbers.size() > 1 ? 199 : 0);
+  }
+  // Rank 1 grows a MiB an iteration: its timeline ends 199 MiB above where it began.
+  EXPECT_DOUBLE_EQ(t[0].end_bytes - t[0].start_bytes, 199.0 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(t[0].peak_allocated_bytes, t[0].end_bytes);
+}
+
+TEST(MemoryTimelinesTest, AtScaleTheGrowingAndTheLargestRanks) {
+  std::map<int, RankState> ranks;
+  std::set<int> current;
+  for (int r = 0; r < 1000; ++r) {
+    current.insert(r);
+    ranks[r].memory.Add(0, 1e9 + r);
+  }
+  const std::vector<diagnose::RankMemoryUse> t = MemoryTimelines(ranks, current);
+  ASSERT_EQ(t.size(), kMaxMemoryTimelineRanks);
+  EXPECT_EQ(t.front().rank, 1000 - static_cast<int>(kMaxMemoryTimelineRanks));  // the largest
+  EXPECT_EQ(t.back().rank, 999);
+}
+
+}  // namespace
+}  // namespace perftracker::server
