@@ -11,6 +11,7 @@
 #include <span>
 
 #include "base/units.h"
+#include "diagnose/cost_bound.h"
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "pattern/input_shapes.h"
@@ -482,9 +483,13 @@ bool RunQueueContentionRule::Explain(const CauseInput& in, Finding* f) const {
   f->evidence["peers_runq_wait_per_cpu_s"] = peers;
   f->evidence["extra_runq_wait_ms_per_iteration"] = extra_ms;
   // The finding that named the rank may be one function that rose; the scheduler held the rank
-  // back in all it does, and its peers wait that long for it (no longer than an iteration).
-  if (in.iteration_ms > 0 && extra_ms > f->impact_ms) {
-    f->impact_ms = std::min(extra_ms, in.iteration_ms);
+  // back in all it does, and its peers wait for it as long as its own work takes longer than
+  // theirs: the extra wait counts up to that excess, and only where the peer comparison measured
+  // it (the wait of all the rank's threads is not the training thread's: rank 0's store server
+  // waits too, and a rank in step with its peers makes nobody wait).
+  const std::optional<double> own_excess = OwnWorkExcessMs(*f);
+  if (in.iteration_ms > 0 && own_excess && extra_ms > f->impact_ms) {
+    f->impact_ms = std::max(f->impact_ms, std::min({extra_ms, in.iteration_ms, *own_excess}));
     f->impact_fraction = f->impact_ms / in.iteration_ms;
   }
   const double running = Get(m, "host.procs_running");

@@ -116,11 +116,29 @@ TEST(RunQueueContentionRule, NamesARankTheSchedulerHoldsBack) {
   EXPECT_NE(f.summary.find("denied the CPU on host vm"), std::string::npos) << f.summary;
   // The finding named one function (10 ms); the wait held back all the rank does: 8.1 ms more.
   EXPECT_NEAR(f.impact_ms, 10, 1e-9);
+  // A function that rose since the baseline, on a rank whose own work takes 9 ms longer than
+  // its peers': the wait held back all it does, and its peers wait for it up to that excess.
   Finding small = Straggler();
-  small.impact_ms = 2.2;  // a function that rose since the baseline
+  small.impact_ms = 2.2;
+  small.evidence["own_work_ms"] = 61;
+  small.evidence["peers_own_work_ms"] = 52;
   ASSERT_TRUE(RunQueueContentionRule().Explain({m, 50}, &small));
-  EXPECT_NEAR(small.impact_ms, (4.0 - 2.5 / 4.2 * 4) * 5, 1e-9);
+  EXPECT_NEAR(small.impact_ms, (4.0 - 2.5 / 4.2 * 4) * 5, 1e-9);  // 8.1 ms, under the 9
   EXPECT_NEAR(small.impact_fraction, small.impact_ms / 50, 1e-9);
+  // In step with its peers (1 ms more own work), or with no own work measured: its threads'
+  // extra wait is not the job's loss (seen: rank 0's store server thread, 4 ranks on 2 cores,
+  // "the job loses 11.7 ms/iter" ranked above a real straggler of 5.7 ms). The function's
+  // measured excess stays the cost.
+  Finding in_step = Straggler();
+  in_step.impact_ms = 2.2;
+  in_step.evidence["own_work_ms"] = 53;
+  in_step.evidence["peers_own_work_ms"] = 52;
+  ASSERT_TRUE(RunQueueContentionRule().Explain({m, 50}, &in_step));
+  EXPECT_NEAR(in_step.impact_ms, 2.2, 1e-9);
+  Finding unmeasured = Straggler();
+  unmeasured.impact_ms = 2.2;
+  ASSERT_TRUE(RunQueueContentionRule().Explain({m, 50}, &unmeasured));
+  EXPECT_NEAR(unmeasured.impact_ms, 2.2, 1e-9);
 }
 
 TEST(RunQueueContentionRule, ABusyHostAloneIsNoCause) {
@@ -597,7 +615,6 @@ TEST(FindSlowLoaderWorkers, NamesARankThePeerComparisonMissed) {
   named.ranks = {1};
   EXPECT_TRUE(FindSlowLoaderWorkers(j.In(), {}, {named}).empty());
 }
-
 
 // A 2-stage x 2 pipeline: ranks 0 and 2 are stage 0, 1 and 3 stage 1. Stage 0's FUNCTIONS run
 // on 512 rows and take 14 ms an iteration, stage 1's on 64 rows, 4 ms (its layers are

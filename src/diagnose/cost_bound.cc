@@ -31,8 +31,11 @@ bool TimeCost(Category c) {
   }
 }
 
-// A rank that computes more than its peers: its peers wait for its excess, no more.
-bool ComputesMore(Category c) { return c == Category::kStraggler || c == Category::kMoreWork; }
+// A rank that computes more than its peers, or takes longer for the same work because the
+// scheduler holds it back: its peers wait for its excess, no more.
+bool ComputesMore(Category c) {
+  return c == Category::kStraggler || c == Category::kMoreWork || c == Category::kCpuContention;
+}
 
 // The peer comparison's own-work totals (rank, its peers' median), as evidence keys.
 constexpr std::pair<const char*, const char*> kOwnWorkTotals[] = {
@@ -55,6 +58,18 @@ bool BeforeRise(const Finding& f, const CostBudget& b) {
 
 }  // namespace
 
+std::optional<double> OwnWorkExcessMs(const Finding& f) {
+  // Each total is a floor of how much more the rank computes (a Python frame's self time also
+  // holds waits no op names, which hides excess in the CPU total): the largest one counts.
+  std::optional<double> excess;
+  for (const auto& [own_key, peers_key] : kOwnWorkTotals) {
+    const double own = Evidence(f, own_key), peers = Evidence(f, peers_key);
+    if (std::isnan(own) || std::isnan(peers)) continue;
+    excess = excess ? std::max(*excess, own - peers) : own - peers;
+  }
+  return excess;
+}
+
 std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget) {
   if (!TimeCost(f.category) || f.impact_ms <= 0) return std::nullopt;
   std::optional<CostLimit> limit;
@@ -66,19 +81,11 @@ std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget) {
     tighten(budget.iteration_ms,
             fmt::format("the whole iteration takes {:.1f} ms", budget.iteration_ms));
   if (f.finding_class == FindingClass::kSubset && ComputesMore(f.category)) {
-    // Each total is a floor of how much more the rank computes (a Python frame's self time also
-    // holds waits no op names, which hides excess in the CPU total): the largest one counts.
-    double excess = std::nan("");
-    for (const auto& [own_key, peers_key] : kOwnWorkTotals) {
-      const double own = Evidence(f, own_key), peers = Evidence(f, peers_key);
-      if (std::isnan(own) || std::isnan(peers)) continue;
-      excess = std::isnan(excess) ? own - peers : std::max(excess, own - peers);
-    }
-    if (!std::isnan(excess))
-      tighten(policy::kCostSlack * excess,
+    if (const std::optional<double> excess = OwnWorkExcessMs(f))
+      tighten(policy::kCostSlack * *excess,
               fmt::format("its own work exceeds its peers' by {:.1f} ms an iteration, all they "
                           "wait for it",
-                          std::max(excess, 0.0)));
+                          std::max(*excess, 0.0)));
   }
   if (budget.rise_ms && !BeforeRise(f, budget))
     tighten(policy::kCostSlack * std::max(*budget.rise_ms, 0.0),

@@ -4,7 +4,8 @@
 // time on a rank of another role is mostly waiting, a profiled window's functions are inflated by
 // the profiler. The bound is what was lost:
 // - the iteration itself: no problem costs more than the whole step;
-// - a rank that computes more (straggler, more work): its own work's excess over its peers' (what
+// - a rank that computes more (straggler, more work) or is held back by the scheduler
+//   (cpu_contention): its own work's excess over its peers' (what
 //   they wait for it), the largest of the peer comparison's totals (own_work_ms, own_op_work_ms,
 //   own_gpu_work_ms against their peers_ figures): each is a floor, as a Python frame's self
 //   time also holds waits no op names;
@@ -25,6 +26,11 @@
 #include "diagnose/finding.h"
 
 namespace perftracker::diagnose {
+
+// How much more a rank's own work takes than its peers' (ms an iteration: the largest of the peer
+// comparison's own-work totals in F's evidence, own_work_ms against peers_own_work_ms and the
+// op and GPU ones); nullopt when F carries none.
+std::optional<double> OwnWorkExcessMs(const Finding& f);
 
 // What a window's findings may claim.
 struct CostBudget {

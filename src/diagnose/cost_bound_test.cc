@@ -45,6 +45,17 @@ TEST(CostBound, ARankThatComputesMoreCostsItsOwnExcessAtMost) {
   EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, policy::kCostSlack * 20);
 }
 
+TEST(CostBound, ARankTheSchedulerHoldsBackCostsItsOwnExcessAtMost) {
+  Finding f = MoreWork(0, 11.7, 61, 60);  // in step with its peers: 1 ms more own work
+  f.category = Category::kCpuContention;
+  const std::optional<CostLimit> limit = LimitOf(f, {60, std::nullopt, {}});
+  ASSERT_TRUE(limit.has_value());
+  EXPECT_DOUBLE_EQ(limit->ms, policy::kCostSlack * 1);
+  EXPECT_EQ(OwnWorkExcessMs(f), 1);
+  f.evidence.clear();
+  EXPECT_FALSE(OwnWorkExcessMs(f).has_value());
+}
+
 TEST(CostBound, ANewProblemCostsTheRiseOverTheHealthyRateAtMost) {
   // The iteration rose 19.3 ms over the healthy rate; the straggler's rule said 30.4.
   Diagnosis d;
