@@ -41,6 +41,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  ends it
   gpu-leak       the same with tensors on the rank's device (--device cuda): its GPU memory grows
                  until CUDA's allocator fails (torch.OutOfMemoryError)
+  sawtooth       the rank keeps --fault-mb MiB every step and lets them all go every 20 steps (a
+                 cache filled and emptied): its memory rises and falls, and is no leak
   checkpoint     the rank saves a checkpoint every step on the training thread: the model's state
                  and --fault-mb MiB more, torch.save to a file in the temp folder, then fsync
   cmd            runs the shell command --fault-cmd once on the faulty rank(s) (e.g. a tc rate
@@ -70,6 +72,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from stop_file import STOP_CHECK_STEPS, StopFile  # noqa: E402
 
 
+SAWTOOTH_STEPS = 20  # --fault sawtooth: steps between two emptyings of its cache
 COLLECTIVE_FAULTS = ("extra-collective", "wrong-size", "wrong-dtype", "raise")
 
 
@@ -106,7 +109,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
-                            "call-heavy", "cpu-quota", "skew", "leak", "gpu-leak", "checkpoint", "nice", "extra-collective",
+                            "call-heavy", "cpu-quota", "skew", "leak", "sawtooth", "gpu-leak", "checkpoint", "nice", "extra-collective",
                             "wrong-size", "wrong-dtype", "skip-barrier", "raise"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
@@ -357,6 +360,10 @@ def worker(rank, world, args):
             elif args.fault == "call-heavy":
                 tokenize(args.calls)
             elif args.fault == "leak":
+                kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4)))
+            elif args.fault == "sawtooth":
+                if len(kept) >= SAWTOOTH_STEPS:
+                    kept.clear()
                 kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4)))
             elif args.fault == "gpu-leak":
                 kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4), device=device))

@@ -143,9 +143,10 @@ class SplitFit {
 
 // Whether the tail S[I..] (its slope SLOPE) is a leak by the policy: enough iterations and
 // growth, each half growing, most intervals rising, and above every level the rank held before
-// the tail (PEAK_BEFORE; -1: none). Fills G.
+// the tail by a good share of the range it moved in (PEAK_BEFORE and TROUGH_BEFORE; -1: none).
+// Fills G.
 bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double peak_before,
-                MemoryGrowth* g) {
+                double trough_before, MemoryGrowth* g) {
   // A view, not a copy: the tails of a growing rank are tested one after another.
   const std::span<const Sample> tail(s.begin() + static_cast<std::ptrdiff_t>(i), s.end());
   if (tail.size() < 3 || !(slope > 0)) return false;
@@ -164,7 +165,11 @@ bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double pea
     return false;
   // A sawtooth (a cache filled and emptied, an evaluation's buffers freed) climbs back to levels
   // it held before; a leak takes memory the rank never held.
-  if (peak_before >= 0 && g->last_bytes - peak_before < policy::kMemoryMinGrowthBytes / 2)
+  // Sampled by time, a sawtooth aliases into slow ramps whose highs creep up on its true peak: a
+  // leak also leaves the range the rank moved in before the tail well behind.
+  if (peak_before >= 0 && g->last_bytes - peak_before < std::max(policy::kMemoryMinGrowthBytes / 2,
+                                                                 policy::kMemoryAboveRangeShare *
+                                                                     (peak_before - trough_before)))
     return false;
   // A leak grows alike throughout; a warm-up ramp or a profiling window's buffers (measured: a
   // healthy rank's RSS steps up 27 MiB in its baseline window and then creeps by a MiB) grow in
@@ -209,7 +214,7 @@ std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
   // costs O(1), and a flat rank's tails fail on their growth before anything else is looked at:
   // O(n) for a healthy rank, O(n^2) (n <= kMaxSamples) only for one whose memory grows.
   const SplitFit fit(s);
-  double peak_before = -1;
+  double peak_before = -1, trough_before = -1;
   std::optional<MemoryGrowth> best;
   double best_residual = std::numeric_limits<double>::infinity();
   for (size_t i = 0; i + 2 < s.size(); ++i) {
@@ -217,7 +222,7 @@ std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
     const double slope = fit.Slope(i);
     MemoryGrowth g;
     if (slope * static_cast<double>(s.back().step - s[i].step) >= policy::kMemoryMinGrowthBytes &&
-        TailIsLeak(s, i, slope, peak_before, &g)) {
+        TailIsLeak(s, i, slope, peak_before, trough_before, &g)) {
       const double residual = fit.SplitResidual(i);
       if (residual < best_residual) {
         best_residual = residual;
@@ -225,6 +230,7 @@ std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
       }
     }
     peak_before = std::max(peak_before, s[i].bytes);
+    trough_before = trough_before < 0 ? s[i].bytes : std::min(trough_before, s[i].bytes);
   }
   return best;
 }

@@ -217,6 +217,11 @@ namespace perftracker::diagnose::policy {
     "to 60 iterations of 45 ms on 2 shared cores; the export's memory is its biggest part): "      \
     "samples until 20 iterations after it are perftracker's memory, not the job's; a later one "   \
     "still inside the export only lowers the level after it")                                      \
+  X(kMemoryAboveRangeShare, 0.5, "of the range the rank's memory moved in before",                \
+    "samples come by time, not by step: a sawtooth (a cache filled and emptied) aliases into "     \
+    "slow ramps whose highs creep up on its true peak (measured: +0.6 MiB an iteration named on "  \
+    "a 320 MiB sawtooth sampled every ~30 iterations); a leak leaves the range it moved in behind" \
+    ", a creeping high stays within half of it")                                                   \
   X(kMemoryRiseOfExpected, 0.25, "of the growth the rate gives an interval",                       \
     "a rise between two samples counts when it is a quarter of what the rate gives their "         \
     "interval: a page more is no rise")                                                            \

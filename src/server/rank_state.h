@@ -45,11 +45,12 @@ struct WorkerSeen {
 };
 
 // A rank's memory over the run, host (RSS) or GPU (diagnose/memory_growth.h), checked for a
-// leak every kMemoryCheckEvery samples; once one is found it is reported (a window opens) once,
-// and `growth` follows it on (/metrics).
+// leak at every new high until one is found, and every kMemoryCheckEvery samples; once one is found
+// it is reported (a window opens) once, and `growth` follows it on (/metrics).
 struct MemoryWatch {
   diagnose::MemorySeries series;
   int unchecked = 0;
+  double high = 0;  // the series' highest sample so far (a new one is checked at once)
   bool reported = false;
   std::optional<diagnose::MemoryGrowth> growth;  // the latest check's leak, if any (/metrics)
   static constexpr int kMemoryCheckEvery = 8;

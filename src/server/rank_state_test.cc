@@ -271,3 +271,30 @@ TEST(MemoryTimelinesTest, AtScaleTheGrowingAndTheLargestRanks) {
 
 }  // namespace
 }  // namespace perftracker::server
+
+namespace perftracker::server {
+namespace {
+
+// A leak is named at the first sample the rule can name it at (a new high is checked at once),
+// not up to kMemoryCheckEvery samples later; a flat rank is never named.
+TEST(MemoryWatchTest, ALeakIsNamedAsSoonAsTheRuleCan) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  MemoryWatch watch;
+  diagnose::MemorySeries mirror;
+  int64_t reported_at = -1, first_possible = -1;
+  for (int64_t step = 0; step < 1200; step += 30) {  // one sample every 30 iterations
+    const double bytes = (1000 + (step >= 600 ? static_cast<double>(step - 600) : 0.0)) * kMiB;
+    mirror.Add(step, bytes);
+    if (first_possible < 0 && diagnose::FindMemoryGrowth(mirror)) first_possible = step;
+    if (watch.Add(step, bytes) && reported_at < 0) reported_at = step;
+  }
+  ASSERT_GE(first_possible, 600);
+  EXPECT_EQ(reported_at, first_possible);
+  EXPECT_LE(reported_at - 600, 120);
+  MemoryWatch flat;
+  for (int64_t step = 0; step < 3000; step += 30)
+    EXPECT_FALSE(flat.Add(step, (1000 + (step / 30) % 3) * kMiB).has_value()) << step;
+}
+
+}  // namespace
+}  // namespace perftracker::server
