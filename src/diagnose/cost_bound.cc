@@ -33,7 +33,7 @@ bool TimeCost(Category c) {
 
 // A rank that computes more than its peers, or takes longer for the same work because the
 // scheduler holds it back: its peers wait for its excess, no more.
-bool ComputesMore(Category c) {
+bool PeersWaitForItsExcess(Category c) {
   return c == Category::kStraggler || c == Category::kMoreWork || c == Category::kCpuContention;
 }
 
@@ -80,7 +80,7 @@ std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget) {
   if (budget.iteration_ms > 0)
     tighten(budget.iteration_ms,
             fmt::format("the whole iteration takes {:.1f} ms", budget.iteration_ms));
-  if (f.finding_class == FindingClass::kSubset && ComputesMore(f.category)) {
+  if (f.finding_class == FindingClass::kSubset && PeersWaitForItsExcess(f.category)) {
     if (const std::optional<double> excess = OwnWorkExcessMs(f))
       tighten(policy::kCostSlack * *excess,
               fmt::format("its own work exceeds its peers' by {:.1f} ms an iteration, all they "

@@ -73,11 +73,20 @@ struct AttemptInfo {
   std::string summary;          // one line for people
 };
 
-// What one rank's trace recorded of one device's memory (profile_memory records;
-// pattern::DeviceMemory, diagnose/trace_memory.h), bytes as the allocator counted them.
+// One rank's memory on one device for the reports: what its trace recorded (profile_memory
+// records; pattern::DeviceMemory, diagnose/trace_memory.h: bytes as the allocator counted them,
+// devices "cpu", "cuda:N"), or, online, what its agent sampled over the run
+// (server/rank_state.h MemoryTimelines: devices kOnlineHostMemory and kOnlineGpuMemory).
 struct RankMemoryUse {
+  static constexpr const char* kOnlineHostMemory = "host";  // the process's RSS
+  static constexpr const char* kOnlineGpuMemory = "gpu";    // its GPU memory (NVML)
+  // Host memory (a trace's "cpu" or an online run's RSS), not a GPU's.
+  bool host() const { return device == "cpu" || device == kOnlineHostMemory; }
+  // An online run's samples, not a trace's records.
+  bool online() const { return device == kOnlineHostMemory || device == kOnlineGpuMemory; }
+
   int rank = -1;
-  std::string device;  // "cpu", "cuda:0"
+  std::string device;
   double peak_allocated_bytes = 0;
   double peak_reserved_bytes = -1;  // -1: none recorded
   double start_bytes = 0, end_bytes = 0;

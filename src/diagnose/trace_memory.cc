@@ -13,15 +13,13 @@
 namespace perftracker::diagnose {
 namespace {
 
-bool IsHostDevice(const std::string& device) { return device == "cpu"; }
-
 // "rank 3's", "ranks 0-3's".
 std::string Whose(const std::vector<int>& ranks) {
   return fmt::format("rank{} {}'s", ranks.size() == 1 ? "" : "s", RankList(ranks));
 }
 
-std::vector<std::string> HostsOf(const std::vector<int>& ranks,
-                                 const std::map<int, std::string>& hosts) {
+std::vector<std::string> HostsOfRanks(const std::vector<int>& ranks,
+                                      const std::map<int, std::string>& hosts) {
   std::set<std::string> out;
   for (int r : ranks) {
     auto it = hosts.find(r);
@@ -48,7 +46,7 @@ Finding GrowthFinding(const std::vector<const RankMemoryUse*>& grow, size_t job_
   std::sort(f.ranks.begin(), f.ranks.end());
   f.ranks.erase(std::unique(f.ranks.begin(), f.ranks.end()), f.ranks.end());
   f.finding_class = f.ranks.size() >= job_ranks ? FindingClass::kAll : FindingClass::kSubset;
-  f.hosts = HostsOf(f.ranks, hosts);
+  f.hosts = HostsOfRanks(f.ranks, hosts);
   const RankMemoryUse& first = *grow.front();
   const double median_rate = internal::Median(rate);
   f.evidence["bytes_per_iteration"] = median_rate;
@@ -62,13 +60,13 @@ Finding GrowthFinding(const std::vector<const RankMemoryUse*>& grow, size_t job_
       "({} to {} over {} steady iterations of rank {}; the trace's memory records): something "
       "keeps memory every iteration",
       Whose(f.ranks),
-      grow.size() == 1             ? first.device
-      : IsHostDevice(first.device) ? "the host"
-                                   : "its GPU",
+      grow.size() == 1 ? first.device
+      : first.host()   ? "the host"
+                       : "their GPUs",
       MemoryBytes(median_rate), grow.size() == 1 ? "" : " (the median)",
       MemoryBytes(first.iteration_end_bytes.front()), MemoryBytes(first.iteration_end_bytes.back()),
       first.iterations, first.rank);
-  f.suggestion = MemoryGrowthSuggestion(!IsHostDevice(first.device));
+  f.suggestion = MemoryGrowthSuggestion(!first.host());
   return f;
 }
 
@@ -85,7 +83,7 @@ Finding FailedAllocationFinding(const std::vector<const RankMemoryUse*>& failed,
   }
   std::sort(f.ranks.begin(), f.ranks.end());
   f.ranks.erase(std::unique(f.ranks.begin(), f.ranks.end()), f.ranks.end());
-  f.hosts = HostsOf(f.ranks, hosts);
+  f.hosts = HostsOfRanks(f.ranks, hosts);
   f.evidence["failed_allocations"] = static_cast<double>(top->failed_allocations);
   f.evidence["failed_bytes"] = top->largest_failed_bytes;
   f.evidence["peak_allocated_bytes"] = top->peak_allocated_bytes;
@@ -166,8 +164,7 @@ std::vector<Finding> TraceMemoryFindings(const std::vector<RankMemoryUse>& memor
                                          const std::map<int, std::string>& hosts) {
   std::vector<const RankMemoryUse*> grow_host, grow_gpu, failed;
   for (const RankMemoryUse& m : memory) {
-    if (TraceMemoryGrows(m.iteration_end_bytes))
-      (IsHostDevice(m.device) ? grow_host : grow_gpu).push_back(&m);
+    if (TraceMemoryGrows(m.iteration_end_bytes)) (m.host() ? grow_host : grow_gpu).push_back(&m);
     if (m.failed_allocations > 0) failed.push_back(&m);
   }
   std::vector<Finding> out;
@@ -196,7 +193,7 @@ std::vector<Finding> MemoryPeakChanges(const std::vector<RankMemoryUse>& base,
     auto it = before.find({t.rank, t.device});
     if (it == before.end()) continue;
     const RankMemoryUse& b = *it->second;
-    Rise& r = rises[!IsHostDevice(t.device)];
+    Rise& r = rises[!t.host()];
     ++r.compared;
     const double rise = t.peak_allocated_bytes - b.peak_allocated_bytes;
     if (rise < policy::kMemoryPeakMinBytes ||

@@ -406,14 +406,14 @@ std::string MemoryChart(const HtmlInput& in, bool gpu) {
   std::vector<RunSeries> series;
   double top = 0;
   for (const diagnose::RankMemoryUse& m : in.diagnosis->job.memory) {
-    if ((m.device != "cpu" && m.device != "host") != gpu || m.iteration_end_bytes.empty()) continue;
+    if (m.host() == gpu || m.iteration_end_bytes.empty()) continue;
     for (double v : m.iteration_end_bytes) top = std::max(top, v);
   }
   // GiB once a rank holds several; MiB below.
   const bool gib = top >= 4 * kBytesPerGiB;
   const double scale = gib ? kBytesPerGiB : kBytesPerGiB / 1024;
   for (const diagnose::RankMemoryUse& m : in.diagnosis->job.memory) {
-    if ((m.device != "cpu" && m.device != "host") != gpu || m.iteration_end_bytes.empty()) continue;
+    if (m.host() == gpu || m.iteration_end_bytes.empty()) continue;
     RunSeries s;
     s.rank = m.rank;
     for (size_t i = 0; i < m.iteration_end_bytes.size(); ++i) {

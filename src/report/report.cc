@@ -133,12 +133,12 @@ void MemoryJson(const std::vector<diagnose::RankMemoryUse>& memory, JsonWriter* 
 }
 
 // The traces' memory records per rank and device (profile_memory), one line each. An online
-// run's samples (devices "host" and "gpu") are left to the JSON and HTML reports: a window's
+// run's samples (RankMemoryUse::online) are left to the JSON and HTML reports: a window's
 // terminal output stays short.
 void MemoryTable(const std::vector<diagnose::RankMemoryUse>& all, std::string* out) {
   std::vector<const diagnose::RankMemoryUse*> memory;
   for (const auto& m : all)
-    if (m.device != "host" && m.device != "gpu") memory.push_back(&m);
+    if (!m.online()) memory.push_back(&m);
   if (memory.empty()) return;
   *out +=
       "memory (the traces' memory records, allocated): peak, and the level at the first and "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "diagnose/peer_stats.h"
 
@@ -179,9 +180,10 @@ std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double byte
   // iterations late, one sample coming every ~30 iterations). A flat rank rarely sets one after
   // its warm-up, and is checked every kMemoryCheckEvery samples: its cost at 100,000 ranks.
   const auto& samples = series.samples();
-  const bool new_high = !samples.empty() && (samples.size() == 1 || samples.back().bytes > high);
-  if (!samples.empty())
-    high = samples.size() == 1 ? samples.back().bytes : std::max(high, samples.back().bytes);
+  if (samples.empty()) return std::nullopt;
+  // A series that started afresh (a restarted rank) has no high yet.
+  const bool new_high = samples.size() == 1 || samples.back().bytes > high;
+  if (new_high) high = samples.back().bytes;
   if (++unchecked < kMemoryCheckEvery && (reported || !new_high)) return std::nullopt;
   unchecked = 0;
   // Checked on after the report too: /metrics shows the rate as it is now (the first fit, early
@@ -195,20 +197,30 @@ std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double byte
 std::vector<diagnose::RankMemoryUse> MemoryTimelines(const std::map<int, RankState>& ranks,
                                                      const std::set<int>& current) {
   // The ranks shown, at scale: those whose memory grows, then those that hold the most.
-  std::vector<std::pair<double, int>> order;
+  struct Shown {
+    bool grows;
+    double rss;
+    int rank;
+  };
+  std::vector<Shown> order;
   for (const auto& [r, st] : ranks) {
     if (!current.count(r) || st.memory.series.samples().empty()) continue;
-    const bool grows = st.memory.growth || st.gpu_memory.growth;
-    order.push_back({(grows ? 1e18 : 0.0) + st.memory.series.samples().back().rss, r});
+    order.push_back(
+        {st.memory.growth || st.gpu_memory.growth, st.memory.series.samples().back().rss, r});
   }
-  std::sort(order.begin(), order.end(), std::greater<>());
+  std::sort(order.begin(), order.end(), [](const Shown& a, const Shown& b) {
+    return std::tie(a.grows, a.rss) > std::tie(b.grows, b.rss);
+  });
   if (order.size() > kMaxMemoryTimelineRanks) order.resize(kMaxMemoryTimelineRanks);
   std::sort(order.begin(), order.end(),
-            [](const auto& a, const auto& b) { return a.second < b.second; });
+            [](const Shown& a, const Shown& b) { return a.rank < b.rank; });
   std::vector<diagnose::RankMemoryUse> out;
-  for (const auto& [unused, r] : order) {
+  for (const Shown& shown : order) {
+    const int r = shown.rank;
     const RankState& st = ranks.at(r);
-    for (const auto& [watch, device] : {std::pair{&st.memory, "host"}, {&st.gpu_memory, "gpu"}}) {
+    for (const auto& [watch, device] :
+         {std::pair{&st.memory, diagnose::RankMemoryUse::kOnlineHostMemory},
+          {&st.gpu_memory, diagnose::RankMemoryUse::kOnlineGpuMemory}}) {
       const auto& samples = watch->series.samples();
       if (samples.empty()) continue;
       diagnose::RankMemoryUse& m = out.emplace_back();

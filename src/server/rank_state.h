@@ -5,7 +5,8 @@
 // Fed by the agents' iteration reports; memory stays flat however long the run. With them, what
 // the rank's agent said of its worker process (WorkerSeen), and ExplainMissing: why a rank did
 // not report for a window, from what the server knows of it and of its agent. Its host and GPU
-// memory over the run (MemoryWatch) and the memory_growth findings of them all (MemoryFindings).
+// memory over the run (MemoryWatch), the memory_growth findings of them all (MemoryFindings) and
+// their memory timelines for the reports (MemoryTimelines).
 #ifndef PERFTRACKER_SERVER_RANK_STATE_H_
 #define PERFTRACKER_SERVER_RANK_STATE_H_
 
