@@ -53,17 +53,45 @@ bool MemorySeries::WindowSince(int64_t step) const {
                      [&](const auto& w) { return w.first > back && w.second < step; });
 }
 
-double MemorySeries::ProfilerStep(int64_t step, double bytes) const {
+MemorySeries::Join MemorySeries::JoinAfterWindow(int64_t step, double bytes) const {
   const Sample& back = samples_.back();
   // The rate before: over the last few kept samples (a leak's, or a flat rank's zero).
   const size_t from = samples_.size() > kRateSamples ? samples_.size() - kRateSamples : 0;
   const Sample& a = samples_[from];
-  const double rate =
+  Join j;
+  j.first_after = step;
+  j.gap = step - back.step;
+  j.rate_before =
       back.step > a.step
           ? std::max(0.0, (back.bytes - a.bytes) / static_cast<double>(back.step - a.step))
           : 0.0;
-  const double expected = rate * static_cast<double>(step - back.step);
-  return std::max(0.0, (bytes - offset_ - back.bytes) - expected);
+  const double expected = j.rate_before * static_cast<double>(j.gap);
+  j.profiler = std::max(0.0, (bytes - offset_ - back.bytes) - expected);
+  return j;
+}
+
+void MemorySeries::Resettle() {
+  if (!pending_) return;
+  const Join j = *pending_;
+  pending_.reset();
+  auto first = std::lower_bound(samples_.begin(), samples_.end(), j.first_after,
+                                [](const Sample& x, int64_t step) { return x.step < step; });
+  if (first == samples_.end() || samples_.end() - first < 2) return;
+  std::vector<double> rates;
+  for (auto it = first + 1; it != samples_.end(); ++it) {
+    const auto steps = static_cast<double>(it->step - (it - 1)->step);
+    rates.push_back((it->bytes - (it - 1)->bytes) / steps);
+  }
+  auto mid = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
+  std::nth_element(rates.begin(), mid, rates.end());
+  const double rate_after = *mid;
+  if (rate_after <= j.rate_before) return;
+  // The job's growth through the gap at the rate after, less what the join already counted,
+  // and never more than it took off as the profiler's.
+  const double back =
+      std::min(j.profiler, (rate_after - j.rate_before) * static_cast<double>(j.gap));
+  for (auto it = first; it != samples_.end(); ++it) it->bytes += back;
+  offset_ -= back;
 }
 
 void MemorySeries::Add(int64_t step, double bytes) {
@@ -77,6 +105,7 @@ void MemorySeries::Add(int64_t step, double bytes) {
     }
     samples_.clear();  // a restarted process: its memory starts again
     profiled_.clear();
+    pending_.reset();
     offset_ = 0;
     stride_ = 1;
   }
@@ -84,7 +113,11 @@ void MemorySeries::Add(int64_t step, double bytes) {
   // The first sample after a window joins the levels and is kept whatever the stride: the next
   // one must not count the same window again.
   const bool after_window = WindowSince(step);
-  if (after_window) offset_ += ProfilerStep(step, bytes);
+  if (after_window) {
+    Resettle();  // a window before the last one settles with the rate measured so far
+    pending_ = JoinAfterWindow(step, bytes);
+    offset_ += pending_->profiler;
+  }
   if (!after_window && !samples_.empty() && step - samples_.back().step < stride_) return;
   if (samples_.size() >= kMaxSamples) {
     // Every other sample goes (the first stays: the warm-up is measured from it).
@@ -95,6 +128,10 @@ void MemorySeries::Add(int64_t step, double bytes) {
     if (!after_window && step - samples_.back().step < stride_) return;
   }
   samples_.push_back({step, bytes - offset_, bytes});
+  if (pending_ && samples_.size() > kRateSamples &&
+      samples_[samples_.size() - 1 - kRateSamples].step >= pending_->first_after) {
+    Resettle();
+  }
 }
 
 namespace {

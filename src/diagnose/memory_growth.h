@@ -43,8 +43,13 @@ class MemorySeries {
   // baseline window, 37 MiB in a slowdown window recording shapes), much of it never returned
   // to the OS. Samples from FIRST to LAST + kMemoryProfileSettleIterations are not kept, and
   // the level after them is joined to the level before at the rate the rank grew before: a
-  // leak's growth through the window stays, the profiler's step goes. Told when a window opens
-  // (before its iterations' samples arrive); the last kMaxProfiled windows are kept.
+  // leak's growth through the window stays, the profiler's step goes. A leak that began just
+  // before the window has barely raised that rate (measured: one that began 11 iterations before
+  // a window lost 30 of the 105 MiB it grew, its rate read 0.7 MiB an iteration for 1): once
+  // kRateSamples samples follow the window the join is settled again at the rate after it where
+  // that is higher (the median of its intervals: a profiler's late creep of a MiB is one
+  // interval, a leak is all of them). Told when a window opens (before its iterations' samples
+  // arrive); the last kMaxProfiled windows are kept.
   void Profiled(int64_t first, int64_t last);
   const std::vector<Sample>& samples() const { return samples_; }
 
@@ -57,11 +62,24 @@ class MemorySeries {
   bool InProfiledSpan(int64_t step) const;
   // Whether a window lies between the last kept sample and STEP.
   bool WindowSince(int64_t step) const;
-  // The profiler's memory to take off a sample at STEP (RSS BYTES) after a window: the rise
-  // since the last kept sample beyond what the rank's rate before gives.
-  double ProfilerStep(int64_t step, double bytes) const;
+  // A window's join: the first kept sample after it, the iterations from the last kept sample
+  // before it to that one, the rate before (bytes per iteration) and the bytes taken off as the
+  // profiler's. Settled again (Resettle) once the rate after it is measured.
+  struct Join {
+    int64_t first_after = 0;
+    int64_t gap = 0;
+    double rate_before = 0;
+    double profiler = 0;
+  };
+  // The join of a sample at STEP (RSS BYTES) after a window: the rise since the last kept
+  // sample beyond what the rank's rate before gives is the profiler's.
+  Join JoinAfterWindow(int64_t step, double bytes) const;
+  // Settles the pending join at the rate after its window where that is higher: what the
+  // profiler's share held of the job's growth goes back to the samples after it.
+  void Resettle();
 
   std::vector<Sample> samples_;
+  std::optional<Join> pending_;  // the latest window's join, until the rate after it is known
   std::vector<std::pair<int64_t, int64_t>> profiled_;  // (first, last) of recent windows
   double offset_ = 0;                                  // bytes the windows so far left in RSS
   int64_t stride_ = 1;  // the fewest iterations between two kept samples

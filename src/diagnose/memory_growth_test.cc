@@ -230,6 +230,36 @@ TEST(MemorySeries, ALeakThroughAWindowKeepsItsGrowth) {
       << f[0].evidence_text["reasoning"];
 }
 
+TEST(MemorySeries, ALeakThatBeginsJustBeforeAWindowKeepsItsGrowth) {
+  // Measured (test_os_causes' leak job in CI): a leak of 1 MiB an iteration began at 200, a
+  // slowdown window at 211 (the leak slowed the rank); the rate before the window held only a
+  // few leaking iterations, so 30 MiB of the leak's growth through the window and its export
+  // was taken for the profiler's and the finding said 0.7 MiB an iteration. Wherever the leak
+  // begins before the window, the rate is the leak's and the profiler's step stays its own.
+  for (int64_t start : {170, 180, 189, 195, 199}) {
+    MemorySeries s = WithWindow(200, 30, 1, start, 330);
+    std::optional<MemoryGrowth> g = FindMemoryGrowth(s);
+    ASSERT_TRUE(g.has_value()) << start;
+    EXPECT_NEAR(g->bytes_per_iteration / kMiB, 1, 0.1) << start;
+    // The profiler's 30 MiB is told apart where the growth named spans the window (a leak that
+    // began after the last sample before it is measured from the first sample after it).
+    const double ours = g->first_step < 200 ? 30 : 0;
+    EXPECT_NEAR((g->last_rss - g->first_rss) - (g->last_bytes - g->first_bytes), ours * kMiB,
+                4 * kMiB)
+        << start;
+  }
+  // A healthy rank whose RSS creeps up 1.5 MiB in one step after the window's export: the join
+  // stays at the rate before (none) and the job's memory stays flat.
+  MemorySeries h;
+  h.Profiled(200, 209);
+  for (int64_t i = 0; i <= 400; i += 3) {
+    const double ramp = i < 200 ? 0 : std::min(1.0, static_cast<double>(i - 200) / 30);
+    h.Add(i, (400 + 30 * ramp + (i >= 240 ? 1.5 : 0)) * kMiB);
+  }
+  EXPECT_FALSE(FindMemoryGrowth(h).has_value());
+  EXPECT_NEAR(h.samples().back().bytes / kMiB, 401.5, 0.6);
+}
+
 TEST(MemoryGrowthFindings, GpuMemoryRunsOutOnItsGpu) {
   // Rank 2's process holds 8 MiB more GPU memory every iteration; its GPU has 4 GiB free of 80.
   const MemorySeries leak = Series(20000, 8, 0, 200, 2), flat = Series(20000, 0, 0, 200, 2);
