@@ -44,8 +44,8 @@ MATRIX = 256
 # Steps past the baseline window where an "after" fault begins: past the 5 iterations the
 # history leaves out after a window, with room for the slowdown trigger's recent median.
 AFTER_GAP = 60
-# Steps a job runs past its fault's start: the slowdown trigger's recent median (a few dozen
-# iterations), its window (10) and the window's export.
+# Steps a job runs past its fault's start: the slowdown trigger's recent median and its sustain
+# (2 s: 37 steps of 54 ms), the window's lead (2 s), the window (10) and its export.
 AFTER_FAULT = 170
 
 

@@ -24,6 +24,19 @@ inline constexpr double kMaxSeconds = 20;
 inline constexpr int kMostIterations = 1000;
 inline constexpr double kMostSeconds = 600;
 
+// A window opens at least this long after the trigger that asked for it: the command must reach
+// every rank of the job, through its agent, before they all reach the window's first iteration.
+inline constexpr double kLeadSeconds = 2.0;
+
+// A slowdown fires only once it lasted this long (and the trigger's `sustain` iterations): one
+// shorter is over before the window it would open begins (kLeadSeconds), so the window profiles
+// a healthy job, says "no findings", and its cooldown then hides a real fault for a minute. A VM
+// shifts by 4-6% for about a second at a time by itself (measured: a quiet 2-rank job of 53 ms
+// steps, iteration times in two modes, 52 and 56 ms; its 20-iteration median above the trigger's
+// +3% for 8-18 iterations in a row, three times in 17 s, where the 5-iteration sustain fired on
+// them; seen as the first trigger of the clean runs of test_worker_detector and test_online_run).
+inline constexpr double kSlowdownSustainSeconds = kLeadSeconds;
+
 // A hang: a rank with no iteration boundary for kHangFactor times its mean iteration, and for
 // at least kHangMinSeconds. The factor alone called every 50 ms hiccup of a 10 ms GPU step a hang
 // (an H200 job: 44 hang triggers in 50 s, each a stacks collection on every rank); a Python GC

@@ -23,8 +23,8 @@ namespace perftracker::server {
 // The policy's numbers (ServerOptions::schedule; `perftracker server|run` set some of them).
 struct ScheduleOptions {
   int default_iterations = window_defaults::kIterations;  // W: iterations a window profiles
-  int start_lead = 5;         // the window starts at least this many iterations ahead...
-  double lead_seconds = 2.0;  // ...and at least this long ahead (commands travel)
+  int start_lead = 5;  // the window starts at least this many iterations ahead...
+  double lead_seconds = window_defaults::kLeadSeconds;  // ...and this long ahead (commands travel)
   // After a window that a slowdown opened closes, workers' slowdown triggers are ignored this
   // long (a lasting slowdown fires on every rank, one after another); other windows (baseline,
   // periodic, user) leave triggers alone, and user triggers always open a window.

@@ -262,11 +262,11 @@ TEST(IterationDetectorTest, SlowdownFiresAtTheRightIteration) {
   // No noise: the threshold is the floor, 0.6 x 5%.
   EXPECT_NEAR(d.shift().threshold_ns(), 20.6 * kMs, 1e3);
   // From iteration 109 on, slower (109 half, then 40 ms). The median of the last 20 passes the
-  // threshold with the 10th slow one (iteration 118), and must stay above for 5 iterations: it
-  // fires at iteration 122.
-  f.Feed("DO", 50, 20 * kMs);
+  // threshold with the 10th slow one (iteration 118), and must stay above for 5 iterations and
+  // 2 s (kSlowdownSustainSeconds): 50 iterations of 40 ms, 118 to 167: it fires at 167.
+  f.Feed("DO", 100, 20 * kMs);
   ASSERT_EQ(f.slowdowns_.size(), 1u);  // fires once, not once per slow iteration
-  EXPECT_EQ(f.slowdowns_[0], 122);
+  EXPECT_EQ(f.slowdowns_[0], 167);
 }
 
 TEST(IterationDetectorTest, SlowdownRearmsAfterRecovery) {
@@ -275,10 +275,11 @@ TEST(IterationDetectorTest, SlowdownRearmsAfterRecovery) {
   c.reference_iterations = 10;
   IterationDetector d(c);
   Feeder f(&d);
+  // Slow phases of 100 iterations of 40 ms: 4 s, beyond the 2 s a slowdown must last.
   f.Feed("DO", 40, 10 * kMs);
-  f.Feed("DO", 20, 20 * kMs);
-  f.Feed("DO", 20, 10 * kMs);
-  f.Feed("DO", 20, 20 * kMs);
+  f.Feed("DO", 100, 20 * kMs);
+  f.Feed("DO", 40, 10 * kMs);
+  f.Feed("DO", 100, 20 * kMs);
   EXPECT_EQ(d.slowdown_count(), 2);
 }
 

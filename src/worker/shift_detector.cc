@@ -28,6 +28,7 @@ Status ShiftConfig::Validate() const {
   if (reference < 5 || reference > 100000) return InvalidArgument("reference not in [5, 1e5]");
   if (recent < 1 || recent > 10000) return InvalidArgument("recent not in [1, 1e4]");
   if (sustain < 1 || sustain > 100000) return InvalidArgument("sustain not in [1, 1e5]");
+  if (!(sustain_s >= 0) || sustain_s > 3600) return InvalidArgument("sustain_s not in [0, 3600]");
   if (!(min_ratio > 0) || min_ratio > 100) return InvalidArgument("slowdown_ratio not in (0, 100]");
   if (!(z >= 0) || z > 1000) return InvalidArgument("z not in [0, 1000]");
   if (!(floor_share > 0) || floor_share > 1) return InvalidArgument("floor_share not in (0, 1]");
@@ -49,10 +50,12 @@ void ShiftDetector::Reset() {
   recent_.clear();
   recent_next_ = 0;
   above_ = 0;
+  above_ns_ = 0;
   active_ = false;
   fired_level_ns_ = 0;
   after_.clear();
   above_fired_ = 0;
+  above_fired_ns_ = 0;
   block_.clear();
   calm_.clear();
 }
@@ -222,8 +225,18 @@ bool ShiftDetector::SecondSlowdown(int64_t duration_ns, double median) {
   const double margin = (threshold_ns_ - reference_ns_) * (fired_level_ns_ / reference_ns_) *
                         std::sqrt(1 + c_.recent / n);
   const double step = std::max(c_.min_ratio * fired_level_ns_, margin);
-  above_fired_ = median > fired_level_ns_ + step ? above_fired_ + 1 : 0;
-  return above_fired_ >= c_.sustain;
+  if (median > fired_level_ns_ + step) {
+    ++above_fired_;
+    above_fired_ns_ += duration_ns;
+  } else {
+    above_fired_ = 0;
+    above_fired_ns_ = 0;
+  }
+  return Sustained(above_fired_, above_fired_ns_);
+}
+
+bool ShiftDetector::Sustained(int above, int64_t above_ns) const {
+  return above >= c_.sustain && static_cast<double>(above_ns) >= c_.sustain_s * 1e9;
 }
 
 bool ShiftDetector::Add(int64_t duration_ns) {
@@ -243,9 +256,11 @@ bool ShiftDetector::Add(int64_t duration_ns) {
   if (static_cast<int>(recent_.size()) < c_.recent) return false;
   if (recent_ns() <= threshold_ns_) {
     above_ = 0;
+    above_ns_ = 0;
     active_ = false;  // back under: the next sustained slowdown is a new one
     after_.clear();
     above_fired_ = 0;
+    above_fired_ns_ = 0;
     block_.push_back(duration_ns);
     if (static_cast<int>(block_.size()) >= c_.reference) Remeasure();
     return false;
@@ -255,13 +270,16 @@ bool ShiftDetector::Add(int64_t duration_ns) {
   const double median = recent_ns();
   if (active_) {
     if (!SecondSlowdown(duration_ns, median)) return false;
-  } else if (++above_ < c_.sustain) {
-    return false;
+  } else {
+    ++above_;
+    above_ns_ += duration_ns;
+    if (!Sustained(above_, above_ns_)) return false;
   }
   active_ = true;
   after_.clear();
   fired_level_ns_ = 0;
   above_fired_ = 0;
+  above_fired_ns_ = 0;
   ++fired_;
   return true;
 }

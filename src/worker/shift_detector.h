@@ -7,7 +7,8 @@
 // of its estimate is used). When its halves ran at clearly different levels (a slowdown began
 // while it was measured), the faster half is the reference. From then on
 // it watches the median of the last `recent` iterations; it fires when that median stays above
-// the threshold for `sustain` iterations in a row. The threshold is the larger of
+// the threshold for `sustain` iterations in a row and `sustain_s` seconds of them (a shift of a
+// second is over before the window it would open begins). The threshold is the larger of
 //   - floor_share x min_ratio x reference: a slowdown of min_ratio (the smallest worth a
 //     profiling window) lands clearly above it, not on it, and
 //   - z x the standard error of a `recent`-iteration median under the measured noise:
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/window_defaults.h"
 
 namespace perftracker::worker {
 
@@ -43,8 +45,10 @@ struct ShiftConfig {
   // Iterations in the moving median that is compared with the reference: 20 halves its noise
   // against 10 at the cost of ten iterations of delay.
   int recent = 20;
-  // Iterations in a row the moving median must stay above the threshold.
+  // Iterations in a row the moving median must stay above the threshold...
   int sustain = 5;
+  // ...and the seconds those iterations must last (window_defaults::kSlowdownSustainSeconds).
+  double sustain_s = window_defaults::kSlowdownSustainSeconds;
   // The smallest relative slowdown that fires (on a quiet host): 5% of an iteration.
   double min_ratio = 0.05;
   // The threshold's floor as a share of min_ratio: a shift of exactly min_ratio must fire.
@@ -85,6 +89,8 @@ class ShiftDetector {
   void FinishReference();
   void Remeasure();
   bool SecondSlowdown(int64_t duration_ns, double median);
+  // Whether a run of ABOVE iterations lasting ABOVE_NS is sustained (`sustain`, `sustain_s`).
+  bool Sustained(int above, int64_t above_ns) const;
 
   ShiftConfig c_;
   int64_t seen_ = 0;
@@ -95,10 +101,12 @@ class ShiftDetector {
   std::vector<int64_t> recent_;  // ring of the last `recent` durations
   size_t recent_next_ = 0;
   int above_ = 0;               // consecutive iterations with the moving median above the threshold
+  int64_t above_ns_ = 0;        // ...and their time
   bool active_ = false;         // fired and not yet back under the threshold
   double fired_level_ns_ = 0;   // the level it last fired at (while active_)
   std::vector<int64_t> after_;  // iterations since it last fired, up to max(reference, recent)
   int above_fired_ = 0;         // consecutive iterations a further step above fired_level_ns_
+  int64_t above_fired_ns_ = 0;  // ...and their time
   int64_t fired_ = 0;
   std::vector<int64_t> block_;  // iterations under the threshold since the last (re)measure
   struct Calm {
