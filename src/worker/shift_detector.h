@@ -13,7 +13,7 @@
 //     profiling window) lands clearly above it, not on it, and
 //   - z x the standard error of a `recent`-iteration median under the measured noise:
 //     1.2533 x sigma / sqrt(n_eff), n_eff = recent x (1 - rho) / (1 + rho).
-// So on a quiet host (sigma ~1%) a sustained 5% slowdown fires within about 20 iterations,
+// So on a quiet host (sigma ~1%) a sustained 5% slowdown fires within about 20 iterations and 2 s,
 // while on a noisy one (sigma 15%, neighbours correlated) only a shift well beyond what the job
 // does by itself fires. A median ignores single outliers (a GC pause, a checkpoint); a trigger
 // re-arms once the median is back under the threshold, and while it has not, a second slowdown
