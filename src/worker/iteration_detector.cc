@@ -249,7 +249,7 @@ void IterationDetector::Record(const Iteration& it, DetectorUpdate* up) {
   if (shift_.Add(d)) {
     ++slowdowns_;
     up->slowdown = true;
-    up->window_mean_ns = shift_.recent_ns();
+    up->window_mean_ns = shift_.firing_ns();
     up->best_mean_ns = shift_.reference_ns();
   }
 }

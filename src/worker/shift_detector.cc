@@ -27,6 +27,9 @@ Status ShiftConfig::Validate() const {
   if (warmup < 0 || warmup > 1000000) return InvalidArgument("warmup not in [0, 1e6]");
   if (reference < 5 || reference > 100000) return InvalidArgument("reference not in [5, 1e5]");
   if (recent < 1 || recent > 10000) return InvalidArgument("recent not in [1, 1e4]");
+  if (long_recent < recent || long_recent > 10000) {
+    return InvalidArgument("long_recent not in [recent, 1e4]");
+  }
   if (sustain < 1 || sustain > 100000) return InvalidArgument("sustain not in [1, 1e5]");
   if (!(sustain_s >= 0) || sustain_s > 3600) return InvalidArgument("sustain_s not in [0, 3600]");
   if (!(min_ratio > 0) || min_ratio > 100) return InvalidArgument("slowdown_ratio not in (0, 100]");
@@ -38,6 +41,7 @@ Status ShiftConfig::Validate() const {
 ShiftDetector::ShiftDetector(const ShiftConfig& config) : c_(config) {
   ref_.reserve(static_cast<size_t>(c_.reference));
   recent_.reserve(static_cast<size_t>(c_.recent));
+  long_.reserve(static_cast<size_t>(c_.long_recent));
   after_.reserve(static_cast<size_t>(std::max(c_.reference, c_.recent)));
 }
 
@@ -46,9 +50,11 @@ void ShiftDetector::Reset() {
   ref_.clear();
   referenced_ = false;
   level_change_ = false;
-  reference_ns_ = sigma_ns_ = rho_ = threshold_ns_ = 0;
+  reference_ns_ = sigma_ns_ = rho_ = threshold_ns_ = long_threshold_ns_ = 0;
   recent_.clear();
   recent_next_ = 0;
+  long_.clear();
+  long_next_ = 0;
   above_ = 0;
   above_ns_ = 0;
   active_ = false;
@@ -62,6 +68,22 @@ void ShiftDetector::Reset() {
 
 double ShiftDetector::recent_ns() const {
   return Median(std::vector<double>(recent_.begin(), recent_.end()));
+}
+
+double ShiftDetector::long_recent_ns() const {
+  return Median(std::vector<double>(long_.begin(), long_.end()));
+}
+
+bool ShiftDetector::ShortAbove() const {
+  return static_cast<int>(recent_.size()) >= c_.recent && recent_ns() > threshold_ns_;
+}
+
+bool ShiftDetector::LongAbove() const {
+  return static_cast<int>(long_.size()) >= c_.long_recent && long_recent_ns() > long_threshold_ns_;
+}
+
+double ShiftDetector::firing_ns() const {
+  return !ShortAbove() && LongAbove() ? long_recent_ns() : recent_ns();
 }
 
 namespace {
@@ -107,6 +129,16 @@ Noise NoiseOf(const std::vector<double>& residuals, double level, bool upper_rho
 double MedianSe(const Noise& noise, double n) {
   const double n_eff = n * (1 - noise.rho) / (1 + noise.rho);
   return kMedianSe * noise.sigma / std::sqrt(std::max(n_eff, 1.0));
+}
+
+// Adds X to the ring RING of at most N values (NEXT: the oldest, once full).
+void PushRing(std::vector<int64_t>* ring, size_t* next, int n, int64_t x) {
+  if (static_cast<int>(ring->size()) < n) {
+    ring->push_back(x);
+    return;
+  }
+  (*ring)[*next] = x;
+  *next = (*next + 1) % ring->size();
 }
 
 double MedianOf(const std::vector<double>& v, size_t from, size_t to) {
@@ -155,6 +187,9 @@ void ShiftDetector::FinishReference() {
     const size_t seed = std::min(n - split, static_cast<size_t>(c_.recent));
     recent_.assign(ref_.end() - static_cast<std::ptrdiff_t>(seed), ref_.end());
     recent_next_ = 0;  // the oldest is replaced first
+    const size_t long_seed = std::min(n - split, static_cast<size_t>(c_.long_recent));
+    long_.assign(ref_.end() - static_cast<std::ptrdiff_t>(long_seed), ref_.end());
+    long_next_ = 0;
   } else if (level_change_) {
     level.assign(v.begin() + static_cast<std::ptrdiff_t>(split), v.end());
   } else {
@@ -167,8 +202,9 @@ void ShiftDetector::FinishReference() {
   const Noise noise = NoiseOf(residuals, reference_ns_, /*upper_rho=*/true);
   sigma_ns_ = noise.sigma;
   rho_ = noise.rho;
-  threshold_ns_ = reference_ns_ + std::max(c_.floor_share * c_.min_ratio * reference_ns_,
-                                           c_.z * MedianSe(noise, c_.recent));
+  const double floor = c_.floor_share * c_.min_ratio * reference_ns_;
+  threshold_ns_ = reference_ns_ + std::max(floor, c_.z * MedianSe(noise, c_.recent));
+  long_threshold_ns_ = reference_ns_ + std::max(floor, c_.z * MedianSe(noise, c_.long_recent));
   referenced_ = true;
 }
 
@@ -188,13 +224,14 @@ void ShiftDetector::Remeasure() {
   residuals.reserve(v.size());
   for (double x : v) residuals.push_back(x - level);
   const Noise noise = NoiseOf(residuals, level, /*upper_rho=*/true);
-  const double margin =
-      std::max(c_.floor_share * c_.min_ratio * level, c_.z * MedianSe(noise, c_.recent));
+  const double floor = c_.floor_share * c_.min_ratio * level;
+  const double margin = std::max(floor, c_.z * MedianSe(noise, c_.recent));
   if (margin >= kRemeasureMarginShare * (threshold_ns_ - reference_ns_)) {
     calm_.clear();
     return;
   }
-  calm_.push_back({level, noise.sigma, noise.rho, margin});
+  calm_.push_back({level, noise.sigma, noise.rho, margin,
+                   std::max(floor, c_.z * MedianSe(noise, c_.long_recent))});
   if (static_cast<int>(calm_.size()) < kCalmBlocks) return;
   const Calm widest = *std::max_element(
       calm_.begin(), calm_.end(), [](const Calm& a, const Calm& b) { return a.margin < b.margin; });
@@ -205,6 +242,7 @@ void ShiftDetector::Remeasure() {
   sigma_ns_ = widest.sigma;
   rho_ = widest.rho;
   threshold_ns_ = reference_ns_ + widest.margin;
+  long_threshold_ns_ = reference_ns_ + widest.long_margin;
   ++remeasured_;
 }
 
@@ -247,14 +285,13 @@ bool ShiftDetector::Add(int64_t duration_ns) {
     if (static_cast<int>(ref_.size()) >= c_.reference) FinishReference();
     return false;
   }
-  if (static_cast<int>(recent_.size()) < c_.recent) {
-    recent_.push_back(duration_ns);
-  } else {
-    recent_[recent_next_] = duration_ns;
-    recent_next_ = (recent_next_ + 1) % recent_.size();
-  }
+  PushRing(&recent_, &recent_next_, c_.recent, duration_ns);
+  PushRing(&long_, &long_next_, c_.long_recent, duration_ns);
   if (static_cast<int>(recent_.size()) < c_.recent) return false;
-  if (recent_ns() <= threshold_ns_) {
+  const double median = recent_ns();
+  const bool long_above =
+      static_cast<int>(long_.size()) >= c_.long_recent && long_recent_ns() > long_threshold_ns_;
+  if (median <= threshold_ns_ && !long_above) {
     above_ = 0;
     above_ns_ = 0;
     active_ = false;  // back under: the next sustained slowdown is a new one
@@ -267,7 +304,6 @@ bool ShiftDetector::Add(int64_t duration_ns) {
   }
   block_.clear();  // a block measures the job's own pace, not a slowdown's
   calm_.clear();
-  const double median = recent_ns();
   if (active_) {
     if (!SecondSlowdown(duration_ns, median)) return false;
   } else {

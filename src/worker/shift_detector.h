@@ -15,14 +15,19 @@
 //     1.2533 x sigma / sqrt(n_eff), n_eff = recent x (1 - rho) / (1 + rho).
 // So on a quiet host (sigma ~1%) a sustained 5% slowdown fires within about 20 iterations and 2 s,
 // while on a noisy one (sigma 15%, neighbours correlated) only a shift well beyond what the job
-// does by itself fires. A median ignores single outliers (a GC pause, a checkpoint); a trigger
-// re-arms once the median is back under the threshold, and while it has not, a second slowdown
-// on top of the first (the median a further step above the level it fired at) fires again: a
-// drift of a few percent that fired first must not hide the straggler that begins after it
-// (seen on a CI host: a +3% drift fired, stayed above the threshold, and a +60% straggler 30
-// iterations later never fired). A reference measured while the host
-// was turbulent is replaced by a later block of iterations whose threshold is much tighter
-// (Remeasure): the detector is never blind for a whole job because its start was noisy.
+// does by itself fires. A second, long moving median (`long_recent` iterations) has its own
+// threshold from the same noise, about half the short one's margin (never under the floor): a
+// small slowdown that a shared host's noise hides from the short median fires there, later
+// (measured: 4 ranks on 2 cores put the short margin at +8-13%, and a straggler that really
+// added +5-6% opened no window in 3 of 4 runs; replayed on their step times the long median
+// fired on 3 of the 4 and on none of 10 clean runs). A median ignores single outliers (a GC pause,
+// a checkpoint); a trigger re-arms once the median is back under the threshold, and while it has
+// not, a second slowdown on top of the first (the median a further step above the level it fired
+// at) fires again: a drift of a few percent that fired first must not hide the straggler that
+// begins after it (seen on a CI host: a +3% drift fired, stayed above the threshold, and a +60%
+// straggler 30 iterations later never fired). A reference measured while the host was turbulent is
+// replaced by a later block of iterations whose threshold is much tighter (Remeasure): the detector
+// is never blind for a whole job because its start was noisy.
 //
 // Not thread-safe (the IterationDetector that owns it is serialized by its caller).
 #ifndef PERFTRACKER_WORKER_SHIFT_DETECTOR_H_
@@ -45,6 +50,9 @@ struct ShiftConfig {
   // Iterations in the moving median that is compared with the reference: 20 halves its noise
   // against 10 at the cost of ten iterations of delay.
   int recent = 20;
+  // Iterations in the long moving median: four times `recent` halves its noise, so a slowdown
+  // half the size fires, about 40 iterations later.
+  int long_recent = 80;
   // Iterations in a row the moving median must stay above the threshold...
   int sustain = 5;
   // ...and the seconds those iterations must last (window_defaults::kSlowdownSustainSeconds).
@@ -75,7 +83,11 @@ class ShiftDetector {
   double sigma_ns() const { return sigma_ns_; }
   double rho() const { return rho_; }
   double threshold_ns() const { return threshold_ns_; }  // the moving median's firing level
-  double recent_ns() const;                              // the moving median now; 0 if none
+  double long_threshold_ns() const { return long_threshold_ns_; }  // the long median's
+  double recent_ns() const;       // the moving median now; 0 if none
+  double long_recent_ns() const;  // the long moving median; 0 if none
+  // The moving median that stands above its threshold (the short one first), else the short.
+  double firing_ns() const;
   int64_t fired() const { return fired_; }
   // The level the trigger last fired at: the median of the iterations after it fired (see
   // SecondSlowdown); 0 while it is not active or fewer than `recent` iterations followed.
@@ -97,9 +109,14 @@ class ShiftDetector {
   std::vector<int64_t> ref_;
   bool referenced_ = false;
   bool level_change_ = false;
-  double reference_ns_ = 0, sigma_ns_ = 0, rho_ = 0, threshold_ns_ = 0;
+  double reference_ns_ = 0, sigma_ns_ = 0, rho_ = 0, threshold_ns_ = 0, long_threshold_ns_ = 0;
   std::vector<int64_t> recent_;  // ring of the last `recent` durations
   size_t recent_next_ = 0;
+  std::vector<int64_t> long_;  // ring of the last `long_recent` durations
+  size_t long_next_ = 0;
+  // Whether the short or the long moving median stands above its threshold (a full ring each).
+  bool ShortAbove() const;
+  bool LongAbove() const;
   int above_ = 0;               // consecutive iterations with the moving median above the threshold
   int64_t above_ns_ = 0;        // ...and their time
   bool active_ = false;         // fired and not yet back under the threshold
@@ -110,7 +127,7 @@ class ShiftDetector {
   int64_t fired_ = 0;
   std::vector<int64_t> block_;  // iterations under the threshold since the last (re)measure
   struct Calm {
-    double level, sigma, rho, margin;
+    double level, sigma, rho, margin, long_margin;
   };
   std::vector<Calm> calm_;  // the last blocks in a row whose margin was clearly tighter
   int64_t remeasured_ = 0;
