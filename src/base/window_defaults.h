@@ -1,5 +1,6 @@
-// What a profiling window is when nobody says otherwise, the most one may be, and when a silence
-// is a hang that opens one: named once here for the server's
+// What a profiling window is when nobody says otherwise, the most one may be, how far ahead of
+// its trigger it starts, how long a slowdown must last to ask for one (the worker's trigger) and
+// when a silence is a hang that opens one: named once here for the server's
 // scheduler, the launcher's and server's flags, the agent's commands to workers and (mirrored in
 // python/perftracker/config.py, checked by tests/test_protocol.py) the Python collector.
 #ifndef PERFTRACKER_BASE_WINDOW_DEFAULTS_H_

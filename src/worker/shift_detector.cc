@@ -42,6 +42,7 @@ ShiftDetector::ShiftDetector(const ShiftConfig& config) : c_(config) {
   ref_.reserve(static_cast<size_t>(c_.reference));
   recent_.reserve(static_cast<size_t>(c_.recent));
   long_.reserve(static_cast<size_t>(c_.long_recent));
+  scratch_.reserve(static_cast<size_t>(std::max({c_.long_recent, c_.reference, c_.recent})));
   after_.reserve(static_cast<size_t>(std::max(c_.reference, c_.recent)));
 }
 
@@ -66,13 +67,14 @@ void ShiftDetector::Reset() {
   calm_.clear();
 }
 
-double ShiftDetector::recent_ns() const {
-  return Median(std::vector<double>(recent_.begin(), recent_.end()));
+double ShiftDetector::RingMedian(const std::vector<int64_t>& ring) const {
+  scratch_.assign(ring.begin(), ring.end());  // within the capacity reserved: no allocation
+  return MedianInPlace(&scratch_);
 }
 
-double ShiftDetector::long_recent_ns() const {
-  return Median(std::vector<double>(long_.begin(), long_.end()));
-}
+double ShiftDetector::recent_ns() const { return RingMedian(recent_); }
+
+double ShiftDetector::long_recent_ns() const { return RingMedian(long_); }
 
 bool ShiftDetector::ShortAbove() const {
   return static_cast<int>(recent_.size()) >= c_.recent && recent_ns() > threshold_ns_;
@@ -257,7 +259,7 @@ bool ShiftDetector::SecondSlowdown(int64_t duration_ns, double median) {
   if (static_cast<int>(after_.size()) < std::max(c_.reference, c_.recent)) {
     after_.push_back(duration_ns);
     if (static_cast<int>(after_.size()) < c_.recent) return false;
-    fired_level_ns_ = Median(std::vector<double>(after_.begin(), after_.end()));
+    fired_level_ns_ = RingMedian(after_);
   }
   const double n = static_cast<double>(after_.size());
   const double margin = (threshold_ns_ - reference_ns_) * (fired_level_ns_ / reference_ns_) *
@@ -289,9 +291,7 @@ bool ShiftDetector::Add(int64_t duration_ns) {
   PushRing(&long_, &long_next_, c_.long_recent, duration_ns);
   if (static_cast<int>(recent_.size()) < c_.recent) return false;
   const double median = recent_ns();
-  const bool long_above =
-      static_cast<int>(long_.size()) >= c_.long_recent && long_recent_ns() > long_threshold_ns_;
-  if (median <= threshold_ns_ && !long_above) {
+  if (median <= threshold_ns_ && !LongAbove()) {
     above_ = 0;
     above_ns_ = 0;
     active_ = false;  // back under: the next sustained slowdown is a new one

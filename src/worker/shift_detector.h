@@ -117,6 +117,10 @@ class ShiftDetector {
   // Whether the short or the long moving median stands above its threshold (a full ring each).
   bool ShortAbove() const;
   bool LongAbove() const;
+  // The median of a ring (or of after_), computed in scratch_ (reserved for the longest): it runs
+  // once an iteration on the training thread and allocates nothing there.
+  double RingMedian(const std::vector<int64_t>& ring) const;
+  mutable std::vector<double> scratch_;
   int above_ = 0;               // consecutive iterations with the moving median above the threshold
   int64_t above_ns_ = 0;        // ...and their time
   bool active_ = false;         // fired and not yet back under the threshold
