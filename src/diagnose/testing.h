@@ -15,7 +15,10 @@ namespace perftracker::diagnose::testing {
 
 // A file of the source tree, whole ("" when absent): the docs the tables are checked against.
 inline std::string SourceFile(const std::string& relative) {
-  std::ifstream in(std::string(PT_SOURCE_DIR) + "/" + relative);
+  std::string path = PT_SOURCE_DIR;
+  path += '/';
+  path += relative;
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
