@@ -229,7 +229,7 @@ class OsCauses(OsJobs, unittest.TestCase):
     def test_a_leak_is_named_with_its_growth_and_the_iterations_left(self):
         # The leak begins after 200 healthy iterations (a fit over the whole run missed such a
         # leak: issue 37); it is named, and placed where it began.
-        ws, out = self.job("leak", "--iters", "360", *STEP, "--fault", "leak", "--fault-rank", "2",
+        ws, out = self.job("leak", "--iters", "420", *STEP, "--fault", "leak", "--fault-rank", "2",
                            "--fault-start", "200", "--fault-mb", "1", run_out=True)
         every = [f for fs in ws.values() for f in fs]
         leaks = [f for f in every if f["category"] == "memory_growth"]
@@ -242,6 +242,15 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertGreater(f["evidence"]["iterations_left"], 0, out)
         self.assertGreaterEqual(f["evidence"]["first_iteration"], 180, out)
         self.assertIn("rank 2's memory grows every iteration", f["summary"], out)
+        # The window the growth opened recorded rank 2's allocations: where it keeps memory, the
+        # training loop's function (train_ddp.py's worker()) calling torch.ones, 1 MiB a step.
+        named = [g for g in leaks if "kept_at" in g.get("evidence", {})]
+        self.assertTrue(named, out)
+        g = named[-1]
+        self.assertRegex(g["evidence"]["kept_at"], r"train_ddp\.py\(\d+\): worker$", out)
+        self.assertEqual(g["evidence"]["kept_by_op"], "aten::ones", out)
+        self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, 1, delta=0.01)
+        self.assertEqual(g["functions"][0]["name"], g["evidence"]["kept_at"], out)
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
 

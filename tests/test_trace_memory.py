@@ -1,6 +1,7 @@
 """Memory in traces recorded with torch.profiler's profile_memory=True (torch 2.x, real CPU
 runs of tests/support/memory_job.py): `analyze` shows each rank's memory timeline and peak and
-names memory that grows through the profiled iterations, and stays quiet when it does not;
+names memory that grows through the profiled iterations, and where it was kept (the Python
+function with with_stack=True, else the op), and stays quiet when it does not;
 `diff` names a peak that rose and nothing when the peaks match. Torch 1.13's legacy trace
 format holds no memory records: such a trace has no memory table and no memory finding."""
 import os
@@ -30,6 +31,8 @@ class TraceMemory(unittest.TestCase):
         ptest.require_torch2()
         cls.tmp = tempfile.mkdtemp(prefix="pt_trace_memory_")
         cls.leak = record(os.path.join(cls.tmp, "leak.json"), "--leak-mib", "16")
+        cls.leak_stack = record(os.path.join(cls.tmp, "leak_stack.json"), "--leak-mib", "16",
+                                "--with-stack")
         cls.clean = record(os.path.join(cls.tmp, "clean.json"))
         cls.clean2 = record(os.path.join(cls.tmp, "clean2.json"), "--steps", "6")
         cls.big = record(os.path.join(cls.tmp, "big.json"), "--batch", "8192", "--steps", "6")
@@ -53,6 +56,29 @@ class TraceMemory(unittest.TestCase):
         self.assertNotIn("peak_reserved_bytes", m)  # the CPU keeps no cache
         self.assertIn("memory (the traces' memory records", d["_text"])
         self.assertRegex(d["_text"], r"rank +0 cpu +peak .* over \d+ iterations \(\+16\.0 MiB/iteration\)")
+        # Without Python frames the place is the op the program called.
+        self.assertEqual(first["evidence"]["kept_at"], "aten::ones", first["summary"])
+        self.assertAlmostEqual(first["evidence"]["kept_bytes_per_iteration"] / MIB, 16, delta=0.01)
+
+    def test_a2_with_python_frames_the_leak_is_named_by_its_function(self):
+        d = ptest.analyze([self.leak_stack])
+        first = d["findings"][0]
+        self.assertEqual(first["category"], "memory_growth", d["_text"])
+        # memory_job.py's remember(), called from main(): the line that keeps the tensors.
+        self.assertRegex(first["evidence"]["kept_at"], r"memory_job\.py\(\d+\): remember$")
+        fn = first["functions"][0]
+        self.assertEqual(fn["name"], first["evidence"]["kept_at"])
+        self.assertEqual(fn["kind"], "python_function")
+        self.assertRegex(fn["stack"][-1], r"memory_job\.py\(\d+\): main$")
+        self.assertAlmostEqual(first["evidence"]["kept_bytes_per_iteration"] / MIB, 16, delta=0.01)
+        self.assertEqual(first["evidence"]["kept_by_op"], "aten::ones")
+        self.assertRegex(first["summary"], r"kept at memory_job\.py\(\d+\): remember \(aten::ones, called "
+                         r"from memory_job\.py\(\d+\): main\): 16\.0 MiB per iteration in (\d+) of rank 0's "
+                         r"\1 profiled iterations")
+        (m,) = d["job"]["memory"]
+        self.assertEqual(m["kept"][0]["function"], first["evidence"]["kept_at"])
+        self.assertRegex(d["_text"], r"kept past its iteration most at memory_job\.py\(\d+\): remember "
+                         r"\(aten::ones\): 16\.0 MiB per iteration")
 
     def test_b_a_clean_run_has_a_timeline_and_no_memory_finding(self):
         d = ptest.analyze([self.clean])

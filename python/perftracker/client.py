@@ -316,8 +316,12 @@ class AgentClient:
             why = _outside_trace_dir(out, self.sock_path)
         ok = False
         if why is None:
+            memory_ranks = cmd.get("memory_ranks")
+            memory = (rank is not None and isinstance(memory_ranks, list)
+                      and len(memory_ranks) <= config.WINDOW_MOST_MEMORY_RANKS
+                      and rank in memory_ranks)
             ok = self._windows.start(out, window, int(iters), float(max_s), start_iter,
-                                     cmd.get("shapes") is True)
+                                     cmd.get("shapes") is True, memory)
         elif not self.refused_profile:
             self.refused_profile = True  # said once: the agent hears of each in profile_ack
             sys.stderr.write(f"perftracker: profile command refused: {why}\n")

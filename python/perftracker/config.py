@@ -15,6 +15,9 @@ WINDOW_MAX_S = 20.0
 # window_defaults::kMostIterations, kMostSeconds: a profile command asking for more is refused.
 WINDOW_MOST_ITERATIONS = 1000
 WINDOW_MOST_S = 600.0
+# A profile command's memory_ranks longer than this is refused as malformed (the server lists the
+# ranks whose memory grows: a handful).
+WINDOW_MOST_MEMORY_RANKS = 100000
 # Where a window's trace goes when a command given without an agent (tests) names neither a
 # path nor a directory. Over a socket the trace goes only inside the agent's trace folder: the
 # folder the link next to its socket (agent socket + TRACE_DIR_LINK_SUFFIX) names, made by the

@@ -49,10 +49,12 @@ class WindowState:
     # ---- the agent client's side ----
 
     def start(self, out: str, window: Optional[int], iters: int, max_s: float,
-              start_iter: int, shapes: bool = False) -> bool:
+              start_iter: int, shapes: bool = False, memory: bool = False) -> bool:
         """Asks the C++ side for a window writing OUT (SHAPES: torch.profiler records the ops'
-        input shapes); False when it refuses (another window is pending or open)."""
-        rec = {"path": out, "window": window, "torch": False, "shapes": shapes}
+        input shapes; MEMORY: every allocation and free with the Python stack around it);
+        False when it refuses (another window is pending or open)."""
+        rec = {"path": out, "window": window, "torch": False, "shapes": shapes,
+               "memory": memory}
         prev = (self.out, self.rec)
         self.out, self.rec = out, rec  # before the training thread can arm it
         ok = self._switch.w.start_window(iters, max_s, out, start_iter)
@@ -87,6 +89,9 @@ class WindowState:
     def _start_profiler(self, torch: Any) -> None:
         rec = self.profiler_rec = self.rec
         shapes = bool(rec.get("shapes")) if rec is not None else False
+        # This rank's memory grows: record where (profile_memory's allocations, placed by
+        # with_stack's Python frames: pattern/memory_sites.h). Only this rank pays for it.
+        memory = bool(rec.get("memory")) if rec is not None else False
         try:
             kineto = getattr(torch.autograd, "kineto_available", lambda: False)()
             if kineto:
@@ -99,9 +104,12 @@ class WindowState:
                 # Input shapes only where the server asks (a window that explains a slowdown:
                 # server/window.h WindowSpec::record_shapes says why not in the baseline); the
                 # diagnosis compares them (more work: diagnose/causes.h MoreWorkRule).
-                self.profiler = torch.profiler.profile(activities=acts, record_shapes=shapes,
-                                                       **trace_only_config(torch))
+                # trace_only cannot give Python stacks (torch 2.13 drops it with a warning).
+                self.profiler = torch.profiler.profile(
+                    activities=acts, record_shapes=shapes, profile_memory=memory,
+                    with_stack=memory, **({} if memory else trace_only_config(torch)))
             else:
+                # The legacy export writes no memory records: nothing to ask for here.
                 self.profiler = torch.autograd.profiler.profile(record_shapes=shapes)
             self.profiler.__enter__()
             if rec is not None:

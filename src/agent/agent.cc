@@ -187,9 +187,12 @@ struct Agent::Impl {
           continue;
         }
         if (!cmd.has_profile()) continue;
-        WindowCommand w{cmd.profile().window_id(), cmd.profile().start_iteration(),
-                        cmd.profile().iterations(), cmd.profile().max_seconds(),
-                        cmd.profile().record_shapes()};
+        WindowCommand w{cmd.profile().window_id(),
+                        cmd.profile().start_iteration(),
+                        cmd.profile().iterations(),
+                        cmd.profile().max_seconds(),
+                        cmd.profile().record_shapes(),
+                        {cmd.profile().memory_ranks().begin(), cmd.profile().memory_ranks().end()}};
         log::Detail("agent", "profile window {} from iteration {}", w.window_id, w.start_iteration);
         if (Status st = sink->StartWindow(w); !st.ok()) log::Error("agent", "{}", st.message());
         std::lock_guard lk(mu);

@@ -27,6 +27,8 @@ struct WindowCommand {
   int iterations = 0;
   double max_seconds = 0;
   bool record_shapes = false;  // the CPU ops' input shapes (ProfileWindow.record_shapes)
+  std::vector<int> memory_ranks =
+      {};  // the ranks that record allocations (ProfileWindow.memory_ranks)
 };
 
 struct IterationReport {

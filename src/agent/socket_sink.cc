@@ -785,6 +785,11 @@ Status SocketSink::StartWindow(const WindowCommand& command) {
                             : window_defaults::kMaxSeconds);
   w.Key("start_iter").Int(command.start_iteration);
   w.Key("shapes").Bool(command.record_shapes);
+  if (!command.memory_ranks.empty()) {
+    w.Key("memory_ranks").BeginArray();
+    for (int r : command.memory_ranks) w.Int(r);
+    w.EndArray();
+  }
   w.Key("dir").String(dir);
   w.EndObject();
   std::lock_guard lk(m.mu);

@@ -365,6 +365,18 @@ TEST_F(SocketSinkTest, GarbageAndOversizedLinesAreSkipped) {
   EXPECT_THAT(sink_->WorkerPids(), testing::ElementsAre(46));  // still connected
 }
 
+// A memory growth's window lists the ranks that record their allocations; each worker sees
+// the list and decides for itself (python/perftracker/client.py).
+TEST_F(SocketSinkTest, AMemoryWindowListsItsRecordingRanks) {
+  auto w = Connect(52, "1");
+  WindowCommand cmd{8, 300, 10, 20, false, {1, 3}};
+  ASSERT_TRUE(sink_->StartWindow(cmd).ok());
+  EXPECT_EQ(w->ReadLine(),
+            fmt::format(R"({{"type":"profile","window":8,"iters":10,"max_s":20,"start_iter":300,)"
+                        R"("shapes":false,"memory_ranks":[1,3],"dir":"{}"}})",
+                        dir_.path() + "/traces/window-8"));
+}
+
 TEST_F(SocketSinkTest, StartWindowSendsProfileAndLateWorkersGetItToo) {
   auto early = Connect(50, "0");
   WindowCommand cmd{7, 120, 10, 20};

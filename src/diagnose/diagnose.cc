@@ -112,6 +112,7 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
     // What the traces' own memory records show (profile_memory), where they have any.
     for (Finding& f : TraceMemoryFindings(d.job.memory, d.job.ranks.size(), hosts))
       d.findings.push_back(std::move(f));
+    NameMemorySites(d.job.memory, &d.findings);
   }
   internal::SortFindings(&d.findings);
   return d;

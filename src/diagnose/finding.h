@@ -77,6 +77,17 @@ struct AttemptInfo {
 // records; pattern::DeviceMemory, diagnose/trace_memory.h: bytes as the allocator counted them,
 // devices "cpu", "cuda:N"), or, online, what its agent sampled over the run
 // (server/rank_state.h MemoryTimelines: devices kOnlineHostMemory and kOnlineGpuMemory).
+// Where a rank's trace saw memory kept past its iteration (pattern::MemorySite): a function
+// and its callers, and how much it kept per profiled iteration.
+struct KeptMemory {
+  std::string function;
+  std::vector<std::string> stack;  // outermost first
+  std::string op;                  // under a Python function, the op that allocated
+  double bytes_per_iteration = 0;  // kept, over the iterations counted
+  int kept_iterations = 0;
+  int counted_iterations = 0;
+};
+
 struct RankMemoryUse {
   static constexpr const char* kOnlineHostMemory = "host";  // the process's RSS
   static constexpr const char* kOnlineGpuMemory = "gpu";    // its GPU memory (NVML)
@@ -100,6 +111,8 @@ struct RankMemoryUse {
   std::vector<double> iteration_end_bytes;
   std::vector<double> iteration_peak_bytes;
   std::vector<int64_t> iteration_numbers;
+  // A trace's places that kept memory, most first (empty online and without profile_memory).
+  std::vector<KeptMemory> kept;
 };
 
 struct JobInfo {

@@ -212,12 +212,12 @@ namespace perftracker::diagnose::policy {
     "a leak grows alike throughout the span, so each half grows at half the overall rate at "      \
     "least; a warm-up ramp or a profiling window's buffers grow in one part (measured: a healthy " \
     "rank steps up 27 MiB in its baseline window, then creeps by a MiB)")                          \
-  X(kMemoryProfileSettleIterations, 20, "iterations after a profiling window",                    \
-    "a window's trace is exported and summarized after its last iteration (measured: 1-3 s, up "  \
+  X(kMemoryProfileSettleIterations, 20, "iterations after a profiling window",                     \
+    "a window's trace is exported and summarized after its last iteration (measured: 1-3 s, up "   \
     "to 60 iterations of 45 ms on 2 shared cores; the export's memory is its biggest part): "      \
     "samples until 20 iterations after it are perftracker's memory, not the job's; a later one "   \
     "still inside the export only lowers the level after it")                                      \
-  X(kMemoryAboveRangeShare, 0.5, "of the range the rank's memory moved in before",                \
+  X(kMemoryAboveRangeShare, 0.5, "of the range the rank's memory moved in before",                 \
     "samples come by time, not by step: a sawtooth (a cache filled and emptied) aliases into "     \
     "slow ramps whose highs creep up on its true peak (measured: +0.6 MiB an iteration named on "  \
     "a 320 MiB sawtooth sampled every ~30 iterations); a leak leaves the range it moved in behind" \
@@ -225,13 +225,17 @@ namespace perftracker::diagnose::policy {
   X(kMemoryRiseOfExpected, 0.25, "of the growth the rate gives an interval",                       \
     "a rise between two samples counts when it is a quarter of what the rate gives their "         \
     "interval: a page more is no rise")                                                            \
-  /* Memory in a trace's own records (profile_memory; diagnose/trace_memory.h) */                 \
+  /* Memory in a trace's own records (profile_memory; diagnose/trace_memory.h) */                  \
   X(kTraceMemoryMinIterations, 4, "steady iterations",                                             \
     "a level that rises over three intervals in a row or more is growth; fewer iterations show "   \
     "one allocation, not a rate")                                                                  \
+  X(kKeptMemoryShare, 0.5, "of the profiled iterations",                                           \
+    "a place that kept memory in half of the profiled iterations or more is where memory grows; "  \
+    "a healthy job keeps memory once (optimizer state made on its first step) or in the last "     \
+    "iteration only (gradients the next step frees), which is not counted")                        \
   X(kMemoryPeakRise, 0.1, "of the reference's peak",                                               \
     "a peak within 10% of the reference's is the same batch, model and allocator moving by "       \
-    "themselves (fragmentation, a different order of frees); more is a change worth naming")      \
+    "themselves (fragmentation, a different order of frees); more is a change worth naming")       \
   X(kMemoryPeakMinBytes, 67108864, "bytes",                                                        \
     "below 64 MiB a peak's rise is a buffer or two, not what brings a rank to its limit")          \
   /* The temporal differential: a window against the job's baseline (diagnose/since_baseline.h) */ \

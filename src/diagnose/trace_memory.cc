@@ -1,9 +1,11 @@
 #include "diagnose/trace_memory.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "diagnose/memory_growth.h"
@@ -153,6 +155,20 @@ std::vector<RankMemoryUse> TraceMemoryOf(const std::vector<const pattern::RankSu
         m.iteration_numbers = r->iteration_steps;
       m.iterations = static_cast<int>(d.iteration_end_bytes.size());
       m.bytes_per_iteration = MemorySlope(d.iteration_end_bytes);
+      for (const pattern::MemorySite& site : r->memory_sites) {
+        if (site.device != d.device || site.counted_iterations == 0) continue;
+        KeptMemory& k = m.kept.emplace_back();
+        k.function = site.function.empty() ? "(outside any op)" : site.function;
+        for (std::string_view rest = site.stack; !rest.empty();) {
+          const size_t semi = rest.find(';');
+          k.stack.emplace_back(rest.substr(0, semi));
+          rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
+        }
+        k.op = site.op;
+        k.bytes_per_iteration = site.kept_bytes / site.counted_iterations;
+        k.kept_iterations = static_cast<int>(site.kept_iterations);
+        k.counted_iterations = static_cast<int>(site.counted_iterations);
+      }
     }
   }
   std::stable_sort(out.begin(), out.end(),
@@ -173,6 +189,50 @@ std::vector<Finding> TraceMemoryFindings(const std::vector<RankMemoryUse>& memor
   }
   if (!failed.empty()) out.push_back(FailedAllocationFinding(failed, hosts));
   return out;
+}
+
+void NameMemorySites(const std::vector<RankMemoryUse>& memory, std::vector<Finding>* findings) {
+  for (Finding& f : *findings) {
+    if (f.category != Category::kMemoryGrowth || f.evidence_text.count("kept_at")) continue;
+    auto dev = f.evidence_text.find("device");
+    auto kind = f.evidence_text.find("memory");
+    const bool gpu = (kind != f.evidence_text.end() && kind->second == "gpu") ||
+                     (dev != f.evidence_text.end() && dev->second.rfind("cuda", 0) == 0);
+    // The place that kept the most on the finding's ranks and device kind, of those that kept
+    // memory in most profiled iterations.
+    const RankMemoryUse* where = nullptr;
+    const KeptMemory* top = nullptr;
+    for (const RankMemoryUse& m : memory) {
+      if (m.online() || m.host() == gpu ||
+          !std::binary_search(f.ranks.begin(), f.ranks.end(), m.rank))
+        continue;
+      for (const KeptMemory& k : m.kept) {
+        if (k.kept_iterations < policy::kKeptMemoryShare * k.counted_iterations) continue;
+        if (top == nullptr || k.bytes_per_iteration > top->bytes_per_iteration) {
+          top = &k;
+          where = &m;
+        }
+      }
+    }
+    if (top == nullptr) continue;
+    FunctionRef fn;
+    fn.name = top->function;
+    fn.kind = top->function.find(".py(") != std::string::npos ? "python_function" : "cpu_op";
+    fn.stack = top->stack;
+    f.functions.insert(f.functions.begin(), std::move(fn));
+    f.evidence["kept_bytes_per_iteration"] = top->bytes_per_iteration;
+    f.evidence_text["kept_at"] = top->function;
+    if (!top->op.empty()) f.evidence_text["kept_by_op"] = top->op;
+    std::vector<std::string> how;
+    if (!top->op.empty()) how.push_back(top->op);
+    if (!top->stack.empty()) how.push_back("called from " + top->stack.back());
+    f.summary += fmt::format(
+        "; kept at {}{}: {} per iteration in {} of rank {}'s {} profiled "
+        "iterations",
+        top->function, how.empty() ? "" : fmt::format(" ({})", fmt::join(how, ", ")),
+        MemoryBytes(top->bytes_per_iteration), top->kept_iterations, where->rank,
+        top->counted_iterations);
+  }
 }
 
 std::vector<Finding> MemoryPeakChanges(const std::vector<RankMemoryUse>& base,

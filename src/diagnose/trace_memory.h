@@ -4,8 +4,9 @@
 // (JobInfo::memory: `analyze`'s memory table and the reports), and the findings they carry:
 // memory that grows through the profiled iterations (memory_growth), an allocation the trace
 // saw fail (memory_peak), and in `diff` a peak above the reference's (memory_peak). Offline
-// traces only: an online window records no memory; the server follows each rank's memory with
-// its iteration reports instead (memory_growth.h).
+// traces, and online the windows a memory growth opens (their growing ranks record memory, to
+// name where it grows: NameMemorySites); the server follows each rank's memory with its
+// iteration reports (memory_growth.h).
 #ifndef PERFTRACKER_DIAGNOSE_TRACE_MEMORY_H_
 #define PERFTRACKER_DIAGNOSE_TRACE_MEMORY_H_
 
@@ -35,6 +36,14 @@ bool TraceMemoryGrows(const std::vector<double>& levels);
 // whose trace saw an allocation fail.
 std::vector<Finding> TraceMemoryFindings(const std::vector<RankMemoryUse>& memory, size_t job_ranks,
                                          const std::map<int, std::string>& hosts);
+
+// Names where memory grows in each memory_growth finding of FINDINGS (the traces' own or an
+// online run's), from MEMORY's kept places (RankMemoryUse::kept, profile_memory's records): the
+// place that kept the most per iteration on the finding's ranks and kind of device, among those
+// that kept memory in policy::kKeptMemoryShare of the profiled iterations, becomes the
+// finding's first function, its evidence (kept_at, kept_bytes_per_iteration) and a clause of its
+// summary. A finding without such a place, or named already, is left as it is.
+void NameMemorySites(const std::vector<RankMemoryUse>& memory, std::vector<Finding>* findings);
 
 // `diff`: one memory_peak finding per kind of device for the ranks whose peak in TEST is above
 // their peak in BASE by kMemoryPeakRise and kMemoryPeakMinBytes at least (the same rank and

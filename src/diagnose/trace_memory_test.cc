@@ -131,5 +131,66 @@ TEST(TraceMemoryTest, DiffNamesPeaksThatRose) {
   for (const Finding& f : same.findings) EXPECT_NE(f.category, Category::kMemoryPeak);
 }
 
+// Where memory is kept: the place that kept memory in most profiled iterations names the
+// growth, on the trace's own finding and on an online run's (the GPU one from a cuda device);
+// a place that kept memory once (optimizer state) names nothing; naming twice does nothing.
+TEST(TraceMemoryTest, KeptPlacesNameTheGrowth) {
+  pattern::RankSummary leaking = Rank(1, "cpu", Ramp(200, 16, 8));
+  pattern::MemorySite leak{"cpu",
+                           "train.py(20): remember",
+                           "train.py(1): <module>;train.py(9): main",
+                           "aten::ones",
+                           16 * 6 * kMiB,
+                           6,
+                           6,
+                           6};
+  pattern::MemorySite once{
+      "cpu", "torch/optim/adam.py(90): step", "", "aten::zeros_like", 400 * kMiB, 1, 6, 40};
+  leaking.memory_sites = {once, leak};
+  pattern::RankSummary gpu = Rank(2, "cuda:0", std::vector<double>(8, 1000));
+  gpu.memory_sites = {{"cuda:0", "model.py(7): forward", "", "aten::empty", 8 * 6 * kMiB, 6, 6, 6}};
+  const std::vector<RankMemoryUse> memory = TraceMemoryOf({&leaking, &gpu});
+  ASSERT_EQ(memory[0].kept.size(), 2u);
+  EXPECT_EQ(memory[0].kept[1].stack,
+            (std::vector<std::string>{"train.py(1): <module>", "train.py(9): main"}));
+  EXPECT_DOUBLE_EQ(memory[0].kept[1].bytes_per_iteration, 16 * kMiB);
+
+  std::vector<Finding> fs = TraceMemoryFindings(memory, 4, {});
+  ASSERT_EQ(fs.size(), 1u);
+  Finding online;  // an online run's GPU growth of rank 2 (diagnose/memory_growth.h)
+  online.category = Category::kMemoryGrowth;
+  online.ranks = {2};
+  online.evidence_text["memory"] = "gpu";
+  online.summary = "rank 2's GPU memory grows every iteration";
+  fs.push_back(online);
+  Finding other;  // not a growth: left alone
+  other.category = Category::kMemoryPeak;
+  other.ranks = {1};
+  fs.push_back(other);
+  NameMemorySites(memory, &fs);
+  NameMemorySites(memory, &fs);  // once named, left as it is
+  EXPECT_EQ(fs[0].evidence_text.at("kept_at"), "train.py(20): remember");
+  EXPECT_EQ(fs[0].evidence_text.at("kept_by_op"), "aten::ones");
+  EXPECT_DOUBLE_EQ(fs[0].evidence.at("kept_bytes_per_iteration"), 16 * kMiB);
+  ASSERT_EQ(fs[0].functions.size(), 1u);
+  EXPECT_EQ(fs[0].functions[0].name, "train.py(20): remember");
+  EXPECT_EQ(fs[0].functions[0].kind, "python_function");
+  EXPECT_THAT(fs[0].summary,
+              testing::EndsWith("; kept at train.py(20): remember (aten::ones, called from "
+                                "train.py(9): main): 16.0 MiB per iteration in 6 of rank 1's 6 "
+                                "profiled iterations"));
+  EXPECT_EQ(fs[1].evidence_text.at("kept_at"), "model.py(7): forward");
+  EXPECT_THAT(fs[1].summary, testing::HasSubstr("8.0 MiB per iteration"));
+  EXPECT_TRUE(fs[2].functions.empty());
+  EXPECT_FALSE(fs[2].evidence_text.count("kept_at"));
+
+  // Kept once only: no place named.
+  leaking.memory_sites = {once};
+  std::vector<Finding> quiet = TraceMemoryFindings(TraceMemoryOf({&leaking}), 4, {});
+  ASSERT_EQ(quiet.size(), 1u);
+  NameMemorySites(TraceMemoryOf({&leaking}), &quiet);
+  EXPECT_FALSE(quiet[0].evidence_text.count("kept_at"));
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

@@ -97,6 +97,9 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
   keys.reserve(p.functions.size());
   for (const FunctionPattern& f : p.functions) keys.insert(f.Key());
   for (const FunctionPattern& f : secondary.functions) {
+    // torch.profiler's own Python frames (with_stack, asked for to place kept memory) would
+    // count the Python tracer's calls twice.
+    if (python_covers_main && f.kind == trace::EventKind::kPythonFunction) continue;
     if (!keys.insert(f.Key()).second) continue;
     FunctionPattern& added = p.functions.emplace_back(f);
     Rebase(&added, n_secondary, n_primary, mean_iter_us);
@@ -106,6 +109,9 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
   }
 
   SumReadStats(&p.read_stats, secondary.read_stats);
+  // Memory is the torch trace's alone (profile_memory): the Python tracer records none.
+  if (p.memory.empty()) p.memory = secondary.memory;
+  if (p.memory_sites.empty()) p.memory_sites = secondary.memory_sites;
 
   // The summarizer's order, so that merged and unmerged summaries compare alike.
   std::sort(p.functions.begin(), p.functions.end(),

@@ -14,8 +14,9 @@ namespace perftracker::pattern {
 // Adds to PRIMARY every function of SECONDARY whose Key() PRIMARY lacks (PRIMARY's figures win
 // where both saw a function), with per-iteration figures over PRIMARY's iterations; takes
 // SECONDARY's GPU breakdown when PRIMARY has none, rank-level facts PRIMARY lacks, and its
-// iterations when PRIMARY has none. read_stats are summed; functions stay sorted by
-// per_iter_us, descending.
+// iterations when PRIMARY has none, and its memory and memory sites. SECONDARY's Python frames
+// are left out where PRIMARY's cover the training thread. read_stats are summed; functions stay
+// sorted by per_iter_us, descending.
 void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary);
 
 }  // namespace perftracker::pattern

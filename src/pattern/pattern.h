@@ -151,6 +151,23 @@ struct DeviceMemory {
   std::vector<double> iteration_peak_bytes;
 };
 
+// Memory that outlived the iteration that allocated it, by where it was allocated
+// (pattern/memory_sites.h): from profile_memory's records, an allocation made in a steady
+// iteration before the last and never freed in the trace. The place is the innermost Python
+// frame around the allocation where the trace has Python frames (with_stack=True), else the
+// top-level op. A leak keeps memory at the same place every iteration; a healthy job's kept
+// memory (gradients, optimizer state made once) is one iteration's, or none.
+struct MemorySite {
+  std::string device;     // as DeviceMemory::device
+  std::string function;   // "train.py(42): keep", or an op ("aten::clone")
+  std::string stack;      // its callers, outermost first (FunctionPattern::stack)
+  std::string op;         // under a Python function, the outermost op that allocated ("aten::ones")
+  double kept_bytes = 0;  // summed over the iterations counted
+  uint32_t kept_iterations = 0;     // the counted iterations that kept some here
+  uint32_t counted_iterations = 0;  // the steady iterations before the last
+  uint64_t allocations = 0;         // kept allocations
+};
+
 struct RankSummary {
   // 4: a function may carry its input shapes (flag 8); 3: zstd payload; 2 (deflated) and 1
   // still read.
@@ -204,6 +221,10 @@ struct RankSummary {
   // Per device, where the trace holds the profiler's memory records (profile_memory=True);
   // empty otherwise.
   std::vector<DeviceMemory> memory;
+  // Where memory was kept, most kept first, at most kMaxMemorySites per device; empty without
+  // profile_memory's records or with nothing kept.
+  static constexpr size_t kMaxMemorySites = 8;
+  std::vector<MemorySite> memory_sites;
 
   double MeanIterationMs() const;
   double MedianIterationMs() const;

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -38,6 +39,7 @@
 #include "pattern/input_shapes.h"
 #include "pattern/intervals.h"
 #include "pattern/iteration_breakdown.h"
+#include "pattern/memory_sites.h"
 #include "pattern/memory_use.h"
 #include "pattern/names.h"
 #include "pattern/steady_state.h"
@@ -191,6 +193,7 @@ struct Summarizer::Impl {
   std::unordered_map<int64_t, CollArgs> coll_by_ext;
 
   MemoryUseBuilder memory;  // the trace's memory records (profile_memory)
+  MemorySiteBuilder sites;  // and where what they kept was allocated
   bool has_gpu = false;
   double first_ts = kInf;
   double last_end = -kInf;
@@ -499,30 +502,8 @@ struct Summarizer::Impl {
       return a.ts != b.ts ? a.ts < b.ts : a.dur > b.dur;
     };
     // Traces list a thread's events in a few long sorted runs (one per flush of the profiler's
-    // buffers): merge those runs pairwise, O(n log runs), instead of sorting from scratch.
-    // Many runs: sort everything.
-    std::vector<CpuRec>& recs = t.recs;
-    std::vector<size_t> runs = {0};  // run starts, then the end
-    for (size_t i = 1; i < recs.size(); ++i) {
-      if (nesting_order(recs[i], recs[i - 1])) runs.push_back(i);
-    }
-    runs.push_back(recs.size());
-    if (runs.size() - 1 > 64) {
-      std::sort(recs.begin(), recs.end(), nesting_order);
-    } else {
-      const auto at = [&](size_t k) { return recs.begin() + static_cast<std::ptrdiff_t>(k); };
-      while (runs.size() > 2) {
-        std::vector<size_t> merged;
-        size_t r = 0;
-        for (; r + 2 < runs.size(); r += 2) {
-          std::inplace_merge(at(runs[r]), at(runs[r + 1]), at(runs[r + 2]), nesting_order);
-          merged.push_back(runs[r]);
-        }
-        if (r + 1 < runs.size()) merged.push_back(runs[r]);  // an odd run out
-        merged.push_back(recs.size());
-        runs.swap(merged);
-      }
-    }
+    // buffers).
+    SortRuns(&t.recs, nesting_order);
     struct Open {
       double end;
       double child;
@@ -550,13 +531,41 @@ struct Summarizer::Impl {
         t.top.push_back({r.ts, r.ts + r.dur});
       }
     };
-    for (uint32_t i = 0; i < t.recs.size(); ++i) {
-      const CpuRec& r = t.recs[i];
-      while (!stack.empty() && stack.back().end <= r.ts) {
+    auto pop_until = [&](double ts) {
+      while (!stack.empty() && stack.back().end <= ts) {
         Open o = stack.back();
         stack.pop_back();
         close(o);
       }
+    };
+    // Each kept allocation's place (pattern/memory_sites.h): the innermost Python call open
+    // at its time, else the outermost op (what the program called: aten::clone, not the
+    // allocator's aten::empty inside it, nor the ProfilerStep annotation around it).
+    std::span<MemorySiteBuilder::Live> allocs = sites.OfThread(t.tid);
+    size_t next_alloc = 0;
+    auto place_until = [&](double ts) {
+      for (; next_alloc < allocs.size() && allocs[next_alloc].ts < ts; ++next_alloc) {
+        MemorySiteBuilder::Live& a = allocs[next_alloc];
+        pop_until(a.ts);
+        // The program's own frame (IsProgramFrame), else the innermost Python frame.
+        uint32_t op = MemorySiteBuilder::kNoSite;
+        for (auto o = stack.rbegin(); o != stack.rend(); ++o) {
+          const uint32_t ref = t.recs[o->rec].ref;
+          if (!(ref & kPyTag)) {
+            if (fns[ref].kind == EventKind::kCpuOp || op == MemorySiteBuilder::kNoSite) op = ref;
+            continue;
+          }
+          const bool program = IsProgramFrame(names.Get(py[ref & ~kPyTag].name_id));
+          if (program || a.site == MemorySiteBuilder::kNoSite) a.site = ref, a.op = op;
+          if (program) break;
+        }
+        if (a.site == MemorySiteBuilder::kNoSite) a.site = op;  // no Python frame
+      }
+    };
+    for (uint32_t i = 0; i < t.recs.size(); ++i) {
+      const CpuRec& r = t.recs[i];
+      place_until(r.ts);
+      pop_until(r.ts);
       double end = r.ts + r.dur;
       if (!stack.empty()) {
         end = std::min(end, stack.back().end);  // a child never outlives its parent
@@ -564,11 +573,8 @@ struct Summarizer::Impl {
       }
       stack.push_back({end, 0.0, i});
     }
-    while (!stack.empty()) {
-      Open o = stack.back();
-      stack.pop_back();
-      close(o);
-    }
+    place_until(kInf);
+    pop_until(kInf);
     std::vector<CpuRec>().swap(t.recs);
     MergeIntervals(&t.top);
   }
@@ -604,6 +610,7 @@ struct Summarizer::Impl {
 
   void ResolvePython() {
     std::vector<uint32_t> memo(py.size(), std::numeric_limits<uint32_t>::max());
+    std::vector<uint32_t> py_fn(sites.live().empty() ? 0 : py.size());  // a kept place's function
     for (uint32_t i = 0; i < py.size(); ++i) {
       const PyCall& p = py[i];
       uint32_t stack = 0;
@@ -612,11 +619,15 @@ struct Summarizer::Impl {
         stack = ContextOf(it->second, &memo);
       }
       const uint32_t fn = InternFn(EventKind::kPythonFunction, p.name_id, stack);
+      if (!py_fn.empty()) py_fn[i] = fn;
       AddCall(fn, p.dur, p.iter, p.tid);
       FnAcc& f = fns[fn];
       AddSelf(f, p.iter, p.self_us);
       if (p.top) ++f.top_count;
     }
+    for (MemorySiteBuilder::Live& l : sites.live())
+      if (l.site != MemorySiteBuilder::kNoSite && (l.site & kPyTag))
+        l.site = py_fn[l.site & ~kPyTag];
     std::vector<PyCall>().swap(py);
     py_index.clear();
   }
@@ -667,6 +678,7 @@ struct Summarizer::Impl {
   // CPU threads: self time and top-level flags, then the Python calls; returns the main thread
   // (the markers' thread when it has top-level work, else the one with the most), or null.
   const ThreadState* ResolveCpu() {
+    sites.Pair();
     for (ThreadState& t : threads) ProcessThread(t);
     ResolvePython();
     const ThreadState* main = nullptr;
@@ -851,6 +863,9 @@ struct Summarizer::Impl {
     if (!lanes.empty() && !steady.empty()) FillGpuBreakdown(&lanes, steady, main, &s);
     FillFunctions(steady, main, mean_iter_us, &s);
     s.memory = memory.Build(steady);
+    s.memory_sites = sites.Build(steady, [&](uint32_t fn) {
+      return std::pair{names.Get(fns[fn].name_id), stacks.Get(fns[fn].stack_id)};
+    });
     return s;
   }
 };
@@ -867,7 +882,9 @@ void Summarizer::OnEvent(const trace::Event& event) {
 
 void Summarizer::OnMemory(const trace::MemoryEvent& event) {
   if (impl_->it_start.empty()) impl_->Begin(trace::TraceMeta{});
-  impl_->memory.Add(event, impl_->IterOf(event.ts_us));
+  const int iteration = impl_->IterOf(event.ts_us);
+  impl_->memory.Add(event, iteration);
+  impl_->sites.Add(event, iteration);
 }
 
 void Summarizer::OnEnd(const trace::ReadStats& stats) { impl_->stats = stats; }

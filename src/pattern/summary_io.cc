@@ -420,6 +420,17 @@ std::string SerializeSummary(const RankSummary& s) {
       w.D(i < m.iteration_peak_bytes.size() ? m.iteration_peak_bytes[i] : 0.0);
     }
   }
+  w.U(s.memory_sites.size());
+  for (const MemorySite& m : s.memory_sites) {
+    w.Str(m.device);
+    w.Str(m.function);
+    w.Str(m.stack);
+    w.Str(m.op);
+    w.D(m.kept_bytes);
+    w.U(m.kept_iterations);
+    w.U(m.counted_iterations);
+    w.U(m.allocations);
+  }
   return w.Finish();
 }
 
@@ -653,6 +664,26 @@ void ReadMemory(Reader& r, const StringTable& table, std::vector<DeviceMemory>* 
   }
 }
 
+// Where memory was kept (RankSummary::memory_sites): four names, a double and three counts at
+// least.
+constexpr size_t kMinMemorySiteBytes = 4 + 8 + 3;
+
+void ReadMemorySites(Reader& r, const StringTable& table, std::vector<MemorySite>* out) {
+  const size_t n = r.Count<MemorySite>(kMinMemorySiteBytes);
+  out->reserve(n);
+  for (size_t i = 0; i < n && !r.failed(); ++i) {
+    MemorySite& m = out->emplace_back();
+    m.device = std::string(r.Str(table));
+    m.function = std::string(r.Held(r.Str(table)));
+    m.stack = std::string(r.Held(r.Str(table)));
+    m.op = std::string(r.Held(r.Str(table)));
+    m.kept_bytes = r.D();
+    m.kept_iterations = static_cast<uint32_t>(r.U());
+    m.counted_iterations = static_cast<uint32_t>(r.U());
+    m.allocations = r.U();
+  }
+}
+
 // The optional trailing fields, each group read only when bytes are left (older summaries end
 // before them).
 void ReadTrailer(Reader& r, const StringTable& table, RankSummary* s) {
@@ -685,6 +716,7 @@ void ReadTrailer(Reader& r, const StringTable& table, RankSummary* s) {
     s->nccl_version = r.Str(table);
   }
   if (!r.failed() && r.remaining() > 0) ReadMemory(r, table, &s->memory);
+  if (!r.failed() && r.remaining() > 0) ReadMemorySites(r, table, &s->memory_sites);
 }
 
 // Why the reader stopped, if it did: over the memory budget, corrupt or truncated.

@@ -129,6 +129,20 @@ void ReadMemory(dom::object job, diagnose::JobInfo* out) {
       for (dom::element v : arr) m.iteration_peak_bytes.push_back(Num(v));
     if (At(o, "iteration_numbers").get(arr) == simdjson::SUCCESS)
       for (dom::element v : arr) m.iteration_numbers.push_back(Whole<int64_t>(v));
+    if (At(o, "kept").get(arr) == simdjson::SUCCESS)
+      for (dom::element v : arr) {
+        dom::object ko;
+        if (v.get(ko) != simdjson::SUCCESS) continue;
+        diagnose::KeptMemory& k = m.kept.emplace_back();
+        k.function = Str(At(ko, "function"));
+        dom::array frames;
+        if (At(ko, "stack").get(frames) == simdjson::SUCCESS)
+          for (dom::element frame : frames) k.stack.push_back(Str(frame));
+        k.op = Str(At(ko, "op"));
+        k.bytes_per_iteration = Num(At(ko, "bytes_per_iteration"));
+        k.kept_iterations = Whole<int>(At(ko, "kept_iterations"));
+        k.counted_iterations = Whole<int>(At(ko, "counted_iterations"));
+      }
   }
 }
 

@@ -127,7 +127,21 @@ void MemoryJson(const std::vector<diagnose::RankMemoryUse>& memory, JsonWriter* 
     for (double v : m.iteration_peak_bytes) w->Number(v);
     w->EndArray().Key("iteration_numbers").BeginArray();
     for (int64_t v : m.iteration_numbers) w->Int(v);
-    w->EndArray().EndObject();
+    w->EndArray();
+    if (!m.kept.empty()) {
+      w->Key("kept").BeginArray();
+      for (const diagnose::KeptMemory& k : m.kept) {
+        w->BeginObject().Key("function").String(k.function).Key("stack").BeginArray();
+        for (const std::string& frame : k.stack) w->String(frame);
+        w->EndArray();
+        if (!k.op.empty()) w->Key("op").String(k.op);
+        w->Key("bytes_per_iteration").Number(k.bytes_per_iteration);
+        w->Key("kept_iterations").Int(k.kept_iterations);
+        w->Key("counted_iterations").Int(k.counted_iterations).EndObject();
+      }
+      w->EndArray();
+    }
+    w->EndObject();
   }
   w->EndArray();
 }
@@ -159,6 +173,14 @@ void MemoryTable(const std::vector<diagnose::RankMemoryUse>& all, std::string* o
       *out += fmt::format(", {} failed allocation{}", m.failed_allocations,
                           m.failed_allocations == 1 ? "" : "s");
     *out += "\n";
+    // Where it kept memory past an iteration, the place that kept most (memory_sites).
+    if (!m.kept.empty()) {
+      const diagnose::KeptMemory& k = m.kept.front();
+      *out += fmt::format(
+          "    kept past its iteration most at {}{}: {} per iteration, in {} of {}\n", k.function,
+          k.op.empty() ? "" : " (" + k.op + ")", diagnose::MemoryBytes(k.bytes_per_iteration),
+          k.kept_iterations, k.counted_iterations);
+    }
   }
   if (memory.size() > kMaxMemoryRows)
     *out += fmt::format("  ... {} more in the JSON report (job.memory)\n",

@@ -123,9 +123,10 @@ struct CollectorServer::Impl final
   // Opens a window, or returns the open one (already_open). SLOWDOWN and MEAN_MS: a slowdown
   // trigger opened it. TRIGGER_STEP (>= 0): the iteration the triggering rank reached, which the
   // start counts from when no report has gone further (an agent forwards a trigger before the
-  // batch of iterations that led to it). Called with mu held.
+  // batch that led to it). MEMORY_RANKS: WindowSpec::memory_ranks. mu held.
   TriggerResult OpenWindowLocked(const std::string& reason, int iterations, bool slowdown = false,
-                                 double mean_ms = 0, int64_t trigger_step = -1);
+                                 double mean_ms = 0, int64_t trigger_step = -1,
+                                 std::vector<int> memory_ranks = {});
 
   // Closes and publishes window ID on this thread, with mu held: at shutdown only, once the
   // publisher has drained (every other close goes through CloseWindowLater, in order).
@@ -171,8 +172,8 @@ struct CollectorServer::Impl final
   // diagnosis as diagnose::SlowNotHung says. Returns whether it did. Called with mu held.
   bool AmendResumedHangLocked();
   void TimerLoop();
-  // A rank's memory grows steadily (diagnose::FindMemoryGrowth): logged, and a window opens
-  // ("memory growth on rank N"; joined when one is open) whose diagnosis names it. mu held.
+  // A rank's memory grows steadily (diagnose::FindMemoryGrowth): logged; a window opens once none
+  // is under way (WindowBook) where that rank records its allocations (where it keeps memory).
   void OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g, diagnose::MemoryKind kind);
   // The memory growth findings of the current attempt's ranks (mu held): every published
   // window's diagnosis carries them, since a leak stays.

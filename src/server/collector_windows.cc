@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "base/background.h"
 #include "base/units.h"
@@ -35,7 +36,8 @@ JobProgress CollectorServer::Impl::ProgressLocked() const {
 
 TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason, int iterations,
                                                       bool slowdown, double mean_ms,
-                                                      int64_t trigger_step) {
+                                                      int64_t trigger_step,
+                                                      std::vector<int> memory_ranks) {
   if (const int64_t open = sched->open_window()) {
     const WindowSpec& s = windows.Find(open)->spec();
     return {s.id, s.start_iteration, true};
@@ -54,6 +56,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   spec.attempt = attempts.current();
   spec.baseline = ReasonKind(reason) == "baseline";
   spec.record_shapes = !spec.baseline && ReasonKind(reason) != "periodic";
+  spec.memory_ranks = std::move(memory_ranks);
   const std::set<int> expected = agents.DeclaredRanks();
   auto deadline = Window::Clock::now() +
                   std::chrono::duration_cast<Window::Clock::duration>(std::chrono::duration<double>(
@@ -89,6 +92,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   p->set_iterations(spec.iterations);
   p->set_max_seconds(spec.max_seconds);
   p->set_record_shapes(spec.record_shapes);
+  for (int r : spec.memory_ranks) p->add_memory_ranks(r);
   agents.Send(cmd);
   cv.notify_all();
   log::Event("", "window {} opened ({}): profiling iterations {}..{} on every rank{}", spec.id,
@@ -106,7 +110,7 @@ void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
   ExplainMissingLocked(&sealed);
   sched->Closed(id, std::chrono::steady_clock::now());
   diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
-  if (d.job.memory.empty()) d.job.memory = MemoryTimelines(ranks, CurrentRanksLocked());
+  std::ranges::move(MemoryTimelines(ranks, CurrentRanksLocked()), std::back_inserter(d.job.memory));
   auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
   Publish(id, d, "window", job, RenderHtmlLocked(d, job.get(), id));
 }
@@ -130,8 +134,8 @@ void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::Memor
                   kind == diagnose::MemoryKind::kGpu ? "GPU " : "", rank,
                   BytesToMiB(g.bytes_per_iteration), g.first_step, g.last_step);
   log::Event("", "{}", reason);
-  if (hang || sched->open_window()) return;  // the open window's diagnosis names it
-  OpenWindowLocked(reason, 0);
+  windows.MemoryWindowDue(rank, reason);
+  MaybeOpenScheduledLocked();
 }
 
 std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() const {
@@ -161,7 +165,7 @@ void CollectorServer::Impl::PublishLoop() {
     std::vector<diagnose::RankMemoryUse> timelines = MemoryTimelines(ranks, CurrentRanksLocked());
     lk.unlock();
     diagnose::Diagnosis d = Window::Diagnose(w.sealed, options.diagnose);
-    if (d.job.memory.empty()) d.job.memory = std::move(timelines);
+    for (diagnose::RankMemoryUse& m : timelines) d.job.memory.push_back(std::move(m));
     CompareWindow(&w.sealed, w.rate, std::move(memory), options.diagnose, &baseline, &d);
     auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
     std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);
@@ -345,7 +349,10 @@ void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
 void CollectorServer::Impl::MaybeOpenScheduledLocked() {
   if (shutting_down || hang) return;
   const auto now = std::chrono::steady_clock::now();
-  if (auto due = sched->Due(ProgressLocked(), now)) {
+  if (auto memory = sched->open_window() ? std::nullopt : windows.TakeMemoryWindow()) {
+    // A memory growth's first: this window records where its memory is kept.
+    OpenWindowLocked(memory->reason, 0, false, 0, -1, std::move(memory->ranks));
+  } else if (auto due = sched->Due(ProgressLocked(), now)) {
     OpenWindowLocked(due->reason, 0, due->slowdown, due->mean_ms);
   } else if (auto slow = healthy.Check(now);  // with no baseline window, no window of its own
              slow && options.schedule.baseline_window &&

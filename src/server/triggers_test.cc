@@ -260,5 +260,55 @@ TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
   (*server)->Shutdown();
 }
 
+// A leak found while another window is open (a user's, which no rank uploads to) opens its own
+// window once that one is over, and only the growing rank records its allocations in it
+// (ProfileWindow.memory_ranks): its finding can then name where memory is kept.
+TEST(Server, AMemoryGrowthOpensAWindowWhereTheGrowingRankRecordsAllocations) {
+  ServerOptions o = TestOptions("memory_window", /*max_seconds=*/0.3, /*upload_grace_seconds=*/0.2);
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0, 1}, &agent, "node-a"));
+  grpc::ClientContext wctx;
+  wctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::WatchRequest wreq;
+  wreq.set_agent_id(agent);
+  auto reader = c.stub()->WatchCommands(&wctx, wreq);
+  v1::TriggerRequest user;
+  user.set_kind("user");
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, user, &tr).ok());
+  constexpr double kMiB = 1 << 20;
+  for (int step = 0; step < 200; ++step) {
+    v1::ReportIterationsRequest it;
+    it.set_agent_id(agent);
+    for (int rank : {0, 1}) {
+      auto* b = it.add_batches();
+      b->set_rank(rank);
+      b->add_steps(step);
+      b->add_iteration_ms(50);
+      b->set_rss_bytes((300 + (rank == 1 ? 4 * std::max(0, step - 60) : 0)) * kMiB);
+    }
+    v1::ReportIterationsReply itr;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+  }
+  std::vector<v1::ProfileWindow> windows;
+  v1::Command cmd;
+  while (reader->Read(&cmd)) {
+    if (!cmd.has_profile()) continue;
+    windows.push_back(cmd.profile());
+    if (cmd.profile().memory_ranks_size() > 0) break;
+  }
+  ASSERT_GE(windows.size(), 2u);
+  EXPECT_EQ(windows.front().memory_ranks_size(), 0);  // the user's
+  const v1::ProfileWindow& memory = windows.back();
+  ASSERT_EQ(memory.memory_ranks_size(), 1);
+  EXPECT_EQ(memory.memory_ranks(0), 1);
+  EXPECT_GT(memory.window_id(), windows.front().window_id());
+  wctx.TryCancel();
+  (*server)->Shutdown();
+}
+
 }  // namespace
 }  // namespace perftracker::server

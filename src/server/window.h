@@ -33,6 +33,9 @@ struct WindowSpec {
   // window under load that tipped one rank's Adam over the peer comparison's gate (a false
   // straggler in the Lightning job at 251e9a8); a slowdown window's cause is far larger.
   bool record_shapes = false;
+  // Its ranks that record their allocations (ProfileWindow.memory_ranks): a memory growth's.
+  // Only they: the Python stacks around every op make their profiled iterations slower.
+  std::vector<int> memory_ranks = {};
 };
 
 struct RankUpload {

@@ -38,4 +38,17 @@ void WindowBook::AddMark(report::WindowMark m) {
   marks_.push_back(std::move(m));
 }
 
+void WindowBook::MemoryWindowDue(int rank, const std::string& reason) {
+  if (!memory_due_) memory_due_ = DueMemoryWindow{reason, {}};
+  std::vector<int>& r = memory_due_->ranks;
+  if (std::find(r.begin(), r.end(), rank) == r.end()) r.push_back(rank);
+}
+
+std::optional<WindowBook::DueMemoryWindow> WindowBook::TakeMemoryWindow() {
+  std::optional<DueMemoryWindow> due = std::move(memory_due_);
+  memory_due_.reset();
+  if (due) std::sort(due->ranks.begin(), due->ranks.end());
+  return due;
+}
+
 }  // namespace perftracker::server

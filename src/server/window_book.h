@@ -1,7 +1,8 @@
 // The windows of a run (WindowBook): the numbering that windows and hangs share (a window's
 // reports are DIR/windows/<id>/), the windows still in memory (the open one and the newest
 // closed ones; older ones live in SQLite and their folders), and the marks of every window and
-// hang for the report's chart. Not thread-safe: the collector's mutex guards it
+// hang for the report's chart, and the memory window due (a memory growth's, waiting for the
+// window or hang under way). Not thread-safe: the collector's mutex guards it
 // (server/collector_impl.h).
 #ifndef PERFTRACKER_SERVER_WINDOW_BOOK_H_
 #define PERFTRACKER_SERVER_WINDOW_BOOK_H_
@@ -11,6 +12,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "report/html.h"
@@ -50,8 +53,19 @@ class WindowBook {
 
   const Map& windows() const { return windows_; }
 
+  // A memory growth on RANK (REASON: the log's line) asks for a window in which the growing
+  // ranks record their allocations (WindowSpec::memory_ranks); growths until it opens join it.
+  void MemoryWindowDue(int rank, const std::string& reason);
+  // The window due, its reason and ranks (sorted), once: nullopt when none is.
+  struct DueMemoryWindow {
+    std::string reason;  // the first growth's
+    std::vector<int> ranks;
+  };
+  std::optional<DueMemoryWindow> TakeMemoryWindow();
+
  private:
   Map windows_;
+  std::optional<DueMemoryWindow> memory_due_;
   std::vector<report::WindowMark> marks_;
   int64_t last_id_ = 0;
 };

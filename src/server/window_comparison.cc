@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <set>
 #include <string>
 
 #include "diagnose/all_rank_os.h"
 #include "diagnose/causes.h"
 #include "diagnose/cost_bound.h"
+#include "diagnose/trace_memory.h"
 
 namespace perftracker::server {
 
@@ -63,7 +66,19 @@ void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::Healthy
     // A baseline window the job had slowed down before is bounded by that rise too.
     if (rate->slowdown_step) budget.rise_ms = rate->RiseMs();
   }
+  // A window opened by a memory growth recorded its growing ranks' allocations: the run's
+  // finding stays (its rate and forecast span the run, not ten iterations), named with the
+  // place the window saw keep memory; the window's own finding of the same ranks goes.
+  std::set<int> growing;
+  for (const auto& f : memory)
+    if (f.category == diagnose::Category::kMemoryGrowth)
+      growing.insert(f.ranks.begin(), f.ranks.end());
+  std::erase_if(d->findings, [&](const diagnose::Finding& f) {
+    return f.category == diagnose::Category::kMemoryGrowth && !f.ranks.empty() &&
+           std::all_of(f.ranks.begin(), f.ranks.end(), [&](int r) { return growing.count(r); });
+  });
   for (auto& f : memory) d->findings.push_back(std::move(f));
+  diagnose::NameMemorySites(d->job.memory, &d->findings);
   diagnose::FoldAllRanksThrottled(&d->findings);
   diagnose::BoundCosts(budget, d);  // sorts, whichever categories are present
   d->job.notes.push_back(fmt::format("compared with: {}", fmt::join(against, "; ")));

@@ -76,9 +76,12 @@ struct Event {
 //   {"ph": "i", "name": "[memory]", "ts": 12.5, "args": {"Device Type": 1, "Device Id": 0,
 //    "Bytes": 4096, "Total Allocated": 1052672, "Total Reserved": 2097152, "Addr": 139...}}
 // gives {ts_us 12.5, device_type 1, device_id 0, bytes 4096, total_allocated 1052672,
-// total_reserved 2097152}. A free has negative Bytes. -1 where the trace left a field out.
+// total_reserved 2097152, addr 139...}. A free has negative Bytes and the address its allocation
+// had. -1 where the trace left a field out.
 struct MemoryEvent {
   double ts_us = 0;
+  int64_t tid = 0;           // the thread that allocated or freed (the event's "tid")
+  int64_t addr = -1;         // "Addr": pairs a free with its allocation (pattern/memory_sites.h)
   int32_t device_type = -1;  // c10::DeviceType: 0 CPU, 1 CUDA, ...
   int32_t device_id = -1;    // -1 for the CPU
   int64_t bytes = 0;

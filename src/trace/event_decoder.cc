@@ -127,16 +127,17 @@ void RepairUtf8(char* data, size_t len) {
 constexpr std::string_view kMemoryRecord = "[memory]";
 constexpr std::string_view kOutOfMemoryRecord = "[OutOfMemory]";
 
-// A memory record's args into M, each looked up by name (other keys, "Addr", are not read):
-//   {"Total Allocated": 1052672, "Bytes": 4096, "Device Type": 1, "Device Id": 0}
-//   -> total_allocated 1052672, bytes 4096, device_type 1, device_id 0.
+// A memory record's args into M, each looked up by name (other keys are not read):
+//   {"Total Allocated": 1052672, "Bytes": 4096, "Device Type": 1, "Device Id": 0, "Addr": 7}
+//   -> total_allocated 1052672, bytes 4096, device_type 1, device_id 0, addr 7.
 simdjson::error_code MemoryArgs(od::object& args, trace::MemoryEvent* m) {
   int64_t type = m->device_type, id = m->device_id;
   const std::pair<const char*, int64_t*> fields[] = {{"Bytes", &m->bytes},
                                                      {"Total Allocated", &m->total_allocated},
                                                      {"Total Reserved", &m->total_reserved},
                                                      {"Device Type", &type},
-                                                     {"Device Id", &id}};
+                                                     {"Device Id", &id},
+                                                     {"Addr", &m->addr}};
   for (const auto& [key, out] : fields) {
     od::value v;
     const simdjson::error_code e = args.find_field_unordered(key).get(v);
@@ -445,6 +446,7 @@ class EventDecoder {
       case 'I':
         if (has_ts && !bad && (ev.name == kMemoryRecord || ev.name == kOutOfMemoryRecord)) {
           mem.ts_us = ev.ts_us;
+          mem.tid = ev.tid;
           mem.out_of_memory = ev.name == kOutOfMemoryRecord;
           ++stats_->memory_events;
           sink_->OnMemory(mem);

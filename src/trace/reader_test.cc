@@ -208,7 +208,7 @@ TEST(ReaderTest, MemoryRecords) {
     {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
      "ts": 11.5, "args": {"Total Reserved": 2097152, "Total Allocated": 1052672, "Bytes": 4096,
      "Addr": 139917, "Device Type": 1, "Device Id": 0}},
-    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+    {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 3,
      "ts": 12, "args": {"Total Reserved": 0, "Total Allocated": 0, "Bytes": -4096, "Addr": 7,
      "Device Type": 0, "Device Id": -1}},
     {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[OutOfMemory]", "pid": 1,
@@ -236,7 +236,12 @@ TEST(ReaderTest, MemoryRecords) {
   EXPECT_EQ(a.total_allocated, 1052672);
   EXPECT_EQ(a.total_reserved, 2097152);
   EXPECT_FALSE(a.out_of_memory);
+  EXPECT_EQ(a.addr, 139917);
+  EXPECT_EQ(a.tid, 1);
   EXPECT_EQ(sink.memory[1].bytes, -4096);
+  EXPECT_EQ(sink.memory[1].addr, 7);
+  EXPECT_EQ(sink.memory[1].tid, 3);
+  EXPECT_EQ(sink.memory[2].addr, -1);  // none given
   EXPECT_EQ(sink.memory[1].device_type, 0);
   EXPECT_TRUE(sink.memory[2].out_of_memory);
   EXPECT_EQ(sink.memory[2].bytes, 1073741824);
