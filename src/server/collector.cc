@@ -63,8 +63,10 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   PT_ASSIGN_OR_RETURN(impl->store,
                       Store::Open((fs::path(options.report_dir) / "perftracker.db").string()));
   PT_ASSIGN_OR_RETURN(impl->job_id, impl->store->AddJob(options.report_dir));
-  // A server restarted on the same folder numbers its windows after the last one there: the
-  // reports of the windows before the restart stay.
+  // A server restarted on the same folder numbers its windows after the last one there (its
+  // database's, and its folders'): the reports of the windows before the restart stay.
+  PT_ASSIGN_OR_RETURN(const int64_t last_window, impl->store->LastWindowId());
+  impl->windows.UsedId(last_window);
   for (const auto& e : fs::directory_iterator(fs::path(options.report_dir) / "windows", ec)) {
     int64_t n = 0;
     const std::string name = e.path().filename().string();

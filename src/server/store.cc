@@ -114,6 +114,14 @@ StatusOr<int64_t> Store::AddJob(const std::string& report_dir) {
   return job_id_;
 }
 
+StatusOr<int64_t> Store::LastWindowId() {
+  Stmt s(db_, "SELECT COALESCE(MAX(window_id), 0) FROM windows");
+  if (!s.ok()) return Internal(fmt::format("sqlite: {}", sqlite3_errmsg(db_)));
+  if (sqlite3_step(s.get()) != SQLITE_ROW)
+    return Internal(fmt::format("sqlite: {}", sqlite3_errmsg(db_)));
+  return sqlite3_column_int64(s.get(), 0);
+}
+
 Status Store::AddWindow(int64_t job_id, int64_t window_id, int64_t start_iteration, int iterations,
                         const std::string& reason) {
   Stmt s(db_,

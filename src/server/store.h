@@ -37,6 +37,10 @@ class Store {
   static StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
 
   StatusOr<int64_t> AddJob(const std::string& report_dir);
+  // The highest window id any job of this database opened (0: none). A restarted server numbers
+  // its windows after it: a window its last life opened and was killed in has no report folder,
+  // and its id again would send the agents into that window's trace folder.
+  StatusOr<int64_t> LastWindowId();
   // Windows, summaries and findings below belong to the last job added.
   Status AddWindow(int64_t job_id, int64_t window_id, int64_t start_iteration, int iterations,
                    const std::string& reason);

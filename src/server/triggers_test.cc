@@ -11,6 +11,7 @@
 
 #include "perftracker.grpc.pb.h"
 #include "server/collector.h"
+#include "server/store.h"
 #include "server/testing.h"
 
 namespace perftracker::server {
@@ -307,6 +308,30 @@ TEST(Server, AMemoryGrowthOpensAWindowWhereTheGrowingRankRecordsAllocations) {
   EXPECT_EQ(memory.memory_ranks(0), 1);
   EXPECT_GT(memory.window_id(), windows.front().window_id());
   wctx.TryCancel();
+  (*server)->Shutdown();
+}
+
+// A server killed with a window open left that window in its database but no report folder:
+// the next life on the same folder numbers its windows after it, not into its trace folder.
+TEST(Server, ARestartedServerNumbersItsWindowsAfterOneItWasKilledIn) {
+  ServerOptions o = TestOptions("killed_in_window");
+  {
+    auto store = Store::Open(o.report_dir + "/perftracker.db");
+    ASSERT_TRUE(store.ok());
+    auto job = (*store)->AddJob(o.report_dir);
+    ASSERT_TRUE(job.ok());
+    ASSERT_TRUE((*store)->AddWindow(*job, 3, 80, 10, "baseline").ok());
+  }
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0}, &agent));
+  v1::TriggerRequest user;
+  user.set_kind("user");
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, user, &tr).ok());
+  EXPECT_EQ(tr.window_id(), 4);
   (*server)->Shutdown();
 }
 
