@@ -243,13 +243,14 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertGreaterEqual(f["evidence"]["first_iteration"], 180, out)
         self.assertIn("rank 2's memory grows every iteration", f["summary"], out)
         # The window the growth opened recorded rank 2's allocations: where it keeps memory, the
-        # training loop's function (train_ddp.py's worker()) calling torch.ones, 1 MiB a step.
+        # training step's function (train_ddp.py's train_step()) calling torch.ones, 1 MiB a step
+        # (an iteration whose allocation fell outside the profiler's step marks counts none).
         named = [g for g in leaks if "kept_at" in g.get("evidence", {})]
         self.assertTrue(named, out)
         g = named[-1]
-        self.assertRegex(g["evidence"]["kept_at"], r"train_ddp\.py\(\d+\): worker$", out)
+        self.assertRegex(g["evidence"]["kept_at"], r"train_ddp\.py\(\d+\): train_step$", out)
         self.assertEqual(g["evidence"]["kept_by_op"], "aten::ones", out)
-        self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, 1, delta=0.01)
+        self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, 1, delta=0.2)
         self.assertEqual(g["functions"][0]["name"], g["evidence"]["kept_at"], out)
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
