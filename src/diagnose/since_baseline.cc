@@ -207,7 +207,10 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   if (base.ranks.empty() || now.empty()) return result;
   if (ref.baseline.spoiled) return SinceHealthyRate(base, now, now_metrics, existing, ref);
   const double base_ms = MedianIterationMs(base.ranks), now_ms = MedianIterationMs(now);
-  double delta_ms = now_ms - base_ms;
+  // The profiled iteration's rise, as the functions' figures are taken (means of profiled
+  // iterations): a function enclosing the waits rises with it.
+  const double profiled_rise_ms = now_ms - base_ms;
+  double delta_ms = profiled_rise_ms;
   // The job's unprofiled slowdown since it was healthy, where the history shows one: what
   // fixing it gives (profiled iterations are inflated, and differently in each window).
   const HealthyRate* rate = ref.Slowdown();
@@ -255,7 +258,10 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
     // function encloses the waits (DDP's all-reduce waits inside run_backward): its rise is the
     // echo up to what the slow rank costs the job or the iteration rose, whichever is more, and
     // a little beyond (policy kEchoSlack): run_backward +37.8 ms/iter on every rank, the median
-    // iteration +37.4, the 0.1-CPU rank costing 58.0 (.ci/run at e183b7a); a rank whose cost the
+    // iteration +37.4, the 0.1-CPU rank costing 58.0 (.ci/run at e183b7a). The iteration's rise
+    // is the profiled one too where the healthy rate's (unprofiled) is less: a 0.05-CPU rank's
+    // peers' run_backward +79.2, the profiled iteration +79.6, the healthy rate +57.2 (the
+    // profiler inflates the throttled rank's work most). A rank whose cost the
     // peer comparison sees only in part (its compute in run_backward too, beside its peers'
     // waits) is named for 10.2 ms/iter while run_backward rises as much as the iteration did.
     if (!slow.empty() && f.finding_class == FindingClass::kAll) {
@@ -269,7 +275,8 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
                !pattern::CollectiveOp(fn.name).empty();
       });
       if (only_waits || f.impact_ms <= delta_ms ||
-          (enclose_waits && f.impact_ms <= std::max(delta_ms, slow_cost_ms) * policy::kEchoSlack))
+          (enclose_waits && f.impact_ms <= std::max({delta_ms, profiled_rise_ms, slow_cost_ms}) *
+                                               policy::kEchoSlack))
         continue;
     }
     // The comparison saw a sample of the ranks; a change on all of them is the job's.
