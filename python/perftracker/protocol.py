@@ -58,8 +58,10 @@ WORKER_TO_AGENT = (HELLO, ITERATIONS, LEARNED, RELEARN, TRIGGER, PROFILE_ACK, PY
 # ---- agent -> worker ----
 
 # iters and max_s default to config.WINDOW_ITERATIONS / WINDOW_MAX_S; start_iter -1 is "next";
-# the file is `path`, or `dir`/rank-R.python.json (this agent always sends dir).
-PROFILE = MessageType("profile", ("iters", "max_s", "start_iter", "shapes", "dir", "path", "window"),
+# the file is `path`, or `dir`/rank-R.python.json (this agent always sends dir); memory_ranks
+# (only when some rank records its allocations) lists the ranks that do.
+PROFILE = MessageType("profile", ("iters", "max_s", "start_iter", "shapes", "memory_ranks", "dir",
+                                  "path", "window"),
                       agent_skips=("path",))
 # Ends the current window now (or cancels a pending one); for tools that talk to the socket:
 # the agent lets a window run its course.
