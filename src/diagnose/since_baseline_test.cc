@@ -204,19 +204,22 @@ TEST(SinceBaselineTest, ARiseInCollectivesBeyondTheIterationsWhileARankIsNamedSl
   EXPECT_TRUE(all);
 }
 
+// JOB with every rank's run_backward (where DDP's all-reduce waits) taking BACKWARD_MS an
+// iteration.
+std::vector<RankSummary> WithBackward(std::vector<RankSummary> job, double backward_ms) {
+  for (RankSummary& r : job)
+    r.functions.push_back(Fn("<built-in method run_backward>", FunctionClass::kPython, backward_ms,
+                             1, trace::EventKind::kPythonFunction));
+  return job;
+}
+
 TEST(SinceBaselineTest, ARiseInAPythonFunctionUpToTheSlowRanksCostIsItsEcho) {
   // Measured (rank 2 held to 0.1 CPUs, gloo DDP, .ci/run at e183b7a): the window names rank 2
   // throttled, 58.0 ms/iter lost; since the baseline every rank's run_backward (where DDP's
   // all-reduce waits) takes 37.8 ms/iter more while the median iteration rose 37.4.
-  auto with_backward = [](std::vector<RankSummary> job, double backward_ms) {
-    for (RankSummary& r : job)
-      r.functions.push_back(Fn("<built-in method run_backward>", FunctionClass::kPython,
-                               backward_ms, 1, trace::EventKind::kPythonFunction));
-    return job;
-  };
   Baseline base = MakeBaseline();
-  base.ranks = with_backward(Job(20, 46.8), 11.6);
-  const std::vector<RankSummary> now = with_backward(Job(20, 84.2), 49.4);
+  base.ranks = WithBackward(Job(20, 46.8), 11.6);
+  const std::vector<RankSummary> now = WithBackward(Job(20, 84.2), 49.4);
   for (const Finding& f :
        SinceBaseline(base, now, Metrics(0, 1.0), {ThrottledRank2(58.0)}).findings)
     EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
@@ -227,7 +230,7 @@ TEST(SinceBaselineTest, ARiseInAPythonFunctionUpToTheSlowRanksCostIsItsEcho) {
     EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
   // Far beyond both what the slow rank costs and the iteration's rise, the rise is the job's own
   // change (other work gave back time meanwhile).
-  const std::vector<RankSummary> beyond = with_backward(Job(20, 84.2), 11.6 + 60);
+  const std::vector<RankSummary> beyond = WithBackward(Job(20, 84.2), 11.6 + 60);
   bool all = false;
   for (const Finding& f :
        SinceBaseline(base, beyond, Metrics(0, 1.0), {ThrottledRank2(20.0)}).findings)
@@ -240,12 +243,6 @@ TEST(SinceBaselineTest, ARiseInAPythonFunctionUpToTheProfiledIterationsRiseIsIts
   // ms (unprofiled); the profiled iterations rose 46.3 -> 125.9 (mean), run_backward on every
   // rank 12.3 -> 91.5 ms/iter, while the peer comparison named rank 2 for 9.5 ms/iter. The
   // function's figures are profiled: its rise within the profiled iteration's is the echo.
-  auto with_backward = [](std::vector<RankSummary> job, double backward_ms) {
-    for (RankSummary& r : job)
-      r.functions.push_back(Fn("<built-in method run_backward>", FunctionClass::kPython,
-                               backward_ms, 1, trace::EventKind::kPythonFunction));
-    return job;
-  };
   HealthyReference ref;
   std::vector<IterationPoint> history;
   for (int i = 20; i < 133; ++i) history.push_back({i, 41.9});
@@ -253,13 +250,13 @@ TEST(SinceBaselineTest, ARiseInAPythonFunctionUpToTheProfiledIterationsRiseIsIts
   ref.rate = FindHealthyRate(history);
   ASSERT_NE(ref.Slowdown(), nullptr);
   Baseline base = MakeBaseline();
-  base.ranks = with_backward(Job(20, 46.3), 12.3);
-  const std::vector<RankSummary> now = with_backward(Job(20, 125.9), 91.5);
+  base.ranks = WithBackward(Job(20, 46.3), 12.3);
+  const std::vector<RankSummary> now = WithBackward(Job(20, 125.9), 91.5);
   for (const Finding& f :
        SinceBaseline(base, now, Metrics(0, 1.0), {ThrottledRank2(9.5)}, {}, ref).findings)
     EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 2, 3})) << f.summary;
   // Beyond the profiled iteration's rise too, it is the job's own change.
-  const std::vector<RankSummary> beyond = with_backward(Job(20, 125.9), 12.3 + 110);
+  const std::vector<RankSummary> beyond = WithBackward(Job(20, 125.9), 12.3 + 110);
   bool all = false;
   for (const Finding& f :
        SinceBaseline(base, beyond, Metrics(0, 1.0), {ThrottledRank2(9.5)}, {}, ref).findings)
