@@ -50,6 +50,10 @@ class MemorySiteBuilder {
     // function the op that allocated.
     uint32_t site = kNoSite;
     uint32_t op = kNoSite;
+    void Place(uint32_t at, uint32_t by_op) {
+      site = at;
+      op = by_op;
+    }
   };
 
   // A record at iteration ITERATION (-1: outside them). Records without an address are not

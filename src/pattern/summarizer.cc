@@ -556,7 +556,7 @@ struct Summarizer::Impl {
             continue;
           }
           const bool program = IsProgramFrame(names.Get(py[ref & ~kPyTag].name_id));
-          if (program || a.site == MemorySiteBuilder::kNoSite) a.site = ref, a.op = op;
+          if (program || a.site == MemorySiteBuilder::kNoSite) a.Place(ref, op);
           if (program) break;
         }
         if (a.site == MemorySiteBuilder::kNoSite) a.site = op;  // no Python frame
