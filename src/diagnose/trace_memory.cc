@@ -5,9 +5,9 @@
 
 #include <algorithm>
 #include <set>
-#include <string_view>
 #include <utility>
 
+#include "diagnose/finding_text.h"
 #include "diagnose/memory_growth.h"
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
@@ -159,11 +159,7 @@ std::vector<RankMemoryUse> TraceMemoryOf(const std::vector<const pattern::RankSu
         if (site.device != d.device || site.counted_iterations == 0) continue;
         KeptMemory& k = m.kept.emplace_back();
         k.function = site.function.empty() ? "(outside any op)" : site.function;
-        for (std::string_view rest = site.stack; !rest.empty();) {
-          const size_t semi = rest.find(';');
-          k.stack.emplace_back(rest.substr(0, semi));
-          rest = semi == std::string_view::npos ? std::string_view() : rest.substr(semi + 1);
-        }
+        k.stack = internal::SplitStack(site.stack);
         k.op = site.op;
         k.bytes_per_iteration = site.kept_bytes / site.counted_iterations;
         k.kept_iterations = static_cast<int>(site.kept_iterations);
@@ -217,7 +213,10 @@ void NameMemorySites(const std::vector<RankMemoryUse>& memory, std::vector<Findi
     if (top == nullptr) continue;
     FunctionRef fn;
     fn.name = top->function;
-    fn.kind = top->function.find(".py(") != std::string::npos ? "python_function" : "cpu_op";
+    // Kineto names a Python frame "file.py(line): function"; otherwise the place is an op.
+    fn.kind = trace::EventKindName(top->function.find(".py(") != std::string::npos
+                                       ? trace::EventKind::kPythonFunction
+                                       : trace::EventKind::kCpuOp);
     fn.stack = top->stack;
     f.functions.insert(f.functions.begin(), std::move(fn));
     f.evidence["kept_bytes_per_iteration"] = top->bytes_per_iteration;
