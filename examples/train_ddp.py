@@ -39,6 +39,8 @@ Faults (--fault KIND, --fault-rank R or 'all', from --fault-start K):
                  history kept with its graph is): its memory grows until the host runs out, or
                  with --fault-cgroup (a memory cgroup it joins) until that cgroup's OOM killer
                  ends it
+  pyleak         the rank keeps --fault-mb MiB of Python objects every step (a metrics history
+                 of floats, log_metrics()): torch's allocator never sees them, the heap does
   gpu-leak       the same with tensors on the rank's device (--device cuda): its GPU memory grows
                  until CUDA's allocator fails (torch.OutOfMemoryError)
   sawtooth       the rank keeps --fault-mb MiB every step and lets them all go every 20 steps (a
@@ -109,7 +111,7 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per rank")
     p.add_argument("--fault", default="none",
                    choices=["none", "straggler", "slow-loader", "gc", "hang", "cpu-contention", "sync", "cmd", "stall",
-                            "call-heavy", "cpu-quota", "skew", "leak", "sawtooth", "gpu-leak", "checkpoint", "nice", "extra-collective",
+                            "call-heavy", "cpu-quota", "skew", "leak", "pyleak", "sawtooth", "gpu-leak", "checkpoint", "nice", "extra-collective",
                             "wrong-size", "wrong-dtype", "skip-barrier", "raise"])
     p.add_argument("--times", default="", help="rank 0 writes every step's duration here (JSON)")
     p.add_argument("--fault-cmd", default="", help="shell command for --fault cmd")
@@ -124,7 +126,7 @@ def parse_args(argv=None):
     p.add_argument("--fault-start", type=int, default=0, help="first iteration with the fault")
     p.add_argument("--fault-ms", type=float, default=15.0,
                    help="loader sleep per batch (ms); for --fault stall, the one step's compute")
-    p.add_argument("--fault-mb", type=float, default=2.0, help="MiB kept per step (--fault leak)")
+    p.add_argument("--fault-mb", type=float, default=2.0, help="MiB kept per step (--fault leak, pyleak)")
     p.add_argument("--fault-work", type=int, default=3, help="extra matmuls per step (straggler)")
     p.add_argument("--gc-heap", type=int, default=500000, help="long-lived GC-tracked objects (gc fault)")
     p.add_argument("--gc-garbage", type=int, default=40000, help="reference cycles per step (gc fault)")
@@ -251,6 +253,12 @@ def build_gc_heap(n):
     return [[i] for i in range(n)]
 
 
+def log_metrics(history, step, mib):
+    """--fault pyleak: a metrics history kept whole, MIB of Python floats a step (a list slot
+    and a float object: 32 bytes each)."""
+    history.append({"step": step, "values": [float(i) for i in range(int(mib * 2 ** 20 / 32))]})
+
+
 def make_cyclic_garbage(n):
     """--fault gc: n self-referencing lists, alive until the step ends. Only the cyclic collector
     frees them; the young collections they trigger traverse and promote them, so full
@@ -361,6 +369,8 @@ def worker(rank, world, args):
                 tokenize(args.calls)
             elif args.fault == "leak":
                 kept.append(torch.ones(int(args.fault_mb * 2 ** 20 / 4)))
+            elif args.fault == "pyleak":
+                log_metrics(kept, step, args.fault_mb)
             elif args.fault == "sawtooth":
                 if len(kept) >= SAWTOOTH_STEPS:
                     kept.clear()

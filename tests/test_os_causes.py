@@ -255,6 +255,24 @@ class OsCauses(OsJobs, unittest.TestCase):
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
 
+    def test_a_leak_of_python_objects_is_named_where_the_objects_are_made(self):
+        # Rank 1 keeps 2 MiB of Python floats a step (a metrics history) from iteration 150: the
+        # growth's window samples rank 1's Python heap (torch's allocator never sees these), and
+        # names the function that makes what is kept.
+        ws, out = self.job("pyleak", "--iters", "340", *STEP, "--fault", "pyleak", "--fault-rank", "1",
+                           "--fault-start", "150", "--fault-mb", "2", nproc=2, run_out=True)
+        leaks = [f for fs in ws.values() for f in fs if f["category"] == "memory_growth"]
+        self.assertTrue(leaks, out)
+        self.assertTrue(all(f["ranks"] == [1] for f in leaks), out)
+        named = [g for g in leaks if "kept_at" in g.get("evidence", {})]
+        self.assertTrue(named, out)
+        g = named[-1]
+        self.assertRegex(g["evidence"]["kept_at"], r"train_ddp\.py\(\d+\): log_metrics$", out)
+        self.assertEqual(g["evidence"]["kept_by_op"], "Python objects", out)
+        # A sample every 64 KiB on average: the estimate is within a third of the 2 MiB kept.
+        self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, 2, delta=0.7)
+        self.assertRegex(g["summary"], r"called from \S*train_ddp\.py\(\d+\): train_step\)", out)
+
     def test_slow_dataloader_workers_are_named_with_their_function(self):
         # From iteration 130 rank 1's two DataLoader worker processes sleep 200 ms in the collate
         # function per batch: a batch every 100 ms where a step takes ~45 ms.

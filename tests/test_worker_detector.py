@@ -581,6 +581,49 @@ assert hooks._collector.w.stats()["window_armed"]
         self.assertNotIn("Fatal", p.stderr)
         self.assertTrue(os.path.exists(out), p.stderr)
 
+    def test_a_heap_sampling_window_says_where_python_objects_are_kept(self):
+        # remember() keeps 1 MiB of floats a step; scratch() makes 20,000 dicts a step and lets
+        # them go. The window samples the heap (sample_heap): what is kept is placed at
+        # remember(), its callers as the stack, and what was let go is not.
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
+        self.run_py(f"""
+import time
+from perftracker import _worker as w
+assert w.install({{"window": 5}})
+history = []
+def remember(step):
+    history.append([float(i) for i in range(2 ** 20 // 32)])
+def scratch():
+    return len([dict(a=i) for i in range(20000)])
+def step(it):
+    scratch()
+    remember(it)
+for it in range(40):
+    w.on_loader_next()
+    if it == 20:
+        assert w.start_window(10, 30.0, {out!r}, -1, True)
+    step(it)
+    w.on_optimizer_step()
+for _ in range(100):
+    if w.stats()["files_written"]: break
+    time.sleep(0.05)
+w.uninstall()
+""")
+        with open(out) as f:
+            kept = json.load(f)["kept_memory"]
+        self.assertEqual(kept["sample_bytes"], 65536)
+        self.assertEqual(kept["dropped"], 0)
+        d = ptest.analyze([out])
+        memory = d["job"]["memory"]
+        self.assertEqual([m["device"] for m in memory], ["cpu"])
+        k = memory[0]["kept"][0]
+        self.assertRegex(k["function"], r"\(\d+\): remember$")
+        self.assertEqual(k["op"], "Python objects")
+        self.assertRegex(k["stack"][-1], r"\(\d+\): step$")
+        self.assertEqual(k["kept_iterations"], 9)
+        self.assertAlmostEqual(k["bytes_per_iteration"] / 2 ** 20, 1, delta=0.35)
+        self.assertFalse([x for x in memory[0]["kept"] if x["function"].endswith("scratch")])
+
     def test_window_writes_an_aggregate_analyze_reads(self):
         out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
         self.run_py(f"""

@@ -57,7 +57,10 @@ class WindowState:
                "memory": memory}
         prev = (self.out, self.rec)
         self.out, self.rec = out, rec  # before the training thread can arm it
-        ok = self._switch.w.start_window(iters, max_s, out, start_iter)
+        # MEMORY: the Python heap is sampled too (Python objects, which profile_memory does not
+        # see: worker/heap_sampler.h).
+        ok = (self._switch.w.start_window(iters, max_s, out, start_iter, True) if memory else
+              self._switch.w.start_window(iters, max_s, out, start_iter))
         if ok:
             self.due.append(rec)
         else:
@@ -112,6 +115,12 @@ class WindowState:
                 # The legacy export writes no memory records: nothing to ask for here.
                 self.profiler = torch.autograd.profiler.profile(record_shapes=shapes)
             self.profiler.__enter__()
+            if memory:
+                # with_stack installed torch's Python tracer over the window's: both see the
+                # thread's calls again (the window's tracer places the sampled heap).
+                chain = getattr(self._switch.w, "chain_profile", None)
+                if chain is not None:
+                    chain()
             if rec is not None:
                 rec["torch"] = True
             autograd = getattr(torch._C, "_autograd", None)

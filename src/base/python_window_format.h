@@ -8,6 +8,11 @@
 //    "nodes":[[parent, name, gc, count, total_ns, self_ns, min_ns, max_ns, sum_sq_ns,
 //              hist_offset, [hist...], [[iteration, calls, inclusive_ns, self_ns]]]],
 //    "long_calls":[[node, start_ns, end_ns]], "stats":{"calls":N, ...}}
+// and, in a window that sampled the Python heap (a growing rank's memory window), the sampled
+// allocations still live at its end by node and iteration (worker/heap_sampler.h):
+//    "kept_memory":{"sample_bytes":65536, "samples":N, "dropped":N,
+//                   "cells":[[node, iteration, bytes, samples]]}
+// (iteration -1: made outside the window's iterations; bytes: the samples' weights).
 #ifndef PERFTRACKER_BASE_PYTHON_WINDOW_FORMAT_H_
 #define PERFTRACKER_BASE_PYTHON_WINDOW_FORMAT_H_
 
@@ -53,6 +58,7 @@ enum IterationSlot : size_t {
 };
 enum CellSlot : size_t { kCellIteration, kCellCalls, kCellInclusiveNs, kCellSelfNs, kCellSlots };
 enum LongCallSlot : size_t { kLongCallNode, kLongCallStartNs, kLongCallEndNs, kLongCallSlots };
+enum KeptCellSlot : size_t { kKeptNode, kKeptIteration, kKeptBytes, kKeptSamples, kKeptCellSlots };
 
 // The histogram: four buckets per power of two, bucket b starting at 2^(b/4) * (1 + (b%4)/4)
 // ns; buckets 0-3 hold 0-3 ns exactly (4-7 stay empty). Any quantile comes back within ~12% of

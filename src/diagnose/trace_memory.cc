@@ -106,6 +106,24 @@ Finding FailedAllocationFinding(const std::vector<const RankMemoryUse*>& failed,
   return f;
 }
 
+// M's kept places: R's memory sites on M's device.
+void AddKept(const pattern::RankSummary& r, RankMemoryUse* m) {
+  for (const pattern::MemorySite& site : r.memory_sites) {
+    if (site.device != m->device || site.counted_iterations == 0) continue;
+    KeptMemory& k = m->kept.emplace_back();
+    k.function = site.function.empty() ? "(outside any op)" : site.function;
+    k.stack = internal::SplitStack(site.stack);
+    k.op = site.op;
+    k.bytes_per_iteration = site.kept_bytes / site.counted_iterations;
+    k.kept_iterations = static_cast<int>(site.kept_iterations);
+    k.counted_iterations = static_cast<int>(site.counted_iterations);
+  }
+  // The allocator's places and the sampled heap's come in two lists: most kept first.
+  std::stable_sort(m->kept.begin(), m->kept.end(), [](const KeptMemory& a, const KeptMemory& b) {
+    return a.bytes_per_iteration > b.bytes_per_iteration;
+  });
+}
+
 }  // namespace
 
 double MemorySlope(const std::vector<double>& levels) {
@@ -155,16 +173,21 @@ std::vector<RankMemoryUse> TraceMemoryOf(const std::vector<const pattern::RankSu
         m.iteration_numbers = r->iteration_steps;
       m.iterations = static_cast<int>(d.iteration_end_bytes.size());
       m.bytes_per_iteration = MemorySlope(d.iteration_end_bytes);
-      for (const pattern::MemorySite& site : r->memory_sites) {
-        if (site.device != d.device || site.counted_iterations == 0) continue;
-        KeptMemory& k = m.kept.emplace_back();
-        k.function = site.function.empty() ? "(outside any op)" : site.function;
-        k.stack = internal::SplitStack(site.stack);
-        k.op = site.op;
-        k.bytes_per_iteration = site.kept_bytes / site.counted_iterations;
-        k.kept_iterations = static_cast<int>(site.kept_iterations);
-        k.counted_iterations = static_cast<int>(site.counted_iterations);
-      }
+      AddKept(*r, &m);
+    }
+    // Kept memory of a device the trace has no records of: the Python tracer's sampled heap in
+    // a window without profile_memory (a torch without Kineto).
+    for (const pattern::MemorySite& site : r->memory_sites) {
+      const auto has = [&](const pattern::DeviceMemory& d) { return d.device == site.device; };
+      if (std::any_of(r->memory.begin(), r->memory.end(), has)) continue;
+      const auto row = [&](const RankMemoryUse& m) {
+        return m.rank == r->rank && m.device == site.device;
+      };
+      if (std::any_of(out.begin(), out.end(), row)) continue;
+      RankMemoryUse& m = out.emplace_back();
+      m.rank = r->rank;
+      m.device = site.device;
+      AddKept(*r, &m);
     }
   }
   std::stable_sort(out.begin(), out.end(),

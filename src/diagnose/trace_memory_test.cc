@@ -192,5 +192,29 @@ TEST(TraceMemoryTest, KeptPlacesNameTheGrowth) {
   EXPECT_FALSE(quiet[0].evidence_text.count("kept_at"));
 }
 
+TEST(TraceMemoryTest, TheSampledPythonHeapNamesAGrowthWithoutMemoryRecords) {
+  // A torch without Kineto: the window's trace has no memory records, the Python tracer's
+  // sampled heap (pattern/python_window.h) says where Python objects were kept.
+  pattern::RankSummary r;
+  r.rank = 3;
+  r.memory_sites = {{"cpu", "train.py(30): log_metrics", "train.py(9): main", "Python objects",
+                     8 * kMiB, 8, 8, 130}};
+  const std::vector<RankMemoryUse> memory = TraceMemoryOf({&r});
+  ASSERT_EQ(memory.size(), 1u);
+  EXPECT_EQ(memory[0].rank, 3);
+  EXPECT_TRUE(memory[0].host());
+  EXPECT_TRUE(memory[0].iteration_end_bytes.empty());  // no level, so no growth of its own
+  EXPECT_TRUE(TraceMemoryFindings(memory, 4, {}).empty());
+  Finding online;  // the run's host memory growth of rank 3
+  online.category = Category::kMemoryGrowth;
+  online.ranks = {3};
+  online.evidence_text["memory"] = "host";
+  std::vector<Finding> fs = {online};
+  NameMemorySites(memory, &fs);
+  EXPECT_EQ(fs[0].evidence_text.at("kept_at"), "train.py(30): log_metrics");
+  EXPECT_EQ(fs[0].evidence_text.at("kept_by_op"), "Python objects");
+  EXPECT_DOUBLE_EQ(fs[0].evidence.at("kept_bytes_per_iteration"), kMiB);
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

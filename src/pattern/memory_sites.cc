@@ -10,7 +10,13 @@
 namespace perftracker::pattern {
 
 bool IsProgramFrame(std::string_view name) {
-  if (name.empty() || name.front() == '<') return false;  // <built-in ...>, <listcomp> alone
+  // A Python frame is "file(line): function"; "<built-in ...>", "<gc>" are none. Code run from
+  // a string ("<string>(5): step", python -c) is the program's.
+  const size_t fn = name.rfind("): ");
+  if (name.empty() || fn == std::string_view::npos || name.rfind("<built-in", 0) == 0) return false;
+  // A comprehension's frame (Python before 3.12 gives it one) is its function's work.
+  const std::string_view f = name.substr(fn + 3);
+  if (f == "<listcomp>" || f == "<dictcomp>" || f == "<setcomp>" || f == "<genexpr>") return false;
   // Kineto names torch's files from the package down; an installed copy may show its path.
   return name.rfind("torch/", 0) != 0 && name.find("/torch/") == std::string_view::npos;
 }

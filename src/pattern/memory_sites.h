@@ -27,7 +27,8 @@
 namespace perftracker::pattern {
 
 // Whether a Python frame's name is the program's own: not a C function it called
-// ("<built-in method ones of type object at 0x...>") nor torch's own Python
+// ("<built-in method ones of type object at 0x...>"), a comprehension inside a function
+// ("train.py(42): <listcomp>") nor torch's own Python
 // ("torch/nn/modules/module.py(1736): _call_impl"), so that kept memory is placed where the
 // program asked for it. "train.py(42): keep" -> true.
 bool IsProgramFrame(std::string_view name);

@@ -26,6 +26,12 @@ TEST(MemorySiteBuilder, ProgramFrames) {
   EXPECT_TRUE(IsProgramFrame("train.py(42): keep"));
   EXPECT_TRUE(IsProgramFrame("/home/me/job/model.py(7): forward"));
   EXPECT_FALSE(IsProgramFrame("<built-in method ones of type object at 0x7f00>"));
+  EXPECT_FALSE(IsProgramFrame("train.py(43): <listcomp>"));
+  EXPECT_FALSE(IsProgramFrame("train.py(44): <genexpr>"));
+  EXPECT_TRUE(IsProgramFrame("train.py(1): <module>"));  // a script's top-level loop
+  EXPECT_TRUE(IsProgramFrame("<string>(5): step"));      // python -c
+  EXPECT_FALSE(IsProgramFrame("<gc>"));
+  EXPECT_FALSE(IsProgramFrame("aten::ones"));
   EXPECT_FALSE(IsProgramFrame("torch/nn/modules/module.py(1736): _call_impl"));
   EXPECT_FALSE(IsProgramFrame("/venv/lib/python3.11/site-packages/torch/optim/sgd.py(80): step"));
   EXPECT_FALSE(IsProgramFrame(""));

@@ -109,9 +109,11 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
   }
 
   SumReadStats(&p.read_stats, secondary.read_stats);
-  // Memory is the torch trace's alone (profile_memory): the Python tracer records none.
+  // Memory levels are the torch trace's alone (profile_memory); kept memory may come from both:
+  // the torch trace's allocator records and the Python tracer's sampled heap (Python objects).
   if (p.memory.empty()) p.memory = secondary.memory;
-  if (p.memory_sites.empty()) p.memory_sites = secondary.memory_sites;
+  p.memory_sites.insert(p.memory_sites.end(), secondary.memory_sites.begin(),
+                        secondary.memory_sites.end());
 
   // The summarizer's order, so that merged and unmerged summaries compare alike.
   std::sort(p.functions.begin(), p.functions.end(),

@@ -240,5 +240,25 @@ TEST(MergeTest, PythonTraceWithTorchTrace) {
   EXPECT_EQ(p.read_stats.events, 7u);
 }
 
+TEST(MergeTest, KeptMemoryComesFromBothTheSampledHeapAndTheTorchTrace) {
+  const std::string trace = R"({"traceEvents": [
+    {"name": "ProfilerStep#3", "ph": "X", "cat": "user_annotation", "ts": 1000, "dur": 100, "pid": 7, "tid": 7},
+    {"name": "train.py(10): step", "ph": "X", "cat": "python_function", "ts": 1010, "dur": 80, "pid": 7, "tid": 7}
+  ]})";
+  RankSummary p = Summarize(trace, "rank-0.python.json");
+  RankSummary t = Summarize(trace, "rank-0.python.json.torch.json");
+  MemorySite heap, torch_site;
+  heap.function = "train.py(20): remember";
+  heap.op = "Python objects";
+  torch_site.function = "train.py(10): step";
+  torch_site.op = "aten::ones";
+  p.memory_sites = {heap};
+  t.memory_sites = {torch_site};
+  MergeWindowSummary(&p, t);
+  ASSERT_EQ(p.memory_sites.size(), 2u);
+  EXPECT_EQ(p.memory_sites[0].op, "Python objects");
+  EXPECT_EQ(p.memory_sites[1].op, "aten::ones");
+}
+
 }  // namespace
 }  // namespace perftracker::pattern

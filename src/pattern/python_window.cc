@@ -13,6 +13,7 @@
 #include "base/bucket_counts.h"
 #include "base/limits.h"
 #include "base/units.h"
+#include "pattern/memory_sites.h"
 #include "pattern/names.h"
 #include "pattern/summarizer.h"
 #include "trace/reader.h"
@@ -55,6 +56,7 @@ class FileReader {
     PT_RETURN_IF_ERROR(ReadNames(root));
     PT_RETURN_IF_ERROR(ReadNodes(root));
     PT_RETURN_IF_ERROR(ReadLongCalls(root));
+    PT_RETURN_IF_ERROR(ReadKept(root));
     dom::object stats;
     if (root["stats"].get_object().get(stats) == simdjson::SUCCESS) {
       uint64_t v = 0;
@@ -177,6 +179,32 @@ class FileReader {
     return Status::Ok();
   }
 
+  // Optional: only a window that sampled the heap has it.
+  Status ReadKept(dom::object root) {
+    dom::object kept;
+    if (root["kept_memory"].get_object().get(kept) != simdjson::SUCCESS) return Status::Ok();
+    dom::array cells;
+    if (kept["sample_bytes"].get_int64().get(f_.kept_sample_bytes) != simdjson::SUCCESS ||
+        f_.kept_sample_bytes <= 0 || kept["cells"].get_array().get(cells) != simdjson::SUCCESS)
+      return Bad("kept_memory has no sample_bytes > 0 or no cells");
+    // Counts for the record only: a file without them reads as none.
+    if (kept["samples"].get_uint64().get(f_.kept_samples) != simdjson::SUCCESS) f_.kept_samples = 0;
+    if (kept["dropped"].get_uint64().get(f_.kept_dropped) != simdjson::SUCCESS) f_.kept_dropped = 0;
+    for (dom::element e : cells) {
+      dom::array a;
+      PythonWindowFile::KeptCell c;
+      if (e.get_array().get(a) != simdjson::SUCCESS || a.size() != pw::kKeptCellSlots ||
+          !U64(a, pw::kKeptNode, &c.node) || !I64(a, pw::kKeptIteration, &c.iteration) ||
+          !U64(a, pw::kKeptBytes, &c.bytes) || !U64(a, pw::kKeptSamples, &c.samples) ||
+          c.node >= f_.nodes.size() || c.iteration < -1 ||
+          c.iteration >= static_cast<int64_t>(f_.iterations.size()))
+        return Bad(fmt::format("kept_memory cell {} is not [node, iteration, bytes, samples]",
+                               f_.kept.size()));
+      f_.kept.push_back(c);
+    }
+    return Status::Ok();
+  }
+
   std::string name_;
   PythonWindowFile f_;
 };
@@ -222,6 +250,7 @@ class Parser {
       names_.push_back(norm);
     }
     Aggregate(file, s.whole_window, s.iteration_ms.size(), &s);
+    if (!s.whole_window) PlaceKeptHeap(file, s.iteration_ms.size(), &s);
     s.read_stats.events = file.calls;
     return s;
   }
@@ -270,6 +299,64 @@ class Parser {
       }
     }
     Emit(fns, n_iters, s);
+  }
+
+  // The sampled heap kept past the iteration that allocated it, in every iteration but the last
+  // (whose objects the next one may still free), by the program's innermost function around
+  // the allocation: a builtin it called, torch's own Python or a comprehension is walked up
+  // from (IsProgramFrame), as profile_memory's records are placed.
+  void PlaceKeptHeap(const PythonWindowFile& file, size_t n_iters, RankSummary* s) const {
+    if (file.kept.empty() || n_iters < 2) return;
+    const int64_t counted = static_cast<int64_t>(n_iters) - 1;
+    std::vector<std::string> stack_of(file.nodes.size());  // node -> its callers
+    for (size_t i = 1; i < file.nodes.size(); ++i) {
+      const size_t parent = file.nodes[i].parent;
+      stack_of[i] = parent == pw::kRootNode    ? ""
+                    : stack_of[parent].empty() ? NodeName(file, parent)
+                                               : stack_of[parent] + ";" + NodeName(file, parent);
+    }
+    struct Place {
+      double bytes = 0;
+      uint64_t samples = 0;
+      std::vector<bool> kept_in;
+    };
+    std::map<std::pair<std::string, std::string>, Place> places;  // (function, stack)
+    for (const PythonWindowFile::KeptCell& c : file.kept) {
+      if (c.iteration < 0 || c.iteration >= counted) continue;
+      size_t at = c.node;
+      while (at != pw::kRootNode &&
+             (file.nodes[at].gc || at == pw::kOtherNode || !IsProgramFrame(NodeName(file, at))))
+        at = file.nodes[at].parent;
+      if (at == pw::kRootNode) continue;  // allocated outside every program function
+      Place& p = places[{NodeName(file, at), stack_of[at]}];
+      if (p.kept_in.empty()) p.kept_in.assign(static_cast<size_t>(counted), false);
+      p.bytes += static_cast<double>(c.bytes);
+      p.samples += c.samples;
+      p.kept_in[static_cast<size_t>(c.iteration)] = true;
+    }
+    std::vector<MemorySite> sites;
+    for (const auto& [key, p] : places) {
+      MemorySite& m = sites.emplace_back();
+      m.device = "cpu";
+      m.function = key.first;
+      m.stack = key.second;
+      m.op = kPythonHeapOp;
+      m.kept_bytes = p.bytes;
+      m.kept_iterations =
+          static_cast<uint32_t>(std::count(p.kept_in.begin(), p.kept_in.end(), true));
+      m.counted_iterations = static_cast<uint32_t>(counted);
+      m.allocations = p.samples;
+    }
+    std::stable_sort(sites.begin(), sites.end(), [](const MemorySite& a, const MemorySite& b) {
+      return a.kept_bytes > b.kept_bytes;
+    });
+    if (sites.size() > RankSummary::kMaxMemorySites) sites.resize(RankSummary::kMaxMemorySites);
+    s->memory_sites = std::move(sites);
+  }
+
+  const std::string& NodeName(const PythonWindowFile& file, size_t node) const {
+    static const std::string other = pw::kOtherName;
+    return node == pw::kOtherNode ? other : names_[file.nodes[node].name];
   }
 
   void Emit(const std::vector<Acc>& fns, size_t n_iters, RankSummary* s) const {

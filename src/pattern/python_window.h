@@ -5,7 +5,10 @@
 // SummarizePythonWindow turns its call-stack aggregate into behaviour patterns: one
 // FunctionPattern per call-stack path, with the meaning the summarizer gives python_function
 // events of a profiler trace (identity = name + callers, per-iteration time and calls, self
-// time, spread, quantiles).
+// time, spread, quantiles). A window that sampled the Python heap also gives memory sites
+// (RankSummary::memory_sites, device "cpu", op kPythonHeapOp): the sampled heap kept past the
+// iteration that allocated it, placed at the program's innermost function as the summarizer
+// places profile_memory's records (pattern/memory_sites.h).
 #ifndef PERFTRACKER_PATTERN_PYTHON_WINDOW_H_
 #define PERFTRACKER_PATTERN_PYTHON_WINDOW_H_
 
@@ -42,12 +45,22 @@ struct PythonWindowFile {
     uint64_t node = 0;  // < nodes.size()
     int64_t start_ns = 0, end_ns = 0;
   };
+  // The sampled Python heap still live at the window's end (worker/heap_sampler.h), where the
+  // window sampled it.
+  struct KeptCell {
+    uint64_t node = 0;       // < nodes.size()
+    int64_t iteration = -1;  // position in `iterations`; -1: outside them
+    uint64_t bytes = 0, samples = 0;
+  };
   bool has_tid = false;
   int64_t tid = 0, start_ns = 0, end_ns = 0;
   std::vector<Iteration> iterations;
   std::vector<std::string> names;  // as the tracer wrote them
   std::vector<Node> nodes;
   std::vector<LongCall> long_calls;
+  int64_t kept_sample_bytes = 0;  // 0: the window did not sample the heap
+  uint64_t kept_samples = 0, kept_dropped = 0;
+  std::vector<KeptCell> kept;
   uint64_t calls = 0;  // stats.calls
   size_t bytes = 0;
 };
@@ -55,6 +68,9 @@ struct PythonWindowFile {
 // The file at PATH, or NAME's JSON text. Errors name the file and what is wrong in one line.
 StatusOr<PythonWindowFile> ReadPythonWindow(const std::string& path);
 StatusOr<PythonWindowFile> ParsePythonWindow(std::string_view json, const std::string& name);
+
+// The op a memory site of the sampled Python heap names (MemorySite::op).
+inline constexpr char kPythonHeapOp[] = "Python objects";
 
 // The window's patterns. The rank comes from the file name (rank-3.python.json) unless the
 // caller sets it.

@@ -97,6 +97,46 @@ TEST(PythonWindowTest, NoIterationMakesTheWindowOneFlaggedIteration) {
   EXPECT_DOUBLE_EQ(s->functions[0].share, 0.75);
 }
 
+// Three iterations; main -> step -> remember, which keeps a list of floats (its comprehension
+// allocates) and appends it (a builtin), step's torch module call keeps a little, and scratch()
+// allocated outside the iterations.
+constexpr char kKeptHeap[] = R"({"schema":"perftracker.python_window/1","pid":1,"tid":1,
+"start_ns":0,"end_ns":30,"iterations":[[4,0,10],[5,10,20],[6,20,30]],
+"names":["","<gc>","t.py(1): main","t.py(5): step","t.py(12): remember","t.py(13): <listcomp>",
+         "<built-in method append of list object>","torch/nn/modules/module.py(1736): _call_impl",
+         "t.py(20): scratch"],
+"nodes":[[0,0,0,0,0,0,0,0,0,0,[],[]],[0,0,0,0,0,0,0,0,0,0,[],[]],
+[0,2,0,1,30,1,30,30,900,0,[1],[]],[2,3,0,3,30,3,10,10,300,0,[3],[]],
+[3,4,0,3,9,3,3,3,27,0,[3],[]],[4,5,0,3,6,6,2,2,12,0,[3],[]],[4,6,0,3,3,3,1,1,3,0,[3],[]],
+[3,7,0,3,9,9,3,3,27,0,[3],[]],[2,8,0,1,1,1,1,1,1,0,[1],[]]],
+"kept_memory":{"sample_bytes":65536,"samples":40,"dropped":0,
+ "cells":[[5,0,1000000,15],[5,1,1100000,17],[5,2,900000,14],[6,0,1000,1],[7,1,500,1],
+          [8,-1,70000,1]]},
+"long_calls":[],"stats":{"calls":19}})";
+
+TEST(PythonWindowTest, TheSampledHeapKeptIsPlacedAtTheProgramsFunction) {
+  auto s = SummarizePythonWindowBuffer(kKeptHeap, "w/rank-0.python.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ(s->memory_sites.size(), 2u);
+  // The comprehension and the builtin are remember()'s work; the last iteration's objects are
+  // not counted (the next one may free them), nor what was made outside the iterations.
+  const MemorySite& r = s->memory_sites[0];
+  EXPECT_EQ(r.device, "cpu");
+  EXPECT_EQ(r.function, "t.py(12): remember");
+  EXPECT_EQ(r.stack, "t.py(1): main;t.py(5): step");
+  EXPECT_EQ(r.op, kPythonHeapOp);
+  EXPECT_DOUBLE_EQ(r.kept_bytes, 2101000);
+  EXPECT_EQ(r.kept_iterations, 2u);
+  EXPECT_EQ(r.counted_iterations, 2u);
+  EXPECT_EQ(r.allocations, 33u);
+  // torch's own frames are walked up from too: step() kept that.
+  const MemorySite& t = s->memory_sites[1];
+  EXPECT_EQ(t.function, "t.py(5): step");
+  EXPECT_EQ(t.stack, "t.py(1): main");
+  EXPECT_DOUBLE_EQ(t.kept_bytes, 500);
+  EXPECT_EQ(t.kept_iterations, 1u);
+}
+
 TEST(PythonWindowTest, BadFilesAreOneLineErrorsNamingTheFile) {
   const std::string head =
       R"({"schema":"perftracker.python_window/1","pid":1,"tid":1,"start_ns":0,"end_ns":10,)";
@@ -116,6 +156,14 @@ TEST(PythonWindowTest, BadFilesAreOneLineErrorsNamingTheFile) {
           [0,0,0,0,0,0,0,0,0,0,[],[]],[0,0,0,"x",1,1,1,1,1,0,[1],[]]]})",
        "node 2 is not"},
       {head + R"("iterations":[], "names":[1]})", "name 0 is not a string"},
+      {head + R"("iterations":[[1,0,5]],"names":[""],"nodes":[[0,0,0,0,0,0,0,0,0,0,[],[]],
+          [0,0,0,0,0,0,0,0,0,0,[],[]]],"kept_memory":{"sample_bytes":65536,
+          "cells":[[7,0,100,1]]}})",
+       "kept_memory cell 0 is not"},
+      {head + R"("iterations":[[1,0,5]],"names":[""],"nodes":[[0,0,0,0,0,0,0,0,0,0,[],[]],
+          [0,0,0,0,0,0,0,0,0,0,[],[]]],"kept_memory":{"sample_bytes":65536,
+          "cells":[[1,1,100,1]]}})",
+       "kept_memory cell 0 is not"},
       {"{\"schema\":\"perftracker.python_window/1\", trunc", "bad Python window file"},
   };
   for (const Case& c : cases) {

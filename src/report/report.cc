@@ -159,8 +159,13 @@ void MemoryTable(const std::vector<diagnose::RankMemoryUse>& all, std::string* o
       "last steady iteration's end\n";
   for (size_t i = 0; i < memory.size() && i < kMaxMemoryRows; ++i) {
     const auto& m = *memory[i];
-    *out += fmt::format("  rank {:>4} {:<8} peak {:>10}", m.rank, m.device,
-                        diagnose::MemoryBytes(m.peak_allocated_bytes));
+    if (m.iterations == 0 && m.peak_allocated_bytes == 0 && !m.kept.empty()) {
+      // No allocator records, only the Python heap the window sampled (a torch without Kineto).
+      *out += fmt::format("  rank {:>4} {:<8} no allocator records", m.rank, m.device);
+    } else {
+      *out += fmt::format("  rank {:>4} {:<8} peak {:>10}", m.rank, m.device,
+                          diagnose::MemoryBytes(m.peak_allocated_bytes));
+    }
     if (m.peak_reserved_bytes >= 0)
       *out += fmt::format(" ({} reserved)", diagnose::MemoryBytes(m.peak_reserved_bytes));
     if (!m.iteration_end_bytes.empty())

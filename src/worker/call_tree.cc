@@ -45,7 +45,33 @@ void CallTree::Enter(uint32_t name, int64_t now) {
   const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
                             ? kOther
                             : Child(Current(), name, /*gc=*/false);
-  frames_.push_back({node, true, false, false, iteration_, now, 0});
+  frames_.push_back({node, true, false, false, false, iteration_, now, 0});
+}
+
+void CallTree::EnterC(uint32_t name, int64_t now) {
+  Enter(name, now);
+  frames_.back().c_call = true;
+}
+
+void CallTree::Resync(const std::vector<uint32_t>& python_stack, int64_t now) {
+  // The open Python calls that match the stack's outermost frames, and the C calls between
+  // them, stay; everything above the last match is stale.
+  size_t matched = 0, keep = 0;
+  for (size_t i = 0; i < frames_.size(); ++i) {
+    const Frame& f = frames_[i];
+    if (!f.traced || f.gc || f.c_call) continue;
+    if (matched >= python_stack.size() || f.node == kOther ||
+        nodes_[f.node].name != python_stack[matched])
+      break;
+    ++matched;
+    keep = i + 1;
+  }
+  while (frames_.size() > keep) {
+    const Frame f = frames_.back();
+    frames_.pop_back();
+    if (f.traced) Close(f, now);
+  }
+  for (size_t k = matched; k < python_stack.size(); ++k) EnterInProgress(python_stack[k], now);
 }
 
 void CallTree::EnterInProgress(uint32_t name, int64_t now) {
@@ -55,14 +81,14 @@ void CallTree::EnterInProgress(uint32_t name, int64_t now) {
 
 void CallTree::EnterUntraced() {
   ++stats_.untraced_calls;
-  frames_.push_back({kRoot, false, false, false, iteration_, 0, 0});
+  frames_.push_back({kRoot, false, false, false, false, iteration_, 0, 0});
 }
 
 void CallTree::EnterGc(uint32_t name, int64_t now) {
   const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
                             ? kOther
                             : Child(Current(), name, /*gc=*/true);
-  frames_.push_back({node, true, true, false, iteration_, now, 0});
+  frames_.push_back({node, true, true, false, false, iteration_, now, 0});
 }
 
 void CallTree::Exit(int64_t now) {

@@ -106,8 +106,15 @@ class CallTree {
   // (only Python frames can be listed), so a C return that finds such a frame on top belongs
   // to one of them and is ignored (ExitC).
   void EnterInProgress(uint32_t name, int64_t now);
+  // A named C call (a builtin) begins at NOW: as Enter, but Resync knows it is no Python frame.
+  void EnterC(uint32_t name, int64_t now);
   // A call the tracer cannot name: it keeps returns balanced, and its time stays in its parent.
   void EnterUntraced();
+  // The thread's Python stack is PYTHON_STACK (name ids, outermost first), and this tree missed
+  // some of its calls and returns (another profile function held the thread meanwhile:
+  // torch.profiler's with_stack): the open calls that still match it are kept, the others
+  // close at NOW, and the Python frames the tree lacks are entered as in progress.
+  void Resync(const std::vector<uint32_t>& python_stack, int64_t now);
   // The innermost open call returns at NOW. An open collection is never closed by a return.
   void Exit(int64_t now);
   // The same for a C call's return.
@@ -124,6 +131,10 @@ class CallTree {
   const std::vector<LongCall>& long_calls() const { return long_calls_; }
   const CallTreeStats& stats() const { return stats_; }
   size_t depth() const { return frames_.size(); }
+  // The innermost traced call's node (the root when none is open) and the iteration calls now
+  // belong to: where an allocation made now is placed (worker/heap_sampler.h).
+  uint32_t current_node() const { return Current(); }
+  int32_t iteration() const { return iteration_; }
 
  private:
   struct Frame {
@@ -131,6 +142,7 @@ class CallTree {
     bool traced;  // false: an untraced C call, or a return-balancing placeholder
     bool gc;
     bool in_progress;   // EnterInProgress
+    bool c_call;        // EnterC
     int32_t iteration;  // the window iteration the call began in
     int64_t start;
     int64_t child_ns;  // inclusive time of direct children

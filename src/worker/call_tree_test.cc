@@ -193,5 +193,34 @@ TEST(WindowFileTest, JsonHoldsEveryNodeAndIteration) {
   EXPECT_NE(json.find("[[0,1,200,200]]"), std::string::npos) << json;
 }
 
+TEST(CallTreeTest, ResyncClosesTheCallsAnotherTracerTookAndKeepsTheRealStack) {
+  // main -> step (in progress) -> arm() -> start() -> <builtin install>: there another profile
+  // function took the thread; it saw start() and install return, and arm() call chain(). The
+  // real stack is main, step, arm, chain: the tree keeps main, step, arm, closes start and the
+  // builtin, enters chain, and the returns that follow balance.
+  constexpr uint32_t kArm = 5, kStart = 6, kInstall = 7, kChain = 8;
+  CallTree t;
+  t.SetIteration(0);
+  t.EnterInProgress(kMain, 0);
+  t.EnterInProgress(kStep, 0);
+  t.Enter(kArm, 10);
+  t.Enter(kStart, 20);
+  t.EnterC(kInstall, 30);
+  t.Resync({kMain, kStep, kArm, kChain}, 100);
+  EXPECT_EQ(t.depth(), 4u);
+  EXPECT_EQ(Find(t, {kMain, kStep, kArm, kStart, kInstall})->count, 1u);
+  EXPECT_EQ(Find(t, {kMain, kStep, kArm, kStart})->total_ns, 80);
+  EXPECT_EQ(t.current_node(), Find(t, {kMain, kStep, kArm, kChain}) - t.nodes().data());
+  t.Exit(110);  // chain returns
+  t.Exit(120);  // arm
+  EXPECT_EQ(Find(t, {kMain, kStep, kArm})->total_ns, 110);
+  EXPECT_EQ(t.current_node(), Find(t, {kMain, kStep}) - t.nodes().data());
+  // A stack that shares nothing past main: all else closes.
+  t.Enter(kLeaf, 130);
+  t.Resync({kMain, kGc}, 140);
+  EXPECT_EQ(t.depth(), 2u);
+  EXPECT_EQ(Find(t, {kMain, kStep, kLeaf})->count, 1u);
+}
+
 }  // namespace
 }  // namespace perftracker::worker

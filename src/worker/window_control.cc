@@ -175,6 +175,7 @@ void WindowControl::PrepareArm(int64_t now, int64_t iteration, ThreadId thread) 
   std::lock_guard<std::mutex> l(mu_);
   deadline_ns_ = now + static_cast<int64_t>(request_.max_s * kNsPerS);
   armed_iterations_ = request_.iterations;
+  armed_sample_heap_ = request_.sample_heap;
   markers_.clear();
   window_excludes_ = true;
   det_->SetExcluded(true);

@@ -59,6 +59,7 @@ struct WindowRequest {
   double max_s = window_defaults::kMaxSeconds;        // > 0: the time limit from its arming
   std::string path;                                   // the window file
   int64_t start_iteration = -1;  // arm at the first iteration start >= this; -1: the next one
+  bool sample_heap = false;      // sample the Python heap in it (worker/heap_sampler.h)
 };
 
 // What one event asks of the thread that reported it.
@@ -158,6 +159,8 @@ class WindowControl {
   }
 
   bool armed() const { return armed_; }
+  // Whether the window armed last samples the Python heap (set by PrepareArm).
+  bool armed_sample_heap() const { return armed_sample_heap_; }
   uint64_t windows_done() const { return windows_done_; }
   uint64_t files_written() const { return files_written_; }
   uint64_t write_errors() const { return write_errors_; }
@@ -200,6 +203,7 @@ class WindowControl {
   ThreadId armed_thread_ = 0;
   int64_t armed_at_iter_ = 0, armed_ns_ = 0, deadline_ns_ = 0;
   int64_t armed_iterations_ = 0;  // the armed window's iteration count
+  bool armed_sample_heap_ = false;
   uint64_t windows_done_ = 0;
 };
 

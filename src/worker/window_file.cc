@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -62,8 +63,22 @@ std::string PythonWindowJson(const PythonWindow& w) {
     out += '[' + std::to_string(c.node) + ',' + std::to_string(c.start_ns) + ',' +
            std::to_string(c.end_ns) + ']';
   }
+  out += ']';
+  if (w.kept.sample_bytes > 0) {
+    out += ",\n\"kept_memory\":{\"sample_bytes\":" + std::to_string(w.kept.sample_bytes) +
+           ",\"samples\":" + std::to_string(w.kept.samples) +
+           ",\"dropped\":" + std::to_string(w.kept.dropped) + ",\"cells\":[";
+    for (size_t i = 0; i < w.kept.cells.size(); ++i) {
+      const KeptHeapCell& c = w.kept.cells[i];
+      if (i) out += ',';
+      out += '[' + std::to_string(c.node) + ',' + std::to_string(c.iteration) + ',' +
+             std::to_string(static_cast<uint64_t>(std::llround(c.bytes))) + ',' +
+             std::to_string(c.samples) + ']';
+    }
+    out += "]}";
+  }
   const CallTreeStats& s = w.tree.stats();
-  out += "],\n\"stats\":{\"calls\":" + std::to_string(s.calls) +
+  out += ",\n\"stats\":{\"calls\":" + std::to_string(s.calls) +
          ",\"other_calls\":" + std::to_string(s.other_calls) +
          ",\"untraced_calls\":" + std::to_string(s.untraced_calls) +
          ",\"long_calls_dropped\":" + std::to_string(s.long_calls_dropped) +

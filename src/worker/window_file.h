@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "worker/call_tree.h"
+#include "worker/heap_sampler.h"
 
 namespace perftracker::worker {
 
@@ -28,6 +29,7 @@ struct PythonWindow {
   std::vector<std::string> names;  // name id -> "file.py(12): fn" or "<built-in method x>"
   std::vector<WindowMarker> markers;
   CallTree tree;
+  KeptHeap kept;  // the window's sampled Python heap, where it sampled (sample_bytes > 0)
 };
 
 // The window as JSON.

@@ -66,5 +66,19 @@ TEST(WindowFileTest, NeverFollowsALinkNorReplacesAFile) {
   EXPECT_EQ(Read(existing), "earlier");
 }
 
+TEST(WindowFileTest, ASampledHeapIsWrittenAsKeptMemory) {
+  PythonWindow w = Window("unused");
+  EXPECT_EQ(PythonWindowJson(w).find("kept_memory"), std::string::npos);  // none sampled
+  w.kept.sample_bytes = 65536;
+  w.kept.samples = 9;
+  w.kept.dropped = 1;
+  w.kept.cells = {KeptHeapCell{3, 0, 1048576.4, 8}, KeptHeapCell{4, -1, 70000, 1}};
+  const std::string json = PythonWindowJson(w);
+  EXPECT_NE(json.find(R"("kept_memory":{"sample_bytes":65536,"samples":9,"dropped":1,)"
+                      R"("cells":[[3,0,1048576,8],[4,-1,70000,1]]})"),
+            std::string::npos)
+      << json;
+}
+
 }  // namespace
 }  // namespace perftracker::worker

@@ -49,6 +49,7 @@
 #include "worker/call_tree.h"
 #include "worker/iteration_detector.h"
 #include "worker/py/collectives.h"
+#include "worker/py/heap_hooks.h"
 #include "worker/tracer_clock.h"
 #include "worker/window_control.h"
 #include "worker/window_file.h"
@@ -76,12 +77,26 @@ thread_local CallTree* t_tree = nullptr;
 thread_local Py_tracefunc t_saved_profile = nullptr;
 thread_local PyObject* t_saved_profile_obj = nullptr;
 
-// Ends this thread's tracing by the window and gives the thread back its own profiler. GIL held.
+// A profile function installed over ours while the window records (torch.profiler's Python
+// tracer: with_stack, asked for in a memory window): chain_profile() puts ours back in front,
+// and ours passes every event on to it, so that both see the thread's calls. Owned reference.
+thread_local Py_tracefunc t_chained = nullptr;
+thread_local PyObject* t_chained_obj = nullptr;
+
+// Ends this thread's tracing by the window and gives the thread back its own profiler, or the
+// chained one (whose owner removes it when it stops). GIL held.
 void RestoreProfile() {
   PyObject* obj = t_saved_profile_obj;
   Py_tracefunc func = t_saved_profile;
   t_saved_profile = nullptr;
   t_saved_profile_obj = nullptr;
+  if (t_chained != nullptr) {
+    Py_XDECREF(obj);
+    func = t_chained;
+    obj = t_chained_obj;
+    t_chained = nullptr;
+    t_chained_obj = nullptr;
+  }
   PyEval_SetProfile(func, obj);  // takes its own reference
   Py_XDECREF(obj);
 }
@@ -133,7 +148,17 @@ std::string CFuncName(PyObject* o) {
 
 void Disarm(int64_t now);
 
+int RecordEvent(PyFrameObject* frame, int what, PyObject* arg);
+
 int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
+  // Borrowed: a RestoreProfile below installs the chained function, which keeps it alive.
+  const Py_tracefunc chained = t_chained;
+  PyObject* chained_obj = t_chained_obj;
+  RecordEvent(frame, what, arg);
+  return chained != nullptr ? chained(chained_obj, frame, what, arg) : 0;
+}
+
+int RecordEvent(PyFrameObject* frame, int what, PyObject* arg) {
   CallTree* tree = t_tree;
   if (tree == nullptr || g->failed.load(std::memory_order_relaxed)) {
     RestoreProfile();
@@ -156,7 +181,7 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
       }
       case PyTrace_C_CALL:
         if (PyCFunction_Check(arg)) {
-          tree->Enter(
+          tree->EnterC(
               NameId(reinterpret_cast<PyCFunctionObject*>(arg)->m_ml, nullptr, CFuncName, arg),
               now);
         } else {
@@ -180,16 +205,8 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return 0;
 }
 
-void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
-  g->control.PrepareArm(now, iter, PyThread_get_thread_ident());
-  g->recorder.Begin(now, g->limits);
-  CallTree* tree = g->recorder.tree();
-  g->traced_tid = PyThread_get_thread_native_id();
-  // The Python calls in progress (the training loop, the step function, the loader's next())
-  // began before the window: enter them now, so that their callees get the same identity (the
-  // whole stack) as in the window's later iterations. C calls in progress between them (the
-  // on_loader_next() arming the window, a builtin next()) cannot be listed; their returns are
-  // recognised and ignored (CallTree::ExitC).
+// The calling thread's Python frames as name ids, outermost first (at most the depth cap).
+std::vector<uint32_t> PythonStack() {
   std::vector<PyCodeObject*> codes;
   PyFrameObject* f = PyEval_GetFrame();  // borrowed
   Py_XINCREF(f);
@@ -200,12 +217,31 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
     f = back;
   }
   Py_XDECREF(f);
+  std::vector<uint32_t> names;
+  names.reserve(codes.size());
   for (auto it = codes.rbegin(); it != codes.rend(); ++it) {
     PyObject* code = reinterpret_cast<PyObject*>(*it);
-    tree->EnterInProgress(NameId(code, code, CodeName, code), now);
+    names.push_back(NameId(code, code, CodeName, code));
     Py_DECREF(code);
   }
+  return names;
+}
+
+void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
+  g->control.PrepareArm(now, iter, PyThread_get_thread_ident());
+  g->recorder.Begin(now, g->limits);
+  CallTree* tree = g->recorder.tree();
+  g->traced_tid = PyThread_get_thread_native_id();
+  // The Python calls in progress (the training loop, the step function, the loader's next())
+  // began before the window: enter them now, so that their callees get the same identity (the
+  // whole stack) as in the window's later iterations. C calls in progress between them (the
+  // on_loader_next() arming the window, a builtin next()) cannot be listed; their returns are
+  // recognised and ignored (CallTree::ExitC).
+  for (uint32_t name : PythonStack()) tree->EnterInProgress(name, now);
   t_tree = tree;
+  if (g->control.armed_sample_heap())
+    py::StartHeapSampling(tree, static_cast<uint64_t>(now) ^ static_cast<uint64_t>(getpid()),
+                          &g->failed);
   g->control.CommitArm();
   PyThreadState* ts = PyThreadState_Get();
   if (ts->c_profilefunc != ProfileCallback) {
@@ -218,9 +254,11 @@ void Arm(int64_t now, int64_t iter) {  // training thread, GIL held
 
 void Disarm(int64_t now) {  // training thread (the armed one), GIL held
   RestoreProfile();
+  KeptHeap kept = py::StopHeapSampling();  // before the tree it placed samples in moves
   if (!g->control.armed()) return;
   t_tree = nullptr;
   auto w = std::make_shared<PythonWindow>();
+  w->kept = std::move(kept);
   g->control.FinishWindow(now, w.get());
   g->recorder.Finish(now, w.get());
   for (PyObject* c : g->held_codes) Py_DECREF(c);
@@ -264,6 +302,7 @@ void AtForkChild() {
   g->control.ResetAfterFork();
   g->installed = false;
   t_tree = nullptr;
+  py::HeapSamplingAfterFork();
   g->recorder.AbandonAfterFork();  // the parent's tree: a forked child never touches (nor frees) it
 }
 
@@ -389,14 +428,40 @@ PyObject* StartWindow(PyObject*, PyObject* args) {
   long long n = 0, start = -1;
   double max_s = window_defaults::kMaxSeconds;
   const char* path = nullptr;
-  if (!PyArg_ParseTuple(args, "Lds|L", &n, &max_s, &path, &start)) return nullptr;
+  int heap = 0;
+  if (!PyArg_ParseTuple(args, "Lds|Lp", &n, &max_s, &path, &start, &heap)) return nullptr;
   if (n < 1 || !(max_s > 0)) {
     PyErr_SetString(PyExc_ValueError, "need n_iters >= 1 and max_s > 0");
     return nullptr;
   }
   if (!g->installed || g->failed) Py_RETURN_FALSE;
   // Refused while a window is on, and beyond base/window_defaults.h's most.
-  if (!g->control.Request({n, max_s, path, start})) Py_RETURN_FALSE;
+  if (!g->control.Request({n, max_s, path, start, heap != 0})) Py_RETURN_FALSE;
+  Py_RETURN_TRUE;
+}
+
+// chain_profile() -> bool: on the armed thread, after torch.profiler started its own Python
+// tracer over the window's (with_stack), puts the window's in front again and passes each event
+// on to torch's; False when there is nothing to chain (no window armed here, no other tracer).
+PyObject* ChainProfile(PyObject*, PyObject*) {
+  if (!g->installed || g->failed || t_tree == nullptr) Py_RETURN_FALSE;
+  PyThreadState* ts = PyThreadState_Get();
+  if (ts->c_profilefunc == nullptr || ts->c_profilefunc == ProfileCallback) Py_RETURN_FALSE;
+  try {
+    // The calls and returns the other function took while it held the thread are lost to the
+    // window's tree: it takes the real stack again. This call's own return is to come (its call
+    // went to the other function): a placeholder takes it.
+    t_tree->Resync(PythonStack(), g->recorder.Now());
+    t_tree->EnterUntraced();
+  } catch (const std::exception& e) {
+    Fail(e.what());
+    Py_RETURN_FALSE;
+  }
+  Py_XDECREF(t_chained_obj);
+  t_chained = ts->c_profilefunc;
+  t_chained_obj = ts->c_profileobj;
+  Py_XINCREF(t_chained_obj);
+  PyEval_SetProfile(ProfileCallback, nullptr);
   Py_RETURN_TRUE;
 }
 
@@ -503,9 +568,13 @@ PyMethodDef kMethods[] = {
     {"gc_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(GcEvent)),
      METH_FASTCALL, "gc.callbacks entry: gc_event(phase, info=None); phase 'start'/'stop' or 0/1"},
     {"start_window", StartWindow, METH_VARARGS,
-     "start_window(n_iters, max_s, out_path, start_iter=-1) -> bool (False: a window is on, or "
-     "n_iters / max_s beyond window_defaults.h's kMostIterations / kMostSeconds)"},
+     "start_window(n_iters, max_s, out_path, start_iter=-1, sample_heap=False) -> bool (False: a "
+     "window is on, or n_iters / max_s beyond window_defaults.h's kMostIterations / "
+     "kMostSeconds); sample_heap: where the Python heap is kept (worker/heap_sampler.h)"},
     {"stop_window", StopWindow, METH_NOARGS, "stop_window()"},
+    {"chain_profile", ChainProfile, METH_NOARGS,
+     "chain_profile() -> bool: the window's tracer in front of a profile function installed "
+     "over it (torch.profiler's with_stack), passing each event on"},
     {"drain", Drain, METH_NOARGS, "news since the last drain, oldest first"},
     {"hold_detector", HoldDetector, METH_O,
      "hold_detector(on): iterations completed while held do not feed the slowdown trigger"},
