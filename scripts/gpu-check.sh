@@ -18,8 +18,10 @@
 #   4. `perftracker run -- torchrun --nproc-per-node 2 ...` with a straggler on rank 1 from
 #      iteration 130 (torchrun starts the ranks; they find the launcher's agent through the
 #      environment; the baseline window, ~500 iterations on, already holds the straggler);
-#   5. a GPU memory leak on rank 1 (CUDA tensors kept every step): memory_growth of its GPU;
-#   6. CUDA out of memory on rank 0: rank_crash "out of GPU memory" with the allocator's figures.
+#   5. a GPU memory leak on rank 1 (CUDA tensors kept every step): memory_growth of its GPU, named
+#      where the tensors are kept (train_step);
+#   6. CUDA out of memory on rank 0: rank_crash "out of GPU memory" with the allocator's figures,
+#      and its snapshot at the failure saved beside the report (REPORT/memory).
 #
 # It installs nothing (the GPU machine may be offline): the build needs cmake, a C++20 compiler,
 # simdjson, fmt, CLI11, zlib, GoogleTest; gRPC/protobuf/SQLite for the online checks. Where the
@@ -118,7 +120,9 @@ timeout "$T" "$PT" run --nproc 2 --report-dir "$R5" -- \
   "$PY" examples/train_ddp.py --device cuda --iters 1200 --step-sleep-ms 5 --fault gpu-leak \
   --fault-rank 1 --fault-start 200 --fault-mb 64 >"$OUT/gpu-leak.log" 2>&1
 echo "exit $?" >>"$OUT/gpu-leak.log"
-check gpu-leak "$R5" 'any(f["category"] == "memory_growth" and f["ranks"] == [1] and f.get("evidence_text", {}).get("memory") == "gpu" for f in d["findings"] + [g for w in [w] if w for g in w["findings"]])'
+check gpu-leak "$R5" 'any(f["category"] == "memory_growth" and f["ranks"] == [1] and {**f.get("evidence_text", {}), **f.get("evidence", {})}.get("memory") == "gpu" for f in d["findings"] + [g for w in [w] if w for g in w["findings"]])'
+# ... named where the CUDA tensors are kept: the growth's window records rank 1's allocations.
+check gpu-leak-place "$R5" 'any(f["category"] == "memory_growth" and "train_step" in f.get("evidence", {}).get("kept_at", "") for f in d["findings"] + [g for w in [w] if w for g in w["findings"]])'
 # 6. CUDA out of memory: rank 0 keeps 8 GiB a step until the allocator fails; the job's
 # diagnosis says "out of GPU memory" with the allocator's figures.
 R6="$OUT/gpu-oom"; rm -rf "$R6"
@@ -127,4 +131,7 @@ timeout "$T" "$PT" run --nproc 1 --report-dir "$R6" -- \
   --fault-start 50 --fault-mb 8192 >"$OUT/gpu-oom.log" 2>&1
 echo "exit $?" >>"$OUT/gpu-oom.log"
 check gpu-oom "$R6" 'any(f["category"] == "rank_crash" and "out of GPU memory" in f["summary"] for f in d["findings"])'
+# ... and the allocator's snapshot at the failure is saved beside the report, named in it, and
+# is what PyTorch's memory_viz reads (a pickled torch.cuda.memory._snapshot()).
+check gpu-oom-snapshot "$R6" 'any(f["category"] == "rank_crash" and os.path.isfile({**f.get("evidence_text", {}), **f.get("evidence", {})}.get("memory_snapshot", "")) and "segments" in __import__("pickle").load(open({**f.get("evidence_text", {}), **f.get("evidence", {})}["memory_snapshot"], "rb")) for f in d["findings"])'
 exit $status

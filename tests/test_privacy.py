@@ -77,7 +77,7 @@ class Privacy(unittest.TestCase):
         self.assertEqual(mode(report), 0o700)
         for name in ("perftracker.log", "diagnosis.json", "perftracker.db"):
             self.assertEqual(mode(os.path.join(report, name)), 0o600, name)
-        for name in ("traces", "collectives", ".perftracker"):
+        for name in ("traces", "collectives", "memory", ".perftracker"):
             self.assertEqual(mode(os.path.join(report, name)) & 0o077, 0, name)
         with open(out) as f:
             self.assertEqual(f.read().strip(), "0022")

@@ -88,3 +88,6 @@ OWNER_ENV = "PERFTRACKER_RANK_OWNER"
 # run`: REPORT_DIR/collectives): rank_R.ring.json at a fatal signal, at exit and on a hang;
 # rank_R.fr.pkl (torch's own dump, where its Flight Recorder records) at exit and on a hang.
 COLLECTIVES_DIR_ENV = "PERFTRACKER_COLLECTIVES_DIR"
+# Where a rank's CUDA allocator snapshot goes when it runs out of GPU memory (set by `perftracker
+# run`: REPORT_DIR/memory): rank_R.cuda_oom.pickle (oom.py).
+MEMORY_DIR_ENV = "PERFTRACKER_MEMORY_DIR"

@@ -23,6 +23,7 @@ from perftracker import config, identity, protocol
 from perftracker.client import AgentClient, thread_stacks as _thread_stacks
 from perftracker.config import (ENV_CONFIG, EXIT_WAIT_S, EXPORT_SWITCH_INTERVAL_S,
                                 MAX_STACK_FRAMES, MAX_STACK_THREADS, OWNER_ENV)
+from perftracker.oom import OomSnapshot
 from perftracker.patches import COLLECTIVES, TorchPatches
 from perftracker.switch import Switch
 from perftracker.window import WindowState
@@ -61,6 +62,7 @@ class Collector:
         self.pid: Optional[int] = None  # the process the collector was enabled in
         self.windows = WindowState(self.switch, self._send)
         self.patches = TorchPatches(self.switch, self.on_loader_next, self.on_optimizer_step)
+        self.oom = OomSnapshot()  # the CUDA allocator's state if this rank runs out of GPU memory
 
     # The switch's two fields, as the collector's own (tests and bench/ read them; tests replace w).
     @property
@@ -116,6 +118,7 @@ class Collector:
                     self.switch.w.on_optimizer_step() if step else self.switch.w.on_loader_next())
             if code:
                 self.windows.edge(code)
+            self.oom.tick()
         except Exception as e:
             self.switch.turn_off(e)
 

@@ -172,6 +172,13 @@ class JobLauncher {
       return Internal(fmt::format("{}: cannot create the folder for the ranks' collectives: {}",
                                   collectives_dir_, ec.message()));
     fs::permissions(collectives_dir_, fs::perms::owner_all, ec);
+    // What a rank's memory was when it ran out (the CUDA allocator's snapshot): this run's only.
+    memory_dir_ = (fs::path(report_dir_) / "memory").string();
+    fs::remove_all(memory_dir_, ec);
+    if (!fs::create_directory(memory_dir_, ec) || ec)
+      return Internal(fmt::format("{}: cannot create the folder for the ranks' memory: {}",
+                                  memory_dir_, ec.message()));
+    fs::permissions(memory_dir_, fs::perms::owner_all, ec);
     // Unix socket paths are short (108 bytes): a private folder under /tmp, not the report dir.
     char tmpl[] = "/tmp/perftracker-XXXXXX";
     if (mkdtemp(tmpl) == nullptr)
@@ -313,7 +320,7 @@ class JobLauncher {
   Status SpawnRanks() {
     relay_output_ = log::StatusShown();
     const std::map<std::string, std::string> common =
-        WorkerEnv(sock_path_, pydir_, relay_output_, collectives_dir_);
+        WorkerEnv(sock_path_, pydir_, relay_output_, collectives_dir_, memory_dir_);
     // stderr always comes through the relay (its last lines name how a rank died); stdout only
     // where the status line shares the terminal.
     auto child_out = [&]() -> std::pair<int, int> { return relay_.AddChild(relay_output_); };
@@ -410,6 +417,12 @@ class JobLauncher {
       if (end.first_failed >= 0) {
         const Child& c = children_[static_cast<size_t>(end.first_failed)];
         diagnose::RankExit first{c.rank, c.code, c.signal, relay_.ErrorTail(end.first_failed)};
+        // The CUDA allocator's state when the rank ran out of GPU memory, where its collector
+        // saved it (python/perftracker/oom.py).
+        const fs::path snapshot =
+            fs::path(memory_dir_) / fmt::format("rank_{}.cuda_oom.pickle", c.rank);
+        if (std::error_code sec; fs::is_regular_file(snapshot, sec))
+          first.memory_snapshot = snapshot.string();
         if (first_memory) {
           first.oom_killed = first_memory->oom_killed && c.signal == SIGKILL;
           first.memory_limit_bytes = first_memory->now.limit_bytes > 0
@@ -436,6 +449,7 @@ class JobLauncher {
   Clock::time_point started_;
   std::string trace_dir_;
   std::string collectives_dir_;
+  std::string memory_dir_;
   RemovedOnExit sock_dir_;  // the socket folder goes on every way out
   std::string sock_path_;
   std::string token_;

@@ -44,7 +44,8 @@ std::vector<std::string> ChildEnv(const std::map<std::string, std::string>& set)
 
 std::map<std::string, std::string> WorkerEnv(const std::string& agent_socket,
                                              const std::string& pydir, bool relay_output,
-                                             const std::string& collectives_dir) {
+                                             const std::string& collectives_dir,
+                                             const std::string& memory_dir) {
   std::map<std::string, std::string> common = {
       {"PERFTRACKER_AGENT_SOCKET", agent_socket},
   };
@@ -55,6 +56,7 @@ std::map<std::string, std::string> WorkerEnv(const std::string& agent_socket,
     if (std::getenv("TORCH_FR_DUMP_TEMP_FILE") == nullptr)
       common["TORCH_FR_DUMP_TEMP_FILE"] = collectives_dir + "/rank_";
   }
+  if (!memory_dir.empty()) common["PERFTRACKER_MEMORY_DIR"] = memory_dir;
   const char* pp = std::getenv("PYTHONPATH");
   common["PYTHONPATH"] = pp && *pp ? pydir + ":" + pp : pydir;
   // (insert_or_assign: GCC 12's -Wrestrict misfires on operator= of a short literal here.)

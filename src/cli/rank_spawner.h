@@ -34,11 +34,13 @@ std::vector<std::string> ChildEnv(const std::map<std::string, std::string>& set)
 
 // What every process of the job gets on top of the launcher's environment: the agent's socket,
 // the worker package first on PYTHONPATH, the folder for the ranks' rings of collectives
-// (PERFTRACKER_COLLECTIVES_DIR; none when empty) and, when the ranks write through the relay,
-// unbuffered Python output (Python buffers a pipe).
+// (PERFTRACKER_COLLECTIVES_DIR; none when empty), the folder for what a rank's memory was when it
+// ran out (PERFTRACKER_MEMORY_DIR: the CUDA allocator's snapshot; none when empty) and, when the
+// ranks write through the relay, unbuffered Python output (Python buffers a pipe).
 std::map<std::string, std::string> WorkerEnv(const std::string& agent_socket,
                                              const std::string& pydir, bool relay_output,
-                                             const std::string& collectives_dir = "");
+                                             const std::string& collectives_dir = "",
+                                             const std::string& memory_dir = "");
 
 // The environment of local rank LOCAL of this node, as torchrun sets it, over COMMON; PORT is
 // the rendezvous port.

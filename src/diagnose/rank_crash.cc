@@ -127,6 +127,11 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
     gpu_oom = true;
     how = OutOfGpuMemory(oom, &f);
   }
+  if (gpu_oom && !first.memory_snapshot.empty()) {
+    f.evidence_text["memory_snapshot"] = first.memory_snapshot;
+    how += fmt::format("; the allocator's state then: {} (PyTorch's memory_viz reads it)",
+                       first.memory_snapshot);
+  }
   f.summary = fmt::format("rank {} failed first: {}", first.rank, how);
   for (const pattern::CollectiveLog& log : logs) {
     if (log.rank != first.rank) continue;

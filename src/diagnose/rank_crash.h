@@ -34,6 +34,9 @@ struct RankExit {
   double rss_bytes = -1;
   double cgroup_usage_bytes = -1;
   int64_t last_iteration = -1;
+  // The CUDA caching allocator's snapshot its collector saved when an allocation failed
+  // (torch.cuda.memory._snapshot(), pickled: PyTorch's memory_viz reads it); empty: none.
+  std::string memory_snapshot = {};
 };
 
 // The rank_crash finding of FIRST, the first rank that failed.

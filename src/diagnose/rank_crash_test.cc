@@ -1,5 +1,6 @@
 #include "diagnose/rank_crash.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <csignal>
@@ -113,9 +114,18 @@ TEST(RankCrashTest, ACudaOutOfMemoryErrorSaysOutOfGpuMemoryAndWhetherFragmented)
       "by PyTorch but unallocated."};
   f = RankCrashFinding(e, {});
   EXPECT_NE(f.suggestion.find("expandable_segments"), std::string::npos) << f.suggestion;
-  // Any other error: as before.
+  EXPECT_EQ(f.evidence_text.count("memory_snapshot"), 0u);
+  // The allocator's snapshot its collector saved: named, for memory_viz.
+  e.memory_snapshot = "/r/memory/rank_0.cuda_oom.pickle";
+  f = RankCrashFinding(e, {});
+  EXPECT_EQ(f.evidence_text.at("memory_snapshot"), "/r/memory/rank_0.cuda_oom.pickle");
+  EXPECT_THAT(f.summary, testing::HasSubstr("; the allocator's state then: "
+                                            "/r/memory/rank_0.cuda_oom.pickle (PyTorch's "
+                                            "memory_viz reads it)"));
+  // Any other error: as before, a snapshot or not.
   e.error_tail = {"RuntimeError: shapes cannot be multiplied"};
   EXPECT_EQ(RankCrashFinding(e, {}).evidence.count("gpu_oom"), 0u);
+  EXPECT_EQ(RankCrashFinding(e, {}).evidence_text.count("memory_snapshot"), 0u);
 }
 
 }  // namespace
