@@ -10,6 +10,9 @@
 - a rank that keeps 1 MiB every step (a leak): its memory growth is found from the agent's
   always-on RSS samples, with its size per iteration and the iterations left before the host's
   memory runs out, though the job never slows;
+- every rank keeping Python objects every step (a metrics history): the job's own leak, named
+  where the objects are made from the ranks' sampled Python heap; every rank filling and
+  emptying a cache (a sawtooth): no leak;
 - a rank sharing its core with a busy process (2 ranks bound to a core each): its run-queue wait
   per second of CPU names it, not its waiting peer;
 - a tenth of a CPU for one rank (a cgroup quota): throttled, not hung;
@@ -255,15 +258,16 @@ class OsCauses(OsJobs, unittest.TestCase):
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
 
-    def test_a_leak_of_python_objects_is_named_where_the_objects_are_made(self):
-        # Rank 1 keeps 2 MiB of Python floats a step (a metrics history) from iteration 150: the
-        # growth's window samples rank 1's Python heap (torch's allocator never sees these), and
-        # names the function that makes what is kept.
-        ws, out = self.job("pyleak", "--iters", "340", *STEP, "--fault", "pyleak", "--fault-rank", "1",
+    def test_python_objects_kept_by_every_rank_are_the_jobs_own_leak_named_where_made(self):
+        # Every rank keeps 2 MiB of Python floats a step (a metrics history) from iteration 150:
+        # the job's own code, not one rank's. The growth's window samples the ranks' Python heap
+        # (torch's allocator never sees these) and names the function that makes what is kept.
+        ws, out = self.job("pyleak", "--iters", "340", *STEP, "--fault", "pyleak", "--fault-rank", "all",
                            "--fault-start", "150", "--fault-mb", "2", nproc=2, run_out=True)
         leaks = [f for fs in ws.values() for f in fs if f["category"] == "memory_growth"]
         self.assertTrue(leaks, out)
-        self.assertTrue(all(f["ranks"] == [1] for f in leaks), out)
+        self.assertTrue(all(f["ranks"] == [0, 1] for f in leaks), out)
+        self.assertIn("every rank's memory grows every iteration", leaks[0]["summary"], out)
         named = [g for g in leaks if "kept_at" in g.get("evidence", {})]
         self.assertTrue(named, out)
         g = named[-1]
@@ -272,6 +276,13 @@ class OsCauses(OsJobs, unittest.TestCase):
         # A sample every 64 KiB on average: the estimate is within a third of the 2 MiB kept.
         self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, 2, delta=0.7)
         self.assertRegex(g["summary"], r"called from \S*train_ddp\.py\(\d+\): train_step\)", out)
+
+    def test_a_sawtooth_on_every_rank_is_no_leak(self):
+        # Every rank keeps 16 MiB a step and lets them all go every 20 steps (a cache filled and
+        # emptied) from iteration 40: memory rises and falls by 300 MiB, and is no leak.
+        ws, out = self.job("sawtooth", "--iters", "300", *STEP, "--fault", "sawtooth", "--fault-rank", "all",
+                           "--fault-start", "40", "--fault-mb", "16", nproc=2, run_out=True)
+        self.assertFalse([f for fs in ws.values() for f in fs if f["category"] == "memory_growth"], out)
 
     def test_slow_dataloader_workers_are_named_with_their_function(self):
         # From iteration 130 rank 1's two DataLoader worker processes sleep 200 ms in the collate
