@@ -143,6 +143,18 @@ class JobLauncher {
   }
 
  private:
+  // REPORT_DIR/NAME made afresh, the user's alone, into *PATH; WHAT names it in the error.
+  Status FreshRunFolder(const char* name, const char* what, std::string* path) {
+    std::error_code ec;
+    *path = (fs::path(report_dir_) / name).string();
+    fs::remove_all(*path, ec);
+    if (!fs::create_directory(*path, ec) || ec)
+      return Internal(
+          fmt::format("{}: cannot create the folder for {}: {}", *path, what, ec.message()));
+    fs::permissions(*path, fs::perms::owner_all, ec);
+    return Status::Ok();
+  }
+
   // The report folder (absolute), the log in it, the traces folder and the agent socket's
   // private folder under /tmp.
   Status PrepareFolders() {
@@ -164,21 +176,14 @@ class JobLauncher {
     started_ = Clock::now();
     trace_dir_ = (fs::path(report_dir_) / "traces").string();
     fs::create_directories(trace_dir_, ec);
-    // The ranks' rings of collectives and Flight Recorder dumps: this run's only (an earlier
-    // run's dumps would be read as this one's ranks).
-    collectives_dir_ = (fs::path(report_dir_) / "collectives").string();
-    fs::remove_all(collectives_dir_, ec);
-    if (!fs::create_directory(collectives_dir_, ec) || ec)
-      return Internal(fmt::format("{}: cannot create the folder for the ranks' collectives: {}",
-                                  collectives_dir_, ec.message()));
-    fs::permissions(collectives_dir_, fs::perms::owner_all, ec);
-    // What a rank's memory was when it ran out (the CUDA allocator's snapshot): this run's only.
-    memory_dir_ = (fs::path(report_dir_) / "memory").string();
-    fs::remove_all(memory_dir_, ec);
-    if (!fs::create_directory(memory_dir_, ec) || ec)
-      return Internal(fmt::format("{}: cannot create the folder for the ranks' memory: {}",
-                                  memory_dir_, ec.message()));
-    fs::permissions(memory_dir_, fs::perms::owner_all, ec);
+    // The ranks' rings of collectives and Flight Recorder dumps, and what a rank's memory was
+    // when it ran out (the CUDA allocator's snapshot): this run's only (an earlier run's would
+    // be read as this one's ranks').
+    if (Status st = FreshRunFolder("collectives", "the ranks' collectives", &collectives_dir_);
+        !st.ok())
+      return st;
+    if (Status st = FreshRunFolder("memory", "the ranks' memory", &memory_dir_); !st.ok())
+      return st;
     // Unix socket paths are short (108 bytes): a private folder under /tmp, not the report dir.
     char tmpl[] = "/tmp/perftracker-XXXXXX";
     if (mkdtemp(tmpl) == nullptr)
