@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "agent/memory_envelope.h"
 #include "agent/nvml_sampler.h"
 #include "agent/proc_sampler.h"
 #include "agent/retry.h"
@@ -123,6 +124,8 @@ struct Agent::Impl {
   std::string agent_id;
   NvmlSampler nvml;
   ProcSampler proc;
+  // Each worker's highest and lowest RSS between reports (its own thread samples it).
+  MemoryEnvelope envelope;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -260,6 +263,8 @@ struct Agent::Impl {
 
   void ForwardTrigger(const WorkerTrigger& t);
   void Report(const std::vector<IterationReport>& iters);
+  // The sampler thread: each watched worker's RSS every MemoryEnvelope::kSampleInterval.
+  void SampleMemoryLoop();
   void UploadStacks(int64_t request_id, const pattern::RankStacks& s);
 
   // One upload RPC under the retry policy, each attempt with its own deadline; the waits end
@@ -421,6 +426,10 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
       WorkerMemory wm;
       wm.rss_bytes = static_cast<double>(mem->rss_pages) * kPage;
       b->set_rss_bytes(wm.rss_bytes);
+      if (auto range = envelope.Take(key.second, MemoryEnvelope::Clock::now(), wm.rss_bytes)) {
+        b->set_rss_max_bytes(range->high);
+        b->set_rss_min_bytes(range->low);
+      }
       wm.cgroup = ReadCgroupMemory(key.second);
       if (wm.cgroup.limit_bytes > 0) b->set_cgroup_memory_limit_bytes(wm.cgroup.limit_bytes);
       if (wm.cgroup.usage_bytes >= 0) b->set_cgroup_memory_usage_bytes(wm.cgroup.usage_bytes);
@@ -439,6 +448,10 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
       if (worker_memory.size() < kMaxWorkersPerReport || worker_memory.count(key.second))
         worker_memory[key.second] = std::move(wm);
     }
+    std::vector<int> pids;
+    for (const auto& [key, b] : by_worker)
+      if (key.second > 0) pids.push_back(key.second);
+    envelope.Watch(pids);
     const HostMemory host = ReadHostMemory();
     if (host.available_bytes > 0) ir.set_host_mem_available_bytes(host.available_bytes);
     if (host.total_bytes > 0) ir.set_host_mem_total_bytes(host.total_bytes);
@@ -528,6 +541,18 @@ Status Agent::Run() {
     watcher.join();
     return st;
   }
+  std::thread sampler;
+  if (Status st = StartThread(&sampler, [&m] { m.SampleMemoryLoop(); }); !st.ok()) {
+    Stop();
+    watcher.join();
+    {
+      std::lock_guard lk(m.mu);
+      m.post_done = true;
+    }
+    m.post_cv.notify_all();
+    post.join();
+    return st;
+  }
 
   std::unique_lock lk(m.mu);
   while (!m.stopping) {
@@ -572,8 +597,25 @@ Status Agent::Run() {
   m.post_cv.notify_all();
   lk.unlock();
   post.join();
+  sampler.join();
   watcher.join();
   return Status::Ok();
+}
+
+void Agent::Impl::SampleMemoryLoop() {
+  if (Status st = BecomeBackgroundThread("pt-agent-rss"); !st.ok())
+    log::Detail("agent", "{}", st.message());
+  static const double kPage = static_cast<double>(sysconf(_SC_PAGESIZE));
+  const auto read = [](int pid) {
+    auto mem = ReadPidMemory(pid);
+    return mem.ok() ? static_cast<double>(mem->rss_pages) * kPage : 0.0;
+  };
+  std::unique_lock lk(mu);
+  while (!cv.wait_for(lk, MemoryEnvelope::kSampleInterval, [&] { return stopping; })) {
+    lk.unlock();
+    envelope.SampleOnce(MemoryEnvelope::Clock::now(), read);
+    lk.lock();
+  }
 }
 
 void Agent::Impl::PostLoop() {

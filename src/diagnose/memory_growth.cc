@@ -90,17 +90,23 @@ void MemorySeries::Resettle() {
   // and never more than it took off as the profiler's.
   const double back =
       std::min(j.profiler, (rate_after - j.rate_before) * static_cast<double>(j.gap));
-  for (auto it = first; it != samples_.end(); ++it) it->bytes += back;
+  for (auto it = first; it != samples_.end(); ++it) {
+    it->bytes += back;
+    it->low += static_cast<float>(back);
+  }
   offset_ -= back;
 }
 
-void MemorySeries::Add(int64_t step, double bytes) {
+void MemorySeries::Add(int64_t step, double bytes, double low) {
   if (!std::isfinite(bytes) || bytes < 0) return;
+  if (!std::isfinite(low) || low < 0 || low > bytes) low = bytes;
   if (!samples_.empty() && step <= samples_.back().step) {
     if (step == samples_.back().step) {
       // The newer reading of the same iteration.
       samples_.back().bytes = bytes - offset_;
-      samples_.back().rss = bytes;
+      samples_.back().rss = static_cast<float>(bytes);
+      samples_.back().low =
+          std::min(samples_.back().low, static_cast<float>(std::max(0.0, low - offset_)));
       return;
     }
     samples_.clear();  // a restarted process: its memory starts again
@@ -118,16 +124,30 @@ void MemorySeries::Add(int64_t step, double bytes) {
     pending_ = JoinAfterWindow(step, bytes);
     offset_ += pending_->profiler;
   }
-  if (!after_window && !samples_.empty() && step - samples_.back().step < stride_) return;
+  const float own_low = static_cast<float>(std::max(0.0, low - offset_));
+  if (!after_window && !samples_.empty() && step - samples_.back().step < stride_) {
+    // Skipped, its low still counts: the kept sample after it covers its interval.
+    skipped_low_ = std::min(skipped_low_, own_low);
+    return;
+  }
   if (samples_.size() >= kMaxSamples) {
-    // Every other sample goes (the first stays: the warm-up is measured from it).
+    // Every other sample goes (the first stays: the warm-up is measured from it); a kept
+    // sample's low covers the one that went before it.
     size_t out = 1;
-    for (size_t i = 2; i < samples_.size(); i += 2) samples_[out++] = samples_[i];
+    for (size_t i = 2; i < samples_.size(); i += 2) {
+      samples_[i].low = std::min(samples_[i].low, samples_[i - 1].low);
+      samples_[out++] = samples_[i];
+    }
     samples_.resize(out);
     stride_ *= 2;
-    if (!after_window && step - samples_.back().step < stride_) return;
+    if (!after_window && step - samples_.back().step < stride_) {
+      skipped_low_ = std::min(skipped_low_, own_low);
+      return;
+    }
   }
-  samples_.push_back({step, bytes - offset_, bytes});
+  samples_.push_back({step, bytes - offset_, static_cast<float>(bytes),
+                      after_window ? own_low : std::min(own_low, skipped_low_)});
+  skipped_low_ = std::numeric_limits<float>::infinity();
   if (pending_ && samples_.size() > kRateSamples &&
       samples_[samples_.size() - 1 - kRateSamples].step >= pending_->first_after) {
     Resettle();
@@ -191,8 +211,8 @@ bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double pea
   g->last_step = tail.back().step;
   g->first_bytes = tail.front().bytes;
   g->last_bytes = tail.back().bytes;
-  g->first_rss = tail.front().rss;
-  g->last_rss = tail.back().rss;
+  g->first_rss = static_cast<double>(tail.front().rss);
+  g->last_rss = static_cast<double>(tail.back().rss);
   const double span = static_cast<double>(g->last_step - g->first_step);
   if (span < policy::kMemoryMinIterations) return false;
   g->bytes_per_iteration = slope;
@@ -267,7 +287,9 @@ std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
       }
     }
     peak_before = std::max(peak_before, s[i].bytes);
-    trough_before = trough_before < 0 ? s[i].bytes : std::min(trough_before, s[i].bytes);
+    // The range it moved in: its highs, and its lows between reports where the agent read them.
+    const double low = std::min(s[i].bytes, static_cast<double>(s[i].low));
+    trough_before = trough_before < 0 ? low : std::min(trough_before, low);
   }
   return best;
 }

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -33,11 +34,16 @@ class MemorySeries {
   struct Sample {
     int64_t step = 0;
     double bytes = 0;  // the job's own memory: RSS less what profiling windows left (below)
-    double rss = 0;    // RSS as read
+    float rss = 0;     // RSS as read (floats: a series stays 24 bytes a sample at 100,000 ranks)
+    // The lowest the job's own memory was since the sample before (the agent's readings between
+    // reports: agent/memory_envelope.h), where known, else `bytes`: with the highs that BYTES
+    // are, the range a rank's memory moves in (FindMemoryGrowth's sawtooth rule).
+    float low = 0;
   };
-  // A sample of RSS BYTES after iteration STEP. A step not after the last one (a restarted rank
-  // numbers from 0 again) starts the series afresh; a non-finite or negative size is dropped.
-  void Add(int64_t step, double bytes);
+  // A sample of RSS BYTES after iteration STEP (LOW: the lowest RSS since the sample before,
+  // where known; < 0: unknown). A step not after the last one (a restarted rank numbers from 0
+  // again) starts the series afresh; a non-finite or negative size is dropped.
+  void Add(int64_t step, double bytes, double low = -1);
   // A profiling window over iterations FIRST..LAST: perftracker's own memory. The profiler's
   // buffers and the trace's export raise a rank's RSS by tens of MiB (measured: 27 MiB in a
   // baseline window, 37 MiB in a slowdown window recording shapes), much of it never returned
@@ -82,6 +88,7 @@ class MemorySeries {
   std::optional<Join> pending_;  // the latest window's join, until the rate after it is known
   std::vector<std::pair<int64_t, int64_t>> profiled_;  // (first, last) of recent windows
   double offset_ = 0;                                  // bytes the windows so far left in RSS
+  float skipped_low_ = std::numeric_limits<float>::infinity();  // lows of samples not kept
   int64_t stride_ = 1;  // the fewest iterations between two kept samples
 };
 

@@ -168,6 +168,36 @@ TEST(FindMemoryGrowth, ASawtoothsCreepingHighIsNoLeak) {
   EXPECT_LE(found - 530, 100);
 }
 
+// Recorded with bench/memory_detection.py after the agent read each worker's RSS high of the last
+// 2 s (agent/memory_envelope.h): the same sawtooth's highs, flat at its peak, then creeping up by
+// 100 MiB (the allocator's fragmentation) and flat again. The highs alone look like a slow leak
+// (a window was opened for "+0.5 MiB per iteration"); the lows between the reports, at the cache's
+// emptied level, say the rank moved in a range of 300 MiB, and the creep stays within half of it.
+// A leak raises the lows with the highs: found.
+TEST(FindMemoryGrowth, TheLowsBetweenReportsKeepACreepingHighInItsRange) {
+  const std::pair<int64_t, double> highs[] = {
+      {34, 634},  {51, 634},  {67, 634},  {83, 634},  {134, 711}, {153, 670}, {172, 670},
+      {191, 693}, {210, 702}, {229, 718}, {247, 734}, {264, 734}, {282, 734}, {299, 734}};
+  MemorySeries with_lows, highs_only;
+  bool named_without_lows = false;
+  for (const auto& [step, mib] : highs) {
+    with_lows.Add(step, mib * kMiB, 330 * kMiB);
+    highs_only.Add(step, mib * kMiB);
+    EXPECT_FALSE(FindMemoryGrowth(with_lows).has_value()) << "at iteration " << step;
+    named_without_lows |= FindMemoryGrowth(highs_only).has_value();
+  }
+  EXPECT_TRUE(named_without_lows);  // what happened before the lows were sent
+  // Then 4 MiB kept every step from iteration 300: highs and lows rise together.
+  int64_t found = -1;
+  for (int64_t step = 317; step < 500 && found < 0; step += 17) {
+    const double leak = 4.0 * static_cast<double>(step - 300);
+    with_lows.Add(step, (734 + leak) * kMiB, (330 + leak) * kMiB);
+    if (FindMemoryGrowth(with_lows)) found = step;
+  }
+  EXPECT_GE(found, 300);
+  EXPECT_LE(found - 300, 100);
+}
+
 // A series sampled every 3 iterations to LAST with a profiling window at FIRST..FIRST+9 that
 // adds PROFILER MiB from its first iteration on, rising over the window and 20 iterations of
 // export, and never gives it back (as a rank's RSS does); the job grows GROW MiB an iteration

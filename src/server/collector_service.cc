@@ -209,8 +209,8 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
       r.cgroup_limit_bytes = b.cgroup_memory_limit_bytes();
       r.cgroup_usage_bytes = b.cgroup_memory_usage_bytes() > 0 ? b.cgroup_memory_usage_bytes() : -1;
     }
-    if (b.rss_bytes() > 0 && furthest >= 0)
-      if (auto g = r.memory.Add(furthest, b.rss_bytes()))
+    if (const double rss = std::max(b.rss_max_bytes(), b.rss_bytes()); rss > 0 && furthest >= 0)
+      if (auto g = r.memory.Add(furthest, rss, b.rss_min_bytes() > 0 ? b.rss_min_bytes() : -1))
         OnMemoryGrowthLocked(b.rank(), *g, diagnose::MemoryKind::kHost);
     if (b.gpu_memory_bytes() > 0 && furthest >= 0) {
       r.gpu = b.gpu_index();

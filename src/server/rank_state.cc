@@ -171,8 +171,8 @@ diagnose::MissingRank ExplainMissing(int rank, const RankState* state, const Age
   return {rank, MissingReason::kUnknown, detail, last};
 }
 
-std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double bytes) {
-  series.Add(step, bytes);
+std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double bytes, double low) {
+  series.Add(step, bytes, low);
   // A leak sets a new high at nearly every sample: until one is reported, a new high is checked
   // at once, so a leak is named as soon as the rule's own needs are met (the span and growth of
   // policy kMemoryMinIterations, kMemoryMinGrowthBytes) instead of up to kMemoryCheckEvery
@@ -199,17 +199,17 @@ std::vector<diagnose::RankMemoryUse> MemoryTimelines(const std::map<int, RankSta
   // The ranks shown, at scale: those whose memory grows, then those that hold the most.
   struct Shown {
     bool grows;
-    double rss;
+    double bytes;  // its latest sample's
     int rank;
   };
   std::vector<Shown> order;
   for (const auto& [r, st] : ranks) {
     if (!current.count(r) || st.memory.series.samples().empty()) continue;
     order.push_back(
-        {st.memory.growth || st.gpu_memory.growth, st.memory.series.samples().back().rss, r});
+        {st.memory.growth || st.gpu_memory.growth, st.memory.series.samples().back().bytes, r});
   }
   std::sort(order.begin(), order.end(), [](const Shown& a, const Shown& b) {
-    return std::tie(a.grows, a.rss) > std::tie(b.grows, b.rss);
+    return std::tie(a.grows, a.bytes) > std::tie(b.grows, b.bytes);
   });
   if (order.size() > kMaxMemoryTimelineRanks) order.resize(kMaxMemoryTimelineRanks);
   std::sort(order.begin(), order.end(),
@@ -229,7 +229,8 @@ std::vector<diagnose::RankMemoryUse> MemoryTimelines(const std::map<int, RankSta
       const size_t stride =
           (samples.size() + kMaxMemoryTimelinePoints - 1) / kMaxMemoryTimelinePoints;
       for (size_t i = 0; i < samples.size(); ++i) {
-        m.peak_allocated_bytes = std::max(m.peak_allocated_bytes, samples[i].rss);
+        m.peak_allocated_bytes =
+            std::max(m.peak_allocated_bytes, static_cast<double>(samples[i].rss));
         if (i % stride != 0 && i + 1 != samples.size()) continue;
         m.iteration_numbers.push_back(samples[i].step);
         m.iteration_end_bytes.push_back(samples[i].rss);

@@ -55,8 +55,10 @@ struct MemoryWatch {
   bool reported = false;
   std::optional<diagnose::MemoryGrowth> growth;  // the latest check's leak, if any (/metrics)
   static constexpr int kMemoryCheckEvery = 8;
-  // Adds a sample; the growth the first time one is found.
-  std::optional<diagnose::MemoryGrowth> Add(int64_t step, double bytes);
+  // Adds a sample: BYTES the worker's recent high, LOW its recent low, where its agent read them
+  // (IterationBatch.rss_max_bytes, rss_min_bytes; agent/memory_envelope.h says why), else the
+  // report's reading and -1; the growth the first time one is found.
+  std::optional<diagnose::MemoryGrowth> Add(int64_t step, double bytes, double low = -1);
 };
 
 struct RankState {
