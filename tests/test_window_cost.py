@@ -159,8 +159,11 @@ class WindowCostTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, err[-2000:])
         threads = sorted(seen.values())
         low = {name for name, nice in threads if nice == 19}
-        # The server's publisher and the agent's post-processing thread.
+        # The server's publisher and the agent's post-processing thread; the agent's memory
+        # sampler keeps the normal priority (at the lowest it would miss its readings while the
+        # ranks take every core).
         self.assertEqual(low, {"pt-publish", "pt-agent-post"}, f"threads seen: {threads}")
+        self.assertIn(("pt-agent-rss", 0), threads)
         # The launcher's other threads (the agent's relay loop, the server's timer) keep theirs.
         self.assertTrue(any(nice == 0 for _, nice in threads), threads)
         # And the windows still got diagnosed, from background threads.
