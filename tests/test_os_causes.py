@@ -164,6 +164,17 @@ class OsJobs:
             for w, fs in sorted(ws.items())), file=sys.stderr)
         return ws, out
 
+    def kept_place(self, leaks, function, op, mib, delta, out):
+        """The latest of the memory_growth findings LEAKS that names where memory is kept, checked
+        to name train_ddp.py's FUNCTION, allocating through OP, MIB a step within DELTA."""
+        named = [g for g in leaks if "kept_at" in g.get("evidence", {})]
+        self.assertTrue(named, out)
+        g = named[-1]
+        self.assertRegex(g["evidence"]["kept_at"], rf"train_ddp\.py\(\d+\): {function}$", out)
+        self.assertEqual(g["evidence"]["kept_by_op"], op, out)
+        self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, mib, delta=delta)
+        return g
+
 
 @unittest.skipUnless(ptest.online_built() and ptest.torch_available(), "needs the online build and torch")
 class OsCauses(OsJobs, unittest.TestCase):
@@ -248,12 +259,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         # The window the growth opened recorded rank 1's allocations: where it keeps memory, the
         # training step's function (train_ddp.py's train_step()) calling torch.ones, 1 MiB a step
         # (an iteration whose allocation fell outside the profiler's step marks counts none).
-        named = [g for g in leaks if "kept_at" in g.get("evidence", {})]
-        self.assertTrue(named, out)
-        g = named[-1]
-        self.assertRegex(g["evidence"]["kept_at"], r"train_ddp\.py\(\d+\): train_step$", out)
-        self.assertEqual(g["evidence"]["kept_by_op"], "aten::ones", out)
-        self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, 1, delta=0.2)
+        g = self.kept_place(leaks, "train_step", "aten::ones", 1, 0.2, out)
         self.assertEqual(g["functions"][0]["name"], g["evidence"]["kept_at"], out)
         # Its allocation is no "more work on larger inputs" (its peers make no such calls).
         self.assertFalse([g for g in every if g["category"] == "more_work"], out)
@@ -268,13 +274,8 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertTrue(leaks, out)
         self.assertTrue(all(f["ranks"] == [0, 1] for f in leaks), out)
         self.assertIn("every rank's memory grows every iteration", leaks[0]["summary"], out)
-        named = [g for g in leaks if "kept_at" in g.get("evidence", {})]
-        self.assertTrue(named, out)
-        g = named[-1]
-        self.assertRegex(g["evidence"]["kept_at"], r"train_ddp\.py\(\d+\): log_metrics$", out)
-        self.assertEqual(g["evidence"]["kept_by_op"], "Python objects", out)
         # A sample every 64 KiB on average: the estimate is within a third of the 2 MiB kept.
-        self.assertAlmostEqual(g["evidence"]["kept_bytes_per_iteration"] / 2 ** 20, 2, delta=0.7)
+        g = self.kept_place(leaks, "log_metrics", "Python objects", 2, 0.7, out)
         self.assertRegex(g["summary"], r"called from \S*train_ddp\.py\(\d+\): train_step\)", out)
 
     def test_a_sawtooth_on_every_rank_is_no_leak(self):

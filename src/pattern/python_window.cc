@@ -258,8 +258,9 @@ class Parser {
  private:
   void Aggregate(const PythonWindowFile& file, bool whole_window, size_t n_iters, RankSummary* s) {
     // Parents come before their children, so one pass builds each node's caller stack from its
-    // parent's.
-    std::vector<std::string> context;  // node -> its stack as seen by its children
+    // parent's (kept: PlaceKeptHeap names places by it).
+    std::vector<std::string>& context = node_stacks_;  // node -> its stack as seen by its children
+    context.clear();
     std::map<std::pair<std::string, std::string>, uint32_t> index;  // (name, stack) -> function
     std::vector<Acc> fns;
     for (size_t i = 0; i < file.nodes.size(); ++i) {
@@ -308,13 +309,6 @@ class Parser {
   void PlaceKeptHeap(const PythonWindowFile& file, size_t n_iters, RankSummary* s) const {
     if (file.kept.empty() || n_iters < 2) return;
     const int64_t counted = static_cast<int64_t>(n_iters) - 1;
-    std::vector<std::string> stack_of(file.nodes.size());  // node -> its callers
-    for (size_t i = 1; i < file.nodes.size(); ++i) {
-      const size_t parent = file.nodes[i].parent;
-      stack_of[i] = parent == pw::kRootNode    ? ""
-                    : stack_of[parent].empty() ? NodeName(file, parent)
-                                               : stack_of[parent] + ";" + NodeName(file, parent);
-    }
     struct Place {
       double bytes = 0;
       uint64_t samples = 0;
@@ -328,7 +322,7 @@ class Parser {
              (file.nodes[at].gc || at == pw::kOtherNode || !IsProgramFrame(NodeName(file, at))))
         at = file.nodes[at].parent;
       if (at == pw::kRootNode) continue;  // allocated outside every program function
-      Place& p = places[{NodeName(file, at), stack_of[at]}];
+      Place& p = places[{NodeName(file, at), node_stacks_[file.nodes[at].parent]}];
       if (p.kept_in.empty()) p.kept_in.assign(static_cast<size_t>(counted), false);
       p.bytes += static_cast<double>(c.bytes);
       p.samples += c.samples;
@@ -404,6 +398,7 @@ class Parser {
 
   std::string name_;
   std::vector<std::string> names_;
+  std::vector<std::string> node_stacks_;  // Aggregate's: node -> its stack, itself included
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 //   worker/window_control.h   the detector under its mutex, the news queue, the requested window,
 //                             when it arms and ends, the hang watchdog, the window writers;
 //   worker/window_recorder.h  the armed window's tracer clock, interned names and call tree;
+//   worker/heap_sampler.h     a memory window's sampled Python heap (its allocator hooks are
+//                             py/heap_hooks.cc);
 //   worker/name_table.h       names by code object / method def, behind a direct-mapped cache;
 //   worker/tracer_clock.h     the TSC scaled to steady-clock nanoseconds.
 //
@@ -27,6 +29,10 @@
 // nothing at any call rate and its memory is bounded by the node cap, not by the number of calls.
 // At window end the tree is handed to a writer thread that writes it as
 // "perftracker.python_window/1" JSON (worker/window_file.h) to PATH.tmp and renames it to PATH.
+//
+// torch.profiler's with_stack (a memory window's) installs its own profile function over the
+// window's: chain_profile() puts the window's back in front, passing every event on, and the
+// tree takes the real stack again (CallTree::Resync).
 //
 // Python's garbage collector is invisible to PyEval_SetProfile: gc_event(), installed by
 // hooks.py as a gc.callbacks entry, records each collection on an armed thread as a call of
