@@ -8,9 +8,11 @@ void MemoryEnvelope::Watch(const std::vector<int>& pids) {
   std::lock_guard lk(mu_);
   watched_.assign(pids.begin(),
                   pids.begin() + static_cast<std::ptrdiff_t>(std::min(pids.size(), kMaxWatched)));
-  std::erase_if(recent_, [&](const auto& kv) {
+  const auto gone = [&](const auto& kv) {
     return std::find(watched_.begin(), watched_.end(), kv.first) == watched_.end();
-  });
+  };
+  std::erase_if(recent_, gone);
+  std::erase_if(last_take_, gone);
 }
 
 void MemoryEnvelope::Expire(std::deque<std::pair<Clock::time_point, double>>* d,
@@ -48,11 +50,17 @@ std::optional<MemoryEnvelope::Range> MemoryEnvelope::Take(int pid, Clock::time_p
   auto it = recent_.find(pid);
   if (it == recent_.end()) return r;
   Expire(&it->second, now);
+  const auto last = last_take_.find(pid);
+  const bool first_take = last == last_take_.end();
+  std::optional<double> low;  // of the readings since the previous Take
   for (const auto& [t, b] : it->second) {
     if (!r) r = Range{b, b};
-    r->low = std::min(r->low, b);
     r->high = std::max(r->high, b);
+    if (first_take || t > last->second) low = std::min(low.value_or(b), b);
   }
+  last_take_[pid] = now;
+  if (r && now_bytes > 0) low = std::min(low.value_or(now_bytes), now_bytes);
+  if (r) r->low = low.value_or(r->high);
   return r;
 }
 

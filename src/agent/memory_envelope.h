@@ -9,6 +9,11 @@
 // it as it raises everything (and, memory only rising, without delay). The server follows that
 // high (IterationBatch.rss_max_bytes; diagnose/memory_growth.h).
 //
+// The low is the lowest reading since the worker's previous report (not of the whole horizon):
+// high less low is how far the job's memory moves by itself between two reports, a sawtooth's
+// depth, or for a leak the little it grew since (a low of 2 s would make every leak's range its
+// growth over 2 s, 167 iterations of 12 ms). diagnose/memory_growth.h asks a leak to outgrow it.
+//
 // Owns the pids to watch and each one's recent readings; thread-safe (the sampler thread
 // samples, the report loop takes).
 #ifndef PERFTRACKER_AGENT_MEMORY_ENVELOPE_H_
@@ -46,8 +51,9 @@ class MemoryEnvelope {
   void Watch(const std::vector<int>& pids);
   // One round at NOW: READ gives a pid's resident bytes (<= 0: unreadable, skipped).
   void SampleOnce(Clock::time_point now, const std::function<double(int pid)>& read);
-  // PID's range over the readings of the last kHorizon before NOW and NOW_BYTES (the report's
-  // own reading); nothing when there are none.
+  // PID's range: the highest of the readings of the last kHorizon before NOW and NOW_BYTES (the
+  // report's own reading), the lowest of those since PID's previous Take; nothing when there are
+  // none.
   std::optional<Range> Take(int pid, Clock::time_point now, double now_bytes);
 
  private:
@@ -56,6 +62,7 @@ class MemoryEnvelope {
   std::mutex mu_;
   std::vector<int> watched_;
   std::map<int, std::deque<std::pair<Clock::time_point, double>>> recent_;  // pid -> readings
+  std::map<int, Clock::time_point> last_take_;  // pid -> its previous Take
 };
 
 }  // namespace perftracker::agent

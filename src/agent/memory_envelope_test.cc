@@ -33,6 +33,40 @@ TEST(MemoryEnvelope, EachReportGetsTheHighAndLowOfTheLastTwoSeconds) {
   EXPECT_FALSE(e.Take(12, t0, 0).has_value());  // never sampled, no reading
 }
 
+TEST(MemoryEnvelope, TheLowIsOfTheReadingsSinceThePreviousReport) {
+  // A sawtooth's trough, then a refill: the next report's low is of its own interval (700), not
+  // the trough the report before saw; its high is still the horizon's (820).
+  MemoryEnvelope e;
+  e.Watch({10});
+  double rss = 820;
+  const auto read = [&](int) { return rss; };
+  const Clock::time_point t0{};
+  e.SampleOnce(t0, read);
+  rss = 300;
+  e.SampleOnce(t0 + milliseconds(50), read);
+  auto r = e.Take(10, t0 + milliseconds(100), 310);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->low, 300);
+  EXPECT_EQ(r->high, 820);
+  rss = 700;
+  e.SampleOnce(t0 + milliseconds(150), read);
+  r = e.Take(10, t0 + milliseconds(200), 710);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->low, 700);
+  EXPECT_EQ(r->high, 820);
+  // No reading since, and none of the report's own: the low is the high (no range known).
+  r = e.Take(10, t0 + milliseconds(250), 0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->low, 820);
+  // A worker no longer watched starts afresh when it is watched again.
+  e.Watch({});
+  e.Watch({10});
+  e.SampleOnce(t0 + milliseconds(300), read);
+  r = e.Take(10, t0 + milliseconds(310), 0);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->low, 700);
+}
+
 TEST(MemoryEnvelope, ASawtoothsHighStaysAtItsPeakWhereTheReportsReadingsClimb) {
   // A cache of 16 MiB a step for 20 steps of 30 ms, then emptied; in the first cycles the
   // allocator gives the emptied memory back, later it keeps more and more of it (the troughs

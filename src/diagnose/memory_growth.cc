@@ -228,6 +228,13 @@ bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double pea
                                                                  policy::kMemoryAboveRangeShare *
                                                                      (peak_before - trough_before)))
     return false;
+  // A leak outgrows the range the job's memory moves in by itself between two reports (the high
+  // of a sample less its low since the one before): a sawtooth's allocator may keep what it
+  // frees for a while, and its highs creep up by less than its depth.
+  double swing = 0;
+  for (size_t k = 1; k < tail.size(); ++k)
+    swing = std::max(swing, tail[k].bytes - static_cast<double>(tail[k].low));
+  if (g->last_bytes - g->first_bytes < policy::kMemoryOutgrowSwing * swing) return false;
   // A leak grows alike throughout; a warm-up ramp or a profiling window's buffers (measured: a
   // healthy rank's RSS steps up 27 MiB in its baseline window and then creeps by a MiB) grow in
   // one part. Each half of the span must grow at a good share of the overall rate.

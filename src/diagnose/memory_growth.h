@@ -102,11 +102,12 @@ struct MemoryGrowth {
 };
 
 // The growth of SERIES when it is a leak by the policy (kMemoryWarmupIterations,
-// kMemoryMinIterations, kMemoryMinGrowthBytes, kMemoryRisingShare, kMemoryHalvesShare); nullopt
-// otherwise. A leak may begin at any time: the earliest tail of the series (from a sample after
-// the warm-up to the last one) that grows steadily is the leak, from its first sample on, so a
-// healthy first half of a run hides nothing. A tail that only climbs back to a level the rank
-// held before it (a sawtooth: a cache filled and emptied, an evaluation's buffers) is none.
+// kMemoryOutgrowSwing, kMemoryMinIterations, kMemoryMinGrowthBytes, kMemoryRisingShare,
+// kMemoryHalvesShare); nullopt otherwise. A leak may begin at any time: the earliest tail of the
+// series (from a sample after the warm-up to the last one) that grows steadily is the leak, from
+// its first sample on, so a healthy first half of a run hides nothing. A tail that only climbs back
+// to a level the rank held before it (a sawtooth: a cache filled and emptied, an evaluation's
+// buffers) is none.
 std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series);
 
 // What the diagnosis knows of one rank for the memory rule.

@@ -222,6 +222,12 @@ namespace perftracker::diagnose::policy {
     "slow ramps whose highs creep up on its true peak (measured: +0.6 MiB an iteration named on "  \
     "a 320 MiB sawtooth sampled every ~30 iterations); a leak leaves the range it moved in behind" \
     ", a creeping high stays within half of it")                                                   \
+  X(kMemoryOutgrowSwing, 1.0, "of the most the rank's memory moved between two reports",           \
+    "a leak grows past the range the job's memory moves in by itself: a cache filled and emptied " \
+    "faster than the reports come, whose allocator keeps ever more of what it frees for seconds "  \
+    "(measured: glibc, a 300 MiB sawtooth of 0.5 s, RSS highs rising 110-130 MiB over 70-220 "     \
+    "iterations, in 3 of 12 runs named a leak); a leak's own move between two reports is what "    \
+    "it grew in one interval, and a tail of three samples or more outgrows it")                    \
   X(kMemoryRiseOfExpected, 0.25, "of the growth the rate gives an interval",                       \
     "a rise between two samples counts when it is a quarter of what the rate gives their "         \
     "interval: a page more is no rise")                                                            \
