@@ -34,6 +34,10 @@ namespace v1 = ::perftracker::v1;
 
 namespace {
 
+// Agent::Flush looks this often whether the workers' connections have closed: a worker's socket
+// is read to its end within a few ms of its process ending.
+constexpr auto kFlushConnectionPoll = std::chrono::milliseconds(5);
+
 bool IsTrace(const fs::path& p) {
   std::string name = p.filename().string();
   auto ends = [&](const std::string& s) {
@@ -131,6 +135,11 @@ struct Agent::Impl {
   std::mutex mu;
   std::condition_variable cv;
   bool stopping = false;
+  // Agent::Flush: a round asked for now, whether one is under way, rounds completed so far.
+  bool flush_wanted = false;
+  bool in_round = false;
+  uint64_t rounds = 0;
+  std::condition_variable round_cv;
   grpc::ClientContext* watch_ctx = nullptr;
   std::optional<WindowCommand> window;  // the window being profiled
   bool window_started = false;
@@ -557,8 +566,11 @@ Status Agent::Run() {
 
   std::unique_lock lk(m.mu);
   while (!m.stopping) {
-    m.cv.wait_for(lk, std::chrono::duration<double>(m.options.poll_seconds));
+    m.cv.wait_for(lk, std::chrono::duration<double>(m.options.poll_seconds),
+                  [&m] { return m.stopping || m.flush_wanted; });
     if (m.stopping) break;
+    m.flush_wanted = false;
+    m.in_round = true;
     std::optional<WindowCommand> w = m.window;
     bool begin = w && !m.window_started;
     if (begin) m.window_started = true;
@@ -593,6 +605,9 @@ Status Agent::Run() {
       }
     }
     lk.lock();
+    m.in_round = false;
+    ++m.rounds;
+    m.round_cv.notify_all();
   }
   m.post_done = true;
   m.post_cv.notify_all();
@@ -673,6 +688,23 @@ AgentProgress Agent::Progress() const {
   p.window = impl_->window ? impl_->window->window_id : 0;
   p.window_uploads = impl_->window_uploads;
   return p;
+}
+
+bool Agent::Flush(std::chrono::milliseconds timeout) {
+  Impl& m = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A worker's last messages are all read once its connection has closed.
+  while (!m.sink->WorkerPids().empty()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(kFlushConnectionPoll);
+  }
+  std::unique_lock lk(m.mu);
+  // A round under way may have polled before the last messages came: the one after it counts.
+  const uint64_t target = m.rounds + (m.in_round ? 2 : 1);
+  m.flush_wanted = true;
+  m.cv.notify_all();
+  return m.round_cv.wait_until(lk, deadline, [&] { return m.rounds >= target || m.stopping; }) &&
+         m.rounds >= target;
 }
 
 void Agent::Stop() {

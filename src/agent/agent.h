@@ -5,6 +5,7 @@
 #ifndef PERFTRACKER_AGENT_AGENT_H_
 #define PERFTRACKER_AGENT_AGENT_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -177,6 +178,10 @@ class Agent {
   // serves until Stop.
   Status Run();
   void Stop();
+  // Once the local workers' connections have all closed (each one's last messages read), waits
+  // for a whole round of the agent's loop to send what they said to the server; false when
+  // TIMEOUT passed first. For a launcher whose ranks all ended. Thread-safe.
+  bool Flush(std::chrono::milliseconds timeout);
   // Thread-safe; cheap (a copy under the agent's lock).
   AgentProgress Progress() const;
   // After worker PID died: its memory cgroup's verdict (nullopt: it never reported an iteration
