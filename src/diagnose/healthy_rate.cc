@@ -113,6 +113,10 @@ std::optional<HealthyRate> FindHealthyRate(std::span<const IterationPoint> histo
     return rate;
   const IterationLevel before = LevelOf(history.first(split->at));
   const IterationLevel after = LevelOf(history.subspan(split->at));
+  // A faster start that lasted less than kHealthyMinSeconds is the host settling, not a rate.
+  if (shift > 0 && static_cast<double>(before.last_step - before.first_step + 1) * before.ms <
+                       policy::kHealthyMinSeconds * 1000)
+    return rate;
   rate.recent = after;
   if (shift > 0) {
     rate.healthy = before;

@@ -49,6 +49,18 @@ TEST(HealthyRate, AStepUpIsASlowdownFromItsFirstIteration) {
   EXPECT_NE(rate->Describe().find("until iteration 110"), std::string::npos) << rate->Describe();
 }
 
+TEST(HealthyRate, AFasterStartShorterThanTwoSecondsIsNoHealthyRate) {
+  // Recorded (test_online_run's clean job in CI): 12.0 ms from iteration 20 to 58 (0.5 s), then
+  // 15.1 ms to the end. The host settled; the job did not slow down.
+  const auto rate = FindHealthyRate(Concat(Flat(20, 39, 12.0, 0.3), Flat(59, 400, 15.1, 0.5)));
+  ASSERT_TRUE(rate);
+  EXPECT_FALSE(rate->slowdown_step);
+  // The same step after 2.4 s of 12 ms iterations is a slowdown.
+  const auto later = FindHealthyRate(Concat(Flat(20, 200, 12.0, 0.3), Flat(220, 400, 15.1, 0.5)));
+  ASSERT_TRUE(later && later->slowdown_step);
+  EXPECT_EQ(*later->slowdown_step, 220);
+}
+
 TEST(HealthyRate, AShiftWithinTheNoiseIsNoSlowdown) {
   // 3% up, under kBaselineSlowdown; and a 6% shift buried in +-10 ms of noise.
   EXPECT_FALSE(
@@ -99,10 +111,10 @@ TEST(HealthyRate, SaysHowMuchProfilingInflatedTheWindow) {
 }
 
 TEST(CheckBaseline, AJobSlowedBeforeTheBaselineSpoilsIt) {
-  // Slower from iteration 22; the baseline profiled 30..39.
-  const auto rate = FindHealthyRate(Concat(Flat(10, 12, 70), Flat(22, 60, 100)));
+  // Slower from iteration 40 (after 2.1 s of 70 ms); the baseline profiled 50..59.
+  const auto rate = FindHealthyRate(Concat(Flat(10, 30, 70), Flat(40, 60, 100)));
   ASSERT_TRUE(rate && rate->slowdown_step);
-  const BaselineCheck c = CheckBaseline(&*rate, 30, 39, Profiled(110, 110, 0));
+  const BaselineCheck c = CheckBaseline(&*rate, 50, 59, Profiled(110, 110, 0));
   EXPECT_TRUE(c.spoiled);
   EXPECT_NE(c.why.find("slowed down before it"), std::string::npos) << c.why;
 }
@@ -110,7 +122,7 @@ TEST(CheckBaseline, AJobSlowedBeforeTheBaselineSpoilsIt) {
 TEST(CheckBaseline, AChangeWithinTheBaselineSpoilsIt) {
   // The history resumes after the window and its export (iterations 45 on) 1.4x slower; the
   // window's own iterations stepped up at its fifth.
-  const auto rate = FindHealthyRate(Concat(Flat(10, 20, 70), Flat(45, 40, 98)));
+  const auto rate = FindHealthyRate(Concat(Flat(0, 30, 70), Flat(45, 40, 98)));
   ASSERT_TRUE(rate && rate->slowdown_step);
   EXPECT_EQ(*rate->slowdown_step, 45);
   const BaselineCheck c = CheckBaseline(&*rate, 30, 39, Profiled(75, 105, 4));

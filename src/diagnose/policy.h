@@ -271,6 +271,12 @@ namespace perftracker::diagnose::policy {
     "two steps at 3x the median, measured): they are the window's cost, not the job's rate")       \
   X(kHealthyMinPoints, 10, "points",                                                               \
     "a rate needs 10 unprofiled points (iterations, or bucket means in a long run) at least")      \
+  X(kHealthyMinSeconds, 2.0, "seconds",                                                            \
+    "a faster level the job held for less than 2 s right after its warm-up is its start, not its " \
+    "healthy rate: the host is still settling (the other ranks' and the collector's start, page "  \
+    "cache, CPU frequency; measured: a clean 4-rank job on 2 shared cores ran 12.0 ms an "         \
+    "iteration for its first 0.5 s after warm-up, then 15.1 ms to its end, and was named 1.25x "   \
+    "slower than healthy); a fault there is present from the start, the peers' to name")           \
   X(kChangeMinSegment, 5, "points",                                                                \
     "a level the job changed to lasts 5 points at least: fewer is a hiccup (a checkpoint, a "      \
     "collection), not a new rate")                                                                 \

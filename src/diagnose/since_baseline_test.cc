@@ -273,14 +273,13 @@ TEST(SinceBaselineTest, TheSampleKeepsTheSameRanksInEveryWindow) {
   EXPECT_TRUE(InBaselineSample(0, 100000));
 }
 
-
-// A history: 70 ms an iteration until iteration 25, 100 ms from there (the baseline profiled
-// 20..29, so the fault began inside it).
+// A history: 70 ms an iteration until iteration 30 (2.1 s), 100 ms from there (the baseline
+// profiled 30..39 and the fault began inside it; the history resumes at 40).
 HealthyReference SpoiledBy(const char* why) {
   HealthyReference ref;
   std::vector<IterationPoint> v;
-  for (int i = 10; i < 20; ++i) v.push_back({i, 70});
-  for (int i = 35; i < 80; ++i) v.push_back({i, 100});
+  for (int i = 0; i < 30; ++i) v.push_back({i, 70});
+  for (int i = 40; i < 85; ++i) v.push_back({i, 100});
   ref.rate = FindHealthyRate(v);
   ref.baseline = {true, why};
   return ref;
@@ -296,8 +295,8 @@ TEST(SinceBaselineTest, ASpoiledBaselineIsNotComparedWithTheSlowdownIsAFindingOf
   EXPECT_EQ(f.finding_class, FindingClass::kAll);
   EXPECT_EQ(f.category, Category::kRegression);
   EXPECT_NEAR(f.impact_ms, 30, 1e-9);
-  EXPECT_DOUBLE_EQ(f.evidence.at("slowdown_iteration"), 35);
-  EXPECT_NE(f.summary.find("1.43x slower than the job's healthy rate since iteration 35"),
+  EXPECT_DOUBLE_EQ(f.evidence.at("slowdown_iteration"), 40);
+  EXPECT_NE(f.summary.find("1.43x slower than the job's healthy rate since iteration 40"),
             std::string::npos)
       << f.summary;
   EXPECT_NE(f.summary.find("is spoiled: its iterations slowed down within it"), std::string::npos)
