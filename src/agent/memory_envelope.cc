@@ -59,7 +59,7 @@ std::optional<MemoryEnvelope::Range> MemoryEnvelope::Take(int pid, Clock::time_p
     if (first_take || t > last->second) low = std::min(low.value_or(b), b);
   }
   last_take_[pid] = now;
-  if (r && now_bytes > 0) low = std::min(low.value_or(now_bytes), now_bytes);
+  if (now_bytes > 0) low = std::min(low.value_or(now_bytes), now_bytes);
   if (r) r->low = low.value_or(r->high);
   return r;
 }

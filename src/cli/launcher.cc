@@ -400,8 +400,8 @@ class JobLauncher {
     // Leftovers in the ranks' groups (a rank's own helper processes) go with the job.
     SignalAll(children_, SIGKILL);
     reaper_.Done();
-    // The in-process agent says when they are at the server (measured: within ~20 ms of the
-    // last rank's end); the Slurm agents' step is only given the time.
+    // The in-process agent says when they are at the server (measured: ~5 ms after the last
+    // rank's end); the Slurm agents' step is only given the time.
     if (agent_)
       agent_->Flush(kLastBatchesWait);
     else

@@ -6,9 +6,10 @@
 // FindHealthyRate fits the history with two levels (the split that leaves the least absolute
 // deviation around each side's median) and keeps the change when it stands out of the points'
 // own noise (policy kChangeNoiseZ) and is worth explaining (kBaselineSlowdown): the healthy
-// level is the faster side, the recent level the last one. CheckBaseline says whether the
-// baseline window is of the healthy job: not when the job slowed before it, nor when its own
-// iterations step up within it (a change it straddles).
+// level is the faster side, the recent level the last one. A faster level before a slowdown
+// counts only if it lasted kHealthyMinSeconds: a shorter one is the host settling after start.
+// CheckBaseline says whether the baseline window is of the healthy job: not when the job slowed
+// before it, nor when its own iterations step up within it (a change it straddles).
 //
 // Owns: the change-point fit and the baseline's verdict. The server keeps the history
 // (server/job_history.h); the comparison uses the verdict (diagnose/since_baseline.h).

@@ -31,11 +31,11 @@ TEST(RankStateTest, SeriesHoldsBucketMeansWithTheOpenBucket) {
   r.AddStep(0, 10);
   r.AddStep(1, 20);
   r.AddStep(2, 30);
-  EXPECT_THAT(r.series_steps, testing::ElementsAre(0, 1));
+  EXPECT_THAT(r.series_steps, ::testing::ElementsAre(0, 1));
   const report::RunSeries s = r.Series(7);
   EXPECT_EQ(s.rank, 7);
-  EXPECT_THAT(s.steps, testing::ElementsAre(0, 1, 2));
-  EXPECT_THAT(s.ms, testing::ElementsAre(10, 20, 30));
+  EXPECT_THAT(s.steps, ::testing::ElementsAre(0, 1, 2));
+  EXPECT_THAT(s.ms, ::testing::ElementsAre(10, 20, 30));
   EXPECT_EQ(r.Stats().count, 3);
 }
 
