@@ -322,6 +322,10 @@ std::optional<Finding> CrossRunStraggler(const DiffInput& in, std::set<std::stri
   return f;
 }
 
+double ProgramChangeFloorUs(double iter_us) {
+  return std::max(policy::kNewFunctionFloorUs, policy::kNewFunctionShare * iter_us);
+}
+
 double ChangeThreshold(const DiffInput& in, const KeyDiff& k, double b_self) {
   // The runs' own variation decides, not a share of the iteration: the change must stand out
   // of both runs' iteration-to-iteration spread of this function.
@@ -334,8 +338,7 @@ double ChangeThreshold(const DiffInput& in, const KeyDiff& k, double b_self) {
                          policy::kDiffNoiseZ * noise, MinImpactUs(in.iter_us, in.o)});
   // A function that appears or disappears is a change of the program itself: worth naming
   // even when small (the regression/improvement it causes is still sized by its time).
-  if (k.base.by_rank.empty() || k.test.by_rank.empty())
-    thr = std::max(policy::kNewFunctionFloorUs, policy::kNewFunctionShare * in.iter_us);
+  if (k.base.by_rank.empty() || k.test.by_rank.empty()) thr = ProgramChangeFloorUs(in.iter_us);
   return thr;
 }
 

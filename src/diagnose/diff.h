@@ -98,6 +98,9 @@ std::map<int, RankChange> RankChanges(const DiffInput& in);
 // gets the keys the finding explains (its function and every collective).
 std::optional<Finding> CrossRunStraggler(const DiffInput& in, std::set<std::string>* echo_keys);
 
+// The least time (us per iteration, of an iteration of ITER_US) a change of the program itself
+// must cost to be named: a function new or gone, or called twice or half as often.
+double ProgramChangeFloorUs(double iter_us);
 // How much function K must change (us per iteration) to be reported, given its BASE exclusive
 // time B_SELF: out of both runs' noise and worth a finding; a function that appears or
 // disappears has a lower floor.

@@ -330,7 +330,9 @@ namespace perftracker::diagnose::policy {
   X(kDiffMinUs, 100.0, "us per iteration",                                                         \
     "nor one of under 0.1 ms per iteration, however steady the runs")                              \
   X(kDiffCallRatio, 2.0, "x",                                                                      \
-    "a call count that doubles or halves is a change of the program, reported whatever its time")  \
+    "a call count that doubles or halves is a change of the program, reported whatever its time "  \
+    "between two runs; since the baseline window (the same program) it must cost "                 \
+    "kNewFunctionShare")                                                                           \
   X(kDiffMinCallDelta, 1.0, "calls per iteration",                                                 \
     "and it must change by at least one call per iteration")                                       \
   X(kDiffOwnShare, 0.5, "of the change",                                                           \
