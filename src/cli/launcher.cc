@@ -396,7 +396,7 @@ class JobLauncher {
 
   // After the last rank: what is left of the job goes, the agent stops, the timeline is
   // exported and the closing summary printed.
-  int Finish(const JobEnd& end) {
+  int Finish(JobEnd end) {
     // Leftovers in the ranks' groups (a rank's own helper processes) go with the job.
     SignalAll(children_, SIGKILL);
     reaper_.Done();
@@ -407,6 +407,17 @@ class JobLauncher {
     else
       std::this_thread::sleep_for(kLastBatchesWait);
     relay_.Join();
+    // Which rank failed for its own reason is the ranks' error output's to say: a peer blocked in
+    // a collective with the rank that raised can end (and be reaped) first.
+    if (const int blamed =
+            BlamedChild(end, children_, [this](int i) { return relay_.ErrorTail(i); });
+        blamed != end.first_failed) {
+      const Child& c = children_[static_cast<size_t>(blamed)];
+      log::Detail("", "rank {} failed on its own; the rank that ended before it lost its peer",
+                  c.rank);
+      end.first_failed = blamed;
+      end.first_failure = c.code;
+    }
     job_done_ = true;
     if (status_thread_.joinable()) status_thread_.join();
     JobOutcome outcome;

@@ -15,6 +15,7 @@
 
 #include "base/credentials.h"
 #include "base/log.h"
+#include "diagnose/rank_crash.h"
 
 extern char** environ;
 
@@ -237,6 +238,7 @@ JobEnd SuperviseRanks(std::vector<Child>& children, const sigset_t& signals, Gro
         c.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         --alive;
         reaper.Remove(c.pid);
+        if (c.code != 0 && !stopping) end.failed_unstopped.push_back(static_cast<int>(i));
         if (c.code != 0 && end.first_failure == 0 && !stopping) {
           end.first_failure = c.code;
           end.first_failed = static_cast<int>(i);
@@ -261,6 +263,17 @@ JobEnd SuperviseRanks(std::vector<Child>& children, const sigset_t& signals, Gro
     }
   }
   return end;
+}
+
+int BlamedChild(const JobEnd& end, const std::vector<Child>& children,
+                const std::function<std::vector<std::string>(int)>& tail_of) {
+  if (end.failed_unstopped.size() < 2) return end.first_failed;
+  std::vector<diagnose::RankExit> failed;
+  for (int i : end.failed_unstopped) {
+    const Child& c = children[static_cast<size_t>(i)];
+    failed.push_back({c.rank, c.code, c.signal, tail_of(i)});
+  }
+  return end.failed_unstopped[diagnose::FirstToBlame(failed)];
 }
 
 int JobExitCode(const JobEnd& end, const std::vector<Child>& children) {

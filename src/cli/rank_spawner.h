@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -97,6 +98,10 @@ inline constexpr double kFailureGraceSeconds = 3.0;
 struct JobEnd {
   int first_failure = 0;   // the exit code of the first rank that failed (0: none)
   int first_failed = -1;   // that child's index in the children
+  // Every child that failed before the others were stopped (the first, and those that ended on
+  // their own within kFailureGraceSeconds), in the order they were reaped: which of them failed
+  // for its own reason is for their error output to say (diagnose::FirstToBlame).
+  std::vector<int> failed_unstopped = {};
   bool hang_stop = false;  // stopped for a hang report (--on-hang kill)
   int interrupted = 0;     // the signal that stopped the job (0: none)
 };
@@ -106,6 +111,13 @@ struct JobEnd {
 // STOP_GRACE_SECONDS what is left is killed. Each reaped child leaves REAPER's list.
 JobEnd SuperviseRanks(std::vector<Child>& children, const sigset_t& signals, GroupReaper& reaper,
                       const std::atomic<bool>& hang_kill, double stop_grace_seconds);
+
+// The child to name as the job's first failure: of END's children that failed before the stop,
+// the first whose error output (TAIL_OF a child's index) is its own (diagnose::FirstToBlame), not
+// the peer that lost its connection to it and was reaped first; END.first_failed where only one
+// (or none) failed.
+int BlamedChild(const JobEnd& end, const std::vector<Child>& children,
+                const std::function<std::vector<std::string>(int)>& tail_of);
 
 // The exit code the launcher leaves with: a hang stop's failure (else 1), the shell's code for
 // the signal that stopped the job, the first failure, else the first non-zero child.

@@ -96,6 +96,31 @@ TEST(RankSpawnerTest, JobExitCodeChoice) {
   EXPECT_EQ(JobExitCode({.first_failure = 4, .hang_stop = true}, children), 4);
 }
 
+TEST(RankSpawnerTest, TheBlamedChildFailedForItsOwnReason) {
+  std::vector<Child> children(3);
+  for (int r = 0; r < 3; ++r) children[static_cast<size_t>(r)].rank = r;
+  children[0].code = 1;
+  children[1].code = 1;
+  const std::vector<std::vector<std::string>> tails = {
+      {"RuntimeError: [gloo/transport/tcp/pair.cc:598] Connection closed by peer [::1]:4242"},
+      {"RuntimeError: injected failure"},
+      {}};
+  auto tail_of = [&](int i) { return tails[static_cast<size_t>(i)]; };
+  // Rank 0 reaped first, having lost its connection to rank 1, which raised.
+  JobEnd end{.first_failure = 1, .first_failed = 0, .failed_unstopped = {0, 1}};
+  EXPECT_EQ(BlamedChild(end, children, tail_of), 1);
+  // Rank 1 reaped first: it stays.
+  end.first_failed = 1;
+  end.failed_unstopped = {1, 0};
+  EXPECT_EQ(BlamedChild(end, children, tail_of), 1);
+  // Only rank 0 failed before the stop: whatever its error says, it is the one.
+  end.first_failed = 0;
+  end.failed_unstopped = {0};
+  EXPECT_EQ(BlamedChild(end, children, tail_of), 0);
+  // None failed.
+  EXPECT_EQ(BlamedChild(JobEnd{}, children, tail_of), -1);
+}
+
 // Real processes: a failing rank stops the others, which end by the stop signal.
 TEST(RankSpawnerTest, SuperviseStopsTheOthersWhenOneFails) {
   sigset_t set, old_mask;
@@ -109,8 +134,13 @@ TEST(RankSpawnerTest, SuperviseStopsTheOthersWhenOneFails) {
   children[0].pid = Spawn({"sleep", "30"}, ChildEnv({}), old_mask);
   children[1].rank = 1;
   children[1].pid = Spawn({"sh", "-c", "exit 5"}, ChildEnv({}), old_mask);
+  // Rank 2 fails on its own within the grace the others get (a peer that lost rank 1).
+  children.push_back({});
+  children[2].rank = 2;
+  children[2].pid = Spawn({"sh", "-c", "sleep 0.5; exit 6"}, ChildEnv({}), old_mask);
   ASSERT_GT(children[0].pid, 0);
   ASSERT_GT(children[1].pid, 0);
+  ASSERT_GT(children[2].pid, 0);
   for (const Child& c : children) reaper.Add(c.pid);
   std::atomic<bool> hang_kill{false};
   const auto start = std::chrono::steady_clock::now();
@@ -124,6 +154,8 @@ TEST(RankSpawnerTest, SuperviseStopsTheOthersWhenOneFails) {
   EXPECT_TRUE(children[0].done);
   EXPECT_EQ(children[0].code, 128 + SIGTERM);
   EXPECT_EQ(JobExitCode(end, children), 5);
+  // The ranks that failed before the stop, in the order they ended; not the one stopped.
+  EXPECT_EQ(end.failed_unstopped, (std::vector<int>{1, 2}));
 }
 
 TEST(RankSpawnerTest, SuperviseStopsEveryRankOnAHangKill) {

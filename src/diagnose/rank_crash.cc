@@ -102,7 +102,33 @@ bool Fragmented(const CudaOom& o) {
          o.reserved_unallocated_bytes >= o.requested_bytes;
 }
 
+// What the backends print when the other end of a collective went away. gloo: its pair's
+// enforce ("Connection closed by peer [10.0.0.2]:4242", a reset, a broken pipe); NCCL: the
+// remote-error text of ncclRemoteError and the abort of a communicator a peer's failure aborted;
+// the c10d store a rank's peers reach through rank 0 ("failed to recv, got 0 bytes").
+constexpr std::string_view kPeerLossMarks[] = {
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Broken pipe",
+    "remote process exited or there was a network error",
+    "NCCL communicator was aborted",
+    "failed to recv, got 0 bytes",
+};
+
 }  // namespace
+
+bool LostAPeer(const std::vector<std::string>& error_tail) {
+  for (const std::string& line : error_tail)
+    for (std::string_view mark : kPeerLossMarks)
+      if (line.find(mark) != std::string::npos) return true;
+  return false;
+}
+
+size_t FirstToBlame(const std::vector<RankExit>& failed) {
+  for (size_t i = 0; i < failed.size(); ++i)
+    if (!LostAPeer(failed[i].error_tail)) return i;
+  return 0;
+}
 
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs) {
   Finding f;

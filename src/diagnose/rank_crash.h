@@ -39,6 +39,17 @@ struct RankExit {
   std::string memory_snapshot = {};
 };
 
+// Whether a rank's last error lines say it failed because a peer went away (its connection closed
+// or reset, its communicator aborted by a peer's error): the echo of another rank's crash.
+bool LostAPeer(const std::vector<std::string>& error_tail);
+
+// Which of FAILED, the ranks that failed on their own in the order they ended, to name first: the
+// first whose error is its own, not a lost peer; the first of all where each of them lost a peer.
+// The order the launcher reaps them in is a race: a rank that raises closes its connections as it
+// exits, and a peer blocked in a collective with it can be reaped first (seen on CI, gloo on torch
+// 1.13: rank 0 "Connection closed by peer" named over rank 1's own RuntimeError).
+size_t FirstToBlame(const std::vector<RankExit>& failed);
+
 // The rank_crash finding of FIRST, the first rank that failed.
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs);
 

@@ -128,5 +128,36 @@ TEST(RankCrashTest, ACudaOutOfMemoryErrorSaysOutOfGpuMemoryAndWhetherFragmented)
   EXPECT_EQ(RankCrashFinding(e, {}).evidence_text.count("memory_snapshot"), 0u);
 }
 
+TEST(RankCrashTest, APeerThatLostItsConnectionIsNotTheRankThatFailed) {
+  // Recorded on CI (gloo, torch 1.13): rank 1 raised, rank 0 blocked in an all-reduce with it
+  // failed on its closed connection and was reaped first.
+  const RankExit echo{0,
+                      1,
+                      0,
+                      {"    work.wait()",
+                       "RuntimeError: [/build/pytorch/third_party/gloo/gloo/transport/tcp/"
+                       "pair.cc:598] Connection closed by peer [127.0.0.1]:43591"}};
+  const RankExit own{
+      1,
+      1,
+      0,
+      {"    raise RuntimeError(\"injected failure\")", "RuntimeError: injected failure on rank 1"}};
+  EXPECT_TRUE(LostAPeer(echo.error_tail));
+  EXPECT_FALSE(LostAPeer(own.error_tail));
+  EXPECT_EQ(FirstToBlame({echo, own}), 1u);
+  EXPECT_EQ(FirstToBlame({own, echo}), 0u);
+  // A rank killed without a word (the OOM killer) is its own failure too.
+  const RankExit killed{2, 137, SIGKILL, {}};
+  EXPECT_EQ(FirstToBlame({echo, killed}), 1u);
+  // Where every one lost a peer (a link that failed), the first that ended.
+  const RankExit nccl{3,
+                      1,
+                      0,
+                      {"torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:"
+                       "1970, remote process exited or there was a network error"}};
+  EXPECT_EQ(FirstToBlame({echo, nccl}), 0u);
+  EXPECT_EQ(FirstToBlame({nccl}), 0u);
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose
