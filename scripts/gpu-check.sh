@@ -18,7 +18,8 @@
 #   4. `perftracker run -- torchrun --nproc-per-node 2 ...` with a straggler on rank 1 from
 #      iteration 130 (torchrun starts the ranks; they find the launcher's agent through the
 #      environment; the baseline window, ~500 iterations on, already holds the straggler);
-#   5. a GPU memory leak on rank 1 (CUDA tensors kept every step): memory_growth of its GPU, named
+#   5. a GPU memory leak on rank 1 (CUDA tensors kept every step): memory_growth of its GPU (the
+#      series PyTorch's allocated bytes, the allocator's reserved bytes in its evidence), named
 #      where the tensors are kept (train_step);
 #   6. CUDA out of memory on rank 0: rank_crash "out of GPU memory" with the allocator's figures,
 #      and its snapshot at the failure saved beside the report (REPORT/memory).
@@ -113,8 +114,9 @@ timeout "$T" "$PT" run --report-dir "$R4" -- "$TORCHRUN" --standalone --nproc-pe
 echo "exit $?" >>"$OUT/torchrun.log"
 check torchrun "$R4" 'any(f["ranks"] == [1] for f in d["findings"])'
 # 5. GPU memory (issue 37): rank 1 keeps 64 MiB of CUDA tensors every step from iteration 200:
-# its GPU memory (NVML's per-process usage, read by the agent with every report) grows, named
-# with the GPU's free memory as the limit.
+# its GPU memory (PyTorch's allocated bytes, the collector's torch.cuda figures with every
+# report; NVML's per-process usage where they are absent) grows, named with the GPU's free
+# memory and the allocator's unused cache as the limit.
 R5="$OUT/gpu-leak"; rm -rf "$R5"
 timeout "$T" "$PT" run --nproc 2 --report-dir "$R5" -- \
   "$PY" examples/train_ddp.py --device cuda --iters 1200 --step-sleep-ms 5 --fault gpu-leak \
@@ -122,6 +124,7 @@ timeout "$T" "$PT" run --nproc 2 --report-dir "$R5" -- \
 echo "exit $?" >>"$OUT/gpu-leak.log"
 check gpu-leak "$R5" 'any(f["category"] == "memory_growth" and f["ranks"] == [1] and {**f.get("evidence_text", {}), **f.get("evidence", {})}.get("memory") == "gpu" for f in d["findings"] + [g for w in [w] if w for g in w["findings"]])'
 # ... named where the CUDA tensors are kept: the growth's window records rank 1's allocations.
+check gpu-leak-torch "$R5" 'any(f["category"] == "memory_growth" and f.get("evidence_text", {}).get("gpu_series") == "torch.cuda.memory_allocated" and f.get("evidence", {}).get("cuda_reserved_bytes", 0) > 0 for f in d["findings"] + [g for w in [w] if w for g in w["findings"]])'
 check gpu-leak-place "$R5" 'any(f["category"] == "memory_growth" and "train_step" in f.get("evidence", {}).get("kept_at", "") for f in d["findings"] + [g for w in [w] if w for g in w["findings"]])'
 # 6. CUDA out of memory: rank 0 keeps 8 GiB a step until the allocator fails; the job's
 # diagnosis says "out of GPU memory" with the allocator's figures.

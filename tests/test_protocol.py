@@ -14,6 +14,7 @@ import tempfile
 import threading
 import types
 import unittest
+import unittest.mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
@@ -352,6 +353,50 @@ class PythonSideAgrees(unittest.TestCase):
             self.check_message(m)
             self.assertLessEqual(set(protocol.IDENTITY), set(m))
         self.check_message(ac.stacks_reply(1))
+
+    def test_iterations_carry_the_cuda_allocators_figures_once_cuda_is_up(self):
+        stats = {0: {"allocated_bytes.all.current": 100, "reserved_bytes.all.current": 400,
+                     "allocated_bytes.all.peak": 300},
+                 1: {"allocated_bytes.all.current": 5, "reserved_bytes.all.current": 6,
+                     "allocated_bytes.all.peak": 7}}
+        cuda = types.SimpleNamespace(up=False, calls=0)
+
+        def memory_stats(d):
+            cuda.calls += 1
+            if cuda.calls > 4:
+                raise RuntimeError("a torch whose allocator cannot say")
+            return stats[d]
+        cuda.is_initialized = lambda: cuda.up
+        cuda.device_count = lambda: 2
+        cuda.memory_stats = memory_stats
+        fake_torch = types.SimpleNamespace(cuda=cuda)
+
+        def iterations_sent():
+            log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
+            c = fake_collector(FakeWorker("/tmp/w.python.json"))
+            ac = agent_client(c, log)
+            with unittest.mock.patch.dict(sys.modules, {"torch": fake_torch}):
+                ac.tick()
+            with open(log) as f:
+                msgs = [json.loads(x) for x in f]
+            its = [m for m in msgs if m["type"] == "iterations"]
+            self.assertEqual(len(its), 1, msgs)
+            self.check_message(its[0])
+            return its[0]
+        # Before the job's code initialized CUDA: none, and the allocator is not asked.
+        self.assertNotIn("cuda", iterations_sent())
+        self.assertEqual(cuda.calls, 0)
+        # Then the sums over the devices: allocated, reserved, peak allocated.
+        cuda.up = True
+        self.assertEqual(iterations_sent()["cuda"], [105, 406, 307])
+        self.assertEqual(iterations_sent()["cuda"], [105, 406, 307])
+        # A torch whose figures cannot be read: none, and it is not asked again.
+        reader = client.CudaMemory()
+        with unittest.mock.patch.dict(sys.modules, {"torch": fake_torch}):
+            self.assertIsNone(reader.read())
+            calls = cuda.calls
+            self.assertIsNone(reader.read())
+        self.assertEqual(cuda.calls, calls)
 
     def test_the_client_handles_every_command(self):
         ac = agent_client(fake_collector())

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from perftracker import config, identity, news, protocol
 from perftracker.collectives import CollectiveRing
+from perftracker.cuda_memory import CudaMemory
 from perftracker.switch import Switch
 from perftracker.window import WindowState
 
@@ -65,6 +66,7 @@ class AgentClient:
         self.held: Optional[Tuple[Any, float]] = None  # (window, monotonic time held)
         self.replies: List[Message] = []  # answers to commands, shipped in the same tick
         self.last_iteration = -1  # the last completed iteration index the detector reported
+        self.cuda_memory = CudaMemory()  # the allocator's figures, with each iterations message
         self.refused_profile = False  # a profile command was refused (said once on stderr)
         self.stop = threading.Event()
         who = identity.identity()  # the launcher's environment (torchrun, Slurm, MPI)
@@ -148,7 +150,9 @@ class AgentClient:
                 if m is not None:
                     msgs.append(m)
         if iters:
-            msgs.insert(0, protocol.make(protocol.ITERATIONS, items=iters))
+            cuda = self.cuda_memory.read()
+            extra = {"cuda": cuda} if cuda is not None else {}
+            msgs.insert(0, protocol.make(protocol.ITERATIONS, items=iters, **extra))
         for m in msgs:
             m.update(self.ident)
         return msgs

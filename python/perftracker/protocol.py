@@ -31,7 +31,9 @@ IDENTITY = ("pid", "rank", "local_rank", "world_size", "host", "attempt")
 # ---- worker -> agent ----
 
 HELLO = MessageType("hello", ("v", "clock_offset_ns"))
-ITERATIONS = MessageType("iterations", ("items",))  # [[index, start_ns, end_ns, clean], ...]
+# items: [[index, start_ns, end_ns, clean], ...]; cuda (once the job initialized CUDA):
+# [allocated, reserved, peak allocated] bytes of its caching allocator (cuda_memory.py).
+ITERATIONS = MessageType("iterations", ("items", "cuda"))
 LEARNED = MessageType("learned", ("pattern",))
 RELEARN = MessageType("relearn")
 # slowdown: iteration, mean_ns, best_ns; hang: iteration, now_ns, mean_ns.

@@ -413,6 +413,11 @@ void Agent::Impl::Report(const std::vector<IterationReport>& iters) {
     }
     b->add_steps(it.step);
     b->add_iteration_ms(it.iteration_ms);
+    if (it.cuda) {
+      b->set_cuda_allocated_bytes(it.cuda->allocated);
+      b->set_cuda_reserved_bytes(it.cuda->reserved);
+      b->set_cuda_peak_allocated_bytes(it.cuda->peak_allocated);
+    }
   }
   // Each worker's resident memory, always (one small /proc read per worker and report): a leak
   // shows over the run, not within a window (diagnose/memory_growth.h).

@@ -38,6 +38,8 @@ struct IterationReport {
   double iteration_ms = 0;
   int pid = 0;      // the worker process (0: unknown)
   int attempt = 0;  // its launcher's restart count (torchrun's TORCHELASTIC_RESTART_COUNT)
+  // The CUDA allocator's figures its worker sent with the batch, on the batch's last iteration.
+  std::optional<pattern::CudaMemory> cuda = {};
 };
 
 // The traces a worker finished for the current window: the first path owns the iterations (the

@@ -30,6 +30,7 @@
 #include "agent/worker_message.h"
 #include "base/json_writer.h"
 #include "base/log.h"
+#include "base/net.h"
 #include "base/private_dir.h"
 #include "base/units.h"
 #include "base/window_defaults.h"
@@ -55,6 +56,13 @@ void Log(const std::string& line) { log::Write(log::Level::kDetail, "agent", lin
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 std::string RankName(int rank) { return rank >= 0 ? std::to_string(rank) : "?"; }
+
+// The log line of worker PID's trigger T.
+std::string TriggerText(const WorkerTrigger& t, int pid) {
+  return fmt::format("rank {} (pid {}): {} at iteration {} (mean {:.2f} ms{})", RankName(t.rank),
+                     pid, t.kind, t.iteration, t.mean_ms,
+                     t.kind == "slowdown" ? fmt::format(", best {:.2f} ms", t.best_ms) : "");
+}
 
 }  // namespace
 
@@ -434,6 +442,7 @@ struct SocketSink::Impl {
       c.last_iteration = std::max(c.last_iteration, item.index);
       IterationReport r{c.rank, item.index, NsToMs(item.end_ns - item.start_ns), c.pid,
                         std::max(c.attempt, 0)};
+      if (&item == &m.items.back()) r.cuda = m.cuda;
       if (c.rank >= 0) {
         PushIteration(r);
         continue;
@@ -453,9 +462,7 @@ struct SocketSink::Impl {
     t.iteration = m.iteration;
     t.mean_ms = NsToMs(m.mean_ns);
     t.best_ms = NsToMs(m.best_ns);
-    Log(fmt::format("rank {} (pid {}): {} at iteration {} (mean {:.2f} ms{})", RankName(t.rank),
-                    c.pid, t.kind, t.iteration, t.mean_ms,
-                    t.kind == "slowdown" ? fmt::format(", best {:.2f} ms", t.best_ms) : ""));
+    Log(TriggerText(t, c.pid));
     if (triggers.size() < kMaxQueued) triggers.push_back(std::move(t));
   }
 
@@ -661,15 +668,6 @@ Status SocketSink::Start() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);
   if (m.running) return InvalidArgument(fmt::format("agent: {}: already listening", m.socket_path));
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (m.socket_path.empty() || m.socket_path.size() >= sizeof(addr.sun_path)) {
-    return InvalidArgument(fmt::format("agent: socket path '{}' is empty or longer than {} bytes",
-                                       m.socket_path, sizeof(addr.sun_path) - 1));
-  }
-  std::memcpy(addr.sun_path, m.socket_path.c_str(), m.socket_path.size() + 1);
-  const auto* sa = reinterpret_cast<const sockaddr*>(&addr);
-
   // Whoever may write into the socket's folder could move the socket aside and bind their own:
   // the folder is this user's alone, made so or refused (never chmod-ed).
   const fs::path parent = fs::path(m.socket_path).parent_path();
@@ -684,34 +682,9 @@ Status SocketSink::Start() {
   }
   m.trace_root = *root;
 
-  struct stat st {};
-  if (lstat(m.socket_path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      return InvalidArgument(
-          fmt::format("agent: {} exists and is not a socket; not replacing it", m.socket_path));
-    }
-    // A live agent answers; a stale file (a crashed agent) does not.
-    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0) {
-      const bool live = connect(probe, sa, sizeof(addr)) == 0;
-      close(probe);
-      if (live) {
-        return Unavailable(fmt::format("agent: another process listens on {}", m.socket_path));
-      }
-    }
-    unlink(m.socket_path.c_str());
-  }
-
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0)
-    return Internal(fmt::format("agent: socket for {}: {}", m.socket_path, strerror(errno)));
-  if (bind(fd, sa, sizeof(addr)) != 0 || listen(fd, 128) != 0) {
-    Status err = Unavailable(
-        fmt::format("agent: cannot listen on {}: {}", m.socket_path, std::strerror(errno)));
-    close(fd);
-    return err;
-  }
-  m.listen_fd = fd;
+  StatusOr<int> fd = ListenUnixSocket(m.socket_path, "agent");
+  if (!fd.ok()) return fd.status();
+  m.listen_fd = *fd;
   m.bound = true;
   // The workers find the trace folder they may write to through this link, which only this
   // user can have made in the private folder (python/perftracker/client.py checks it).

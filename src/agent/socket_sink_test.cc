@@ -211,7 +211,8 @@ TEST_F(SocketSinkTest, ReplacesAStaleSocketFileAndRemovesItOnStop) {
 TEST_F(SocketSinkTest, IterationsWaitForTheRank) {
   auto w = Connect(42);
   ASSERT_TRUE(w->Line(fmt::format(
-      R"({{"type":"iterations","items":[[0,1000000,3500000,true],[1,3500000,5500000,false]],{}}})",
+      R"({{"type":"iterations","items":[[0,1000000,3500000,true],[1,3500000,5500000,false]],)"
+      R"("cuda":[10,20,15],{}}})",
       Ident(42, "null"))));
   // Not reported while the rank is unknown; a later message carries it.
   ASSERT_TRUE(w->Line(fmt::format(R"({{"type":"learned","pattern":"DO",{}}})", Ident(42, "1"))));
@@ -228,6 +229,13 @@ TEST_F(SocketSinkTest, IterationsWaitForTheRank) {
   EXPECT_EQ(got[2].rank, 1);
   EXPECT_EQ(got[2].step, 2);
   EXPECT_DOUBLE_EQ(got[2].iteration_ms, 1.0);
+  // The CUDA allocator's figures ride on their message's last iteration.
+  EXPECT_FALSE(got[0].cuda);
+  ASSERT_TRUE(got[1].cuda);
+  EXPECT_EQ(got[1].cuda->allocated, 10);
+  EXPECT_EQ(got[1].cuda->reserved, 20);
+  EXPECT_EQ(got[1].cuda->peak_allocated, 15);
+  EXPECT_FALSE(got[2].cuda);
   EXPECT_TRUE(sink_->PollIterations().empty());
 }
 

@@ -77,6 +77,19 @@ bool ParseIterations(dom::element doc, WorkerMessage* m) {
     }
     m->items.push_back({index, start, end});
   }
+  // "cuda": [allocated, reserved, peak_allocated].
+  dom::array cuda;
+  if (doc["cuda"].get_array().get(cuda) == simdjson::SUCCESS && cuda.size() == 3) {
+    double v[3] = {};
+    size_t i = 0;
+    for (dom::element e : cuda) {
+      if (e.get_double().get(v[i]) != simdjson::SUCCESS || !std::isfinite(v[i]) || v[i] < 0 ||
+          v[i] > limits::kMaxMemoryBytes)
+        break;
+      ++i;
+    }
+    if (i == 3) m->cuda = pattern::CudaMemory{v[0], v[1], v[2]};
+  }
   return true;
 }
 

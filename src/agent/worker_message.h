@@ -59,6 +59,9 @@ struct WorkerMessage {
   // iterations (items with a bad shape are skipped and counted)
   std::vector<IterationItem> items;
   size_t skipped_items = 0;
+  // Read as the batch was sent; absent where the process has not initialized CUDA, or the
+  // figures are not three finite byte counts of at most limits::kMaxMemoryBytes.
+  std::optional<pattern::CudaMemory> cuda;
   // trigger: kind is "slowdown" or "hang" (another kind makes the message kUnknown)
   std::string kind;
   int64_t iteration = 0;

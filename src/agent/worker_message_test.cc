@@ -62,6 +62,25 @@ TEST(WorkerMessage, IterationsSkipBadItemsAndAreBounded) {
   EXPECT_EQ(Parse(R"({"type":"iterations"})").type, T::kMalformed);
 }
 
+TEST(WorkerMessage, IterationsCarryTheCudaAllocatorsFiguresWhenWellFormed) {
+  WorkerMessage m =
+      Parse(R"({"type":"iterations","items":[[1,100,300,true]],"cuda":[1048576,4194304,2097152]})");
+  EXPECT_EQ(m.type, T::kIterations);
+  ASSERT_TRUE(m.cuda.has_value());
+  EXPECT_EQ(m.cuda->allocated, 1048576);
+  EXPECT_EQ(m.cuda->reserved, 4194304);
+  EXPECT_EQ(m.cuda->peak_allocated, 2097152);
+  EXPECT_FALSE(Parse(R"({"type":"iterations","items":[]})").cuda);
+  // Not three non-negative numbers of at most limits::kMaxMemoryBytes: dropped, the items kept.
+  for (const char* bad : {R"([1,2])", R"([1,2,3,4])", R"([1,-2,3])", R"([1,"2",3])",
+                          R"([1,2,1e300])", R"({"allocated":1})", R"(7)"}) {
+    m = Parse(std::string(R"({"type":"iterations","items":[[1,100,300]],"cuda":)") + bad + "}");
+    EXPECT_EQ(m.type, T::kIterations) << bad;
+    EXPECT_EQ(m.items.size(), 1u) << bad;
+    EXPECT_FALSE(m.cuda) << bad;
+  }
+}
+
 TEST(WorkerMessage, TriggersTracesAndUnknownKinds) {
   WorkerMessage m = Parse(R"({"type":"trigger","kind":"slowdown","iteration":9,"mean_ns":2e6})");
   EXPECT_EQ(m.type, T::kTrigger);

@@ -66,6 +66,9 @@ inline constexpr size_t kMaxWorkerString = 4096;
 inline constexpr size_t kMaxWorkerItems = 10000;
 inline constexpr size_t kMaxStackThreads = 256;
 inline constexpr size_t kMaxStackFrames = 256;
+// A memory figure a worker reports (the CUDA allocator's bytes): 1 PiB, far above any device's
+// memory; more is a corrupt line, dropped.
+inline constexpr double kMaxMemoryBytes = 1125899906842624.0;
 
 // An HTTP request to /metrics: a request line and headers fit in this; more is not a scraper.
 inline constexpr size_t kMaxHttpRequest = 8 << 10;

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "base/status.h"
+
 namespace perftracker {
 
 // This node's name as the job's launcher knows it: Slurm's (SLURMD_NODENAME; several nodes may
@@ -18,6 +20,12 @@ int FreeLoopbackPort();
 // [::1]. Off loopback the token and every summary cross a network: servers and clients then
 // want TLS.
 bool IsLoopbackAddress(const std::string& address);
+
+// A non-blocking listening Unix stream socket bound at PATH (close-on-exec; its fd). A socket
+// file left at PATH by a process that is gone (no one accepts on it) is replaced; one a live
+// process listens on, or a file of another kind, is an error, as is a PATH too long for
+// sockaddr_un. Errors name PATH and begin with WHO ("agent: ...").
+StatusOr<int> ListenUnixSocket(const std::string& path, const std::string& who);
 
 }  // namespace perftracker
 

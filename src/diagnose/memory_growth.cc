@@ -262,6 +262,15 @@ bool TailIsLeak(const std::vector<Sample>& s, size_t i, double slope, double pea
   return g->rising_share >= policy::kMemoryRisingShare;
 }
 
+// What rank R's GPU series may still grow by (bytes; -1: unknown): its GPU's free memory, and
+// where the series is PyTorch's allocated bytes (LAST_ALLOCATED the newest), the memory its
+// caching allocator reserved and does not use, which it hands out before asking the driver.
+double GpuHeadroom(const RankMemory& r, double last_allocated) {
+  if (r.gpu_free_bytes < 0) return -1;
+  if (r.cuda_reserved_bytes < 0) return r.gpu_free_bytes;
+  return r.gpu_free_bytes + std::max(r.cuda_reserved_bytes - last_allocated, 0.0);
+}
+
 }  // namespace
 
 std::optional<MemoryGrowth> FindMemoryGrowth(const MemorySeries& series) {
@@ -337,7 +346,7 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
   }
   for (const Growing& g : growing) {
     const RankMemory& r = *g.rank;
-    const double headroom = gpu ? r.gpu_free_bytes : r.cgroup_headroom_bytes;
+    const double headroom = gpu ? GpuHeadroom(r, g.growth.last_rss) : r.cgroup_headroom_bytes;
     if (headroom < 0 || g.growth.bytes_per_iteration <= 0) continue;
     const double n = headroom / g.growth.bytes_per_iteration;
     if (n < left) {
@@ -401,6 +410,13 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
     if (first.rank->gpu >= 0) f.evidence["gpu"] = first.rank->gpu;
     if (first.rank->gpu_total_bytes > 0)
       f.evidence["gpu_total_bytes"] = first.rank->gpu_total_bytes;
+    if (first.rank->cuda_reserved_bytes >= 0) {
+      f.evidence_text["gpu_series"] = "torch.cuda.memory_allocated";
+      f.evidence["cuda_reserved_bytes"] = first.rank->cuda_reserved_bytes;
+      f.evidence["cuda_peak_allocated_bytes"] = first.rank->cuda_peak_allocated_bytes;
+    } else {
+      f.evidence_text["gpu_series"] = "NVML per-process used memory";
+    }
   }
   f.summary = fmt::format(
       "{} {}memory grows every iteration: +{} per iteration ({} from iteration {} to {}, rising "

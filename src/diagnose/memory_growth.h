@@ -124,11 +124,18 @@ struct RankMemory {
   int gpu = -1;
   double gpu_free_bytes = -1;
   double gpu_total_bytes = -1;
+  // Where the series is PyTorch's allocated bytes (its collector's torch.cuda figures): what the
+  // caching allocator reserved and the peak allocated at the last report (bytes; -1: the series
+  // is NVML's). Reserved memory not allocated is headroom too: the allocator reuses it first.
+  double cuda_reserved_bytes = -1;
+  double cuda_peak_allocated_bytes = -1;
 };
 
 // What a rank's series holds: its process's resident memory on the host (the agent reads
-// /proc), or the GPU memory its process holds (the agent reads NVML's per-process usage: the
-// CUDA context and everything PyTorch's caching allocator reserved).
+// /proc), or the GPU memory its process holds: what PyTorch's tensors hold where its collector
+// sends the caching allocator's figures (torch.cuda.memory_allocated: a leak of tensors without
+// the allocator's caching steps), else NVML's per-process usage (the CUDA context, everything
+// the caching allocator reserved, NCCL's and other libraries' memory).
 enum class MemoryKind { kHost, kGpu };
 // What the host's agent last said of its memory (bytes; -1: unknown).
 struct HostMemoryState {

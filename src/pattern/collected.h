@@ -1,7 +1,7 @@
 // What the collectors gather besides summaries, shared by collection (agent, server) and
-// diagnosis: every rank's stacks when a job hangs, and the per-rank metrics the node agents
-// sample during a window. Data flows one way: the agent fills these, diagnose/ reads them, and
-// neither reaches into the other.
+// diagnosis: every rank's stacks when a job hangs, its CUDA allocator's figures, and the per-rank
+// metrics the node agents sample during a window. Data flows one way: the agent fills these,
+// diagnose/ reads them, and neither reaches into the other.
 #ifndef PERFTRACKER_PATTERN_COLLECTED_H_
 #define PERFTRACKER_PATTERN_COLLECTED_H_
 
@@ -11,6 +11,14 @@
 #include <vector>
 
 namespace perftracker::pattern {
+
+// The CUDA caching allocator's figures of a rank's process, as its collector read them with a
+// batch of iterations (bytes, summed over its devices): what its tensors hold, what the allocator
+// reserved from the driver, and the peak of the first since the process began (or
+// torch.cuda.reset_peak_memory_stats).
+struct CudaMemory {
+  double allocated = 0, reserved = 0, peak_allocated = 0;
+};
 
 struct StackFrame {
   std::string file;

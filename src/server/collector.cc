@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/net.h"
 #include "base/private_dir.h"
+#include "diagnose/finding_text.h"
 #include "server/collector_impl.h"
 #include "server/job_end.h"
 
@@ -213,6 +214,12 @@ void CollectorServer::Shutdown() {
     final_d.job.world_size =
         std::max<int>(final_d.job.world_size, impl_->ranks.rbegin()->first + 1);
   }
+  // The run's memory as it ended: a growth found after the latest window, or whose window never
+  // reported (a job that ended or was killed first), is the run's report's too.
+  SetRunMemory(impl_->MemoryFindingsLocked(),
+               MemoryTimelines(impl_->ranks, impl_->CurrentRanksLocked()), &final_d);
+  diagnose::internal::SortFindings(&final_d.findings);
+  if (impl_->latest || !final_d.findings.empty()) impl_->latest = final_d;
   // How the job stopped: the ranks' collectives and the first failure, before any window's
   // findings (a job that died is told so first).
   if (AddCollectiveFindings(CollectivesDir(impl_->options.report_dir), impl_->first_failure, 0,

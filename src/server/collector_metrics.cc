@@ -24,8 +24,9 @@ void MemoryMetrics(const std::map<int, RankState>& ranks, const std::string& job
   using Watch = std::pair<const char*, const MemoryWatch RankState::*>;
   const Watch watches[] = {{"host", &RankState::memory}, {"gpu", &RankState::gpu_memory}};
   Head(out, "perftracker_memory_bytes", "gauge",
-       "The rank's memory at its latest report: host (its resident set) and gpu (its process on "
-       "its GPU, as NVML reads it).");
+       "The rank's memory at its latest report: host (its resident set) and gpu (what PyTorch's "
+       "tensors hold, torch.cuda.memory_allocated, else its process on its GPU as NVML reads "
+       "it).");
   for (const auto& [r, st] : ranks)
     for (const auto& [kind, member] : watches)
       if (const auto& samples = (st.*member).series.samples(); !samples.empty())

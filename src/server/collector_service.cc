@@ -36,6 +36,23 @@ grpc::Status Guarded(const char* rpc, F&& f) {
   return {grpc::StatusCode::INTERNAL, std::string(rpc) + ": internal error in the server"};
 }
 
+// The memory figures of agent batch B (its proto's "0: unknown" kept).
+MemoryReport MemoryReportOf(const v1::IterationBatch& b) {
+  MemoryReport m;
+  m.rss = std::max(b.rss_max_bytes(), b.rss_bytes());
+  m.rss_low = b.rss_min_bytes();
+  m.cgroup_limit = b.cgroup_memory_limit_bytes();
+  m.cgroup_usage = b.cgroup_memory_usage_bytes();
+  m.gpu_used = b.gpu_memory_bytes();
+  m.gpu_free = b.gpu_free_bytes();
+  m.gpu_total = b.gpu_total_bytes();
+  m.gpu_index = b.gpu_index();
+  m.cuda_allocated = b.cuda_allocated_bytes();
+  m.cuda_reserved = b.cuda_reserved_bytes();
+  m.cuda_peak_allocated = b.cuda_peak_allocated_bytes();
+  return m;
+}
+
 }  // namespace
 
 grpc::Status CollectorServer::Impl::Authorize(grpc::ServerContextBase* ctx) {
@@ -205,20 +222,8 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
       healthy.Add(b.steps(i), b.iteration_ms(i));
     }
     r.attempt_iterations += n;
-    if (b.cgroup_memory_limit_bytes() > 0) {
-      r.cgroup_limit_bytes = b.cgroup_memory_limit_bytes();
-      r.cgroup_usage_bytes = b.cgroup_memory_usage_bytes() > 0 ? b.cgroup_memory_usage_bytes() : -1;
-    }
-    if (const double rss = std::max(b.rss_max_bytes(), b.rss_bytes()); rss > 0 && furthest >= 0)
-      if (auto g = r.memory.Add(furthest, rss, b.rss_min_bytes() > 0 ? b.rss_min_bytes() : -1))
-        OnMemoryGrowthLocked(b.rank(), *g, diagnose::MemoryKind::kHost);
-    if (b.gpu_memory_bytes() > 0 && furthest >= 0) {
-      r.gpu = b.gpu_index();
-      r.gpu_free_bytes = b.gpu_free_bytes() > 0 ? b.gpu_free_bytes() : -1;
-      r.gpu_total_bytes = b.gpu_total_bytes() > 0 ? b.gpu_total_bytes() : -1;
-      if (auto g = r.gpu_memory.Add(furthest, b.gpu_memory_bytes()))
-        OnMemoryGrowthLocked(b.rank(), *g, diagnose::MemoryKind::kGpu);
-    }
+    for (const MemoryGrowthFound& g : r.AddMemory(furthest, MemoryReportOf(b)))
+      OnMemoryGrowthLocked(b.rank(), g.growth, g.kind);
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
     AmendResumedHangLocked();

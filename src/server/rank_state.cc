@@ -194,6 +194,33 @@ std::optional<diagnose::MemoryGrowth> MemoryWatch::Add(int64_t step, double byte
   return growth;
 }
 
+std::vector<MemoryGrowthFound> RankState::AddMemory(int64_t step, const MemoryReport& m) {
+  std::vector<MemoryGrowthFound> found;
+  if (step < 0) return found;
+  if (m.cgroup_limit > 0) {
+    cgroup_limit_bytes = m.cgroup_limit;
+    cgroup_usage_bytes = m.cgroup_usage > 0 ? m.cgroup_usage : -1;
+  }
+  if (m.rss > 0)
+    if (auto g = memory.Add(step, m.rss, m.rss_low > 0 ? m.rss_low : -1))
+      found.push_back({*g, diagnose::MemoryKind::kHost});
+  if (m.gpu_used > 0) {
+    gpu = m.gpu_index;
+    gpu_free_bytes = m.gpu_free > 0 ? m.gpu_free : -1;
+    gpu_total_bytes = m.gpu_total > 0 ? m.gpu_total : -1;
+  }
+  // The GPU series: PyTorch's tensors where the collector says (a leak without the caching
+  // allocator's steps), else what NVML sees the process hold; not both in one series.
+  if (m.cuda_allocated > 0) {
+    gpu_series_torch = true;
+    cuda_reserved_bytes = m.cuda_reserved;
+    cuda_peak_allocated_bytes = m.cuda_peak_allocated;
+  }
+  if (const double bytes = gpu_series_torch ? m.cuda_allocated : m.gpu_used; bytes > 0)
+    if (auto g = gpu_memory.Add(step, bytes)) found.push_back({*g, diagnose::MemoryKind::kGpu});
+  return found;
+}
+
 std::vector<diagnose::RankMemoryUse> MemoryTimelines(const std::map<int, RankState>& ranks,
                                                      const std::set<int>& current) {
   // The ranks shown, at scale: those whose memory grows, then those that hold the most.
@@ -262,6 +289,8 @@ std::vector<diagnose::Finding> MemoryFindings(
       g.gpu = st.gpu;
       g.gpu_free_bytes = st.gpu_free_bytes;
       g.gpu_total_bytes = st.gpu_total_bytes;
+      g.cuda_reserved_bytes = st.cuda_reserved_bytes;
+      g.cuda_peak_allocated_bytes = st.cuda_peak_allocated_bytes;
       gpu.push_back(g);
     }
     if (st.last_ms > 0) iteration_ms.push_back(st.last_ms);

@@ -61,6 +61,23 @@ struct MemoryWatch {
   std::optional<diagnose::MemoryGrowth> Add(int64_t step, double bytes, double low = -1);
 };
 
+// One report's memory figures of a rank, as its agent's batch carries them (bytes; 0 or less:
+// unknown): its RSS (the highest and lowest since the last report), its memory cgroup, its
+// process on its GPU (NVML) and its GPU, and its CUDA allocator's figures (its collector's).
+struct MemoryReport {
+  double rss = 0, rss_low = 0;
+  double cgroup_limit = 0, cgroup_usage = 0;
+  double gpu_used = 0, gpu_free = 0, gpu_total = 0;
+  int gpu_index = -1;
+  double cuda_allocated = 0, cuda_reserved = 0, cuda_peak_allocated = 0;
+};
+
+// A growth the rule found for the first time in one of a rank's series.
+struct MemoryGrowthFound {
+  diagnose::MemoryGrowth growth;
+  diagnose::MemoryKind kind;
+};
+
 struct RankState {
   std::string host;
   int attempt = 0;                 // the job's attempt of its latest report (server/attempts.h)
@@ -85,6 +102,11 @@ struct RankState {
   MemoryWatch gpu_memory;
   int gpu = -1;
   double gpu_free_bytes = -1, gpu_total_bytes = -1;
+  // Once its collector sent the CUDA allocator's figures, the GPU series is PyTorch's allocated
+  // bytes (NVML's usage adds the context and the allocator's cache: not mixed in after), and these
+  // are the allocator's reserved and peak allocated bytes at the latest report (-1: never sent).
+  bool gpu_series_torch = false;
+  double cuda_reserved_bytes = -1, cuda_peak_allocated_bytes = -1;
 
   // The run's iteration times for the report's chart: bucket means of `stride` steps, at most
   // kMaxSeriesPoints (when full, neighbouring buckets merge and the stride doubles), so a long
@@ -97,6 +119,10 @@ struct RankState {
   double bucket_sum = 0;
   int bucket_n = 0;
 
+  // The memory of the report whose furthest iteration is STEP: into the host and GPU series (the
+  // GPU's is PyTorch's allocated bytes once the collector sent them, else NVML's usage); the
+  // growths found for the first time.
+  std::vector<MemoryGrowthFound> AddMemory(int64_t step, const MemoryReport& m);
   // One iteration STEP of MS milliseconds: into the statistics and the series.
   void AddStep(int64_t step, double ms);
   // Closes the open bucket into the series; merges neighbours when the series is full.

@@ -296,5 +296,40 @@ TEST(MemoryWatchTest, ALeakIsNamedAsSoonAsTheRuleCan) {
     EXPECT_FALSE(flat.Add(step, (1000 + (step / 30) % 3) * kMiB).has_value()) << step;
 }
 
+TEST(RankStateTest, TheGpuSeriesIsPyTorchsOnceTheCollectorSendsIt) {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  RankState st;
+  MemoryReport nvml;
+  nvml.rss = 300 * kMiB;
+  nvml.gpu_used = 4000 * kMiB;
+  nvml.gpu_index = 2;
+  nvml.gpu_free = 70000 * kMiB;
+  nvml.gpu_total = 81920 * kMiB;
+  st.AddMemory(10, nvml);  // before the job's code initialized CUDA: NVML's figure
+  ASSERT_EQ(st.gpu_memory.series.samples().size(), 1u);
+  EXPECT_EQ(st.gpu_memory.series.samples().back().bytes, 4000 * kMiB);
+  EXPECT_FALSE(st.gpu_series_torch);
+  MemoryReport torch = nvml;
+  torch.cuda_allocated = 900 * kMiB;
+  torch.cuda_reserved = 1500 * kMiB;
+  torch.cuda_peak_allocated = 1000 * kMiB;
+  st.AddMemory(20, torch);
+  EXPECT_TRUE(st.gpu_series_torch);
+  EXPECT_EQ(st.gpu_memory.series.samples().back().bytes, 900 * kMiB);
+  EXPECT_EQ(st.cuda_reserved_bytes, 1500 * kMiB);
+  EXPECT_EQ(st.cuda_peak_allocated_bytes, 1000 * kMiB);
+  EXPECT_EQ(st.gpu, 2);
+  EXPECT_EQ(st.gpu_total_bytes, 81920 * kMiB);
+  // A report without the collector's figures adds nothing to the series: NVML's usage holds the
+  // context and the cache, a climb the tensors did not make.
+  const size_t n = st.gpu_memory.series.samples().size();
+  st.AddMemory(30, nvml);
+  EXPECT_EQ(st.gpu_memory.series.samples().size(), n);
+  EXPECT_EQ(st.gpu_memory.series.samples().back().bytes, 900 * kMiB);
+  // No iteration in the report: nothing.
+  EXPECT_TRUE(st.AddMemory(-1, torch).empty());
+  EXPECT_EQ(st.gpu_memory.series.samples().size(), n);
+}
+
 }  // namespace
 }  // namespace perftracker::server

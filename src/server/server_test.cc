@@ -637,6 +637,72 @@ TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
   (*server)->Shutdown();
 }
 
+// On a GPU the collector sends the CUDA allocator's figures: a tensor leak is told from the
+// allocator's cache filling (NVML's usage climbs on both ranks, then holds), and the forecast
+// counts the cache the allocator reuses before it asks the driver.
+TEST(Server, AGpuLeakIsPyTorchsAllocatedMemoryNotTheAllocatorsCache) {
+  ServerOptions o = TestOptions("cuda");
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0, 1}, &agent, "node-a"));
+  constexpr double kMiB = 1 << 20;
+  for (int step = 0; step < 300; ++step) {
+    v1::ReportIterationsRequest it;
+    it.set_agent_id(agent);
+    for (int r = 0; r < 2; ++r) {
+      auto* b = it.add_batches();
+      b->set_rank(r);
+      b->add_steps(step);
+      b->add_iteration_ms(50);
+      b->set_rss_bytes(300 * kMiB);
+      // The allocator's cache fills for 150 steps, 20 MiB a step, then holds: on both ranks.
+      const double reserved = (1024 + 20 * std::min(step, 150)) * kMiB;
+      b->set_gpu_memory_bytes(reserved + 500 * kMiB);  // and the CUDA context
+      b->set_gpu_index(r);
+      b->set_gpu_total_bytes(80 * 1024 * kMiB);
+      b->set_gpu_free_bytes(10 * 1024 * kMiB);
+      // Rank 0's tensors: a sawtooth (an activation buffer grown and freed every 10 steps).
+      // Rank 1's: 16 MiB kept every step from step 120.
+      const double allocated =
+          r == 0 ? (900 + 8 * (step % 10)) * kMiB : (900 + 16 * std::max(0, step - 120)) * kMiB;
+      b->set_cuda_allocated_bytes(allocated);
+      b->set_cuda_reserved_bytes(std::max(reserved, allocated));
+      b->set_cuda_peak_allocated_bytes(allocated);
+    }
+    v1::ReportIterationsReply itr;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+  }
+  // /metrics: each rank's tensors (rank 0 under 1 GiB, NVML's usage above 4 GiB), not the cache.
+  const std::string m = (*server)->MetricsText();
+  auto gpu_metric = [&](int r) {
+    const std::string key = fmt::format(
+        "perftracker_memory_bytes{{job=\"\",rank=\"{}\",host=\"node-a\",kind=\"gpu\"}} ", r);
+    const size_t at = m.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(m.substr(at + key.size())) / kMiB;
+  };
+  EXPECT_NEAR(gpu_metric(0), 940, 40) << m;
+  EXPECT_NEAR(gpu_metric(1), 3756, 9) << m;  // its series' last sample: step 298 or 299
+  (*server)->Shutdown();
+  const std::string path = o.report_dir + "/diagnosis.json";
+  auto d = report::ReadDiagnosisFile(path);
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  std::vector<const diagnose::Finding*> gpu;
+  for (const auto& f : d->findings)
+    if (f.category == diagnose::Category::kMemoryGrowth && f.evidence_text.count("memory") &&
+        f.evidence_text.at("memory") == "gpu")
+      gpu.push_back(&f);
+  ASSERT_EQ(gpu.size(), 1u) << Slurp(path);
+  EXPECT_EQ(gpu[0]->ranks, (std::vector<int>{1})) << Slurp(path);
+  EXPECT_EQ(gpu[0]->evidence_text.at("gpu_series"), "torch.cuda.memory_allocated");
+  EXPECT_NEAR(gpu[0]->evidence.at("bytes_per_iteration"), 16 * kMiB, 0.5 * kMiB) << Slurp(path);
+  // 10 GiB free on the GPU and the 1,024 + 3,000 - ~3,756 MiB the allocator holds unused.
+  EXPECT_NEAR(gpu[0]->evidence.at("gpu_free_bytes") / kMiB, 10 * 1024 + 4024 - 3756, 9)
+      << Slurp(path);
+  EXPECT_NEAR(gpu[0]->evidence.at("cuda_reserved_bytes") / kMiB, 4024, 1) << Slurp(path);
+}
+
 TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   ServerOptions o = TestOptions("empty");
   auto server = CollectorServer::Start(o);

@@ -14,6 +14,26 @@
 
 namespace perftracker::server {
 
+void SetRunMemory(std::vector<diagnose::Finding> memory,
+                  std::optional<std::vector<diagnose::RankMemoryUse>> timelines,
+                  diagnose::Diagnosis* d) {
+  if (timelines) {
+    std::erase_if(d->job.memory, [](const diagnose::RankMemoryUse& m) { return m.online(); });
+    for (auto& m : *timelines) d->job.memory.push_back(std::move(m));
+  }
+  // A window opened by a memory growth recorded its growing ranks' allocations: the run's
+  // finding stays (its rate and forecast span the run, not ten iterations), named with the
+  // place the window saw keep memory. The window's own growth findings go, whether the run's
+  // series still shows the growth or not: ten iterations that keep memory are a cache filling
+  // as well as a leak (measured: a 16 MiB-a-step cache emptied every 20 steps, named "grows 16.0
+  // MiB per iteration through the profiled iterations" once its run series had settled flat).
+  std::erase_if(d->findings, [&](const diagnose::Finding& f) {
+    return f.category == diagnose::Category::kMemoryGrowth;
+  });
+  for (auto& f : memory) d->findings.push_back(std::move(f));
+  diagnose::NameMemorySites(d->job.memory, &d->findings);
+}
+
 void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::HealthyRate>& rate,
                    std::vector<diagnose::Finding> memory, const diagnose::DiagnoseOptions& options,
                    BaselineState* state, diagnose::Diagnosis* d) {
@@ -66,17 +86,7 @@ void CompareWindow(Window::Sealed* sealed, const std::optional<diagnose::Healthy
     // A baseline window the job had slowed down before is bounded by that rise too.
     if (rate->slowdown_step) budget.rise_ms = rate->RiseMs();
   }
-  // A window opened by a memory growth recorded its growing ranks' allocations: the run's
-  // finding stays (its rate and forecast span the run, not ten iterations), named with the
-  // place the window saw keep memory. The window's own growth findings go, whether the run's
-  // series still shows the growth or not: ten iterations that keep memory are a cache filling
-  // as well as a leak (measured: a 16 MiB-a-step cache emptied every 20 steps, named "grows 16.0
-  // MiB per iteration through the profiled iterations" once its run series had settled flat).
-  std::erase_if(d->findings, [&](const diagnose::Finding& f) {
-    return f.category == diagnose::Category::kMemoryGrowth;
-  });
-  for (auto& f : memory) d->findings.push_back(std::move(f));
-  diagnose::NameMemorySites(d->job.memory, &d->findings);
+  SetRunMemory(std::move(memory), std::nullopt, d);
   diagnose::FoldAllRanksThrottled(&d->findings);
   diagnose::BoundCosts(budget, d);  // sorts, whichever categories are present
   d->job.notes.push_back(fmt::format("compared with: {}", fmt::join(against, "; ")));

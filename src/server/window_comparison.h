@@ -28,6 +28,13 @@ struct BaselineState {
   std::set<std::pair<diagnose::Category, int>> named;
 };
 
+// The run's memory in D: its memory_growth findings replaced by MEMORY (the server's series of
+// the run, server/rank_state.h MemoryFindings), named with the allocation sites D's window
+// recorded (diagnose::NameMemorySites); with TIMELINES, its online memory timelines replaced too.
+void SetRunMemory(std::vector<diagnose::Finding> memory,
+                  std::optional<std::vector<diagnose::RankMemoryUse>> timelines,
+                  diagnose::Diagnosis* d);
+
 // Adds to D (SEALED's diagnosis) what its window is compared with: keeps SEALED as the baseline
 // when it is one; else the comparison with STATE's baseline, or with RATE (the healthy rate up to
 // the window) where the baseline is spoiled; MEMORY's findings; the bounded costs; the note that
