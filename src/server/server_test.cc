@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -578,38 +579,48 @@ TEST(Server, OneJobAtATime) {
   (*server)->Shutdown();
 }
 
+// Ranks 0 and 1 of one agent on node-a report STEPS iterations of 50 ms to SERVER, one batch
+// each a step, filled in by FILL(rank, step, its batch).
+void ReportMemorySteps(CollectorServer& server, int steps,
+                       const std::function<void(int, int, v1::IterationBatch*)>& fill) {
+  Client c(server.port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0, 1}, &agent, "node-a"));
+  for (int step = 0; step < steps; ++step) {
+    v1::ReportIterationsRequest it;
+    it.set_agent_id(agent);
+    for (int r = 0; r < 2; ++r) {
+      v1::IterationBatch* b = it.add_batches();
+      b->set_rank(r);
+      b->add_steps(step);
+      b->add_iteration_ms(50);
+      fill(r, step, b);
+    }
+    v1::ReportIterationsReply itr;
+    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+  }
+}
+
 // /metrics shows each rank's memory with every report, the limits it runs into, and a leak's
 // rate once the memory rule found it: an alert can fire before the job dies of it.
 TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
   ServerOptions o = TestOptions("memory");
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0, 1}, &agent, "node-a"));
   constexpr double kMiB = 1 << 20;
-  for (int step = 0; step < 200; ++step) {
-    v1::ReportIterationsRequest it;
-    it.set_agent_id(agent);
-    auto* steady = it.add_batches();  // rank 0: flat host memory, 2 GiB on GPU 3 of 80 GiB
-    steady->set_rank(0);
-    steady->add_steps(step);
-    steady->add_iteration_ms(50);
-    steady->set_rss_bytes(300 * kMiB);
-    steady->set_gpu_memory_bytes(2048 * kMiB);
-    steady->set_gpu_index(3);
-    steady->set_gpu_total_bytes(80 * 1024 * kMiB);
-    steady->set_gpu_free_bytes(70 * 1024 * kMiB);
-    auto* leak = it.add_batches();  // rank 1: keeps 4 MiB a step from step 60, in an 8 GiB cgroup
-    leak->set_rank(1);
-    leak->add_steps(step);
-    leak->add_iteration_ms(50);
-    leak->set_rss_bytes((300 + 4 * std::max(0, step - 60)) * kMiB);
-    leak->set_cgroup_memory_limit_bytes(8192 * kMiB);
-    leak->set_cgroup_memory_usage_bytes(1024 * kMiB);
-    v1::ReportIterationsReply itr;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
-  }
+  ReportMemorySteps(**server, 200, [&](int r, int step, v1::IterationBatch* b) {
+    if (r == 0) {  // rank 0: flat host memory, 2 GiB on GPU 3 of 80 GiB
+      b->set_rss_bytes(300 * kMiB);
+      b->set_gpu_memory_bytes(2048 * kMiB);
+      b->set_gpu_index(3);
+      b->set_gpu_total_bytes(80 * 1024 * kMiB);
+      b->set_gpu_free_bytes(70 * 1024 * kMiB);
+    } else {  // rank 1: keeps 4 MiB a step from step 60, in an 8 GiB cgroup
+      b->set_rss_bytes((300 + 4 * std::max(0, step - 60)) * kMiB);
+      b->set_cgroup_memory_limit_bytes(8192 * kMiB);
+      b->set_cgroup_memory_usage_bytes(1024 * kMiB);
+    }
+  });
   const std::string m = (*server)->MetricsText();
   auto has = [&](const std::string& line) { return m.find(line + "\n") != std::string::npos; };
   const std::string r0 = "job=\"\",rank=\"0\",host=\"node-a\"";
@@ -644,36 +655,23 @@ TEST(Server, AGpuLeakIsPyTorchsAllocatedMemoryNotTheAllocatorsCache) {
   ServerOptions o = TestOptions("cuda");
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0, 1}, &agent, "node-a"));
   constexpr double kMiB = 1 << 20;
-  for (int step = 0; step < 300; ++step) {
-    v1::ReportIterationsRequest it;
-    it.set_agent_id(agent);
-    for (int r = 0; r < 2; ++r) {
-      auto* b = it.add_batches();
-      b->set_rank(r);
-      b->add_steps(step);
-      b->add_iteration_ms(50);
-      b->set_rss_bytes(300 * kMiB);
-      // The allocator's cache fills for 150 steps, 20 MiB a step, then holds: on both ranks.
-      const double reserved = (1024 + 20 * std::min(step, 150)) * kMiB;
-      b->set_gpu_memory_bytes(reserved + 500 * kMiB);  // and the CUDA context
-      b->set_gpu_index(r);
-      b->set_gpu_total_bytes(80 * 1024 * kMiB);
-      b->set_gpu_free_bytes(10 * 1024 * kMiB);
-      // Rank 0's tensors: a sawtooth (an activation buffer grown and freed every 10 steps).
-      // Rank 1's: 16 MiB kept every step from step 120.
-      const double allocated =
-          r == 0 ? (900 + 8 * (step % 10)) * kMiB : (900 + 16 * std::max(0, step - 120)) * kMiB;
-      b->set_cuda_allocated_bytes(allocated);
-      b->set_cuda_reserved_bytes(std::max(reserved, allocated));
-      b->set_cuda_peak_allocated_bytes(allocated);
-    }
-    v1::ReportIterationsReply itr;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
-  }
+  ReportMemorySteps(**server, 300, [&](int r, int step, v1::IterationBatch* b) {
+    b->set_rss_bytes(300 * kMiB);
+    // The allocator's cache fills for 150 steps, 20 MiB a step, then holds: on both ranks.
+    const double reserved = (1024 + 20 * std::min(step, 150)) * kMiB;
+    b->set_gpu_memory_bytes(reserved + 500 * kMiB);  // and the CUDA context
+    b->set_gpu_index(r);
+    b->set_gpu_total_bytes(80 * 1024 * kMiB);
+    b->set_gpu_free_bytes(10 * 1024 * kMiB);
+    // Rank 0's tensors: a sawtooth (an activation buffer grown and freed every 10 steps).
+    // Rank 1's: 16 MiB kept every step from step 120.
+    const double allocated =
+        r == 0 ? (900 + 8 * (step % 10)) * kMiB : (900 + 16 * std::max(0, step - 120)) * kMiB;
+    b->set_cuda_allocated_bytes(allocated);
+    b->set_cuda_reserved_bytes(std::max(reserved, allocated));
+    b->set_cuda_peak_allocated_bytes(allocated);
+  });
   // /metrics: each rank's tensors (rank 0 under 1 GiB, NVML's usage above 4 GiB), not the cache.
   const std::string m = (*server)->MetricsText();
   auto gpu_metric = [&](int r) {
