@@ -357,6 +357,12 @@ class OsCauses(OsJobs, unittest.TestCase):
         self.assertEqual(c["evidence"]["oom_kill"], 1, out)
         self.assertNotIn("USDT", c["summary"], out)
         self.assertNotIn("profiler_st", c["evidence"].get("error_output", ""), out)
+        # c10's warning while the memory window records allocations is the profiler's too.
+        self.assertNotIn("profiler results", c["evidence"].get("error_output", ""), out)
+        # The growth that led there, where the memory rule found it before the kill.
+        if [g for g in d["findings"] if g["category"] == "memory_growth" and 1 in g["ranks"]]:
+            self.assertIn("memory had grown", c["summary"], out)
+            self.assertIn("memory_growth_first_iteration", c["evidence"], out)
 
     def test_a_rank_sharing_its_core_is_denied_the_cpu(self):
         # Two ranks bound to a core each; from iteration 300 a busy process runs on rank 1's. No

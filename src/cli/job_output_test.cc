@@ -16,6 +16,14 @@ TEST(JobOutputTest, ProfilerChatterIsNoErrorOutput) {
   EXPECT_TRUE(
       IsProfilerChatter("STAGE:2024-05-01 10:00:00 1:1 ActivityProfilerController.cpp:314] "
                         "Completed Stage: Warm Up"));
+  // Recorded (torch 2.13, a rank OOM-killed while its memory window recorded allocations).
+  EXPECT_TRUE(IsProfilerChatter(
+      "[rank1]:[W1206 04:42:37.122272307 CPUAllocator.cpp:245] Memory block of unknown size was "
+      "allocated before the profiling started, profiler results will not include the "
+      "deallocation event"));
+  EXPECT_TRUE(IsProfilerChatter(
+      "/x/torch/profiler/profiler.py:217: UserWarning: Profiler clears events at the end of each "
+      "cycle.Only events from the current cycle will be reported."));
   EXPECT_FALSE(IsProfilerChatter("RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB"));
   EXPECT_FALSE(IsProfilerChatter("  File \"train.py\", line 12, in <module>"));
 }

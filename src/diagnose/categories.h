@@ -65,7 +65,8 @@ namespace perftracker::diagnose {
     "the first rank whose process failed, in which collective, and whether it ran out of memory", \
     "exit_code signal collective_seq error_output oom_kill memory_limit_bytes rss_bytes "         \
     "cgroup_usage_bytes last_iteration gpu_oom gpu requested_bytes gpu_total_bytes "              \
-    "gpu_free_bytes torch_allocated_bytes torch_reserved_unallocated_bytes")                      \
+    "gpu_free_bytes torch_allocated_bytes torch_reserved_unallocated_bytes "                      \
+    "memory_growth_bytes_per_iteration memory_growth_first_iteration")                            \
   X(kRegression, "regression", "slower than the reference (diff, or since the baseline window)",  \
     "os baseline_window baseline_ms window_ms throttled_share baseline_throttled_share "          \
     "baseline_runq_wait_per_cpu_s")                                                               \
@@ -78,7 +79,7 @@ namespace perftracker::diagnose {
   X(kMemoryGrowth, "memory_growth", "a rank's host or GPU memory grows every iteration",          \
     "rss_bytes grown_bytes bytes_per_iteration first_iteration last_iteration rising_share "      \
     "host_available_bytes cgroup_headroom_bytes iterations_left memory gpu gpu_free_bytes "       \
-    "gpu_total_bytes gpu_memory_bytes device iterations peak_allocated_bytes")                   \
+    "gpu_total_bytes gpu_memory_bytes device iterations peak_allocated_bytes")                    \
   X(kCpuThrottled, "cpu_throttled", "the rank's CPU quota (cgroup) throttles it",                 \
     "throttled_periods_share peers_throttled_periods_share throttled_s quota_cpus window_s "      \
     "throttled_share baseline_throttled_share")                                                   \
@@ -94,9 +95,10 @@ namespace perftracker::diagnose {
     "write_bytes_per_iteration io_stall_share")                                                   \
   X(kMoreWork, "more_work", "the rank's inputs are larger than its peers'",                       \
     "input_elements_per_call peers_input_elements_per_call input_elements_ratio "                 \
-    "larger_input_extra_ms_per_iteration input_shapes peers_input_shapes also_larger_inputs")   \
+    "larger_input_extra_ms_per_iteration input_shapes peers_input_shapes also_larger_inputs")     \
   X(kMemoryPeak, "memory_peak",                                                                   \
-    "a rank's memory peak: an allocation its trace saw fail, or a peak above the reference (diff)", \
+    "a rank's memory peak: an allocation its trace saw fail, or a peak above the reference "      \
+    "(diff)",                                                                                     \
     "device peak_allocated_bytes peak_reserved_bytes base_peak_allocated_bytes "                  \
     "failed_allocations failed_bytes")
 

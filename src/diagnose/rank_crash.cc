@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <optional>
@@ -26,6 +27,9 @@ std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
 }
+
+// What precedes a crash's last error line in its summary.
+constexpr std::string_view kErrorOutputText = "; its last error output: ";
 
 std::string Mib(double bytes) { return fmt::format("{:.0f} MiB", BytesToMiB(bytes)); }
 
@@ -180,7 +184,7 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
     f.evidence_text["error_output"] = tail;
     std::string_view last = first.error_tail.back();
     while (!last.empty() && (last.front() == ' ' || last.front() == '\t')) last.remove_prefix(1);
-    f.summary += fmt::format("; its last error output: {}", last);
+    f.summary += fmt::format("{}{}", kErrorOutputText, last);
   }
   f.suggestion =
       gpu_oom && Fragmented(oom)
@@ -203,6 +207,33 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
           : "the rank's own error ended it (an exception, sys.exit): its error output and the "
             "line named here say where; the other ranks failed or were stopped after it";
   return f;
+}
+
+void NameGrowthBeforeOom(const std::vector<Finding>& findings, Finding* crash) {
+  const bool host = crash->evidence.count("oom_kill") > 0;
+  const bool gpu = crash->evidence.count("gpu_oom") > 0;
+  if ((!host && !gpu) || crash->ranks.size() != 1) return;
+  const int rank = crash->ranks[0];
+  for (const Finding& g : findings) {
+    if (g.category != Category::kMemoryGrowth ||
+        std::find(g.ranks.begin(), g.ranks.end(), rank) == g.ranks.end())
+      continue;
+    auto memory = g.evidence_text.find("memory");
+    if ((memory != g.evidence_text.end() && memory->second == "gpu") != gpu) continue;
+    auto rate = g.evidence.find("bytes_per_iteration");
+    auto from = g.evidence.find("first_iteration");
+    if (rate == g.evidence.end() || from == g.evidence.end()) continue;
+    crash->evidence["memory_growth_bytes_per_iteration"] = rate->second;
+    crash->evidence["memory_growth_first_iteration"] = from->second;
+    // Before the error output, which ends the summary.
+    const std::string grown = fmt::format(
+        "; its {}memory had grown +{:.1f} MiB per iteration since iteration {:.0f} "
+        "(memory_growth)",
+        gpu ? "GPU " : "", BytesToMiB(rate->second), from->second);
+    const size_t at = crash->summary.find(kErrorOutputText);
+    crash->summary.insert(at == std::string::npos ? crash->summary.size() : at, grown);
+    return;
+  }
 }
 
 }  // namespace perftracker::diagnose

@@ -53,6 +53,12 @@ size_t FirstToBlame(const std::vector<RankExit>& failed);
 // The rank_crash finding of FIRST, the first rank that failed.
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs);
 
+// A crash out of memory (CRASH, RankCrashFinding's: its oom_kill or gpu_oom) on a rank a
+// memory_growth finding of FINDINGS names, of the same memory (host for the OOM killer, GPU for
+// CUDA's allocator): the growth that led there, in its summary and evidence
+// (memory_growth_bytes_per_iteration, memory_growth_first_iteration). Anything else: unchanged.
+void NameGrowthBeforeOom(const std::vector<Finding>& findings, Finding* crash);
+
 }  // namespace perftracker::diagnose
 
 #endif  // PERFTRACKER_DIAGNOSE_RANK_CRASH_H_

@@ -89,6 +89,45 @@ TEST(RankCrashTest, AnOomKillSaysOutOfMemoryAndWhichLimit) {
             "rank 1 failed first: killed by SIGKILL (exit code 137)");
 }
 
+TEST(RankCrashTest, AnOomKillNamesTheGrowthThatLedThere) {
+  RankExit e{1, 137, SIGKILL, {}};
+  e.oom_killed = true;
+  e.memory_limit_bytes = 512.0 * 1024 * 1024;
+  auto growth = [](std::vector<int> ranks, const char* memory) {
+    Finding g;
+    g.category = Category::kMemoryGrowth;
+    g.ranks = std::move(ranks);
+    g.evidence["bytes_per_iteration"] = 4.0 * 1024 * 1024;
+    g.evidence["first_iteration"] = 60;
+    if (memory != nullptr) g.evidence_text["memory"] = memory;
+    return g;
+  };
+  Finding f = RankCrashFinding(e, {});
+  NameGrowthBeforeOom({growth({0}, nullptr), growth({1}, "gpu"), growth({1, 2}, nullptr)}, &f);
+  EXPECT_EQ(f.summary,
+            "rank 1 failed first: out of memory: killed by the kernel's OOM killer (SIGKILL, exit "
+            "code 137) at its memory cgroup's limit of 512 MiB; its memory had grown +4.0 MiB per "
+            "iteration since iteration 60 (memory_growth)");
+  EXPECT_EQ(f.evidence.at("memory_growth_first_iteration"), 60);
+  // Said before the error output, which ends the summary.
+  RankExit with_error = e;
+  with_error.error_tail = {"MemoryError"};
+  Finding said = RankCrashFinding(with_error, {});
+  NameGrowthBeforeOom({growth({1}, nullptr)}, &said);
+  EXPECT_TRUE(said.summary.ends_with(
+      "since iteration 60 (memory_growth); its last error output: MemoryError"))
+      << said.summary;
+  EXPECT_EQ(f.evidence.at("memory_growth_bytes_per_iteration"), 4.0 * 1024 * 1024);
+  // Another rank's growth, the other memory's, or a crash that was not out of memory: nothing.
+  Finding alone = RankCrashFinding(e, {});
+  NameGrowthBeforeOom({growth({0}, nullptr), growth({1}, "gpu")}, &alone);
+  EXPECT_EQ(alone.evidence.count("memory_growth_first_iteration"), 0u);
+  e.oom_killed = false;
+  Finding killed = RankCrashFinding(e, {});
+  NameGrowthBeforeOom({growth({1}, nullptr)}, &killed);
+  EXPECT_EQ(killed.summary, "rank 1 failed first: killed by SIGKILL (exit code 137)");
+}
+
 TEST(RankCrashTest, ACudaOutOfMemoryErrorSaysOutOfGpuMemoryAndWhetherFragmented) {
   RankExit e{3, 1, 0, {}};
   e.error_tail = {

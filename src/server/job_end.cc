@@ -47,7 +47,10 @@ size_t AddCollectiveFindings(const std::string& dir, const std::optional<diagnos
     }
     return false;
   });
-  if (first) found.push_back(diagnose::RankCrashFinding(*first, logs));
+  if (first) {
+    found.push_back(diagnose::RankCrashFinding(*first, logs));
+    diagnose::NameGrowthBeforeOom(d->findings, &found.back());
+  }
   for (auto& n : notes) d->job.notes.push_back(std::move(n));
   d->findings.insert(d->findings.begin(), std::make_move_iterator(found.begin()),
                      std::make_move_iterator(found.end()));
