@@ -355,10 +355,10 @@ class PythonSideAgrees(unittest.TestCase):
         self.check_message(ac.stacks_reply(1))
 
     def test_iterations_carry_the_cuda_allocators_figures_once_cuda_is_up(self):
-        stats = {0: {"allocated_bytes.all.current": 100, "reserved_bytes.all.current": 400,
-                     "allocated_bytes.all.peak": 300},
-                 1: {"allocated_bytes.all.current": 5, "reserved_bytes.all.current": 6,
-                     "allocated_bytes.all.peak": 7}}
+        def nested(allocated, reserved, peak):  # torch.cuda.memory_stats_as_nested_dict's shape
+            return {"allocated_bytes": {"all": {"current": allocated, "peak": peak}},
+                    "reserved_bytes": {"all": {"current": reserved, "peak": reserved}}}
+        stats = {0: nested(100, 400, 300), 1: nested(5, 6, 7)}
         cuda = types.SimpleNamespace(up=False, calls=0)
 
         def memory_stats(d):
@@ -368,7 +368,7 @@ class PythonSideAgrees(unittest.TestCase):
             return stats[d]
         cuda.is_initialized = lambda: cuda.up
         cuda.device_count = lambda: 2
-        cuda.memory_stats = memory_stats
+        cuda.memory_stats_as_nested_dict = memory_stats
         fake_torch = types.SimpleNamespace(cuda=cuda)
 
         def iterations_sent():

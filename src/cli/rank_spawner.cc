@@ -238,8 +238,9 @@ JobEnd SuperviseRanks(std::vector<Child>& children, const sigset_t& signals, Gro
         c.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         --alive;
         reaper.Remove(c.pid);
-        if (c.code != 0 && !stopping) end.failed_unstopped.push_back(static_cast<int>(i));
-        if (c.code != 0 && end.first_failure == 0 && !stopping) {
+        if (c.code == 0 || stopping) continue;
+        end.failed_unstopped.push_back(static_cast<int>(i));
+        if (end.first_failure == 0) {
           end.first_failure = c.code;
           end.first_failed = static_cast<int>(i);
           log::Error("", "{} exited with code {}; stopping the others",

@@ -79,7 +79,8 @@ namespace perftracker::diagnose {
   X(kMemoryGrowth, "memory_growth", "a rank's host or GPU memory grows every iteration",          \
     "rss_bytes grown_bytes bytes_per_iteration first_iteration last_iteration rising_share "      \
     "host_available_bytes cgroup_headroom_bytes iterations_left memory gpu gpu_free_bytes "       \
-    "gpu_total_bytes gpu_memory_bytes device iterations peak_allocated_bytes")                    \
+    "gpu_total_bytes gpu_memory_bytes gpu_series cuda_reserved_bytes cuda_peak_allocated_bytes "  \
+    "device iterations peak_allocated_bytes")                                                     \
   X(kCpuThrottled, "cpu_throttled", "the rank's CPU quota (cgroup) throttles it",                 \
     "throttled_periods_share peers_throttled_periods_share throttled_s quota_cpus window_s "      \
     "throttled_share baseline_throttled_share")                                                   \

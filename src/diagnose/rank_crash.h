@@ -6,7 +6,9 @@
 // When the sequence diagnosis found the ranks out of step (collective_mismatch), that finding is
 // the cause and this one the way it ended. A rank the kernel's OOM killer ended (its agent's
 // cgroup and host counts) or whose last error is CUDA's out-of-memory (cuda_oom.h) is said to
-// have run out of memory, with the limit it hit.
+// have run out of memory, with the limit it hit and the memory growth that led there
+// (NameGrowthBeforeOom). Which rank failed first is the one whose error is its own, not a peer's
+// lost connection to it (FirstToBlame: the launcher's reaping order is a race).
 #ifndef PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
 #define PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
 

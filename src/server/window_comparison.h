@@ -3,7 +3,8 @@
 // the job's healthy rate (diagnose/since_baseline.h, diagnose/healthy_rate.h); the memory
 // findings; the costs bounded (diagnose/cost_bound.h); and a note that says what it compared
 // against ("compared with: ..."). The publisher thread calls CompareWindow for every window it
-// publishes; BaselineState is that thread's alone.
+// publishes; BaselineState is that thread's alone. SetRunMemory, the memory part, also gives the
+// run's final diagnosis the memory findings of the run as it ended (CollectorServer::Shutdown).
 #ifndef PERFTRACKER_SERVER_WINDOW_COMPARISON_H_
 #define PERFTRACKER_SERVER_WINDOW_COMPARISON_H_
 
