@@ -275,6 +275,78 @@ TEST(FunctionChangeFindingTest, TimeOrCallsMustChangeEnough) {
   EXPECT_EQ(faster->category, Category::kImprovement);
 }
 
+// Seen on CI, two clean 4-rank runs on 2 busy cores: DistributedDataParallel.forward 1.0 vs
+// 2.4 ms/iter on ranks 0,2 was named as a subset; 3-4 of those ranks' 20 iterations held a
+// descheduled process's timeslice (5-15 ms), their other iterations ran as fast as in BASE.
+TEST(FunctionChangeFindingTest, AChangeInAFewIterationsIsNotTheFunctions) {
+  // Per-iteration times (ms): 20 iterations at 0.75, the first SPIKES of them at SPIKE_MS.
+  auto fn = [](double typical_ms, int spikes, double spike_ms) {
+    std::vector<float> iters(20, static_cast<float>(typical_ms * 1000));
+    for (int i = 0; i < spikes; ++i) iters[i] = static_cast<float>(spike_ms * 1000);
+    double sum = 0;
+    for (float v : iters) sum += v;
+    FunctionPattern f = Fn("DistributedDataParallel.forward", FunctionClass::kOther, sum / 20000, 1,
+                           trace::EventKind::kUserAnnotation);
+    f.iter_us = std::move(iters);
+    return f;
+  };
+  auto change = [&](const std::vector<RankSummary>& base, const std::vector<RankSummary>& test) {
+    const DiffInput in(base, test, kOptions, 16000, 16000);
+    const KeyDiff& k = in.keys.begin()->second;
+    return FunctionChangeFinding(in, SetupChange{}, k,
+                                 MedianOver(k.base.self_by_rank, in.base_ranks),
+                                 MedianOver(k.test.self_by_rank, in.test_ranks));
+  };
+  const auto base = MakeRun(4, [&](int) { return std::vector<FunctionPattern>{fn(0.75, 0, 0)}; });
+  // Ranks 0, 2 and 3 with 4 iterations of 10 ms: +1.85 ms/iter by their means, none by their
+  // typical iteration.
+  const auto spiky =
+      MakeRun(4, [&](int r) { return std::vector<FunctionPattern>{fn(0.75, r == 1 ? 0 : 4, 10)}; });
+  EXPECT_FALSE(change(base, spiky).has_value());
+  // Without per-iteration times the means are all there is: ranks 0, 2 and 3 changed.
+  auto no_iters = [](std::vector<RankSummary> run) {
+    for (auto& r : run)
+      for (auto& f : r.functions) f.iter_us.clear();
+    return run;
+  };
+  std::optional<Finding> means = change(no_iters(base), no_iters(spiky));
+  ASSERT_TRUE(means.has_value());
+  EXPECT_EQ(means->ranks, (std::vector<int>{0, 2, 3}));
+  // Every iteration of ranks 0 and 2 slower by 1.85 ms: their change, a subset.
+  const auto steady = MakeRun(4, [&](int r) {
+    return std::vector<FunctionPattern>{fn(r == 0 || r == 2 ? 2.6 : 0.75, 0, 0)};
+  });
+  std::optional<Finding> f = change(base, steady);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->finding_class, FindingClass::kSubset);
+  EXPECT_EQ(f->ranks, (std::vector<int>{0, 2}));
+  // Ranks 0 and 2 slower in every iteration, rank 3 in four: ranks 0 and 2.
+  const auto mixed = MakeRun(4, [&](int r) {
+    return std::vector<FunctionPattern>{r == 3 ? fn(0.75, 4, 10) : fn(r == 1 ? 0.75 : 2.6, 0, 0)};
+  });
+  f = change(base, mixed);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->ranks, (std::vector<int>{0, 2}));
+}
+
+TEST(TypicalChangeOnTest, TheMedianIterationsChange) {
+  auto run = [](std::vector<float> iters) {
+    return MakeRun(1, [&](int) {
+      FunctionPattern f = Fn("aten::mm", FunctionClass::kCompute, 1);
+      f.iter_us = iters;
+      return std::vector<FunctionPattern>{f};
+    });
+  };
+  const auto base = run({700, 700, 700, 800}), test = run({700, 700, 800, 11600});
+  const DiffInput in(base, test, kOptions, 16000, 16000);
+  EXPECT_NEAR(*TypicalChangeOn(in.keys.begin()->second, 0), 50, 1e-3);
+  EXPECT_FALSE(TypicalChangeOn(in.keys.begin()->second, 1).has_value());  // no such rank
+  // Absent from most iterations of a run (a step every few iterations): no typical iteration.
+  const auto sparse = run({0, 0, 0, 3000});
+  const DiffInput in2(base, sparse, kOptions, 16000, 16000);
+  EXPECT_FALSE(TypicalChangeOn(in2.keys.begin()->second, 0).has_value());
+}
+
 // Seen on CI, two clean runs: gloo:all_reduce 10.3 -> 12.7 ms on ranks 0,2,3 was named as a
 // subset; those ranks waited longer in it for rank 1, which is no fault of theirs.
 TEST(FunctionChangeFindingTest, ACollectiveSlowerOnSomeRanksIsTheirWaitNotTheirFault) {
