@@ -444,7 +444,7 @@ std::optional<Finding> FunctionChangeFinding(const DiffInput& in, const SetupCha
     what = fmt::format("called {:.1f} instead of {:.1f} times per iteration", t_c, b_c);
     f.cause = Cause::kSoftware;
   } else {
-    what = "same number of calls, each call takes a different time";
+    what = kChangeSameCallsSlower;
     f.cause =
         setup.gpu && proto->kind == trace::EventKind::kKernel ? Cause::kHardware : Cause::kUnknown;
   }
@@ -517,7 +517,7 @@ std::optional<Finding> SpreadSlowdownFinding(
   f.evidence["base_ms"] = UsToMs(base_iter_us);
   f.evidence["test_ms"] = UsToMs(iter_us);
   if (base_iter_us > 0) f.evidence["ratio"] = iter_us / base_iter_us;
-  f.evidence_text["change"] = "the iteration is slower, spread over many functions";
+  f.evidence_text["change"] = kChangeSpreadThinly;
   f.summary = fmt::format(
       "the iteration is slower in {}: {} vs {} in {}; {} of it is "
       "spread thinly over many functions",

@@ -19,6 +19,12 @@
 
 namespace perftracker::diagnose::internal::diff {
 
+// The kinds of change a diff finding's evidence_text["change"] says, where a reader of the
+// findings (the comparison since the baseline window) needs to tell them apart.
+inline constexpr char kChangeSameCallsSlower[] =
+    "same number of calls, each call takes a different time";
+inline constexpr char kChangeSpreadThinly[] = "the iteration is slower, spread over many functions";
+
 // One function identity in one run: its pattern and exclusive time per rank.
 struct Side {
   std::map<int, const pattern::FunctionPattern*> by_rank;

@@ -15,7 +15,9 @@
 #define PERFTRACKER_DIAGNOSE_SINCE_BASELINE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "diagnose/diagnose.h"
@@ -68,6 +70,24 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
                                   const std::vector<Finding>& existing,
                                   const DiagnoseOptions& options = {},
                                   const HealthyReference& ref = {});
+
+namespace internal {
+
+// What the OS says changed on the typical rank between the two windows.
+struct OsChange {
+  std::optional<Category> category;  // kCpuThrottled, kCpuContention, or none
+  Cause cause = Cause::kUnknown;
+  // For the finding; what did not change when category is null (empty: no OS figures).
+  std::string text;
+  std::map<std::string, double> evidence;
+};
+OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetrics& now);
+
+// True when F, a change the comparison found, is the host's speed rather than the job's: the
+// same CPU calls slower per call on every rank while the OS's figures (OS) show no change.
+bool HostSpeedDrift(const Finding& f, const OsChange& os);
+
+}  // namespace internal
 
 }  // namespace perftracker::diagnose
 
