@@ -53,48 +53,55 @@ bool MemorySeries::WindowSince(int64_t step) const {
                      [&](const auto& w) { return w.first > back && w.second < step; });
 }
 
+namespace {
+
+// The median of the growth rates (bytes per iteration) of the intervals between S[FROM..TO).
+double MedianRate(const std::vector<MemorySeries::Sample>& s, size_t from, size_t to) {
+  std::vector<double> rates;
+  for (size_t i = from + 1; i < to; ++i)
+    rates.push_back((s[i].bytes - s[i - 1].bytes) / static_cast<double>(s[i].step - s[i - 1].step));
+  return rates.empty() ? 0.0 : Median(std::move(rates));
+}
+
+}  // namespace
+
 MemorySeries::Join MemorySeries::JoinAfterWindow(int64_t step, double bytes) const {
   const Sample& back = samples_.back();
-  // The rate before: over the last few kept samples (a leak's, or a flat rank's zero).
-  const size_t from = samples_.size() > kRateSamples ? samples_.size() - kRateSamples : 0;
-  const Sample& a = samples_[from];
+  // The rate before: of the last few kept samples' intervals (a leak's, or a flat rank's zero).
+  const size_t from = samples_.size() > kRateIntervals ? samples_.size() - 1 - kRateIntervals : 0;
   Join j;
   j.first_after = step;
   j.gap = step - back.step;
-  j.rate_before =
-      back.step > a.step
-          ? std::max(0.0, (back.bytes - a.bytes) / static_cast<double>(back.step - a.step))
-          : 0.0;
+  j.rate_before = std::max(0.0, MedianRate(samples_, from, samples_.size()));
   const double expected = j.rate_before * static_cast<double>(j.gap);
   j.profiler = std::max(0.0, (bytes - offset_ - back.bytes) - expected);
   return j;
 }
 
-void MemorySeries::Resettle() {
+void MemorySeries::Resettle(bool final) {
   if (!pending_) return;
-  const Join j = *pending_;
-  pending_.reset();
-  auto first = std::lower_bound(samples_.begin(), samples_.end(), j.first_after,
-                                [](const Sample& x, int64_t step) { return x.step < step; });
-  if (first == samples_.end() || samples_.end() - first < 2) return;
-  std::vector<double> rates;
-  for (auto it = first + 1; it != samples_.end(); ++it) {
-    const auto steps = static_cast<double>(it->step - (it - 1)->step);
-    rates.push_back((it->bytes - (it - 1)->bytes) / steps);
+  Join& j = *pending_;
+  const auto first = static_cast<size_t>(
+      std::lower_bound(samples_.begin(), samples_.end(), j.first_after,
+                       [](const Sample& x, int64_t step) { return x.step < step; }) -
+      samples_.begin());
+  if (first < samples_.size() && samples_.size() - first > kRateIntervals) {
+    const double rate_after = MedianRate(samples_, first, samples_.size());
+    // The job's growth through the gap at the rate after, less what the join already counted,
+    // and never more than it took off as the profiler's.
+    const double target =
+        rate_after > j.rate_before
+            ? std::min(j.profiler, (rate_after - j.rate_before) * static_cast<double>(j.gap))
+            : 0.0;
+    const double back = target - j.returned;
+    for (size_t i = first; i < samples_.size(); ++i) {
+      samples_[i].bytes += back;
+      samples_[i].low += static_cast<float>(back);
+    }
+    offset_ -= back;
+    j.returned = target;
   }
-  auto mid = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
-  std::nth_element(rates.begin(), mid, rates.end());
-  const double rate_after = *mid;
-  if (rate_after <= j.rate_before) return;
-  // The job's growth through the gap at the rate after, less what the join already counted,
-  // and never more than it took off as the profiler's.
-  const double back =
-      std::min(j.profiler, (rate_after - j.rate_before) * static_cast<double>(j.gap));
-  for (auto it = first; it != samples_.end(); ++it) {
-    it->bytes += back;
-    it->low += static_cast<float>(back);
-  }
-  offset_ -= back;
+  if (final) pending_.reset();
 }
 
 void MemorySeries::Add(int64_t step, double bytes, double low) {
@@ -120,7 +127,7 @@ void MemorySeries::Add(int64_t step, double bytes, double low) {
   // one must not count the same window again.
   const bool after_window = WindowSince(step);
   if (after_window) {
-    Resettle();  // a window before the last one settles with the rate measured so far
+    Resettle(true);  // a window before the last one settles with the rate measured so far
     pending_ = JoinAfterWindow(step, bytes);
     offset_ += pending_->profiler;
   }
@@ -148,9 +155,11 @@ void MemorySeries::Add(int64_t step, double bytes, double low) {
   samples_.push_back({step, bytes - offset_, static_cast<float>(bytes),
                       after_window ? own_low : std::min(own_low, skipped_low_)});
   skipped_low_ = std::numeric_limits<float>::infinity();
-  if (pending_ && samples_.size() > kRateSamples &&
-      samples_[samples_.size() - 1 - kRateSamples].step >= pending_->first_after) {
-    Resettle();
+  if (pending_) {
+    const bool settled =
+        samples_.size() > kSettledIntervals &&
+        samples_[samples_.size() - 1 - kSettledIntervals].step >= pending_->first_after;
+    Resettle(settled);
   }
 }
 

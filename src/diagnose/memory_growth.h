@@ -48,22 +48,32 @@ class MemorySeries {
   // buffers and the trace's export raise a rank's RSS by tens of MiB (measured: 27 MiB in a
   // baseline window, 37 MiB in a slowdown window recording shapes), much of it never returned
   // to the OS. Samples from FIRST to LAST + kMemoryProfileSettleIterations are not kept, and
-  // the level after them is joined to the level before at the rate the rank grew before: a
+  // the level after them is joined to the level before at the rate the rank grew before (the
+  // median of its last kRateIntervals intervals: a leak that began a few samples before the
+  // window is at its own rate there, where a line over more samples would mix in the flat
+  // stretch before it and take the leak's growth through the window for the profiler's): a
   // leak's growth through the window stays, the profiler's step goes. A leak that began just
   // before the window has barely raised that rate (measured: one that began 11 iterations before
-  // a window lost 30 of the 105 MiB it grew, its rate read 0.7 MiB an iteration for 1): once
-  // kRateSamples samples follow the window the join is settled again at the rate after it where
-  // that is higher (the median of its intervals: a profiler's late creep of a MiB is one
-  // interval, a leak is all of them). Told when a window opens (before its iterations' samples
-  // arrive); the last kMaxProfiled windows are kept.
+  // a window lost 30 of the 105 MiB it grew, its rate read 0.7 MiB an iteration for 1): from
+  // kRateIntervals intervals after the window the join is settled again at the rate after it
+  // where that is higher (the median of its intervals: a profiler's late creep of a MiB is one
+  // interval, a leak is all of them), with each sample until kSettledIntervals. Told when a
+  // window opens (before its iterations' samples arrive); the last kMaxProfiled windows are
+  // kept.
   void Profiled(int64_t first, int64_t last);
   const std::vector<Sample>& samples() const { return samples_; }
 
   static constexpr size_t kMaxProfiled = 16;
 
  private:
-  // The samples the rate before a window is measured over.
-  static constexpr size_t kRateSamples = 8;
+  // The intervals a rate next to a window is the median of: one interval (a profiler's late
+  // creep, one report's allocation) moves no median of three. Samples come every 0.5 s: at
+  // 15-20 iterations a sample, more would reach back past a leak's start (measured: a leak from
+  // iteration 40, a baseline window at 77, found 125 iterations after its start with a line
+  // over the 8 samples before the window, the goal 100).
+  static constexpr size_t kRateIntervals = 3;
+  // The intervals after a window from which its join is settled for good.
+  static constexpr size_t kSettledIntervals = 8;
   // Whether STEP lies in a window's iterations or their settling time.
   bool InProfiledSpan(int64_t step) const;
   // Whether a window lies between the last kept sample and STEP.
@@ -76,13 +86,15 @@ class MemorySeries {
     int64_t gap = 0;
     double rate_before = 0;
     double profiler = 0;
+    double returned = 0;  // of PROFILER, what Resettle gave back to the job so far
   };
   // The join of a sample at STEP (RSS BYTES) after a window: the rise since the last kept
   // sample beyond what the rank's rate before gives is the profiler's.
   Join JoinAfterWindow(int64_t step, double bytes) const;
-  // Settles the pending join at the rate after its window where that is higher: what the
-  // profiler's share held of the job's growth goes back to the samples after it.
-  void Resettle();
+  // Settles the pending join at the rate after its window where that is higher (measured once
+  // kRateIntervals follow it): what the profiler's share held of the job's growth goes back to
+  // the samples after it. FINAL: for good (kSettledIntervals after it, or another window).
+  void Resettle(bool final);
 
   std::vector<Sample> samples_;
   std::optional<Join> pending_;  // the latest window's join, until the rate after it is known
