@@ -1,6 +1,9 @@
 // libFuzzer target: any bytes through the Flight Recorder reader (the pickle reader for a first
 // byte 0x80, JSON otherwise) must give a log or a Status, never a crash or unbounded memory; a
-// log that reads is then compared with a shifted copy of itself by the sequence diagnosis.
+// log that reads is then compared with a shifted copy of itself by the sequence diagnosis. Its
+// corpus starts from a memo amplification (fuzz/corpus/flight_recorder/memo_amplification: 4 KB
+// of references to references that ask for ~340 MB once copied out), run under scripts/test.sh's
+// 512 MB limit.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>

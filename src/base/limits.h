@@ -41,6 +41,14 @@ inline constexpr size_t kMaxSummaryFile = kMaxSummaryPayload + 64;
 inline constexpr size_t kMaxPickleBytes = 64u << 20;
 inline constexpr size_t kMaxFlightRecorderDump = kMaxPickleBytes;
 
+// What one dump's entries may become once read (their strings, sizes and frames, as the reader
+// copies them): a real dump of 2,000 collectives with deep stacks becomes 5-15 MB. A pickle
+// refers to a memoized value for two bytes a reference and each entry copies what it refers to
+// (measured: two dumps of 9.7 MB that asked for ~2 TB aborted the reader), so the copy is
+// charged before it is made: 64 MiB a dump, 256 MiB for all the dumps of one analysis.
+inline constexpr size_t kMaxFlightRecorderExpanded = 64u << 20;
+inline constexpr size_t kMaxFlightRecorderSetExpanded = 256u << 20;
+
 // Values one pickle may make (each is ~64 bytes in the reader's arena): a 2,000-entry dump has
 // ~250,000; 4M of them is 256 MB at most, whatever the file's opcodes ask for.
 inline constexpr size_t kMaxPickleNodes = 1u << 22;

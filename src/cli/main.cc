@@ -194,9 +194,7 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
     auto t = TracesBesideDumps(paths, *dumps);
     if (!t.ok()) return Fail(t.status());
     traces = std::move(*t);
-    auto l = pt::pattern::ReadFlightRecorderDumps(*dumps, &notes);
-    if (!l.ok()) return Fail(l.status());
-    logs = std::move(*l);
+    logs = pt::pattern::ReadFlightRecorderDumps(*dumps, &notes);
   }
   finding.reset();
   pt::pattern::LoadStats stats;
@@ -573,6 +571,9 @@ void AddServerCommands(CLI::App& app, OnlineCommands* c) {
                    "read status");
   server->add_option("--metrics", online.metrics,
                      "serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9464)");
+  server->add_flag("--metrics-public", online.metrics_public,
+                   "--metrics may listen off loopback; scrapers then send the server's token "
+                   "(Authorization: Bearer, the --token-file's)");
   AddTlsFlags(server, &online.tls, /*server=*/true);
   server->add_option("--max-seconds", online.max_seconds, "profiling time limit of a window");
   server->add_option("--grace-seconds", online.grace_seconds,
@@ -602,10 +603,9 @@ void AddServerCommands(CLI::App& app, OnlineCommands* c) {
                         "serve this node's workers on this Unix socket (perftracker run "
                         "--agent-socket PATH, or PERFTRACKER_AGENT_SOCKET in their environment); "
                         "{node} is this node's name");
-  agent_cmd
-      ->add_option("--trace-dir", online.trace_dir,
-                   "with --socket: where workers write their windows' raw traces")
-      ->default_val("perftracker-traces");
+  agent_cmd->add_option("--trace-dir", online.trace_dir,
+                        "with --socket: where workers write their windows' raw traces, a folder "
+                        "nobody else may enter (default: traces beside the socket)");
   agent_cmd->add_option("--keep-traces", online.keep_traces,
                         "with --socket: windows whose raw traces stay in --trace-dir");
   agent_cmd->add_option("--watch", online.watch_dir,
@@ -644,6 +644,9 @@ void AddRunCommand(CLI::App& app, OnlineCommands* c) {
   run->add_option("--metrics", run_opts.metrics,
                   "serve Prometheus metrics of the embedded server at http://ADDR/metrics "
                   "(e.g. 127.0.0.1:9464)");
+  run->add_flag("--metrics-public", run_opts.metrics_public,
+                "--metrics may listen off loopback; scrapers then send the run's token "
+                "(Authorization: Bearer, REPORT_DIR/.perftracker/token)");
   run->add_option("--agent-socket", run_opts.agent_socket,
                   "this node's agent is already running (`perftracker agent --socket PATH`): the "
                   "ranks report to it and the launcher starts none");

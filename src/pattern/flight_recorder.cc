@@ -60,6 +60,13 @@ class JsonValue {
     if (is_dict() && e_.get_object()[key].get(v) == simdjson::SUCCESS) return JsonValue(v);
     return {};
   }
+  // Calls F(item) for each item of a sequence, in order: an array's items are walked, not
+  // looked up by index (simdjson's at(i) walks from the start: quadratic over a dump's entries).
+  template <typename F>
+  void items(F f) const {
+    if (!is_sequence()) return;
+    for (dom::element x : dom::array(e_.get_array().value_unsafe())) f(JsonValue(x));
+  }
   // Calls F(key, value) for each member of a dict.
   template <typename F>
   void each(F f) const {
@@ -81,6 +88,36 @@ template <typename F>
 void Each(const JsonValue& v, F f) {
   v.each(f);
 }
+template <typename F>
+void Items(const trace::PickleValue& v, F f) {
+  for (size_t i = 0; i < v.length() && v.is_sequence(); ++i) f(v.at(i));
+}
+template <typename F>
+void Items(const JsonValue& v, F f) {
+  v.items(f);
+}
+
+// What the entries read so far may still become (limits::kMaxFlightRecorderExpanded): every
+// copy out of the dump is charged before it is made.
+//   ExpandBudget b(100); b.Take(60) == true; b.Take(60) == false; b.exhausted() == true
+class ExpandBudget {
+ public:
+  explicit ExpandBudget(size_t bytes) : left_(bytes) {}
+  bool Take(size_t bytes) {
+    if (bytes > left_) exhausted_ = true;
+    if (exhausted_) return false;
+    left_ -= bytes;
+    used_ += bytes;
+    return true;
+  }
+  bool exhausted() const { return exhausted_; }
+  size_t used() const { return used_; }
+
+ private:
+  size_t left_;
+  size_t used_ = 0;
+  bool exhausted_ = false;
+};
 
 // An integer the dump may write as a number or as its text (the JSON form's pg_status: "10").
 template <typename V>
@@ -109,11 +146,18 @@ std::vector<int> RankListText(std::string_view s) {
   return out;
 }
 
+// Reads entry E into C, charging what it copies to BUDGET; false when E is no collective or the
+// budget ran out (BUDGET says which).
 template <typename V>
-bool ReadCall(const V& e, CollectiveCall* c) {
+bool ReadCall(const V& e, CollectiveCall* c, ExpandBudget* budget) {
   if (!e.is_dict()) return false;
   const std::string_view name = e.get("profiling_name").str();
   if (name.empty()) return false;
+  const V pg = e.get("process_group");
+  const std::string_view state = e.get("state").str();
+  if (!budget->Take(sizeof(CollectiveCall) + name.size() + pg.at(0).str().size() +
+                    pg.at(1).str().size() + state.size()))
+    return false;
   if (const size_t colon = name.find(':'); colon != std::string_view::npos) {
     c->backend = std::string(name.substr(0, colon));
     c->op = std::string(name.substr(colon + 1));
@@ -123,46 +167,57 @@ bool ReadCall(const V& e, CollectiveCall* c) {
   c->p2p = e.get("is_p2p").integer(0) != 0;
   c->seq = Int(e.get(c->p2p ? "p2p_seq_id" : "collective_seq_id"), -1);
   if (c->seq < 0) return false;
-  const V pg = e.get("process_group");
   c->group = std::string(pg.at(0).is_string() ? pg.at(0).str() : std::string_view());
   if (c->group.empty()) c->group = std::to_string(Int(e.get("pg_id"), 0));
   c->group_desc = std::string(pg.at(1).str());
-  const V sizes = e.get("input_sizes");
-  for (size_t i = 0; i < sizes.length(); ++i) {
+  bool ok = true;
+  Items(e.get("input_sizes"), [&](const V& dims_of) {
+    if (!(ok = ok &&
+               budget->Take(sizeof(std::vector<int64_t>) + sizeof(int64_t) * dims_of.length())))
+      return;
     std::vector<int64_t> dims;
-    for (size_t d = 0; d < sizes.at(i).length(); ++d) dims.push_back(sizes.at(i).at(d).integer(-1));
+    Items(dims_of, [&](const V& d) { dims.push_back(d.integer(-1)); });
     c->sizes.push_back(std::move(dims));
-  }
-  const V dtypes = e.get("input_dtypes");
-  for (size_t i = 0; i < dtypes.length(); ++i) c->dtypes.emplace_back(dtypes.at(i).str());
-  c->state = std::string(e.get("state").str());
+  });
+  Items(e.get("input_dtypes"), [&](const V& t) {
+    if ((ok = ok && budget->Take(sizeof(std::string) + t.str().size())))
+      c->dtypes.emplace_back(t.str());
+  });
+  c->state = std::string(state);
   c->created_ns = Int(e.get("time_created_ns"), 0);
   // torch lists the frames innermost first; a StackFrame list is outermost first.
-  const V frames = e.get("frames");
-  for (size_t i = frames.length(); i-- > 0;) {
-    const V f = frames.at(i);
-    c->frames.push_back({std::string(f.get("filename").str()),
-                         static_cast<int>(Int(f.get("line"), 0)),
-                         std::string(f.get("name").str())});
-  }
-  return true;
+  Items(e.get("frames"), [&](const V& f) {
+    const std::string_view file = f.get("filename").str(), function = f.get("name").str();
+    if ((ok = ok && budget->Take(sizeof(StackFrame) + file.size() + function.size())))
+      c->frames.push_back(
+          {std::string(file), static_cast<int>(Int(f.get("line"), 0)), std::string(function)});
+  });
+  std::reverse(c->frames.begin(), c->frames.end());
+  return ok;
 }
 
 template <typename V>
-Status Extract(const V& root, const std::string& name, CollectiveLog* log, int* skipped) {
+Status Extract(const V& root, const std::string& name, CollectiveLog* log, int* skipped,
+               ExpandBudget* budget) {
   if (!root.is_dict()) return DataLoss(name + ": a Flight Recorder dump is a dict; this is not");
   const V entries = root.get("entries");
   if (!entries.is_sequence())
     return DataLoss(name + ": no \"entries\" list: not a Flight Recorder dump");
   log->version = std::string(root.get("version").str());
   int bad = 0;
-  for (size_t i = 0; i < entries.length(); ++i) {
+  Items(entries, [&](const V& entry) {
+    if (budget->exhausted()) return;
     CollectiveCall c;
-    if (ReadCall(entries.at(i), &c))
+    if (ReadCall(entry, &c, budget))
       log->calls.push_back(std::move(c));
     else
       ++bad;
-  }
+  });
+  if (budget->exhausted())
+    return ResourceExhausted(fmt::format(
+        "{}: its entries expand to more than {} MiB once read (values the pickle refers to "
+        "from many places, copied each time): not read",
+        name, budget->used() >> 20));
   Each(root.get("pg_status"), [&](const std::string& group, const V& s) {
     log->progress[group] = {Int(s.get("last_enqueued_collective"), -1),
                             Int(s.get("last_started_collective"), -1),
@@ -173,6 +228,45 @@ Status Extract(const V& root, const std::string& name, CollectiveLog* log, int* 
   });
   if (skipped != nullptr) *skipped = bad;
   return Status::Ok();
+}
+
+// ParseFlightRecorder with what its entries may become (BUDGET bytes).
+StatusOr<CollectiveLog> ParseWithin(std::string_view bytes, const std::string& name, int rank,
+                                    int* skipped, size_t budget_bytes) {
+  CollectiveLog log;
+  log.rank = rank;
+  log.source = name;
+  if (bytes.size() > limits::kMaxFlightRecorderDump)
+    return ResourceExhausted(
+        fmt::format("{}: {} bytes, over the {} MiB a Flight Recorder dump may have", name,
+                    bytes.size(), limits::kMaxFlightRecorderDump >> 20));
+  ExpandBudget budget(budget_bytes);
+  if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
+    PT_ASSIGN_OR_RETURN(trace::Pickle p, trace::ParsePickle(bytes, name));
+    PT_RETURN_IF_ERROR(Extract(p.root(), name, &log, skipped, &budget));
+    return log;
+  }
+  dom::parser parser;
+  dom::element doc;
+  const simdjson::padded_string padded(bytes);
+  if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS)
+    return DataLoss(fmt::format("{}: not a Flight Recorder dump (neither a pickle nor JSON: {})",
+                                name, simdjson::error_message(err)));
+  PT_RETURN_IF_ERROR(Extract(JsonValue(doc), name, &log, skipped, &budget));
+  return log;
+}
+
+// What LOG holds in memory, as its reader charged it (near enough for the set's budget).
+size_t ExpandedBytes(const CollectiveLog& log) {
+  size_t n = 0;
+  for (const CollectiveCall& c : log.calls) {
+    n += sizeof(CollectiveCall) + c.op.size() + c.backend.size() + c.group.size() +
+         c.group_desc.size() + c.state.size();
+    for (const auto& d : c.sizes) n += sizeof(d) + sizeof(int64_t) * d.size();
+    for (const auto& t : c.dtypes) n += sizeof(t) + t.size();
+    for (const StackFrame& f : c.frames) n += sizeof(f) + f.file.size() + f.function.size();
+  }
+  return n;
 }
 
 }  // namespace
@@ -194,26 +288,7 @@ bool LooksLikeFlightRecorder(std::string_view head) {
 
 StatusOr<CollectiveLog> ParseFlightRecorder(std::string_view bytes, const std::string& name,
                                             int rank, int* skipped) {
-  CollectiveLog log;
-  log.rank = rank;
-  log.source = name;
-  if (bytes.size() > limits::kMaxFlightRecorderDump)
-    return ResourceExhausted(
-        fmt::format("{}: {} bytes, over the {} MiB a Flight Recorder dump may have", name,
-                    bytes.size(), limits::kMaxFlightRecorderDump >> 20));
-  if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
-    PT_ASSIGN_OR_RETURN(trace::Pickle p, trace::ParsePickle(bytes, name));
-    PT_RETURN_IF_ERROR(Extract(p.root(), name, &log, skipped));
-    return log;
-  }
-  dom::parser parser;
-  dom::element doc;
-  const simdjson::padded_string padded(bytes);
-  if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS)
-    return DataLoss(fmt::format("{}: not a Flight Recorder dump (neither a pickle nor JSON: {})",
-                                name, simdjson::error_message(err)));
-  PT_RETURN_IF_ERROR(Extract(JsonValue(doc), name, &log, skipped));
-  return log;
+  return ParseWithin(bytes, name, rank, skipped, limits::kMaxFlightRecorderExpanded);
 }
 
 int FlightRecorderRank(const std::string& path) {
@@ -229,13 +304,21 @@ int FlightRecorderRank(const std::string& path) {
   return std::stoi(base.substr(i));
 }
 
-StatusOr<CollectiveLog> ReadFlightRecorderFile(const std::string& path, int* skipped) {
+namespace {
+
+StatusOr<CollectiveLog> ReadWithin(const std::string& path, int* skipped, size_t budget_bytes) {
   const int rank = FlightRecorderRank(path);
   if (rank < 0)
     return InvalidArgument(path + ": no rank in the file name (torch names dumps PREFIX<rank>)");
   PT_ASSIGN_OR_RETURN(std::string bytes,
                       ReadSmallFile(path, limits::kMaxFlightRecorderDump, "Flight Recorder dump"));
-  return ParseFlightRecorder(bytes, path, rank, skipped);
+  return ParseWithin(bytes, path, rank, skipped, budget_bytes);
+}
+
+}  // namespace
+
+StatusOr<CollectiveLog> ReadFlightRecorderFile(const std::string& path, int* skipped) {
+  return ReadWithin(path, skipped, limits::kMaxFlightRecorderExpanded);
 }
 
 StatusOr<std::vector<std::string>> FindFlightRecorderDumps(const std::vector<std::string>& paths) {
@@ -285,21 +368,30 @@ void MergeCollectiveLog(CollectiveLog from, CollectiveLog* into) {
   for (auto& [g, r] : from.group_ranks) into->group_ranks.emplace(g, std::move(r));
 }
 
-StatusOr<std::vector<CollectiveLog>> ReadFlightRecorderDumps(const std::vector<std::string>& files,
-                                                             std::vector<std::string>* notes) {
+std::vector<CollectiveLog> ReadFlightRecorderDumps(const std::vector<std::string>& files,
+                                                   std::vector<std::string>* notes) {
   std::vector<CollectiveLog> out;
   std::map<int, size_t> seen;  // rank -> its log in OUT
   int skipped_total = 0;
+  size_t set_left = limits::kMaxFlightRecorderSetExpanded;
+  std::vector<std::string> unread;
   for (const std::string& file : files) {
     int skipped = 0;
-    PT_ASSIGN_OR_RETURN(CollectiveLog log, ReadFlightRecorderFile(file, &skipped));
-    skipped_total += skipped;
-    if (auto [it, fresh] = seen.emplace(log.rank, out.size()); !fresh) {
-      MergeCollectiveLog(std::move(log), &out[it->second]);
+    auto log = ReadWithin(file, &skipped, std::min(set_left, limits::kMaxFlightRecorderExpanded));
+    if (!log.ok()) {
+      // One damaged or hostile dump is a note on it; the other ranks' dumps still count.
+      if (unread.size() < kMaxUnreadNamed) unread.push_back(log.status().message());
       continue;
     }
-    out.push_back(std::move(log));
+    skipped_total += skipped;
+    set_left -= std::min(set_left, ExpandedBytes(*log));
+    if (auto [it, fresh] = seen.emplace(log->rank, out.size()); !fresh) {
+      MergeCollectiveLog(std::move(*log), &out[it->second]);
+      continue;
+    }
+    out.push_back(std::move(*log));
   }
+  for (std::string& u : unread) notes->push_back("a Flight Recorder dump was left out: " + u);
   if (skipped_total > 0)
     notes->push_back(
         fmt::format("{} Flight Recorder entr{} without a name or sequence number left out",

@@ -10,7 +10,9 @@
 //                 "input_sizes": [[36]], "input_dtypes": ["Float"], "state": "scheduled",
 //                 "time_created_ns": T, "frames": [{"name", "filename", "line"}, ...]}, ...]}
 // The pickle is read by trace/pickle.h (plain data only, never executed); a dump over
-// limits::kMaxFlightRecorderDump is refused before it is read. Entries without a sequence id or
+// limits::kMaxFlightRecorderDump is refused before it is read, and one whose entries would
+// become more than limits::kMaxFlightRecorderExpanded once copied out (a memoized value referred
+// to from millions of places) while it is read. Entries without a sequence id or
 // a name are counted as skipped, not fatal: the ring of a rank is evidence, and most of it is
 // better than none.
 #ifndef PERFTRACKER_PATTERN_FLIGHT_RECORDER_H_
@@ -50,9 +52,12 @@ void MergeCollectiveLog(CollectiveLog from, CollectiveLog* into);
 
 // Every dump of FILES (FindFlightRecorderDumps), one log per rank: a rank's files (torch's dump
 // and the worker's ring) are merged, the first one read first (sort torch's before the ring's).
-// A dump that cannot be read is an error; entries skipped are NOTES.
-StatusOr<std::vector<CollectiveLog>> ReadFlightRecorderDumps(const std::vector<std::string>& files,
-                                                             std::vector<std::string>* notes);
+// A dump that cannot be read (damaged, hostile, or past what the set's dumps may become once
+// read: limits::kMaxFlightRecorderSetExpanded) is left out with a note, the first
+// kMaxUnreadNamed of them by name; entries skipped are NOTES too.
+inline constexpr size_t kMaxUnreadNamed = 8;
+std::vector<CollectiveLog> ReadFlightRecorderDumps(const std::vector<std::string>& files,
+                                                   std::vector<std::string>* notes);
 
 }  // namespace perftracker::pattern
 

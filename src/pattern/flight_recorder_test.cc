@@ -1,8 +1,15 @@
 #include "pattern/flight_recorder.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include "base/limits.h"
 
 namespace perftracker::pattern {
 namespace {
@@ -117,6 +124,103 @@ TEST(FlightRecorderTest, ARanksTorchDumpAndRingMerge) {
   EXPECT_EQ(fr->calls[1].created_ns, 20);  // torch's own #2 kept
   EXPECT_EQ(fr->calls[2].op, "broadcast");
   EXPECT_EQ(fr->source, "rank_1.fr, rank_1.ring.json");
+}
+
+// A pickle (protocol 2) written opcode by opcode.
+class PickleWriter {
+ public:
+  PickleWriter() { b_ += "\x80\x02"; }
+  PickleWriter& Dict() { return Op('}'); }
+  PickleWriter& List() { return Op(']'); }
+  PickleWriter& Mark() { return Op('('); }
+  PickleWriter& SetItems() { return Op('u'); }
+  PickleWriter& SetItem() { return Op('s'); }
+  PickleWriter& Appends() { return Op('e'); }
+  PickleWriter& Str(const std::string& s) {
+    Op('X');
+    for (int k = 0; k < 4; ++k) b_ += static_cast<char>((s.size() >> (8 * k)) & 0xff);
+    b_ += s;
+    return *this;
+  }
+  PickleWriter& Int(uint8_t v) { return Op('K').Op(static_cast<char>(v)); }
+  PickleWriter& Put(uint8_t id) { return Op('q').Op(static_cast<char>(id)); }
+  PickleWriter& Get(uint8_t id) { return Op('h').Op(static_cast<char>(id)); }
+  std::string Stop() { return b_ + "."; }
+
+ private:
+  PickleWriter& Op(char c) {
+    b_ += c;
+    return *this;
+  }
+  std::string b_;
+};
+
+// A dump of ENTRIES references to one memoized entry whose FRAMES frames are references to one
+// memoized frame with a 1,000-character file name: each entry read copies ~FRAMES KB.
+std::string Amplified(int entries, int frames) {
+  PickleWriter w;
+  w.Dict().Str("entries").List().Mark();
+  w.Dict().Mark().Str("profiling_name").Str("gloo:all_reduce").Str("collective_seq_id").Int(1);
+  w.Str("frames").List().Mark();
+  w.Dict().Mark().Str("filename").Str(std::string(1000, 'f')).Str("name").Str("fn");
+  w.Str("line").Int(3).SetItems().Put(1);
+  for (int i = 1; i < frames; ++i) w.Get(1);
+  w.Appends().SetItems().Put(2);
+  for (int i = 1; i < entries; ++i) w.Get(2);
+  w.Appends().SetItem();
+  return w.Stop();
+}
+
+TEST(FlightRecorderTest, AMemoizedValueReferredToFromEverywhereIsRefusedWhileRead) {
+  // 5 KB that ask for ~1 GB: 1,000 references to an entry holding 1,000 references to a frame.
+  const std::string dump = Amplified(1000, 1000);
+  ASSERT_LT(dump.size(), 6000u);
+  auto log = ParseFlightRecorder(dump, "fr_1", 1);
+  ASSERT_FALSE(log.ok());
+  EXPECT_EQ(log.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(log.status().message().find("fr_1: its entries expand to more than"), std::string::npos)
+      << log.status().message();
+  // A few such references are a dump like any other.
+  auto small = ParseFlightRecorder(Amplified(3, 4), "fr_1", 1);
+  ASSERT_TRUE(small.ok()) << small.status().message();
+  ASSERT_EQ(small->calls.size(), 3u);
+  ASSERT_EQ(small->calls[2].frames.size(), 4u);
+  EXPECT_EQ(small->calls[2].frames[0].line, 3);
+}
+
+TEST(FlightRecorderTest, ABadDumpIsANoteAndTheOthersAreRead) {
+  char tmpl[] = "/tmp/pt_fr_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return dir + "/" + name;
+  };
+  std::ifstream good(kData + "ddp2_gloo_rank_0", std::ios::binary);
+  const std::string good_bytes((std::istreambuf_iterator<char>(good)), {});
+  // Rank 0's dump, rank 1's hostile one, rank 2's cut short.
+  const std::vector<std::string> files = {write("fr_0", good_bytes),
+                                          write("fr_1", Amplified(1000, 1000)),
+                                          write("fr_2", good_bytes.substr(0, 100))};
+  std::vector<std::string> notes;
+  std::vector<CollectiveLog> logs = ReadFlightRecorderDumps(files, &notes);
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_EQ(logs[0].rank, 0);
+  ExpectTheJob(logs[0]);
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("left out: " + dir + "/fr_1: its entries expand"), std::string::npos)
+      << notes[0];
+  EXPECT_NE(notes[1].find("left out: " + dir + "/fr_2"), std::string::npos) << notes[1];
+  // The dumps of one analysis together stay within their budget: dumps of ~60 MiB each once
+  // read fit alone, and the fifth no longer does.
+  std::vector<std::string> big;
+  for (int r = 0; r < 5; ++r) big.push_back(write("big_" + std::to_string(r), Amplified(56, 1000)));
+  notes.clear();
+  logs = ReadFlightRecorderDumps(big, &notes);
+  EXPECT_EQ(logs.size(), 4u);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("big_4"), std::string::npos) << notes[0];
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

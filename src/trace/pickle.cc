@@ -181,6 +181,11 @@ class PickleParser {
         return std::move(out_);
       }
       if (Status st = Step(static_cast<Op>(code), at); !st.ok()) return st;
+      // Every opcode pushes one entry at most: the stack (and the MARKs on it) stays within
+      // the values a pickle may make, whatever the file repeats.
+      if (stack_.size() > limits::kMaxPickleNodes)
+        return Bad(fmt::format("more than {} values on the stack at byte {}",
+                               limits::kMaxPickleNodes, at));
     }
     return Bad("ends before its STOP opcode");
   }

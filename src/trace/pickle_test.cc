@@ -135,5 +135,16 @@ TEST(PickleTest, NegativeLong1AndSelfReference) {
   EXPECT_EQ(n->root().integer(), -2);
 }
 
+TEST(PickleTest, TheStackIsBoundedWhateverTheFileRepeats) {
+  // One None duplicated 5M times: 5 MB that would hold a 40 MB stack (64 MiB of them, 512 MB).
+  std::string bytes = "\x80\x02N";
+  bytes.append(5'000'000, '2');  // DUP
+  bytes += ".";
+  auto p = ParsePickle(bytes, "dups");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("values on the stack"), std::string::npos)
+      << p.status().message();
+}
+
 }  // namespace
 }  // namespace perftracker::trace
