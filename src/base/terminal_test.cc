@@ -23,6 +23,23 @@ TEST(TerminalSafeTest, C1ControlsInUtf8AreEscapedAndOtherTextKept) {
   EXPECT_EQ(TerminalSafe("end\xc2"), "end\xc2");
 }
 
+TEST(TerminalSafeTest, RawC1BytesAndBidiControlsAreEscaped) {
+  // A raw 0x9b (CSI to a terminal in an 8-bit mode) outside any UTF-8 character.
+  EXPECT_EQ(TerminalSafe("csi\x9b"
+                         "2J"),
+            "csi\\x9b2J");
+  // Inside a character it is a continuation byte: U+2192 and U+4E9B stay.
+  EXPECT_EQ(TerminalSafe("\xe2\x86\x92\xe4\xba\x9b"), "\xe2\x86\x92\xe4\xba\x9b");
+  // A right-to-left override makes "gpj.exe" read as "exe.jpg"; isolates and marks too.
+  EXPECT_EQ(TerminalSafe("a\xe2\x80\xae"
+                         "gpj.exe"),
+            "a\\u202egpj.exe");
+  EXPECT_EQ(TerminalSafe("\xe2\x81\xa6x\xe2\x81\xa9\xe2\x80\x8f\xd8\x9c"),
+            "\\u2066x\\u2069\\u200f\\u061c");
+  // An em dash (U+2014) and U+2070 are no controls.
+  EXPECT_EQ(TerminalSafe("a\xe2\x80\x94\xe2\x81\xb0"), "a\xe2\x80\x94\xe2\x81\xb0");
+}
+
 TEST(TerminalSafeTest, OneLineEscapesLineBreaksToo) {
   EXPECT_EQ(TerminalSafe("host\nfake line\t", /*keep_lines=*/false), "host\\x0afake line\\x09");
 }
