@@ -288,6 +288,91 @@ class SocketHardening(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, r.stderr)
         self.assertIn(theirs, r.stderr)
 
+    def test_an_agent_refuses_a_trace_folder_another_user_made_first(self):
+        # Issue 40: the trace folder, where workers write and the agent reads, summarizes and
+        # prunes, passes the socket folder's check: another user's folder open to all is refused.
+        theirs = os.path.join(self.tmp, "traces")
+        subprocess.run(self.as_nobody() + ["mkdir", "-m", "0777", theirs], check=True)
+        sock = os.path.join(self.tmp, "own", "agent.sock")
+        r = ptest.run(["agent", "--server", "127.0.0.1:1", "--socket", sock, "--trace-dir", theirs],
+                      timeout=30)
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+        self.assertIn(f"the trace folder {theirs}", r.stderr)
+        self.assertEqual(os.stat(theirs).st_mode & 0o777, 0o777)  # not chmod-ed
+
+    def test_loader_counters_are_a_new_file_in_a_private_folder_while_the_collector_is_on(self):
+        # Issue 40: a DataLoader worker's counter file (loader-<pid> in the agent socket's
+        # folder) was opened O_CREAT|O_TRUNC: through a planted link, over another user's file,
+        # in any folder, and after the collector turned itself off.
+        sys.path.insert(0, os.path.join(ptest.SOURCE, "python"))
+        from perftracker import files, loader, switch
+        private = os.path.join(self.tmp, "sock")
+        os.mkdir(private, 0o700)
+        self.assertTrue(files.private_folder(private))
+        opened = os.path.join(self.tmp, "open")
+        os.mkdir(opened)
+        os.chmod(opened, 0o755)
+        self.assertFalse(files.private_folder(opened))
+        self.assertTrue(files.own_folder(opened))  # others may read a report's folder
+        os.chmod(opened, 0o775)
+        self.assertFalse(files.own_folder(opened))
+        os.symlink(private, os.path.join(self.tmp, "link"))
+        self.assertFalse(files.private_folder(os.path.join(self.tmp, "link")))
+        # A planted link: never followed, its target untouched.
+        victim = os.path.join(self.tmp, "victim")
+        with open(victim, "w") as f:
+            f.write("keep")
+        planted = os.path.join(private, "loader-1")
+        os.symlink(victim, planted)
+        with self.assertRaises(OSError):
+            loader.WorkerStats(planted, "d", "c")
+        with open(victim) as f:
+            self.assertEqual(f.read(), "keep")
+        # Another user's file there: left alone.
+        theirs = os.path.join(self.tmp, "loader-2")
+        subprocess.run(self.as_nobody() + ["touch", theirs], check=True)
+        with self.assertRaises(OSError):
+            loader.WorkerStats(theirs, "d", "c")
+        self.assertEqual(os.path.getsize(theirs), 0)
+        # An earlier worker's file of this user's (the same pid, not yet pruned): made afresh.
+        stale = os.path.join(private, "loader-3")
+        with open(stale, "wb") as f:
+            f.write(b"x" * 2000)
+        loader.WorkerStats(stale, "d", "c").add(5, 6)
+        self.assertEqual(os.path.getsize(stale), loader.SIZE)
+        # The collector turned itself off: no more counters in this process.
+        self.assertFalse(loader._RECORDER.off)
+        switch.Switch().turn_off(RuntimeError("test"))
+        self.assertTrue(loader._RECORDER.off)
+        loader._RECORDER.off = False
+
+    def test_rings_of_collectives_are_dumped_only_into_a_folder_nobody_else_writes_in(self):
+        # Issue 40: the collectives folder comes from the environment; one others may write in
+        # could hold links planted where the dumps go.
+        sys.path.insert(0, os.path.join(ptest.SOURCE, "python"))
+        from perftracker import collectives, config, switch
+        written = []
+        sw = switch.Switch()
+        sw.w = types.SimpleNamespace(collective_dump=written.append,
+                                     collective_crash_path=written.append)
+        ring = collectives.CollectiveRing(sw)
+        ring._rank = 0
+        shared = os.path.join(self.tmp, "shared")
+        subprocess.run(self.as_nobody() + ["mkdir", "-m", "0777", shared], check=True)
+        own = os.path.join(self.tmp, "own")
+        os.mkdir(own, 0o700)
+        env = os.environ.get(config.COLLECTIVES_DIR_ENV)
+        self.addCleanup(lambda: os.environ.__setitem__(config.COLLECTIVES_DIR_ENV, env) if env
+                        else os.environ.pop(config.COLLECTIVES_DIR_ENV, None))
+        os.environ[config.COLLECTIVES_DIR_ENV] = shared
+        ring.dump(False)
+        ring._set_crash_path()
+        self.assertEqual(written, [])
+        os.environ[config.COLLECTIVES_DIR_ENV] = own
+        ring.dump(False)
+        self.assertEqual(written, [os.path.join(own, "rank_0.ring.json")])
+
     def test_a_worker_obeys_no_other_users_agent(self):
         # Nobody's agent, in nobody's folder, tells the worker to write into the user's files.
         theirs = os.path.join(self.tmp, "theirs")

@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Any, Dict, Optional, Tuple
 
+from perftracker import files
 from perftracker.config import COLLECTIVES_DIR_ENV
 from perftracker.switch import Switch
 
@@ -121,7 +122,7 @@ class CollectiveRing:
     def _set_crash_path(self) -> None:
         self._crash_path_set = True
         folder, rank = self._dir_and_rank()
-        if folder and rank is not None:
+        if folder and rank is not None and files.own_folder(folder):
             self._switch.w.collective_crash_path(os.path.join(folder, f"rank_{rank}.ring.json"))
 
     def dump(self, with_torch: bool) -> None:
@@ -141,6 +142,10 @@ class CollectiveRing:
         w = self._switch.w
         if not folder or rank is None or w is None:
             return
+        if not files.own_folder(folder):
+            # The folder comes from the environment: one others may write in could hold links
+            # planted where the dumps go.
+            raise PermissionError(f"{folder}: not a folder of this user's that only it may write in")
         w.collective_dump(os.path.join(folder, f"rank_{rank}.ring.json"))
         if not with_torch:
             return

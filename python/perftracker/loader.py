@@ -4,8 +4,9 @@ collate function in a small shared file, which the agent reads at a window's sta
 (src/agent/loader_stats.h reads the same layout). The Python tracer follows only the training
 thread: without this, a rank that waits for its loader workers shows only the wait.
 
-The file is `loader-<pid>` in the folder of the agent's socket (private to the job's user),
-made by the worker process at its first batch. It outlives the worker, so that a window that
+The file is `loader-<pid>` in the folder of the agent's socket, made by the worker process at
+its first batch: only where that folder is private to the job's user (as the agent makes it),
+created afresh (O_EXCL, never through a link), and never once the collector turned itself off. It outlives the worker, so that a window that
 ends as the workers exit (the job's end, an epoch's end) still reads their last count; the agent
 removes the files of workers that are gone when the next window begins. Layout, little-endian, 512 bytes:
 
@@ -33,6 +34,7 @@ import time
 from typing import Any, Callable, Optional
 
 from perftracker import config, identity
+from perftracker.files import create_private_file, private_folder
 
 MAGIC = b"PTLW"
 VERSION = 1
@@ -68,12 +70,18 @@ def stats_dir(environ=None) -> str:
     return os.path.dirname(identity.agent_socket(sock, environ)) if sock else ""
 
 
+def stop_recording() -> None:
+    """The collector turned itself off: this process (and the workers it forks from now on)
+    writes no more counters."""
+    _RECORDER.off = True
+
+
 class WorkerStats:
     """One DataLoader worker process's counters in its shared file."""
 
     def __init__(self, path: str, dataset_fn: str, collate_fn: str) -> None:
         self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = create_private_file(path)
         try:
             os.ftruncate(fd, SIZE)
             self._mm = mmap.mmap(fd, SIZE)
@@ -112,6 +120,9 @@ class _Recorder:
         try:
             folder = stats_dir()
             if not folder or not _in_worker():
+                return None
+            if not private_folder(folder):
+                self.off = True
                 return None
             self.pid = os.getpid()
             path = os.path.join(folder, f"loader-{self.pid}")

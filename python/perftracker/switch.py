@@ -25,6 +25,11 @@ class Switch:
             return
         self.off = True
         try:
+            from perftracker import loader  # its DataLoader workers' counters stop too
+            loader.stop_recording()
+        except Exception:
+            pass
+        try:
             sys.stderr.write(f"perftracker: worker collector turned off: {err!r}\n")
             if self.w is not None:
                 self.w.disable()  # the C++ side stops too (and disarms its tracer), without a 2nd line

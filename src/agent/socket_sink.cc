@@ -673,12 +673,14 @@ Status SocketSink::Start() {
   const fs::path parent = fs::path(m.socket_path).parent_path();
   if (Status st = MakePrivateDir(parent.empty() ? "." : parent.string()); !st.ok())
     return InvalidArgument(fmt::format("agent: socket {}: {}", m.socket_path, st.message()));
-  std::error_code ec;
-  fs::create_directories(m.trace_dir, ec);
-  auto root = RealPath(m.trace_dir);
-  if (ec || !root.ok()) {
+  // The workers write their traces there and the agent reads, summarizes and prunes what it
+  // finds: whoever else may write in it could plant a link for torch's export to follow, or a
+  // trace of their own. Private as the socket's folder is.
+  Status trace_st = MakePrivateDir(m.trace_dir);
+  auto root = trace_st.ok() ? RealPath(m.trace_dir) : StatusOr<std::string>(trace_st);
+  if (!root.ok()) {
     return InvalidArgument(fmt::format("agent: cannot use the trace folder {}: {}", m.trace_dir,
-                                       ec ? ec.message() : root.status().message()));
+                                       root.status().message()));
   }
   m.trace_root = *root;
 

@@ -192,6 +192,24 @@ TEST_F(SocketSinkTest, StartRefusesAPathItCannotUse) {
   EXPECT_THAT(st.message(), testing::HasSubstr(SocketPath()));
 }
 
+TEST_F(SocketSinkTest, StartRefusesATraceFolderOthersMayWriteIn) {
+  // A folder someone made first for everyone (0777): a link planted there would take torch's
+  // export elsewhere, a trace planted there would be read as a rank's.
+  const std::string shared = dir_.path() + "/shared-traces";
+  ASSERT_TRUE(fs::create_directory(shared));
+  fs::permissions(shared, fs::perms::all);
+  SocketSink sink(dir_.path() + "/own/agent.sock", shared);
+  Status st = sink.Start();
+  ASSERT_FALSE(st.ok());
+  EXPECT_THAT(st.message(), testing::HasSubstr("the trace folder " + shared));
+  EXPECT_EQ(fs::status(shared).permissions(), fs::perms::all);  // refused, never chmod-ed
+  // A folder it makes is made private.
+  SocketSink fresh(dir_.path() + "/own2/agent.sock", dir_.path() + "/new-traces");
+  ASSERT_TRUE(fresh.Start().ok());
+  EXPECT_EQ(fs::status(dir_.path() + "/new-traces").permissions(), fs::perms::owner_all);
+  fresh.Stop();
+}
+
 TEST_F(SocketSinkTest, ReplacesAStaleSocketFileAndRemovesItOnStop) {
   sink_->Stop();
   EXPECT_FALSE(fs::exists(SocketPath()));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -175,7 +176,11 @@ class JobLauncher {
     if (Status st = log::Configure({.file = log_path_, .verbose = o_.verbose}); !st.ok()) return st;
     started_ = Clock::now();
     trace_dir_ = (fs::path(report_dir_) / "traces").string();
-    fs::create_directories(trace_dir_, ec);
+    // The agent takes only a private trace folder (agent/socket_sink.h): an earlier run's, made
+    // before that rule (0755, this user's, no link), becomes one; anyone else's is refused there.
+    if (struct stat st{};
+        lstat(trace_dir_.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+      fs::permissions(trace_dir_, fs::perms::owner_all, ec);
     // The ranks' rings of collectives and Flight Recorder dumps, and what a rank's memory was
     // when it ran out (the CUDA allocator's snapshot): this run's only (an earlier run's would
     // be read as this one's ranks').

@@ -95,6 +95,7 @@ Status RunServer(const OnlineFlags& f) {
   o.max_seconds = f.max_seconds;
   o.upload_grace_seconds = f.grace_seconds;
   o.metrics_listen = f.metrics;
+  o.metrics_public = f.metrics_public;
   o.schedule.default_iterations = f.iterations;
   o.diagnose = f.diagnose;
   o.schedule.baseline_window = f.baseline == "on";
@@ -168,13 +169,13 @@ Status RunAgent(OnlineFlags f) {
   } else {
     // The node agent of `perftracker run --agent-socket PATH`: workers connect and are told
     // where to write their windows' traces.
-    std::error_code ec;
-    std::filesystem::create_directories(f.trace_dir, ec);
-    if (ec)
-      return InvalidArgument(
-          fmt::format("{}: cannot create the trace folder: {}", f.trace_dir, ec.message()));
-    // SocketSink::Start makes the socket's folder private, or refuses one that is not
-    // (base/private_dir.h): whoever may write there could put their own socket in its place.
+    // Not relative to wherever the agent was started: beside its socket, in the socket's
+    // private folder.
+    if (f.trace_dir.empty())
+      f.trace_dir = (std::filesystem::path(f.socket).parent_path() / "traces").string();
+    // SocketSink::Start makes the socket's folder and the trace folder private, or refuses ones
+    // that are not (base/private_dir.h): whoever may write there could put their own socket in
+    // its place, or plant links and traces.
     agent::SocketSink::Options so;
     so.retention.keep_windows = f.keep_traces;
     auto socket_sink = std::make_unique<agent::SocketSink>(

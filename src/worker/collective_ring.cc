@@ -47,9 +47,22 @@ std::atomic<bool> g_dumping{false};
 struct sigaction g_old[kFatalSignals.size()];
 bool g_installed = false;
 
+// S cut to fit DST, at a UTF-8 character's boundary: a character cut in two makes the dump's
+// JSON unreadable (a reader refuses invalid UTF-8), and the whole ring with it.
+//   Copy("ab\xc3\xa9", char[4]) -> "ab";  with KEEP_END, Copy("\xc3\xa9xy", char[4]) -> "xy"
 template <size_t N>
 void Copy(std::string_view s, char (&dst)[N], bool keep_end = false) {
-  if (s.size() >= N) s = keep_end ? s.substr(s.size() - (N - 1)) : s.substr(0, N - 1);
+  auto continuation = [](char c) { return (static_cast<unsigned char>(c) & 0xc0) == 0x80; };
+  if (s.size() >= N) {
+    if (keep_end) {
+      s = s.substr(s.size() - (N - 1));
+      while (!s.empty() && continuation(s.front())) s.remove_prefix(1);
+    } else {
+      size_t cut = N - 1;  // s[cut] is the first byte left out
+      while (cut > 0 && continuation(s[cut])) --cut;
+      s = s.substr(0, cut);
+    }
+  }
   std::memcpy(dst, s.data(), s.size());
   dst[s.size()] = '\0';
 }
@@ -249,8 +262,14 @@ std::string DumpJson() {
 Status WriteDump(const std::string& path) {
   const std::string tmp = path + ".tmp";
   const std::string json = DumpJson();
-  FILE* f = std::fopen(tmp.c_str(), "wbe");
-  if (f == nullptr) return InvalidArgument(tmp + ": " + std::strerror(errno));
+  // Never through a link planted where the file goes (the folder comes from the environment).
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return InvalidArgument(tmp + ": " + std::strerror(errno));
+  FILE* f = fdopen(fd, "wb");
+  if (f == nullptr) {
+    close(fd);
+    return InvalidArgument(tmp + ": " + std::strerror(errno));
+  }
   const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
   if (std::fclose(f) != 0 || !ok) return DataLoss(tmp + ": write failed");
   if (std::rename(tmp.c_str(), path.c_str()) != 0)

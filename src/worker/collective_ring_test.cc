@@ -70,6 +70,48 @@ TEST(CollectiveRingTest, DumpsAsAFlightRecorderJsonDump) {
             "/job/a \"quoted\"\\path.py");
 }
 
+TEST(CollectiveRingTest, ANameCutToFitIsCutBetweenCharacters) {
+  // Issue 40: a function name of 'é's (two bytes each) cut at 63 bytes ended in half a
+  // character, and the dump was no JSON a reader takes.
+  ring::ResetForTest();
+  std::string name, path = "/";
+  for (int i = 0; i < 40; ++i) name += "\xc3\xa9";
+  for (int i = 0; i < 120; ++i) path += "\xc3\xa9";
+  CollectiveEntry e = AllReduce(1, nullptr, 0);
+  e.function = name;
+  e.file = path + "/train.py";
+  ring::Entered(e, 1000);
+  const std::string json = ring::DumpJson();
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  simdjson::dom::element frame = doc["entries"].at(0)["frames"].at(0).value();
+  const std::string_view fn = frame["name"].get_string().value();
+  EXPECT_EQ(fn, std::string_view(name).substr(0, 62));  // 31 whole characters
+  const std::string_view file = frame["filename"].get_string().value();
+  EXPECT_TRUE(file.ends_with("\xc3\xa9/train.py")) << file;
+  EXPECT_NE(static_cast<unsigned char>(file.front()) & 0xc0, 0x80) << file;
+}
+
+TEST(CollectiveRingTest, ADumpIsNeverWrittenThroughALink) {
+  // Issue 40: the dump's temporary file was opened with fopen, which follows a link planted
+  // there to wherever it points.
+  ring::ResetForTest();
+  const std::string dir = ::testing::TempDir();
+  const std::string victim = dir + "/pt_ring_victim", path = dir + "/pt_ring_rank_0.ring.json";
+  {
+    std::ofstream(victim) << "keep";
+  }
+  std::remove((path + ".tmp").c_str());
+  ASSERT_EQ(symlink(victim.c_str(), (path + ".tmp").c_str()), 0);
+  EXPECT_FALSE(ring::WriteDump(path).ok());
+  EXPECT_EQ(ReadAll(victim), "keep");
+  std::remove((path + ".tmp").c_str());
+  EXPECT_TRUE(ring::WriteDump(path).ok());
+  std::remove(path.c_str());
+  std::remove(victim.c_str());
+}
+
 TEST(CollectiveRingTest, KeepsTheLastEntriesOldestFirst) {
   ring::ResetForTest();
   const int64_t sizes[] = {4};
