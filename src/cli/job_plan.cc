@@ -43,6 +43,7 @@ server::ServerOptions EmbeddedServerOptions(const RunOptions& o, const std::stri
   so.diagnose = o.diagnose;
   so.schedule.profile_every_seconds = o.profile_every_seconds;
   so.metrics_listen = o.metrics;
+  so.metrics_public = o.metrics_public;
   return so;
 }
 

@@ -35,6 +35,7 @@ struct RunOptions {
   // workers reconnect.
   std::string agent_socket;
   std::string metrics;  // the embedded server's Prometheus endpoint (ServerOptions::metrics_listen)
+  bool metrics_public = false;  // ServerOptions::metrics_public
   std::string token_file;
   int iterations = window_defaults::kIterations;      // per window
   double max_seconds = window_defaults::kMaxSeconds;  // per window

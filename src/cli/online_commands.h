@@ -30,6 +30,7 @@ struct OnlineFlags {
   TlsFiles tls;
   std::string watch_dir;
   std::string metrics;    // server: Prometheus endpoint
+  bool metrics_public = false;  // server: that endpoint may be off loopback (token required)
   std::string socket;     // agent: serve workers on this Unix socket
   std::string trace_dir;  // agent --socket: where the workers write their traces
   int keep_traces = 3;

@@ -1,8 +1,10 @@
 #include "cli/slurm.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <stdlib.h>
 #include <sys/random.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -77,6 +79,45 @@ std::vector<std::string> AllocationOptions(const std::vector<std::string>& srun)
   return out;
 }
 
+namespace {
+
+// The first line ARGV prints on stdout (at most 255 bytes, without its line break), run as a
+// program of its own: no shell, so what the arguments hold (a node list from the environment)
+// is never read as a command. Empty where it cannot run or prints nothing.
+std::string FirstLineOf(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return "";
+  std::vector<char*> a;
+  for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+  a.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (dup2(fds[1], STDOUT_FILENO) < 0 || (null >= 0 && dup2(null, STDERR_FILENO) < 0)) _exit(127);
+    execvp(a[0], a.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[256];
+  ssize_t n;
+  while (pid > 0 && out.size() < sizeof(buf) &&
+         (n = read(fds[0], buf, sizeof(buf) - out.size())) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (pid > 0)
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  out = out.substr(0, out.find('\n'));
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
 void ApplySlurmDefaults(RunOptions* o, bool nnodes_given, bool node_rank_given,
                         bool master_addr_given) {
   if (o->nproc <= 0 || std::getenv("SLURM_JOB_ID") == nullptr) return;
@@ -97,16 +138,8 @@ void ApplySlurmDefaults(RunOptions* o, bool nnodes_given, bool node_rank_given,
     const char* list = std::getenv("SLURM_JOB_NODELIST");
     if (list == nullptr) list = std::getenv("SLURM_NODELIST");
     if (list == nullptr) return;
-    const std::string cmd = fmt::format("scontrol show hostnames '{}' 2>/dev/null", list);
-    if (std::FILE* p = popen(cmd.c_str(), "r")) {
-      char line[256] = {};
-      if (std::fgets(line, sizeof(line), p) != nullptr) {
-        std::string first = line;
-        while (!first.empty() && (first.back() == '\n' || first.back() == ' ')) first.pop_back();
-        if (!first.empty()) o->master_addr = first;
-      }
-      pclose(p);
-    }
+    if (std::string first = FirstLineOf({"scontrol", "show", "hostnames", list}); !first.empty())
+      o->master_addr = std::move(first);
   }
 }
 

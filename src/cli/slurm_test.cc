@@ -1,7 +1,9 @@
 #include "cli/slurm.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -166,6 +168,19 @@ TEST(SlurmTest, DefaultsFromTheAllocationForNotGivenFlags) {
   ApplySlurmDefaults(&once, false, false, false);
   EXPECT_EQ(once.nnodes, 1);
   EXPECT_EQ(once.node_rank, 0);
+}
+
+TEST(SlurmTest, TheNodeListIsNeverReadAsACommand) {
+  // Issue 40: the node list went into `scontrol show hostnames '<list>'` through a shell.
+  const std::string marker = ::testing::TempDir() + "/pt_slurm_pwned";
+  std::remove(marker.c_str());
+  ScopedEnv job("SLURM_JOB_ID", "42");
+  const std::string list = "x'; touch " + marker + "; echo '";
+  ScopedEnv nodes("SLURM_JOB_NODELIST", list.c_str());
+  RunOptions o;
+  o.nproc = 8;
+  ApplySlurmDefaults(&o, false, false, false);
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the node list ran as a command";
 }
 
 TEST(SlurmTest, DefaultsIgnoreMalformedNumbersAndFallBackToTheStep) {

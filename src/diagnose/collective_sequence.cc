@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -234,17 +235,20 @@ bool Completed(const CollectiveLog& log, const CollectiveCall& c) {
 
 std::string DescribeCollective(const CollectiveCall& c) {
   if (c.sizes.empty()) return c.op;
+  // Sizes come from a dump: their product may not fit (saturated, said as "more than").
   int64_t n = 0;
+  bool over = false;
   for (const auto& dims : c.sizes) {
     int64_t m = 1;
-    for (int64_t d : dims) m *= std::max<int64_t>(d, 0);
-    n += m;
+    for (int64_t d : dims) over |= __builtin_mul_overflow(m, std::max<int64_t>(d, 0), &m);
+    over |= __builtin_add_overflow(n, m, &n);
   }
+  if (over) n = std::numeric_limits<int64_t>::max();
   std::string count = std::to_string(n);
   for (int i = static_cast<int>(count.size()) - 3; i > 0; i -= 3)
     count.insert(static_cast<size_t>(i), ",");
   std::string dtype = c.dtypes.empty() ? "" : " " + c.dtypes.front();
-  return fmt::format("{} of {}{}", c.op, count, dtype);
+  return fmt::format("{} of {}{}{}", c.op, over ? "more than " : "", count, dtype);
 }
 
 SequenceResult DiagnoseCollectiveSequence(const std::vector<pattern::CollectiveLog>& logs,

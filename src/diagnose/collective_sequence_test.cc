@@ -152,6 +152,9 @@ TEST(CollectiveSequenceTest, DescribesWhatACollectiveMoves) {
   c.sizes = {{2, 3}, {4}};
   EXPECT_EQ(DescribeCollective(c), "all_reduce of 10 Float");
   EXPECT_EQ(DescribeCollective(Barrier(1)), "barrier");
+  // Sizes from a hostile dump whose product overflows (issue 40): saturated, no wrapped count.
+  c.sizes = {{int64_t{1} << 40, int64_t{1} << 40}, {3}};
+  EXPECT_EQ(DescribeCollective(c), "all_reduce of more than 9,223,372,036,854,775,807 Float");
 }
 
 }  // namespace

@@ -94,10 +94,12 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
     return Unavailable(fmt::format("server: cannot listen on {}", options.listen));
   Impl* raw = impl.get();
   if (!options.metrics_listen.empty()) {
-    PT_ASSIGN_OR_RETURN(impl->metrics, MetricsHttp::Start(options.metrics_listen, [raw] {
-                          std::lock_guard lk(raw->mu);
-                          return raw->MetricsLocked();
-                        }));
+    PT_ASSIGN_OR_RETURN(impl->metrics, MetricsHttp::Start(options.metrics_listen,
+                                                          [raw] {
+                                                            std::lock_guard lk(raw->mu);
+                                                            return raw->MetricsLocked();
+                                                          },
+                                                          {options.metrics_public, options.token}));
   }
   impl->timer = std::thread([raw] { raw->TimerLoop(); });
   impl->publisher = std::thread([raw] { raw->PublishLoop(); });

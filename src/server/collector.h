@@ -29,8 +29,10 @@ struct ServerOptions {
   std::string report_dir;              // required
   std::string token;                   // required when listen is not 127.0.0.1 / [::1]
   TlsFiles tls;                        // required too off loopback (base/credentials.h)
-  // Serve Prometheus metrics at http://ADDR/metrics ("" none; server/metrics_http.h).
+  // Serve Prometheus metrics at http://ADDR/metrics ("" none; server/metrics_http.h); off
+  // loopback only with METRICS_PUBLIC, to scrapers that send TOKEN.
   std::string metrics_listen;
+  bool metrics_public = false;
   double max_seconds = window_defaults::kMaxSeconds;  // a window's profiling time limit
   double upload_grace_seconds = 30;  // after max_seconds, how long to wait for uploads
   // When windows open, cooldowns, hang confirmation (server/scheduler.h).

@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "base/limits.h"
@@ -61,7 +63,30 @@ std::string MetricsHttp::Label(std::string_view value) {
   return out;
 }
 
-StatusOr<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& addr, Render render) {
+namespace {
+
+// Whether SA is a loopback address (127.0.0.0/8, ::1, or IPv4's loopback mapped into IPv6).
+bool Loopback(const sockaddr* sa) {
+  if (sa->sa_family == AF_INET)
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family != AF_INET6) return false;
+  const in6_addr& a = reinterpret_cast<const sockaddr_in6*>(sa)->sin6_addr;
+  if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
+}
+
+// A comparison whose time does not depend on where A and B first differ.
+bool SameSecret(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ (b.empty() ? 0 : b[i % b.size()]));
+  return diff == 0;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& addr, Render render,
+                                                          Access access) {
   const size_t colon = addr.rfind(':');
   if (colon == std::string::npos)
     return InvalidArgument(fmt::format("--metrics {}: expected HOST:PORT", addr));
@@ -77,6 +102,23 @@ StatusOr<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& add
   if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &res);
       rc != 0)
     return InvalidArgument(fmt::format("--metrics {}: {}", addr, gai_strerror(rc)));
+  bool loopback = true;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) loopback &= Loopback(a->ai_addr);
+  if (!loopback && (!access.public_address || access.token.empty())) {
+    freeaddrinfo(res);
+    if (!access.public_address)
+      return InvalidArgument(fmt::format(
+          "--metrics {}: not a loopback address: /metrics would show every rank's host, findings "
+          "and functions to whoever can reach it; add --metrics-public to serve it there (a "
+          "scraper then sends the server's token: Authorization: Bearer)",
+          addr));
+    return InvalidArgument(
+        fmt::format("--metrics {}: --metrics-public needs the server's token for scrapers to send "
+                    "(--token-file)",
+                    addr));
+  }
+  // Loopback alone: nobody else to keep out.
+  std::string token = loopback ? "" : access.token;
   int fd = -1;
   std::string why = "no address";
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
@@ -97,7 +139,7 @@ StatusOr<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& add
   getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
   const int bound = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
                                                    : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  std::unique_ptr<MetricsHttp> m(new MetricsHttp(fd, bound, std::move(render)));
+  std::unique_ptr<MetricsHttp> m(new MetricsHttp(fd, bound, std::move(render), std::move(token)));
   if (pipe2(m->wake_, O_CLOEXEC | O_NONBLOCK) != 0)
     return Internal(fmt::format("--metrics: pipe: {}", std::strerror(errno)));
   MetricsHttp* raw = m.get();
@@ -106,8 +148,32 @@ StatusOr<std::unique_ptr<MetricsHttp>> MetricsHttp::Start(const std::string& add
   return m;
 }
 
-MetricsHttp::MetricsHttp(int fd, int port, Render render)
-    : fd_(fd), port_(port), render_(std::move(render)) {}
+MetricsHttp::MetricsHttp(int fd, int port, Render render, std::string token)
+    : fd_(fd), port_(port), render_(std::move(render)), token_(std::move(token)) {}
+
+bool MetricsHttp::Authorized(const Client& c) const {
+  if (token_.empty()) return true;
+  // The header lines after the request line: "Authorization: Bearer TOKEN", the name in any case.
+  constexpr std::string_view kName = "authorization:";
+  size_t at = c.request.find('\n');
+  while (at != std::string::npos && at + 1 < c.request.size()) {
+    const size_t end = c.request.find('\n', at + 1);
+    std::string_view line(c.request.data() + at + 1,
+                          (end == std::string::npos ? c.request.size() : end) - at - 1);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.size() > kName.size() &&
+        std::equal(kName.begin(), kName.end(), line.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      std::string_view value = line.substr(kName.size());
+      while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+      constexpr std::string_view kBearer = "Bearer ";
+      return value.starts_with(kBearer) && SameSecret(value.substr(kBearer.size()), token_);
+    }
+    at = end;
+  }
+  return false;
+}
 
 MetricsHttp::~MetricsHttp() {
   {
@@ -177,7 +243,13 @@ bool MetricsHttp::Answer(Client& c, const Snapshot& snap, Clock::time_point now)
   const std::string line = c.request.substr(0, c.request.find_first_of("\r\n"));
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
   c.head_only = line.rfind("HEAD ", 0) == 0;
-  if (line.rfind("GET ", 0) != 0 && !c.head_only) {
+  std::string extra_headers;
+  if (!Authorized(c)) {
+    status = "401 Unauthorized";
+    type = "text/plain; charset=utf-8";
+    body = "send the server's token: Authorization: Bearer TOKEN\n";
+    extra_headers = "WWW-Authenticate: Bearer realm=\"perftracker\"\r\n";
+  } else if (line.rfind("GET ", 0) != 0 && !c.head_only) {
     status = "405 Method Not Allowed";
     body = "only GET /metrics\n";
   } else {
@@ -210,8 +282,8 @@ bool MetricsHttp::Answer(Client& c, const Snapshot& snap, Clock::time_point now)
   }
   if (!c.body) c.body = std::make_shared<const std::string>(std::move(body));
   c.head = fmt::format(
-      "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", status,
-      type, c.body->size());
+      "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n",
+      status, type, c.body->size(), extra_headers);
   c.phase = Client::Phase::kWriting;
   c.deadline = now + Millis(kWriteMillis);
   return true;

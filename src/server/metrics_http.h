@@ -1,6 +1,9 @@
 // The server's Prometheus endpoint: GET /metrics over plain HTTP/1.1 on its own small listener
-// (gRPC serves no plain HTTP), answered in the text exposition format; read-only, so it needs no
-// token (it listens on 127.0.0.1 unless told otherwise).
+// (gRPC serves no plain HTTP), answered in the text exposition format. On a loopback address it
+// needs no token. Anywhere else it serves every rank's host, findings and functions to whoever
+// can reach it: it listens there only when told so (Access::public_address, --metrics-public)
+// and then answers only a request that carries the server's token (Authorization: Bearer), as
+// the gRPC port does.
 // Two threads. The HTTP thread serves up to kMaxConnections clients at once over non-blocking
 // sockets in one poll() loop, each with a read and a write deadline and a bound on its request,
 // so an idle, slow or hostile client costs one slot for a few seconds and delays nobody. It
@@ -26,8 +29,15 @@
 
 namespace perftracker::server {
 
+// Who may scrape the endpoint. A non-loopback address needs PUBLIC_ADDRESS and a TOKEN.
+struct MetricsAccess {
+  bool public_address = false;
+  std::string token = {};  // required of every request off loopback
+};
+
 class MetricsHttp {
  public:
+  using Access = MetricsAccess;
   using Render = std::function<std::string()>;
   using Clock = std::chrono::steady_clock;
 
@@ -45,8 +55,10 @@ class MetricsHttp {
   static constexpr int kRenderWaitMillis = 2000;
 
   // Listens on ADDR ("127.0.0.1:9464", "0.0.0.0:9464", port 0: any free port). RENDER runs on
-  // the render thread only.
-  static StatusOr<std::unique_ptr<MetricsHttp>> Start(const std::string& addr, Render render);
+  // the render thread only. Refused with one line: an address not on loopback without
+  // ACCESS.public_address, or with it but without a token.
+  static StatusOr<std::unique_ptr<MetricsHttp>> Start(const std::string& addr, Render render,
+                                                      Access access = {});
   ~MetricsHttp();  // stops both threads and closes the sockets
 
   int port() const { return port_; }
@@ -61,7 +73,9 @@ class MetricsHttp {
     Clock::time_point started;                // when its render began
   };
 
-  MetricsHttp(int fd, int port, Render render);
+  MetricsHttp(int fd, int port, Render render, std::string token);
+  // Whether CLIENT's request carries the token (always, without one).
+  bool Authorized(const Client& client) const;
   void Loop();
   // One poll() round over the listener and CLIENTS; false: stop.
   bool Step(std::vector<Client>& clients);
@@ -78,6 +92,7 @@ class MetricsHttp {
   int port_;
   int wake_[2] = {-1, -1};  // the HTTP thread's: a byte on stop and on each new snapshot
   Render render_;
+  const std::string token_;
   std::thread thread_;
   std::thread render_thread_;
 

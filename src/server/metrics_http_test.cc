@@ -148,6 +148,40 @@ TEST(MetricsHttpTest, LabelValuesAreEscaped) {
   EXPECT_EQ(MetricsHttp::Label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
 }
 
+TEST(MetricsHttpTest, OffLoopbackOnlyWhenToldAndOnlyWithTheToken) {
+  // Issue 40: /metrics answered anyone on any address.
+  auto render = [] { return std::string("up 1\n"); };
+  auto refused = MetricsHttp::Start("0.0.0.0:0", render);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--metrics 0.0.0.0:0: not a loopback address"),
+            std::string::npos)
+      << refused.status().message();
+  EXPECT_EQ(refused.status().message().find('\n'), std::string::npos);
+  auto no_token = MetricsHttp::Start(":0", render, {.public_address = true});
+  ASSERT_FALSE(no_token.ok());
+  EXPECT_NE(no_token.status().message().find("needs the server's token"), std::string::npos);
+  auto m = MetricsHttp::Start("0.0.0.0:0", render, {.public_address = true, .token = "s3cret"});
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const int port = (*m)->port();
+  std::string r = Ask(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 401 Unauthorized\r\n", 0), 0u) << r;
+  EXPECT_NE(r.find("WWW-Authenticate: Bearer"), std::string::npos) << r;
+  EXPECT_EQ(r.find("up 1"), std::string::npos) << r;
+  EXPECT_EQ(Ask(port, "GET /metrics HTTP/1.1\r\nAuthorization: Bearer s3cre\r\n\r\n")
+                .rfind("HTTP/1.1 401", 0),
+            0u);
+  EXPECT_EQ(
+      Ask(port, "GET / HTTP/1.1\r\nAuthorization: Basic s3cret\r\n\r\n").rfind("HTTP/1.1 401", 0),
+      0u);
+  r = Ask(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nauthorization: Bearer s3cret\r\n\r\n");
+  EXPECT_EQ(r.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << r;
+  EXPECT_EQ(r.substr(r.find("\r\n\r\n") + 4), "up 1\n");
+  // Loopback needs neither: a scraper on the host itself.
+  auto local = MetricsHttp::Start("127.0.0.1:0", render, {.public_address = true, .token = "t"});
+  ASSERT_TRUE(local.ok());
+  EXPECT_EQ(Ask((*local)->port(), "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+}
+
 TEST(MetricsHttpTest, ABadAddressIsOneLine) {
   auto m = MetricsHttp::Start("nonsense", [] { return std::string(); });
   EXPECT_EQ(m.status().message(), "--metrics nonsense: expected HOST:PORT");

@@ -1,5 +1,6 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <algorithm>
 #include <atomic>
@@ -101,6 +102,32 @@ TEST(Store, KeepsWindowsAndFindings) {
   EXPECT_EQ(*(*store)->QueryColumn("SELECT window_id || ',' || start_iteration || ',' || "
                                    "iterations || ',' || reason FROM windows"),
             std::vector<std::string>{"1,100,10,user"});
+}
+
+TEST(Store, ReadsAnUntrustedDatabaseWithoutRunningItsSchema) {
+  // Issue 40: `perftracker report` opens a database from a report folder that may be anyone's.
+  // A view in place of a table runs whatever query it holds (here an endless recursion, cut to
+  // a million rows to end on any build); views and triggers are refused instead.
+  const std::string path = ::testing::TempDir() + "/pt_hostile.db";
+  std::remove(path.c_str());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE VIEW rank_summaries AS WITH RECURSIVE c(x) AS (SELECT 1 UNION "
+                         "ALL SELECT x + 1 FROM c LIMIT 1000000) SELECT x AS job_id, 1 AS "
+                         "window_id, 0 AS rank, x'00' AS summary FROM c",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto run = Store::ReadRun(path, 0);
+  ASSERT_FALSE(run.ok());
+  // The view's query is never run: its table (the recursion's) is unknown to a schema without
+  // views.
+  EXPECT_NE(run.status().message().find("not a perftracker database (rank_summaries: no such "
+                                        "table"),
+            std::string::npos)
+      << run.status().message();
+  std::remove(path.c_str());
 }
 
 TEST(Server, CollectsRealTracesFansOutAndWritesReports) {

@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <memory>
+#include <utility>
 
+#include "base/limits.h"
 #include "diagnose/finding.h"
 
 namespace perftracker::server {
@@ -203,6 +205,15 @@ StatusOr<Store::RunRecord> Store::ReadRun(const std::string& path, int64_t windo
     return InvalidArgument(fmt::format("{}: cannot open database: {}", path, msg));
   }
   std::unique_ptr<sqlite3, int (*)(sqlite3*)> guard(db, sqlite3_close);
+  // The file may be anyone's: nothing in its schema runs (views and triggers off, so a view named
+  // as a table cannot loop a recursive query forever; functions in it untrusted), nothing is
+  // written through it (defensive), and no value it holds may be larger than a summary file.
+  for (const auto& [option, on] :
+       {std::pair{SQLITE_DBCONFIG_DEFENSIVE, 1}, std::pair{SQLITE_DBCONFIG_ENABLE_VIEW, 0},
+        std::pair{SQLITE_DBCONFIG_ENABLE_TRIGGER, 0}, std::pair{SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0}})
+    if (sqlite3_db_config(db, option, on, nullptr) != SQLITE_OK)
+      return InvalidArgument(fmt::format("{}: cannot open database: {}", path, sqlite3_errmsg(db)));
+  sqlite3_limit(db, SQLITE_LIMIT_LENGTH, static_cast<int>(limits::kMaxSummaryFile));
   auto fail = [&](const char* what) {
     return InvalidArgument(
         fmt::format("{}: not a perftracker database ({}: {})", path, what, sqlite3_errmsg(db)));
