@@ -164,6 +164,8 @@ void CollectorServer::Shutdown() {
   }
   impl_->publish_cv.notify_all();
   if (impl_->publisher.joinable()) impl_->publisher.join();
+  // The ranks' dumps are read before the lock (the workers wrote their last ones at exit).
+  CollectiveDumps dumps = ReadCollectiveDumps(CollectivesDir(impl_->options.report_dir));
   std::lock_guard lk(impl_->mu);
   // The job ended while a window was open: what arrived is diagnosed; a window no rank could
   // report (training ended before it) is no finding about anyone, only a note.
@@ -224,8 +226,7 @@ void CollectorServer::Shutdown() {
   if (impl_->latest || !final_d.findings.empty()) impl_->latest = final_d;
   // How the job stopped: the ranks' collectives and the first failure, before any window's
   // findings (a job that died is told so first).
-  if (AddCollectiveFindings(CollectivesDir(impl_->options.report_dir), impl_->first_failure, 0,
-                            &final_d) > 0)
+  if (AddCollectiveFindings(std::move(dumps), impl_->first_failure, 0, &final_d) > 0)
     impl_->latest = final_d;
   fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
   if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())

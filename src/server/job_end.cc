@@ -13,15 +13,21 @@ std::string CollectivesDir(const std::string& report_dir) {
   return (std::filesystem::path(report_dir) / "collectives").string();
 }
 
-size_t AddCollectiveFindings(const std::string& dir, const std::optional<diagnose::RankExit>& first,
-                             double stalled_seconds, diagnose::Diagnosis* d) {
-  std::vector<pattern::CollectiveLog> logs;
-  std::vector<std::string> notes;
+CollectiveDumps ReadCollectiveDumps(const std::string& dir) {
+  CollectiveDumps out;
   std::error_code ec;
   if (!dir.empty() && std::filesystem::is_directory(dir, ec)) {
     auto files = pattern::FindFlightRecorderDumps({dir});
-    if (files.ok() && !files->empty()) logs = pattern::ReadFlightRecorderDumps(*files, &notes);
+    if (files.ok() && !files->empty())
+      out.logs = pattern::ReadFlightRecorderDumps(*files, &out.notes);
   }
+  return out;
+}
+
+size_t AddCollectiveFindings(CollectiveDumps dumps, const std::optional<diagnose::RankExit>& first,
+                             double stalled_seconds, diagnose::Diagnosis* d) {
+  std::vector<pattern::CollectiveLog>& logs = dumps.logs;
+  std::vector<std::string>& notes = dumps.notes;
   std::vector<diagnose::Finding> found;
   if (!logs.empty()) {
     std::vector<int> expected = d->job.ranks;
@@ -49,6 +55,11 @@ size_t AddCollectiveFindings(const std::string& dir, const std::optional<diagnos
   d->findings.insert(d->findings.begin(), std::make_move_iterator(found.begin()),
                      std::make_move_iterator(found.end()));
   return found.size();
+}
+
+size_t AddCollectiveFindings(const std::string& dir, const std::optional<diagnose::RankExit>& first,
+                             double stalled_seconds, diagnose::Diagnosis* d) {
+  return AddCollectiveFindings(ReadCollectiveDumps(dir), first, stalled_seconds, d);
 }
 
 }  // namespace perftracker::server

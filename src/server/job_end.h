@@ -8,18 +8,33 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "diagnose/finding.h"
 #include "diagnose/rank_crash.h"
+#include "pattern/collected.h"
 
 namespace perftracker::server {
 
 // REPORT_DIR's folder of the ranks' collectives.
 std::string CollectivesDir(const std::string& report_dir);
 
-// The sequence findings of DIR's dumps (none, without dumps) and, given FIRST, the rank_crash
-// finding, put before D's findings; the dumps' notes join D's. STALLED_SECONDS: the findings'
-// impact (0 at the job's end). Returns how many findings were added.
+// DIR's dumps as read (pattern::ReadFlightRecorderDumps: a dump it cannot read is a note): read
+// before the server's lock is taken, where the caller can (the job's end).
+struct CollectiveDumps {
+  std::vector<pattern::CollectiveLog> logs;
+  std::vector<std::string> notes;
+};
+CollectiveDumps ReadCollectiveDumps(const std::string& dir);
+
+// The sequence findings of DUMPS (none, without dumps) and, given FIRST, the rank_crash finding,
+// put before D's findings; the dumps' notes join D's. STALLED_SECONDS: the findings' impact (0
+// at the job's end). Returns how many findings were added.
+size_t AddCollectiveFindings(CollectiveDumps dumps, const std::optional<diagnose::RankExit>& first,
+                             double stalled_seconds, diagnose::Diagnosis* d);
+// The same with DIR's dumps read now: a hang's diagnosis, under the server's lock (the ranks
+// answered the stacks' request with their dumps just now; the set's memory is bounded,
+// limits::kMaxFlightRecorderSetExpanded).
 size_t AddCollectiveFindings(const std::string& dir, const std::optional<diagnose::RankExit>& first,
                              double stalled_seconds, diagnose::Diagnosis* d);
 

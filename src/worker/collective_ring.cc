@@ -28,7 +28,7 @@ enum CallState : uint8_t { kScheduled = 0, kStarted = 1, kCompleted = 2 };
 struct Slot {
   std::atomic<uint32_t> state{kEmpty};
   std::atomic<uint8_t> call{kScheduled};
-  uint64_t ticket = 0;
+  std::atomic<uint64_t> ticket{0};
   int64_t seq = -1, created_ns = 0;
   int64_t sizes[kMaxDims] = {};
   uint8_t dims = 0;
@@ -182,13 +182,22 @@ size_t Format(char* buf, size_t cap) {
   bool any = false;
   for (uint64_t t = first; t < next; ++t) {
     const Slot& s = g_ring[t % kRingSize];
-    if (s.state.load(std::memory_order_acquire) != kReady || s.ticket != t) continue;
+    if (s.state.load(std::memory_order_acquire) != kReady ||
+        s.ticket.load(std::memory_order_relaxed) != t)
+      continue;
     const size_t before = o.len();
     if (any) o.Put(",");
     Entry(s, s.call.load(std::memory_order_relaxed), &o);
-    if (o.full()) {  // leave the entry out, whole
+    // A dump runs beside the collectives (the Python side writes it without the GIL): the slot
+    // may have been taken for a newer call while it was read, and what was read is then half
+    // one call, half the other. Left out, as a full buffer's last entry is.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    const bool torn = s.state.load(std::memory_order_relaxed) != kReady ||
+                      s.ticket.load(std::memory_order_relaxed) != t;
+    if (const bool full = o.full(); full || torn) {
       o.Truncate(before);
-      break;
+      if (full) break;
+      continue;
     }
     any = true;
   }
@@ -223,9 +232,11 @@ void OnFatalSignal(int sig) {
 uint64_t Entered(const CollectiveEntry& e, int64_t now_ns) {
   const uint64_t t = g_next.load(std::memory_order_relaxed);
   Slot& s = g_ring[t % kRingSize];
-  s.state.store(kBusy, std::memory_order_release);
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  s.ticket = t;
+  s.state.store(kBusy, std::memory_order_relaxed);
+  // The fields' writes stay after kBusy for a reader on another thread (a dump: Format reads a
+  // slot, then checks it again) and in a signal handler.
+  std::atomic_thread_fence(std::memory_order_release);
+  s.ticket.store(t, std::memory_order_relaxed);
   s.seq = e.seq;
   s.created_ns = now_ns;
   s.has_tensor = e.sizes != nullptr || !e.dtype.empty();
@@ -249,7 +260,8 @@ uint64_t Entered(const CollectiveEntry& e, int64_t now_ns) {
 
 void Returned(uint64_t ticket, bool completed) {
   Slot& s = g_ring[ticket % kRingSize];
-  if (s.ticket == ticket && s.state.load(std::memory_order_acquire) == kReady)
+  if (s.ticket.load(std::memory_order_relaxed) == ticket &&
+      s.state.load(std::memory_order_acquire) == kReady)
     s.call.store(completed ? kCompleted : kStarted, std::memory_order_relaxed);
 }
 

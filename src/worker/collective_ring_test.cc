@@ -6,10 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace perftracker::worker {
 namespace {
@@ -110,6 +112,46 @@ TEST(CollectiveRingTest, ADumpIsNeverWrittenThroughALink) {
   EXPECT_TRUE(ring::WriteDump(path).ok());
   std::remove(path.c_str());
   std::remove(victim.c_str());
+}
+
+TEST(CollectiveRingTest, ADumpBesideTheCollectivesHoldsNoTornEntry) {
+  // Issue 40: a dump reads the slots while the training thread fills them (the Python side
+  // writes it without the GIL); an entry read as its slot was taken for a newer call mixed the
+  // two. Each call here names its number in its function and its file: a dump's entries must
+  // agree with themselves.
+  ring::ResetForTest();
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+      const std::string fn = "f" + std::to_string(i), file = "/job/" + std::to_string(i) + ".py";
+      CollectiveEntry e = AllReduce(i, nullptr, 0);
+      e.function = fn;
+      e.file = file;
+      ring::Entered(e, i);
+    }
+  });
+  int torn = 0, entries = 0;
+  simdjson::dom::parser parser;
+  for (int k = 0; k < 3000; ++k) {
+    const std::string json = ring::DumpJson();
+    simdjson::dom::element doc;
+    ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS);
+    simdjson::dom::array got = doc["entries"].get_array().value();
+    for (simdjson::dom::element e : got) {
+      ++entries;
+      const int64_t seq = e["collective_seq_id"].get_int64().value();
+      const std::string_view fn = e["frames"].at(0)["name"].get_string().value();
+      const std::string_view file = e["frames"].at(0)["filename"].get_string().value();
+      const int64_t created = e["time_created_ns"].get_int64().value();
+      if (fn != "f" + std::to_string(seq) || file != "/job/" + std::to_string(seq) + ".py" ||
+          created != seq)
+        ++torn;
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_GT(entries, 0);
+  EXPECT_EQ(torn, 0) << "of " << entries << " entries read";
 }
 
 TEST(CollectiveRingTest, KeepsTheLastEntriesOldestFirst) {
