@@ -116,8 +116,10 @@ pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::string>
 }
 
 void SignalAll(std::vector<Child>& children, int sig) {
+  // The whole group of each rank still running. A rank already waited for is left alone: once
+  // its group is empty its number may be another process's, and its group someone else's.
   for (const Child& c : children)
-    if (c.pid > 0) kill(-c.pid, sig);  // the whole group; harmless when it is gone
+    if (c.pid > 0 && !c.done) kill(-c.pid, sig);
 }
 
 int ExitCode(int status) {
@@ -227,12 +229,13 @@ JobEnd SuperviseRanks(std::vector<Child>& children, const sigset_t& signals, Gro
         begin_stop(sig == SIGINT ? SIGINT : SIGTERM);
       }
     }
-    int status = 0;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-      for (size_t i = 0; i < children.size(); ++i) {
-        Child& c = children[i];
-        if (c.pid != pid || c.done) continue;
+    // Each rank by its own pid: waitpid(-1) also took the launcher's other children (the
+    // agents' Slurm step, the group reaper), whose end their owners then never saw.
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
+      int status = 0;
+      if (c.pid <= 0 || c.done || waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      {
         c.done = true;
         c.code = ExitCode(status);
         c.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;

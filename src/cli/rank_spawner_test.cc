@@ -158,6 +158,41 @@ TEST(RankSpawnerTest, SuperviseStopsTheOthersWhenOneFails) {
   EXPECT_EQ(end.failed_unstopped, (std::vector<int>{1, 2}));
 }
 
+TEST(RankSpawnerTest, SuperviseWaitsForTheRanksAloneAndSignalsOnlyTheLiving) {
+  // Issue 40: supervision reaped any child (waitpid(-1)), the agents' Slurm step among them,
+  // whose end the launcher then never saw.
+  sigset_t set, old_mask;
+  sigemptyset(&set);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&set, s);
+  pthread_sigmask(SIG_BLOCK, &set, &old_mask);
+  GroupReaper reaper;
+  const pid_t other = Spawn({"sh", "-c", "exit 3"}, ChildEnv({}), old_mask);  // not a rank
+  std::vector<Child> children(1);
+  children[0].pid = Spawn({"sh", "-c", "sleep 0.5"}, ChildEnv({}), old_mask);
+  ASSERT_GT(other, 0);
+  ASSERT_GT(children[0].pid, 0);
+  std::atomic<bool> hang_kill{false};
+  JobEnd end = SuperviseRanks(children, set, reaper, hang_kill, 10);
+  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  EXPECT_EQ(end.first_failure, 0);
+  EXPECT_TRUE(children[0].done);
+  int status = 0;
+  ASSERT_EQ(waitpid(other, &status, 0), other) << "the other child was taken";
+  EXPECT_EQ(ExitCode(status), 3);
+  // A rank already waited for is not signalled again: its number may be another process's now
+  // (here a live group standing for such a process).
+  Child gone;
+  gone.pid = Spawn({"sleep", "30"}, ChildEnv({}), old_mask);
+  ASSERT_GT(gone.pid, 0);
+  gone.done = true;
+  std::vector<Child> done = {gone};
+  SignalAll(done, SIGTERM);
+  usleep(200'000);
+  EXPECT_EQ(waitpid(gone.pid, &status, WNOHANG), 0) << "a reaped rank's group was signalled";
+  kill(-gone.pid, SIGKILL);
+  waitpid(gone.pid, &status, 0);
+}
+
 TEST(RankSpawnerTest, SuperviseStopsEveryRankOnAHangKill) {
   sigset_t set, old_mask;
   sigemptyset(&set);
