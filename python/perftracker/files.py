@@ -7,24 +7,27 @@ import os
 import stat
 
 
-def private_folder(folder: str) -> bool:
-    """Whether FOLDER is a folder (not a link to one) of this user's that nobody else may enter,
-    as the agent makes its socket's (MakePrivateDir)."""
+def _folder_of_mine(folder: str, others_may: int) -> bool:
+    """Whether FOLDER is a folder (not a link to one) of this user's whose mode grants group and
+    others nothing beyond OTHERS_MAY."""
     try:
         st = os.lstat(folder)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid()
+            and not st.st_mode & 0o077 & ~others_may)
+
+
+def private_folder(folder: str) -> bool:
+    """Whether FOLDER is this user's and nobody else may enter it, as the agent makes its
+    socket's (MakePrivateDir)."""
+    return _folder_of_mine(folder, 0)
 
 
 def own_folder(folder: str) -> bool:
-    """Whether FOLDER is a folder (not a link to one) of this user's that nobody else may write
-    in, as the launcher makes a report's (MakeOwnFolder): others may read it."""
-    try:
-        st = os.lstat(folder)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+    """Whether FOLDER is this user's and nobody else may write in it, as the launcher makes a
+    report's (MakeOwnFolder): others may read it."""
+    return _folder_of_mine(folder, 0o055)
 
 
 def create_private_file(path: str) -> int:

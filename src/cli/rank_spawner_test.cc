@@ -121,12 +121,18 @@ TEST(RankSpawnerTest, TheBlamedChildFailedForItsOwnReason) {
   EXPECT_EQ(BlamedChild(JobEnd{}, children, tail_of), -1);
 }
 
+// The signals SuperviseRanks waits for, blocked as the launcher blocks them (OLD: the mask
+// before, which the ranks get back).
+void BlockSupervisedSignals(sigset_t* set, sigset_t* old) {
+  sigemptyset(set);
+  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(set, s);
+  pthread_sigmask(SIG_BLOCK, set, old);
+}
+
 // Real processes: a failing rank stops the others, which end by the stop signal.
 TEST(RankSpawnerTest, SuperviseStopsTheOthersWhenOneFails) {
   sigset_t set, old_mask;
-  sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&set, s);
-  pthread_sigmask(SIG_BLOCK, &set, &old_mask);
+  BlockSupervisedSignals(&set, &old_mask);
   GroupReaper reaper;
   ASSERT_TRUE(reaper.Start());
   std::vector<Child> children(2);
@@ -162,9 +168,7 @@ TEST(RankSpawnerTest, SuperviseWaitsForTheRanksAloneAndSignalsOnlyTheLiving) {
   // Issue 40: supervision reaped any child (waitpid(-1)), the agents' Slurm step among them,
   // whose end the launcher then never saw.
   sigset_t set, old_mask;
-  sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&set, s);
-  pthread_sigmask(SIG_BLOCK, &set, &old_mask);
+  BlockSupervisedSignals(&set, &old_mask);
   GroupReaper reaper;
   const pid_t other = Spawn({"sh", "-c", "exit 3"}, ChildEnv({}), old_mask);  // not a rank
   std::vector<Child> children(1);
@@ -195,9 +199,7 @@ TEST(RankSpawnerTest, SuperviseWaitsForTheRanksAloneAndSignalsOnlyTheLiving) {
 
 TEST(RankSpawnerTest, SuperviseStopsEveryRankOnAHangKill) {
   sigset_t set, old_mask;
-  sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) sigaddset(&set, s);
-  pthread_sigmask(SIG_BLOCK, &set, &old_mask);
+  BlockSupervisedSignals(&set, &old_mask);
   GroupReaper reaper;
   std::vector<Child> children(1);
   children[0].pid = Spawn({"sleep", "30"}, ChildEnv({}), old_mask);

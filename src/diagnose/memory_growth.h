@@ -56,10 +56,10 @@ class MemorySeries {
   // before the window has barely raised that rate (measured: one that began 11 iterations before
   // a window lost 30 of the 105 MiB it grew, its rate read 0.7 MiB an iteration for 1): from
   // kRateIntervals intervals after the window the join is settled again at the rate after it
-  // where that is higher (the median of its intervals: a profiler's late creep of a MiB is one
-  // interval, a leak is all of them), with each sample until kSettledIntervals. Told when a
-  // window opens (before its iterations' samples arrive); the last kMaxProfiled windows are
-  // kept.
+  // where that is higher, with each sample: the least of its intervals until kSettledIntervals
+  // (a leak grows in all of them, a sawtooth's highs fall in some), then their median (a
+  // profiler's late creep of a MiB is one interval, a leak is all of them). Told when a window
+  // opens (before its iterations' samples arrive); the last kMaxProfiled windows are kept.
   void Profiled(int64_t first, int64_t last);
   const std::vector<Sample>& samples() const { return samples_; }
 
