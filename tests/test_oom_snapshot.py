@@ -61,6 +61,18 @@ class OomSnapshotTest(unittest.TestCase):
         self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
         self.assertEqual(p.stderr.count("the allocator's snapshot is in"), 1, p.stderr)
 
+    def test_a_folder_others_may_write_in_gets_no_snapshot(self):
+        # Issue 40: the folder comes from the environment; one open to all could hold a link
+        # planted where the snapshot goes.
+        folder = tempfile.mkdtemp(prefix="pt_oom_")
+        os.chmod(folder, 0o777)
+        p = self.run_fake(folder)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(os.listdir(folder), [])
+        self.assertIn("PATH \n", p.stdout + "\n")
+        self.assertEqual(p.stderr.count("perftracker: no snapshot of the GPU memory"), 1, p.stderr)
+        self.assertIn("not a folder of this user's that only it may write in", p.stderr)
+
     def test_a_planted_name_fails_the_write_not_the_job(self):
         folder = tempfile.mkdtemp(prefix="pt_oom_")
         target = os.path.join(folder, "elsewhere")

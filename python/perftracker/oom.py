@@ -14,6 +14,7 @@ import pickle
 import sys
 from typing import Any, Optional
 
+from perftracker import files
 from perftracker.config import MEMORY_DIR_ENV
 
 # Training events between two looks for an initialized CUDA (a bool test in between).
@@ -66,6 +67,11 @@ class OomSnapshot:
             rank = _rank(torch)
             if not folder or rank is None:
                 return
+            if not files.own_folder(folder):
+                # From the environment: a folder others may write in could hold links planted
+                # where the snapshot goes.
+                raise PermissionError(f"{folder}: not a folder of this user's that only it may "
+                                      "write in")
             snapshot = torch.cuda.memory._snapshot()
             path = os.path.join(folder, f"rank_{rank}.cuda_oom.pickle")
             # Created, never opened: a file or a link planted at the name fails the write.
