@@ -373,6 +373,39 @@ class SocketHardening(unittest.TestCase):
         ring.dump(False)
         self.assertEqual(written, [os.path.join(own, "rank_0.ring.json")])
 
+    def test_the_torch_trace_is_never_exported_through_a_link(self):
+        # Issue 40: torch's trace writer opens OUT.tmp as it finds it; a link planted there took
+        # the export wherever it pointed.
+        sys.path.insert(0, os.path.join(ptest.SOURCE, "python"))
+        from perftracker import switch, window
+        sent = []
+        ws = window.WindowState(switch.Switch(), sent.append)
+        folder = os.path.join(self.tmp, "traces")
+        os.mkdir(folder, 0o700)
+        victim = os.path.join(self.tmp, "victim")
+        with open(victim, "w") as f:
+            f.write("keep")
+        out = os.path.join(folder, "rank-0.torch.json")
+        os.symlink(victim, out + ".tmp")
+
+        def torch_write(path):  # as torch's writer: open, truncate, write
+            with open(path, "w") as f:
+                f.write("{}")
+
+        ws._export_now(torch_write, out, 7)
+        with open(victim) as f:
+            self.assertEqual(f.read(), "keep")
+        self.assertFalse(os.path.exists(out))
+        self.assertEqual([m.get("path") for m in sent], [None])  # the window's trace failed
+        # A stale file of this user's from an export that died is replaced.
+        os.unlink(out + ".tmp")
+        with open(out + ".tmp", "w") as f:
+            f.write("stale")
+        ws._export_now(torch_write, out, 8)
+        with open(out) as f:
+            self.assertEqual(f.read(), "{}")
+        self.assertEqual(sent[-1].get("path"), out)
+
     def test_a_worker_obeys_no_other_users_agent(self):
         # Nobody's agent, in nobody's folder, tells the worker to write into the user's files.
         theirs = os.path.join(self.tmp, "theirs")

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any, Callable, Deque, Dict, List, Optional
 
-from perftracker import config, loader, protocol
+from perftracker import config, files, loader, protocol
 from perftracker.switch import Switch
 
 # A window's record: {"path": its Python trace, "window": the agent's id or None,
@@ -187,6 +187,10 @@ class WindowState:
 
     def _export_now(self, write: Callable[[str], None], out: str, window: Optional[int]) -> None:
         try:
+            # torch's writer opens the file as it finds it (a link planted there would take the
+            # trace wherever it points): it is made afresh here first, never through a link,
+            # and torch writes into that.
+            os.close(files.create_private_file(out + ".tmp"))
             write(out + ".tmp")
             os.replace(out + ".tmp", out)
             self._send(protocol.make(protocol.TORCH_TRACE, path=out, window=window))
