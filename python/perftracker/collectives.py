@@ -153,7 +153,7 @@ class CollectiveRing:
         if dump is None:
             return
         path = os.path.join(folder, f"rank_{rank}.fr.pkl")
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = files.create_private_file(path + ".tmp")
         with os.fdopen(fd, "wb") as f:
             f.write(dump)
         os.replace(path + ".tmp", path)

@@ -30,8 +30,9 @@ inline bool PeerAllowed(uid_t peer, uid_t agent) { return peer == agent; }
 
 // PATH's real path when it names a regular file inside TRACE_ROOT (itself a real path: no link
 // in it, as realpath() gives). Refused with one line naming PATH: missing, outside the folder
-// (after links are resolved), a link, or not a regular file (a FIFO, a device, a folder). The
-// file is opened O_NONBLOCK | O_NOFOLLOW to be checked, so the check itself never blocks.
+// (after links are resolved), a link, not a regular file (a FIFO, a device, a folder), or
+// another user's. The file is opened O_NONBLOCK | O_NOFOLLOW to be checked, so the check itself
+// never blocks.
 StatusOr<std::string> CheckTraceFile(const std::string& trace_root, const std::string& path);
 
 // Whether process PID has ended: no such process, or a zombie its parent has not reaped yet

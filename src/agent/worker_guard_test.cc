@@ -70,6 +70,18 @@ TEST_F(WorkerGuardTest, RefusesLinksEvenToFilesInside) {
   EXPECT_FALSE(CheckTraceFile(root_, Root() + "/alias.json").ok());
 }
 
+TEST_F(WorkerGuardTest, RefusesAnotherUsersFile) {
+  // Issue 40: a trace planted by another user was read as a rank's. (Made another's with
+  // chown: the test runs as root, as the project's tests do for their second user.)
+  ASSERT_EQ(geteuid(), 0u) << "run as root: the test needs a file of another user's";
+  const std::string theirs = Touch(Root() + "/rank-1.python.json");
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  const auto got = CheckTraceFile(root_, theirs);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("belongs to user 65534"), std::string::npos)
+      << got.status().message();
+}
+
 // A FIFO opened for reading blocks until a writer comes; the check must not.
 TEST_F(WorkerGuardTest, AFifoIsRefusedWithoutBlocking) {
   const std::string fifo = Root() + "/rank-0.python.json";

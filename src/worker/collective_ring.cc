@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -274,8 +275,14 @@ std::string DumpJson() {
 Status WriteDump(const std::string& path) {
   const std::string tmp = path + ".tmp";
   const std::string json = DumpJson();
-  // Never through a link planted where the file goes (the folder comes from the environment).
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  // Made afresh, never through a link planted where the file goes (the folder comes from the
+  // environment): a file of this user's left there by a dump that died is replaced, anything
+  // else refused.
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
+  int fd = open(tmp.c_str(), kFlags, 0600);
+  if (struct stat st{}; fd < 0 && errno == EEXIST && lstat(tmp.c_str(), &st) == 0 &&
+                        S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlink(tmp.c_str()) == 0)
+    fd = open(tmp.c_str(), kFlags, 0600);
   if (fd < 0) return InvalidArgument(tmp + ": " + std::strerror(errno));
   FILE* f = fdopen(fd, "wb");
   if (f == nullptr) {

@@ -109,7 +109,11 @@ TEST(CollectiveRingTest, ADumpIsNeverWrittenThroughALink) {
   EXPECT_FALSE(ring::WriteDump(path).ok());
   EXPECT_EQ(ReadAll(victim), "keep");
   std::remove((path + ".tmp").c_str());
+  {
+    std::ofstream(path + ".tmp") << "a dump that died";
+  }  // this user's: replaced
   EXPECT_TRUE(ring::WriteDump(path).ok());
+  EXPECT_EQ(ReadAll(path).rfind("{\"entries\":[", 0), 0u);
   std::remove(path.c_str());
   std::remove(victim.c_str());
 }
