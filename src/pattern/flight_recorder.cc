@@ -230,9 +230,10 @@ Status Extract(const V& root, const std::string& name, CollectiveLog* log, int* 
   return Status::Ok();
 }
 
-// ParseFlightRecorder with what its entries may become (BUDGET bytes).
+// ParseFlightRecorder, charging what its entries become to BUDGET (the caller's: a set of dumps
+// shares one total).
 StatusOr<CollectiveLog> ParseWithin(std::string_view bytes, const std::string& name, int rank,
-                                    int* skipped, size_t budget_bytes) {
+                                    int* skipped, ExpandBudget* budget) {
   CollectiveLog log;
   log.rank = rank;
   log.source = name;
@@ -240,10 +241,9 @@ StatusOr<CollectiveLog> ParseWithin(std::string_view bytes, const std::string& n
     return ResourceExhausted(
         fmt::format("{}: {} bytes, over the {} MiB a Flight Recorder dump may have", name,
                     bytes.size(), limits::kMaxFlightRecorderDump >> 20));
-  ExpandBudget budget(budget_bytes);
   if (!bytes.empty() && static_cast<uint8_t>(bytes[0]) == 0x80) {
     PT_ASSIGN_OR_RETURN(trace::Pickle p, trace::ParsePickle(bytes, name));
-    PT_RETURN_IF_ERROR(Extract(p.root(), name, &log, skipped, &budget));
+    PT_RETURN_IF_ERROR(Extract(p.root(), name, &log, skipped, budget));
     return log;
   }
   dom::parser parser;
@@ -252,21 +252,8 @@ StatusOr<CollectiveLog> ParseWithin(std::string_view bytes, const std::string& n
   if (auto err = parser.parse(padded).get(doc); err != simdjson::SUCCESS)
     return DataLoss(fmt::format("{}: not a Flight Recorder dump (neither a pickle nor JSON: {})",
                                 name, simdjson::error_message(err)));
-  PT_RETURN_IF_ERROR(Extract(JsonValue(doc), name, &log, skipped, &budget));
+  PT_RETURN_IF_ERROR(Extract(JsonValue(doc), name, &log, skipped, budget));
   return log;
-}
-
-// What LOG holds in memory, as its reader charged it (near enough for the set's budget).
-size_t ExpandedBytes(const CollectiveLog& log) {
-  size_t n = 0;
-  for (const CollectiveCall& c : log.calls) {
-    n += sizeof(CollectiveCall) + c.op.size() + c.backend.size() + c.group.size() +
-         c.group_desc.size() + c.state.size();
-    for (const auto& d : c.sizes) n += sizeof(d) + sizeof(int64_t) * d.size();
-    for (const auto& t : c.dtypes) n += sizeof(t) + t.size();
-    for (const StackFrame& f : c.frames) n += sizeof(f) + f.file.size() + f.function.size();
-  }
-  return n;
 }
 
 }  // namespace
@@ -288,7 +275,8 @@ bool LooksLikeFlightRecorder(std::string_view head) {
 
 StatusOr<CollectiveLog> ParseFlightRecorder(std::string_view bytes, const std::string& name,
                                             int rank, int* skipped) {
-  return ParseWithin(bytes, name, rank, skipped, limits::kMaxFlightRecorderExpanded);
+  ExpandBudget budget(limits::kMaxFlightRecorderExpanded);
+  return ParseWithin(bytes, name, rank, skipped, &budget);
 }
 
 int FlightRecorderRank(const std::string& path) {
@@ -306,19 +294,20 @@ int FlightRecorderRank(const std::string& path) {
 
 namespace {
 
-StatusOr<CollectiveLog> ReadWithin(const std::string& path, int* skipped, size_t budget_bytes) {
+StatusOr<CollectiveLog> ReadWithin(const std::string& path, int* skipped, ExpandBudget* budget) {
   const int rank = FlightRecorderRank(path);
   if (rank < 0)
     return InvalidArgument(path + ": no rank in the file name (torch names dumps PREFIX<rank>)");
   PT_ASSIGN_OR_RETURN(std::string bytes,
                       ReadSmallFile(path, limits::kMaxFlightRecorderDump, "Flight Recorder dump"));
-  return ParseWithin(bytes, path, rank, skipped, budget_bytes);
+  return ParseWithin(bytes, path, rank, skipped, budget);
 }
 
 }  // namespace
 
 StatusOr<CollectiveLog> ReadFlightRecorderFile(const std::string& path, int* skipped) {
-  return ReadWithin(path, skipped, limits::kMaxFlightRecorderExpanded);
+  ExpandBudget budget(limits::kMaxFlightRecorderExpanded);
+  return ReadWithin(path, skipped, &budget);
 }
 
 StatusOr<std::vector<std::string>> FindFlightRecorderDumps(const std::vector<std::string>& paths) {
@@ -377,14 +366,17 @@ std::vector<CollectiveLog> ReadFlightRecorderDumps(const std::vector<std::string
   std::vector<std::string> unread;
   for (const std::string& file : files) {
     int skipped = 0;
-    auto log = ReadWithin(file, &skipped, std::min(set_left, limits::kMaxFlightRecorderExpanded));
+    // What this dump may become: its own cap, or what the set has left. What it took counts
+    // against the set as its reader charged it.
+    ExpandBudget budget(std::min(set_left, limits::kMaxFlightRecorderExpanded));
+    auto log = ReadWithin(file, &skipped, &budget);
     if (!log.ok()) {
       // One damaged or hostile dump is a note on it; the other ranks' dumps still count.
       if (unread.size() < kMaxUnreadNamed) unread.push_back(log.status().message());
       continue;
     }
     skipped_total += skipped;
-    set_left -= std::min(set_left, ExpandedBytes(*log));
+    set_left -= std::min(set_left, budget.used());
     if (auto [it, fresh] = seen.emplace(log->rank, out.size()); !fresh) {
       MergeCollectiveLog(std::move(*log), &out[it->second]);
       continue;
