@@ -68,7 +68,7 @@ def main():
     kept = d["kept_memory"]
     names, nodes = d["names"], d["nodes"]
     per_node = {}
-    for node, it, b, _ in kept["cells"]:
+    for node, it, b, *_ in kept["cells"]:
         if 0 <= it < len(d["iterations"]) - 1:
             per_node[names[nodes[node][1]]] = per_node.get(names[nodes[node][1]], 0) + b
     top = max(per_node.items(), key=lambda x: x[1]) if per_node else ("nothing", 0)

@@ -42,6 +42,10 @@ EXPORT_SWITCH_INTERVAL_S = 0.0005
 # A window's collection never holds the detector longer than this (seconds from its end until
 # the agent says it uploaded the summary).
 HOLD_MAX_S = 120.0
+# Tensors a memory window follows at once where torch records no allocations itself
+# (kept_tensors.py): the heap sampler's own table holds 64 Ki blocks (worker/heap_sampler.h
+# kMaxLive), and a leak shows in a few per iteration.
+MAX_FOLLOWED_TENSORS = 65536
 # Error text carried in a torch_trace message is cut to this many characters.
 MAX_ERROR_CHARS = 500
 

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any, Callable, Deque, Dict, List, Optional
 
-from perftracker import config, files, loader, protocol
+from perftracker import config, files, kept_tensors, loader, protocol
 from perftracker.switch import Switch
 
 # A window's record: {"path": its Python trace, "window": the agent's id or None,
@@ -38,6 +38,8 @@ class WindowState:
         self._send = send
         self.profiler: Any = None  # torch profiler of the current window, if any
         self.profiler_rec: Optional[WindowRecord] = None  # the window record of that profiler
+        # A memory window's tensor following where torch records no allocations itself.
+        self.kept: Optional[kept_tensors.KeptTensors] = None
         self.out: Optional[str] = None  # python-trace path of the current window
         self.rec: Optional[WindowRecord] = None  # the current window's record in `due`
         # Windows whose python_trace message is still due.
@@ -112,9 +114,12 @@ class WindowState:
                     activities=acts, record_shapes=shapes, profile_memory=memory,
                     with_stack=memory, **({} if memory else trace_only_config(torch)))
             else:
-                # The legacy export writes no memory records: nothing to ask for here.
+                # The legacy export writes no memory records: a memory window follows the
+                # tensors the training thread's ops make itself (kept_tensors.py).
                 self.profiler = torch.autograd.profiler.profile(record_shapes=shapes)
             self.profiler.__enter__()
+            if memory and not kineto:
+                self._follow_tensors(torch)
             if memory:
                 # with_stack installed torch's Python tracer over the window's: both see the
                 # thread's calls again (the window's tracer places the sampled heap).
@@ -130,7 +135,21 @@ class WindowState:
             self.profiler = self.profiler_rec = None
             sys.stderr.write(f"perftracker: torch profiler not started: {e!r}\n")
 
+    def _follow_tensors(self, torch: Any) -> None:
+        kept = kept_tensors.KeptTensors(torch, self._switch.w)
+        try:
+            if kept.start():
+                self.kept = kept
+        except Exception as e:
+            sys.stderr.write(f"perftracker: tensors not followed: {e!r}\n")
+
+    def _stop_following(self) -> None:
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.stop()
+
     def _end_profiler(self) -> None:
+        self._stop_following()
         loader.UNRECORDED_FETCH.enable_record_function = None
         prof, self.profiler = self.profiler, None
         rec, self.profiler_rec = self.profiler_rec, None
@@ -151,6 +170,7 @@ class WindowState:
         """The collector turned itself off with torch.profiler running: stop it (on the training
         thread, which started it) and drop what it recorded, or it would record, and grow, for
         the rest of the job."""
+        self._stop_following()
         loader.UNRECORDED_FETCH.enable_record_function = None
         prof, self.profiler, self.profiler_rec = self.profiler, None, None
         try:

@@ -11,8 +11,10 @@
 // and, in a window that sampled the Python heap (a growing rank's memory window), the sampled
 // allocations still live at its end by node and iteration (worker/heap_sampler.h):
 //    "kept_memory":{"sample_bytes":65536, "samples":N, "dropped":N,
-//                   "cells":[[node, iteration, bytes, samples]]}
-// (iteration -1: made outside the window's iterations; bytes: the samples' weights).
+//                   "cells":[[node, iteration, bytes, samples(, op)]]}
+// (iteration -1: made outside the window's iterations; bytes: the samples' weights; op, where
+// present: the name of the torch op whose tensors were followed whole, where the torch records
+// no allocations of its own: python/perftracker/kept_tensors.py).
 #ifndef PERFTRACKER_BASE_PYTHON_WINDOW_FORMAT_H_
 #define PERFTRACKER_BASE_PYTHON_WINDOW_FORMAT_H_
 
@@ -58,7 +60,14 @@ enum IterationSlot : size_t {
 };
 enum CellSlot : size_t { kCellIteration, kCellCalls, kCellInclusiveNs, kCellSelfNs, kCellSlots };
 enum LongCallSlot : size_t { kLongCallNode, kLongCallStartNs, kLongCallEndNs, kLongCallSlots };
-enum KeptCellSlot : size_t { kKeptNode, kKeptIteration, kKeptBytes, kKeptSamples, kKeptCellSlots };
+enum KeptCellSlot : size_t {
+  kKeptNode,
+  kKeptIteration,
+  kKeptBytes,
+  kKeptSamples,
+  kKeptCellSlots,  // without the optional op
+  kKeptOp = kKeptCellSlots
+};
 
 // The histogram: four buckets per power of two, bucket b starting at 2^(b/4) * (1 + (b%4)/4)
 // ns; buckets 0-3 hold 0-3 ns exactly (4-7 stay empty). Any quantile comes back within ~12% of

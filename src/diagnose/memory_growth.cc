@@ -438,8 +438,8 @@ std::vector<Finding> MemoryGrowthFindings(const std::vector<RankMemory>& ranks,
     }
   }
   f.summary = fmt::format(
-      "{} {}memory grows every iteration: +{} per iteration ({} from iteration {} to {}, rising "
-      "between {:.0f}% of the samples){}",
+      "{} {}memory grows every iteration: +{} per iteration ({} from iteration {} to {}, rising in "
+      "{:.0f}% of the intervals between samples){}",
       who, gpu ? "GPU " : "", MemoryBytes(rate), MemoryBytes(internal::Median(grown)),
       first.growth.first_step, first.growth.last_step, first.growth.rising_share * 100, left_text);
   // What profiling windows left in RSS between the two samples is perftracker's, not counted.

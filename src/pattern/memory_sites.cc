@@ -17,6 +17,8 @@ bool IsProgramFrame(std::string_view name) {
   // A comprehension's frame (Python before 3.12 gives it one) is its function's work.
   const std::string_view f = name.substr(fn + 3);
   if (f == "<listcomp>" || f == "<dictcomp>" || f == "<setcomp>" || f == "<genexpr>") return false;
+  // The collector's tensor recorder runs inside the op it follows: the op's caller made it.
+  if (name.find(kKeptTensorsFile) != std::string_view::npos) return false;
   // Kineto names torch's files from the package down; an installed copy may show its path.
   return name.rfind("torch/", 0) != 0 && name.find("/torch/") == std::string_view::npos;
 }

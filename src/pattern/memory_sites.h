@@ -29,9 +29,13 @@ namespace perftracker::pattern {
 // Whether a Python frame's name is the program's own: not a C function it called
 // ("<built-in method ones of type object at 0x...>"), a comprehension inside a function
 // ("train.py(42): <listcomp>") nor torch's own Python
-// ("torch/nn/modules/module.py(1736): _call_impl"), so that kept memory is placed where the
+// ("torch/nn/modules/module.py(1736): _call_impl") nor the collector's tensor recorder
+// (kKeptTensorsFile), so that kept memory is placed where the
 // program asked for it. "train.py(42): keep" -> true.
 bool IsProgramFrame(std::string_view name);
+// The file of the collector's tensor recorder (python/perftracker/kept_tensors.py), whose frame
+// sits between an op and the program's call in a window that follows tensors: never the place.
+inline constexpr std::string_view kKeptTensorsFile = "perftracker/kept_tensors.py(";
 
 class MemorySiteBuilder {
  public:

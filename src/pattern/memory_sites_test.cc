@@ -35,6 +35,10 @@ TEST(MemorySiteBuilder, ProgramFrames) {
   EXPECT_FALSE(IsProgramFrame("torch/nn/modules/module.py(1736): _call_impl"));
   EXPECT_FALSE(IsProgramFrame("/venv/lib/python3.11/site-packages/torch/optim/sgd.py(80): step"));
   EXPECT_FALSE(IsProgramFrame(""));
+  // The collector's tensor recorder, wherever the package is installed.
+  EXPECT_FALSE(IsProgramFrame(
+      "/venv/lib/python3.11/site-packages/perftracker/kept_tensors.py(131): __torch_dispatch__"));
+  EXPECT_TRUE(IsProgramFrame("/home/me/perftracker/train.py(5): step"));
 }
 
 // Five iterations of a leaking step: a temporary freed in its iteration, a gradient freed in

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <vector>
 
 #include "base/bucket_counts.h"
@@ -193,13 +194,17 @@ class FileReader {
     for (dom::element e : cells) {
       dom::array a;
       PythonWindowFile::KeptCell c;
-      if (e.get_array().get(a) != simdjson::SUCCESS || a.size() != pw::kKeptCellSlots ||
+      const bool is_array = e.get_array().get(a) == simdjson::SUCCESS;
+      const bool with_op = is_array && a.size() == pw::kKeptOp + 1;
+      if (!is_array || (a.size() != pw::kKeptCellSlots && !with_op) ||
           !U64(a, pw::kKeptNode, &c.node) || !I64(a, pw::kKeptIteration, &c.iteration) ||
           !U64(a, pw::kKeptBytes, &c.bytes) || !U64(a, pw::kKeptSamples, &c.samples) ||
-          c.node >= f_.nodes.size() || c.iteration < -1 ||
-          c.iteration >= static_cast<int64_t>(f_.iterations.size()))
-        return Bad(fmt::format("kept_memory cell {} is not [node, iteration, bytes, samples]",
-                               f_.kept.size()));
+          (with_op && !U64(a, pw::kKeptOp, &c.op)) || c.node >= f_.nodes.size() ||
+          c.iteration < -1 || c.iteration >= static_cast<int64_t>(f_.iterations.size()) ||
+          c.op >= f_.names.size())
+        return Bad(fmt::format(
+            "kept_memory cell {} is not [node, iteration, bytes, samples] or with an op name",
+            f_.kept.size()));
       f_.kept.push_back(c);
     }
     return Status::Ok();
@@ -304,8 +309,9 @@ class Parser {
 
   // The sampled heap kept past the iteration that allocated it, in every iteration but the last
   // (whose objects the next one may still free), by the program's innermost function around
-  // the allocation: a builtin it called, torch's own Python or a comprehension is walked up
-  // from (IsProgramFrame), as profile_memory's records are placed.
+  // the allocation: a builtin it called, torch's own Python, the collector's tensor recorder or
+  // a comprehension is walked up from (IsProgramFrame), as profile_memory's records are placed.
+  // Tensors followed whole (a cell with an op) stay apart from the Python objects made there.
   void PlaceKeptHeap(const PythonWindowFile& file, size_t n_iters, RankSummary* s) const {
     if (file.kept.empty() || n_iters < 2) return;
     const int64_t counted = static_cast<int64_t>(n_iters) - 1;
@@ -314,7 +320,8 @@ class Parser {
       uint64_t samples = 0;
       std::vector<bool> kept_in;
     };
-    std::map<std::pair<std::string, std::string>, Place> places;  // (function, stack)
+    // (function, stack, op)
+    std::map<std::tuple<std::string, std::string, std::string>, Place> places;
     for (const PythonWindowFile::KeptCell& c : file.kept) {
       if (c.iteration < 0 || c.iteration >= counted) continue;
       size_t at = c.node;
@@ -322,7 +329,8 @@ class Parser {
              (file.nodes[at].gc || at == pw::kOtherNode || !IsProgramFrame(NodeName(file, at))))
         at = file.nodes[at].parent;
       if (at == pw::kRootNode) continue;  // allocated outside every program function
-      Place& p = places[{NodeName(file, at), node_stacks_[file.nodes[at].parent]}];
+      Place& p = places[{NodeName(file, at), node_stacks_[file.nodes[at].parent],
+                         c.op != 0 ? file.names[c.op] : std::string(kPythonHeapOp)}];
       if (p.kept_in.empty()) p.kept_in.assign(static_cast<size_t>(counted), false);
       p.bytes += static_cast<double>(c.bytes);
       p.samples += c.samples;
@@ -332,9 +340,9 @@ class Parser {
     for (const auto& [key, p] : places) {
       MemorySite& m = sites.emplace_back();
       m.device = "cpu";
-      m.function = key.first;
-      m.stack = key.second;
-      m.op = kPythonHeapOp;
+      m.function = std::get<0>(key);
+      m.stack = std::get<1>(key);
+      m.op = std::get<2>(key);
       m.kept_bytes = p.bytes;
       m.kept_iterations =
           static_cast<uint32_t>(std::count(p.kept_in.begin(), p.kept_in.end(), true));

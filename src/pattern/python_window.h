@@ -6,9 +6,10 @@
 // FunctionPattern per call-stack path, with the meaning the summarizer gives python_function
 // events of a profiler trace (identity = name + callers, per-iteration time and calls, self
 // time, spread, quantiles). A window that sampled the Python heap also gives memory sites
-// (RankSummary::memory_sites, device "cpu", op kPythonHeapOp): the sampled heap kept past the
-// iteration that allocated it, placed at the program's innermost function as the summarizer
-// places profile_memory's records (pattern/memory_sites.h).
+// (RankSummary::memory_sites, device "cpu", op kPythonHeapOp or the torch op whose tensors the
+// collector followed whole): the sampled heap kept past the iteration that allocated it, placed
+// at the program's innermost function as the summarizer places profile_memory's records
+// (pattern/memory_sites.h).
 #ifndef PERFTRACKER_PATTERN_PYTHON_WINDOW_H_
 #define PERFTRACKER_PATTERN_PYTHON_WINDOW_H_
 
@@ -51,6 +52,7 @@ struct PythonWindowFile {
     uint64_t node = 0;       // < nodes.size()
     int64_t iteration = -1;  // position in `iterations`; -1: outside them
     uint64_t bytes = 0, samples = 0;
+    uint64_t op = 0;  // < names.size(); 0: Python objects sampled, else whole tensors by op
   };
   bool has_tid = false;
   int64_t tid = 0, start_ns = 0, end_ns = 0;

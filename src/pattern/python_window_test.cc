@@ -137,6 +137,33 @@ TEST(PythonWindowTest, TheSampledHeapKeptIsPlacedAtTheProgramsFunction) {
   EXPECT_EQ(t.kept_iterations, 1u);
 }
 
+// A window that followed tensors whole where the torch records no allocations (torch 1.13):
+// step() calls torch.ones (a builtin) and the collector's recorder runs under it for the op.
+constexpr char kKeptTensors[] = R"({"schema":"perftracker.python_window/1","pid":1,"tid":1,
+"start_ns":0,"end_ns":30,"iterations":[[4,0,10],[5,10,20],[6,20,30]],
+"names":["","<gc>","t.py(1): main","t.py(5): step","<built-in method ones of type object>",
+         "/site-packages/perftracker/kept_tensors.py(131): __torch_dispatch__","aten::ones"],
+"nodes":[[0,0,0,0,0,0,0,0,0,0,[],[]],[0,0,0,0,0,0,0,0,0,0,[],[]],
+[0,2,0,1,30,1,30,30,900,0,[1],[]],[2,3,0,3,30,3,10,10,300,0,[3],[]],
+[3,4,0,3,9,9,3,3,27,0,[3],[]],[4,5,0,3,1,1,1,1,1,0,[3],[]]],
+"kept_memory":{"sample_bytes":65536,"samples":4,"dropped":0,
+ "cells":[[4,0,1048576,1,6],[5,1,1048576,1,6],[4,2,1048576,1,6],[3,0,80000,1]]},
+"long_calls":[],"stats":{"calls":10}})";
+
+TEST(PythonWindowTest, FollowedTensorsArePlacedAtTheProgramsCallWithTheirOp) {
+  auto s = SummarizePythonWindowBuffer(kKeptTensors, "w/rank-0.python.json");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  ASSERT_EQ(s->memory_sites.size(), 2u);
+  const MemorySite& t = s->memory_sites[0];
+  EXPECT_EQ(t.function, "t.py(5): step");  // past the builtin and the recorder's frame
+  EXPECT_EQ(t.op, "aten::ones");
+  EXPECT_DOUBLE_EQ(t.kept_bytes, 2 * 1048576);  // the last iteration's is not counted
+  EXPECT_EQ(t.kept_iterations, 2u);
+  // The Python objects sampled in the same function stay apart.
+  EXPECT_EQ(s->memory_sites[1].function, "t.py(5): step");
+  EXPECT_EQ(s->memory_sites[1].op, kPythonHeapOp);
+}
+
 TEST(PythonWindowTest, BadFilesAreOneLineErrorsNamingTheFile) {
   const std::string head =
       R"({"schema":"perftracker.python_window/1","pid":1,"tid":1,"start_ns":0,"end_ns":10,)";
@@ -163,6 +190,14 @@ TEST(PythonWindowTest, BadFilesAreOneLineErrorsNamingTheFile) {
       {head + R"("iterations":[[1,0,5]],"names":[""],"nodes":[[0,0,0,0,0,0,0,0,0,0,[],[]],
           [0,0,0,0,0,0,0,0,0,0,[],[]]],"kept_memory":{"sample_bytes":65536,
           "cells":[[1,1,100,1]]}})",
+       "kept_memory cell 0 is not"},
+      {head + R"("iterations":[[1,0,5]],"names":[""],"nodes":[[0,0,0,0,0,0,0,0,0,0,[],[]],
+          [0,0,0,0,0,0,0,0,0,0,[],[]]],"kept_memory":{"sample_bytes":65536,
+          "cells":[[1,0,100,1,3]]}})",
+       "kept_memory cell 0 is not"},  // an op name out of range
+      {head + R"("iterations":[[1,0,5]],"names":[""],"nodes":[[0,0,0,0,0,0,0,0,0,0,[],[]],
+          [0,0,0,0,0,0,0,0,0,0,[],[]]],"kept_memory":{"sample_bytes":65536,
+          "cells":[[1,0,100,1,0,0]]}})",
        "kept_memory cell 0 is not"},
       {"{\"schema\":\"perftracker.python_window/1\", trunc", "bad Python window file"},
   };

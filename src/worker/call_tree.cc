@@ -42,6 +42,10 @@ uint32_t CallTree::Current() const {
 }
 
 void CallTree::Enter(uint32_t name, int64_t now) {
+  if (muted_depth_ > 0) {
+    ++muted_depth_;
+    return;
+  }
   const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
                             ? kOther
                             : Child(Current(), name, /*gc=*/false);
@@ -49,11 +53,17 @@ void CallTree::Enter(uint32_t name, int64_t now) {
 }
 
 void CallTree::EnterC(uint32_t name, int64_t now) {
+  if (muted_depth_ > 0) {
+    ++muted_depth_;
+    return;
+  }
   Enter(name, now);
   frames_.back().c_call = true;
 }
 
 void CallTree::Resync(const std::vector<uint32_t>& python_stack, int64_t now) {
+  // A muted call's returns were missed with the rest: its placeholder goes with the stale frames.
+  muted_depth_ = 0;
   // The open Python calls that match the stack's outermost frames, and the C calls between
   // them, stay; everything above the last match is stale.
   size_t matched = 0, keep = 0;
@@ -75,16 +85,35 @@ void CallTree::Resync(const std::vector<uint32_t>& python_stack, int64_t now) {
 }
 
 void CallTree::EnterInProgress(uint32_t name, int64_t now) {
+  muted_depth_ = 0;  // only ever at a window's start or a resync
   Enter(name, now);
   frames_.back().in_progress = true;
 }
 
 void CallTree::EnterUntraced() {
+  if (muted_depth_ > 0) {
+    ++muted_depth_;
+    return;
+  }
   ++stats_.untraced_calls;
   frames_.push_back({kRoot, false, false, false, false, iteration_, 0, 0});
 }
 
+void CallTree::EnterMuted() {
+  if (muted_depth_ > 0) {
+    ++muted_depth_;
+    return;
+  }
+  frames_.push_back({kRoot, false, false, false, false, iteration_, 0, 0});
+  muted_depth_ = 1;
+}
+
 void CallTree::EnterGc(uint32_t name, int64_t now) {
+  // A collection inside a muted call is the collector's: muted too (its end is found by depth).
+  if (muted_depth_ > 0) {
+    ++muted_depth_;
+    return;
+  }
   const uint32_t node = static_cast<int>(frames_.size()) >= limits_.max_depth
                             ? kOther
                             : Child(Current(), name, /*gc=*/true);
@@ -92,6 +121,8 @@ void CallTree::EnterGc(uint32_t name, int64_t now) {
 }
 
 void CallTree::Exit(int64_t now) {
+  // Inside a muted call: its own return (depth 1) takes its placeholder off.
+  if (muted_depth_ > 0 && --muted_depth_ > 0) return;
   if (frames_.empty()) {
     ++stats_.unmatched_returns;  // a call that began before the window
     return;
@@ -103,6 +134,10 @@ void CallTree::Exit(int64_t now) {
 }
 
 void CallTree::ExitC(int64_t now) {
+  if (muted_depth_ > 0) {
+    Exit(now);
+    return;
+  }
   if (!frames_.empty() && frames_.back().in_progress) {
     ++stats_.unmatched_returns;  // a C call that began before the window, under this frame
     return;
@@ -111,6 +146,11 @@ void CallTree::ExitC(int64_t now) {
 }
 
 void CallTree::ExitGc(int64_t now) {
+  if (muted_depth_ > 0) {
+    // A collection that began inside the muted call ends (depth > 1), or one that began before
+    // it ends inside it: the muted call's frames go with it.
+    if (--muted_depth_ > 0) return;
+  }
   // The innermost open collection; calls a finalizer left open above it close with it.
   for (size_t i = frames_.size(); i-- > 0;) {
     if (!frames_[i].gc) continue;
@@ -124,6 +164,7 @@ void CallTree::ExitGc(int64_t now) {
 }
 
 void CallTree::CloseAll(int64_t now) {
+  muted_depth_ = 0;
   while (!frames_.empty()) {
     const Frame f = frames_.back();
     frames_.pop_back();

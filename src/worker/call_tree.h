@@ -110,6 +110,12 @@ class CallTree {
   void EnterC(uint32_t name, int64_t now);
   // A call the tracer cannot name: it keeps returns balanced, and its time stays in its parent.
   void EnterUntraced();
+  // A call whose whole subtree goes unrecorded (the collector's own per-op code: a memory
+  // window's tensor recorder, python/perftracker/kept_tensors.py): its calls, returns and
+  // collections only count depth until it returns, and its time stays in its parent, as a C
+  // call's work does.
+  void EnterMuted();
+  bool muted() const { return muted_depth_ > 0; }
   // The thread's Python stack is PYTHON_STACK (name ids, outermost first), and this tree missed
   // some of its calls and returns (another profile function held the thread meanwhile:
   // torch.profiler's with_stack): the open calls that still match it are kept, the others
@@ -158,6 +164,7 @@ class CallTree {
   std::vector<LongCall> long_calls_;
   CallTreeStats stats_;
   int32_t iteration_ = -1;
+  int muted_depth_ = 0;  // > 0: inside a muted call, this many calls deep (the call itself: 1)
 };
 
 }  // namespace perftracker::worker

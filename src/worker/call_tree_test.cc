@@ -129,6 +129,47 @@ TEST(CallTreeTest, UntracedCallsAndUnmatchedReturnsKeepTheStackBalanced) {
   EXPECT_NE(Find(t, {kStep, kLeaf}), nullptr);
 }
 
+TEST(CallTreeTest, AMutedCallRecordsNothingUnderItAndLeavesItsTimeToItsParent) {
+  CallTree t;
+  t.Enter(kStep, 10);
+  t.EnterC(kLeaf, 20);  // the program's call of an op (a builtin)
+  t.EnterMuted();       // the collector's code run for the op
+  EXPECT_TRUE(t.muted());
+  const uint32_t op_node = t.current_node();  // where what the op makes is placed
+  t.Enter(kStep, 22);                         // Python inside it: counted, not recorded
+  t.EnterC(kLeaf, 23);
+  t.EnterUntraced();
+  t.EnterGc(kLeaf, 24);
+  t.ExitGc(25);
+  t.Exit(26);
+  t.ExitC(27);
+  t.Exit(28);
+  EXPECT_TRUE(t.muted());
+  t.Exit(29);  // the muted call returns
+  EXPECT_FALSE(t.muted());
+  t.ExitC(40);
+  t.Exit(50);
+  EXPECT_EQ(t.depth(), 0u);
+  const CallNode* leaf = Find(t, {kStep, kLeaf});
+  ASSERT_NE(leaf, nullptr);
+  EXPECT_EQ(op_node, static_cast<uint32_t>(leaf - t.nodes().data()));
+  EXPECT_EQ(leaf->self_ns, 40 - 20);  // the muted call's time is the op's
+  EXPECT_EQ(Find(t, {kStep, kLeaf, kStep}), nullptr);
+  EXPECT_EQ(t.nodes().size(), 4u);  // root, other, step, leaf
+  EXPECT_EQ(t.stats().untraced_calls, 0u);
+}
+
+TEST(CallTreeTest, AMutedCallOpenAtTheWindowsEndClosesWithIt) {
+  CallTree t;
+  t.Enter(kStep, 10);
+  t.EnterMuted();
+  t.Enter(kLeaf, 12);
+  t.CloseAll(30);
+  EXPECT_FALSE(t.muted());
+  EXPECT_EQ(t.depth(), 0u);
+  EXPECT_EQ(Find(t, {kStep})->total_ns, 20);
+}
+
 TEST(CallTreeTest, CallsInProgressAtTheStartKeepTheStackRight) {
   // At arming the Python frames main -> step are in progress, and so are C calls between and
   // above them that cannot be listed (a builtin next() under step, the arming call itself).

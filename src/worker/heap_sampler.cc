@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 namespace perftracker::worker {
 namespace {
@@ -16,7 +17,7 @@ static_assert(size_t{1} << kTableBits == kTableSlots);
 void HeapSampler::Begin(uint64_t seed, int64_t mean_bytes) {
   mean_ = std::max<int64_t>(1, mean_bytes);
   rng_ = seed | 1;  // xorshift's state must not be zero
-  table_.assign(kTableSlots, Slot{0, 0, 0, 0});
+  table_.assign(kTableSlots, Slot{0, 0, 0, 0, 0});
   std::fill(filter_.begin(), filter_.end(), 0);
   live_ = 0;
   samples_ = dropped_ = 0;
@@ -35,12 +36,12 @@ KeptHeap HeapSampler::Finish() {
   for (const Slot& s : table_)
     if (s.addr != 0) kept.push_back(s);
   std::sort(kept.begin(), kept.end(), [](const Slot& a, const Slot& b) {
-    return a.node != b.node ? a.node < b.node : a.iteration < b.iteration;
+    return std::tie(a.node, a.iteration, a.op) < std::tie(b.node, b.iteration, b.op);
   });
   for (const Slot& s : kept) {
     if (out.cells.empty() || out.cells.back().node != s.node ||
-        out.cells.back().iteration != s.iteration)
-      out.cells.push_back(KeptHeapCell{s.node, s.iteration, 0, 0});
+        out.cells.back().iteration != s.iteration || out.cells.back().op != s.op)
+      out.cells.push_back(KeptHeapCell{s.node, s.iteration, 0, 0, s.op});
     out.cells.back().bytes += s.weight;
     ++out.cells.back().samples;
   }
@@ -68,23 +69,33 @@ size_t HeapSampler::Home(uintptr_t addr) const {
 void HeapSampler::Record(uintptr_t addr, size_t n, uint32_t node, int32_t iteration) {
   countdown_ = NextCountdown();
   if (!active_ || addr == 0) return;
+  // The block stands for the bytes of the allocations the countdown passed over (see header).
+  const double s = static_cast<double>(n);
+  const double m = static_cast<double>(mean_);
+  const double weight = n == 0 ? m : s / -std::expm1(-s / m);
+  Insert(Slot{addr, weight, node, iteration, 0});
+}
+
+void HeapSampler::RecordBlock(uintptr_t addr, size_t n, uint32_t node, int32_t iteration,
+                              uint32_t op) {
+  if (!active_ || addr == 0 || n == 0) return;
+  Insert(Slot{addr, static_cast<double>(n), node, iteration, op});
+}
+
+void HeapSampler::Insert(const Slot& slot) {
   ++samples_;
   if (live_ >= kMaxLive) {
     ++dropped_;
     return;
   }
-  // The block stands for the bytes of the allocations the countdown passed over (see header).
-  const double s = static_cast<double>(n);
-  const double m = static_cast<double>(mean_);
-  const double weight = n == 0 ? m : s / -std::expm1(-s / m);
-  size_t i = Home(addr);
-  while (table_[i].addr != 0 && table_[i].addr != addr) i = (i + 1) & (kTableSlots - 1);
+  size_t i = Home(slot.addr);
+  while (table_[i].addr != 0 && table_[i].addr != slot.addr) i = (i + 1) & (kTableSlots - 1);
   if (table_[i].addr == 0) {
     ++live_;
-    uint8_t& f = filter_[Hash(addr) >> (64 - kFilterBits)];
+    uint8_t& f = filter_[Hash(slot.addr) >> (64 - kFilterBits)];
     if (f < UINT8_MAX) ++f;
   }
-  table_[i] = Slot{addr, weight, node, iteration};
+  table_[i] = slot;
 }
 
 void HeapSampler::Erase(uintptr_t addr) {
@@ -106,7 +117,7 @@ void HeapSampler::Erase(uintptr_t addr) {
       hole = j;
     }
   }
-  table_[hole] = Slot{0, 0, 0, 0};
+  table_[hole] = Slot{0, 0, 0, 0, 0};
   --live_;
   uint8_t& f = filter_[Hash(addr) >> (64 - kFilterBits)];
   if (f < UINT8_MAX) --f;

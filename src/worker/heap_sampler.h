@@ -14,6 +14,10 @@
 // costs a subtraction; every free costs one probe of a table that is empty outside the windows
 // that sample.
 //
+// A window may also be told of blocks Python's allocators never see, whole (RecordBlock): a
+// tensor's storage, made by a torch op, where the torch writes no allocation records of its own
+// (worker/py/heap_hooks.h KeepBlock). Such a block weighs its size and names its op.
+//
 // Owns the table of live sampled blocks, bounded (kMaxLive; past it new samples are dropped and
 // counted). Not thread-safe: driven under the GIL (the allocator hooks of worker/py/heap_hooks.h
 // run with it held).
@@ -37,6 +41,7 @@ struct KeptHeapCell {
   int32_t iteration = -1;  // -1: allocated outside the window's iterations
   double bytes = 0;        // the samples' weights: an estimate of the bytes kept
   uint32_t samples = 0;
+  uint32_t op = 0;  // 0: Python objects; else the name id of the op that made whole blocks
 };
 
 struct KeptHeap {
@@ -48,7 +53,7 @@ struct KeptHeap {
 
 class HeapSampler {
  public:
-  // Live samples at once: 64 Ki of them are 4 GiB of kept heap at the mean; the table is 1.5 MiB.
+  // Live samples at once: 64 Ki of them are 4 GiB of kept heap at the mean; the table is 4 MiB.
   static constexpr size_t kMaxLive = size_t{1} << 16;
 
   // Starts a window's sampling (allocates the table: never inside an allocator hook). SEED
@@ -67,6 +72,9 @@ class HeapSampler {
   // Remembers the block at ADDR of N bytes, made at NODE in ITERATION, and draws the next
   // countdown. Allocates nothing.
   void Record(uintptr_t addr, size_t n, uint32_t node, int32_t iteration);
+  // Remembers a whole block at ADDR of N bytes (not drawn: it weighs N), made by op OP (a name
+  // id, not 0) at NODE in ITERATION. The countdown is untouched. Allocates nothing.
+  void RecordBlock(uintptr_t addr, size_t n, uint32_t node, int32_t iteration, uint32_t op);
   // A free (or the old block of a realloc): forgets ADDR if it was sampled. Inline tests first:
   // nothing to do while no sample is live, or when the filter says ADDR was not sampled (most
   // frees: the table is megabytes, the filter 16 KiB, so a free costs no cache miss).
@@ -81,7 +89,9 @@ class HeapSampler {
     double weight;
     uint32_t node;
     int32_t iteration;
+    uint32_t op;
   };
+  void Insert(const Slot& s);
   // Blocks are 16-byte aligned: the low bits say nothing. Fibonacci hashing spreads the rest;
   // the table and the filter take its top bits.
   static uint64_t Hash(uintptr_t addr) {

@@ -64,6 +64,41 @@ TEST(HeapSampler, CellsAreByNodeThenIteration) {
   EXPECT_NEAR(k.cells[3].bytes, 20, 0.01);  // a block far above the mean weighs its size
 }
 
+TEST(HeapSampler, WholeBlocksWeighTheirSizeAndStayApartByOp) {
+  HeapSampler s;
+  s.Begin(7);
+  // Tensors a window follows (1 KiB and 1 MiB, made by two ops at one node) beside a sampled
+  // Python object at the same node; a followed block freed is forgotten.
+  s.RecordBlock(0x1000, 1024, 4, 0, /*op=*/9);
+  s.RecordBlock(0x2000, 1 << 20, 4, 0, /*op=*/9);
+  s.RecordBlock(0x3000, 4096, 4, 0, /*op=*/11);
+  s.RecordBlock(0x4000, 512, 4, 0, /*op=*/11);
+  s.Forget(0x4000);
+  s.Record(0x5000, 1 << 20, 4, 0);
+  s.RecordBlock(0x6000, 0, 4, 0, 9);  // an empty tensor keeps nothing
+  const KeptHeap k = s.Finish();
+  ASSERT_EQ(k.cells.size(), 3u);
+  EXPECT_EQ(k.cells[0].op, 0u);  // the sampled object: Python's
+  EXPECT_EQ(k.cells[1].op, 9u);
+  EXPECT_EQ(k.cells[1].bytes, 1024 + (1 << 20));  // exactly: not drawn, so not weighted
+  EXPECT_EQ(k.cells[1].samples, 2u);
+  EXPECT_EQ(k.cells[2].op, 11u);
+  EXPECT_EQ(k.cells[2].bytes, 4096);
+}
+
+TEST(HeapSampler, WholeBlocksLeaveTheCountdownAlone) {
+  // The same allocations sampled with and without followed blocks between them: the same draws.
+  HeapSampler a, b;
+  a.Begin(3, 4096);
+  b.Begin(3, 4096);
+  for (int i = 0; i < 1000; ++i) {
+    Alloc(&a, 0x10000 + 64 * i, 64, 1, 0);
+    b.RecordBlock(0x900000 + 64 * i, 1 << 16, 2, 0, 5);
+    Alloc(&b, 0x10000 + 64 * i, 64, 1, 0);
+  }
+  EXPECT_EQ(KeptAt(a.Finish(), 1), KeptAt(b.Finish(), 1));
+}
+
 TEST(HeapSampler, ForgettingKeepsEveryOtherSampleFindable) {
   // Every allocation sampled, addresses that share homes, and a random half freed: what is left
   // is exactly the blocks not freed (the deletion must not lose entries that probed past a hole).

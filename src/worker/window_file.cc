@@ -73,7 +73,9 @@ std::string PythonWindowJson(const PythonWindow& w) {
       if (i) out += ',';
       out += '[' + std::to_string(c.node) + ',' + std::to_string(c.iteration) + ',' +
              std::to_string(static_cast<uint64_t>(std::llround(c.bytes))) + ',' +
-             std::to_string(c.samples) + ']';
+             std::to_string(c.samples);
+      if (c.op != 0) out += ',' + std::to_string(c.op);
+      out += ']';
     }
     out += "]}";
   }

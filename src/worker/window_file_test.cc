@@ -72,10 +72,12 @@ TEST(WindowFileTest, ASampledHeapIsWrittenAsKeptMemory) {
   w.kept.sample_bytes = 65536;
   w.kept.samples = 9;
   w.kept.dropped = 1;
-  w.kept.cells = {KeptHeapCell{3, 0, 1048576.4, 8}, KeptHeapCell{4, -1, 70000, 1}};
+  // The last cell: tensors followed whole, made by the op named 2.
+  w.kept.cells = {KeptHeapCell{3, 0, 1048576.4, 8}, KeptHeapCell{4, -1, 70000, 1},
+                  KeptHeapCell{4, 1, 4096, 2, 2}};
   const std::string json = PythonWindowJson(w);
   EXPECT_NE(json.find(R"("kept_memory":{"sample_bytes":65536,"samples":9,"dropped":1,)"
-                      R"("cells":[[3,0,1048576,8],[4,-1,70000,1]]})"),
+                      R"("cells":[[3,0,1048576,8],[4,-1,70000,1],[4,1,4096,2,2]]})"),
             std::string::npos)
       << json;
 }

@@ -87,6 +87,14 @@ KeptHeap StopHeapSampling() {
   return kept;
 }
 
+void KeepBlock(uintptr_t addr, size_t n, uint32_t op) {
+  if (!t_sampling || g_tree == nullptr) return;
+  if (g_failed != nullptr && g_failed->load(std::memory_order_relaxed)) return;
+  g_sampler.RecordBlock(addr, n, g_tree->current_node(), g_tree->iteration(), op);
+}
+
+void ForgetBlock(uintptr_t addr) { g_sampler.Forget(addr); }
+
 void HeapSamplingAfterFork() {
   t_sampling = false;
   (void)g_sampler.Finish();

@@ -22,6 +22,12 @@ namespace perftracker::worker::py {
 void StartHeapSampling(CallTree* tree, uint64_t seed, const std::atomic<bool>* failed);
 // Ends the sampling and gives what is kept (empty when none was under way).
 KeptHeap StopHeapSampling();
+// A block Python's allocators never see (a tensor's storage), of N bytes at ADDR, made by op
+// OP (a name id of TREE's window) on the calling thread: kept whole at its call tree's current
+// node while that thread's window samples, else ignored.
+void KeepBlock(uintptr_t addr, size_t n, uint32_t op);
+// That block is freed (or no longer to be followed): forgotten, on any thread.
+void ForgetBlock(uintptr_t addr);
 // A forked child: the sampling (the parent's) is dropped without a word.
 void HeapSamplingAfterFork();
 

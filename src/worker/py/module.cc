@@ -74,6 +74,9 @@ struct State {
   WindowRecorder recorder;
   uint64_t traced_tid = 0;
   std::vector<PyObject*> held_codes;  // strong refs while armed: keys of recorder.names()
+  // Code objects whose calls go unrecorded with everything under them (mute_calls()): the
+  // collector's own per-op code. Strong refs, kept for good; a handful at most.
+  std::vector<PyObject*> muted_codes;
 };
 
 State* g = nullptr;  // created at module init, never freed (threads may outlive finalization)
@@ -164,6 +167,12 @@ int ProfileCallback(PyObject*, PyFrameObject* frame, int what, PyObject* arg) {
   return chained != nullptr ? chained(chained_obj, frame, what, arg) : 0;
 }
 
+bool IsMuted(PyObject* code) {
+  for (PyObject* c : g->muted_codes)
+    if (c == code) return true;
+  return false;
+}
+
 int RecordEvent(PyFrameObject* frame, int what, PyObject* arg) {
   CallTree* tree = t_tree;
   if (tree == nullptr || g->failed.load(std::memory_order_relaxed)) {
@@ -179,6 +188,11 @@ int RecordEvent(PyFrameObject* frame, int what, PyObject* arg) {
     switch (what) {
       case PyTrace_CALL: {
         PyCodeObject* code = PyFrame_GetCode(frame);  // new reference
+        if (!tree->muted() && IsMuted(reinterpret_cast<PyObject*>(code))) {
+          Py_DECREF(code);
+          tree->EnterMuted();
+          break;
+        }
         const uint32_t name = NameId(code, reinterpret_cast<PyObject*>(code), CodeName,
                                      reinterpret_cast<PyObject*>(code));
         Py_DECREF(code);
@@ -477,6 +491,48 @@ PyObject* StopWindow(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// keep_block(addr, nbytes, op, name) -> bool: a tensor's storage of NBYTES at ADDR, made by the
+// torch op OP (named NAME) on this thread, is followed while this thread's window samples the
+// heap (worker/py/heap_hooks.h KeepBlock); False when none does (the caller stops asking).
+PyObject* KeepBlock(PyObject*, PyObject* args) {
+  unsigned long long addr = 0, n = 0;
+  PyObject* op = nullptr;
+  PyObject* name = nullptr;
+  if (!PyArg_ParseTuple(args, "KKOU", &addr, &n, &op, &name)) return nullptr;
+  if (!g->installed || g->failed || t_tree == nullptr) Py_RETURN_FALSE;
+  try {
+    // OP keys its name as a code object does (kept alive while armed: held_codes).
+    py::KeepBlock(static_cast<uintptr_t>(addr), static_cast<size_t>(n), NameId(op, op, Utf8, name));
+  } catch (const std::exception& e) {
+    Fail(e.what());
+    Py_RETURN_FALSE;
+  }
+  Py_RETURN_TRUE;
+}
+
+// mute_calls(code): calls of the code object CODE, and everything under them, go unrecorded from
+// now on (CallTree::EnterMuted): the collector's own per-op Python. At most kMaxMutedCodes.
+PyObject* MuteCalls(PyObject*, PyObject* code) {
+  constexpr size_t kMaxMutedCodes = 8;  // the tensor recorder's and torch's dispatch helper
+  if (!PyCode_Check(code)) {
+    PyErr_SetString(PyExc_TypeError, "mute_calls() needs a code object");
+    return nullptr;
+  }
+  if (IsMuted(code)) Py_RETURN_TRUE;
+  if (g->muted_codes.size() >= kMaxMutedCodes) Py_RETURN_FALSE;
+  Py_INCREF(code);
+  g->muted_codes.push_back(code);
+  Py_RETURN_TRUE;
+}
+
+// forget_block(addr): the tensor storage at ADDR is freed; any thread.
+PyObject* ForgetBlock(PyObject*, PyObject* arg) {
+  const unsigned long long addr = PyLong_AsUnsignedLongLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  py::ForgetBlock(static_cast<uintptr_t>(addr));
+  Py_RETURN_NONE;
+}
+
 // hold_detector(on): while held (counted), completed iterations feed neither the detector's
 // statistics nor its slowdown trigger: work the collector itself does (a torch.profiler
 // export after a window) slows them.
@@ -582,6 +638,10 @@ PyMethodDef kMethods[] = {
      "chain_profile() -> bool: the window's tracer in front of a profile function installed "
      "over it (torch.profiler's with_stack), passing each event on"},
     {"drain", Drain, METH_NOARGS, "news since the last drain, oldest first"},
+    {"keep_block", KeepBlock, METH_VARARGS,
+     "keep_block(addr, nbytes, op, name) -> bool: a tensor storage the memory window follows"},
+    {"forget_block", ForgetBlock, METH_O, "forget_block(addr): a followed storage is freed"},
+    {"mute_calls", MuteCalls, METH_O, "mute_calls(code) -> bool: its calls go unrecorded"},
     {"hold_detector", HoldDetector, METH_O,
      "hold_detector(on): iterations completed while held do not feed the slowdown trigger"},
     {"stats", Stats, METH_NOARGS, "counters as a dict"},
