@@ -8,13 +8,11 @@
 
 #include "diagnose/finding_text.h"
 #include "diagnose/policy.h"
+#include "diagnose/what_if.h"
 
 namespace perftracker::diagnose {
-namespace {
 
-// The categories whose impact is time per iteration that removing the problem gives back. A
-// silent rank, a hang, a crash, a mismatch or a leak has no such figure to bound.
-bool TimeCost(Category c) {
+bool IsTimeCost(Category c) {
   switch (c) {
     case Category::kMissingRank:
     case Category::kHang:
@@ -30,6 +28,8 @@ bool TimeCost(Category c) {
       return true;
   }
 }
+
+namespace {
 
 // A rank that computes more than its peers, or takes longer for the same work because the
 // scheduler holds it back: its peers wait for its excess, no more.
@@ -71,7 +71,7 @@ std::optional<double> OwnWorkExcessMs(const Finding& f) {
 }
 
 std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget) {
-  if (!TimeCost(f.category) || f.impact_ms <= 0) return std::nullopt;
+  if (!IsTimeCost(f.category) || f.impact_ms <= 0) return std::nullopt;
   std::optional<CostLimit> limit;
   const auto tighten = [&limit](double ms, std::string why) {
     if (std::isnan(ms) || ms < 0) ms = 0;
@@ -123,6 +123,8 @@ void BoundCosts(const CostBudget& budget, Diagnosis* d) {
     kept.push_back(std::move(f));
   }
   d->findings = std::move(kept);
+  // The replay of what fixing each one gives, on the bounded figures; the ranking follows it.
+  AddWhatIf(d->arrivals, d);
   internal::SortFindings(&d->findings);
 }
 

@@ -27,6 +27,10 @@
 
 namespace perftracker::diagnose {
 
+// Whether a finding of category C costs time per iteration that removing the problem gives
+// back (a silent rank, a hang, a crash, a mismatch or a leak has no such figure).
+bool IsTimeCost(Category c);
+
 // How much more a rank's own work takes than its peers' (ms an iteration: the largest of the peer
 // comparison's own-work totals in F's evidence, own_work_ms against peers_own_work_ms and the
 // op and GPU ones); nullopt when F carries none.
@@ -50,7 +54,8 @@ struct CostLimit {
 std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget);
 
 // Bounds every finding of D, drops those whose bound leaves too little (with a note in
-// D->job.notes), and sorts the rest by their bounded cost.
+// D->job.notes), replays what fixing each of the rest gives (diagnose/what_if.h) and sorts
+// them by it (by the bounded cost where no replay covers one).
 void BoundCosts(const CostBudget& budget, Diagnosis* d);
 
 }  // namespace perftracker::diagnose

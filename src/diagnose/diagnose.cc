@@ -13,6 +13,7 @@
 #include "diagnose/problem_finders.h"
 #include "diagnose/rank_info.h"
 #include "diagnose/trace_memory.h"
+#include "diagnose/what_if.h"
 
 namespace perftracker::diagnose {
 
@@ -91,6 +92,7 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
     ScopedPhase p(t, "peer groups");
     groups = internal::PeerGroups(job.ranks(), options.threads);
     d.peer_group = PeerGroupOf(groups, job.ranks().size());
+    d.arrivals = CollectiveArrivals(job, d.peer_group);
   }
   // Times its link localiser as a phase of its own, "peer comparison" the rest.
   internal::FindSubsetProblems(job, d.job, options, std::move(groups), &d.findings);
@@ -114,6 +116,7 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
       d.findings.push_back(std::move(f));
     NameMemorySites(d.job.memory, &d.findings);
   }
+  AddWhatIf(d.arrivals, &d);
   internal::SortFindings(&d.findings);
   return d;
 }

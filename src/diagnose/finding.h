@@ -38,6 +38,10 @@ struct Finding {
   std::vector<FunctionRef> functions;
   double impact_ms = 0;        // per iteration
   double impact_fraction = 0;  // of the median iteration
+  // What the replay predicts fixing it gives (diagnose/what_if.h), ms an iteration, and the
+  // iteration it predicts without it; both < 0 where no replay covers the finding.
+  double what_if_ms = -1;
+  double what_if_iteration_ms = -1;
   std::map<std::string, double> evidence;
   std::map<std::string, std::string> evidence_text;
   std::string summary;
@@ -125,6 +129,24 @@ struct JobInfo {
   std::map<int, IterationStats> run_iterations;  // online: the whole run, per rank
   std::vector<AttemptInfo> attempts;             // online, at the job's end: every attempt
   std::vector<RankMemoryUse> memory;             // traces with memory records, by rank
+  // Each rank's slack (diagnose/what_if.h): how much longer it waits in its collectives than
+  // the last rank to arrive (0: that rank, the one the others wait for). Empty: not replayed.
+  std::map<int, double> slack_ms_per_rank;
+};
+
+// One rank's arrival at its group's collectives (diagnose/what_if.h).
+struct RankArrival {
+  int rank = -1;
+  int group = -1;      // its peer group (Diagnosis::peer_group)
+  double wait_ms = 0;  // its collective time per iteration (waiting and transfer)
+  bool known = false;  // false: its collectives are in a part of its window it lacks
+};
+
+// The job's arrivals: every rank's, and whether the replay applies (one group: no pipeline).
+struct Arrivals {
+  std::vector<RankArrival> ranks;
+  bool replayable = false;
+  bool single_rank = false;  // a job of one rank: a problem's time is all it gains
 };
 
 struct Diagnosis {
@@ -134,6 +156,9 @@ struct Diagnosis {
   // PeerGroupOf), so that the rules run after Diagnose on the same ranks (AddMetricFindings)
   // compare a rank with the same peers without grouping the job again. Not written out.
   std::vector<int> peer_group;
+  // When each rank arrives at its collectives, for the what-if replay of findings added after
+  // Diagnose (diagnose/what_if.h AddWhatIf). Not written out (job.slack_ms_per_rank is).
+  Arrivals arrivals;
 };
 
 }  // namespace perftracker::diagnose

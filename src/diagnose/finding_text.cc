@@ -52,7 +52,11 @@ void SortFindings(std::vector<Finding>* findings) {
     // A low-confidence finding never outranks a confident one, whatever its impact.
     bool ca = a.confidence >= policy::kConfident, cb = b.confidence >= policy::kConfident;
     if (ca != cb) return ca;
-    return std::fabs(a.impact_ms) > std::fabs(b.impact_ms);
+    // What fixing it gives where the replay says (diagnose/what_if.h), else the rule's figure.
+    const auto gain = [](const Finding& f) {
+      return f.what_if_ms >= 0 ? f.what_if_ms : std::fabs(f.impact_ms);
+    };
+    return gain(a) > gain(b);
   });
 }
 

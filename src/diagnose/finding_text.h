@@ -29,8 +29,8 @@ std::string Ms(double us);
 std::string Percent(double fraction);
 
 // The missing_rank finding first; then regressions and problems, confident ones
-// (policy::kConfident) before the others, each by impact; improvements (negative impact) after,
-// biggest first.
+// (policy::kConfident) before the others, each by what fixing it gives (the replay's
+// what_if_ms where set, else its impact); improvements (negative impact) after, biggest first.
 void SortFindings(std::vector<Finding>* findings);
 
 }  // namespace perftracker::diagnose::internal

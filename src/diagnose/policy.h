@@ -304,6 +304,9 @@ namespace perftracker::diagnose::policy {
   X(kCostSlack, 1.25, "x the loss it is bounded by",                                               \
     "a finding may claim a quarter more than the iteration's rise or the rank's own excess: the "  \
     "figures are other samples of the same window (kEchoSlack's measurement)")                     \
+  X(kWhatIfOverclaim, 1.5, "x the replay's saving",                                                \
+    "a rule's figure over 1.5 times what the replay says fixing it gives is shown as such: the "   \
+    "two measure the same window, and within half again they are the same loss seen twice")        \
   X(kBaselineMaxFindings, 3, "findings",                                                           \
     "at most the 3 largest changes since the baseline are listed: the rest are their echoes")      \
   /* Confidence of findings (0-1, in perftracker.diagnosis/1). */                                  \

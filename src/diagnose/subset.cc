@@ -20,6 +20,7 @@
 #include "diagnose/policy.h"
 #include "diagnose/problem_finders.h"
 #include "diagnose/rank_info.h"
+#include "diagnose/what_if.h"
 
 namespace perftracker::diagnose::internal {
 namespace {
@@ -200,7 +201,7 @@ void GroupAnalysis::BuildRows() {
         continue;
       }
       if (f.fclass() == FunctionClass::kCollective) {
-        coll_[i] += gpu ? f.per_iter_us : self;
+        coll_[i] += CollectiveTimeUs(f, has_self);  // when it arrived: diagnose/what_if.h
       } else if (!IsWait(f.fclass())) {
         (gpu ? own_gpu_ : own_cpu_)[i] += gpu ? f.per_iter_us : self;
       }

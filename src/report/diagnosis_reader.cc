@@ -160,6 +160,10 @@ void ReadJob(dom::object job, diagnose::JobInfo* out) {
       for (auto [k, v] : per)
         if (int r; IntKey(k, &r)) out->iteration_ms_per_rank[r] = Num(v);
   }
+  dom::object slack;
+  if (At(job, "slack_ms_per_rank").get(slack) == simdjson::SUCCESS)
+    for (auto [k, v] : slack)
+      if (int r; IntKey(k, &r)) out->slack_ms_per_rank[r] = Num(v);
   dom::array notes;
   if (At(job, "notes").get(notes) == simdjson::SUCCESS)
     for (dom::element n : notes) out->notes.push_back(Str(n));
@@ -215,6 +219,11 @@ std::optional<diagnose::Finding> ReadFinding(dom::object o) {
   if (At(o, "impact").get(impact) == simdjson::SUCCESS) {
     f.impact_ms = Num(At(impact, "ms_per_iteration"));
     f.impact_fraction = Num(At(impact, "fraction_of_iteration"));
+    if (impact["what_if_ms_per_iteration"].error() == simdjson::SUCCESS) {
+      f.what_if_ms = Num(At(impact, "what_if_ms_per_iteration"));
+      if (impact["what_if_iteration_ms"].error() == simdjson::SUCCESS)
+        f.what_if_iteration_ms = Num(At(impact, "what_if_iteration_ms"));
+    }
   }
   // Numbers and texts share one object (RenderJson): the type tells them apart.
   dom::object ev;

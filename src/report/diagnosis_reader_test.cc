@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "diagnose/diagnose.h"
 #include "diagnose/testing.h"
 #include "report/report.h"
@@ -59,6 +61,11 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
   EXPECT_EQ(RenderJson(*back), json);
   EXPECT_EQ(back->findings[0].ranks, std::vector<int>{1});
   EXPECT_EQ(back->findings[0].functions[0].stack.size(), 2u);
+  // The replay's figures (diagnose/what_if.h) and each rank's slack come back.
+  EXPECT_NEAR(back->findings[0].what_if_ms, 20, 0.01);
+  EXPECT_NEAR(back->findings[0].what_if_iteration_ms, 20, 0.01);
+  EXPECT_EQ(back->job.slack_ms_per_rank,
+            (std::map<int, double>{{0, 20}, {1, 0}, {2, 20}, {3, 20}}));
   ASSERT_EQ(back->job.attempts.size(), 2u);
   EXPECT_EQ(back->job.attempts[0].ends[0].pid, 101);
   EXPECT_FALSE(back->job.attempts[0].ends[0].clean);

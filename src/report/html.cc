@@ -129,6 +129,16 @@ std::string FindingCard(int index, const Finding& f, const Diagnosis& d, const C
                                     Ms(f.impact_ms), f.impact_fraction * 100)
                       : std::string("<small>cost not measured</small>"));
   out += "<h3>" + Escape(f.summary) + "</h3>";
+  // What the replay says fixing it gives (diagnose/what_if.h), beside the rule's figure.
+  if (f.what_if_ms >= 0) {
+    out += "<p class=\"whatif\"><b>What if fixed:</b> saves " + Ms(f.what_if_ms) + " per iteration";
+    if (f.what_if_iteration_ms >= 0)
+      out += " (the iteration " + Ms(f.what_if_iteration_ms + f.what_if_ms) + " &rarr; " +
+             Ms(f.what_if_iteration_ms) + ")";
+    if (auto it = f.evidence_text.find("what_if"); it != f.evidence_text.end())
+      out += "; " + Escape(it->second);
+    out += "</p>";
+  }
   out += "<p class=\"where\"><b>ranks</b> " + Escape(diagnose::RankList(f.ranks));
   if (!f.hosts.empty()) {
     std::string hosts;

@@ -76,6 +76,10 @@ TEST(HtmlTest, AStragglerPageNamesTheCulpritWithItsCharts) {
   EXPECT_NE(page.find("rank 2, aten::mm: 30.0 ms per iteration, +200% vs its peers' median "
                       "10.0 ms"),
             std::string::npos);
+  // What the replay says fixing it gives: the others wait 20 ms for rank 2.
+  EXPECT_NE(page.find("<b>What if fixed:</b> saves 20.0 ms per iteration (the iteration 40.0 ms "
+                      "&rarr; 20.0 ms)"),
+            std::string::npos);
   // The iteration chart and the breakdown, one line / bar per rank at 4 ranks.
   EXPECT_EQ(Count(page, "<polyline"), 4u);
   EXPECT_NE(page.find("rank 2: data loading 2.0 ms"), std::string::npos);

@@ -43,6 +43,10 @@ void WriteFinding(const Finding& f, JsonWriter* w) {
   w->Key("impact").BeginObject();
   w->Key("ms_per_iteration").Number(f.impact_ms);
   w->Key("fraction_of_iteration").Number(f.impact_fraction);
+  if (f.what_if_ms >= 0) {
+    w->Key("what_if_ms_per_iteration").Number(f.what_if_ms);
+    if (f.what_if_iteration_ms >= 0) w->Key("what_if_iteration_ms").Number(f.what_if_iteration_ms);
+  }
   w->EndObject();
   // Numbers and texts share one object; a key in both keeps the number (texts are commentary).
   w->Key("evidence").BeginObject();
@@ -209,6 +213,11 @@ std::string RenderJson(const Diagnosis& d) {
   w.Key("per_rank").BeginObject();
   for (const auto& [rank, ms] : d.job.iteration_ms_per_rank) w.Key(std::to_string(rank)).Number(ms);
   w.EndObject().EndObject();
+  if (!d.job.slack_ms_per_rank.empty()) {
+    w.Key("slack_ms_per_rank").BeginObject();
+    for (const auto& [rank, ms] : d.job.slack_ms_per_rank) w.Key(std::to_string(rank)).Number(ms);
+    w.EndObject();
+  }
   w.Key("notes").BeginArray();
   for (const auto& n : d.job.notes) w.String(n);
   w.EndArray();
@@ -296,6 +305,12 @@ std::string RenderText(const Diagnosis& d) {
     out += fmt::format("   ranks: {}", diagnose::RankList(f.ranks));
     if (!f.hosts.empty()) out += fmt::format("   hosts: {}", fmt::join(f.hosts, ", "));
     out += "\n";
+    if (f.what_if_ms >= 0)
+      out += f.what_if_iteration_ms >= 0
+                 ? fmt::format("   what if fixed: saves {} ms/iter (the iteration {} -> {} ms)\n",
+                               Num(f.what_if_ms, 2), Num(f.what_if_iteration_ms + f.what_if_ms),
+                               Num(f.what_if_iteration_ms))
+                 : fmt::format("   what if fixed: saves {} ms/iter\n", Num(f.what_if_ms, 2));
     out += fmt::format("   {}\n", f.summary);
     for (const auto& fn : f.functions) {
       out += fmt::format("   - {} [{}]\n", fn.name, fn.kind);

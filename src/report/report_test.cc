@@ -91,12 +91,16 @@ TEST(ReportTest, JsonParsesAndPassesTheAcceptanceChecker) {
   std::string py =
       std::string(kPython) + " -c \"import json,sys; d=json.load(open(sys.argv[1]));" +
       " assert list(d)==['schema','job','findings'];" +
-      " assert list(d['job'])==['world_size','ranks','iterations','iteration_ms','notes'];" +
+      " assert list(d['job'])==['world_size','ranks','iterations','iteration_ms',"
+      "'slack_ms_per_rank','notes'], list(d['job']);" +
+      " assert d['job']['slack_ms_per_rank']=={'0':20,'1':20,'2':0,'3':20};" +
       " f=d['findings'][0];" +
       " assert "
       "list(f)==['class','cause','category','confidence','ranks','hosts','functions','impact',"
       "'evidence','summary','suggestion'], list(f);" +
-      " assert list(f['impact'])==['ms_per_iteration','fraction_of_iteration'];" +
+      " assert list(f['impact'])==['ms_per_iteration','fraction_of_iteration',"
+      "'what_if_ms_per_iteration','what_if_iteration_ms'], list(f['impact']);" +
+      " assert abs(f['impact']['what_if_ms_per_iteration']-20)<0.01, f['impact'];" +
       " assert f['functions'][0]['stack']==['train.py(40): step','model.py(7): forward'];" +
       " assert isinstance(f['evidence']['reasoning'], str)\" " + path;
   EXPECT_EQ(Shell(py), 0);

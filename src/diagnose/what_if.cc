@@ -1,0 +1,122 @@
+#include "diagnose/what_if.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "base/units.h"
+#include "diagnose/cost_bound.h"
+#include "diagnose/policy.h"
+#include "diagnose/rank_info.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+// Transfer time every rank waits through alike: its fix shortens every rank's collectives.
+bool CollectiveCost(Category c) {
+  return c == Category::kCommunication || c == Category::kLowBandwidth;
+}
+
+// The latest arrival of GROUP with the ranks of EARLIER moved sooner by their ms (arrival: -wait).
+double LatestArrival(const std::vector<RankArrival>& group, const std::map<int, double>& earlier) {
+  double latest = -std::numeric_limits<double>::infinity();
+  for (const RankArrival& a : group) {
+    if (!a.known) continue;
+    auto it = earlier.find(a.rank);
+    latest = std::max(latest, -a.wait_ms - (it == earlier.end() ? 0.0 : it->second));
+  }
+  return latest;
+}
+
+// What the replay says of F (ms an iteration), or < 0 where it says nothing.
+double ReplayedSavingMs(const Arrivals& a, const Finding& f) {
+  if (CollectiveCost(f.category) || f.finding_class != FindingClass::kSubset || a.single_rank)
+    return f.impact_ms;
+  if (!a.replayable) return -1;
+  std::map<int, double> earlier;
+  for (int r : f.ranks)
+    for (const RankArrival& x : a.ranks)
+      if (x.rank == r && x.known) earlier[r] = f.impact_ms;
+  if (earlier.empty()) return -1;  // none of its ranks' arrivals is known
+  return ArrivalSavingMs(a.ranks, earlier);
+}
+
+}  // namespace
+
+double CollectiveTimeUs(const pattern::CompactFunction& f, bool has_self) {
+  if (f.in_python || f.fclass() != pattern::FunctionClass::kCollective) return 0;
+  return trace::IsGpuKind(f.kind()) ? f.per_iter_us : internal::SelfUs(f, has_self);
+}
+
+Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<int>& peer_group) {
+  Arrivals out;
+  const auto& ranks = job.ranks();
+  out.single_rank = ranks.size() == 1;
+  std::set<int> groups;
+  double total = 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const pattern::CompactRank& r = ranks[i];
+    RankArrival a;
+    a.rank = r.rank;
+    a.group = i < peer_group.size() ? peer_group[i] : 0;
+    groups.insert(a.group);
+    // A rank without its torch.profiler part has no collectives to go by.
+    a.known = r.missing_part.empty() || r.missing_part == "python";
+    double us = 0;
+    for (const pattern::CompactFunction& f : r.compact) us += CollectiveTimeUs(f, r.has_self);
+    a.wait_ms = UsToMs(us);
+    if (a.known) total += a.wait_ms;
+    out.ranks.push_back(a);
+  }
+  // One group of ranks meeting in the same collectives; ranks that never wait there (no
+  // collective seen) say nothing of when they arrive.
+  out.replayable = ranks.size() > 1 && groups.size() == 1 && total > 0;
+  return out;
+}
+
+double ArrivalSavingMs(const std::vector<RankArrival>& group,
+                       const std::map<int, double>& earlier) {
+  const double before = LatestArrival(group, {});
+  const double after = LatestArrival(group, earlier);
+  if (!std::isfinite(before) || !std::isfinite(after)) return 0;
+  return std::max(0.0, before - after);
+}
+
+std::map<int, double> SlackMs(const Arrivals& arrivals) {
+  std::map<int, double> out;
+  if (!arrivals.replayable) return out;
+  double least = std::numeric_limits<double>::infinity();
+  for (const RankArrival& a : arrivals.ranks)
+    if (a.known) least = std::min(least, a.wait_ms);
+  for (const RankArrival& a : arrivals.ranks)
+    if (a.known) out[a.rank] = a.wait_ms - least;
+  return out;
+}
+
+void AddWhatIf(const Arrivals& arrivals, Diagnosis* d) {
+  d->job.slack_ms_per_rank = SlackMs(arrivals);
+  const double iteration = d->job.iteration_ms_median;
+  for (Finding& f : d->findings) {
+    f.what_if_ms = f.what_if_iteration_ms = -1;
+    f.evidence_text.erase("what_if");
+    if (!IsTimeCost(f.category) || f.impact_ms <= 0) continue;
+    double saving = ReplayedSavingMs(arrivals, f);
+    if (saving < 0) continue;
+    if (iteration > 0) saving = std::min(saving, iteration);
+    f.what_if_ms = saving;
+    if (iteration > 0) f.what_if_iteration_ms = iteration - saving;
+    if (f.impact_ms > policy::kWhatIfOverclaim * saving)
+      f.evidence_text["what_if"] = fmt::format(
+          "its rule's figure, {:.1f} ms an iteration, is {} the replay's {:.1f} ms: the others "
+          "arrive at their collectives no more than that before this rank does, so fixing it "
+          "gives no more",
+          f.impact_ms,
+          saving > 0 ? fmt::format("{:.1f}x", f.impact_ms / saving) : std::string("beyond"),
+          saving);
+  }
+}
+
+}  // namespace perftracker::diagnose

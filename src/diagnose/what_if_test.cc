@@ -1,0 +1,147 @@
+#include "diagnose/what_if.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "diagnose/diagnose.h"
+#include "diagnose/finding_text.h"
+#include "diagnose/testing.h"
+
+namespace perftracker::diagnose {
+namespace {
+
+using pattern::FunctionClass;
+
+std::vector<RankArrival> Group(const std::vector<double>& waits) {
+  std::vector<RankArrival> g;
+  for (size_t r = 0; r < waits.size(); ++r) g.push_back({static_cast<int>(r), 0, waits[r], true});
+  return g;
+}
+
+TEST(WhatIfTest, FixingTheLastArrivalGivesTheGapToTheNextOneAndNoMore) {
+  // Rank 3 arrives last (waits 2 ms); rank 1 next (waits 7 ms); the others wait 20 ms.
+  const std::vector<RankArrival> g = Group({20, 7, 20, 2});
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{3, 3.0}}), 3.0);   // still the last: all of it
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{3, 12.0}}), 5.0);  // then rank 1 holds everyone
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{1, 4.0}}), 0.0);   // not the last: the job gains nothing
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{1, 12.0}, {3, 12.0}}), 12.0);  // both: 18 ms behind now
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{0, 5.0}, {1, 5.0}, {2, 5.0}, {3, 5.0}}), 5.0);
+  // A rank whose arrival is unknown moves nothing and holds nobody.
+  std::vector<RankArrival> partial = g;
+  partial[1].known = false;
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(partial, {{3, 30.0}}), 18.0);
+}
+
+TEST(WhatIfTest, SlackIsHowMuchLongerARankWaitsThanTheLastArrival) {
+  Arrivals a;
+  a.ranks = Group({20, 7, 20, 2});
+  a.replayable = true;
+  const std::map<int, double> slack = SlackMs(a);
+  EXPECT_EQ(slack, (std::map<int, double>{{0, 18}, {1, 5}, {2, 18}, {3, 0}}));
+  a.replayable = false;
+  EXPECT_TRUE(SlackMs(a).empty());
+}
+
+Finding Make(Category c, FindingClass k, std::vector<int> ranks, double impact_ms) {
+  Finding f;
+  f.category = c;
+  f.finding_class = k;
+  f.ranks = std::move(ranks);
+  f.impact_ms = impact_ms;
+  f.confidence = 0.9;
+  return f;
+}
+
+TEST(WhatIfTest, EachFindingGetsTheReplaysSavingAndAnOverclaimIsShown) {
+  Diagnosis d;
+  d.job.iteration_ms_median = 100;
+  d.arrivals.ranks = Group({20, 7, 20, 2});
+  d.arrivals.replayable = true;
+  d.findings = {
+      Make(Category::kStraggler, FindingClass::kSubset, {3}, 12),     // replay: 5
+      Make(Category::kPython, FindingClass::kSubset, {3}, 5),         // replay: 5, as claimed
+      Make(Category::kGc, FindingClass::kAll, {0, 1, 2, 3}, 8),       // every rank: 8
+      Make(Category::kCommunication, FindingClass::kSubset, {0}, 6),  // transfer everyone waits
+      Make(Category::kMemoryGrowth, FindingClass::kSubset, {1}, 0),   // no time cost
+  };
+  AddWhatIf(d.arrivals, &d);
+  EXPECT_DOUBLE_EQ(d.findings[0].what_if_ms, 5);
+  EXPECT_DOUBLE_EQ(d.findings[0].what_if_iteration_ms, 95);
+  EXPECT_NE(d.findings[0].evidence_text["what_if"].find("2.4x the replay's 5.0 ms"),
+            std::string::npos)
+      << d.findings[0].evidence_text["what_if"];
+  EXPECT_DOUBLE_EQ(d.findings[1].what_if_ms, 5);
+  EXPECT_FALSE(d.findings[1].evidence_text.count("what_if"));
+  EXPECT_DOUBLE_EQ(d.findings[2].what_if_ms, 8);
+  EXPECT_DOUBLE_EQ(d.findings[3].what_if_ms, 6);
+  EXPECT_LT(d.findings[4].what_if_ms, 0);
+  EXPECT_EQ(d.job.slack_ms_per_rank.at(3), 0);
+  // Ranked by what fixing each gives: the all-rank collection first, the 12 ms claim after it.
+  internal::SortFindings(&d.findings);
+  EXPECT_EQ(d.findings[1].category, Category::kGc);
+  EXPECT_EQ(d.findings[2].category, Category::kCommunication);
+}
+
+TEST(WhatIfTest, WithoutArrivalsToGoBySubsetFindingsAreNotReplayed) {
+  Diagnosis d;
+  d.job.iteration_ms_median = 100;
+  d.arrivals.ranks = Group({0, 0});
+  d.findings = {Make(Category::kStraggler, FindingClass::kSubset, {1}, 12)};
+  AddWhatIf(d.arrivals, &d);
+  EXPECT_LT(d.findings[0].what_if_ms, 0);
+  EXPECT_TRUE(d.job.slack_ms_per_rank.empty());
+  // One rank alone: its problem's time is what fixing it gives, up to the iteration.
+  d.arrivals.single_rank = true;
+  d.findings = {Make(Category::kStraggler, FindingClass::kSubset, {0}, 150)};
+  AddWhatIf(d.arrivals, &d);
+  EXPECT_DOUBLE_EQ(d.findings[0].what_if_ms, 100);
+  EXPECT_DOUBLE_EQ(d.findings[0].what_if_iteration_ms, 0);
+}
+
+TEST(WhatIfTest, ArrivalsComeFromTheCollectivesThePeerComparisonCounts) {
+  pattern::CompactJob job;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<pattern::FunctionPattern> fns = {
+        testing::Fn("aten::mm", FunctionClass::kCompute, 10),
+        testing::Fn("gloo:all_reduce", FunctionClass::kCollective, 4.0 + r),
+        testing::Fn("ncclKernel_AllReduce", FunctionClass::kCollective, 1.0, 1,
+                    trace::EventKind::kKernel)};
+    // Online, an op inside a Python frame is that frame's time: not counted again.
+    fns.push_back(testing::Fn("c10d::allreduce_", FunctionClass::kCollective, 50));
+    fns.back().in_python = true;
+    job.Add(testing::Rank(r, 3, std::move(fns), 40));
+  }
+  job.SortByRank();
+  Arrivals a = CollectiveArrivals(job, {0, 0, 0});
+  ASSERT_EQ(a.ranks.size(), 3u);
+  EXPECT_TRUE(a.replayable);
+  EXPECT_DOUBLE_EQ(a.ranks[2].wait_ms, 7.0);
+  EXPECT_TRUE(a.ranks[2].known);
+  // Two roles (a pipeline's stages): not replayed.
+  EXPECT_FALSE(CollectiveArrivals(job, {0, 0, 1}).replayable);
+}
+
+TEST(WhatIfTest, DiagnoseReplaysItsFindings) {
+  // Rank 2 computes 20 ms more and waits 20 ms less than its peers: fixing it gives 20 ms.
+  std::vector<pattern::RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    const bool slow = r == 2;
+    ranks.push_back(
+        testing::Rank(r, 4,
+                      {testing::Fn("aten::mm", FunctionClass::kCompute, slow ? 30 : 10, 7),
+                       testing::Fn("gloo:all_reduce", FunctionClass::kCollective, slow ? 1 : 21)},
+                      40));
+  }
+  const Diagnosis d = Diagnose(ranks);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{2});
+  EXPECT_NEAR(d.findings[0].what_if_ms, 20, 0.01);
+  EXPECT_EQ(d.job.slack_ms_per_rank.at(2), 0);
+  EXPECT_EQ(d.job.slack_ms_per_rank.at(0), 20);
+}
+
+}  // namespace
+}  // namespace perftracker::diagnose
