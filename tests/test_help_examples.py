@@ -21,7 +21,7 @@ import ptest  # noqa: E402
 from ptest import wait_until  # noqa: E402
 
 SUBCOMMANDS = ["analyze", "summarize", "diagnose", "diff", "show", "export-trace", "simulate",
-               "server", "agent", "run", "trigger", "status", "report"]
+               "whatif", "server", "agent", "run", "trigger", "status", "report"]
 TORCHRUN = os.path.join(os.path.dirname(ptest.TORCH_PYTHON), "torchrun")
 FR_DATA = os.path.join(ptest.SOURCE, "tests", "data", "flight_recorder")
 
@@ -171,7 +171,8 @@ class HelpExamples(unittest.TestCase):
         for prefix in ("perftracker analyze run1/", "perftracker analyze fr_dumps/",
                        "perftracker summarize ", "perftracker diagnose summaries/",
                        "perftracker diff ", "perftracker show ", "perftracker simulate ",
-                       "perftracker diagnose sim/", "perftracker analyze traces/"):
+                       "perftracker diagnose sim/", "perftracker analyze traces/",
+                       "perftracker whatif run1/"):
             for line in self.take(prefix):
                 self.run_one(line)
         # A run, and status and trigger on it while it runs; then its window and its report.

@@ -4,6 +4,7 @@
 // non-zero exit. Online (cli/online_commands.h, cli/launcher.h): server, agent, run, trigger,
 // status, report. This file defines every subcommand's flags and dispatches to its runner.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -17,6 +18,7 @@
 
 #include "diagnose/collective_sequence.h"
 #include "diagnose/diagnose.h"
+#include "diagnose/what_if.h"
 #include "pattern/flight_recorder.h"
 #include "pattern/job.h"
 #include "pattern/steady_state.h"
@@ -227,6 +229,63 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
   return rc;
 }
 
+// `perftracker whatif`: a window's traces (or summaries) diagnosed, and the iteration replayed
+// with one change (diagnose/what_if.h).
+struct WhatIfFlags {
+  std::vector<std::string> paths;
+  int finding = 0;  // 1-based, as the reports number them
+  int rank = -1;
+  std::string function;
+  bool zero = false;
+};
+
+int RunWhatIf(const WhatIfFlags& w) {
+  namespace dg = pt::diagnose;
+  if ((w.finding > 0) + (w.rank >= 0) + !w.function.empty() != 1)
+    return Fail(
+        pt::InvalidArgument("whatif: name one change: --finding N, --rank R or --function NAME"));
+  pt::pattern::LoadStats stats;
+  auto job = pt::pattern::LoadCompactJob(w.paths, {}, &stats);
+  if (!job.ok()) return Fail(job.status());
+  const dg::Diagnosis d = dg::Diagnose(*job);
+  const double iteration = d.job.iteration_ms_median;
+  double saving = 0;
+  std::string what;
+  if (w.finding > 0) {
+    if (static_cast<size_t>(w.finding) > d.findings.size())
+      return Fail(pt::InvalidArgument(
+          fmt::format("whatif: --finding {}: the diagnosis has {}", w.finding, d.findings.size())));
+    const dg::Finding& f = d.findings[static_cast<size_t>(w.finding - 1)];
+    if (f.what_if_ms < 0)
+      return Fail(pt::InvalidArgument(fmt::format(
+          "whatif: finding {} ({}) has no replay: no time cost, or no arrivals to go by", w.finding,
+          dg::CategoryName(f.category))));
+    saving = f.what_if_ms;
+    what = fmt::format("without finding {} ({})", w.finding, f.summary);
+  } else {
+    auto earlier = w.rank >= 0 ? dg::RankAtPeersMedian(d.arrivals, w.rank)
+                               : dg::FunctionAtPeersMedian(*job, d.arrivals, w.function, w.zero);
+    if (!earlier.ok()) return Fail(pt::InvalidArgument("whatif: " + earlier.status().message()));
+    saving = d.arrivals.single_rank ? (earlier->empty() ? 0.0 : earlier->begin()->second)
+                                    : dg::ArrivalSavingMs(d.arrivals.ranks, *earlier);
+    what = w.rank >= 0
+               ? fmt::format("rank {} at its peers' median", w.rank)
+               : fmt::format("{} {}", w.function, w.zero ? "removed" : "at its peers' median");
+  }
+  saving = std::min(saving, iteration);
+  std::printf("%s: the iteration %.1f ms -> %.1f ms (saves %.1f ms/iter, %.0f%%)\n", what.c_str(),
+              iteration, iteration - saving, saving,
+              iteration > 0 ? 100 * saving / iteration : 0.0);
+  std::vector<std::string> slack;
+  for (const auto& [rank, ms] : d.job.slack_ms_per_rank)
+    slack.push_back(ms < 0.05 ? fmt::format("rank {} (critical)", rank)
+                              : fmt::format("rank {} {:.1f}", rank, ms));
+  if (!slack.empty())
+    std::printf("slack per iteration (ms): %s\n",
+                fmt::format("{}", fmt::join(slack, ", ")).c_str());
+  return 0;
+}
+
 // `perftracker export-trace`: the ranks' traces as one Chrome JSON trace (report/trace_export.h).
 int RunExportTrace(const std::vector<std::string>& paths, const std::string& out,
                    std::string diagnosis_path) {
@@ -410,6 +469,8 @@ struct OfflineCommands {
   CLI::App* export_trace = nullptr;
   SimulateFlags sim;
   CLI::App* simulate = nullptr;
+  WhatIfFlags whatif_flags;
+  CLI::App* whatif = nullptr;
 };
 
 // analyze, summarize, diagnose, diff: traces and summaries to a diagnosis.
@@ -452,6 +513,23 @@ void AddDiagnosisCommands(CLI::App& app, OfflineCommands* c) {
       ->required();
   AddOutputFlags(c->diff, &c->diff_flags);
   c->diff->footer("Example:\n  perftracker diff before/ after/ --json diff.json");
+
+  WhatIfFlags& w = c->whatif_flags;
+  c->whatif = app.add_subcommand(
+      "whatif", "the iteration a window's traces would take with one change (replayed)");
+  c->whatif->add_option("PATH", w.paths, "trace or summary files, or folders")->required();
+  c->whatif->add_option("--finding", w.finding, "without the diagnosis's finding N (1: the first)")
+      ->check(CLI::PositiveNumber);
+  c->whatif->add_option("--rank", w.rank, "rank R computing no more than its peers' median")
+      ->check(CLI::NonNegativeNumber);
+  c->whatif->add_option("--function", w.function,
+                        "function NAME at its peers' median on every rank (a Python function's "
+                        "name alone will do)");
+  c->whatif->add_flag("--zero", w.zero, "with --function: the function removed");
+  c->whatif->footer(
+      "Example:\n  perftracker whatif run1/ --rank 1\n"
+      "  perftracker whatif run1/ --function aten::mm --zero\n"
+      "  perftracker whatif run1/ --function aten::bmm    (at its peers' median)");
 }
 
 // show, export-trace: what traces and summaries hold, for a person or for Perfetto.
@@ -522,6 +600,7 @@ int DispatchOffline(const OfflineCommands& c) {
   if (*c.show) return RunShow(c.show_paths, c.show_top, c.show_json);
   if (*c.export_trace) return RunExportTrace(c.export_paths, c.export_out, c.export_diagnosis);
   if (*c.simulate) return RunSimulate(c.sim);
+  if (*c.whatif) return RunWhatIf(c.whatif_flags);
   return 0;
 }
 

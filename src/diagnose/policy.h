@@ -304,6 +304,13 @@ namespace perftracker::diagnose::policy {
   X(kCostSlack, 1.25, "x the loss it is bounded by",                                               \
     "a finding may claim a quarter more than the iteration's rise or the rank's own excess: the "  \
     "figures are other samples of the same window (kEchoSlack's measurement)")                     \
+  X(kHostDriftSlack, 1.25, "x the CPU calls' drift",                                               \
+    "a builtin C call slower by up to a quarter more than the host's CPU calls are (per call) is " \
+    "the same drift: its own time is C work, timed with the Python tracer's overhead around it")   \
+  X(kArrivalNoiseSigmas, 3, "robust standard deviations",                                          \
+    "a rank whose collective wait is within 3 robust standard deviations of its group's median "   \
+    "arrives with the group in the what-if replay: beyond it, one rank in a thousand of a "        \
+    "noise-only group (a normal's 3-sigma tail)")                                                  \
   X(kWhatIfOverclaim, 1.5, "x the replay's saving",                                                \
     "a rule's figure over 1.5 times what the replay says fixing it gives is shown as such: the "   \
     "two measure the same window, and within half again they are the same loss seen twice")        \

@@ -86,6 +86,12 @@ OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetr
 // True when F, a change the comparison found, is the host's speed rather than the job's: the
 // same CPU calls slower per call on every rank while the OS's figures (OS) show no change.
 bool HostSpeedDrift(const Finding& f, const OsChange& os);
+// The largest per-call ratio of the CHANGES HostSpeedDrift takes (0: it takes none).
+double HostDriftRatio(const std::vector<Finding>& changes, const OsChange& os);
+// True when F is the same drift seen in a builtin C call's own time (the C work it runs): the
+// same calls slower on every rank of one host by no more than policy::kHostDriftSlack times
+// DRIFT_RATIO, the largest per-call ratio of the CPU calls HostSpeedDrift took (0: none took).
+bool BuiltinInHostDrift(const Finding& f, const OsChange& os, double drift_ratio);
 
 }  // namespace internal
 

@@ -188,6 +188,31 @@ TEST(SinceBaselineTest, TheSameCallsSlowerOnEveryRankOfOneHostIsTheHostsSpeed) {
   EXPECT_NE(both.note.find("aten::mm 1.50x"), std::string::npos) << both.note;
 }
 
+TEST(SinceBaselineTest, ABuiltinSlowerWithTheHostsCpuCallsIsTheSameDrift) {
+  // Recorded on CI (torch 1.13, a clean job): beside aten::mm 1.44x per call on every rank,
+  // <built-in method run_backward> 29.8 -> 42.0 ms/iter (1.41x) with its one call.
+  auto with_backward = [](std::vector<RankSummary> job, double ms) {
+    for (RankSummary& r : job)
+      r.functions.push_back(Fn("<built-in method run_backward>", FunctionClass::kPython, ms, 1,
+                               trace::EventKind::kPythonFunction));
+    return job;
+  };
+  Baseline base = MakeBaseline();
+  base.ranks = with_backward(base.ranks, 20);
+  const SinceBaselineResult r =
+      SinceBaseline(base, with_backward(Job(30, 56), 28), Metrics(0, 1.22), {});
+  EXPECT_TRUE(r.findings.empty()) << r.findings[0].summary;
+  EXPECT_NE(r.note.find("run_backward> 1.40x"), std::string::npos) << r.note;
+  // Slower well beyond the host's drift (2.5x against 1.5x): the job's own change.
+  const SinceBaselineResult far =
+      SinceBaseline(base, with_backward(Job(30, 76), 50), Metrics(0, 1.22), {});
+  ASSERT_EQ(far.findings.size(), 1u) << far.note;
+  EXPECT_EQ(far.findings[0].functions[0].name, "<built-in method run_backward>");
+  // With no CPU call drifting, nothing says the host's: a finding.
+  EXPECT_FALSE(
+      SinceBaseline(base, with_backward(Job(20, 34), 28), Metrics(0, 1.22), {}).findings.empty());
+}
+
 TEST(SinceBaselineTest, SlowerWithOnlyTheQuotaChangedIsAFinding) {
   std::vector<Finding> f =
       SinceBaseline(MakeBaseline(), Job(20, 39), Metrics(40, 1.0), {}).findings;

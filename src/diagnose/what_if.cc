@@ -7,8 +7,10 @@
 #include <limits>
 #include <set>
 
+#include "base/median.h"
 #include "base/units.h"
 #include "diagnose/cost_bound.h"
+#include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "diagnose/rank_info.h"
 
@@ -77,8 +79,24 @@ Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<in
   return out;
 }
 
-double ArrivalSavingMs(const std::vector<RankArrival>& group,
-                       const std::map<int, double>& earlier) {
+std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& group) {
+  std::vector<double> waits;
+  for (const RankArrival& a : group)
+    if (a.known) waits.push_back(a.wait_ms);
+  if (waits.size() < 3) return group;  // no spread to tell noise by
+  const double median = Median(waits);
+  std::vector<double> deviations;
+  for (double w : waits) deviations.push_back(std::fabs(w - median));
+  const double sigma = kMadToSigma * Median(deviations);
+  std::vector<RankArrival> out = group;
+  for (RankArrival& a : out)
+    if (a.known && std::fabs(a.wait_ms - median) <= policy::kArrivalNoiseSigmas * sigma)
+      a.wait_ms = median;
+  return out;
+}
+
+double ArrivalSavingMs(const std::vector<RankArrival>& raw, const std::map<int, double>& earlier) {
+  const std::vector<RankArrival> group = WithoutNoise(raw);
   const double before = LatestArrival(group, {});
   const double after = LatestArrival(group, earlier);
   if (!std::isfinite(before) || !std::isfinite(after)) return 0;
@@ -117,6 +135,80 @@ void AddWhatIf(const Arrivals& arrivals, Diagnosis* d) {
           saving > 0 ? fmt::format("{:.1f}x", f.impact_ms / saving) : std::string("beyond"),
           saving);
   }
+}
+
+StatusOr<std::map<int, double>> RankAtPeersMedian(const Arrivals& arrivals, int rank) {
+  const RankArrival* self = nullptr;
+  for (const RankArrival& a : arrivals.ranks)
+    if (a.rank == rank) self = &a;
+  if (self == nullptr) return InvalidArgument(fmt::format("rank {}: not in the job", rank));
+  if (!arrivals.replayable || !self->known)
+    return InvalidArgument(fmt::format(
+        "rank {}: no arrival at collectives to replay (one rank, no collectives, its collectives "
+        "not recorded, or a pipeline's stages)",
+        rank));
+  std::vector<double> peers;
+  for (const RankArrival& a : arrivals.ranks)
+    if (a.known && a.rank != rank && a.group == self->group) peers.push_back(a.wait_ms);
+  if (peers.empty()) return InvalidArgument(fmt::format("rank {}: no peers to compare with", rank));
+  return std::map<int, double>{{rank, std::max(0.0, internal::Median(peers) - self->wait_ms)}};
+}
+
+namespace {
+
+// Whether function INFO is NAME: its whole name, or a Python frame's function part.
+bool NameIs(const std::string& full, std::string_view name) {
+  if (full == name) return true;
+  const size_t at = full.rfind("): ");
+  return at != std::string::npos && std::string_view(full).substr(at + 3) == name;
+}
+
+// Whether a caller in STACK ("a;b;c") is NAME too: then this call is inside an outer one.
+bool CalledFromItself(const std::string& stack, std::string_view name) {
+  size_t start = 0;
+  while (start <= stack.size()) {
+    size_t end = stack.find(';', start);
+    if (end == std::string::npos) end = stack.size();
+    if (end > start && NameIs(stack.substr(start, end - start), name)) return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+}  // namespace
+
+StatusOr<std::map<int, double>> FunctionAtPeersMedian(const pattern::CompactJob& job,
+                                                      const Arrivals& arrivals,
+                                                      std::string_view name, bool zero) {
+  // Each rank's time in NAME's outermost calls, ms an iteration.
+  std::map<int, double> time_of;
+  bool seen = false;
+  for (const pattern::CompactRank& r : job.ranks()) {
+    double us = 0;
+    for (const pattern::CompactFunction& f : r.compact) {
+      if (!NameIs(f.name(), name) || CalledFromItself(f.info->stack, name)) continue;
+      if (f.fclass() == pattern::FunctionClass::kCollective)
+        return InvalidArgument(fmt::format(
+            "{}: a collective (its time is every rank's wait too): the replay moves compute",
+            name));
+      us += f.per_iter_us;
+      seen = true;
+    }
+    time_of[r.rank] = UsToMs(us);
+  }
+  if (!seen) return InvalidArgument(fmt::format("{}: no rank runs such a function", name));
+  if (!arrivals.replayable && !arrivals.single_rank)
+    return InvalidArgument(fmt::format(
+        "{}: no arrivals at collectives to replay (no collectives, or a pipeline's stages)", name));
+  std::map<int, std::vector<double>> by_group;
+  for (const RankArrival& a : arrivals.ranks) by_group[a.group].push_back(time_of[a.rank]);
+  std::map<int, double> earlier;
+  for (const RankArrival& a : arrivals.ranks) {
+    const double t = time_of[a.rank];
+    const double d = zero ? t : t - internal::Median(by_group[a.group]);
+    if (d > 0) earlier[a.rank] = d;
+  }
+  return earlier;
 }
 
 }  // namespace perftracker::diagnose

@@ -21,8 +21,10 @@
 #define PERFTRACKER_DIAGNOSE_WHAT_IF_H_
 
 #include <map>
+#include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "diagnose/finding.h"
 #include "pattern/compact_job.h"
 
@@ -38,8 +40,15 @@ double CollectiveTimeUs(const pattern::CompactFunction& f, bool has_self);
 // The arrivals of JOB's ranks, grouped as PEER_GROUP says (index into job.ranks()).
 Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<int>& peer_group);
 
+// GROUP with each rank whose wait is within policy::kArrivalNoiseSigmas robust standard
+// deviations of the group's median set to that median: the earliest of many ranks' noisy waits
+// is early by the noise alone, and the replay would take it for the next rank to hold everyone
+// (16 simulated ranks: a fault's saving read 17% short). A rank beyond it arrives as it did.
+std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& group);
+
 // How much sooner the latest of GROUP's ranks arrives when the ranks in EARLIER arrive that many
-// ms sooner (rank -> ms): the iteration's saving under the arrival replay (>= 0).
+// ms sooner (rank -> ms), their waits taken WithoutNoise: the iteration's saving under the
+// arrival replay (>= 0).
 double ArrivalSavingMs(const std::vector<RankArrival>& group, const std::map<int, double>& earlier);
 
 // Each rank's slack (ms an iteration): how much longer it waits in its collectives than its
@@ -50,6 +59,19 @@ std::map<int, double> SlackMs(const Arrivals& arrivals);
 // replay covers (ITERATION_MS: the window's median iteration), notes a rule's figure beyond
 // policy::kWhatIfOverclaim times the replay's in its evidence, and fills d->job.slack_ms_per_rank.
 void AddWhatIf(const Arrivals& arrivals, Diagnosis* d);
+
+// Changes a person names (perftracker whatif), each as how much sooner each rank arrives.
+// Rank RANK computing no more than its group's median: it arrives when its peers' median does
+// (earlier by how much less it waits than they do; none when it waits more). An error naming
+// the rank when the job has no such rank or no arrival of it to go by.
+StatusOr<std::map<int, double>> RankAtPeersMedian(const Arrivals& arrivals, int rank);
+// Function NAME (a function's name as reports give it, or a Python frame's function part: "step"
+// for "train.py(40): step"; its outermost calls where it calls itself) at its group's median on
+// every rank, or removed (ZERO): how much sooner each rank arrives. An error when no rank runs
+// it, or when it is a collective (its time is the others' too: the replay moves compute).
+StatusOr<std::map<int, double>> FunctionAtPeersMedian(const pattern::CompactJob& job,
+                                                      const Arrivals& arrivals,
+                                                      std::string_view name, bool zero);
 
 }  // namespace perftracker::diagnose
 

@@ -21,18 +21,36 @@ std::vector<RankArrival> Group(const std::vector<double>& waits) {
   return g;
 }
 
+// Eight ranks: rank 3 arrives last (waits 2 ms), rank 1 next (waits 7 ms), the others wait
+// 20 ms give or take their noise.
+std::vector<RankArrival> Eight() { return Group({20, 7, 20, 2, 20.1, 19.9, 20, 20.2}); }
+
 TEST(WhatIfTest, FixingTheLastArrivalGivesTheGapToTheNextOneAndNoMore) {
-  // Rank 3 arrives last (waits 2 ms); rank 1 next (waits 7 ms); the others wait 20 ms.
-  const std::vector<RankArrival> g = Group({20, 7, 20, 2});
+  const std::vector<RankArrival> g = Eight();
   EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{3, 3.0}}), 3.0);   // still the last: all of it
   EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{3, 12.0}}), 5.0);  // then rank 1 holds everyone
   EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{1, 4.0}}), 0.0);   // not the last: the job gains nothing
   EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{1, 12.0}, {3, 12.0}}), 12.0);  // both: 18 ms behind now
-  EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, {{0, 5.0}, {1, 5.0}, {2, 5.0}, {3, 5.0}}), 5.0);
+  std::map<int, double> every;
+  for (int r = 0; r < 8; ++r) every[r] = 5.0;
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(g, every), 5.0);
   // A rank whose arrival is unknown moves nothing and holds nobody.
   std::vector<RankArrival> partial = g;
   partial[1].known = false;
   EXPECT_DOUBLE_EQ(ArrivalSavingMs(partial, {{3, 30.0}}), 18.0);
+}
+
+TEST(WhatIfTest, WaitsWithinTheGroupsNoiseAreTheGroups) {
+  // The earliest of many noisy waits is early by noise alone: the others' 19.9 is 20 here, so
+  // fixing rank 3 (2 ms) gives 18 ms, not 17.9 (16 simulated ranks read 17% short before).
+  const std::vector<RankArrival> g = WithoutNoise(Eight());
+  EXPECT_DOUBLE_EQ(g[5].wait_ms, 20);
+  EXPECT_DOUBLE_EQ(g[7].wait_ms, 20);
+  EXPECT_DOUBLE_EQ(g[1].wait_ms, 7);  // beyond the noise: late in truth
+  EXPECT_DOUBLE_EQ(g[3].wait_ms, 2);
+  std::vector<RankArrival> one_late = Eight();
+  one_late[1].wait_ms = 19.8;
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(one_late, {{3, 30.0}}), 18.0);
 }
 
 TEST(WhatIfTest, SlackIsHowMuchLongerARankWaitsThanTheLastArrival) {
@@ -58,7 +76,7 @@ Finding Make(Category c, FindingClass k, std::vector<int> ranks, double impact_m
 TEST(WhatIfTest, EachFindingGetsTheReplaysSavingAndAnOverclaimIsShown) {
   Diagnosis d;
   d.job.iteration_ms_median = 100;
-  d.arrivals.ranks = Group({20, 7, 20, 2});
+  d.arrivals.ranks = Eight();
   d.arrivals.replayable = true;
   d.findings = {
       Make(Category::kStraggler, FindingClass::kSubset, {3}, 12),     // replay: 5
@@ -141,6 +159,51 @@ TEST(WhatIfTest, DiagnoseReplaysItsFindings) {
   EXPECT_NEAR(d.findings[0].what_if_ms, 20, 0.01);
   EXPECT_EQ(d.job.slack_ms_per_rank.at(2), 0);
   EXPECT_EQ(d.job.slack_ms_per_rank.at(0), 20);
+}
+
+TEST(WhatIfTest, ARankAtItsPeersMedianArrivesWhenTheyDo) {
+  Arrivals a;
+  a.ranks = Eight();
+  a.replayable = true;
+  auto r3 = RankAtPeersMedian(a, 3);
+  ASSERT_TRUE(r3.ok()) << r3.status().message();
+  EXPECT_EQ(*r3, (std::map<int, double>{{3, 18}}));    // its peers wait 20 (median), it 2
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(a.ranks, *r3), 5);  // then rank 1 is the last
+  EXPECT_EQ(*RankAtPeersMedian(a, 0), (std::map<int, double>{{0, 0}}));  // already early
+  EXPECT_NE(RankAtPeersMedian(a, 9).status().message().find("rank 9: not in the job"),
+            std::string::npos);
+  a.replayable = false;
+  EXPECT_FALSE(RankAtPeersMedian(a, 3).ok());
+}
+
+TEST(WhatIfTest, AFunctionAtItsPeersMedianOrRemovedMovesEachRanksArrival) {
+  pattern::CompactJob job;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<pattern::FunctionPattern> fns = {
+        testing::Fn("t.py(5): step", FunctionClass::kPython, r == 1 ? 12 : 4),
+        // A recursive call of step inside step: counted in the outer one already.
+        testing::Fn("t.py(5): step", FunctionClass::kPython, 3, 1, trace::EventKind::kCpuOp,
+                    "t.py(1): main;t.py(5): step"),
+        testing::Fn("gloo:all_reduce", FunctionClass::kCollective, r == 1 ? 1 : 9)};
+    job.Add(testing::Rank(r, 3, std::move(fns), 40));
+  }
+  job.SortByRank();
+  const Arrivals a = CollectiveArrivals(job, {0, 0, 0});
+  auto median = FunctionAtPeersMedian(job, a, "step", /*zero=*/false);
+  ASSERT_TRUE(median.ok()) << median.status().message();
+  EXPECT_EQ(*median, (std::map<int, double>{{1, 8}}));
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(a.ranks, *median), 8);
+  auto zero = FunctionAtPeersMedian(job, a, "t.py(5): step", /*zero=*/true);
+  ASSERT_TRUE(zero.ok());
+  EXPECT_EQ(*zero, (std::map<int, double>{{0, 4}, {1, 12}, {2, 4}}));
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(a.ranks, *zero), 12);
+  EXPECT_NE(FunctionAtPeersMedian(job, a, "gloo:all_reduce", false)
+                .status()
+                .message()
+                .find("a collective"),
+            std::string::npos);
+  EXPECT_NE(FunctionAtPeersMedian(job, a, "nothing", false).status().message().find("no rank runs"),
+            std::string::npos);
 }
 
 }  // namespace
