@@ -15,6 +15,7 @@
 #define PERFTRACKER_DIAGNOSE_SINCE_BASELINE_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -84,14 +85,21 @@ struct OsChange {
 OsChange OsChangeSince(const pattern::RankMetrics& base, const pattern::RankMetrics& now);
 
 // True when F, a change the comparison found, is the host's speed rather than the job's: the
-// same CPU calls slower per call on every rank while the OS's figures (OS) show no change.
-bool HostSpeedDrift(const Finding& f, const OsChange& os);
-// The largest per-call ratio of the CHANGES HostSpeedDrift takes (0: it takes none).
-double HostDriftRatio(const std::vector<Finding>& changes, const OsChange& os);
+// same CPU calls slower per call on every rank (or most of the job's RANKS, policy
+// kAllOsRanksShare) of one host while the OS's figures (OS) show no change.
+bool HostSpeedDrift(const Finding& f, const OsChange& os, size_t ranks);
+// The largest per-call ratio of the CHANGES HostSpeedDrift takes (0: it takes none); kAnyDrift
+// when no change concerns anything but Python functions (no op, kernel or collective changed)
+// and no rank is named slow (SLOW_RANK_NAMED): then a builtin's slower calls are the host's.
+inline constexpr double kAnyDrift = std::numeric_limits<double>::infinity();
+double HostDriftRatio(const std::vector<Finding>& changes, const OsChange& os, size_t ranks,
+                      bool slow_rank_named);
 // True when F is the same drift seen in a builtin C call's own time (the C work it runs): the
 // same calls slower on every rank of one host by no more than policy::kHostDriftSlack times
 // DRIFT_RATIO, the largest per-call ratio of the CPU calls HostSpeedDrift took (0: none took).
-bool BuiltinInHostDrift(const Finding& f, const OsChange& os, double drift_ratio);
+bool BuiltinInHostDrift(const Finding& f, const OsChange& os, size_t ranks, double drift_ratio);
+// Either of the two.
+bool IsHostDrift(const Finding& f, const OsChange& os, size_t ranks, double drift_ratio);
 
 }  // namespace internal
 

@@ -114,6 +114,22 @@ std::map<int, double> SlackMs(const Arrivals& arrivals) {
   return out;
 }
 
+std::vector<std::pair<int, double>> LateRanks(const std::map<int, double>& slack) {
+  std::vector<RankArrival> group;
+  for (const auto& [rank, ms] : slack) group.push_back({rank, 0, ms, true});
+  const std::vector<RankArrival> quiet = WithoutNoise(group);
+  std::vector<double> waits;
+  for (const RankArrival& a : group) waits.push_back(a.wait_ms);
+  const double median = Median(waits);
+  std::vector<std::pair<int, double>> late;
+  for (size_t i = 0; i < group.size(); ++i)
+    if (group.size() >= 3 && quiet[i].wait_ms < median)  // beyond the noise, and early: waits less
+      late.push_back({group[i].rank, median - group[i].wait_ms});
+  std::sort(late.begin(), late.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  return late;
+}
+
 void AddWhatIf(const Arrivals& arrivals, Diagnosis* d) {
   d->job.slack_ms_per_rank = SlackMs(arrivals);
   const double iteration = d->job.iteration_ms_median;

@@ -22,6 +22,7 @@
 
 #include <map>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -54,6 +55,12 @@ double ArrivalSavingMs(const std::vector<RankArrival>& group, const std::map<int
 // Each rank's slack (ms an iteration): how much longer it waits in its collectives than its
 // group's last arrival; 0 for the critical rank(s). Ranks without a known arrival are left out.
 std::map<int, double> SlackMs(const Arrivals& arrivals);
+
+// The ranks that arrive at their collectives late beyond the group's noise (WithoutNoise's
+// rule on SLACK, JobInfo::slack_ms_per_rank), the latest first, with how much longer the
+// group's median rank waits for each (ms an iteration); empty when every rank arrives with the
+// group. What the reports say of who the others wait for.
+std::vector<std::pair<int, double>> LateRanks(const std::map<int, double>& slack);
 
 // Sets what_if_ms and what_if_iteration_ms on every finding of D with a time cost that the
 // replay covers (ITERATION_MS: the window's median iteration), notes a rule's figure beyond

@@ -161,6 +161,18 @@ TEST(WhatIfTest, DiagnoseReplaysItsFindings) {
   EXPECT_EQ(d.job.slack_ms_per_rank.at(0), 20);
 }
 
+TEST(WhatIfTest, LateRanksAreThoseBeyondTheGroupsNoise) {
+  Arrivals a;
+  a.ranks = Eight();
+  a.replayable = true;
+  // Rank 3 waits 18 ms less than the typical rank, rank 1 13 ms less; the rest is noise.
+  EXPECT_EQ(LateRanks(SlackMs(a)), (std::vector<std::pair<int, double>>{{3, 18}, {1, 13}}));
+  // Ranks that wait alike: nobody holds the others.
+  a.ranks = Group({20, 20.1, 19.9, 20, 20.2});
+  EXPECT_TRUE(LateRanks(SlackMs(a)).empty());
+  EXPECT_TRUE(LateRanks({}).empty());
+}
+
 TEST(WhatIfTest, ARankAtItsPeersMedianArrivesWhenTheyDo) {
   Arrivals a;
   a.ranks = Eight();

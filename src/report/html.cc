@@ -11,6 +11,7 @@
 #include "base/median.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/hang.h"
+#include "diagnose/what_if.h"
 #include "report/html_charts.h"
 #include "report/report.h"
 
@@ -342,6 +343,17 @@ std::string RenderHtml(const HtmlInput& in) {
   int i = 0;
   for (const Finding& f : d.findings) out += FindingCard(++i, f, d, job);
   out += WaitTable(in.waits);
+  // Who the others wait for at the collectives (diagnose/what_if.h LateRanks).
+  if (const auto late = diagnose::LateRanks(d.job.slack_ms_per_rank); !late.empty()) {
+    out += "<p class=\"note\"><b>At the collectives the others wait for</b> ";
+    for (size_t k = 0; k < late.size() && k < 5; ++k)
+      out += fmt::format("{}rank {} ({} an iteration)", k ? ", " : "", late[k].first,
+                         Ms(late[k].second));
+    if (late.size() > 5) out += fmt::format(" and {} more", late.size() - 5);
+    out +=
+        ": the rest of the job waits for them, and fixing anything elsewhere gains nothing "
+        "while they are late.</p>";
+  }
   // The charts.
   if (std::string chart = IterationChart(in); !chart.empty()) {
     out += in.series.empty() ? "<h2>Iteration time per rank (the profiled window)</h2>"

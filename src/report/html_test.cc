@@ -80,6 +80,9 @@ TEST(HtmlTest, AStragglerPageNamesTheCulpritWithItsCharts) {
   EXPECT_NE(page.find("<b>What if fixed:</b> saves 20.0 ms per iteration (the iteration 40.0 ms "
                       "&rarr; 20.0 ms)"),
             std::string::npos);
+  EXPECT_NE(page.find("<b>At the collectives the others wait for</b> rank 2 (20.0 ms an "
+                      "iteration)"),
+            std::string::npos);
   // The iteration chart and the breakdown, one line / bar per rank at 4 ranks.
   EXPECT_EQ(Count(page, "<polyline"), 4u);
   EXPECT_NE(page.find("rank 2: data loading 2.0 ms"), std::string::npos);

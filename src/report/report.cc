@@ -11,6 +11,7 @@
 
 #include "base/json_writer.h"
 #include "diagnose/memory_growth.h"
+#include "diagnose/what_if.h"
 
 namespace perftracker::report {
 namespace {
@@ -110,6 +111,19 @@ void IterationTable(const diagnose::JobInfo& job, std::string* out) {
     *out += fmt::format(" rank {} {}{}", rank, Num(ms), i + 1 < 5 && i + 1 < v.size() ? "," : "");
   }
   *out += "\n";
+}
+
+// Who the others wait for at the collectives (diagnose/what_if.h LateRanks), one line.
+void LateArrivals(const diagnose::JobInfo& job, std::string* out) {
+  const std::vector<std::pair<int, double>> late = diagnose::LateRanks(job.slack_ms_per_rank);
+  if (late.empty()) return;
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < late.size() && i < 5; ++i)
+    parts.push_back(fmt::format("rank {} ({} ms)", late[i].first, Num(late[i].second)));
+  *out += fmt::format(
+      "the others wait at the collectives for: {}{} (an iteration, the typical "
+      "rank's wait)\n",
+      fmt::join(parts, ", "), late.size() > 5 ? fmt::format(" and {} more", late.size() - 5) : "");
 }
 
 // Rows of the memory table the terminal shows; the JSON report has them all.
@@ -279,6 +293,7 @@ std::string RenderText(const Diagnosis& d) {
                        Num(job.iteration_ms_median, 2));
   out += '\n';
   IterationTable(job, &out);
+  LateArrivals(job, &out);
   if (!job.run_iterations.empty()) {
     out += "whole run, iteration time per rank (ms): count mean p50 p99 max\n";
     for (const auto& [rank, s] : job.run_iterations)

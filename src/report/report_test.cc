@@ -146,6 +146,13 @@ TEST(ReportTest, TextNamesJobRanksAndFindings) {
   EXPECT_NE(text.find("at train.py(40): step > model.py(7): forward"), std::string::npos) << text;
   EXPECT_NE(text.find("note: rank 3: no ProfilerStep"), std::string::npos) << text;
   EXPECT_NE(text.find("suggestion: "), std::string::npos) << text;
+  // Who the others wait for, and what fixing the finding gives (diagnose/what_if.h).
+  EXPECT_NE(text.find("the others wait at the collectives for: rank 2 (20.0 ms)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("what if fixed: saves 20.00 ms/iter (the iteration 40.0 -> 20.0 ms)"),
+            std::string::npos)
+      << text;
 }
 
 TEST(ReportTest, TextSummarizesLargeJobs) {

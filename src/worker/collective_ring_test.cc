@@ -125,6 +125,7 @@ TEST(CollectiveRingTest, ADumpBesideTheCollectivesHoldsNoTornEntry) {
   // agree with themselves.
   ring::ResetForTest();
   std::atomic<bool> stop{false};
+  std::atomic<int64_t> written{0};
   std::thread writer([&] {
     for (int64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
       const std::string fn = "f" + std::to_string(i), file = "/job/" + std::to_string(i) + ".py";
@@ -132,8 +133,12 @@ TEST(CollectiveRingTest, ADumpBesideTheCollectivesHoldsNoTornEntry) {
       e.function = fn;
       e.file = file;
       ring::Entered(e, i);
+      written.store(i + 1, std::memory_order_relaxed);
     }
   });
+  // The dumps begin once the ring holds entries (on a loaded machine the writer may start after
+  // 3,000 dumps of an empty ring: nothing to test).
+  while (written.load(std::memory_order_relaxed) < 64) std::this_thread::yield();
   int torn = 0, entries = 0;
   simdjson::dom::parser parser;
   for (int k = 0; k < 3000; ++k) {
