@@ -15,7 +15,7 @@ the following with one line on stderr; an op's own error is the op's.
 """
 import sys
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from perftracker import config
 
@@ -41,8 +41,8 @@ class KeptTensors:
         self._w = worker
         self._mode: Any = None
         self._on = False  # following (off after an internal error, the mode still entered)
-        self._followed: Dict[int, int] = {}  # id(weak reference) -> storage address
-        self._refs: Dict[int, Any] = {}  # id -> the weak reference (its callback needs it alive)
+        # id(weak reference) -> (the reference, kept alive for its callback; storage address)
+        self._followed: Dict[int, Tuple[Any, int]] = {}
         self.dropped = 0  # new storages not followed: the bound was reached
 
     def start(self) -> bool:
@@ -65,8 +65,7 @@ class KeptTensors:
     def stop(self) -> None:
         """Leaves the dispatch mode and stops following (what was kept is the window's now)."""
         mode, self._mode, self._on = self._mode, None, False
-        self._followed.clear()
-        self._refs.clear()  # their callbacks never run: the references die first
+        self._followed.clear()  # their callbacks never run: the references die first
         if mode is not None:
             try:
                 mode.__exit__(None, None, None)
@@ -98,22 +97,19 @@ class KeptTensors:
                     self._on = False  # the window no longer samples: nothing more to follow
                     return
                 ref = weakref.ref(t, self._gone)
-                self._followed[id(ref)] = addr
-                self._refs[id(ref)] = ref
+                self._followed[id(ref)] = (ref, addr)
         except Exception as e:
             sys.stderr.write(f"perftracker: tensor following stopped: {e!r}\n")
             # The mode stays entered until stop(), passing every op through untouched.
             self._on = False
             self._followed.clear()
-            self._refs.clear()
 
     def _gone(self, ref: Any) -> None:
         # Any thread, wherever the tensor's last reference went.
-        addr = self._followed.pop(id(ref), None)
-        self._refs.pop(id(ref), None)
-        if addr is not None:
+        followed = self._followed.pop(id(ref), None)
+        if followed is not None:
             try:
-                self._w.forget_block(addr)
+                self._w.forget_block(followed[1])
             except Exception:
                 pass
 

@@ -33,17 +33,27 @@ double LatestArrival(const std::vector<RankArrival>& group, const std::map<int, 
   return latest;
 }
 
-// What the replay says of F (ms an iteration), or < 0 where it says nothing.
-double ReplayedSavingMs(const Arrivals& a, const Finding& f) {
+// The latest arrival's move when the ranks of EARLIER arrive that much sooner, on a group whose
+// noise is already taken out (WithoutNoise).
+double SavingOnQuiet(const std::vector<RankArrival>& quiet, const std::map<int, double>& earlier) {
+  const double before = LatestArrival(quiet, {});
+  const double after = LatestArrival(quiet, earlier);
+  if (!std::isfinite(before) || !std::isfinite(after)) return 0;
+  return std::max(0.0, before - after);
+}
+
+// What the replay says of F (ms an iteration), or < 0 where it says nothing. QUIET: the job's
+// arrivals WithoutNoise; KNOWN: the ranks whose arrival is known.
+double ReplayedSavingMs(const Arrivals& a, const std::vector<RankArrival>& quiet,
+                        const std::set<int>& known, const Finding& f) {
   if (CollectiveCost(f.category) || f.finding_class != FindingClass::kSubset || a.single_rank)
     return f.impact_ms;
   if (!a.replayable) return -1;
   std::map<int, double> earlier;
   for (int r : f.ranks)
-    for (const RankArrival& x : a.ranks)
-      if (x.rank == r && x.known) earlier[r] = f.impact_ms;
+    if (known.count(r)) earlier[r] = f.impact_ms;
   if (earlier.empty()) return -1;  // none of its ranks' arrivals is known
-  return ArrivalSavingMs(a.ranks, earlier);
+  return SavingOnQuiet(quiet, earlier);
 }
 
 }  // namespace
@@ -96,11 +106,7 @@ std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& group) {
 }
 
 double ArrivalSavingMs(const std::vector<RankArrival>& raw, const std::map<int, double>& earlier) {
-  const std::vector<RankArrival> group = WithoutNoise(raw);
-  const double before = LatestArrival(group, {});
-  const double after = LatestArrival(group, earlier);
-  if (!std::isfinite(before) || !std::isfinite(after)) return 0;
-  return std::max(0.0, before - after);
+  return SavingOnQuiet(WithoutNoise(raw), earlier);
 }
 
 std::map<int, double> SlackMs(const Arrivals& arrivals) {
@@ -133,11 +139,16 @@ std::vector<std::pair<int, double>> LateRanks(const std::map<int, double>& slack
 void AddWhatIf(const Arrivals& arrivals, Diagnosis* d) {
   d->job.slack_ms_per_rank = SlackMs(arrivals);
   const double iteration = d->job.iteration_ms_median;
+  // Once for every finding: the group without its noise, and which ranks it knows.
+  const std::vector<RankArrival> quiet = WithoutNoise(arrivals.ranks);
+  std::set<int> known;
+  for (const RankArrival& a : arrivals.ranks)
+    if (a.known) known.insert(a.rank);
   for (Finding& f : d->findings) {
     f.what_if_ms = f.what_if_iteration_ms = -1;
     f.evidence_text.erase("what_if");
     if (!IsTimeCost(f.category) || f.impact_ms <= 0) continue;
-    double saving = ReplayedSavingMs(arrivals, f);
+    double saving = ReplayedSavingMs(arrivals, quiet, known, f);
     if (saving < 0) continue;
     if (iteration > 0) saving = std::min(saving, iteration);
     f.what_if_ms = saving;
