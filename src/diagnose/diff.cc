@@ -450,6 +450,8 @@ std::optional<Finding> FunctionChangeFinding(const DiffInput& in, const SetupCha
   }
   if (setup.world && proto->fclass == pattern::FunctionClass::kCollective)
     f.cause = Cause::kConfiguration;
+  // How many ranks wait longer: the finding names every rank, the wait is theirs alone.
+  if (waits) f.evidence["waiting_ranks"] = static_cast<double>(changed.size());
   f.evidence_text["change"] = what;
   std::string where =
       waits

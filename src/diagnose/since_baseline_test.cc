@@ -281,6 +281,49 @@ TEST(SinceBaselineTest, TheWaitersOfARankTheWindowNamedAreItsEcho) {
   for (const Finding& f : found) EXPECT_NE(f.ranks, (std::vector<int>{0, 1, 3})) << f.summary;
 }
 
+TEST(SinceBaselineTest, TheWaitersOfARankThisComparisonNamesSlowAreItsEcho) {
+  // Measured (2 ranks, a process sharing rank 1's core, the window's peers naming nothing, the
+  // host slower for both: aten::mm 1.6x per call on each): since the baseline, rank 1's
+  // aten::addmm 4.3 -> 6.9 ms/iter and rank 0's gloo:all_reduce 16.2 -> 30.5 ms/iter, waiting
+  // for rank 1. Rank 1 is named, the wait not (here rank 1's addmm rises 5 ms: Diff's own
+  // noise floor for this synthetic spread).
+  auto two = [](double mm, double addmm0, double addmm1, double wait0, double iteration_ms) {
+    std::vector<RankSummary> job;
+    for (int r = 0; r < 2; ++r)
+      job.push_back(
+          Rank(r, 2,
+               {Fn("aten::mm", FunctionClass::kCompute, mm, 16),
+                Fn("aten::addmm", FunctionClass::kCompute, r == 0 ? addmm0 : addmm1, 4),
+                Fn("gloo:all_reduce", FunctionClass::kCollective, r == 0 ? wait0 : 16, 2)},
+               iteration_ms));
+    // addmm varies by 1 ms from iteration to iteration.
+    for (RankSummary& r : job)
+      for (int i = 0; i < 20; ++i)
+        r.functions[1].iter_us.push_back(
+            static_cast<float>((r.functions[1].per_iter_us / 1000 + (i % 2 ? 0.5 : -0.5)) * 1000));
+    return job;
+  };
+  Baseline base = MakeBaseline();
+  base.ranks = two(9.3, 4.3, 4.3, 16.2, 29);
+  pattern::RankMetrics m = Metrics(0, 1.0);
+  m.erase(2);
+  m.erase(3);
+  base.metrics = m;
+  std::vector<RankSummary> now = two(15.2, 4.3, 9.3, 30.5, 47);
+  bool rank1 = false;
+  for (const Finding& f : SinceBaseline(base, now, m, {}).findings) {
+    EXPECT_EQ(f.evidence.count("waiting_ranks"), 0u) << f.summary;
+    rank1 |= f.ranks == std::vector<int>{1};
+  }
+  EXPECT_TRUE(rank1);
+  // The same waits with no slower work named: someone arrives late, and that is said.
+  now = two(15.2, 4.3, 4.3, 30.5, 47);
+  bool waits = false;
+  for (const Finding& f : SinceBaseline(base, now, m, {}).findings)
+    waits |= f.evidence.count("waiting_ranks") > 0;
+  EXPECT_TRUE(waits);
+}
+
 TEST(SinceBaselineTest, ARiseOnEveryRankWhileARankIsNamedSlowIsItsEcho) {
   // Measured (rank 2 held to 0.1 CPUs, gloo DDP): the window names rank 2 throttled, 26.5 ms/iter
   // lost; since the baseline every rank's all-reduce takes 10.5 ms/iter more: all of them wait
