@@ -9,8 +9,8 @@
 # pkgs array as text.
 set -euo pipefail
 pkgs=(
-  # compilers and build tools
-  build-essential cmake ninja-build pkg-config
+  # compilers and build tools; ccache keeps compiled objects between builds of the same folder
+  build-essential cmake ninja-build pkg-config ccache
   # the offline core: JSON reader, formatting, command line, gzip and zstd
   libsimdjson-dev libfmt-dev libcli11-dev zlib1g-dev libzstd-dev libisal-dev
   # unit tests and benchmarks

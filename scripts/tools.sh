@@ -6,6 +6,16 @@
 CMAKE=/usr/bin/cmake
 CTEST=/usr/bin/ctest
 NINJA=/usr/bin/ninja
+# Every compile goes through ccache: a build folder made again at the same path (CI's fresh
+# checkout) compiles only what changed since the last build there (unity batches hold absolute
+# paths, so another folder's objects do not match). Debug line tables keep the path of the
+# folder that compiled first (CCACHE_NOHASHDIR: the build folder is not part of the key).
+CCACHE=/usr/bin/ccache
+if [[ ! -x $CCACHE ]]; then
+  echo "error: $CCACHE is missing: run scripts/deps.sh" >&2
+  exit 1
+fi
+export CCACHE_NOHASHDIR=1
 
 # A build folder configured by another cmake is configured afresh (its cache names that cmake,
 # and every re-run would go back to it).
@@ -16,5 +26,6 @@ pt_configure() {
     echo "$dir was configured by another cmake: configuring it afresh with $CMAKE"
     rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
   fi
-  "$CMAKE" -S . -B "$dir" -G Ninja -DCMAKE_MAKE_PROGRAM="$NINJA" "$@" >/dev/null
+  "$CMAKE" -S . -B "$dir" -G Ninja -DCMAKE_MAKE_PROGRAM="$NINJA" \
+    -DCMAKE_C_COMPILER_LAUNCHER="$CCACHE" -DCMAKE_CXX_COMPILER_LAUNCHER="$CCACHE" "$@" >/dev/null
 }
