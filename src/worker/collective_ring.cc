@@ -210,7 +210,11 @@ void OnFatalSignal(int sig) {
   const int saved_errno = errno;
   if (g_crash_path[0] != '\0' && getpid() == g_crash_pid && !g_dumping.exchange(true)) {
     const size_t n = Format(g_crash_buf, sizeof(g_crash_buf));
-    const int fd = open(g_crash_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    // Made afresh: whatever is there (an earlier dump of this rank, or a link planted to make
+    // the dump truncate another file: a hard link passes O_NOFOLLOW) goes first, and O_EXCL
+    // refuses a file put back in between.
+    unlink(g_crash_path);
+    const int fd = open(g_crash_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
       size_t done = 0;
       while (done < n) {

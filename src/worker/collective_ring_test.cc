@@ -207,5 +207,33 @@ TEST(CollectiveRingTest, AnAbortWritesTheRingAndStillKillsTheProcess) {
   rmdir(dir);
 }
 
+TEST(CollectiveRingTest, AnAbortNeverWritesThroughALinkPlantedAtTheDumpPath) {
+  ring::ResetForTest();
+  char dir[] = "/tmp/pt_ring_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/rank_1.ring.json";
+  const std::string victim = std::string(dir) + "/victim";
+  {
+    std::ofstream(victim) << "keep me";
+  }
+  ASSERT_EQ(link(victim.c_str(), path.c_str()), 0);  // a hard link: O_NOFOLLOW alone passes it
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int64_t sizes[] = {7};
+    if (!ring::SetCrashPath(path).ok()) _exit(3);
+    ring::Entered(AllReduce(9, sizes, 1), 5);
+    abort();
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  EXPECT_EQ(ReadAll(victim), "keep me");
+  EXPECT_NE(ReadAll(path).find("\"collective_seq_id\":9"), std::string::npos);
+  std::remove(path.c_str());
+  std::remove(victim.c_str());
+  rmdir(dir);
+}
+
 }  // namespace
 }  // namespace perftracker::worker
