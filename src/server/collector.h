@@ -45,6 +45,9 @@ struct ServerOptions {
   bool print = true;                   // log each diagnosis as an event (the terminal, base/log.h)
   // Called (on a server thread, without locks held) after a hang was diagnosed and reported.
   std::function<void(const diagnose::Diagnosis&)> on_hang;
+  // Called on the server's timer thread, without locks held, right before it reads the ranks'
+  // collective dumps for a hang (tests call the server from it).
+  std::function<void()> before_reading_dumps;
 };
 
 // Equal-length-independent comparison whose time does not depend on where inputs differ.

@@ -38,6 +38,7 @@
 #include "server/command_stream.h"
 #include "server/hang_collection.h"
 #include "server/healthy_watch.h"
+#include "server/job_end.h"
 #include "server/metrics_http.h"
 #include "server/rank_state.h"
 #include "server/scheduler.h"
@@ -166,8 +167,11 @@ struct CollectorServer::Impl final
   // Called with mu held.
   void StartHangLocked(int rank, double mean_ms, std::chrono::steady_clock::time_point since);
 
-  // Called with mu held.
-  void FinishHangLocked();
+  // Reads the ranks' collective dumps with mu released (files: every agent's call takes mu),
+  // then finishes the hang if it is still the one it was. Called with LK (mu) held.
+  void FinishHang(std::unique_lock<std::mutex>& lk);
+  // Diagnoses and publishes the hang with DUMPS. Called with mu held.
+  void FinishHangLocked(CollectiveDumps dumps);
   // Iterations resumed after a reported hang (WindowScheduler::TakeResumedHang): republishes its
   // diagnosis as diagnose::SlowNotHung says. Returns whether it did. Called with mu held.
   bool AmendResumedHangLocked();

@@ -374,7 +374,7 @@ grpc::Status CollectorServer::Impl::DoUploadStacks(grpc::ServerContext* ctx,
   s.last_collective = {lc.op(), lc.count(), lc.file(), lc.line(), lc.in_progress(), lc.seconds()};
   const bool all_replied = hang->AddReply(std::move(s));
   reply->set_accepted(true);
-  if (all_replied) FinishHangLocked();
+  if (all_replied) hang->deadline = HangCollection::Clock::now();  // the timer finishes it
   cv.notify_all();
   return grpc::Status::OK;
 }

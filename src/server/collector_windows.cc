@@ -12,6 +12,14 @@
 #include "server/job_end.h"
 
 namespace perftracker::server {
+namespace {
+
+// A hang finished by a new attempt: at once, under the lock, so without its ranks' dumps.
+constexpr const char* kDumpsUnreadNewAttempt =
+    "the ranks' collective dumps were not read: a new attempt began while their stacks were "
+    "collected";
+
+}  // namespace
 
 JobProgress CollectorServer::Impl::ProgressLocked() const {
   JobProgress p;
@@ -215,7 +223,7 @@ void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
   if (all.size() >= 2) log::Event("", "{}", AttemptLog::Info(all[all.size() - 2]).summary);
   // The old attempt's ranks will not upload any more: its window closes with what arrived (one
   // that got nothing is dropped, as at the job's end), and a hang's stacks are what came.
-  if (hang) FinishHangLocked();
+  if (hang) FinishHangLocked({{}, {kDumpsUnreadNewAttempt}});  // at once: no file read here
   if (const int64_t open = sched->open_window()) {
     Window& w = *windows.Find(open);
     if (w.Reported().empty()) {
@@ -272,7 +280,16 @@ void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
   cv.notify_all();
 }
 
-void CollectorServer::Impl::FinishHangLocked() {
+void CollectorServer::Impl::FinishHang(std::unique_lock<std::mutex>& lk) {
+  const int64_t id = hang->id;  // only this thread starts one; a new attempt may finish it
+  lk.unlock();
+  if (options.before_reading_dumps) options.before_reading_dumps();
+  CollectiveDumps dumps = ReadCollectiveDumps(CollectivesDir(options.report_dir));
+  lk.lock();
+  if (hang && hang->id == id) FinishHangLocked(std::move(dumps));
+}
+
+void CollectorServer::Impl::FinishHangLocked(CollectiveDumps dumps) {
   HangCollection h = std::move(*hang);
   hang.reset();
   sched->HangFinished();
@@ -281,7 +298,7 @@ void CollectorServer::Impl::FinishHangLocked() {
   diagnose::Diagnosis d = diagnose::DiagnoseHang(
       replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
   // The sequence view: each rank's collectives, dumped as it answered (where it could).
-  AddCollectiveFindings(CollectivesDir(options.report_dir), std::nullopt, stalled, &d);
+  AddCollectiveFindings(std::move(dumps), std::nullopt, stalled, &d);
   latest_waits = report::GroupWaits(replies);
   Publish(h.id, d, "hang", nullptr,
           RenderHtmlLocked(d, latest_job.get(), h.id, latest_waits, latest_window_id));
@@ -335,7 +352,7 @@ void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
     CloseWindowLater(open);
   if (auto p = sched->TakeConfirmedHang(std::chrono::steady_clock::now()))
     StartHangLocked(p->rank, p->mean_ms, p->since);
-  if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHangLocked();
+  if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHang(lk);
   MaybeOpenScheduledLocked();
   if (hang_callback) {
     diagnose::Diagnosis d = std::move(*hang_callback);

@@ -72,8 +72,22 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   std::atomic<int> hangs{0};
   o.on_hang = [&](const diagnose::Diagnosis& d) { ++hangs; };
   o.schedule.hang_confirm_seconds = 0.3;
+  // The dumps are files, read without the server's lock: an agent's call made meanwhile is
+  // answered (under the lock it would wait until its deadline).
+  std::atomic<int> answered_while_reading{-1};
+  int port = 0;
+  o.before_reading_dumps = [&] {
+    Client other(port);
+    v1::RegisterRequest reg;
+    reg.set_host("node-b");
+    v1::RegisterReply rr;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    answered_while_reading = other.stub()->Register(&ctx, reg, &rr).ok() ? 1 : 0;
+  };
   auto server = CollectorServer::Start(o);
   ASSERT_TRUE(server.ok());
+  port = (*server)->port();
   Client c((*server)->port());
   std::string agent;
   ASSERT_TRUE(c.Register({0, 1, 2}, &agent));
@@ -109,6 +123,7 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   for (int i = 0; i < 50 && hangs == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(hangs, 1);
+  EXPECT_EQ(answered_while_reading, 1);
   std::string json = Slurp(latest);
   EXPECT_NE(json.find("\"hang\""), std::string::npos) << json;
   EXPECT_NE(json.find("/job/train.py:120"), std::string::npos) << json;
