@@ -157,9 +157,24 @@ void CollectorServer::Shutdown() {
   // Command streams were closed above; the deadline bounds the unary calls still in flight.
   impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (impl_->timer.joinable()) impl_->timer.join();
-  // The windows already closed are published before the run's last page is written.
+  // The job ended while a window was open: what arrived is diagnosed as every window is (the
+  // publisher's path: the baseline comparison and the memory findings too); a window no rank
+  // could report (training ended before it) is no finding about anyone, only a note. The
+  // windows closed are published before the run's last page is written.
+  std::optional<std::string> unprofiled;
   {
     std::lock_guard lk(impl_->mu);
+    if (const int64_t open = impl_->sched->open_window()) {
+      Window& w = *impl_->windows.Find(open);
+      if (w.Reported().empty()) {
+        unprofiled =
+            fmt::format("window {} opened but the job ended before any rank reported it", open);
+        w.Seal();
+        impl_->sched->Closed(open, std::chrono::steady_clock::now());
+      } else {
+        impl_->CloseWindowLater(open);
+      }
+    }
     impl_->publisher_done = true;
   }
   impl_->publish_cv.notify_all();
@@ -167,20 +182,6 @@ void CollectorServer::Shutdown() {
   // The ranks' dumps are read before the lock (the workers wrote their last ones at exit).
   CollectiveDumps dumps = ReadCollectiveDumps(CollectivesDir(impl_->options.report_dir));
   std::lock_guard lk(impl_->mu);
-  // The job ended while a window was open: what arrived is diagnosed; a window no rank could
-  // report (training ended before it) is no finding about anyone, only a note.
-  std::optional<std::string> unprofiled;
-  if (const int64_t open = impl_->sched->open_window()) {
-    Window& w = *impl_->windows.Find(open);
-    if (w.Reported().empty()) {
-      unprofiled =
-          fmt::format("window {} opened but the job ended before any rank reported it", open);
-      w.Seal();
-      impl_->sched->Closed(open, std::chrono::steady_clock::now());
-    } else {
-      impl_->CloseWindowLocked(open);
-    }
-  }
   // The job ended: a silence not yet reported was its exit, not a hang.
   if (impl_->sched->pending_hang() || impl_->hang)
     log::Detail("server", "a hang trigger was pending when the job ended; not reported");

@@ -129,14 +129,11 @@ struct CollectorServer::Impl final
                                  double mean_ms = 0, int64_t trigger_step = -1,
                                  std::vector<int> memory_ranks = {});
 
-  // Closes and publishes window ID on this thread, with mu held: at shutdown only, once the
-  // publisher has drained (every other close goes through CloseWindowLater, in order).
-  void CloseWindowLocked(int64_t id);
-
-  // Closes window ID like CloseWindowLocked, but hands the diagnosis to the publisher thread:
-  // a 10,000-rank diagnosis takes seconds, and every other call (uploads to the next window,
-  // iteration reports, commands, status) needs the lock. The window is sealed first, so
-  // uploads that arrive meanwhile are refused as for any closed window. Called with mu held.
+  // Closes window ID and hands its diagnosis to the publisher thread, the one path of every
+  // window (a trigger, a hang, the job's end): a 10,000-rank diagnosis takes seconds, and every
+  // other call (uploads to the next window, iteration reports, commands, status) needs the
+  // lock. The window is sealed first, so uploads that arrive meanwhile are refused as for any
+  // closed window. Called with mu held.
   void CloseWindowLater(int64_t id);
   // The publisher thread: diagnoses and publishes the windows CloseWindowLater sealed.
   void PublishLoop();

@@ -111,18 +111,6 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   return {spec.id, spec.start_iteration, false};
 }
 
-void CollectorServer::Impl::CloseWindowLocked(int64_t id) {
-  Window& w = *windows.Find(id);
-  if (w.closed()) return;
-  Window::Sealed sealed = w.Seal();
-  ExplainMissingLocked(&sealed);
-  sched->Closed(id, std::chrono::steady_clock::now());
-  diagnose::Diagnosis d = Window::Diagnose(sealed, options.diagnose);
-  std::ranges::move(MemoryTimelines(ranks, CurrentRanksLocked()), std::back_inserter(d.job.memory));
-  auto job = std::make_shared<const pattern::CompactJob>(std::move(sealed.job));
-  Publish(id, d, "window", job, RenderHtmlLocked(d, job.get(), id));
-}
-
 void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   Window& w = *windows.Find(id);
   if (w.closed()) return;

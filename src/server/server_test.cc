@@ -68,7 +68,7 @@ TEST(Window, MissingRankIsAFinding) {
   EXPECT_FALSE(w.AddUpload(u).ok());  // twice
   EXPECT_FALSE(w.Complete());
   EXPECT_EQ(w.Missing(), (std::vector<int>{1, 2}));  // world size 3 from the summary
-  diagnose::Diagnosis d = w.Close();
+  diagnose::Diagnosis d = Window::Diagnose(w.Seal(), {});
   ASSERT_FALSE(d.findings.empty());
   EXPECT_EQ(d.findings[0].category, diagnose::Category::kMissingRank);
   EXPECT_EQ(d.findings[0].ranks, (std::vector<int>{1, 2}));
@@ -609,10 +609,12 @@ TEST(Server, OneJobAtATime) {
 // Ranks 0 and 1 of one agent on node-a report STEPS iterations of 50 ms to SERVER, one batch
 // each a step, filled in by FILL(rank, step, its batch).
 void ReportMemorySteps(CollectorServer& server, int steps,
-                       const std::function<void(int, int, v1::IterationBatch*)>& fill) {
+                       const std::function<void(int, int, v1::IterationBatch*)>& fill,
+                       std::string* agent_id = nullptr) {
   Client c(server.port());
   std::string agent;
   ASSERT_TRUE(c.Register({0, 1}, &agent, "node-a"));
+  if (agent_id != nullptr) *agent_id = agent;
   for (int step = 0; step < steps; ++step) {
     v1::ReportIterationsRequest it;
     it.set_agent_id(agent);
@@ -673,6 +675,35 @@ TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
   EXPECT_LT(m.find("# TYPE perftracker_memory_bytes"), m.find("perftracker_memory_bytes{"));
   EXPECT_LT(m.rfind("perftracker_memory_bytes{"), m.find("# TYPE perftracker_memory_limit_bytes"));
   (*server)->Shutdown();
+}
+
+// A window still open when the job ends is diagnosed as every window is: with the memory
+// findings (and the baseline comparison) the publisher adds, not the peer comparison alone.
+TEST(Server, AWindowOpenAtTheJobsEndIsDiagnosedAsEveryWindowIs) {
+  ServerOptions o = TestOptions("open_at_end");
+  o.schedule.baseline_window = false;  // the memory growth's window is window 1
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  constexpr double kMiB = 1 << 20;
+  std::string agent;
+  ReportMemorySteps(
+      **server, 200,
+      [&](int r, int step, v1::IterationBatch* b) {
+        b->set_rss_bytes((300 + (r == 1 ? 4 * std::max(0, step - 60) : 0)) * kMiB);
+      },
+      &agent);
+  Client c((*server)->port());
+  v1::UploadWindowRequest up;  // rank 0 reports, rank 1 not yet: the window stays open
+  up.set_agent_id(agent);
+  up.set_window_id(1);
+  up.set_rank(0);
+  up.set_summary(pattern::SerializeSummary(Synthetic(0, 2, 10)));
+  v1::UploadWindowReply ur;
+  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(ur.accepted());
+  (*server)->Shutdown();
+  const std::string json = Slurp(o.report_dir + "/windows/1/diagnosis.json");
+  EXPECT_NE(json.find("\"memory_growth\""), std::string::npos) << json;
 }
 
 // On a GPU the collector sends the CUDA allocator's figures: a tensor leak is told from the

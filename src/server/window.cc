@@ -94,10 +94,6 @@ Window::Sealed Window::Seal() {
   return sealed;
 }
 
-diagnose::Diagnosis Window::Close(const diagnose::DiagnoseOptions& options) {
-  return Diagnose(Seal(), options);
-}
-
 diagnose::Diagnosis Window::Diagnose(const Sealed& sealed,
                                      const diagnose::DiagnoseOptions& options) {
   // One code path for the silent ranks: diagnose::Diagnose builds their one finding from the

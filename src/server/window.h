@@ -90,13 +90,10 @@ class Window {
   Clock::time_point opened() const { return opened_; }
   bool declared() const { return declared_; }
 
-  // Diagnoses what arrived, with one missing_rank finding for the ranks that did not (their
-  // reasons unknown: the collector explains them between Seal and Diagnose).
-  diagnose::Diagnosis Close(const diagnose::DiagnoseOptions& options = {});
-
-  // Close in two steps, so a server diagnoses without holding its lock: Seal closes the window
-  // (later uploads are refused) and moves out what the diagnosis needs; Diagnose runs on it
-  // alone.
+  // A window closes in two steps, so a server diagnoses without holding its lock: Seal closes
+  // the window (later uploads are refused) and moves out what the diagnosis needs; Diagnose
+  // runs on it alone, with one missing_rank finding for the ranks that did not report (their
+  // reasons unknown: the server explains them between the two).
   struct Sealed {
     WindowSpec spec;
     pattern::CompactJob job;
