@@ -94,7 +94,30 @@ def launcher_threads(pid):
     return out
 
 
+# The profiler's own warning (torch's text) inside window.quiet_profiler, then another warning
+# inside it, then the profiler's outside it: only the last two may reach stderr.
+QUIET_SCRIPT = r"""
+import warnings
+from perftracker import window
+TORCH = ("Warning: Profiler clears events at the end of each cycle. Only events from the current "
+         "cycle will be reported. To keep events across cycles, set acc_events=True.")
+with window.quiet_profiler():
+    warnings.warn(TORCH)
+    warnings.warn("the job's own warning")
+warnings.warn(TORCH + " (outside)")
+"""
+
+
 class WindowCostTest(unittest.TestCase):
+    def test_the_profilers_own_warnings_stay_off_the_terminal(self):
+        env = dict(os.environ, PYTHONPATH=PYPKG)
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", QUIET_SCRIPT], capture_output=True,
+                           text=True, env=env, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertIn("the job's own warning", p.stderr)
+        self.assertEqual(p.stderr.count("Profiler clears events"), 1, p.stderr)
+        self.assertIn("(outside)", p.stderr)
+
     def test_trace_written_without_torch_parse_and_read_back(self):
         tmp = tempfile.mkdtemp(prefix="pt_wcost_")
         trace = os.path.join(tmp, "rank-0.json")

@@ -82,6 +82,15 @@ ENV_CONFIG = {  # environment variable -> _worker.install key
     "PERFTRACKER_RELEARN_AFTER": "relearn_after",
     "PERFTRACKER_TRACER_MAX_NODES": "tracer_max_nodes",
 }
+# Kineto's own log level, read by libkineto as torch loads: below it, its "USDT: ...
+# profiler_start" and "profiler_stop" lines (each window's start and stop, on every rank) reach
+# the job's terminal and a crashed rank's last error lines. Set before torch loads, where the
+# user has not set it; KINETO_QUIET_LEVEL is above every level it logs at.
+KINETO_LOG_LEVEL_ENV = "KINETO_LOG_LEVEL"
+KINETO_QUIET_LEVEL = "6"
+# torch.profiler's own warnings a window's profiler gives (torch 2.11: twice a window), kept off
+# the job's terminal: they are about the collector's use of the profiler, not the job.
+PROFILER_WARNINGS = (r".*Profiler clears events at the end of each cycle",)
 # The node agent's socket ({node}: this node's name, identity.agent_socket).
 AGENT_SOCKET_ENV = "PERFTRACKER_AGENT_SOCKET"
 # Every message is also appended here ({pid}: the process id): tests, or running without an agent.

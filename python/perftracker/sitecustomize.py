@@ -30,6 +30,8 @@ def _activate():
         return  # started by a rank (same RANK): the rank reports, its helpers do not
     if identity.is_launcher():
         return  # torchrun's own process starts the ranks; it is none of them
+    from perftracker import config
+    os.environ.setdefault(config.KINETO_LOG_LEVEL_ENV, config.KINETO_QUIET_LEVEL)
     hooks.enable()
 
 

@@ -8,11 +8,13 @@ The C++ side (perftracker._worker) arms and ends windows and runs the Python tra
 is the one WindowState instance the collector owns (hooks.py), not module globals.
 """
 import collections
+import contextlib
 import functools
 import json
 import os
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Deque, Dict, List, Optional
 
 from perftracker import config, files, kept_tensors, loader, protocol
@@ -117,7 +119,8 @@ class WindowState:
                 # The legacy export writes no memory records: a memory window follows the
                 # tensors the training thread's ops make itself (kept_tensors.py).
                 self.profiler = torch.autograd.profiler.profile(record_shapes=shapes)
-            self.profiler.__enter__()
+            with quiet_profiler():
+                self.profiler.__enter__()
             if memory and not kineto:
                 self._follow_tensors(torch)
             if memory:
@@ -157,7 +160,8 @@ class WindowState:
         out = (path or self.out or f"/tmp/perftracker-{os.getpid()}") + ".torch.json"
         window = rec.get("window") if rec is not None else None
         try:
-            write = stop_profiler(prof)
+            with quiet_profiler():
+                write = stop_profiler(prof)
         except Exception as e:
             sys.stderr.write(f"perftracker: torch profiler stop failed: {e!r}\n")
             self.torch_failed(window, f"torch profiler stop failed: {e!r}")
@@ -217,6 +221,16 @@ class WindowState:
         except Exception as e:
             sys.stderr.write(f"perftracker: torch trace export failed: {e!r}\n")
             self.torch_failed(window, f"torch trace export failed: {e!r}")
+
+
+@contextlib.contextmanager
+def quiet_profiler() -> Any:
+    """torch.profiler's warnings about the collector's own use of it (config.PROFILER_WARNINGS)
+    stay off the job's terminal while it starts or stops; every other warning passes."""
+    with warnings.catch_warnings():
+        for message in config.PROFILER_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)
+        yield
 
 
 def trace_only_config(torch: Any) -> Dict[str, Any]:
