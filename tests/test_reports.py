@@ -220,6 +220,14 @@ class OnlineReports(unittest.TestCase):
         self.assertIn("text-anchor=\"middle\" class=\"lbl bad\">2</text>", html)
         dom = load_in_chromium(self, page, screenshot=os.path.join(report, "report.png"))
         self.assertIn('class="lbl bad">2</text>', dom)  # the culprit chart, in the DOM
+        # The differential view's columns (the job's functions, long torch paths among them)
+        # each read differently: a name, and where it is.
+        heat = re.search(r'<table class="heat"><thead><tr>(.*?)</tr></thead>', dom, re.S)
+        self.assertTrue(heat, "no differential view in the page")
+        headings = [re.sub(r"<[^>]+>", " ", h).strip()
+                    for h in re.findall(r"<th[^>]*>(.*?)</th>", heat.group(1), re.S)][1:]
+        self.assertGreater(len(headings), 3, headings)
+        self.assertEqual(len(set(headings)), len(headings), headings)
         # The latest window's timeline beside its diagnosis, linked from the page.
         windows = sorted(int(w) for w in os.listdir(os.path.join(report, "windows")))
         timeline = [w for w in windows

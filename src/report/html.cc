@@ -242,7 +242,9 @@ table{border-collapse:collapse}
 tr.bad td,th.bad{color:var(--bad);font-weight:700}
 .scroll{overflow-x:auto;background:#fff;border:1px solid var(--line);border-radius:6px;padding:6px}
 .heat th,.heat td{font-size:11px;padding:3px 6px;text-align:right;white-space:nowrap}
-.heat thead th{vertical-align:bottom;max-width:90px;overflow:hidden;text-overflow:ellipsis;font-weight:600;color:var(--muted)}
+.heat thead th{vertical-align:bottom;max-width:140px;overflow:hidden;text-overflow:ellipsis;font-weight:600;color:var(--muted)}
+.heat thead th span{display:block;overflow:hidden;text-overflow:ellipsis}
+.heat thead th .at{font-weight:400}
 .heat td{border:1px solid #fff;min-width:56px}
 .note{color:var(--muted);font-size:12px}
 .notes li{color:var(--muted);font-size:12px}

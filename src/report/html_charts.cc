@@ -31,6 +31,8 @@ constexpr size_t kMaxRanksOneByOne = 64;
 constexpr size_t kHighlightedLines = 6;
 // Functions (columns) in the differential view.
 constexpr size_t kHeatmapFunctions = 12;
+// A heading's name is cut to this many characters (a column stays narrow).
+constexpr size_t kHeadingChars = 24;
 // Rows of the differential view and of the breakdown at scale: the culprits, then the ranks
 // that deviate most.
 constexpr size_t kOutlierRows = 40;
@@ -459,6 +461,32 @@ std::vector<size_t> RowsToShow(const CompactJob& job, const std::set<int>& culpr
 
 // Ranks x top functions, each cell coloured by the rank's deviation from its peer group (the
 // ranks the diagnosis compares it with: diagnose::PeerGroups).
+ColumnHeading HeadingOf(std::string_view function) {
+  // A Python function: "PATH(LINE): NAME".
+  if (const size_t colon = function.find("): "); colon != std::string_view::npos) {
+    const size_t open = function.rfind('(', colon);
+    const std::string_view line =
+        open == std::string_view::npos ? "" : function.substr(open + 1, colon - open - 1);
+    if (!line.empty() &&
+        std::all_of(line.begin(), line.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      std::string_view path = function.substr(0, open);
+      if (const size_t slash = path.rfind('/'); slash != std::string_view::npos)
+        path.remove_prefix(slash + 1);
+      return {std::string(function.substr(colon + 3)), fmt::format("{}:{}", path, line)};
+    }
+  }
+  // A C++ signature (a kernel's): its function's own name, without scope, template or arguments.
+  if (function.find_first_of("<(") != std::string_view::npos) {
+    std::string_view s = function;
+    if (s.starts_with("void ")) s.remove_prefix(5);
+    s = s.substr(0, s.find_first_of("<("));
+    if (const size_t scope = s.rfind("::"); scope != std::string_view::npos)
+      s.remove_prefix(scope + 2);
+    if (!s.empty()) return {std::string(s), ""};
+  }
+  return {std::string(function), ""};
+}
+
 std::string Heatmap(const Diagnosis& d, const CompactJob& job) {
   const auto& ranks = job.ranks();
   if (ranks.size() < 2) return "";
@@ -518,10 +546,18 @@ std::string Heatmap(const Diagnosis& d, const CompactJob& job) {
   const std::set<int> culprits = CulpritRanks(d);
   const std::vector<size_t> rows = RowsToShow(job, culprits, score, &hidden);
   std::string out = "<div class=\"scroll\"><table class=\"heat\"><thead><tr><th>rank</th>";
-  for (const FunctionInfo* info : cols)
-    out += fmt::format("<th title=\"{}\"><span>{}</span></th>",
+  // Each heading its name and, below it, where it is (the whole name and stack in its tooltip);
+  // headings alike still are numbered apart.
+  std::map<std::pair<std::string, std::string>, int> seen;
+  for (const FunctionInfo* info : cols) {
+    ColumnHeading h = HeadingOf(info->name);
+    h.name = Short(h.name, kHeadingChars);
+    if (const int n = ++seen[{h.name, h.where}]; n > 1) h.name += fmt::format(" #{}", n);
+    out += fmt::format("<th title=\"{}\"><span class=\"fn\">{}</span>{}</th>",
                        Escape(info->name + (info->stack.empty() ? "" : "\n at " + info->stack)),
-                       Escape(Short(info->name, 28)));
+                       Escape(h.name),
+                       h.where.empty() ? "" : "<span class=\"at\">" + Escape(h.where) + "</span>");
+  }
   out += "</tr></thead><tbody>";
   for (size_t i : rows) {
     const CompactRank& r = ranks[i];

@@ -7,6 +7,7 @@
 #define PERFTRACKER_REPORT_HTML_CHARTS_H_
 
 #include <string>
+#include <string_view>
 
 #include "diagnose/finding.h"
 #include "pattern/compact_job.h"
@@ -27,6 +28,17 @@ std::string IterationChart(const HtmlInput& in);
 // Memory per rank over iterations (Diagnosis::job.memory: the traces' memory records, or the
 // online run's samples), host (GPU false) or GPU memory. "" when there is none.
 std::string MemoryChart(const HtmlInput& in, bool gpu);
+// A function's column heading in the differential view: its name and, apart, where it is, so
+// that columns of long, similar names read differently at a glance.
+//   "/a/torch/nn/modules/module.py(1501): _call_impl" -> {"_call_impl", "module.py:1501"}
+//   "void at::native::fill_kernel<float>(int)"        -> {"fill_kernel", ""}
+//   "aten::addmm"                                     -> {"aten::addmm", ""}
+struct ColumnHeading {
+  std::string name;
+  std::string where;
+};
+ColumnHeading HeadingOf(std::string_view function);
+
 // Ranks x top functions, each cell coloured by the rank's deviation from its peer group (the
 // ranks the diagnosis compares it with: diagnose::PeerGroups). "" below two ranks.
 std::string Heatmap(const diagnose::Diagnosis& d, const pattern::CompactJob& job);

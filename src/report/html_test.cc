@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <set>
 
 #include "diagnose/diagnose.h"
 #include "diagnose/testing.h"
+#include "report/html_charts.h"
 
 namespace perftracker::report {
 namespace {
@@ -45,6 +47,54 @@ TEST(HtmlTest, DeviationColoursRunBlueWhiteRed) {
   EXPECT_EQ(internal::DeviationColour(1), "#d62728");
   EXPECT_EQ(internal::DeviationColour(7), "#d62728");  // clipped
   EXPECT_EQ(internal::DeviationColour(-1), "#1f77b4");
+}
+
+TEST(HtmlTest, AColumnHeadingIsTheFunctionsNameAndWhereItIs) {
+  using internal::HeadingOf;
+  const auto py = HeadingOf(
+      "/usr/lib/python3/dist-packages/torch/nn/modules/module.py(1501): "
+      "_call_impl");
+  EXPECT_EQ(py.name, "_call_impl");
+  EXPECT_EQ(py.where, "module.py:1501");
+  EXPECT_EQ(HeadingOf("void at::native::vectorized_elementwise_kernel<4, float>(int, float*)").name,
+            "vectorized_elementwise_kernel");
+  EXPECT_EQ(HeadingOf("aten::addmm").name, "aten::addmm");
+  EXPECT_EQ(HeadingOf("aten::addmm").where, "");
+  EXPECT_EQ(HeadingOf("<built-in method run_backward of torch._C._EngineBase object at 0x7f>").name,
+            "<built-in method run_backward of torch._C._EngineBase object at 0x7f>");
+  EXPECT_EQ(HeadingOf("odd(name): x").where, "");  // "(name)" is no line number
+}
+
+TEST(HtmlTest, TheDifferentialViewsColumnsAreToldApart) {
+  // Four functions of one long folder: their names' first 28 characters were the same.
+  const std::string dir = "/home/user/.venv/lib/python3.11/site-packages/torch/nn/modules/";
+  std::vector<pattern::RankSummary> ranks;
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(Rank(r, 4,
+                         {Fn(dir + "module.py(1501): _call_impl", FunctionClass::kPython, 9, 3,
+                             trace::EventKind::kPythonFunction),
+                          Fn(dir + "module.py(1520): _wrapped_call_impl", FunctionClass::kPython, 8,
+                             3, trace::EventKind::kPythonFunction),
+                          Fn(dir + "linear.py(114): forward", FunctionClass::kPython, 7, 3,
+                             trace::EventKind::kPythonFunction),
+                          Fn(dir + "conv.py(114): forward", FunctionClass::kPython, 6, 3,
+                             trace::EventKind::kPythonFunction)},
+                         40));
+  pattern::CompactJob job;
+  for (const auto& r : ranks) job.Add(r);
+  const std::string heat = internal::Heatmap(diagnose::Diagnose(job), job);
+  std::set<std::string> headings;
+  const std::regex th("<th title=\"[^\"]*\">(.*?)</th>");
+  for (auto it = std::sregex_iterator(heat.begin(), heat.end(), th); it != std::sregex_iterator();
+       ++it)
+    headings.insert((*it)[1]);
+  EXPECT_EQ(headings.size(), 4u) << heat;
+  EXPECT_TRUE(headings.count(
+      "<span class=\"fn\">_call_impl</span><span class=\"at\">module.py:1501</span>"))
+      << heat;
+  EXPECT_TRUE(
+      headings.count("<span class=\"fn\">forward</span><span class=\"at\">conv.py:114</span>"))
+      << heat;
 }
 
 TEST(HtmlTest, AStragglerPageNamesTheCulpritWithItsCharts) {
