@@ -19,6 +19,7 @@ PT_TORCH_PYTHON chooses the torch (.venv: 2.13; /usr/bin/python3: 1.13 for the l
 """
 import json
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -92,6 +93,11 @@ class Collectives(unittest.TestCase):
         self.assertIn("all_reduce of 7 Float", crash[0]["summary"], out)
         self.assertIn("train_ddp.py", crash[0]["summary"], out)
         self.assertIn("EnforceNotMet", crash[0]["evidence"]["error_output"], out)
+        # The group's own count of its collectives, on every torch (1.13's gloo answered a random
+        # number: "collective #1804289569").
+        number = re.search(r"in collective #(\d+) on group", crash[0]["summary"])
+        self.assertTrue(number, crash[0]["summary"])
+        self.assertLess(int(number.group(1)), 1000, crash[0]["summary"])
         if not HAS_FLIGHT_RECORDER:
             return  # torch 1.13: no Flight Recorder; the peers' DDP all-reduce is not seen
         mm = self.mismatch_of_rank_1(found, out)

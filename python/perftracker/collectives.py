@@ -6,6 +6,9 @@ the dumps of it and of torch's own Flight Recorder.
 The sequence number is the one torch gives the group's next collective
 (ProcessGroup._get_sequence_number_for_group() + 1), the number the Flight Recorder records too,
 so that a rank whose own ring is all that is left (it crashed) lines up with its peers' dumps.
+Torch 1.x gives none that means anything (its gloo groups answer a random number: a desync was
+"in collective #1804289569"): there the ring numbers each group's calls itself, collectives and
+point-to-point apart, from 1, which is the same on every rank while they call the same.
 dtypes are written as torch's C++ names ("Float"), as the Flight Recorder writes them.
 """
 import os
@@ -21,6 +24,7 @@ from perftracker.switch import Switch
 # sequence diagnosis then compares their op alone).
 _INPUT_FIRST = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "send", "recv", "isend",
                 "irecv"}
+_P2P = {"send", "recv", "isend", "irecv"}  # numbered apart, as the ring's C++ side tells them
 _INPUT_SECOND = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"}
 
 # torch.dtype's str() -> c10's ScalarType name, as Flight Recorder dumps write dtypes.
@@ -28,6 +32,14 @@ _DTYPES = {"torch.float32": "Float", "torch.float64": "Double", "torch.float16":
            "torch.bfloat16": "BFloat16", "torch.int64": "Long", "torch.int32": "Int",
            "torch.int16": "Short", "torch.int8": "Char", "torch.uint8": "Byte", "torch.bool": "Bool",
            "torch.complex64": "ComplexFloat", "torch.complex128": "ComplexDouble"}
+
+
+def numbered_by_torch(version: str) -> bool:
+    """Whether torch VERSION ("1.13.1", "2.13.0+cpu") numbers a group's collectives itself."""
+    try:
+        return int(version.split(".")[0]) >= 2
+    except ValueError:
+        return True  # an unknown version is taken as a current one
 
 
 class CollectiveRing:
@@ -42,6 +54,8 @@ class CollectiveRing:
         self._crash_path_set = False
         self._rank: Optional[int] = None  # known at the first collective (kept past destroy)
         self._dump_failed = False
+        self._own_numbers: Optional[Dict[Tuple[str, bool], int]] = None  # torch 1.x: the counts
+
 
     def bind(self, c10d: Any) -> None:
         self._c10d = c10d
@@ -54,8 +68,11 @@ class CollectiveRing:
         if c10d is None or w is None or not c10d.is_initialized():
             return None
         if self._tensor is None:  # torch was still importing when the patches were applied
-            self._tensor = sys.modules["torch"].Tensor
+            torch = sys.modules["torch"]
+            self._tensor = torch.Tensor
             self._rank = c10d.get_rank()
+            if not numbered_by_torch(getattr(torch, "__version__", "")):
+                self._own_numbers = {}
         group = kwargs.get("group")
         tensors = []
         pg_type, tensor_type = c10d.ProcessGroup, self._tensor
@@ -75,8 +92,12 @@ class CollectiveRing:
         if group is None:
             group = c10d._get_default_group()
         name, desc, backend = self._group(group)
-        get_seq = getattr(group, "_get_sequence_number_for_group", None)  # -1: not placed
-        seq = get_seq() + 1 if get_seq is not None else -1
+        if self._own_numbers is not None:
+            key = (name, op in _P2P)
+            seq = self._own_numbers[key] = self._own_numbers.get(key, 0) + 1
+        else:
+            get_seq = getattr(group, "_get_sequence_number_for_group", None)  # -1: not placed
+            seq = get_seq() + 1 if get_seq is not None else -1
         sizes = tuple(tensor.shape) if tensor is not None else None
         dtype = _DTYPES.get(str(tensor.dtype), str(tensor.dtype)) if tensor is not None else ""
         if not self._crash_path_set:
