@@ -2,7 +2,10 @@
 
 #include <iterator>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "base/units.h"
@@ -57,6 +60,48 @@ void MemoryMetrics(const std::map<int, RankState>& ranks, const std::string& job
                        job, r, MetricsHttp::Label(st.host), kind, growth->bytes_per_iteration);
 }
 
+// The job's healthy rate (diagnose/healthy_rate.h) from its unprofiled iterations up to step
+// UNTIL, and how much slower it runs now: what an alert on the job's own slowdown needs.
+void RateMetrics(const HealthyWatch& healthy, int64_t until, const std::string& job,
+                 std::string& out) {
+  const std::optional<diagnose::HealthyRate> rate = healthy.RateBefore(until);
+  Head(out, "perftracker_healthy_iteration_seconds", "gauge",
+       "The job's healthy iteration time: the median of its unprofiled iterations before it "
+       "slowed down, or of all of them.");
+  if (rate)
+    fmt::format_to(std::back_inserter(out),
+                   "perftracker_healthy_iteration_seconds{{job=\"{}\"}} {:.6f}\n", job,
+                   MsToS(rate->healthy.ms));
+  Head(out, "perftracker_slowdown_ratio", "gauge",
+       "How much slower the job runs now than when healthy (1: not slower), once the history "
+       "shows a slowdown beyond its own noise.");
+  if (rate)
+    fmt::format_to(std::back_inserter(out), "perftracker_slowdown_ratio{{job=\"{}\"}} {:.4f}\n",
+                   job, rate->slowdown_step ? rate->Ratio() : 1.0);
+}
+
+// The ranks the latest diagnosis names for a problem of their own (a finding on some ranks: a
+// straggler, a throttled or starved rank, a slow loader, ...), one series per rank and category,
+// at most kMostNamedRankSeries: what an alert on a straggling rank needs, with its rank.
+constexpr size_t kMostNamedRankSeries = 1000;
+void NamedRankMetrics(const std::optional<diagnose::Diagnosis>& latest, const std::string& job,
+                      std::string& out) {
+  Head(out, "perftracker_named_rank", "gauge",
+       "1 for each rank the latest diagnosis names for a problem of its own, by the finding's "
+       "category (diagnosis.json says why and what it costs).");
+  if (!latest) return;
+  std::set<std::pair<int, std::string_view>> named;
+  for (const diagnose::Finding& f : latest->findings)
+    if (f.finding_class == diagnose::FindingClass::kSubset)
+      for (int r : f.ranks)
+        if (named.size() < kMostNamedRankSeries)
+          named.insert({r, diagnose::CategoryName(f.category)});
+  for (const auto& [r, category] : named)
+    fmt::format_to(std::back_inserter(out),
+                   "perftracker_named_rank{{job=\"{}\",rank=\"{}\",category=\"{}\"}} 1\n", job, r,
+                   category);
+}
+
 }  // namespace
 
 // Formatted in place: at 100,000 ranks this runs ~300,000 lines under the server's lock.
@@ -83,6 +128,8 @@ std::string CollectorServer::Impl::MetricsLocked() const {
                      "{:.6f}\n",
                      job, r, MetricsHttp::Label(st.host), MsToS(st.sum_ms / st.count));
   MemoryMetrics(ranks, job, out);
+  RateMetrics(healthy, FurthestStepLocked() + 1, job, out);
+  NamedRankMetrics(latest, job, out);
   head("perftracker_iterations_total", "counter", "Iterations the rank reported.");
   for (const auto& [r, st] : ranks)
     fmt::format_to(std::back_inserter(out),

@@ -677,6 +677,26 @@ TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
   (*server)->Shutdown();
 }
 
+// /metrics shows the job's healthy rate and how much slower it runs now: an alert on the job's
+// own slowdown reads them.
+TEST(Server, MetricsShowTheJobsHealthyRateAndItsSlowdown) {
+  ServerOptions o = TestOptions("rate_metrics");
+  o.schedule.baseline_window = false;
+  auto server = CollectorServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  const std::string none = (*server)->MetricsText();  // no history yet: the families, no value
+  EXPECT_NE(none.find("# TYPE perftracker_slowdown_ratio gauge"), std::string::npos) << none;
+  EXPECT_EQ(none.find("perftracker_slowdown_ratio{"), std::string::npos) << none;
+  ReportMemorySteps(**server, 300, [&](int r, int step, v1::IterationBatch* b) {
+    b->set_iteration_ms(0, step < 200 ? 50 : 80);  // 1.6x slower from step 200
+  });
+  const std::string m = (*server)->MetricsText();
+  EXPECT_NE(m.find("perftracker_healthy_iteration_seconds{job=\"\"} 0.050000\n"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("perftracker_slowdown_ratio{job=\"\"} 1.6000\n"), std::string::npos) << m;
+  (*server)->Shutdown();
+}
+
 // A window still open when the job ends is diagnosed as every window is: with the memory
 // findings (and the baseline comparison) the publisher adds, not the peer comparison alone.
 TEST(Server, AWindowOpenAtTheJobsEndIsDiagnosedAsEveryWindowIs) {
@@ -704,6 +724,12 @@ TEST(Server, AWindowOpenAtTheJobsEndIsDiagnosedAsEveryWindowIs) {
   (*server)->Shutdown();
   const std::string json = Slurp(o.report_dir + "/windows/1/diagnosis.json");
   EXPECT_NE(json.find("\"memory_growth\""), std::string::npos) << json;
+  // /metrics names the rank the latest diagnosis names, for an alert with its rank.
+  const std::string m = (*server)->MetricsText();
+  EXPECT_NE(m.find("perftracker_named_rank{job=\"\",rank=\"1\",category=\"memory_growth\"} 1\n"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("perftracker_named_rank{job=\"\",rank=\"0\""), std::string::npos) << m;
 }
 
 // On a GPU the collector sends the CUDA allocator's figures: a tensor leak is told from the
