@@ -213,10 +213,8 @@ double ProcCpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, into a log file too
+// What the command line asks for.
+struct Options {
   int agents = 10000, functions = 500, threads = 32, channels = 0, inflight = 0;
   int per_agent = 1, state_ranks = 100000;
   int64_t iterations = -1;  // -1: the mode's default
@@ -225,59 +223,61 @@ int main(int argc, char** argv) {
   std::string max_seconds, grace_seconds;  // empty: the server's defaults
   bool keep = false, watch = false;
   std::string bin = "build/perftracker";
+};
+
+// The flags into *O; false (with the message printed) on a bad one.
+bool ParseFlags(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k == "--keep" || k == "--watch") {
-      (k == "--keep" ? keep : watch) = true;
+      (k == "--keep" ? o->keep : o->watch) = true;
       continue;
     }
     if (k == "--rank-state") {
-      rank_state = true;
+      o->rank_state = true;
       continue;
     }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "server_ingest: %s needs a value\n", k.c_str());
-      return 2;
+      return false;
     }
     const char* v = argv[++i];
     if (k == "--agents")
-      agents = std::atoi(v);
+      o->agents = std::atoi(v);
     else if (k == "--ranks-per-agent")
-      per_agent = std::atoi(v);
+      o->per_agent = std::atoi(v);
     else if (k == "--ranks")
-      state_ranks = std::atoi(v);
+      o->state_ranks = std::atoi(v);
     else if (k == "--iterations")
-      iterations = std::atoll(v);
+      o->iterations = std::atoll(v);
     else if (k == "--functions")
-      functions = std::atoi(v);
+      o->functions = std::atoi(v);
     else if (k == "--threads")
-      threads = std::atoi(v);
+      o->threads = std::atoi(v);
     else if (k == "--channels")
-      channels = std::atoi(v);
+      o->channels = std::atoi(v);
     else if (k == "--inflight")
-      inflight = std::atoi(v);
+      o->inflight = std::atoi(v);
     else if (k == "--deadline")
-      deadline_s = std::atof(v);
+      o->deadline_s = std::atof(v);
     else if (k == "--max-seconds")
-      max_seconds = v;
+      o->max_seconds = v;
     else if (k == "--grace-seconds")
-      grace_seconds = v;
+      o->grace_seconds = v;
     else if (k == "--bin")
-      bin = v;
+      o->bin = v;
     else {
       std::fprintf(stderr, "server_ingest: unknown flag %s\n", k.c_str());
-      return 2;
+      return false;
     }
   }
-  if (rank_state)
-    return perftracker::bench::RankStateMemory(state_ranks, iterations < 0 ? 1000000 : iterations);
-  if (agents <= 0 || threads <= 0 || per_agent <= 0) return 2;
-  const int ranks = agents * per_agent;
-  iterations = std::max<int64_t>(iterations, 0);
-  if (channels <= 0 || channels > agents) channels = agents;
-  if (inflight <= 0 || inflight > ranks) inflight = ranks;
-  // One connection per agent: the client needs a descriptor per channel, more than the usual
-  // soft limit of 1,024. Raise it to the hard limit; the server raises its own.
+  return true;
+}
+
+// One connection per agent: the client needs a descriptor per channel, more than the usual soft
+// limit of 1,024. Raises it to the hard limit (the server raises its own) and warns if that is
+// still too few for CHANNELS.
+void RaiseDescriptorLimit(int channels) {
   rlimit lim{};
   if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
     lim.rlim_cur = lim.rlim_max;
@@ -289,328 +289,381 @@ int main(int argc, char** argv) {
                  "server_ingest: %d connections but only %llu descriptors (hard limit); expect "
                  "failed calls, or pass --channels\n",
                  channels, static_cast<unsigned long long>(lim.rlim_cur));
+}
 
-  std::string dir = fmt::format("/tmp/pt_ingest_{}", getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::string log = dir + "/server.log";
-  int port = perftracker::FreeLoopbackPort();
-  std::string addr = fmt::format("127.0.0.1:{}", port);
-  pid_t server = fork();
-  if (server == 0) {
-    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out, 1);
-    dup2(out, 2);
-    std::vector<std::string> a = {bin, "server", "--listen", addr, "--report-dir", dir};
-    if (!max_seconds.empty()) a.insert(a.end(), {"--max-seconds", max_seconds});
-    if (!grace_seconds.empty()) a.insert(a.end(), {"--grace-seconds", grace_seconds});
-    std::vector<char*> av;
-    for (auto& x : a) av.push_back(x.data());
-    av.push_back(nullptr);
-    execv(bin.c_str(), av.data());
-    _exit(127);
-  }
-  // Peak threads of the server, sampled while the benchmark runs.
-  std::atomic<bool> sampling{true};
-  std::atomic<int> peak_threads{0};
-  std::thread sampler([&] {
-    while (sampling) {
-      int t = static_cast<int>(ProcStatus(server, "Threads"));
-      if (t > peak_threads) peak_threads = t;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+// Runs F(i) for i in [0, N) on THREADS threads.
+template <typename F>
+void ForEach(int n, int threads, F f) {
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) f(i);
+    });
+  for (auto& t : pool) t.join();
+}
+
+// One run: a server process, the agents' calls against it, then what it stored. Each phase is a
+// step of its own, in the order Run calls them.
+class IngestBench {
+ public:
+  explicit IngestBench(const Options& o) : o_(o), ranks_(o.agents * o.per_agent) {}
+
+  int Run() {
+    if (!StartServer()) return Finish(1);
+    MakeSummaries();
+    Register();
+    if (o_.iterations > 0) ReportIterations();
+    if (o_.watch) OpenWatches();
+    const auto t_trigger = Clock::now();
+    {
+      grpc::ClientContext ctx;
+      Auth(&ctx);
+      v1::TriggerReply tr;
+      stubs_[0]->Trigger(&ctx, v1::TriggerRequest(), &tr);
     }
-  });
-  auto finish = [&](int rc) {
-    sampling = false;
-    sampler.join();
-    kill(server, SIGTERM);
-    int status = 0;
-    waitpid(server, &status, 0);
-    if (rc == 0 && !keep)
-      fs::remove_all(dir);
+    if (o_.watch) {
+      while (windows_seen_ < o_.agents && Since(t_trigger) < 60)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::printf("watch: the window command reached %d of %d agents in %.3f s\n",
+                  windows_seen_.load(), o_.agents, Since(t_trigger));
+    }
+    Upload();
+    const bool ok = Stored();
+    if (o_.watch) CloseWatches();
+    return Finish(ok ? 0 : 1);
+  }
+
+ private:
+  // The server in a child process, its peak threads sampled; true once it answers.
+  bool StartServer() {
+    dir_ = fmt::format("/tmp/pt_ingest_{}", getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    log_ = dir_ + "/server.log";
+    const std::string addr = fmt::format("127.0.0.1:{}", perftracker::FreeLoopbackPort());
+    server_ = fork();
+    if (server_ == 0) {
+      int out = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(out, 2);
+      std::vector<std::string> a = {o_.bin, "server", "--listen", addr, "--report-dir", dir_};
+      if (!o_.max_seconds.empty()) a.insert(a.end(), {"--max-seconds", o_.max_seconds});
+      if (!o_.grace_seconds.empty()) a.insert(a.end(), {"--grace-seconds", o_.grace_seconds});
+      std::vector<char*> av;
+      for (auto& x : a) av.push_back(x.data());
+      av.push_back(nullptr);
+      execv(o_.bin.c_str(), av.data());
+      _exit(127);
+    }
+    sampler_ = std::thread([this] {
+      while (sampling_) {
+        int t = static_cast<int>(ProcStatus(server_, "Threads"));
+        if (t > peak_threads_) peak_threads_ = t;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+    grpc::ChannelArguments args;
+    args.SetMaxSendMessageSize(64 << 20);
+    // Separate connections (distinct channel arguments: no shared subchannel), as separate
+    // agents would have.
+    for (int c = 0; c < o_.channels; ++c) {
+      grpc::ChannelArguments a = args;
+      a.SetInt("perftracker.channel", c);
+      stubs_.push_back(v1::Collector::NewStub(
+          grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), a)));
+    }
+    const auto wait_up = Clock::now();
+    while (true) {
+      if (g_token.empty()) {
+        std::ifstream in(dir_ + "/.perftracker/token");
+        std::getline(in, g_token);
+      }
+      grpc::ClientContext ctx;
+      Auth(&ctx);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+      v1::StatusReply st;
+      if (stubs_[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) return true;
+      if (Since(wait_up) > 30) {
+        std::fprintf(stderr, "server_ingest: server did not start (%s)\n", o_.bin.c_str());
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  int Finish(int rc) {
+    sampling_ = false;
+    if (sampler_.joinable()) sampler_.join();
+    if (server_ > 0) {
+      kill(server_, SIGTERM);
+      int status = 0;
+      waitpid(server_, &status, 0);
+    }
+    if (rc == 0 && !o_.keep)
+      fs::remove_all(dir_);
     else
-      std::printf("kept %s (server log: %s)\n", dir.c_str(), log.c_str());
+      std::printf("kept %s (server log: %s)\n", dir_.c_str(), log_.c_str());
     return rc;
-  };
-
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(64 << 20);
-  // Separate connections (distinct channel arguments: no shared subchannel), as separate agents
-  // would have.
-  std::vector<std::unique_ptr<v1::Collector::Stub>> stubs;
-  for (int c = 0; c < channels; ++c) {
-    grpc::ChannelArguments a = args;
-    a.SetInt("perftracker.channel", c);
-    stubs.push_back(v1::Collector::NewStub(
-        grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), a)));
-  }
-  auto wait_up = Clock::now();
-  while (true) {
-    if (g_token.empty()) {
-      std::ifstream in(dir + "/.perftracker/token");
-      std::getline(in, g_token);
-    }
-    grpc::ClientContext ctx;
-    Auth(&ctx);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    v1::StatusReply st;
-    if (stubs[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) break;
-    if (Since(wait_up) > 30) {
-      std::fprintf(stderr, "server_ingest: server did not start (%s)\n", bin.c_str());
-      return finish(1);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 
-  // Summaries first (not timed): what each agent would upload.
-  auto t_make = Clock::now();
-  std::vector<std::string> bytes(ranks);
-  {
-    std::atomic<int> next{0};
-    std::vector<std::thread> pool;
-    for (int t = 0; t < 2; ++t)
-      pool.emplace_back([&] {
-        for (int r = next++; r < ranks; r = next++)
-          bytes[r] = perftracker::pattern::SerializeSummary(Synthetic(r, ranks, functions));
-      });
-    for (auto& t : pool) t.join();
+  // What each agent would upload (not timed).
+  void MakeSummaries() {
+    const auto t_make = Clock::now();
+    bytes_.assign(ranks_, {});
+    ForEach(ranks_, 2, [&](int r) {
+      bytes_[r] = perftracker::pattern::SerializeSummary(Synthetic(r, ranks_, o_.functions));
+    });
+    for (const auto& b : bytes_) total_bytes_ += static_cast<int64_t>(b.size());
+    std::printf("summaries: %d x %d functions, %.1f KB each on average (built in %.1f s)\n", ranks_,
+                o_.functions, total_bytes_ / 1024.0 / ranks_, Since(t_make));
   }
-  int64_t total_bytes = 0;
-  for (const auto& b : bytes) total_bytes += static_cast<int64_t>(b.size());
-  std::printf("summaries: %d x %d functions, %.1f KB each on average (built in %.1f s)\n", ranks,
-              functions, total_bytes / 1024.0 / ranks, Since(t_make));
 
-  // Registration (each agent on its own channel; connects it).
-  auto t_reg = Clock::now();
-  std::atomic<int> reg_failed{0};
-  std::vector<std::string> agent_ids(agents);
-  {
-    std::atomic<int> next{0};
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&] {
-        for (int r = next++; r < agents; r = next++) {
-          grpc::ClientContext ctx;
-          Auth(&ctx);
-          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-          v1::RegisterRequest req;
-          req.set_host(fmt::format("node-{}", r * per_agent / 8));
-          for (int k = 0; k < per_agent; ++k) req.add_ranks(r * per_agent + k);
-          v1::RegisterReply reply;
-          if (!stubs[r % channels]->Register(&ctx, req, &reply).ok())
-            ++reg_failed;
-          else
-            agent_ids[r] = reply.agent_id();
-        }
-      });
-    for (auto& t : pool) t.join();
-  }
-  int registered = -1;
-  {
+  // Each agent registers on its own channel (which connects it).
+  void Register() {
+    const auto t_reg = Clock::now();
+    std::atomic<int> failed{0};
+    agent_ids_.assign(o_.agents, {});
+    ForEach(o_.agents, o_.threads, [&](int r) {
+      grpc::ClientContext ctx;
+      Auth(&ctx);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      v1::RegisterRequest req;
+      req.set_host(fmt::format("node-{}", r * o_.per_agent / 8));
+      for (int k = 0; k < o_.per_agent; ++k) req.add_ranks(r * o_.per_agent + k);
+      v1::RegisterReply reply;
+      if (!stubs_[r % o_.channels]->Register(&ctx, req, &reply).ok())
+        ++failed;
+      else
+        agent_ids_[r] = reply.agent_id();
+    });
     grpc::ClientContext ctx;
     Auth(&ctx);
     v1::StatusReply st;
-    if (stubs[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) registered = st.agents();
+    if (stubs_[0]->Status(&ctx, v1::StatusRequest(), &st).ok()) registered_ = st.agents();
+    std::printf(
+        "register: %d agents registered (server's count) of %d, %d ranks each, on %d "
+        "connections, in %.2f s (%d failed)\n",
+        registered_, o_.agents, o_.per_agent, o_.channels, Since(t_reg), failed.load());
   }
-  std::printf(
-      "register: %d agents registered (server's count) of %d, %d ranks each, on %d connections, "
-      "in %.2f s (%d failed)\n",
-      registered, agents, per_agent, channels, Since(t_reg), reg_failed.load());
-  if (iterations > 0) {
-    // Every agent reports its ranks' iterations, as agents do all along (the server's
-    // per-rank statistics: server/rank_state.h).
-    auto t_it = Clock::now();
-    std::atomic<int> it_failed{0};
-    std::atomic<int> next{0};
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&] {
-        for (int a = next++; a < agents; a = next++) {
-          v1::ReportIterationsRequest req;
-          req.set_agent_id(agent_ids[a]);
-          for (int k = 0; k < per_agent; ++k) {
-            v1::IterationBatch* b = req.add_batches();
-            b->set_rank(a * per_agent + k);
-            b->set_pid(1000 + a * per_agent + k);
-            for (int64_t i = 0; i < iterations; ++i) {
-              b->add_steps(i);
-              b->add_iteration_ms(100 + (i * 7 + k) % 13);
-            }
-          }
-          grpc::ClientContext ctx;
-          Auth(&ctx);
-          ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-          v1::ReportIterationsReply reply;
-          if (!stubs[a % channels]->ReportIterations(&ctx, req, &reply).ok()) ++it_failed;
+
+  // Every agent reports its ranks' iterations, as agents do all along (the server's per-rank
+  // statistics: server/rank_state.h).
+  void ReportIterations() {
+    const auto t_it = Clock::now();
+    std::atomic<int> failed{0};
+    ForEach(o_.agents, o_.threads, [&](int a) {
+      v1::ReportIterationsRequest req;
+      req.set_agent_id(agent_ids_[a]);
+      for (int k = 0; k < o_.per_agent; ++k) {
+        v1::IterationBatch* b = req.add_batches();
+        b->set_rank(a * o_.per_agent + k);
+        b->set_pid(1000 + a * o_.per_agent + k);
+        for (int64_t i = 0; i < o_.iterations; ++i) {
+          b->add_steps(i);
+          b->add_iteration_ms(100 + (i * 7 + k) % 13);
         }
-      });
-    for (auto& t : pool) t.join();
+      }
+      grpc::ClientContext ctx;
+      Auth(&ctx);
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+      v1::ReportIterationsReply reply;
+      if (!stubs_[a % o_.channels]->ReportIterations(&ctx, req, &reply).ok()) ++failed;
+    });
     std::printf(
         "iterations: %lld per rank reported for %d ranks in %.2f s (%d calls failed); server "
         "VmRSS now %.0f MB\n",
-        static_cast<long long>(iterations), ranks, Since(t_it), it_failed.load(),
-        ProcStatus(server, "VmRSS") / 1024);
+        static_cast<long long>(o_.iterations), ranks_, Since(t_it), failed.load(),
+        ProcStatus(server_, "VmRSS") / 1024);
   }
+
   // Every agent's command stream, read on one completion queue: tag 2r = the stream started,
-  // 2r + 1 = a command arrived (or the stream ended).
+  // 2r + 1 = a command arrived (or the stream ended). Then what holding them costs idle.
+  void OpenWatches() {
+    const auto t_watch = Clock::now();
+    for (int r = 0; r < o_.agents; ++r) {
+      auto w = std::make_unique<Watch>();
+      Auth(&w->ctx);
+      v1::WatchRequest req;
+      req.set_agent_id(agent_ids_[r]);
+      w->reader = stubs_[r % o_.channels]->AsyncWatchCommands(
+          &w->ctx, req, &watch_cq_, reinterpret_cast<void*>(static_cast<intptr_t>(2 * r)));
+      watches_.push_back(std::move(w));
+    }
+    watch_reader_ = std::thread([this] {
+      void* tag;
+      bool ok;
+      while (watch_cq_.Next(&tag, &ok)) {
+        const auto t = reinterpret_cast<intptr_t>(tag);
+        Watch& w = *watches_[static_cast<size_t>(t / 2)];
+        if (!ok) continue;  // the stream ended
+        if (t % 2 == 0) {
+          ++watching_;
+        } else if (w.cmd.has_profile()) {
+          ++windows_seen_;
+        }
+        w.reader->Read(&w.cmd, reinterpret_cast<void*>(t / 2 * 2 + 1));
+      }
+    });
+    while (watching_ < o_.agents && Since(t_watch) < 120)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Let the server finish setting the streams up, then see what holding them costs while
+    // nothing happens.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const double cpu0 = ProcCpuSeconds(server_);
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    std::printf(
+        "watch: %d command streams open in %.2f s; server threads %.0f, idle server CPU %.0f%% "
+        "of a core\n",
+        watching_.load(), Since(t_watch), ProcStatus(server_, "Threads"),
+        (ProcCpuSeconds(server_) - cpu0) / 5 * 100);
+  }
+
+  // Cancels the streams and drains their queue before the contexts go.
+  void CloseWatches() {
+    for (auto& w : watches_) w->ctx.TryCancel();
+    watch_cq_.Shutdown();
+    watch_reader_.join();
+  }
+
+  // Every agent's upload started at once (up to --inflight), completions on one queue.
+  void Upload() {
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::UploadWindowReply reply;
+      grpc::Status status;
+      std::unique_ptr<grpc::ClientAsyncResponseReader<v1::UploadWindowReply>> reader;
+    };
+    std::vector<std::unique_ptr<Call>> calls(ranks_);
+    grpc::CompletionQueue cq;
+    std::map<std::string, int> errors;  // failure / refusal message -> count
+    t_upload_ = Clock::now();
+    int started = 0;
+    auto start_one = [&](int r) {
+      auto c = std::make_unique<Call>();
+      Auth(&c->ctx);
+      c->ctx.set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(static_cast<int64_t>(o_.deadline_s * 1e3)));
+      const int a = r / o_.per_agent;
+      v1::UploadWindowRequest req;
+      req.set_agent_id(agent_ids_[a]);
+      req.set_window_id(1);
+      req.set_rank(r);
+      req.set_host(fmt::format("node-{}", r / 8));
+      req.set_summary(bytes_[r]);
+      c->reader = stubs_[a % o_.channels]->AsyncUploadWindow(&c->ctx, req, &cq);
+      c->reader->Finish(&c->reply, &c->status, reinterpret_cast<void*>(static_cast<intptr_t>(r)));
+      calls[r] = std::move(c);
+    };
+    for (; started < o_.inflight; ++started) start_one(started);
+    for (int done = 0; done < ranks_; ++done) {
+      void* tag = nullptr;
+      bool ok = false;
+      if (!cq.Next(&tag, &ok)) break;
+      int r = static_cast<int>(reinterpret_cast<intptr_t>(tag));
+      Call& c = *calls[r];
+      if (!ok || !c.status.ok()) {
+        ++failed_;
+        ++errors[fmt::format("failed: {} {}", static_cast<int>(c.status.error_code()),
+                             c.status.error_message())];
+      } else if (c.reply.accepted()) {
+        ++accepted_;
+      } else {
+        ++refused_;
+        ++errors["refused: " + c.reply.message()];
+      }
+      calls[r].reset();
+      if (started < ranks_) start_one(started++);
+    }
+    upload_s_ = Since(t_upload_);
+    std::printf(
+        "upload: %d accepted, %d refused, %d failed in %.2f s (%.0f uploads/s, %.0f MB/s; "
+        "%d in flight at most, deadline %.0f s)\n",
+        accepted_, refused_, failed_, upload_s_, ranks_ / upload_s_, total_bytes_ / 1e6 / upload_s_,
+        o_.inflight, o_.deadline_s);
+    int shown = 0;
+    for (const auto& [msg, n] : errors)
+      if (shown++ < 5) std::printf("  %d x %s\n", n, msg.c_str());
+  }
+
+  // The window's diagnosis, what the store holds against what was sent, the server's peaks;
+  // whether nothing was lost.
+  bool Stored() {
+    const std::string diag = dir_ + "/windows/1/diagnosis.json";
+    while (!fs::exists(diag) && Since(t_upload_) < 1200)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const bool diagnosed = fs::exists(diag);
+    const double diag_s = Since(t_upload_);
+    if (diagnosed)
+      std::printf(
+          "diagnosis: complete %.2f s after the first upload started (%.2f s after the "
+          "last reply)\n",
+          diag_s, diag_s - upload_s_);
+    else
+      std::printf("diagnosis: NOT written within %.0f s\n", diag_s);
+    const std::string db = dir_ + "/perftracker.db";
+    const StoreReadback rb = ReadBack(db, 1, bytes_);
+    const int64_t lost = ranks_ - rb.matching;
+    std::printf(
+        "store: %lld rows, %.1f MB of summaries read back (%.1f MB sent); %lld identical to "
+        "what was sent, %lld differ, %lld duplicate, %lld unknown rank\n",
+        static_cast<long long>(rb.rows), rb.bytes / 1e6, total_bytes_ / 1e6,
+        static_cast<long long>(rb.matching), static_cast<long long>(rb.mismatched),
+        static_cast<long long>(rb.duplicates), static_cast<long long>(rb.unknown));
+    std::printf("lost: %lld of %d ranks' summaries%s\n", static_cast<long long>(lost), ranks_,
+                lost == 0 ? " (none lost)" : "");
+    std::printf("server: peak RSS (VmHWM) %.0f MB, peak threads %d\n",
+                ProcStatus(server_, "VmHWM") / 1024, peak_threads_.load());
+    const uint64_t db_size = FileSize(db), wal_size = FileSize(db + "-wal"),
+                   shm_size = FileSize(db + "-shm");
+    std::printf("store on disk: %.1f MB (database %.1f MB + WAL %.1f MB + shm %.1f MB)\n",
+                (db_size + wal_size + shm_size) / 1e6, db_size / 1e6, wal_size / 1e6,
+                shm_size / 1e6);
+    return rb.opened && lost == 0 && rb.duplicates == 0 && rb.unknown == 0 && accepted_ == ranks_ &&
+           registered_ == o_.agents && diagnosed && (!o_.watch || windows_seen_ >= o_.agents);
+  }
+
   struct Watch {
     grpc::ClientContext ctx;
     v1::Command cmd;
     std::unique_ptr<grpc::ClientAsyncReader<v1::Command>> reader;
   };
-  std::vector<std::unique_ptr<Watch>> watches;
-  grpc::CompletionQueue watch_cq;
-  std::atomic<int> watching{0}, windows_seen{0};
-  std::thread watch_reader;
-  if (watch) {
-    auto t_watch = Clock::now();
-    for (int r = 0; r < agents; ++r) {
-      auto w = std::make_unique<Watch>();
-      Auth(&w->ctx);
-      v1::WatchRequest req;
-      req.set_agent_id(agent_ids[r]);
-      w->reader = stubs[r % channels]->AsyncWatchCommands(
-          &w->ctx, req, &watch_cq, reinterpret_cast<void*>(static_cast<intptr_t>(2 * r)));
-      watches.push_back(std::move(w));
-    }
-    watch_reader = std::thread([&] {
-      void* tag;
-      bool ok;
-      while (watch_cq.Next(&tag, &ok)) {
-        const auto t = reinterpret_cast<intptr_t>(tag);
-        Watch& w = *watches[static_cast<size_t>(t / 2)];
-        if (!ok) continue;  // the stream ended
-        if (t % 2 == 0) {
-          ++watching;
-        } else if (w.cmd.has_profile()) {
-          ++windows_seen;
-        }
-        w.reader->Read(&w.cmd, reinterpret_cast<void*>(t / 2 * 2 + 1));
-      }
-    });
-    while (watching < agents && Since(t_watch) < 120)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    // Let the server finish setting the streams up, then see what holding them costs while
-    // nothing happens.
-    std::this_thread::sleep_for(std::chrono::seconds(2));
-    const double cpu0 = ProcCpuSeconds(server);
-    std::this_thread::sleep_for(std::chrono::seconds(5));
-    std::printf(
-        "watch: %d command streams open in %.2f s; server threads %.0f, idle server CPU %.0f%% "
-        "of a core\n",
-        watching.load(), Since(t_watch), ProcStatus(server, "Threads"),
-        (ProcCpuSeconds(server) - cpu0) / 5 * 100);
-  }
-  auto t_trigger = Clock::now();
-  {
-    grpc::ClientContext ctx;
-    Auth(&ctx);
-    v1::TriggerReply tr;
-    stubs[0]->Trigger(&ctx, v1::TriggerRequest(), &tr);
-  }
-  if (watch) {
-    while (windows_seen < agents && Since(t_trigger) < 60)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::printf("watch: the window command reached %d of %d agents in %.3f s\n",
-                windows_seen.load(), agents, Since(t_trigger));
-  }
 
-  // Uploads: every agent's call started at once (up to --inflight), completions on one queue.
-  struct Call {
-    grpc::ClientContext ctx;
-    v1::UploadWindowReply reply;
-    grpc::Status status;
-    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::UploadWindowReply>> reader;
-  };
-  std::vector<std::unique_ptr<Call>> calls(ranks);
-  grpc::CompletionQueue cq;
-  int accepted = 0, refused = 0, failed = 0;
-  std::map<std::string, int> errors;  // failure / refusal message -> count
-  auto t_up = Clock::now();
-  int started = 0;
-  auto start_one = [&](int r) {
-    auto c = std::make_unique<Call>();
-    Auth(&c->ctx);
-    c->ctx.set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(deadline_s * 1e3)));
-    const int a = r / per_agent;
-    v1::UploadWindowRequest req;
-    req.set_agent_id(agent_ids[a]);
-    req.set_window_id(1);
-    req.set_rank(r);
-    req.set_host(fmt::format("node-{}", r / 8));
-    req.set_summary(bytes[r]);
-    c->reader = stubs[a % channels]->AsyncUploadWindow(&c->ctx, req, &cq);
-    c->reader->Finish(&c->reply, &c->status, reinterpret_cast<void*>(static_cast<intptr_t>(r)));
-    calls[r] = std::move(c);
-  };
-  for (; started < inflight; ++started) start_one(started);
-  for (int done = 0; done < ranks; ++done) {
-    void* tag = nullptr;
-    bool ok = false;
-    if (!cq.Next(&tag, &ok)) break;
-    int r = static_cast<int>(reinterpret_cast<intptr_t>(tag));
-    Call& c = *calls[r];
-    if (!ok || !c.status.ok()) {
-      ++failed;
-      ++errors[fmt::format("failed: {} {}", static_cast<int>(c.status.error_code()),
-                           c.status.error_message())];
-    } else if (c.reply.accepted()) {
-      ++accepted;
-    } else {
-      ++refused;
-      ++errors["refused: " + c.reply.message()];
-    }
-    calls[r].reset();
-    if (started < ranks) start_one(started++);
-  }
-  double upload_s = Since(t_up);
-  std::printf(
-      "upload: %d accepted, %d refused, %d failed in %.2f s (%.0f uploads/s, %.0f MB/s; "
-      "%d in flight at most, deadline %.0f s)\n",
-      accepted, refused, failed, upload_s, ranks / upload_s, total_bytes / 1e6 / upload_s, inflight,
-      deadline_s);
-  int shown = 0;
-  for (const auto& [msg, n] : errors)
-    if (shown++ < 5) std::printf("  %d x %s\n", n, msg.c_str());
+  const Options o_;
+  const int ranks_;
+  std::string dir_, log_;
+  pid_t server_ = -1;
+  std::atomic<bool> sampling_{true};
+  std::atomic<int> peak_threads_{0};
+  std::thread sampler_;
+  std::vector<std::unique_ptr<v1::Collector::Stub>> stubs_;
+  std::vector<std::string> bytes_;  // each rank's summary file
+  int64_t total_bytes_ = 0;
+  std::vector<std::string> agent_ids_;
+  int registered_ = -1;  // the server's count
+  std::vector<std::unique_ptr<Watch>> watches_;
+  grpc::CompletionQueue watch_cq_;
+  std::atomic<int> watching_{0}, windows_seen_{0};
+  std::thread watch_reader_;
+  Clock::time_point t_upload_;
+  double upload_s_ = 0;
+  int accepted_ = 0, refused_ = 0, failed_ = 0;
+};
 
-  std::string diag = dir + "/windows/1/diagnosis.json";
-  while (!fs::exists(diag) && Since(t_up) < 1200)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  bool diagnosed = fs::exists(diag);
-  double diag_s = Since(t_up);
-  if (diagnosed)
-    std::printf(
-        "diagnosis: complete %.2f s after the first upload started (%.2f s after the "
-        "last reply)\n",
-        diag_s, diag_s - upload_s);
-  else
-    std::printf("diagnosis: NOT written within %.0f s\n", diag_s);
+}  // namespace
 
-  std::string db = dir + "/perftracker.db";
-  StoreReadback rb = ReadBack(db, 1, bytes);
-  int64_t lost = ranks - rb.matching;
-  std::printf(
-      "store: %lld rows, %.1f MB of summaries read back (%.1f MB sent); %lld identical to "
-      "what was sent, %lld differ, %lld duplicate, %lld unknown rank\n",
-      static_cast<long long>(rb.rows), rb.bytes / 1e6, total_bytes / 1e6,
-      static_cast<long long>(rb.matching), static_cast<long long>(rb.mismatched),
-      static_cast<long long>(rb.duplicates), static_cast<long long>(rb.unknown));
-  std::printf("lost: %lld of %d ranks' summaries%s\n", static_cast<long long>(lost), ranks,
-              lost == 0 ? " (none lost)" : "");
-  std::printf("server: peak RSS (VmHWM) %.0f MB, peak threads %d\n",
-              ProcStatus(server, "VmHWM") / 1024, peak_threads.load());
-  uint64_t db_size = FileSize(db), wal_size = FileSize(db + "-wal"),
-           shm_size = FileSize(db + "-shm");
-  std::printf("store on disk: %.1f MB (database %.1f MB + WAL %.1f MB + shm %.1f MB)\n",
-              (db_size + wal_size + shm_size) / 1e6, db_size / 1e6, wal_size / 1e6, shm_size / 1e6);
-  if (watch) {
-    // Cancel the streams and drain their queue before the contexts go.
-    for (auto& w : watches) w->ctx.TryCancel();
-    watch_cq.Shutdown();
-    watch_reader.join();
-  }
-  bool ok = rb.opened && lost == 0 && rb.duplicates == 0 && rb.unknown == 0 && accepted == ranks &&
-            registered == agents && diagnosed && (!watch || windows_seen >= agents);
-  return finish(ok ? 0 : 1);
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each figure as it comes, into a log file too
+  Options o;
+  if (!ParseFlags(argc, argv, &o)) return 2;
+  if (o.rank_state)
+    return perftracker::bench::RankStateMemory(o.state_ranks,
+                                               o.iterations < 0 ? 1000000 : o.iterations);
+  if (o.agents <= 0 || o.threads <= 0 || o.per_agent <= 0) return 2;
+  const int ranks = o.agents * o.per_agent;
+  o.iterations = std::max<int64_t>(o.iterations, 0);
+  if (o.channels <= 0 || o.channels > o.agents) o.channels = o.agents;
+  if (o.inflight <= 0 || o.inflight > ranks) o.inflight = ranks;
+  RaiseDescriptorLimit(o.channels);
+  return IngestBench(o).Run();
 }

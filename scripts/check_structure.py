@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Checks the size limits that keep src/ changeable (issue 17).
+"""Checks the size limits that keep the code changeable (issue 17; issue 41: bench/, fuzz/ and
+the Python of python/ and bench/ too).
 
-No source file under src/ may exceed MAX_FILE_LINES lines, no function
+No source file under src/, bench/ or fuzz/ may exceed MAX_FILE_LINES lines, no function
 MAX_FUNCTION_LINES lines and no class MAX_CLASS_LINES lines (its definition
 and its members defined outside it, in any file: an Impl spread over five
 files is one class); extents come from Universal Ctags' `end:` field. No bare floating-point number in src/diagnose/ outside
@@ -11,6 +12,7 @@ offender, one line each, and exits 1 if any.
 
 Usage: scripts/check_structure.py [ROOT]   (ROOT defaults to the repo root)
 """
+import ast
 import os
 import re
 import shutil
@@ -37,6 +39,10 @@ CLASS_LINES_HELD = {
     'perftracker::diagnose::internal::GroupAnalysis': 520,
 }
 SOURCE_SUFFIXES = ('.cc', '.h')
+# What the limits cover: the product's C++ and the benchmarks' and fuzzers' beside it, the
+# in-worker Python package and the benchmarks' Python (issue 41).
+CXX_DIRS = ('src', 'bench', 'fuzz')
+PYTHON_DIRS = ('python', 'bench')
 # Where every number that decides a diagnosis is named (diagnose/policy.h), and the files the
 # literal check leaves alone: the policy table itself and the tests' fixtures.
 POLICY_DIR = os.path.join('src', 'diagnose')
@@ -134,6 +140,45 @@ def class_sizes(tags):
     return {k: tuple(v) for k, v in sizes.items()}
 
 
+def sources(root, dirs, suffixes):
+    """The files under ROOT's DIRS whose names end in SUFFIXES, sorted."""
+    out = []
+    for top in dirs:
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            out.extend(os.path.join(dirpath, n) for n in names if n.endswith(suffixes))
+    return sorted(out)
+
+
+def python_problems(root, files):
+    """The Python FILES over the same limits as the C++ (file, function, class lines), from
+    their syntax trees: a function or class ends where its last statement does."""
+    problems = []
+    for path in files:
+        with open(path, encoding='utf-8', errors='replace') as f:
+            text = f.read()
+        rel = os.path.relpath(path, root)
+        n = text.count('\n')
+        if n > MAX_FILE_LINES:
+            problems.append('%s: %d lines (limit %d)' % (rel, n, MAX_FILE_LINES))
+        try:
+            tree = ast.parse(text, filename=rel)
+        except SyntaxError as e:
+            problems.append('%s:%s: does not parse: %s' % (rel, e.lineno, e.msg))
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                kind, limit = 'class', MAX_CLASS_LINES
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                kind, limit = 'function', MAX_FUNCTION_LINES
+            else:
+                continue
+            length = node.end_lineno - node.lineno + 1
+            if length > limit:
+                problems.append('%s:%d: %s %s is %d lines (limit %d)' % (
+                    rel, node.lineno, kind, node.name, length, limit))
+    return problems
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(
         os.path.dirname(os.path.abspath(__file__)))
@@ -147,14 +192,8 @@ def main():
     if 'Universal Ctags' not in version:
         print('check_structure: %s is not Universal Ctags (no end: field)' % ctags)
         return 2
-    src = os.path.join(root, 'src')
-    files = []
-    for dirpath, _, names in os.walk(src):
-        for name in names:
-            if name.endswith(SOURCE_SUFFIXES):
-                files.append(os.path.join(dirpath, name))
-    files.sort()
-    problems = []
+    files = sources(root, CXX_DIRS, SOURCE_SUFFIXES)
+    problems = python_problems(root, sources(root, PYTHON_DIRS, ('.py',)))
     for path in files:
         with open(path, encoding='utf-8', errors='replace') as f:
             n = sum(1 for _ in f)

@@ -6,29 +6,32 @@
 #include <vector>
 
 #include "base/json_writer.h"
+#include "diagnose/categories.h"
 #include "sim/topology.h"
 
 namespace perftracker::sim {
 
 std::string FaultCategory(FaultKind kind) {
+  // The diagnosis' own names (diagnose/categories.h), never spelled here.
+  using diagnose::Category;
   switch (kind) {
     case FaultKind::kSlowGpu:
     case FaultKind::kCpuContention:
-      return "straggler";
+      return diagnose::CategoryName(Category::kStraggler);
     case FaultKind::kSlowNvlink:
     case FaultKind::kSlowNic:
     case FaultKind::kSlowSwitch:
-      return "communication";
+      return diagnose::CategoryName(Category::kCommunication);
     case FaultKind::kSlowLoader:
-      return "data_loader";
+      return diagnose::CategoryName(Category::kDataLoader);
     case FaultKind::kGc:
-      return "gc";
+      return diagnose::CategoryName(Category::kGc);
     case FaultKind::kTinyKernels:
-      return "launch_bound";
+      return diagnose::CategoryName(Category::kLaunchBound);
     case FaultKind::kSync:
-      return "sync";
+      return diagnose::CategoryName(Category::kSync);
     case FaultKind::kHang:
-      return "missing_rank";
+      return diagnose::CategoryName(Category::kMissingRank);
   }
   return "?";
 }
