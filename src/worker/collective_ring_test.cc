@@ -179,22 +179,27 @@ TEST(CollectiveRingTest, KeepsTheLastEntriesOldestFirst) {
             static_cast<int64_t>(ring::kRingSize) + 10);
 }
 
+// A child process that records collective #9 with PATH as its crash dump, then aborts (what gloo
+// does on mismatched collectives); its wait status.
+int AbortAfterOneCollective(const std::string& path) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int64_t sizes[] = {7};
+    if (!ring::SetCrashPath(path).ok()) _exit(3);
+    ring::Entered(AllReduce(9, sizes, 1), 5);
+    abort();
+  }
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid ? status : -1;
+}
+
 TEST(CollectiveRingTest, AnAbortWritesTheRingAndStillKillsTheProcess) {
   ring::ResetForTest();
   char dir[] = "/tmp/pt_ring_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string path = std::string(dir) + "/rank_1.ring.json";
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int64_t sizes[] = {7};
-    if (!ring::SetCrashPath(path).ok()) _exit(3);
-    ring::Entered(AllReduce(9, sizes, 1), 5);
-    abort();  // what gloo does on mismatched collectives
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  const int status = AbortAfterOneCollective(path);
+  ASSERT_TRUE(status != -1 && WIFSIGNALED(status)) << status;
   EXPECT_EQ(WTERMSIG(status), SIGABRT);
   const std::string json = ReadAll(path);
   simdjson::dom::parser parser;
@@ -217,17 +222,8 @@ TEST(CollectiveRingTest, AnAbortNeverWritesThroughALinkPlantedAtTheDumpPath) {
     std::ofstream(victim) << "keep me";
   }
   ASSERT_EQ(link(victim.c_str(), path.c_str()), 0);  // a hard link: O_NOFOLLOW alone passes it
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int64_t sizes[] = {7};
-    if (!ring::SetCrashPath(path).ok()) _exit(3);
-    ring::Entered(AllReduce(9, sizes, 1), 5);
-    abort();
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFSIGNALED(status)) << status;
+  const int status = AbortAfterOneCollective(path);
+  ASSERT_TRUE(status != -1 && WIFSIGNALED(status)) << status;
   EXPECT_EQ(ReadAll(victim), "keep me");
   EXPECT_NE(ReadAll(path).find("\"collective_seq_id\":9"), std::string::npos);
   std::remove(path.c_str());
