@@ -7,6 +7,7 @@
 #define PERFTRACKER_CLI_OFFLINE_COMMANDS_H_
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 
 namespace perftracker::cli {
 
+// Where a diagnosis goes (--json, --html, the terminal unless --quiet), --stats' phase times,
+// --threads, and the diagnosis' tunable numbers: analyze, diagnose and diff share them.
 struct OutputFlags {
   std::string json_path;
   std::string html_path;
@@ -34,6 +37,7 @@ struct WhatIfFlags {
   bool zero = false;
 };
 
+// `perftracker simulate`: the simulated job (sim/config.h), its faults and where it is written.
 struct SimulateFlags {
   int workers = 0;
   std::string layout;

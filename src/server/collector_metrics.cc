@@ -61,7 +61,8 @@ void MemoryMetrics(const std::map<int, RankState>& ranks, const std::string& job
 }
 
 // The job's healthy rate (diagnose/healthy_rate.h) from its unprofiled iterations up to step
-// UNTIL, and how much slower it runs now: what an alert on the job's own slowdown needs.
+// UNTIL, and how much slower it runs now: what an alert on the job's own slowdown needs. Fitted
+// afresh at each scrape: the history holds at most JobHistory::kMaxPoints points.
 void RateMetrics(const HealthyWatch& healthy, int64_t until, const std::string& job,
                  std::string& out) {
   const std::optional<diagnose::HealthyRate> rate = healthy.RateBefore(until);
