@@ -357,9 +357,14 @@ std::vector<ShapeDiff> LargerInputs(const CauseInput& in, const pattern::Compact
     d.fn = &me.compact[s.index];
     d.peers_elements = internal::Median(p.elements);
     if (d.peers_elements <= 0) continue;
-    // The same calls on larger inputs: a function its peers call far less often is other work
-    // (an op like aten::fill_ serves many call sites), not the same work on more data.
-    if (internal::Median(p.calls) < d.fn->calls_per_iter * policy::kMoreWorkSameCalls) continue;
+    // The same calls on larger inputs: an op called far more often on one side is other work
+    // there (aten::mm of a straggler's extra matmuls beside the model's backward ones, whose
+    // mean input the extra calls raise; aten::fill_ serving many call sites), not the same work
+    // on more data.
+    const double peer_calls = internal::Median(p.calls);
+    if (peer_calls * policy::kMoreWorkSameCalls < d.fn->calls_per_iter ||
+        d.fn->calls_per_iter * policy::kMoreWorkSameCalls < peer_calls)
+      continue;
     d.peers_dims = std::max_element(p.dims.begin(), p.dims.end(), [](const auto& a, const auto& b) {
                      return a.second < b.second;
                    })->first;

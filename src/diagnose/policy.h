@@ -185,10 +185,13 @@ namespace perftracker::diagnose::policy {
     "the same call with one input (its data) a quarter larger than on the peers, the others "      \
     "alike, is more work (data skew, padding, uneven shards): beyond a length's jitter between "   \
     "batches")                                                                                     \
-  X(kMoreWorkSameCalls, 0.5, "of the rank's calls per iteration",                                  \
-    "larger inputs are the same work on more data only where the peers make the same calls: an "   \
-    "op they call less than half as often serves other call sites (aten::fill_ of a leak's "       \
-    "buffer against their small fills)")                                                           \
+  X(kMoreWorkSameCalls, 1.25,                                                                      \
+    "x, either way, between the rank's and its peers' calls per "                                  \
+    "iteration",                                                                                   \
+    "larger inputs are the same work on more data only where the rank and its peers make the "     \
+    "same calls: an op called over 1.25x as often on one side serves other call sites there (a "   \
+    "straggler's extra aten::mm beside the model's backward ones; aten::fill_ of a leak's buffer " \
+    "against the peers' small fills)")                                                             \
   X(kMoreWorkExplainsShare, 0.3, "of the finding's impact",                                        \
     "the larger inputs' extra time must be at least 30% of what the rank loses per iteration to "  \
     "be its cause")                                                                                \
