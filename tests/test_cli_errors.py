@@ -73,6 +73,15 @@ class CliErrors(unittest.TestCase):
         os.makedirs(d, exist_ok=True)
         self.assertOneLineError(["analyze", d], ["nothing"])
 
+    def test_export_fr_without_dumps_or_into_an_earlier_export(self):
+        d = os.path.join(self.tmp, "no_dumps")
+        os.makedirs(d, exist_ok=True)
+        out = os.path.join(self.tmp, "fr_out")
+        self.assertOneLineError(["export-fr", d, "-o", out], ["no_dumps", "no Flight Recorder dump"])
+        dumps = os.path.join(ptest.SOURCE, "tests", "data", "flight_recorder")
+        self.assertEqual(ptest.run(["export-fr", dumps, "-o", out]).returncode, 0)
+        self.assertOneLineError(["export-fr", dumps, "-o", out], ["rank_0", "File exists"])
+
     def test_duplicate_rank(self):
         a = self.path("dup/a_rank-1.json.gz", open(GOOD, "rb").read())
         b = self.path("dup/b_rank-1.json.gz", open(GOOD, "rb").read())

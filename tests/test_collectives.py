@@ -20,6 +20,7 @@ PT_TORCH_PYTHON chooses the torch (.venv: 2.13; /usr/bin/python3: 1.13 for the l
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -109,6 +110,23 @@ class Collectives(unittest.TestCase):
         off = ptest.analyze([os.path.join(report, "collectives")])
         self.assertEqual([f["summary"] for f in by_category(off["findings"], "collective_mismatch")],
                          [mm["summary"]], off["_text"])
+        # PyTorch's own analyzer (fr_trace) reads the exported folder and names the same
+        # collective and rank: torch's dumps of ranks 0, 2, 3 and rank 1's ring.
+        number = re.search(r"rank 1's collective #(\d+)", mm["summary"]).group(1)
+        fr = os.path.join(self.tmp, "extra_fr")
+        e = subprocess.run([ptest.BIN, "export-fr", report, "-o", fr], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(e.returncode, 0, e.stderr)
+        self.assertEqual(sorted(os.listdir(fr)), [f"rank_{r}" for r in range(4)], e.stdout)
+        t = subprocess.run([ptest.TORCH_PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace",
+                            fr], capture_output=True, text=True, timeout=120)
+        said = t.stdout + t.stderr
+        print("  fr_trace: " + " | ".join(x for x in said.splitlines() if "rank 1" in x
+                                          or "has errors" in x), file=sys.stderr)
+        self.assertEqual(t.returncode, 0, said)
+        self.assertIn(f"Collective sequence number: {number} has errors", said)
+        self.assertIn("Culprit rank 1; Error type: SIZE_OR_SYNTAX_MISMATCH", said)
+        self.assertIn("'[[7]]'", said)
 
     def test_a_dtype_mismatch_gloo_lets_pass_is_named_at_the_end(self):
         report, p, out = self.job("dtype", "wrong-dtype")

@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ptest  # noqa: E402
 from ptest import wait_until  # noqa: E402
 
-SUBCOMMANDS = ["analyze", "summarize", "diagnose", "diff", "show", "export-trace", "simulate",
+SUBCOMMANDS = ["analyze", "summarize", "diagnose", "diff", "show", "export-trace", "export-fr",
+               "simulate",
                "whatif", "server", "agent", "run", "trigger", "status", "report"]
 TORCHRUN = os.path.join(os.path.dirname(ptest.TORCH_PYTHON), "torchrun")
 FR_DATA = os.path.join(ptest.SOURCE, "tests", "data", "flight_recorder")
@@ -184,7 +185,8 @@ class HelpExamples(unittest.TestCase):
                 "perftracker trigger --report-dir"):
             self.run_one(line)
         self.assertEqual(job.wait(timeout=300), 0, self.read(job_log))
-        for line in self.take("perftracker export-trace ") + self.take("perftracker report "):
+        for line in (self.take("perftracker export-trace ") + self.take("perftracker report ")
+                     + self.take("perftracker export-fr ")):
             self.run_one(line)
         for line in others + self.take("perftracker run --nproc 8") + self.take(
                 "perftracker run -- torchrun"):

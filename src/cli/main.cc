@@ -1,9 +1,10 @@
 // The `perftracker` command. Offline (cli/offline_commands.h): analyze (traces -> diagnosis),
 // summarize (one trace -> a compact summary, the per-rank map step), diagnose (summaries ->
-// diagnosis, the reduce step), diff (two runs), show, export-trace, simulate, whatif. Online
-// (cli/online_commands.h, cli/launcher.h): server, agent, run, trigger, status, report, whose
-// flags this file defines. Every user error is one line naming the file and what is wrong, and
-// a non-zero exit. main adds both and dispatches to the runner the command line chose.
+// diagnosis, the reduce step), diff (two runs), show, export-trace, export-fr, simulate,
+// whatif. Online (cli/online_commands.h, cli/launcher.h): server, agent, run, trigger, status,
+// report, whose flags this file defines. Every user error is one line naming the file and what
+// is wrong, and a non-zero exit. main adds both and dispatches to the runner the command line
+// chose.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>

@@ -25,6 +25,7 @@
 #include "pattern/summary_io.h"
 #include "report/breakdown.h"
 #include "report/diagnosis_reader.h"
+#include "report/fr_export.h"
 #include "report/html.h"
 #include "report/report.h"
 #include "report/trace_export.h"
@@ -290,6 +291,37 @@ int RunExportTrace(const std::vector<std::string>& paths, const std::string& out
   return 0;
 }
 
+// `perftracker export-fr`: the ranks' collectives as a folder PyTorch's fr_trace reads
+// (report/fr_export.h). A report folder stands for its collectives/ folder.
+int RunExportFr(std::vector<std::string> paths, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (std::string& p : paths)
+    if (fs::is_directory(fs::path(p) / "collectives", ec))
+      p = (fs::path(p) / "collectives").string();
+  if (pt::Status st = OutputIsNotAnInput(out, paths); !st.ok()) return Fail(st);
+  auto dumps = pt::pattern::FindFlightRecorderDumps(paths);
+  if (!dumps.ok()) return Fail(dumps.status());
+  if (dumps->empty())
+    return Fail(pt::InvalidArgument(fmt::format(
+        "{}: no Flight Recorder dump or ring of collectives (rank_R.fr.pkl, rank_R.ring.json)",
+        fmt::join(paths, ", "))));
+  std::vector<std::string> notes;
+  std::vector<pt::pattern::CollectiveLog> logs =
+      pt::pattern::ReadFlightRecorderDumps(*dumps, &notes);
+  auto exported = pt::report::ExportFlightRecorder(logs);
+  if (!exported.ok()) return Fail(exported.status());
+  if (pt::Status st = pt::report::WriteFlightRecorderFolder(*exported, out); !st.ok())
+    return Fail(st);
+  for (const std::string& n : notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  for (const std::string& n : exported->notes) std::fprintf(stderr, "note: %s\n", n.c_str());
+  std::printf(
+      "%s: %zu rank(s) (rank_<R>); read it with: python -m "
+      "torch.distributed.flight_recorder.fr_trace %s\n",
+      out.c_str(), exported->files.size(), out.c_str());
+  return 0;
+}
+
 int RunSummarize(const std::vector<std::string>& traces, const std::string& out) {
   if (traces.size() == 1 && !std::filesystem::is_directory(traces[0])) {
     auto summary = pt::pattern::SummarizeTrace(traces[0]);
@@ -458,7 +490,7 @@ void AddDiagnosisCommands(CLI::App& app, OfflineCommands* c) {
       "  perftracker whatif run1/ --function aten::bmm    (at its peers' median)");
 }
 
-// show, export-trace: what traces and summaries hold, for a person or for Perfetto.
+// show, export-trace, export-fr: what traces and summaries hold, for a person or for Perfetto.
 void AddInspectCommands(CLI::App& app, OfflineCommands* c) {
   c->show = app.add_subcommand("show", "print the behaviour patterns of traces or summaries");
   c->show->add_option("PATH", c->show_paths, "trace or summary files, or folders")->required();
@@ -484,6 +516,19 @@ void AddInspectCommands(CLI::App& app, OfflineCommands* c) {
   c->export_trace->footer(
       "Example:\n  perftracker export-trace perftracker-report/traces/window-1 -o window-1.json.gz"
       "\n  (open it in ui.perfetto.dev)");
+
+  c->export_fr = app.add_subcommand(
+      "export-fr", "a job's collectives as a folder PyTorch's Flight Recorder analyzer reads");
+  c->export_fr
+      ->add_option("PATH", c->fr_paths,
+                   "a report folder (its collectives/), or Flight Recorder dumps and rings of "
+                   "collectives (files or folders)")
+      ->required();
+  c->export_fr->add_option("-o,--output", c->fr_out, "the folder to write (rank_<R> per rank)")
+      ->required();
+  c->export_fr->footer(
+      "Example:\n  perftracker export-fr perftracker-report -o fr\n"
+      "  python -m torch.distributed.flight_recorder.fr_trace fr");
 }
 
 void AddSimulateCommand(CLI::App& app, OfflineCommands* c) {
@@ -533,6 +578,7 @@ int DispatchOffline(const OfflineCommands& c) {
   if (*c.diff) return RunDiff(c.diff_base, c.diff_test, c.diff_flags);
   if (*c.show) return RunShow(c.show_paths, c.show_top, c.show_json);
   if (*c.export_trace) return RunExportTrace(c.export_paths, c.export_out, c.export_diagnosis);
+  if (*c.export_fr) return RunExportFr(c.fr_paths, c.fr_out);
   if (*c.simulate) return RunSimulate(c.sim);
   if (*c.whatif) return RunWhatIf(c.whatif_flags);
   return 0;

@@ -75,6 +75,9 @@ struct OfflineCommands {
   std::vector<std::string> export_paths;
   std::string export_out, export_diagnosis;
   CLI::App* export_trace = nullptr;
+  std::vector<std::string> fr_paths;
+  std::string fr_out;
+  CLI::App* export_fr = nullptr;
   SimulateFlags sim;
   CLI::App* simulate = nullptr;
   WhatIfFlags whatif_flags;

@@ -63,6 +63,11 @@ struct CollectiveCall {
   std::string backend;  // "gloo", "nccl"
   std::vector<std::vector<int64_t>> sizes;  // input tensors' sizes
   std::vector<std::string> dtypes;          // input tensors' dtypes ("Float")
+  // Output tensors' sizes and dtypes, where the dump has them (torch's does, the worker's ring
+  // does not): what PyTorch's fr_trace compares besides the inputs (pattern/fr_export.h).
+  std::vector<std::vector<int64_t>> output_sizes;
+  std::vector<std::string> output_dtypes;
+  bool has_outputs = false;  // the dump recorded them (a barrier's are recorded, and none)
   std::string state;                        // scheduled, started, completed
   int64_t created_ns = 0;                   // wall clock
   std::vector<StackFrame> frames;           // outermost first

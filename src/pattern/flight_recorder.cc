@@ -171,18 +171,27 @@ bool ReadCall(const V& e, CollectiveCall* c, ExpandBudget* budget) {
   if (c->group.empty()) c->group = std::to_string(Int(e.get("pg_id"), 0));
   c->group_desc = std::string(pg.at(1).str());
   bool ok = true;
-  Items(e.get("input_sizes"), [&](const V& dims_of) {
-    if (!(ok = ok &&
-               budget->Take(sizeof(std::vector<int64_t>) + sizeof(int64_t) * dims_of.length())))
-      return;
-    std::vector<int64_t> dims;
-    Items(dims_of, [&](const V& d) { dims.push_back(d.integer(-1)); });
-    c->sizes.push_back(std::move(dims));
-  });
-  Items(e.get("input_dtypes"), [&](const V& t) {
-    if ((ok = ok && budget->Take(sizeof(std::string) + t.str().size())))
-      c->dtypes.emplace_back(t.str());
-  });
+  auto sizes = [&](const V& list, std::vector<std::vector<int64_t>>* out) {
+    Items(list, [&](const V& dims_of) {
+      if (!(ok = ok &&
+                 budget->Take(sizeof(std::vector<int64_t>) + sizeof(int64_t) * dims_of.length())))
+        return;
+      std::vector<int64_t> dims;
+      Items(dims_of, [&](const V& d) { dims.push_back(d.integer(-1)); });
+      out->push_back(std::move(dims));
+    });
+  };
+  auto dtypes = [&](const V& list, std::vector<std::string>* out) {
+    Items(list, [&](const V& t) {
+      if ((ok = ok && budget->Take(sizeof(std::string) + t.str().size())))
+        out->emplace_back(t.str());
+    });
+  };
+  sizes(e.get("input_sizes"), &c->sizes);
+  dtypes(e.get("input_dtypes"), &c->dtypes);
+  c->has_outputs = !e.get("output_sizes").is_none();
+  sizes(e.get("output_sizes"), &c->output_sizes);
+  dtypes(e.get("output_dtypes"), &c->output_dtypes);
   c->state = std::string(state);
   c->created_ns = Int(e.get("time_created_ns"), 0);
   // torch lists the frames innermost first; a StackFrame list is outermost first.

@@ -33,6 +33,10 @@ void ExpectTheJob(const CollectiveLog& log) {
   ASSERT_EQ(reduce.sizes.size(), 1u);
   EXPECT_EQ(reduce.sizes[0], std::vector<int64_t>{7});
   EXPECT_EQ(reduce.dtypes, std::vector<std::string>{"Float"});
+  // Outputs as recorded (an all_gather of 2 ranks: [1] -> [2, 1]), for export-fr.
+  EXPECT_TRUE(first.has_outputs);
+  EXPECT_EQ(first.output_sizes, (std::vector<std::vector<int64_t>>{{2, 1}}));
+  EXPECT_EQ(first.output_dtypes, std::vector<std::string>{"Long"});
   EXPECT_EQ(log.calls.back().op, "barrier");
   EXPECT_EQ(log.calls.back().seq, 10);
   EXPECT_EQ(log.progress.at("0").last_enqueued, 10);
@@ -100,6 +104,7 @@ TEST(FlightRecorderTest, BadDumpsAreOneLineErrors) {
   ASSERT_EQ(log->calls.size(), 1u);
   EXPECT_EQ(log->calls[0].group, "1");
   EXPECT_EQ(log->calls[0].sizes[0], (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(log->calls[0].has_outputs);  // the worker's ring records inputs alone
 }
 
 TEST(FlightRecorderTest, ARanksTorchDumpAndRingMerge) {
