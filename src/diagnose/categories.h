@@ -60,7 +60,7 @@ namespace perftracker::diagnose {
     "others_wait_at")                                                                             \
   X(kCollectiveMismatch, "collective_mismatch",                                                   \
     "ranks of a group made different collectives at the same sequence number",                    \
-    "collective_seq group expected expected_ranks")                                               \
+    "collective_seq group expected expected_ranks error_output")                                  \
   X(kRankCrash, "rank_crash",                                                                     \
     "the first rank whose process failed, in which collective, and whether it ran out of memory", \
     "exit_code signal collective_seq error_output oom_kill memory_limit_bytes rss_bytes "         \

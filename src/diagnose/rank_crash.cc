@@ -119,7 +119,72 @@ constexpr std::string_view kPeerLossMarks[] = {
     "failed to recv, got 0 bytes",
 };
 
+// What the backends print when a collective's peer sent data of another size than the rank
+// posted for it: the peer was in another collective. gloo: its pair's enforce on a message longer
+// than the buffer ("op.preamble.length <= op.nbytes. 99976 vs 4"); c10d's fingerprint check under
+// TORCH_DISTRIBUTED_DEBUG=DETAIL.
+constexpr std::string_view kOutOfStepMarks[] = {
+    "op.preamble.length <= op.nbytes",
+    "Detected mismatch between collectives",
+};
+
+// The line of ERROR_TAIL that says its peers were out of step, trimmed from the backend's mark
+// on; empty when none does.
+std::string_view OutOfStepLine(const std::vector<std::string>& error_tail) {
+  for (const std::string& line : error_tail)
+    for (std::string_view mark : kOutOfStepMarks)
+      if (const size_t at = line.find(mark); at != std::string::npos)
+        return std::string_view(line).substr(at);
+  return {};
+}
+
 }  // namespace
+
+std::optional<Finding> CrashOutOfStepFinding(const RankExit& first,
+                                             const std::vector<pattern::CollectiveLog>& logs,
+                                             const std::vector<int>& ranks) {
+  const std::string_view said = OutOfStepLine(first.error_tail);
+  if (said.empty()) return std::nullopt;
+  const pattern::CollectiveCall* c = nullptr;
+  for (const pattern::CollectiveLog& log : logs)
+    if (log.rank == first.rank) c = InCollective(log);
+  if (c == nullptr) return std::nullopt;
+  std::vector<int> peers;
+  for (int r : ranks)
+    if (r != first.rank) peers.push_back(r);
+  Finding f;
+  f.category = Category::kCollectiveMismatch;
+  f.cause = Cause::kSoftware;
+  f.finding_class = FindingClass::kSubset;
+  f.ranks = {first.rank};
+  f.impact_fraction = 1.0;  // the job is over
+  f.confidence = 1.0;       // the backend saw the sizes differ
+  f.evidence["collective_seq"] = static_cast<double>(c->seq);
+  const std::string group =
+      fmt::format("group {}{}", c->group, c->group_desc.empty() ? "" : " (" + c->group_desc + ")");
+  f.evidence_text["group"] = group;
+  f.evidence_text["error_output"] = std::string(said);
+  std::string where;
+  if (const pattern::StackFrame* u = UserFrame(*c)) {
+    where = fmt::format(" at {}:{}", u->file, u->line);
+    f.functions.push_back(
+        {fmt::format("{}:{} in {}", u->file, u->line, u->function), "collective", {}});
+  }
+  f.summary = fmt::format(
+      "collectives out of step: rank {}'s collective #{} on {} is {}{}; {} sent it data of "
+      "another size ({}): {} in another collective, one {} record does not hold (the worker's "
+      "ring records the collectives made through torch.distributed's Python API, not DDP's "
+      "gradient all-reduces)",
+      first.rank, c->seq, group, DescribeCollective(*c), where,
+      peers.empty() ? "its peers"
+                    : fmt::format("rank{} {}", peers.size() == 1 ? "" : "s", RankList(peers)),
+      said, peers.size() == 1 ? "it was" : "they were", peers.size() == 1 ? "its" : "their");
+  f.suggestion =
+      "every rank of a process group must call its collectives in the same order with the same "
+      "sizes: look for a collective inside a rank-dependent branch at the named line "
+      "(TORCH_DISTRIBUTED_DEBUG=DETAIL checks each call)";
+  return f;
+}
 
 bool LostAPeer(const std::vector<std::string>& error_tail) {
   for (const std::string& line : error_tail)

@@ -13,6 +13,7 @@
 #define PERFTRACKER_DIAGNOSE_RANK_CRASH_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,18 @@ bool LostAPeer(const std::vector<std::string>& error_tail);
 // exits, and a peer blocked in a collective with it can be reaped first (seen on CI, gloo on torch
 // 1.13: rank 0 "Connection closed by peer" named over rank 1's own RuntimeError).
 size_t FirstToBlame(const std::vector<RankExit>& failed);
+
+// The collective_mismatch of a crash the backend says came from its peers' data of another size
+// (gloo's pair: "op.preamble.length <= op.nbytes. 99976 vs 4"; c10d's check under
+// TORCH_DISTRIBUTED_DEBUG=DETAIL: "Detected mismatch between collectives"), in a collective
+// FIRST's ring shows it in: its peers (RANKS, the job's, but FIRST) were in another collective.
+// Where the peers' records hold theirs, the sequence comparison names both (MismatchRule); this
+// names the one the crashed rank made where they do not (torch 1.13: the worker's ring records
+// the collectives made through torch.distributed's Python API, not DDP's gradient
+// all-reduces). Nothing otherwise.
+std::optional<Finding> CrashOutOfStepFinding(const RankExit& first,
+                                             const std::vector<pattern::CollectiveLog>& logs,
+                                             const std::vector<int>& ranks);
 
 // The rank_crash finding of FIRST, the first rank that failed.
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs);

@@ -48,6 +48,37 @@ TEST(RankCrashTest, NamesTheSignalTheCollectiveAndTheError) {
   EXPECT_EQ(f.functions[0].name, "/job/train.py:145 in train_step");
 }
 
+TEST(CrashOutOfStepFinding, NamesTheCrashedRanksCollectiveWhereGlooSawItsPeersSizesDiffer) {
+  // Recorded on torch 1.13 (test_collectives' extra collective): rank 1's ring holds its
+  // all_reduce of 7 floats; its peers' rings hold nothing (DDP's all-reduce is C++).
+  RankExit exit{1,
+                128 + SIGABRT,
+                SIGABRT,
+                {"terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+                 "  what():  [enforce fail at ./gloo/transport/tcp/pair.cc:510] "
+                 "op.preamble.length <= op.nbytes. 99976 vs 4"}};
+  std::optional<Finding> f = CrashOutOfStepFinding(exit, {Rank1InAllReduce()}, {0, 1, 2, 3});
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->category, Category::kCollectiveMismatch);
+  EXPECT_EQ(f->ranks, std::vector<int>{1});
+  EXPECT_EQ(f->evidence.at("collective_seq"), 9);
+  EXPECT_EQ(f->summary,
+            "collectives out of step: rank 1's collective #9 on group 0 (default_pg) is "
+            "all_reduce of 7 Float at /job/train.py:145; ranks 0,2,3 sent it data of another "
+            "size (op.preamble.length <= op.nbytes. 99976 vs 4): they were in another "
+            "collective, one their record does not hold (the worker's ring records the "
+            "collectives made through torch.distributed's Python API, not DDP's gradient "
+            "all-reduces)");
+  // A crash whose error says nothing of its peers' sizes, or a rank in no collective: none.
+  RankExit other = exit;
+  other.error_tail = {"RuntimeError: injected"};
+  EXPECT_FALSE(CrashOutOfStepFinding(other, {Rank1InAllReduce()}, {0, 1, 2, 3}).has_value());
+  pattern::CollectiveLog done = Rank1InAllReduce();
+  done.progress["0"].last_completed = 9;
+  EXPECT_FALSE(CrashOutOfStepFinding(exit, {done}, {0, 1, 2, 3}).has_value());
+  EXPECT_FALSE(CrashOutOfStepFinding(exit, {}, {0, 1, 2, 3}).has_value());
+}
+
 TEST(RankCrashTest, ARankPastItsLastCollectiveIsInNone) {
   // Measured (a rank that raised between steps, torch 2.13 gloo): its Flight Recorder leaves
   // DDP's all-reduce #35 "scheduled", but the group's progress says #35 completed.

@@ -1,6 +1,8 @@
 #include "server/job_end.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -48,6 +50,15 @@ size_t AddCollectiveFindings(CollectiveDumps dumps, const std::optional<diagnose
     return false;
   });
   if (first) {
+    // The crashed rank's collective its peers' records do not hold, where its backend saw their
+    // data differ (torch 1.13: rings without DDP's all-reduces) and no record comparison did.
+    const bool compared = std::any_of(found.begin(), found.end(), [](const diagnose::Finding& f) {
+      return f.category == diagnose::Category::kCollectiveMismatch;
+    });
+    if (!compared)
+      if (std::optional<diagnose::Finding> m =
+              diagnose::CrashOutOfStepFinding(*first, logs, d->job.ranks))
+        found.push_back(std::move(*m));
     found.push_back(diagnose::RankCrashFinding(*first, logs));
     diagnose::NameGrowthBeforeOom(d->findings, &found.back());
   }
