@@ -221,8 +221,8 @@ void CollectorServer::Shutdown() {
   }
   // The run's memory as it ended: a growth found after the latest window, or whose window never
   // reported (a job that ended or was killed first), is the run's report's too.
-  SetRunMemory(impl_->MemoryFindingsLocked(),
-               MemoryTimelines(impl_->ranks, impl_->CurrentRanksLocked()), &final_d);
+  diagnose::SetRunMemory(impl_->MemoryFindingsLocked(),
+                         MemoryTimelines(impl_->ranks, impl_->CurrentRanksLocked()), &final_d);
   diagnose::internal::SortFindings(&final_d.findings);
   if (impl_->latest || !final_d.findings.empty()) impl_->latest = final_d;
   // How the job stopped: the ranks' collectives and the first failure, before any window's

@@ -45,7 +45,6 @@
 #include "server/store.h"
 #include "server/window.h"
 #include "server/window_book.h"
-#include "server/window_comparison.h"
 
 namespace perftracker::server {
 
@@ -107,8 +106,8 @@ struct CollectorServer::Impl final
   };
   std::deque<SealedWindow> to_publish;
   // The attempt's baseline window, which every later window is compared with
-  // (server/window_comparison.h). The publisher thread's alone: no lock.
-  BaselineState baseline;
+  // (diagnose/window_diagnosis.h). The publisher thread's alone: no lock.
+  diagnose::BaselineState baseline;
   HealthyWatch healthy;         // the unprofiled history, under mu
   bool publisher_done = false;  // Shutdown: the publisher drains to_publish, then returns
   int64_t last_published = 0;   // the newest window the publisher has published

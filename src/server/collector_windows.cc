@@ -160,9 +160,12 @@ void CollectorServer::Impl::PublishLoop() {
     std::vector<diagnose::Finding> memory = MemoryFindingsLocked();
     std::vector<diagnose::RankMemoryUse> timelines = MemoryTimelines(ranks, CurrentRanksLocked());
     lk.unlock();
-    diagnose::Diagnosis d = Window::Diagnose(w.sealed, options.diagnose);
-    for (diagnose::RankMemoryUse& m : timelines) d.job.memory.push_back(std::move(m));
-    CompareWindow(&w.sealed, w.rate, std::move(memory), options.diagnose, &baseline, &d);
+    diagnose::WindowInput in = w.sealed.DiagnosisInput();
+    in.rate = w.rate;
+    in.memory = std::move(memory);
+    in.timelines = std::move(timelines);
+    in.options = options.diagnose;
+    diagnose::Diagnosis d = diagnose::DiagnoseWindow(std::move(in), &baseline);
     auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
     std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);
     lk.lock();

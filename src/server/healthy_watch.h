@@ -1,6 +1,6 @@
 // The server's watch on the job's healthy rate (diagnose/healthy_rate.h): it keeps the
 // unprofiled history (server/job_history.h), gives the rate before a window for its comparison
-// (server/window_comparison.h), and opens a window of its own when the history shows a slowdown
+// (diagnose/window_diagnosis.h), and opens a window of its own when the history shows a slowdown
 // no window profiled: a worker's detector learns its reference after the warm-up, and a fault
 // that began while it learned (or while it was held after a window) never fires it.
 //

@@ -68,7 +68,9 @@ TEST(Window, MissingRankIsAFinding) {
   EXPECT_FALSE(w.AddUpload(u).ok());  // twice
   EXPECT_FALSE(w.Complete());
   EXPECT_EQ(w.Missing(), (std::vector<int>{1, 2}));  // world size 3 from the summary
-  diagnose::Diagnosis d = Window::Diagnose(w.Seal(), {});
+  Window::Sealed sealed = w.Seal();
+  diagnose::BaselineState baseline;
+  diagnose::Diagnosis d = diagnose::DiagnoseWindow(sealed.DiagnosisInput(), &baseline);
   ASSERT_FALSE(d.findings.empty());
   EXPECT_EQ(d.findings[0].category, diagnose::Category::kMissingRank);
   EXPECT_EQ(d.findings[0].ranks, (std::vector<int>{1, 2}));

@@ -94,17 +94,18 @@ Window::Sealed Window::Seal() {
   return sealed;
 }
 
-diagnose::Diagnosis Window::Diagnose(const Sealed& sealed,
-                                     const diagnose::DiagnoseOptions& options) {
-  // One code path for the silent ranks: diagnose::Diagnose builds their one finding from the
-  // window's list (and adds none of its own from the traces' world size).
-  diagnose::Diagnosis diagnosis = diagnose::Diagnose(sealed.job, options, &sealed.missing);
-  diagnose::AddMetricFindings(sealed.metrics, sealed.job.ranks(), &diagnosis);
-  if (sealed.spec.attempt > 0)
-    diagnosis.job.notes.push_back(fmt::format(
-        "attempt {} of the job (its ranks were started again): iterations count from 0 again",
-        sealed.spec.attempt));
-  return diagnosis;
+diagnose::WindowInput Window::Sealed::DiagnosisInput() {
+  diagnose::WindowInput in;
+  in.id = spec.id;
+  in.start_iteration = spec.start_iteration;
+  in.iterations = spec.iterations;
+  in.attempt = spec.attempt;
+  in.baseline = spec.baseline;
+  in.job = &job;
+  in.metrics = &metrics;
+  in.missing = &missing;
+  in.sample = std::move(sample);
+  return in;
 }
 
 }  // namespace perftracker::server

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/metric_findings.h"
+#include "diagnose/window_diagnosis.h"
 #include "pattern/compact_job.h"
 #include "pattern/pattern.h"
 
@@ -107,10 +108,12 @@ class Window {
     // The sampled ranks' whole patterns (diagnose::InBaselineSample), for the comparison with
     // the baseline window (diagnose/since_baseline.h).
     std::vector<pattern::RankSummary> sample;
+
+    // What diagnose::DiagnoseWindow makes the window's diagnosis of: its spec, and views of its
+    // job, metrics and silent ranks (valid while this lives); its sample is moved out.
+    diagnose::WindowInput DiagnosisInput();
   };
   Sealed Seal();
-  static diagnose::Diagnosis Diagnose(const Sealed& sealed,
-                                      const diagnose::DiagnoseOptions& options = {});
 
  private:
   WindowSpec spec_;
