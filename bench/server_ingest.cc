@@ -370,7 +370,7 @@ class IngestBench {
     for (int c = 0; c < o_.channels; ++c) {
       grpc::ChannelArguments a = args;
       a.SetInt("perftracker.channel", c);
-      stubs_.push_back(v1::Collector::NewStub(
+      stubs_.push_back(v1::Server::NewStub(
           grpc::CreateCustomChannel(addr, grpc::InsecureChannelCredentials(), a)));
     }
     const auto wait_up = Clock::now();
@@ -636,7 +636,7 @@ class IngestBench {
   std::atomic<bool> sampling_{true};
   std::atomic<int> peak_threads_{0};
   std::thread sampler_;
-  std::vector<std::unique_ptr<v1::Collector::Stub>> stubs_;
+  std::vector<std::unique_ptr<v1::Server::Stub>> stubs_;
   std::vector<std::string> bytes_;  // each rank's summary file
   int64_t total_bytes_ = 0;
   std::vector<std::string> agent_ids_;

@@ -2,7 +2,7 @@
 promtool checks them and runs their unit tests (perftracker-alerts_test.yml: each alert firing on
 series where it should and silent beside them), and every metric the rules and their tests name is
 one the server exports, with the labels it exports it with (read from the server's /metrics code,
-src/server/collector_metrics.cc), so the tests' series have the shape a real scrape has."""
+src/server/server_metrics.cc), so the tests' series have the shape a real scrape has."""
 import os
 import re
 import shutil
@@ -16,7 +16,7 @@ import ptest  # noqa: E402
 RULES_DIR = os.path.join(ptest.SOURCE, "deploy", "prometheus")
 RULES = os.path.join(RULES_DIR, "perftracker-alerts.yml")
 RULES_TEST = os.path.join(RULES_DIR, "perftracker-alerts_test.yml")
-METRICS_SOURCE = os.path.join(ptest.SOURCE, "src", "server", "collector_metrics.cc")
+METRICS_SOURCE = os.path.join(ptest.SOURCE, "src", "server", "server_metrics.cc")
 
 
 def exported():

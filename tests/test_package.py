@@ -1,6 +1,6 @@
-"""The in-worker package's structure (python/perftracker, issue 27): hooks.py's Collector hands
+"""The in-worker package's structure (python/perftracker, issue 27): hooks.py's RankMonitor hands
 each part (patches, collectives, window, client, ...) what it works with, and no part reaches back
-for the collector. Read with `ast`, not imported: no module other than hooks.py names `Collector`
+for the collector. Read with `ast`, not imported: no module other than hooks.py names `RankMonitor`
 (a name, an attribute, an imported name, a string annotation) or imports hooks (at any depth,
 TYPE_CHECKING blocks included), except the entry points that only call into it from a function;
 and the package's import-time imports form no circle. Each check is also run on altered text, to
@@ -15,7 +15,7 @@ import ptest  # noqa: E402
 
 PACKAGE = "perftracker"
 PACKAGE_DIR = os.path.join(ptest.SOURCE, "python", PACKAGE)
-OWNER = "hooks"  # the one module that holds the Collector
+OWNER = "hooks"  # the one module that holds the RankMonitor
 # What starts the collector (the package's enable() and step(), sitecustomize): they call into
 # hooks from inside a function, and nothing the collector is made of imports them.
 ENTRY_POINTS = {"__init__", "sitecustomize"}
@@ -60,16 +60,16 @@ def imported(node, module):
 
 
 def names_of_collector(tree):
-    """Where TREE names Collector: line numbers."""
+    """Where TREE names RankMonitor: line numbers."""
     lines = []
     for node in ast.walk(tree):
         name = (node.id if isinstance(node, ast.Name) else
                 node.attr if isinstance(node, ast.Attribute) else None)
-        if name == "Collector":
+        if name == "RankMonitor":
             lines.append(node.lineno)
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             lines += [node.lineno for a in node.names
-                      if a.name.split(".")[-1] == "Collector" or a.asname == "Collector"]
+                      if a.name.split(".")[-1] == "RankMonitor" or a.asname == "RankMonitor"]
         annotations = []
         if isinstance(node, ast.arg) and node.annotation is not None:
             annotations.append(node.annotation)
@@ -77,14 +77,14 @@ def names_of_collector(tree):
             annotations.append(node.returns)
         elif isinstance(node, ast.AnnAssign):
             annotations.append(node.annotation)
-        for a in annotations:  # a forward reference: "Collector", "Optional['Collector']"
+        for a in annotations:  # a forward reference: "RankMonitor", "Optional['RankMonitor']"
             for c in ast.walk(a):
                 if isinstance(c, ast.Constant) and isinstance(c.value, str):
                     try:
                         ref = ast.parse(c.value, mode="eval")
                     except SyntaxError:
                         continue
-                    if any(isinstance(n, ast.Name) and n.id == "Collector" for n in ast.walk(ref)):
+                    if any(isinstance(n, ast.Name) and n.id == "RankMonitor" for n in ast.walk(ref)):
                         lines.append(c.lineno)
     return sorted(set(lines))
 
@@ -135,7 +135,7 @@ def problems(trees):
     for module, tree in trees.items():
         if module == OWNER:
             continue
-        out += [f"{module}.py:{line}: names Collector (hooks.py's; pass the part what it needs)"
+        out += [f"{module}.py:{line}: names RankMonitor (hooks.py's; pass the part what it needs)"
                 for line in names_of_collector(tree)]
         if module in ENTRY_POINTS:
             if OWNER in import_time_imports(tree, module):
@@ -156,15 +156,15 @@ def problems(trees):
 OLD_TYPE_CHECKING = """
 from typing import TYPE_CHECKING
 if TYPE_CHECKING:
-    from perftracker.hooks import Collector
+    from perftracker.hooks import RankMonitor
 
 class WindowState:
-    def __init__(self, collector: "Collector") -> None:
+    def __init__(self, collector: "RankMonitor") -> None:
         self._collector = collector
 """
 FORWARD_REFERENCE_ONLY = """
 from typing import Optional
-def f(c: "Optional[Collector]") -> None:
+def f(c: "Optional[RankMonitor]") -> None:
     pass
 """
 LAZY_IMPORT = """
@@ -184,7 +184,7 @@ class PackageStructure(unittest.TestCase):
         self.assertIn(OWNER, trees)
         self.assertGreaterEqual(set(trees), {"client", "collectives", "patches", "window"})
         self.assertEqual(problems(trees), [])
-        # And hooks.py does hold the Collector the parts no longer name.
+        # And hooks.py does hold the RankMonitor the parts no longer name.
         self.assertTrue(names_of_collector(trees[OWNER]))
 
     def test_a_back_pointer_fails_it(self):
@@ -195,10 +195,10 @@ class PackageStructure(unittest.TestCase):
 
         found = with_module("window", OLD_TYPE_CHECKING)
         self.assertTrue(any("window.py:4: imports hooks" in p for p in found), found)
-        self.assertTrue(any("window.py:4: names Collector" in p for p in found), found)
-        self.assertTrue(any("window.py:7: names Collector" in p for p in found), found)
+        self.assertTrue(any("window.py:4: names RankMonitor" in p for p in found), found)
+        self.assertTrue(any("window.py:7: names RankMonitor" in p for p in found), found)
         self.assertEqual(with_module("client", FORWARD_REFERENCE_ONLY),
-                         ["client.py:3: names Collector (hooks.py's; pass the part what it needs)"])
+                         ["client.py:3: names RankMonitor (hooks.py's; pass the part what it needs)"])
         found = with_module("collectives", LAZY_IMPORT)
         self.assertEqual(len(found), 1, found)
         self.assertIn("collectives.py:3: imports hooks", found[0])

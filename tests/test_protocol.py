@@ -311,7 +311,7 @@ class FakeWorker:
 
 
 def fake_collector(worker=None):
-    """The collector's parts wired as hooks.Collector wires them, around WORKER (a fake _worker);
+    """The collector's parts wired as hooks.RankMonitor wires them, around WORKER (a fake _worker);
     an internal error raises instead of turning the collector off."""
     switch = types.SimpleNamespace(w=worker, off=False)
     switch.turn_off = lambda e: (_ for _ in ()).throw(e)

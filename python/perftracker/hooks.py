@@ -8,10 +8,10 @@ Rules (the collector must never harm training):
   * any internal error turns the collector off and prints one line to stderr.
 
 This module is the entry point: enable(), the training thread's events and the collector's state
-(one Collector). The parts: patches.py (torch), window.py (profiling windows), client.py (the
-agent's socket), protocol.py (the messages), config.py (the numbers). The Collector hands each part
-what it works with (the switch.py Switch: _worker and on/off; the windows, the ring, callables),
-never itself: no part imports this module (tests/test_package.py).
+(one RankMonitor, the in-worker collector). The parts: patches.py (torch), window.py (profiling
+windows), client.py (the agent's socket), protocol.py (the messages), config.py (the numbers). The
+RankMonitor hands each part what it works with (the switch.py Switch: _worker and on/off; the
+windows, the ring, callables), never itself: no part imports this module (tests/test_package.py).
 """
 import gc
 import os
@@ -31,7 +31,7 @@ from perftracker.window import WindowState
 # What other code uses from here (sitecustomize.py, tests, bench), and the names the single-module
 # collector had (the numbers now live in config.py, the collectives in patches.py).
 __all__ = ["enable", "on_loader_next", "on_optimizer_step", "on_marker", "is_helper_of_a_rank", "last_collective",
-           "thread_stacks", "Collector", "AgentClient", "OWNER_ENV", "ENV_CONFIG", "COLLECTIVES",
+           "thread_stacks", "RankMonitor", "AgentClient", "OWNER_ENV", "ENV_CONFIG", "COLLECTIVES",
            "EXIT_WAIT_S", "EXPORT_SWITCH_INTERVAL_S", "MAX_STACK_FRAMES", "MAX_STACK_THREADS"]
 
 
@@ -50,7 +50,7 @@ def is_helper_of_a_rank(environ: Mapping[str, str] = os.environ, pid: Optional[i
         owner_rank == ("" if mine is None else str(mine))
 
 
-class Collector:
+class RankMonitor:
     """The collector of this process: perftracker._worker once enabled and whether an internal
     error turned it all off (its switch, which every part shares), the agent client, the windows
     and the torch patches."""
@@ -205,7 +205,7 @@ class Collector:
             pass
 
 
-_collector = Collector()
+_collector = RankMonitor()
 
 # The training thread's events (the torch patches call the same methods).
 on_loader_next = _collector.on_loader_next

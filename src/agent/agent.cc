@@ -68,9 +68,8 @@ Status FromGrpc(const grpc::Status& st, const std::string& what) {
 
 // A channel to SERVER: TLS when TLS files are given (a server off loopback wants it). A TOKEN
 // never crosses a network in clear text: without TLS it goes to a loopback server only.
-StatusOr<std::unique_ptr<v1::Collector::Stub>> MakeStub(const std::string& server,
-                                                        const TlsFiles& tls,
-                                                        const std::string& token) {
+StatusOr<std::unique_ptr<v1::Server::Stub>> MakeStub(const std::string& server, const TlsFiles& tls,
+                                                     const std::string& token) {
   if (!token.empty() && !tls.enabled() && !IsLoopbackAddress(server))
     return InvalidArgument(fmt::format(
         "{}: not sending the token in clear text to a server off this machine: give --tls-ca "
@@ -87,7 +86,7 @@ StatusOr<std::unique_ptr<v1::Collector::Stub>> MakeStub(const std::string& serve
     ssl.pem_cert_chain = pem.cert;
     creds = grpc::SslCredentials(ssl);
   }
-  return v1::Collector::NewStub(grpc::CreateCustomChannel(server, creds, args));
+  return v1::Server::NewStub(grpc::CreateCustomChannel(server, creds, args));
 }
 
 }  // namespace
@@ -125,7 +124,7 @@ std::vector<WorkerTrace> FolderSink::PollFinished() {
 struct Agent::Impl {
   AgentOptions options;
   std::unique_ptr<AgentLocalSink> sink;
-  std::unique_ptr<v1::Collector::Stub> stub;
+  std::unique_ptr<v1::Server::Stub> stub;
   std::string agent_id;
   NvmlSampler nvml;
   ProcSampler proc;
@@ -280,8 +279,8 @@ struct Agent::Impl {
   // One upload RPC under the retry policy, each attempt with its own deadline; the waits end
   // early when the agent stops.
   template <typename Req, typename Reply>
-  grpc::Status Deliver(grpc::Status (v1::Collector::Stub::*rpc)(grpc::ClientContext*, const Req&,
-                                                                Reply*),
+  grpc::Status Deliver(grpc::Status (v1::Server::Stub::*rpc)(grpc::ClientContext*, const Req&,
+                                                             Reply*),
                        const Req& req, Reply* reply, int deadline_s, const std::string& what) {
     auto call = [&] {
       grpc::ClientContext ctx;
@@ -350,7 +349,7 @@ struct Agent::Impl {
     req.mutable_hardware()->mutable_values()->insert(hw.begin(), hw.end());
     req.mutable_hardware()->set_nvml(nvml.status());
     v1::UploadWindowReply reply;
-    grpc::Status st = Deliver(&v1::Collector::Stub::UploadWindow, req, &reply, 30,
+    grpc::Status st = Deliver(&v1::Server::Stub::UploadWindow, req, &reply, 30,
                               fmt::format("window {} rank {}", w.window_id, rank));
     log::Detail("agent", "window {} rank {}: summary {} bytes ({}), upload {}{}", w.window_id, rank,
                 bytes.size(), bytes.size() <= 100 * 1024 ? "under 100 KB" : "over 100 KB",
@@ -527,7 +526,7 @@ void Agent::Impl::UploadStacks(int64_t request_id, const pattern::RankStacks& s)
   out->set_in_progress(lc.in_progress);
   out->set_seconds(lc.seconds);
   v1::UploadStacksReply reply;
-  grpc::Status st = Deliver(&v1::Collector::Stub::UploadStacks, req, &reply, 10,
+  grpc::Status st = Deliver(&v1::Server::Stub::UploadStacks, req, &reply, 10,
                             fmt::format("stacks of rank {}", s.rank));
   if (!st.ok())
     log::Error("agent", "stacks of rank {} not delivered: {}", s.rank, st.error_message());

@@ -11,7 +11,7 @@
 #include "base/status.h"
 #include "cli/job_output.h"
 #include "cli/launcher.h"
-#include "server/collector.h"
+#include "server/server.h"
 
 namespace perftracker::cli {
 

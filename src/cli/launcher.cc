@@ -31,7 +31,7 @@
 #include "cli/slurm.h"
 #include "report/diagnosis_reader.h"
 #include "report/trace_export.h"
-#include "server/collector.h"
+#include "server/server.h"
 #include "trace/reader.h"
 
 namespace perftracker::cli {
@@ -243,7 +243,7 @@ class JobLauncher {
       if (!fresh.ok()) return fresh.status();
       so.token = token_ = *fresh;
     }
-    auto s = server::CollectorServer::Start(so);
+    auto s = server::Server::Start(so);
     if (!s.ok()) return s.status();
     embedded_ = std::move(*s);
     size_t colon = o_.listen.rfind(':');
@@ -483,7 +483,7 @@ class JobLauncher {
   sigset_t old_mask_{};
   GroupReaper reaper_;
   std::atomic<bool> hang_kill_{false};
-  std::unique_ptr<server::CollectorServer> embedded_;
+  std::unique_ptr<server::Server> embedded_;
   std::string server_addr_;
   agent::AgentOptions ao_;
   std::unique_ptr<agent::Agent> agent_;

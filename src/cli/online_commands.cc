@@ -19,7 +19,7 @@
 #include "pattern/summary_io.h"
 #include "report/diagnosis_reader.h"
 #include "report/html.h"
-#include "server/collector.h"
+#include "server/server.h"
 #include "server/store.h"
 
 namespace perftracker::cli {
@@ -105,8 +105,8 @@ Status RunServer(const OnlineFlags& f) {
     o.schedule.profile_every_seconds = *every;
   }
   std::thread sig;
-  auto server = [&]() -> StatusOr<std::unique_ptr<server::CollectorServer>> {
-    return server::CollectorServer::Start(o);
+  auto server = [&]() -> StatusOr<std::unique_ptr<server::Server>> {
+    return server::Server::Start(o);
   };
   // Signals are blocked before gRPC starts its threads, so only the signal thread sees them.
   sigset_t set;
@@ -116,7 +116,7 @@ Status RunServer(const OnlineFlags& f) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   auto s = server();
   if (!s.ok()) return s.status();
-  server::CollectorServer* raw = s->get();
+  server::Server* raw = s->get();
   std::fprintf(stderr, "perftracker server: listening on %s (port %d)\n", f.listen.c_str(),
                raw->port());
   if (!o.token.empty()) {

@@ -451,6 +451,28 @@ TEST(MoreWorkRule, SameShapesOrTooLittleTimeIsNoCause) {
   EXPECT_FALSE(MoreWorkRule().Explain({none, 50}, &f));
 }
 
+// Four ranks' aten::mm: rank 2's calls, time, costliest shape and mean input apart.
+std::vector<pattern::CompactRank> MmJob(pattern::CompactJob* job, double rank2_calls,
+                                        double rank2_elements) {
+  for (int r = 0; r < 4; ++r) {
+    pattern::RankSummary s;
+    s.rank = r;
+    s.world_size = 4;
+    s.iteration_ms = {100, 100};
+    pattern::FunctionPattern mm;
+    mm.name = "aten::mm";
+    mm.kind = trace::EventKind::kCpuOp;
+    mm.calls_per_iter = r == 2 ? rank2_calls : 7;
+    mm.per_iter_us = r == 2 ? 66000 : 44000;
+    mm.input_dims = r == 2 ? "[256, 256], [256, 256]" : "[64, 256], [256, 256]";
+    mm.input_elements = r == 2 ? rank2_elements : 40338;
+    s.functions.push_back(mm);
+    job->Add(std::move(s));
+  }
+  job->SortByRank();
+  return job->ranks();
+}
+
 TEST(MoreWorkRule, ExtraCallsOfAnOpAreNoMoreWork) {
   // Recorded on torch 1.13 (CI's test_online_run straggler, --fault-work 7): rank 2 adds 7
   // torch.mm of [256, 256] x [256, 256] a step to the model's 7 backward aten::mm (mean input
@@ -459,46 +481,14 @@ TEST(MoreWorkRule, ExtraCallsOfAnOpAreNoMoreWork) {
   // more data (the peers made half as many: the old bound let that through): the Python rule
   // names them.
   pattern::CompactJob job;
-  for (int r = 0; r < 4; ++r) {
-    pattern::RankSummary s;
-    s.rank = r;
-    s.world_size = 4;
-    s.iteration_ms = {100, 100};
-    pattern::FunctionPattern mm;
-    mm.name = "aten::mm";
-    mm.kind = trace::EventKind::kCpuOp;
-    mm.calls_per_iter = r == 2 ? 14 : 7;
-    mm.per_iter_us = r == 2 ? 66000 : 44000;
-    mm.input_dims = r == 2 ? "[256, 256], [256, 256]" : "[64, 256], [256, 256]";
-    mm.input_elements = r == 2 ? 85705 : 40338;
-    s.functions.push_back(mm);
-    job.Add(std::move(s));
-  }
-  job.SortByRank();
-  const std::vector<pattern::CompactRank> ranks = job.ranks();
+  const std::vector<pattern::CompactRank> ranks = MmJob(&job, 14, 85705);
   const RankMetrics none;
   Finding f = Straggler();
   EXPECT_FALSE(MoreWorkRule().Explain({none, 50, ranks}, &f)) << f.summary;
   EXPECT_TRUE(FindMoreWorkRanks({none, 50, ranks}, {}, {}).empty());
   // The same seven calls on the larger inputs: more work.
   pattern::CompactJob even_calls;
-  for (int r = 0; r < 4; ++r) {
-    pattern::RankSummary s;
-    s.rank = r;
-    s.world_size = 4;
-    s.iteration_ms = {100, 100};
-    pattern::FunctionPattern mm;
-    mm.name = "aten::mm";
-    mm.kind = trace::EventKind::kCpuOp;
-    mm.calls_per_iter = 7;
-    mm.per_iter_us = r == 2 ? 66000 : 44000;
-    mm.input_dims = r == 2 ? "[256, 256], [256, 256]" : "[64, 256], [256, 256]";
-    mm.input_elements = r == 2 ? 131072 : 81920;
-    s.functions.push_back(mm);
-    even_calls.Add(std::move(s));
-  }
-  even_calls.SortByRank();
-  const std::vector<pattern::CompactRank> same = even_calls.ranks();
+  const std::vector<pattern::CompactRank> same = MmJob(&even_calls, 7, 131072);
   Finding g = Straggler();
   EXPECT_TRUE(MoreWorkRule().Explain({none, 50, same}, &g));
 }

@@ -138,6 +138,28 @@ std::string_view OutOfStepLine(const std::vector<std::string>& error_tail) {
   return {};
 }
 
+// A finding of the first failed rank alone: the job is over (the whole iteration lost), and
+// what it says was observed.
+Finding OfTheFailedRank(Category category, int rank) {
+  Finding f;
+  f.category = category;
+  f.cause = Cause::kSoftware;
+  f.finding_class = FindingClass::kSubset;
+  f.ranks = {rank};
+  f.impact_fraction = 1.0;
+  f.confidence = 1.0;
+  return f;
+}
+
+// " at train.py:87" for C's user line, named in F's functions too; empty without one.
+std::string UserLine(const pattern::CollectiveCall& c, Finding* f) {
+  const pattern::StackFrame* u = UserFrame(c);
+  if (u == nullptr) return {};
+  f->functions.push_back(
+      {fmt::format("{}:{} in {}", u->file, u->line, u->function), "collective", {}});
+  return fmt::format(" at {}:{}", u->file, u->line);
+}
+
 }  // namespace
 
 std::optional<Finding> CrashOutOfStepFinding(const RankExit& first,
@@ -152,24 +174,13 @@ std::optional<Finding> CrashOutOfStepFinding(const RankExit& first,
   std::vector<int> peers;
   for (int r : ranks)
     if (r != first.rank) peers.push_back(r);
-  Finding f;
-  f.category = Category::kCollectiveMismatch;
-  f.cause = Cause::kSoftware;
-  f.finding_class = FindingClass::kSubset;
-  f.ranks = {first.rank};
-  f.impact_fraction = 1.0;  // the job is over
-  f.confidence = 1.0;       // the backend saw the sizes differ
+  Finding f = OfTheFailedRank(Category::kCollectiveMismatch, first.rank);  // the backend saw it
   f.evidence["collective_seq"] = static_cast<double>(c->seq);
   const std::string group =
       fmt::format("group {}{}", c->group, c->group_desc.empty() ? "" : " (" + c->group_desc + ")");
   f.evidence_text["group"] = group;
   f.evidence_text["error_output"] = std::string(said);
-  std::string where;
-  if (const pattern::StackFrame* u = UserFrame(*c)) {
-    where = fmt::format(" at {}:{}", u->file, u->line);
-    f.functions.push_back(
-        {fmt::format("{}:{} in {}", u->file, u->line, u->function), "collective", {}});
-  }
+  const std::string where = UserLine(*c, &f);
   f.summary = fmt::format(
       "collectives out of step: rank {}'s collective #{} on {} is {}{}; {} sent it data of "
       "another size ({}): {} in another collective, one {} record does not hold (the worker's "
@@ -200,13 +211,7 @@ size_t FirstToBlame(const std::vector<RankExit>& failed) {
 }
 
 Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::CollectiveLog>& logs) {
-  Finding f;
-  f.category = Category::kRankCrash;
-  f.cause = Cause::kSoftware;
-  f.finding_class = FindingClass::kSubset;
-  f.ranks = {first.rank};
-  f.impact_fraction = 1.0;  // the job is over
-  f.confidence = 1.0;
+  Finding f = OfTheFailedRank(Category::kRankCrash, first.rank);
   f.evidence["exit_code"] = first.exit_code;
   if (first.signal != 0) f.evidence["signal"] = first.signal;
   std::string how = first.signal != 0 ? fmt::format("killed by {} (exit code {})",
@@ -231,12 +236,7 @@ Finding RankCrashFinding(const RankExit& first, const std::vector<pattern::Colle
   for (const pattern::CollectiveLog& log : logs) {
     if (log.rank != first.rank) continue;
     if (const pattern::CollectiveCall* c = InCollective(log)) {
-      std::string where;
-      if (const pattern::StackFrame* u = UserFrame(*c)) {
-        where = fmt::format(" at {}:{}", u->file, u->line);
-        f.functions.push_back(
-            {fmt::format("{}:{} in {}", u->file, u->line, u->function), "collective", {}});
-      }
+      const std::string where = UserLine(*c, &f);
       f.summary += fmt::format(" in collective #{} on group {}{}, {}{}", c->seq, c->group,
                                c->group_desc.empty() ? "" : " (" + c->group_desc + ")",
                                DescribeCollective(*c), where);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "agent/agent.h"
-#include "server/collector.h"
+#include "server/server.h"
 #include "server/testing.h"
 
 namespace perftracker::server {
@@ -45,7 +45,7 @@ class FlushTestSink : public agent::AgentLocalSink {
 };
 
 TEST(AgentFlush, WhatTheWorkersSaidIsAtTheServerWhenItReturns) {
-  auto server = CollectorServer::Start(testing::TestOptions("agent_flush"));
+  auto server = Server::Start(testing::TestOptions("agent_flush"));
   ASSERT_TRUE(server.ok()) << server.status().message();
   const std::string addr = "127.0.0.1:" + std::to_string((*server)->port());
   agent::AgentOptions o;

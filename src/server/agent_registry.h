@@ -3,7 +3,7 @@
 // none, and when each was last heard from. What the collector asks of them: may this agent
 // upload for that rank, how many are connected, what is known of the agent of a silent rank,
 // which agents a long job can forget. Not thread-safe: the collector's mutex guards it, as it
-// guards the rest of the server's state (server/collector_impl.h).
+// guards the rest of the server's state (server/server_impl.h).
 #ifndef PERFTRACKER_SERVER_AGENT_REGISTRY_H_
 #define PERFTRACKER_SERVER_AGENT_REGISTRY_H_
 

@@ -1,7 +1,7 @@
 // A hang as the server handles it: the collection of every rank's stacks after a confirmed hang
 // trigger (HangCollection), until each expected rank replied or a deadline passed, and the hang
 // once reported (ReportedHang), kept until iterations resume (then amended: slow, not hung) or
-// the next. Plain values: the collector's mutex guards them (server/collector_impl.h).
+// the next. Plain values: the collector's mutex guards them (server/server_impl.h).
 #ifndef PERFTRACKER_SERVER_HANG_COLLECTION_H_
 #define PERFTRACKER_SERVER_HANG_COLLECTION_H_
 

@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "perftracker.grpc.pb.h"
-#include "server/collector.h"
+#include "server/server.h"
 #include "server/testing.h"
 
 namespace perftracker::server {
@@ -26,7 +26,7 @@ using testing::Slurp;
 // its iterations) and the job-end diagnosis shows both attempts.
 TEST(Restart, AnElasticRestartIsANewAttemptInTheSameReport) {
   ServerOptions o = testing::TestOptions("restart", 0.5, 0.5);
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   testing::AgentClient c((*server)->port());
   std::string agent;
@@ -43,7 +43,7 @@ TEST(Restart, AnElasticRestartIsANewAttemptInTheSameReport) {
   };
   auto status = [&] {
     v1::StatusReply st;
-    EXPECT_TRUE(c.Call(&v1::Collector::Stub::Status, v1::StatusRequest(), &st).ok());
+    EXPECT_TRUE(c.Call(&v1::Server::Stub::Status, v1::StatusRequest(), &st).ok());
     return st;
   };
   ASSERT_TRUE(report(0, 0, 59, 100, 0));
@@ -68,7 +68,7 @@ TEST(Restart, AnElasticRestartIsANewAttemptInTheSameReport) {
     e->set_exited_unix_seconds(t);
   }
   v1::ReportIterationsReply none;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, ends, &none).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, ends, &none).ok());
   // torchrun starts both again (restart count 1); their iterations count from 0.
   ASSERT_TRUE(report(0, 0, 9, 200, 1));
   ASSERT_TRUE(report(1, 0, 9, 201, 1));

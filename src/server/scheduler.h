@@ -4,7 +4,7 @@
 // trigger is refused (cooldown per caller), and the scheduled windows (baseline, periodic,
 // follow-up). It owns that state and nothing else: no lock (its owner serialises calls), no
 // sockets, no clock of its own (every call that depends on time takes NOW, so tests run it on a
-// fake time). server/collector.cc is the gRPC adapter around it: it owns the windows, the agents
+// fake time). server/server.cc is the gRPC adapter around it: it owns the windows, the agents
 // and the hang's stacks, asks the scheduler what to do, and tells it what happened.
 #ifndef PERFTRACKER_SERVER_SCHEDULER_H_
 #define PERFTRACKER_SERVER_SCHEDULER_H_

@@ -1,3 +1,5 @@
+#include "server/server.h"
+
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -16,7 +18,6 @@
 #include "pattern/summary_io.h"
 #include "perftracker.grpc.pb.h"
 #include "report/diagnosis_reader.h"
-#include "server/collector.h"
 #include "server/store.h"
 #include "server/testing.h"
 #include "server/window.h"
@@ -54,7 +55,7 @@ TEST(Server, NonLoopbackNeedsToken) {
   ServerOptions o;
   o.listen = "127.0.0.2:0";
   o.report_dir = TempDir("tok");
-  auto s = CollectorServer::Start(o);
+  auto s = Server::Start(o);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("token"), std::string::npos);
 }
@@ -134,7 +135,7 @@ TEST(Store, ReadsAnUntrustedDatabaseWithoutRunningItsSchema) {
 
 TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   ServerOptions o = TestOptions("full", 5, 5);
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
 
@@ -143,7 +144,7 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   reg.add_ranks(0);
   reg.add_ranks(1);
   v1::RegisterReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Register, reg, &rr).ok());
 
   // Iterations reported before the trigger set the common start iteration.
   v1::ReportIterationsRequest it;
@@ -153,7 +154,7 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   b->add_steps(41);
   b->add_iteration_ms(12.5);
   v1::ReportIterationsReply itr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, it, &itr).ok());
 
   grpc::ClientContext wctx;
   v1::WatchRequest wreq;
@@ -161,7 +162,7 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   auto reader = c.stub()->WatchCommands(&wctx, wreq);
 
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
   EXPECT_EQ(tr.window_id(), 1);
   // At least lead_seconds ahead: 2 s of 12.5 ms iterations.
   EXPECT_EQ(tr.start_iteration(), 41 + 160);
@@ -183,7 +184,7 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
     EXPECT_LT(up.summary().size(), 100u * 1024);
     (*up.mutable_hardware()->mutable_values())["host.cpu_util"] = 0.5;
     v1::UploadWindowReply ur;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
     EXPECT_TRUE(ur.accepted()) << ur.message();
   }
   std::string latest = o.report_dir + "/diagnosis.json";
@@ -192,7 +193,7 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
   EXPECT_NE(Slurp(latest).find("perftracker.diagnosis/1"), std::string::npos);
 
   v1::StatusReply st;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Status, v1::StatusRequest(), &st).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Status, v1::StatusRequest(), &st).ok());
   ASSERT_EQ(st.windows_size(), 1);
   EXPECT_EQ(st.windows(0).state(), "done");
   EXPECT_EQ(st.windows(0).reported_ranks_size(), 2);
@@ -205,14 +206,14 @@ TEST(Server, CollectsRealTracesFansOutAndWritesReports) {
 TEST(Server, CommandStreamsQueueReplaceAndRefuse) {
   ServerOptions o = TestOptions("streams");
   o.schedule.hang_confirm_seconds = 0.3;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
   std::string id;
   ASSERT_TRUE(c.Register({0}, &id));
 
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
   v1::WatchRequest wreq;
   wreq.set_agent_id(id);
   grpc::ClientContext first_ctx;
@@ -231,7 +232,7 @@ TEST(Server, CommandStreamsQueueReplaceAndRefuse) {
   hang.set_kind("hang");
   hang.set_rank(0);
   hang.set_mean_ms(100);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, hang, &tr).ok());
   ASSERT_TRUE(second->Read(&cmd));
   EXPECT_TRUE(cmd.has_stacks());
 
@@ -246,17 +247,17 @@ TEST(Server, CommandStreamsQueueReplaceAndRefuse) {
 TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
   ServerOptions o = TestOptions("deadline", 0.2, 0.3);
   o.token = "s3cret";
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client bad((*server)->port(), "wrong");
   v1::RegisterRequest reg;
   reg.add_ranks(0);
   reg.add_ranks(1);
   v1::RegisterReply rr;
-  EXPECT_EQ(bad.Call(&v1::Collector::Stub::Register, reg, &rr).error_code(),
+  EXPECT_EQ(bad.Call(&v1::Server::Stub::Register, reg, &rr).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   Client c((*server)->port(), "s3cret");
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Register, reg, &rr).ok());
   TriggerResult t = (*server)->Trigger("test", 4);
   v1::UploadWindowRequest up;
   up.set_agent_id(rr.agent_id());
@@ -264,7 +265,7 @@ TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
   up.set_rank(0);
   up.set_summary(pattern::SerializeSummary(Synthetic(0, 2, 10)));
   v1::UploadWindowReply ur;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   EXPECT_TRUE(ur.accepted());
   std::string latest = o.report_dir + "/diagnosis.json";
   for (int i = 0; i < 50 && !fs::exists(latest); ++i)
@@ -279,7 +280,7 @@ TEST(Server, DeadlineTurnsSilentRankIntoFindingAndTokenIsChecked) {
 // reported: rank 1's process exited, rank 3 took the command but made no iteration since.
 TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
   ServerOptions o = TestOptions("why", 0.2, 0.5);
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
   std::string id;
@@ -306,7 +307,7 @@ TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
     }
   }
   v1::ReportIterationsReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, req, &rr).ok());
   for (int r : {0, 2}) {
     v1::UploadWindowRequest up;
     up.set_agent_id(id);
@@ -314,7 +315,7 @@ TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
     up.set_rank(r);
     up.set_summary(pattern::SerializeSummary(Synthetic(r, 4, 10)));
     v1::UploadWindowReply ur;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
     ASSERT_TRUE(ur.accepted()) << ur.message();
   }
   const std::string path = o.report_dir + "/windows/1/diagnosis.json";
@@ -342,7 +343,7 @@ TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
 // job's report stays the window before it.
 TEST(Server, AWindowTheJobEndedBeforeIsANoteAndLeavesTheReport) {
   ServerOptions o = TestOptions("ended", 0.2, 0.3);
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
   std::string id;
@@ -357,7 +358,7 @@ TEST(Server, AWindowTheJobEndedBeforeIsANoteAndLeavesTheReport) {
     up.set_rank(r);
     up.set_summary(pattern::SerializeSummary(Synthetic(r, 2, 10)));
     v1::UploadWindowReply ur;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   }
   for (int i = 0; i < 100 && !fs::exists(o.report_dir + "/windows/1/diagnosis.json"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -379,7 +380,7 @@ TEST(Server, AWindowTheJobEndedBeforeIsANoteAndLeavesTheReport) {
     w->set_exit_message(true);
   }
   v1::ReportIterationsReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, req, &rr).ok());
   const std::string path = o.report_dir + "/windows/2/diagnosis.json";
   for (int i = 0; i < 100 && !fs::exists(path); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -400,7 +401,7 @@ TEST(Server, AWindowTheJobEndedBeforeIsANoteAndLeavesTheReport) {
 TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
   ServerOptions o = TestOptions("gone", 0.2, 1.0);
   o.agent_expiry_seconds = 0.5;  // the agent of rank 1 is forgotten before the deadline
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
   std::string a0, a1, a2;
@@ -416,18 +417,18 @@ TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
   req.set_agent_id(a2b);
   req.set_window_received(0);
   v1::ReportIterationsReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, req, &rr).ok());
   v1::UploadWindowRequest up;
   up.set_agent_id(a0);
   up.set_window_id(t.window_id);
   up.set_rank(0);
   up.set_summary(pattern::SerializeSummary(Synthetic(0, 3, 10)));
   v1::UploadWindowReply ur;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   // Rank 2's new agent keeps calling, so it is not forgotten.
   const std::string path = o.report_dir + "/windows/1/diagnosis.json";
   for (int i = 0; i < 100 && !fs::exists(path); ++i) {
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, req, &rr).ok());
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, req, &rr).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   auto d = report::ReadDiagnosisFile(path);
@@ -449,18 +450,18 @@ TEST(Server, SilentRanksOfAGoneOrRestartedAgent) {
 // is still diagnosed with what was valid, and the server goes on.
 TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
   ServerOptions o = TestOptions("huge", 0.3, 0.3);
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port(), "");
   v1::RegisterRequest reg;
   reg.add_ranks(0);
   reg.add_ranks(2000000000);
   v1::RegisterReply rr;
-  EXPECT_EQ(c.Call(&v1::Collector::Stub::Register, reg, &rr).error_code(),
+  EXPECT_EQ(c.Call(&v1::Server::Stub::Register, reg, &rr).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   reg.clear_ranks();
   reg.add_ranks(0);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Register, reg, &rr).ok());
   v1::ReportIterationsRequest it;
   it.set_agent_id(rr.agent_id());
   v1::IterationBatch* b = it.add_batches();
@@ -468,7 +469,7 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
   b->add_steps(1);
   b->add_iteration_ms(10);
   v1::ReportIterationsReply ir;
-  EXPECT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &ir).ok());
+  EXPECT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, it, &ir).ok());
   TriggerResult t = (*server)->Trigger("test", 4);
   v1::UploadWindowRequest up;
   up.set_agent_id(rr.agent_id());
@@ -476,15 +477,15 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
   up.set_rank(0);
   up.set_summary(pattern::SerializeSummary(Synthetic(0, 2000000000, 10)));
   v1::UploadWindowReply ur;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   EXPECT_FALSE(ur.accepted());
   EXPECT_NE(ur.message().find("world size 2000000000"), std::string::npos) << ur.message();
   up.set_rank(-3);
   up.set_summary(pattern::SerializeSummary(Synthetic(0, 1, 10)));
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   EXPECT_FALSE(ur.accepted());
   up.set_rank(0);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   EXPECT_TRUE(ur.accepted()) << ur.message();
   std::string latest = o.report_dir + "/diagnosis.json";
   for (int i = 0; i < 50 && !fs::exists(latest); ++i)
@@ -492,7 +493,7 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
   EXPECT_TRUE(fs::exists(latest));
   v1::StatusRequest sreq;
   v1::StatusReply sr;
-  EXPECT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
+  EXPECT_TRUE(c.Call(&v1::Server::Stub::Status, sreq, &sr).ok());
   (*server)->Shutdown();
 }
 
@@ -500,7 +501,7 @@ TEST(Server, UploadsWithImpossibleRanksAreRefusedAndTheServerGoesOn) {
 TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
   ServerOptions o = TestOptions("pages");
   o.agent_expiry_seconds = 0.5;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::vector<int> many;
@@ -531,7 +532,7 @@ TEST(Server, StatusPagesLargeJobsAndSilentAgentsExpire) {
 TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   ServerOptions o = TestOptions("owner", 0.2, 0.2);
   o.schedule.user_trigger_cooldown_seconds = 30;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::string a, b;
@@ -542,14 +543,14 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   v1::TriggerReply tr;
   v1::TriggerRequest user;
   user.set_reason("user");
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, user, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, user, &tr).ok());
   v1::UploadWindowRequest up;
   up.set_window_id(tr.window_id());
   up.set_rank(1);
   up.set_summary(pattern::SerializeSummary(Synthetic(1, 2, 10)));
   up.set_agent_id(a);  // agent a registered rank 0 only
   v1::UploadWindowReply ur;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   EXPECT_FALSE(ur.accepted());
   EXPECT_NE(ur.message().find("another agent"), std::string::npos) << ur.message();
   // Refused before its summary was inflated: ownership is checked first.
@@ -557,10 +558,10 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   EXPECT_NE((*server)->MetricsText().find(decoded + "0\n"), std::string::npos)
       << (*server)->MetricsText();
   up.set_agent_id("agent-2");  // a guess
-  EXPECT_EQ(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).error_code(),
+  EXPECT_EQ(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).error_code(),
             grpc::StatusCode::NOT_FOUND);
   up.set_agent_id(b);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   EXPECT_TRUE(ur.accepted()) << ur.message();
   EXPECT_NE((*server)->MetricsText().find(decoded + "1\n"), std::string::npos)
       << (*server)->MetricsText();
@@ -568,7 +569,7 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
   // host within the cooldown is refused, with when to try again.
   for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/diagnosis.json"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  grpc::Status again = c.Call(&v1::Collector::Stub::Trigger, user, &tr);
+  grpc::Status again = c.Call(&v1::Server::Stub::Trigger, user, &tr);
   EXPECT_EQ(again.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(again.error_message().find("try again in"), std::string::npos);
   (*server)->Shutdown();
@@ -579,7 +580,7 @@ TEST(Server, UploadsBelongToTheirAgentAndUserTriggersCoolDown) {
 TEST(Server, OneJobAtATime) {
   ServerOptions o = TestOptions("jobs");
   o.agent_expiry_seconds = 0.5;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   auto reg = [&](const std::string& job, int rank) {
@@ -587,7 +588,7 @@ TEST(Server, OneJobAtATime) {
     req.set_job_id(job);
     req.add_ranks(rank);
     v1::RegisterReply reply;
-    return c.Call(&v1::Collector::Stub::Register, req, &reply);
+    return c.Call(&v1::Server::Stub::Register, req, &reply);
   };
   ASSERT_TRUE(reg("10.0.0.1:29500", 0).ok());
   ASSERT_TRUE(reg("10.0.0.1:29500", 1).ok());  // another node of the same job
@@ -597,20 +598,20 @@ TEST(Server, OneJobAtATime) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // the first job's agents expire
   v1::StatusRequest sreq;
   v1::StatusReply sr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Status, sreq, &sr).ok());
   EXPECT_EQ(sr.agents(), 0);
   EXPECT_TRUE(reg("10.0.0.9:29500", 0).ok());
   // The next job after that one: its agent never opened a stream, and is silent now only
   // because the test does not wait 10 s; a third job is still refused meanwhile.
   EXPECT_EQ(reg("third", 0).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Status, sreq, &sr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Status, sreq, &sr).ok());
   EXPECT_EQ(sr.total_ranks(), 1);  // the old job's ranks are forgotten
   (*server)->Shutdown();
 }
 
 // Ranks 0 and 1 of one agent on node-a report STEPS iterations of 50 ms to SERVER, one batch
 // each a step, filled in by FILL(rank, step, its batch).
-void ReportMemorySteps(CollectorServer& server, int steps,
+void ReportMemorySteps(Server& server, int steps,
                        const std::function<void(int, int, v1::IterationBatch*)>& fill,
                        std::string* agent_id = nullptr) {
   Client c(server.port());
@@ -628,7 +629,7 @@ void ReportMemorySteps(CollectorServer& server, int steps,
       fill(r, step, b);
     }
     v1::ReportIterationsReply itr;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, it, &itr).ok());
   }
 }
 
@@ -636,7 +637,7 @@ void ReportMemorySteps(CollectorServer& server, int steps,
 // rate once the memory rule found it: an alert can fire before the job dies of it.
 TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
   ServerOptions o = TestOptions("memory");
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   constexpr double kMiB = 1 << 20;
   ReportMemorySteps(**server, 200, [&](int r, int step, v1::IterationBatch* b) {
@@ -684,7 +685,7 @@ TEST(Server, MetricsShowEachRanksMemoryItsLimitsAndALeaksRate) {
 TEST(Server, MetricsShowTheJobsHealthyRateAndItsSlowdown) {
   ServerOptions o = TestOptions("rate_metrics");
   o.schedule.baseline_window = false;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   const std::string none = (*server)->MetricsText();  // no history yet: the families, no value
   EXPECT_NE(none.find("# TYPE perftracker_slowdown_ratio gauge"), std::string::npos) << none;
@@ -704,7 +705,7 @@ TEST(Server, MetricsShowTheJobsHealthyRateAndItsSlowdown) {
 TEST(Server, AWindowOpenAtTheJobsEndIsDiagnosedAsEveryWindowIs) {
   ServerOptions o = TestOptions("open_at_end");
   o.schedule.baseline_window = false;  // the memory growth's window is window 1
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   constexpr double kMiB = 1 << 20;
   std::string agent;
@@ -721,7 +722,7 @@ TEST(Server, AWindowOpenAtTheJobsEndIsDiagnosedAsEveryWindowIs) {
   up.set_rank(0);
   up.set_summary(pattern::SerializeSummary(Synthetic(0, 2, 10)));
   v1::UploadWindowReply ur;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadWindow, up, &ur).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
   ASSERT_TRUE(ur.accepted());
   (*server)->Shutdown();
   const std::string json = Slurp(o.report_dir + "/windows/1/diagnosis.json");
@@ -739,7 +740,7 @@ TEST(Server, AWindowOpenAtTheJobsEndIsDiagnosedAsEveryWindowIs) {
 // counts the cache the allocator reuses before it asks the driver.
 TEST(Server, AGpuLeakIsPyTorchsAllocatedMemoryNotTheAllocatorsCache) {
   ServerOptions o = TestOptions("cuda");
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   constexpr double kMiB = 1 << 20;
   ReportMemorySteps(**server, 300, [&](int r, int step, v1::IterationBatch* b) {
@@ -789,7 +790,7 @@ TEST(Server, AGpuLeakIsPyTorchsAllocatedMemoryNotTheAllocatorsCache) {
 
 TEST(Server, DiagnosisExistsWhenJobEndsWithoutWindows) {
   ServerOptions o = TestOptions("empty");
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   (*server)->Shutdown();
   EXPECT_TRUE(fs::exists(o.report_dir + "/diagnosis.json"));

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "perftracker.grpc.pb.h"
-#include "server/collector.h"
+#include "server/server.h"
 
 namespace perftracker::server::testing {
 
@@ -53,8 +53,8 @@ class AgentClient {
  public:
   explicit AgentClient(int port, std::string token = "")
       : token_(std::move(token)),
-        stub_(v1::Collector::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
-                                                         grpc::InsecureChannelCredentials()))) {}
+        stub_(v1::Server::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port),
+                                                      grpc::InsecureChannelCredentials()))) {}
 
   template <typename Req, typename Reply, typename Fn>
   grpc::Status Call(Fn fn, const Req& req, Reply* reply) {
@@ -63,7 +63,7 @@ class AgentClient {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return (stub_.get()->*fn)(&ctx, req, reply);
   }
-  v1::Collector::Stub* stub() { return stub_.get(); }
+  v1::Server::Stub* stub() { return stub_.get(); }
 
   // Registers an agent of HOST with RANKS (none: it declares none); its id in *ID.
   bool Register(const std::vector<int>& ranks, std::string* id, const std::string& host = "") {
@@ -71,7 +71,7 @@ class AgentClient {
     req.set_host(host);
     for (int r : ranks) req.add_ranks(r);
     v1::RegisterReply reply;
-    bool ok = Call(&v1::Collector::Stub::Register, req, &reply).ok();
+    bool ok = Call(&v1::Server::Stub::Register, req, &reply).ok();
     *id = agent_ = reply.agent_id();
     return ok;
   }
@@ -91,13 +91,13 @@ class AgentClient {
       b->add_iteration_ms(ms[i]);
     }
     v1::ReportIterationsReply reply;
-    return Call(&v1::Collector::Stub::ReportIterations, req, &reply).ok();
+    return Call(&v1::Server::Stub::ReportIterations, req, &reply).ok();
   }
 
  private:
   std::string agent_;  // the id of the agent registered last
   std::string token_;
-  std::unique_ptr<v1::Collector::Stub> stub_;
+  std::unique_ptr<v1::Server::Stub> stub_;
 };
 
 }  // namespace perftracker::server::testing

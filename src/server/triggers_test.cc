@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "perftracker.grpc.pb.h"
-#include "server/collector.h"
+#include "server/server.h"
 #include "server/store.h"
 #include "server/testing.h"
 
@@ -49,21 +49,21 @@ v1::UploadStacksRequest Stacks(const std::string& agent, int64_t id, int rank,
 // iteration report, and the window was announced as iterations 0..9.
 TEST(Server, ATriggerBeforeAnyReportStartsFromItsOwnStep) {
   ServerOptions o = TestOptions("trigger_step");
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok()) << server.status().message();
   Client c((*server)->port());
   v1::RegisterRequest reg;
   reg.set_host("node-a");
   reg.add_ranks(0);
   v1::RegisterReply rr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Register, reg, &rr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Register, reg, &rr).ok());
   v1::TriggerRequest req;
   req.set_kind("user");
   req.set_rank(0);
   req.set_iteration(170);
   req.set_mean_ms(4);
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, req, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, req, &tr).ok());
   EXPECT_EQ(tr.start_iteration(), 170 + 500);  // 2 s of 4 ms iterations ahead
 }
 
@@ -85,7 +85,7 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
     answered_while_reading = other.stub()->Register(&ctx, reg, &rr).ok() ? 1 : 0;
   };
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   port = (*server)->port();
   Client c((*server)->port());
@@ -101,10 +101,10 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   hang.set_rank(0);
   hang.set_mean_ms(100);
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, hang, &tr).ok());
   // A second rank's hang trigger joins the same collection.
   hang.set_rank(2);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, hang, &tr).ok());
   v1::Command cmd;
   ASSERT_TRUE(reader->Read(&cmd));
   ASSERT_TRUE(cmd.has_stacks());
@@ -112,10 +112,10 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   const std::string torch = "/usr/lib/python3/dist-packages/torch/_tensor.py";
   v1::UploadStacksReply ur;
   for (int r : {0, 2})
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadStacks,
                        Stacks(agent, id, r, {{"/job/train.py", 150}, {torch, 487}}), &ur)
                     .ok());
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadStacks,
                      Stacks(agent, id, 1, {{"/job/train.py", 150}, {"/job/train.py", 120}}), &ur)
                   .ok());
   EXPECT_TRUE(ur.accepted());
@@ -129,9 +129,9 @@ TEST(Server, HangCollectsStacksNamesTheRankAndCallsBack) {
   EXPECT_NE(json.find("/job/train.py:120"), std::string::npos) << json;
   EXPECT_TRUE(fs::exists(o.report_dir + "/windows/" + std::to_string(id) + "/diagnosis.json"));
   // Stacks for a request that is over are refused.
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::UploadStacks,
-                     Stacks(agent, id, 1, {{"/job/train.py", 150}}), &ur)
-                  .ok());
+  ASSERT_TRUE(
+      c.Call(&v1::Server::Stub::UploadStacks, Stacks(agent, id, 1, {{"/job/train.py", 150}}), &ur)
+          .ok());
   EXPECT_FALSE(ur.accepted());
   wctx.TryCancel();
   (*server)->Shutdown();
@@ -142,7 +142,7 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
   o.schedule.hang_confirm_seconds = 0.5;
   std::atomic<int> hangs{0};
   o.on_hang = [&](const diagnose::Diagnosis&) { ++hangs; };
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::string agent;
@@ -153,13 +153,13 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
   hang.set_rank(0);
   hang.set_mean_ms(10);
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, hang, &tr).ok());
   ASSERT_TRUE(c.Report(0, {2}, {10}));  // a pause (an epoch boundary), then progress
   std::this_thread::sleep_for(std::chrono::milliseconds(900));
   EXPECT_EQ(hangs, 0);
   EXPECT_FALSE(fs::exists(o.report_dir + "/windows"));
   // At the job's end the workers go silent; the server stops before confirming.
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, hang, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, hang, &tr).ok());
   (*server)->Shutdown();
   EXPECT_EQ(hangs, 0);
   EXPECT_EQ(Slurp(o.report_dir + "/diagnosis.json").find("\"hang\""), std::string::npos);
@@ -168,7 +168,7 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
 TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   ServerOptions o = TestOptions("cool", 0.1, 0.1);
   o.schedule.baseline_window = false;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::string agent;
@@ -187,26 +187,26 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   slow.set_mean_ms(12);
   slow.set_best_ms(10);
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
   EXPECT_EQ(tr.window_id(), 1);
   EXPECT_FALSE(tr.already_open());
   // The window expires (nobody uploads); a slowdown trigger right after is ignored.
   for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/1/diagnosis.json"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
   EXPECT_EQ(tr.window_id(), 0);
   // A user's trigger is never ignored.
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
   EXPECT_EQ(tr.window_id(), 2);
   // A new, bigger slowdown during the cooldown (the job 25% slower than at the trigger that
   // opened window 1) is not the one window 1 profiled: it opens a window once 2 is closed.
   for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   slow.set_mean_ms(14);  // < 1.25 x 12: the same slowdown, still cooling
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
   EXPECT_EQ(tr.window_id(), 0);
   slow.set_mean_ms(20);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
   EXPECT_EQ(tr.window_id(), 3);
   (*server)->Shutdown();
   std::string json = Slurp(o.report_dir + "/diagnosis.json");
@@ -218,7 +218,7 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
 TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
   ServerOptions o = TestOptions("baseline", 0.1, 0.1);
   o.schedule.profile_every_seconds = 0.6;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::string agent;
@@ -251,13 +251,13 @@ TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
 TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
   ServerOptions o = TestOptions("followup", 0.1, 0.1);
   o.schedule.baseline_window = false;
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::string agent;
   ASSERT_TRUE(c.Register({0}, &agent));
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
   ASSERT_EQ(tr.window_id(), 1);
   // The slowdown began at an iteration the open window already profiles (or has profiled).
   v1::TriggerRequest slow;
@@ -266,7 +266,7 @@ TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
   slow.set_iteration(tr.start_iteration() + 3);
   slow.set_mean_ms(12);
   slow.set_best_ms(10);
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, slow, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
   EXPECT_EQ(tr.window_id(), 1);
   EXPECT_TRUE(tr.already_open());
   // Window 1 expires (nobody uploads); window 2 follows for the slowdown.
@@ -281,7 +281,7 @@ TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
 // (ProfileWindow.memory_ranks): its finding can then name where memory is kept.
 TEST(Server, AMemoryGrowthOpensAWindowWhereTheGrowingRankRecordsAllocations) {
   ServerOptions o = TestOptions("memory_window", /*max_seconds=*/0.3, /*upload_grace_seconds=*/0.2);
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::string agent;
@@ -294,7 +294,7 @@ TEST(Server, AMemoryGrowthOpensAWindowWhereTheGrowingRankRecordsAllocations) {
   v1::TriggerRequest user;
   user.set_kind("user");
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, user, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, user, &tr).ok());
   constexpr double kMiB = 1 << 20;
   for (int step = 0; step < 200; ++step) {
     v1::ReportIterationsRequest it;
@@ -307,7 +307,7 @@ TEST(Server, AMemoryGrowthOpensAWindowWhereTheGrowingRankRecordsAllocations) {
       b->set_rss_bytes((300 + (rank == 1 ? 4 * std::max(0, step - 60) : 0)) * kMiB);
     }
     v1::ReportIterationsReply itr;
-    ASSERT_TRUE(c.Call(&v1::Collector::Stub::ReportIterations, it, &itr).ok());
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, it, &itr).ok());
   }
   std::vector<v1::ProfileWindow> windows;
   v1::Command cmd;
@@ -337,7 +337,7 @@ TEST(Server, ARestartedServerNumbersItsWindowsAfterOneItWasKilledIn) {
     ASSERT_TRUE(job.ok());
     ASSERT_TRUE((*store)->AddWindow(*job, 3, 80, 10, "baseline").ok());
   }
-  auto server = CollectorServer::Start(o);
+  auto server = Server::Start(o);
   ASSERT_TRUE(server.ok());
   Client c((*server)->port());
   std::string agent;
@@ -345,7 +345,7 @@ TEST(Server, ARestartedServerNumbersItsWindowsAfterOneItWasKilledIn) {
   v1::TriggerRequest user;
   user.set_kind("user");
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Collector::Stub::Trigger, user, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, user, &tr).ok());
   EXPECT_EQ(tr.window_id(), 4);
   (*server)->Shutdown();
 }

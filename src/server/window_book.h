@@ -3,7 +3,7 @@
 // closed ones; older ones live in SQLite and their folders), and the marks of every window and
 // hang for the report's chart, and the memory window due (a memory growth's, waiting for the
 // window or hang under way). Not thread-safe: the collector's mutex guards it
-// (server/collector_impl.h).
+// (server/server_impl.h).
 #ifndef PERFTRACKER_SERVER_WINDOW_BOOK_H_
 #define PERFTRACKER_SERVER_WINDOW_BOOK_H_
 

@@ -188,7 +188,7 @@ class WindowControl {
   bool stop_watchdog_ = false;
   bool pending_ = false;
   WindowRequest request_;
-  std::vector<WindowMarker> markers_;  // the armed window's completed iterations
+  std::vector<IterationMark> markers_;  // the armed window's completed iterations
   bool window_excludes_ = false;
   int holds_ = 0;
   int writers_ = 0;

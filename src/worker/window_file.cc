@@ -23,7 +23,7 @@ std::string PythonWindowJson(const PythonWindow& w) {
          ",\"start_ns\":" + std::to_string(w.start_ns) + ",\"end_ns\":" + std::to_string(w.end_ns);
   out += ",\n\"iterations\":[";
   for (size_t i = 0; i < w.markers.size(); ++i) {
-    const WindowMarker& m = w.markers[i];
+    const IterationMark& m = w.markers[i];
     if (i) out += ',';
     out += '[' + std::to_string(m.index) + ',' + std::to_string(m.start_ns) + ',' +
            std::to_string(m.end_ns) + ']';

@@ -15,7 +15,8 @@
 
 namespace perftracker::worker {
 
-struct WindowMarker {
+// One iteration the window profiled: its number and its span (the window file's iteration marks).
+struct IterationMark {
   int64_t index;  // the detector's iteration number
   int64_t start_ns, end_ns;
 };
@@ -27,7 +28,7 @@ struct PythonWindow {
   uint64_t tid = 0;  // the traced (training) thread
   int64_t start_ns = 0, end_ns = 0;
   std::vector<std::string> names;  // name id -> "file.py(12): fn" or "<built-in method x>"
-  std::vector<WindowMarker> markers;
+  std::vector<IterationMark> markers;
   CallTree tree;
   KeptHeap kept;  // the window's sampled Python heap, where it sampled (sample_bytes > 0)
 };

@@ -1,12 +1,12 @@
-// The collector's internals, shared by its files: the state of one server, guarded by one
+// The server's internals, shared by its files: the state of one server, guarded by one
 // mutex, as named parts (the agents: server/agent_registry.h; the windows: window_book.h; a hang:
 // hang_collection.h; the ranks: rank_state.h; the attempts: attempts.h; the policy:
-// scheduler.h; what /metrics counts: collector_counters.h), and the gRPC service over it.
-// collector.cc starts and stops it; collector_service.cc answers the calls, collector_windows.cc
-// opens and seals windows and hangs (and runs the timer), collector_publish.cc writes their
-// reports and store rows, collector_metrics.cc renders /metrics. Not for use outside src/server.
-#ifndef PERFTRACKER_SERVER_COLLECTOR_IMPL_H_
-#define PERFTRACKER_SERVER_COLLECTOR_IMPL_H_
+// scheduler.h; what /metrics counts: server_counters.h), and the gRPC service over it.
+// server.cc starts and stops it; server_service.cc answers the calls, server_windows.cc
+// opens and seals windows and hangs (and runs the timer), server_publish.cc writes their
+// reports and store rows, server_metrics.cc renders /metrics. Not for use outside src/server.
+#ifndef PERFTRACKER_SERVER_SERVER_IMPL_H_
+#define PERFTRACKER_SERVER_SERVER_IMPL_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -33,8 +33,6 @@
 #include "report/html.h"
 #include "server/agent_registry.h"
 #include "server/attempts.h"
-#include "server/collector.h"
-#include "server/collector_counters.h"
 #include "server/command_stream.h"
 #include "server/hang_collection.h"
 #include "server/healthy_watch.h"
@@ -42,6 +40,8 @@
 #include "server/metrics_http.h"
 #include "server/rank_state.h"
 #include "server/scheduler.h"
+#include "server/server.h"
+#include "server/server_counters.h"
 #include "server/store.h"
 #include "server/window.h"
 #include "server/window_book.h"
@@ -56,8 +56,8 @@ Status WriteAtomically(const std::string& path, std::string_view text);
 // DIAGNOSIS as JSON at PATH, atomically.
 Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path);
 
-struct CollectorServer::Impl final
-    : public v1::Collector::WithCallbackMethod_WatchCommands<v1::Collector::Service> {
+struct Server::Impl final
+    : public v1::Server::WithCallbackMethod_WatchCommands<v1::Server::Service> {
   ServerOptions options;
   std::unique_ptr<Store> store;
   int64_t job_id = 0;
@@ -86,7 +86,7 @@ struct CollectorServer::Impl final
   std::vector<report::WaitGroup> latest_waits;  // when the latest diagnosis is a hang's
   // Above this many series rows, the series is stored at the end of the run only.
   static constexpr size_t kSeriesRowsPerWindow = 200000;
-  CollectorCounters counters;  // what /metrics counts (server/collector_counters.h)
+  ServerCounters counters;  // what /metrics counts (server/server_counters.h)
   std::unique_ptr<MetricsHttp> metrics;
   std::optional<HangCollection> hang;  // collecting stacks (server/hang_collection.h)
   // The last hang reported, until iterations resume (then amended: slow, not hung) or the next.
@@ -114,7 +114,7 @@ struct CollectorServer::Impl final
   std::condition_variable publish_cv;
   std::thread publisher;
 
-  // --- windows and hangs (server/collector_windows.cc) ---
+  // --- windows and hangs (server/server_windows.cc) ---
 
   // Where the job is, for the scheduler (with mu held). The ranks it waits for: those agents
   // declared, else those that reported.
@@ -195,7 +195,7 @@ struct CollectorServer::Impl final
   // The kind of a window's reason, for the windows_opened metric: its first word.
   static std::string ReasonKind(const std::string& reason);
 
-  // --- reports and the store (server/collector_publish.cc) ---
+  // --- reports and the store (server/server_publish.cc) ---
 
   // The HTML report of diagnosis D (window ID; 0: the run's end) with the run's iteration
   // series and windows. Called with mu held; RenderHtmlFrom renders from a snapshot.
@@ -217,12 +217,12 @@ struct CollectorServer::Impl final
   void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,
                std::shared_ptr<const pattern::CompactJob> job, std::string html);
 
-  // --- /metrics (server/collector_metrics.cc) ---
+  // --- /metrics (server/server_metrics.cc) ---
 
   // /metrics in Prometheus' text format (called with mu held).
   std::string MetricsLocked() const;
 
-  // --- the gRPC service (server/collector_service.cc) ---
+  // --- the gRPC service (server/server_service.cc) ---
 
   grpc::Status Authorize(grpc::ServerContextBase* ctx);
 
@@ -261,4 +261,4 @@ struct CollectorServer::Impl final
 
 }  // namespace perftracker::server
 
-#endif  // PERFTRACKER_SERVER_COLLECTOR_IMPL_H_
+#endif  // PERFTRACKER_SERVER_SERVER_IMPL_H_

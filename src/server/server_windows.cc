@@ -8,8 +8,8 @@
 #include "diagnose/causes.h"
 #include "diagnose/finding_text.h"
 #include "diagnose/peer_stats.h"
-#include "server/collector_impl.h"
 #include "server/job_end.h"
+#include "server/server_impl.h"
 
 namespace perftracker::server {
 namespace {
@@ -21,7 +21,7 @@ constexpr const char* kDumpsUnreadNewAttempt =
 
 }  // namespace
 
-JobProgress CollectorServer::Impl::ProgressLocked() const {
+JobProgress Server::Impl::ProgressLocked() const {
   JobProgress p;
   double sum = 0;
   int64_t n = 0;
@@ -42,10 +42,9 @@ JobProgress CollectorServer::Impl::ProgressLocked() const {
   return p;
 }
 
-TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason, int iterations,
-                                                      bool slowdown, double mean_ms,
-                                                      int64_t trigger_step,
-                                                      std::vector<int> memory_ranks) {
+TriggerResult Server::Impl::OpenWindowLocked(const std::string& reason, int iterations,
+                                             bool slowdown, double mean_ms, int64_t trigger_step,
+                                             std::vector<int> memory_ranks) {
   if (const int64_t open = sched->open_window()) {
     const WindowSpec& s = windows.Find(open)->spec();
     return {s.id, s.start_iteration, true};
@@ -111,7 +110,7 @@ TriggerResult CollectorServer::Impl::OpenWindowLocked(const std::string& reason,
   return {spec.id, spec.start_iteration, false};
 }
 
-void CollectorServer::Impl::CloseWindowLater(int64_t id) {
+void Server::Impl::CloseWindowLater(int64_t id) {
   Window& w = *windows.Find(id);
   if (w.closed()) return;
   Window::Sealed sealed = w.Seal();
@@ -123,8 +122,8 @@ void CollectorServer::Impl::CloseWindowLater(int64_t id) {
   publish_cv.notify_one();
 }
 
-void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g,
-                                                 diagnose::MemoryKind kind) {
+void Server::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g,
+                                        diagnose::MemoryKind kind) {
   const std::string reason =
       fmt::format("{}memory growth on rank {}: +{:.1f} MiB per iteration from iteration {} to {}",
                   kind == diagnose::MemoryKind::kGpu ? "GPU " : "", rank,
@@ -134,7 +133,7 @@ void CollectorServer::Impl::OnMemoryGrowthLocked(int rank, const diagnose::Memor
   MaybeOpenScheduledLocked();
 }
 
-std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() const {
+std::vector<diagnose::Finding> Server::Impl::MemoryFindingsLocked() const {
   std::map<std::string, diagnose::HostMemoryState> hosts;
   for (const auto& [id, a] : agents)
     if (a.memory.available_bytes > 0) hosts[a.host] = a.memory;
@@ -147,7 +146,7 @@ std::vector<diagnose::Finding> CollectorServer::Impl::MemoryFindingsLocked() con
       hosts);
 }
 
-void CollectorServer::Impl::PublishLoop() {
+void Server::Impl::PublishLoop() {
   if (::perftracker::Status st = BecomeBackgroundThread("pt-publish"); !st.ok())
     log::Detail("server", "{}", st.message());
   std::unique_lock lk(mu);
@@ -175,7 +174,7 @@ void CollectorServer::Impl::PublishLoop() {
   }
 }
 
-void CollectorServer::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
+void Server::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
   const auto now = std::chrono::steady_clock::now();
   for (diagnose::MissingRank& m : sealed->missing.ranks) {
     auto st = ranks.find(m.rank);
@@ -189,7 +188,7 @@ void CollectorServer::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
   }
 }
 
-std::vector<report::RunSeries> CollectorServer::Impl::SeriesLocked() const {
+std::vector<report::RunSeries> Server::Impl::SeriesLocked() const {
   std::vector<report::RunSeries> out;
   out.reserve(ranks.size());
   for (const auto& [r, st] : ranks)
@@ -197,14 +196,14 @@ std::vector<report::RunSeries> CollectorServer::Impl::SeriesLocked() const {
   return out;
 }
 
-std::set<int> CollectorServer::Impl::CurrentRanksLocked() const {
+std::set<int> Server::Impl::CurrentRanksLocked() const {
   std::set<int> out;
   for (const auto& [r, st] : ranks)
     if (st.attempt == attempts.current()) out.insert(r);
   return out;
 }
 
-void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
+void Server::Impl::NewAttemptLocked(int rank, int pid) {
   const auto& all = attempts.attempts();
   const Attempt& cur = all.back();
   log::Event("",
@@ -235,14 +234,14 @@ void CollectorServer::Impl::NewAttemptLocked(int rank, int pid) {
   }
 }
 
-int64_t CollectorServer::Impl::FurthestStepLocked() const {
+int64_t Server::Impl::FurthestStepLocked() const {
   int64_t step = -1;
   for (const auto& [r, st] : ranks) step = std::max(step, st.last_step);
   return step;
 }
 
-void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
-                                            std::chrono::steady_clock::time_point since) {
+void Server::Impl::StartHangLocked(int rank, double mean_ms,
+                                   std::chrono::steady_clock::time_point since) {
   // A profiling window in progress cannot finish while ranks are stuck: report what it has.
   // Queued behind any window still being published, so windows are published in order.
   if (sched->open_window()) CloseWindowLater(sched->open_window());
@@ -271,7 +270,7 @@ void CollectorServer::Impl::StartHangLocked(int rank, double mean_ms,
   cv.notify_all();
 }
 
-void CollectorServer::Impl::FinishHang(std::unique_lock<std::mutex>& lk) {
+void Server::Impl::FinishHang(std::unique_lock<std::mutex>& lk) {
   const int64_t id = hang->id;  // only this thread starts one; a new attempt may finish it
   lk.unlock();
   if (options.before_reading_dumps) options.before_reading_dumps();
@@ -280,7 +279,7 @@ void CollectorServer::Impl::FinishHang(std::unique_lock<std::mutex>& lk) {
   if (hang && hang->id == id) FinishHangLocked(std::move(dumps));
 }
 
-void CollectorServer::Impl::FinishHangLocked(CollectiveDumps dumps) {
+void Server::Impl::FinishHangLocked(CollectiveDumps dumps) {
   HangCollection h = std::move(*hang);
   hang.reset();
   sched->HangFinished();
@@ -299,7 +298,7 @@ void CollectorServer::Impl::FinishHangLocked(CollectiveDumps dumps) {
   if (options.on_hang) hang_callback = d;
 }
 
-bool CollectorServer::Impl::AmendResumedHangLocked() {
+bool Server::Impl::AmendResumedHangLocked() {
   const std::optional<int64_t> step = sched->TakeResumedHang();
   if (!step || !reported_hang) return false;
   ReportedHang h = std::move(*reported_hang);
@@ -313,7 +312,7 @@ bool CollectorServer::Impl::AmendResumedHangLocked() {
   return true;
 }
 
-void CollectorServer::Impl::TimerLoop() {
+void Server::Impl::TimerLoop() {
   std::unique_lock lk(mu);
   while (!shutting_down) {
     cv.wait_for(lk, std::chrono::milliseconds(100));
@@ -328,7 +327,7 @@ void CollectorServer::Impl::TimerLoop() {
   }
 }
 
-void CollectorServer::Impl::ExpireLocked() {
+void Server::Impl::ExpireLocked() {
   for (const auto& [id, host] :
        agents.Expire(std::chrono::steady_clock::now(), options.agent_expiry_seconds))
     log::Detail("server", "{} from {} silent for {:.0f} s: forgotten", id, host,
@@ -336,7 +335,7 @@ void CollectorServer::Impl::ExpireLocked() {
   windows.ForgetOldClosed(sched->slowdown_window());
 }
 
-void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
+void Server::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
   ExpireLocked();
   if (const int64_t open = sched->open_window();
       open && windows.Find(open)->Expired(Window::Clock::now()))
@@ -354,7 +353,7 @@ void CollectorServer::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
   }
 }
 
-void CollectorServer::Impl::MaybeOpenScheduledLocked() {
+void Server::Impl::MaybeOpenScheduledLocked() {
   if (shutting_down || hang) return;
   const auto now = std::chrono::steady_clock::now();
   if (auto memory = sched->open_window() ? std::nullopt : windows.TakeMemoryWindow()) {
@@ -372,7 +371,7 @@ void CollectorServer::Impl::MaybeOpenScheduledLocked() {
   }
 }
 
-std::string CollectorServer::Impl::ReasonKind(const std::string& reason) {
+std::string Server::Impl::ReasonKind(const std::string& reason) {
   for (const char* k : {"baseline", "periodic", "slowdown", "hang", "memory"})
     if (reason.rfind(k, 0) == 0) return k;
   return "user";

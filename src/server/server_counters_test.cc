@@ -1,12 +1,12 @@
-#include "server/collector_counters.h"
+#include "server/server_counters.h"
 
 #include <gtest/gtest.h>
 
 namespace perftracker::server {
 namespace {
 
-TEST(CollectorCountersTest, UploadsCountTheBytesOfAcceptedOnesOnly) {
-  CollectorCounters c;
+TEST(ServerCountersTest, UploadsCountTheBytesOfAcceptedOnesOnly) {
+  ServerCounters c;
   c.CountUpload(true, 100);
   c.CountUpload(false, 50);
   c.CountUpload(true, 1);
@@ -15,8 +15,8 @@ TEST(CollectorCountersTest, UploadsCountTheBytesOfAcceptedOnesOnly) {
   EXPECT_EQ(c.upload_bytes_total, 101u);
 }
 
-TEST(CollectorCountersTest, TriggersOtherThanADetectorsAreAUsers) {
-  CollectorCounters c;
+TEST(ServerCountersTest, TriggersOtherThanADetectorsAreAUsers) {
+  ServerCounters c;
   for (const char* k : {"hang", "slowdown", "slowdown", "", "manual"}) c.CountTrigger(k);
   EXPECT_EQ(c.triggers_total["hang"], 1u);
   EXPECT_EQ(c.triggers_total["slowdown"], 2u);
@@ -24,13 +24,13 @@ TEST(CollectorCountersTest, TriggersOtherThanADetectorsAreAUsers) {
   EXPECT_EQ(c.triggers_total.size(), 3u);
 }
 
-TEST(CollectorCountersTest, AnAmendedHangCountsItsFindingsNotItself) {
+TEST(ServerCountersTest, AnAmendedHangCountsItsFindingsNotItself) {
   diagnose::Diagnosis d;
   diagnose::Finding f;
   f.category = diagnose::Category::kHang;
   f.cause = diagnose::Cause::kSoftware;
   d.findings = {f, f};
-  CollectorCounters c;
+  ServerCounters c;
   c.CountDiagnosis(d, "window");
   c.CountDiagnosis(d, "hang");
   c.CountDiagnosis(d, "amended");

@@ -1,13 +1,13 @@
-// The central server of the online path: a gRPC Collector service that registers node agents,
-// fans profile commands out to all of them (every rank profiles the same iterations), collects
-// each window's per-rank summaries, diagnoses the window, stores it in SQLite and writes
+// The central server of the online path: a gRPC service (perftracker.v1.Server) that registers node
+// agents, fans profile commands out to all of them (every rank profiles the same iterations),
+// collects each window's per-rank summaries, diagnoses the window, stores it in SQLite and writes
 // DIR/windows/<n>/diagnosis.json and DIR/diagnosis.json (the latest).
 //
 // Security: it listens on 127.0.0.1 unless told otherwise, and any other listen address needs a
 // shared token (server/credentials.h); with a token, calls without it are refused with
 // UNAUTHENTICATED. The embedded server of `perftracker run` always has one.
-#ifndef PERFTRACKER_SERVER_COLLECTOR_H_
-#define PERFTRACKER_SERVER_COLLECTOR_H_
+#ifndef PERFTRACKER_SERVER_SERVER_H_
+#define PERFTRACKER_SERVER_SERVER_H_
 
 #include <cstdint>
 #include <functional>
@@ -25,7 +25,7 @@
 namespace perftracker::server {
 
 struct ServerOptions {
-  std::string listen = "127.0.0.1:0";  // port 0: any free port (see CollectorServer::port)
+  std::string listen = "127.0.0.1:0";  // port 0: any free port (see Server::port)
   std::string report_dir;              // required
   std::string token;                   // required when listen is not 127.0.0.1 / [::1]
   TlsFiles tls;                        // required too off loopback (base/credentials.h)
@@ -69,10 +69,10 @@ struct RunSummary {
   std::vector<std::string> attempts;
 };
 
-class CollectorServer {
+class Server {
  public:
-  static StatusOr<std::unique_ptr<CollectorServer>> Start(const ServerOptions& options);
-  ~CollectorServer();  // calls Shutdown
+  static StatusOr<std::unique_ptr<Server>> Start(const ServerOptions& options);
+  ~Server();  // calls Shutdown
 
   int port() const;
   int metrics_port() const;  // 0: no metrics endpoint
@@ -96,10 +96,10 @@ class CollectorServer {
   struct Impl;
 
  private:
-  explicit CollectorServer(std::unique_ptr<Impl> impl);
+  explicit Server(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace perftracker::server
 
-#endif  // PERFTRACKER_SERVER_COLLECTOR_H_
+#endif  // PERFTRACKER_SERVER_SERVER_H_

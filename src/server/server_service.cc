@@ -7,7 +7,7 @@
 #include "base/credentials.h"
 #include "base/json_writer.h"
 #include "base/limits.h"
-#include "server/collector_impl.h"
+#include "server/server_impl.h"
 
 namespace perftracker::server {
 
@@ -55,7 +55,7 @@ MemoryReport MemoryReportOf(const v1::IterationBatch& b) {
 
 }  // namespace
 
-grpc::Status CollectorServer::Impl::Authorize(grpc::ServerContextBase* ctx) {
+grpc::Status Server::Impl::Authorize(grpc::ServerContextBase* ctx) {
   if (options.token.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
   auto it = md.find("x-perftracker-token");
@@ -65,7 +65,7 @@ grpc::Status CollectorServer::Impl::Authorize(grpc::ServerContextBase* ctx) {
   return grpc::Status::OK;
 }
 
-grpc::Status CollectorServer::Impl::OwnsLocked(const std::string& id, int rank) {
+grpc::Status Server::Impl::OwnsLocked(const std::string& id, int rank) {
   switch (agents.Owns(id, rank)) {
     case AgentRegistry::Ownership::kOwns:
       return grpc::Status::OK;
@@ -78,21 +78,20 @@ grpc::Status CollectorServer::Impl::OwnsLocked(const std::string& id, int rank) 
           fmt::format("rank {} belongs to another agent", rank)};
 }
 
-grpc::Status CollectorServer::Impl::Register(grpc::ServerContext* ctx,
-                                             const v1::RegisterRequest* req,
-                                             v1::RegisterReply* reply) {
+grpc::Status Server::Impl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                                    v1::RegisterReply* reply) {
   return Guarded("Register", [&] { return DoRegister(ctx, req, reply); });
 }
 
-grpc::Status CollectorServer::Impl::ReportIterations(grpc::ServerContext* ctx,
-                                                     const v1::ReportIterationsRequest* req,
-                                                     v1::ReportIterationsReply* reply) {
+grpc::Status Server::Impl::ReportIterations(grpc::ServerContext* ctx,
+                                            const v1::ReportIterationsRequest* req,
+                                            v1::ReportIterationsReply* reply) {
   return Guarded("ReportIterations", [&] { return DoReportIterations(ctx, req, reply); });
 }
 
-grpc::Status CollectorServer::Impl::UploadWindow(grpc::ServerContext* ctx,
-                                                 const v1::UploadWindowRequest* req,
-                                                 v1::UploadWindowReply* reply) {
+grpc::Status Server::Impl::UploadWindow(grpc::ServerContext* ctx,
+                                        const v1::UploadWindowRequest* req,
+                                        v1::UploadWindowReply* reply) {
   grpc::Status st = Guarded("UploadWindow", [&] { return DoUploadWindow(ctx, req, reply); });
   if (st.ok()) {
     std::lock_guard lk(mu);
@@ -101,25 +100,24 @@ grpc::Status CollectorServer::Impl::UploadWindow(grpc::ServerContext* ctx,
   return st;
 }
 
-grpc::Status CollectorServer::Impl::UploadStacks(grpc::ServerContext* ctx,
-                                                 const v1::UploadStacksRequest* req,
-                                                 v1::UploadStacksReply* reply) {
+grpc::Status Server::Impl::UploadStacks(grpc::ServerContext* ctx,
+                                        const v1::UploadStacksRequest* req,
+                                        v1::UploadStacksReply* reply) {
   return Guarded("UploadStacks", [&] { return DoUploadStacks(ctx, req, reply); });
 }
 
-grpc::Status CollectorServer::Impl::Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
-                                            v1::TriggerReply* reply) {
+grpc::Status Server::Impl::Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                                   v1::TriggerReply* reply) {
   return Guarded("Trigger", [&] { return DoTrigger(ctx, req, reply); });
 }
 
-grpc::Status CollectorServer::Impl::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
-                                           v1::StatusReply* reply) {
+grpc::Status Server::Impl::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                  v1::StatusReply* reply) {
   return Guarded("Status", [&] { return DoStatus(ctx, req, reply); });
 }
 
-grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
-                                               const v1::RegisterRequest* req,
-                                               v1::RegisterReply* reply) {
+grpc::Status Server::Impl::DoRegister(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                                      v1::RegisterReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   if (req->ranks_size() > limits::kMaxWorldSize)
     return {grpc::StatusCode::INVALID_ARGUMENT, "more ranks than a job can have"};
@@ -161,9 +159,9 @@ grpc::Status CollectorServer::Impl::DoRegister(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
-                                                       const v1::ReportIterationsRequest* req,
-                                                       v1::ReportIterationsReply*) {
+grpc::Status Server::Impl::DoReportIterations(grpc::ServerContext* ctx,
+                                              const v1::ReportIterationsRequest* req,
+                                              v1::ReportIterationsReply*) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   std::lock_guard lk(mu);
   AgentState* agent = agents.Find(req->agent_id());
@@ -179,9 +177,8 @@ grpc::Status CollectorServer::Impl::DoReportIterations(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
-                                                   const std::string& host,
-                                                   const v1::ReportIterationsRequest& req) {
+void Server::Impl::ReportIterationsLocked(const std::string& agent_id, const std::string& host,
+                                          const v1::ReportIterationsRequest& req) {
   for (const v1::WorkerState& w : req.workers()) {
     if (!limits::ValidRank(w.rank()) || !OwnsLocked(agent_id, w.rank()).ok()) continue;
     RankState& r = ranks[w.rank()];
@@ -230,8 +227,8 @@ void CollectorServer::Impl::ReportIterationsLocked(const std::string& agent_id,
   }
 }
 
-grpc::ServerWriteReactor<v1::Command>* CollectorServer::Impl::WatchCommands(
-    grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) {
+grpc::ServerWriteReactor<v1::Command>* Server::Impl::WatchCommands(grpc::CallbackServerContext* ctx,
+                                                                   const v1::WatchRequest* req) {
   auto* stream = new CommandStream();
   if (auto st = Authorize(ctx); !st.ok()) {
     stream->Close(st);
@@ -254,9 +251,9 @@ grpc::ServerWriteReactor<v1::Command>* CollectorServer::Impl::WatchCommands(
   return stream;
 }
 
-grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
-                                                   const v1::UploadWindowRequest* req,
-                                                   v1::UploadWindowReply* reply) {
+grpc::Status Server::Impl::DoUploadWindow(grpc::ServerContext* ctx,
+                                          const v1::UploadWindowRequest* req,
+                                          v1::UploadWindowReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   if (!limits::ValidRank(req->rank())) {
     reply->set_accepted(false);
@@ -347,9 +344,9 @@ grpc::Status CollectorServer::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CollectorServer::Impl::DoUploadStacks(grpc::ServerContext* ctx,
-                                                   const v1::UploadStacksRequest* req,
-                                                   v1::UploadStacksReply* reply) {
+grpc::Status Server::Impl::DoUploadStacks(grpc::ServerContext* ctx,
+                                          const v1::UploadStacksRequest* req,
+                                          v1::UploadStacksReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   std::lock_guard lk(mu);
   if (!hang || hang->id != req->request_id() || req->rank() < 0 ||
@@ -379,9 +376,8 @@ grpc::Status CollectorServer::Impl::DoUploadStacks(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CollectorServer::Impl::DoTrigger(grpc::ServerContext* ctx,
-                                              const v1::TriggerRequest* req,
-                                              v1::TriggerReply* reply) {
+grpc::Status Server::Impl::DoTrigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                                     v1::TriggerReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   std::lock_guard lk(mu);
   const std::string& kind = req->kind();
@@ -432,8 +428,8 @@ grpc::Status CollectorServer::Impl::DoTrigger(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status CollectorServer::Impl::DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
-                                             v1::StatusReply* reply) {
+grpc::Status Server::Impl::DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                    v1::StatusReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   // A page: about 60 bytes a rank, well under gRPC's 4 MB.
   constexpr int kPageRanks = 10000, kDefaultWindows = 20, kMaxListedRanks = 1000;

@@ -4,7 +4,7 @@
 #include <ctime>
 
 #include "report/report.h"
-#include "server/collector_impl.h"
+#include "server/server_impl.h"
 
 namespace perftracker::server {
 
@@ -22,19 +22,19 @@ Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path
   return WriteAtomically(path, report::RenderJson(diagnosis));
 }
 
-std::string CollectorServer::Impl::RenderHtmlLocked(const diagnose::Diagnosis& d,
-                                                    const pattern::CompactJob* job, int64_t id,
-                                                    std::vector<report::WaitGroup> waits,
-                                                    int64_t views_from) const {
+std::string Server::Impl::RenderHtmlLocked(const diagnose::Diagnosis& d,
+                                           const pattern::CompactJob* job, int64_t id,
+                                           std::vector<report::WaitGroup> waits,
+                                           int64_t views_from) const {
   return RenderHtmlFrom(d, job, SeriesLocked(), windows.marks(), id, std::move(waits), views_from);
 }
 
-std::string CollectorServer::Impl::RenderHtmlFrom(const diagnose::Diagnosis& d,
-                                                  const pattern::CompactJob* job,
-                                                  std::vector<report::RunSeries> series,
-                                                  std::vector<report::WindowMark> windows_so_far,
-                                                  int64_t id, std::vector<report::WaitGroup> waits,
-                                                  int64_t views_from) const {
+std::string Server::Impl::RenderHtmlFrom(const diagnose::Diagnosis& d,
+                                         const pattern::CompactJob* job,
+                                         std::vector<report::RunSeries> series,
+                                         std::vector<report::WindowMark> windows_so_far, int64_t id,
+                                         std::vector<report::WaitGroup> waits,
+                                         int64_t views_from) const {
   report::HtmlInput in;
   in.title = id > 0 ? fmt::format("perftracker: window {} of {}", id, options.report_dir)
                     : fmt::format("perftracker: {}", options.report_dir);
@@ -54,9 +54,8 @@ std::string CollectorServer::Impl::RenderHtmlFrom(const diagnose::Diagnosis& d,
   return report::RenderHtml(in);
 }
 
-void CollectorServer::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,
-                                    std::shared_ptr<const pattern::CompactJob> job,
-                                    std::string html) {
+void Server::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,
+                           std::shared_ptr<const pattern::CompactJob> job, std::string html) {
   std::string json = report::RenderJson(d);
   fs::path dir = fs::path(options.report_dir) / "windows" / std::to_string(id);
   std::error_code ec;

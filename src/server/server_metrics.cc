@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "base/units.h"
-#include "server/collector_impl.h"
+#include "server/server_impl.h"
 
 namespace perftracker::server {
 
@@ -106,7 +106,7 @@ void NamedRankMetrics(const std::optional<diagnose::Diagnosis>& latest, const st
 }  // namespace
 
 // Formatted in place: at 100,000 ranks this runs ~300,000 lines under the server's lock.
-std::string CollectorServer::Impl::MetricsLocked() const {
+std::string Server::Impl::MetricsLocked() const {
   const std::string job = MetricsHttp::Label(job_key.value_or(""));
   std::string out;
   auto head = [&](const char* name, const char* type, const char* help) {

@@ -1,4 +1,4 @@
-#include "server/collector.h"
+#include "server/server.h"
 
 #include <fmt/format.h>
 #include <grpcpp/grpcpp.h>
@@ -16,8 +16,8 @@
 #include "base/net.h"
 #include "base/private_dir.h"
 #include "diagnose/finding_text.h"
-#include "server/collector_impl.h"
 #include "server/job_end.h"
+#include "server/server_impl.h"
 
 namespace perftracker::server {
 
@@ -34,10 +34,10 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-CollectorServer::CollectorServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CollectorServer::~CollectorServer() { Shutdown(); }
+Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Server::~Server() { Shutdown(); }
 
-StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOptions& options) {
+StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   if (options.report_dir.empty()) return InvalidArgument("server: --report-dir is required");
   if (!IsLoopbackAddress(options.listen) && options.token.empty())
     return InvalidArgument(
@@ -103,18 +103,18 @@ StatusOr<std::unique_ptr<CollectorServer>> CollectorServer::Start(const ServerOp
   }
   impl->timer = std::thread([raw] { raw->TimerLoop(); });
   impl->publisher = std::thread([raw] { raw->PublishLoop(); });
-  return std::unique_ptr<CollectorServer>(new CollectorServer(std::move(impl)));
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
-int CollectorServer::port() const { return impl_->port; }
-int CollectorServer::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
+int Server::port() const { return impl_->port; }
+int Server::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
 
-std::string CollectorServer::MetricsText() const {
+std::string Server::MetricsText() const {
   std::lock_guard lk(impl_->mu);
   return impl_->MetricsLocked();
 }
 
-RunSummary CollectorServer::Summary() const {
+RunSummary Server::Summary() const {
   std::lock_guard lk(impl_->mu);
   RunSummary r;
   r.windows = impl_->counters.windows_diagnosed;
@@ -128,22 +128,22 @@ RunSummary CollectorServer::Summary() const {
   return r;
 }
 
-void CollectorServer::SetFirstFailure(const diagnose::RankExit& first) {
+void Server::SetFirstFailure(const diagnose::RankExit& first) {
   std::lock_guard lk(impl_->mu);
   impl_->first_failure = first;
 }
 
-TriggerResult CollectorServer::Trigger(const std::string& reason, int iterations) {
+TriggerResult Server::Trigger(const std::string& reason, int iterations) {
   std::lock_guard lk(impl_->mu);
   return impl_->OpenWindowLocked(reason, iterations);
 }
 
-void CollectorServer::Wait() {
+void Server::Wait() {
   std::unique_lock lk(impl_->mu);
   impl_->cv.wait(lk, [&] { return impl_->shutting_down; });
 }
 
-void CollectorServer::Shutdown() {
+void Server::Shutdown() {
   {
     std::lock_guard lk(impl_->mu);
     if (impl_->shut_down) return;

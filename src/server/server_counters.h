@@ -1,9 +1,9 @@
-// What the collector counts for /metrics since it started (CollectorCounters): windows opened
+// What the collector counts for /metrics since it started (ServerCounters): windows opened
 // by kind of reason, findings by category and cause, triggers by kind, uploads and their bytes,
 // summaries decoded, windows and hangs diagnosed. Plain values: the collector's mutex guards
-// them; server/collector_metrics.cc renders them with the rest of /metrics.
-#ifndef PERFTRACKER_SERVER_COLLECTOR_COUNTERS_H_
-#define PERFTRACKER_SERVER_COLLECTOR_COUNTERS_H_
+// them; server/server_metrics.cc renders them with the rest of /metrics.
+#ifndef PERFTRACKER_SERVER_SERVER_COUNTERS_H_
+#define PERFTRACKER_SERVER_SERVER_COUNTERS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -16,7 +16,7 @@
 
 namespace perftracker::server {
 
-struct CollectorCounters {
+struct ServerCounters {
   std::map<std::string, uint64_t> windows_opened;                          // by kind of reason
   std::map<std::pair<std::string, std::string>, uint64_t> findings_total;  // category, cause
   std::map<std::string, uint64_t> triggers_total;                          // slowdown, hang, user
@@ -39,4 +39,4 @@ struct CollectorCounters {
 
 }  // namespace perftracker::server
 
-#endif  // PERFTRACKER_SERVER_COLLECTOR_COUNTERS_H_
+#endif  // PERFTRACKER_SERVER_SERVER_COUNTERS_H_
