@@ -29,14 +29,14 @@ MAX_FUNCTION_LINES = 150
 # class owns several things that deserve names and tests of their own (issue 27: the server's
 # agents, windows and hangs were such parts of one Impl).
 MAX_CLASS_LINES = 500
-# Classes over the limit when it came (issue 27), each held at its size then until it is split:
-# it may shrink, never grow. A new class over MAX_CLASS_LINES fails.
+# Classes over the limit when it came (issue 27), each held at its size (last lowered in issue
+# 41) until it is split: it may shrink, never grow. A new class over MAX_CLASS_LINES fails.
 CLASS_LINES_HELD = {
-    'perftracker::server::Server::Impl': 1129,
+    'perftracker::server::Server::Impl': 1092,
     'perftracker::trace::internal::TraceScanner': 736,
-    'perftracker::pattern::Summarizer::Impl': 722,
-    'perftracker::agent::SocketSink::Impl': 584,
-    'perftracker::diagnose::internal::GroupAnalysis': 520,
+    'perftracker::pattern::Summarizer::Impl': 714,
+    'perftracker::agent::SocketSink::Impl': 583,
+    'perftracker::diagnose::internal::GroupAnalysis': 519,
 }
 SOURCE_SUFFIXES = ('.cc', '.h')
 # What the limits cover: the product's C++ and the benchmarks' and fuzzers' beside it, the

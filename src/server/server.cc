@@ -60,6 +60,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->reports.emplace(options.report_dir);
   impl->sched.emplace(options.schedule, std::chrono::steady_clock::now());
   PT_ASSIGN_OR_RETURN(impl->store,
                       Store::Open((fs::path(options.report_dir) / "perftracker.db").string()));
@@ -119,9 +120,9 @@ RunSummary Server::Summary() const {
   RunSummary r;
   r.windows = impl_->counters.windows_diagnosed;
   r.hangs = impl_->counters.hangs_diagnosed;
-  if (impl_->latest) {
+  if (impl_->reports->latest().diagnosis) {
     r.has_latest = true;
-    r.latest = *impl_->latest;
+    r.latest = *impl_->reports->latest().diagnosis;
   }
   if (impl_->attempts.attempts().size() > 1)
     for (const diagnose::AttemptInfo& a : impl_->attempts.Report()) r.attempts.push_back(a.summary);
@@ -189,9 +190,10 @@ void Server::Shutdown() {
   impl_->hang.reset();
   // The job ended: DIR/diagnosis.json always exists: the latest diagnosis, or no findings,
   // with the whole run's iteration statistics per rank.
+  LatestReport& latest = impl_->reports->latest();
   diagnose::Diagnosis final_d;
-  if (impl_->latest) {
-    final_d = *impl_->latest;
+  if (latest.diagnosis) {
+    final_d = *latest.diagnosis;
   } else {
     final_d.job.notes.push_back("no profiling window fired or completed during the run");
   }
@@ -206,7 +208,7 @@ void Server::Shutdown() {
     if (st.count == 0) continue;
     diagnose::IterationStats s = st.Stats();
     final_d.job.run_iterations[r] = s;
-    if (!impl_->latest) {
+    if (!latest.diagnosis) {
       final_d.job.ranks.push_back(r);
       final_d.job.iteration_ms_per_rank[r] = s.mean_ms;
       final_d.job.iterations = std::max<int>(final_d.job.iterations, static_cast<int>(s.count));
@@ -224,19 +226,20 @@ void Server::Shutdown() {
   diagnose::SetRunMemory(impl_->MemoryFindingsLocked(),
                          MemoryTimelines(impl_->ranks, impl_->CurrentRanksLocked()), &final_d);
   diagnose::internal::SortFindings(&final_d.findings);
-  if (impl_->latest || !final_d.findings.empty()) impl_->latest = final_d;
+  if (latest.diagnosis || !final_d.findings.empty()) latest.diagnosis = final_d;
   // How the job stopped: the ranks' collectives and the first failure, before any window's
   // findings (a job that died is told so first).
   if (AddCollectiveFindings(std::move(dumps), impl_->first_failure, 0, &final_d) > 0)
-    impl_->latest = final_d;
-  fs::path latest = fs::path(impl_->options.report_dir) / "diagnosis.json";
-  if (::perftracker::Status st = WriteReport(final_d, latest.string()); !st.ok())
+    latest.diagnosis = final_d;
+  if (::perftracker::Status st =
+          WriteReport(final_d, (fs::path(impl_->options.report_dir) / "diagnosis.json").string());
+      !st.ok())
     log::Error("server", "{}", st.message());
   // The run's page: the latest diagnosis with the whole run's iteration times and windows.
-  if (::perftracker::Status st = WriteAtomically(
-          (fs::path(impl_->options.report_dir) / "report.html").string(),
-          impl_->RenderHtmlLocked(final_d, impl_->latest_job.get(), 0, impl_->latest_waits,
-                                  impl_->latest_waits.empty() ? 0 : impl_->latest_window_id));
+  if (::perftracker::Status st =
+          WriteAtomically((fs::path(impl_->options.report_dir) / "report.html").string(),
+                          impl_->RenderHtmlLocked(final_d, latest.job.get(), 0, latest.waits,
+                                                  latest.waits.empty() ? 0 : latest.window_id));
       !st.ok())
     log::Error("server", "{}", st.message());
   if (::perftracker::Status st = impl_->store->ReplaceIterationSeries(impl_->SeriesLocked());

@@ -38,6 +38,7 @@
 #include "server/healthy_watch.h"
 #include "server/job_end.h"
 #include "server/metrics_http.h"
+#include "server/publisher.h"
 #include "server/rank_state.h"
 #include "server/scheduler.h"
 #include "server/server.h"
@@ -50,11 +51,6 @@ namespace perftracker::server {
 
 namespace fs = std::filesystem;
 namespace v1 = ::perftracker::v1;
-
-// Writes through a temporary file and a rename, so readers never see half a report.
-Status WriteAtomically(const std::string& path, std::string_view text);
-// DIAGNOSIS as JSON at PATH, atomically.
-Status WriteReport(const diagnose::Diagnosis& diagnosis, const std::string& path);
 
 struct Server::Impl final
     : public v1::Server::WithCallbackMethod_WatchCommands<v1::Server::Service> {
@@ -77,13 +73,9 @@ struct Server::Impl final
   // The online policy: when windows open, cooldowns, hang confirmation (server/scheduler.h).
   // Guarded by mu like the rest; the single source of which window is open.
   std::optional<WindowScheduler> sched;
-  bool wrote_latest = false;
-  std::optional<diagnose::Diagnosis> latest;        // the last window's (or hang's) diagnosis
+  // The reports' files and the job's latest report (server/publisher.h); made at Start.
+  std::optional<Publisher> reports;
   std::optional<diagnose::RankExit> first_failure;  // the launcher's, at the job's end
-  // The last diagnosed window's patterns, for the run's final report (one job's worth).
-  std::shared_ptr<const pattern::CompactJob> latest_job;
-  int64_t latest_window_id = 0;
-  std::vector<report::WaitGroup> latest_waits;  // when the latest diagnosis is a hang's
   // Above this many series rows, the series is stored at the end of the run only.
   static constexpr size_t kSeriesRowsPerWindow = 200000;
   ServerCounters counters;  // what /metrics counts (server/server_counters.h)
@@ -91,7 +83,6 @@ struct Server::Impl final
   std::optional<HangCollection> hang;  // collecting stacks (server/hang_collection.h)
   // The last hang reported, until iterations resume (then amended: slow, not hung) or the next.
   std::optional<ReportedHang> reported_hang;
-  int64_t root_report_id = 0;  // the window or hang whose diagnosis DIR/diagnosis.json holds
   std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
   std::thread timer;
   // Windows sealed and waiting for the publisher thread (PublishLoop), under mu. A window's

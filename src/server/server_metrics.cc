@@ -108,6 +108,7 @@ void NamedRankMetrics(const std::optional<diagnose::Diagnosis>& latest, const st
 // Formatted in place: at 100,000 ranks this runs ~300,000 lines under the server's lock.
 std::string Server::Impl::MetricsLocked() const {
   const std::string job = MetricsHttp::Label(job_key.value_or(""));
+  const std::optional<diagnose::Diagnosis>& latest = reports->latest().diagnosis;
   std::string out;
   auto head = [&](const char* name, const char* type, const char* help) {
     Head(out, name, type, help);

@@ -289,10 +289,11 @@ void Server::Impl::FinishHangLocked(CollectiveDumps dumps) {
       replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
   // The sequence view: each rank's collectives, dumped as it answered (where it could).
   AddCollectiveFindings(std::move(dumps), std::nullopt, stalled, &d);
-  latest_waits = report::GroupWaits(replies);
+  reports->latest().waits = report::GroupWaits(replies);
   Publish(h.id, d, "hang", nullptr,
-          RenderHtmlLocked(d, latest_job.get(), h.id, latest_waits, latest_window_id));
-  reported_hang = ReportedHang{h.id, d, h.since, h.stalled_seconds, latest_waits};
+          RenderHtmlLocked(d, reports->latest().job.get(), h.id, reports->latest().waits,
+                           reports->latest().window_id));
+  reported_hang = ReportedHang{h.id, d, h.since, h.stalled_seconds, reports->latest().waits};
   // Iterations resumed while the stacks were collected: slow, not hung, and not a hang to act on.
   if (AmendResumedHangLocked()) return;
   if (options.on_hang) hang_callback = d;
@@ -308,7 +309,8 @@ bool Server::Impl::AmendResumedHangLocked() {
   log::Event("", "hang {} was not one: iterations resumed at {} after {:.1f} s", h.id, *step,
              stalled);
   Publish(h.id, d, "amended", nullptr,
-          RenderHtmlLocked(d, latest_job.get(), h.id, std::move(h.waits), latest_window_id));
+          RenderHtmlLocked(d, reports->latest().job.get(), h.id, std::move(h.waits),
+                           reports->latest().window_id));
   return true;
 }
 
