@@ -44,8 +44,8 @@ std::string KindOf(const std::string& group) {
 }
 
 // Calls per iteration (to a tenth) and message size (KiB) as one number.
-int64_t ShapeOf(const pattern::CompactFunction& f) {
-  return std::llround(f.calls_per_iter * 10) * 1000003 + std::llround(f.msg_bytes / 1024);
+int64_t ShapeOf(const pattern::CompactFunction& f, double msg_bytes) {
+  return std::llround(f.calls_per_iter * 10) * 1000003 + std::llround(msg_bytes / 1024);
 }
 
 }  // namespace
@@ -72,14 +72,15 @@ std::vector<GroupInstance> BuildInstances(const pattern::CompactJob& cj) {
       if (f.fclass() != FunctionClass::kCollective || f.group == f.kNoGroup) continue;
       uint64_t key = static_cast<uint64_t>(f.group) << 32 | f.id();
       auto [it, added] = index.emplace(key, inst.size());
+      const double msg_bytes = r.CollectiveOf(f).msg_bytes;
       if (added) {
         inst.emplace_back();
         inst.back().group = cj.Group(f.group);
         inst.back().kind = KindOf(inst.back().group);
         inst.back().fn = f.id();
-        inst.back().msg_bytes = f.msg_bytes;
+        inst.back().msg_bytes = msg_bytes;
       }
-      inst[it->second].m.push_back({&r, f.per_iter_us, ShapeOf(f), r.role});
+      inst[it->second].m.push_back({&r, f.per_iter_us, ShapeOf(f, msg_bytes), r.role});
       if (!r.host.empty()) inst[it->second].hosts.insert(r.host);
     }
   }

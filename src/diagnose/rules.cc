@@ -379,11 +379,12 @@ std::optional<Fired> LowBandwidthRule(const RuleInput& in) {
     for (const auto& f : r.compact) {
       if (f.fclass() != FunctionClass::kCollective || !trace::IsGpuKind(f.kind())) continue;
       if (cross_node(r, in.cj.Group(f.group))) continue;
-      if (f.msg_bytes < policy::kLargeMessageBytes || f.busbw_gbps <= 0) continue;
-      if (f.busbw_gbps >= policy::kFarBelow * o.expected_busbw_gbps || f.cv > policy::kFlatCv)
+      const pattern::CompactCollective c = r.CollectiveOf(f);
+      if (c.msg_bytes < policy::kLargeMessageBytes || c.busbw_gbps <= 0) continue;
+      if (c.busbw_gbps >= policy::kFarBelow * o.expected_busbw_gbps || f.cv > policy::kFlatCv)
         continue;
       rv->functions.push_back(&f);
-      rv->value += f.per_iter_us * (1.0 - f.busbw_gbps / o.expected_busbw_gbps);
+      rv->value += f.per_iter_us * (1.0 - c.busbw_gbps / o.expected_busbw_gbps);
     }
     rv->affected = !rv->functions.empty();
   });
@@ -394,9 +395,10 @@ std::optional<Fired> LowBandwidthRule(const RuleInput& in) {
   Finding f = Make(in, lowbw, Category::kLowBandwidth, Cause::kHardware, impact, 3);
   const RankValue& t = Typical(lowbw);
   const CompactFunction* top = t.functions.front();
-  f.evidence["busbw_gbps"] = top->busbw_gbps;
+  const pattern::CompactCollective top_coll = t.r->CollectiveOf(*top);
+  f.evidence["busbw_gbps"] = top_coll.busbw_gbps;
   f.evidence["expected_busbw_gbps"] = o.expected_busbw_gbps;
-  f.evidence["msg_bytes"] = top->msg_bytes;
+  f.evidence["msg_bytes"] = top_coll.msg_bytes;
   f.evidence["cv"] = top->cv;
   f.evidence_text["uncertainty"] =
       "the expected bandwidth is an assumption (NVLink-scale single node); PCIe-only or "
@@ -407,7 +409,7 @@ std::optional<Fired> LowBandwidthRule(const RuleInput& in) {
   f.summary = fmt::format(
       "collective bandwidth is low on {}: {} reaches {:.1f} GB/s bus bandwidth for {:.1f} MB "
       "messages (expected about {:.0f}); about {}/iter ({})",
-      RanksPhrase(f, total), top->name(), top->busbw_gbps, BytesToMB(top->msg_bytes),
+      RanksPhrase(f, total), top->name(), top_coll.busbw_gbps, BytesToMB(top_coll.msg_bytes),
       o.expected_busbw_gbps, Ms(impact), Percent(f.impact_fraction));
   f.suggestion =
       "Check the interconnect: nvidia-smi topo -m and nvlink -s, NIC speed (ibstat), "

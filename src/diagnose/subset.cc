@@ -656,7 +656,6 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
   std::string bw;
   if (!highs.empty()) {
     const Row* row = highs[0].row;
-    const CompactFunction* fp = row->f[i];
     fn = row->proto->name;
     f.evidence["rank_ms"] = UsToMs(row->v[i]);
     f.evidence["peers_ms"] = UsToMs(highs[0].cmp.reference);
@@ -664,12 +663,13 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
     std::vector<double> peer_bw;  // O(n), once per communication finding
     ThreadPeerWork().elements += n();
     for (size_t k = 0; k < n(); ++k)
-      if (k != i && row->f[k]) peer_bw.push_back(row->f[k]->busbw_gbps);
-    if (fp && fp->msg_bytes > 0) {
-      f.evidence["busbw_gbps"] = fp->busbw_gbps;
+      if (k != i && row->f[k]) peer_bw.push_back(m_[k].r->CollectiveOf(*row->f[k]).busbw_gbps);
+    const auto c = row->f[i] ? m_[i].r->CollectiveOf(*row->f[i]) : pattern::CompactCollective{};
+    if (c.msg_bytes > 0) {
+      f.evidence["busbw_gbps"] = c.busbw_gbps;
       f.evidence["peers_busbw_gbps"] = Median(peer_bw);
-      f.evidence["msg_bytes"] = fp->msg_bytes;
-      bw = fmt::format(" (bus bandwidth {:.1f} vs {:.1f} GB/s)", fp->busbw_gbps, Median(peer_bw));
+      f.evidence["msg_bytes"] = c.msg_bytes;
+      bw = fmt::format(" (bus bandwidth {:.1f} vs {:.1f} GB/s)", c.busbw_gbps, Median(peer_bw));
     }
   }
   f.evidence["rank_collective_ms"] = UsToMs(coll_[i]);

@@ -295,8 +295,8 @@ void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
     cf.top_level = f.top_level;
     cf.in_python = f.in_python;
     if (f.fclass == FunctionClass::kCollective) {
-      cf.msg_bytes = static_cast<float>(f.coll_msg_bytes);
-      cf.busbw_gbps = static_cast<float>(f.coll_busbw_gbps);
+      c.collectives.push_back({static_cast<uint32_t>(k), static_cast<float>(f.coll_msg_bytes),
+                               static_cast<float>(f.coll_busbw_gbps)});
     }
     c.has_self |= f.self_per_iter_us > 0;
     c.any_main |= f.main_thread;
@@ -379,6 +379,18 @@ bool CompactJob::Resolve(std::span<const FunctionView> views,
     if (p->pgs[k] == nullptr) return false;
   }
   return true;
+}
+
+CompactCollective CompactRank::CollectiveOf(const CompactFunction& f) const {
+  const std::less<const CompactFunction*> before;  // a total order, whichever arrays
+  if (f.fclass() != FunctionClass::kCollective || before(&f, compact.data()) ||
+      !before(&f, compact.data() + compact.size())) {
+    return {};
+  }
+  const auto index = static_cast<uint32_t>(&f - compact.data());
+  auto it = std::lower_bound(collectives.begin(), collectives.end(), index,
+                             [](const CompactCollective& c, uint32_t i) { return c.index < i; });
+  return it != collectives.end() && it->index == index ? *it : CompactCollective{};
 }
 
 void CompactJob::SortByRank() {

@@ -2,7 +2,7 @@
 // spends ~340 bytes per function on strings and statistics that only one rank needs; 100,000
 // ranks of 500 functions would take 17 GB. Here every function identity (kind, name, stack,
 // class) is stored once per job and each rank keeps, per function, only the numbers diagnosis
-// compares (48 bytes); process groups, shared by their members, are stored once too. Summaries
+// compares (40 bytes); process groups, shared by their members, are stored once too. Summaries
 // are added one at a time and dropped, so a job streams in from disk or the network: as
 // RankSummary, or (the loader's way) as FunctionViews into the summary decoder's buffers, with
 // no string or vector per function. Adds run from many threads: lookups in the identity tables
@@ -46,8 +46,6 @@ struct CompactFunction {
   float calls_per_iter = 0;
   float mean_us = 0;
   float cv = 0;
-  float msg_bytes = 0;   // collectives
-  float busbw_gbps = 0;  // collectives
   // Standard deviation of its time across the window's iterations (0: fewer than two): how
   // much of a difference between ranks the iteration-to-iteration noise explains.
   float iter_sd_us = 0;
@@ -61,8 +59,16 @@ struct CompactFunction {
   trace::EventKind kind() const { return info->kind; }
   FunctionClass fclass() const { return info->fclass; }
 };
-// 100,000 ranks of 500 functions: 2.4 GB of these.
-static_assert(sizeof(CompactFunction) <= 48);
+// 100,000 ranks of 500 functions: 2.0 GB of these (2.4 at 48 bytes, with a collective's message
+// size and bandwidth in each: the job's peak passed 3 GB).
+static_assert(sizeof(CompactFunction) <= 40);
+
+// What only a collective has (CompactRank::collectives): a few of a rank's hundreds of functions.
+struct CompactCollective {
+  uint32_t index = 0;  // in CompactRank::compact
+  float msg_bytes = 0;
+  float busbw_gbps = 0;
+};
 
 // A function of a rank whose inputs' shapes the trace recorded (FunctionPattern::input_dims).
 struct CompactShape {
@@ -79,12 +85,16 @@ inline constexpr size_t kMaxShapedFunctions = 32;
 struct CompactRank : RankSummary {
   std::vector<CompactFunction> compact;
   std::vector<CompactShape> shapes;  // by cost, at most kMaxShapedFunctions
+  std::vector<CompactCollective> collectives;  // by index
   // The summary's process groups, stored once per job (RankSummary::process_groups is empty).
   std::vector<const trace::ProcessGroup*> groups;
   int role = -1;          // pipeline stage: position in the rank's "pp" group; -1 when unknown
   int gpu = -1;           // the device its GPU work ran on most (-1: none); NVML's index on a node
   bool has_self = false;  // the summary carries exclusive times
   bool any_main = false;  // some function is marked as running on the iteration thread
+
+  // F's message size and bus bandwidth if F (one of compact) is a collective; zeros otherwise.
+  CompactCollective CollectiveOf(const CompactFunction& f) const;
 };
 
 class CompactJob {

@@ -71,8 +71,12 @@ TEST(CompactJobTest, IdentitiesAndGroupsAreStoredOncePerJob) {
   // Collectives keep their numbers and their (interned) group.
   const CompactFunction& ar = r0.compact[2];
   EXPECT_EQ(ar.fclass(), FunctionClass::kCollective);
-  EXPECT_FLOAT_EQ(ar.busbw_gbps, 12.5);
-  EXPECT_FLOAT_EQ(ar.msg_bytes, 4 << 20);
+  EXPECT_FLOAT_EQ(r0.CollectiveOf(ar).busbw_gbps, 12.5);
+  EXPECT_FLOAT_EQ(r0.CollectiveOf(ar).msg_bytes, 4 << 20);
+  // Only for a function of its own that is a collective.
+  EXPECT_EQ(r0.CollectiveOf(r0.compact[0]).msg_bytes, 0);
+  EXPECT_EQ(r0.CollectiveOf(r3.compact[2]).msg_bytes, 0);
+  EXPECT_FLOAT_EQ(r3.CollectiveOf(r3.compact[2]).msg_bytes, 4 << 20);
   EXPECT_EQ(job.Group(ar.group), "dp:0");
   EXPECT_EQ(job.ranks()[2].compact[2].group, ar.group);
   EXPECT_NE(job.ranks()[1].compact[2].group, ar.group);
@@ -154,8 +158,6 @@ void ExpectSameFunction(const CompactFunction& a, const CompactFunction& b) {
   EXPECT_EQ(a.calls_per_iter, b.calls_per_iter);
   EXPECT_EQ(a.mean_us, b.mean_us);
   EXPECT_EQ(a.cv, b.cv);
-  EXPECT_EQ(a.msg_bytes, b.msg_bytes);
-  EXPECT_EQ(a.busbw_gbps, b.busbw_gbps);
   EXPECT_EQ(a.iter_sd_us, b.iter_sd_us);
   EXPECT_EQ(a.group, b.group);
   EXPECT_EQ(a.main_thread, b.main_thread);
@@ -182,7 +184,11 @@ TEST(CompactJobTest, ViewsAddTheSameRankAsPatterns) {
   const CompactRank& a = job.ranks()[0];
   const CompactRank& b = job.ranks()[1];
   ASSERT_EQ(b.compact.size(), a.compact.size());
-  for (size_t k = 0; k < a.compact.size(); ++k) ExpectSameFunction(a.compact[k], b.compact[k]);
+  for (size_t k = 0; k < a.compact.size(); ++k) {
+    ExpectSameFunction(a.compact[k], b.compact[k]);
+    EXPECT_EQ(a.CollectiveOf(a.compact[k]).msg_bytes, b.CollectiveOf(b.compact[k]).msg_bytes);
+    EXPECT_EQ(a.CollectiveOf(a.compact[k]).busbw_gbps, b.CollectiveOf(b.compact[k]).busbw_gbps);
+  }
   EXPECT_EQ(a.has_self, b.has_self);
   EXPECT_EQ(a.any_main, b.any_main);
   EXPECT_TRUE(b.has_self);
