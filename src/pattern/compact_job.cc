@@ -5,6 +5,7 @@
 #include <shared_mutex>
 
 #include "pattern/names.h"
+#include "pattern/rank_runs.h"
 #include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
@@ -191,13 +192,19 @@ std::optional<uint32_t> CompactJob::InternGroup(std::string_view g, bool add) {
 
 void CompactJob::ProcessGroupKey(const trace::ProcessGroup& pg, std::string* key) {
   // Members of one group report it alike; name, description and the member list identify it.
+  // The list as its runs (one for most groups): a data-parallel group of 5,000 ranks was keyed
+  // by its 20 KB list, copied, hashed and compared once per rank (with the summaries' runs,
+  // pattern/rank_runs.h: adding 100,000 ranks at tp=4,pp=5 took 7.1-7.5 -> 6.0 thread-seconds).
   key->assign(pg.name);
   key->push_back('\x1f');
   key->append(pg.desc);
   key->push_back('\x1f');
   key->append(pg.backend);
   key->push_back('\x1f');
-  key->append(reinterpret_cast<const char*>(pg.ranks.data()), pg.ranks.size() * sizeof(int));
+  ForEachRankRun(pg.ranks, [&](const RankRun& run) {
+    for (const int64_t v : {run.start, run.stride, static_cast<int64_t>(run.length)})
+      key->append(reinterpret_cast<const char*>(&v), sizeof(v));
+  });
 }
 
 const trace::ProcessGroup* CompactJob::InternProcessGroup(trace::ProcessGroup* pg,

@@ -169,9 +169,9 @@ struct MemorySite {
 };
 
 struct RankSummary {
-  // 4: a function may carry its input shapes (flag 8); 3: zstd payload; 2 (deflated) and 1
-  // still read.
-  static constexpr int kVersion = 4;
+  // 5: a process group's ranks as runs (start, stride, length); 4: a function may carry its
+  // input shapes (flag 8); 3: zstd payload; 2 (deflated) and 1 still read.
+  static constexpr int kVersion = 5;
   int rank = -1;
   int world_size = -1;
   std::string host;

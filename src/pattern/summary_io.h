@@ -16,6 +16,9 @@
 namespace perftracker::pattern {
 
 std::string SerializeSummary(const RankSummary& summary);
+// The same in format VERSION: 4 (a process group's ranks listed, what perftracker read before
+// version 5) or the current one. For tests of the older readers and files an older one reads.
+std::string SerializeSummary(const RankSummary& summary, int version);
 StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& name);
 
 // A summary's payload (string table, then body) with the header checked: read from START in
@@ -23,6 +26,7 @@ StatusOr<RankSummary> ParseSummary(std::string_view bytes, const std::string& na
 struct SummaryPayload {
   std::string_view bytes;
   size_t start = 0;
+  uint32_t version = 0;  // the file's format version
 };
 // ParseSummary's first step: checks magic and version and inflates the payload into INFLATED,
 // which the result then points into. Errors name the file NAME.

@@ -5,11 +5,13 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <array>
 #include <cstdio>
 #include <limits>
 #include <random>
 
 #include "base/limits.h"
+#include "pattern/summary_codec.h"
 
 namespace perftracker::pattern {
 namespace {
@@ -24,6 +26,8 @@ RankSummary Sample() {
   s.legacy_format = false;
   s.has_gpu = true;
   s.process_groups.push_back({"0", "default_pg", "nccl", 8, {0, 1, 2, 3, 4, 5, 6, 7}});
+  // Not one run: version 5 writes it as three (pattern/rank_runs.h).
+  s.process_groups.push_back({"1", "odd", "nccl", 5, {1, 3, 5, 2, 9}});
   s.devices.push_back({0, "NVIDIA A100", 108, 8, 0});
   s.iteration_source = "ProfilerStep";
   s.iteration_ms = {101.5, 99.25, 100.125};
@@ -226,12 +230,17 @@ TEST(SummaryIoTest, RoundTrip) {
   EXPECT_EQ(SerializeSummary(*back), bytes);
 }
 
-// Summaries of earlier releases stay readable: version 3 is version 4 without input shapes,
-// version 2 deflated the same payload with zlib, version 1 stored it as is.
+// Summaries of earlier releases stay readable: version 4 lists a process group's ranks where 5
+// writes runs, version 3 is version 4 without input shapes, version 2 deflated the same payload
+// with zlib, version 1 stored it as is.
 TEST(SummaryIoTest, ReadsVersionsOneAndTwo) {
   const RankSummary s = Sample();
-  const std::string v3 = SerializeSummary(s);
+  const std::string v3 = SerializeSummary(s, 4);
   ASSERT_EQ(v3[8], 4);
+  StatusOr<RankSummary> four = ParseSummary(v3, "v4.summary");
+  ASSERT_TRUE(four.ok()) << four.status().message();
+  ExpectEqual(s, *four);
+  EXPECT_NE(v3, SerializeSummary(s));
   size_t pos = 12;
   uint64_t size = 0;
   for (int shift = 0;; shift += 7) {
@@ -330,7 +339,7 @@ TEST(SummaryIoTest, NewerVersion) {
   StatusOr<RankSummary> r = ParseSummary(bytes, "x.summary");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(),
-            "x.summary: summary version 7 is newer than this perftracker (4)");
+            "x.summary: summary version 7 is newer than this perftracker (5)");
 }
 
 TEST(SummaryIoTest, EveryTruncationFailsCleanly) {
@@ -510,8 +519,9 @@ TEST(SummaryIoTest, ViewsHoldWhatParseSummaryDecodes) {
   ExpectEqual(s, FromViews(*views));
 
   std::string inflated;
-  ASSERT_TRUE(UnwrapSummary(v3, "x.summary", &inflated).ok());
-  std::string v1 = v3.substr(0, 12) + inflated;
+  const std::string v4 = SerializeSummary(s, 4);
+  ASSERT_TRUE(UnwrapSummary(v4, "x.summary", &inflated).ok());
+  std::string v1 = v4.substr(0, 12) + inflated;
   v1[8] = 1;
   views = ParseSummaryViews(v1, "v1.summary");
   ASSERT_TRUE(views.ok()) << views.status().message();
@@ -604,6 +614,64 @@ TEST(SummaryIoTest, FilesOfDifferentSizesInARowOnOneThread) {
   EXPECT_THAT(missing.status().message(), testing::HasSubstr(": cannot open summary: "));
   for (const std::string* p : {&large_path, &small_path, &liar_path, &long_path, &cut_path})
     std::remove(p->c_str());
+}
+
+}  // namespace
+}  // namespace perftracker::pattern
+
+namespace perftracker::pattern {
+namespace {
+
+// A version-5 summary whose one process group's ranks are the runs RUNS ({start, stride,
+// length}), cut short after them.
+std::string WithRuns(const std::vector<std::array<int64_t, 3>>& runs) {
+  summary_codec::Writer w;
+  w.S(0);  // rank
+  w.S(8);  // world size
+  w.Str("host");
+  w.Str("source");
+  w.B(false);
+  w.B(true);
+  w.U(1);  // process groups
+  w.Str("0");
+  w.Str("default_pg");
+  w.Str("nccl");
+  w.S(8);
+  w.U(runs.size());
+  for (const auto& [start, stride, length] : runs) {
+    w.S(start);
+    w.S(stride);
+    w.U(static_cast<uint64_t>(length));
+  }
+  const std::string payload = w.Payload();
+  std::string out = SerializeSummary(RankSummary{}).substr(0, 12);
+  summary_codec::Writer size;
+  size.U(payload.size());
+  out += size.Take();
+  std::string z(ZSTD_compressBound(payload.size()), '\0');
+  z.resize(ZSTD_compress(z.data(), z.size(), payload.data(), payload.size(), 3));
+  return out + z;
+}
+
+TEST(SummaryIoTest, RunsOfRanksAreBoundedBeforeTheyAreHeld) {
+  // Well-formed runs decode to the list (the file then ends early: truncated, not corrupt).
+  StatusOr<RankSummary> ok = ParseSummary(WithRuns({{0, 2, 4}, {1, 0, 1}}), "ok.summary");
+  ASSERT_FALSE(ok.ok());
+  EXPECT_NE(ok.status().message().find("truncated"), std::string::npos) << ok.status().message();
+  for (const auto& [runs, why] :
+       std::vector<std::pair<std::vector<std::array<int64_t, 3>>, const char*>>{
+           {{{0, 1, int64_t{1} << 40}}, "a run longer than a job"},
+           {{{0, 1, 0}}, "an empty run"},
+           {{{INT32_MAX, 1, 2}}, "a run past the largest rank"},
+           {{{0, int64_t{1} << 40, 2}}, "a step no two ranks make"},
+           {std::vector<std::array<int64_t, 3>>(40, {0, 1, 1 << 20}),
+            "runs that together pass the memory a summary may hold"},
+       }) {
+    StatusOr<RankSummary> bad = ParseSummary(WithRuns(runs), "bad.summary");
+    ASSERT_FALSE(bad.ok()) << why;
+    EXPECT_NE(bad.status().message().find("corrupt"), std::string::npos)
+        << why << ": " << bad.status().message();
+  }
 }
 
 }  // namespace
