@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "base/private_dir.h"
+#include "base/private_file.h"
 
 namespace perftracker {
 namespace {
@@ -23,17 +24,8 @@ std::string Errno() { return std::strerror(errno); }
 
 // Writes DATA to PATH, created 0600 (an earlier file is replaced, never followed if a link).
 Status WritePrivate(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return Unavailable(fmt::format("{}: cannot write: {}", tmp, Errno()));
-  const bool ok = ::write(fd, data.data(), data.size()) == static_cast<ssize_t>(data.size());
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return Unavailable(fmt::format("{}: cannot write: {}", path, Errno()));
-  }
-  return Status::Ok();
+  const Status st = WritePrivateFileAtomically(path, data, AtPath::kReplace);
+  return st.ok() ? st : Unavailable("cannot write: " + st.message());
 }
 
 std::string Trimmed(std::string line) {

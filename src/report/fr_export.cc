@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "base/private_dir.h"
+#include "base/private_file.h"
 #include "trace/pickle_writer.h"
 
 namespace perftracker::report {
@@ -298,22 +299,10 @@ Status WriteFlightRecorderFolder(const FrExport& e, const std::string& out) {
   PT_RETURN_IF_ERROR(MakeOwnFolder(out, "Flight Recorder folder"));
   for (const auto& [rank, bytes] : e.files) {
     const std::string path = (std::filesystem::path(out) / fmt::format("rank_{}", rank)).string();
-    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0)
-      return InvalidArgument(fmt::format("{}: {}{}", path, std::strerror(errno),
-                                         errno == EEXIST ? " (export into a new folder)" : ""));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = errno;
-        ::close(fd);
-        return DataLoss(fmt::format("{}: write failed: {}", path, std::strerror(err)));
-      }
-      done += static_cast<size_t>(n);
+    int err = 0;
+    if (Status st = CreatePrivateFile(path, bytes, IfPresent::kFail, &err); !st.ok()) {
+      return err == EEXIST ? InvalidArgument(st.message() + " (export into a new folder)") : st;
     }
-    if (::close(fd) != 0) return DataLoss(path + ": write failed");
   }
   return Status::Ok();
 }

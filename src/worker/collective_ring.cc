@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/private_file.h"
+
 namespace perftracker::worker::collective_ring {
 namespace {
 
@@ -277,27 +279,9 @@ std::string DumpJson() {
 }
 
 Status WriteDump(const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  const std::string json = DumpJson();
   // Made afresh, never through a link planted where the file goes (the folder comes from the
-  // environment): a file of this user's left there by a dump that died is replaced, anything
-  // else refused.
-  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW;
-  int fd = open(tmp.c_str(), kFlags, 0600);
-  if (struct stat st{}; fd < 0 && errno == EEXIST && lstat(tmp.c_str(), &st) == 0 &&
-                        S_ISREG(st.st_mode) && st.st_uid == geteuid() && unlink(tmp.c_str()) == 0)
-    fd = open(tmp.c_str(), kFlags, 0600);
-  if (fd < 0) return InvalidArgument(tmp + ": " + std::strerror(errno));
-  FILE* f = fdopen(fd, "wb");
-  if (f == nullptr) {
-    close(fd);
-    return InvalidArgument(tmp + ": " + std::strerror(errno));
-  }
-  const bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
-  if (std::fclose(f) != 0 || !ok) return DataLoss(tmp + ": write failed");
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    return DataLoss(path + ": rename failed: " + std::strerror(errno));
-  return Status::Ok();
+  // environment): a file of this user's left there by a dump that died is replaced.
+  return WritePrivateFileAtomically(path, DumpJson(), AtPath::kReplace);
 }
 
 Status SetCrashPath(const std::string& path) {

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "base/json_writer.h"
+#include "base/private_file.h"
 #include "base/python_window_format.h"
 
 namespace perftracker::worker {
@@ -90,30 +91,10 @@ std::string PythonWindowJson(const PythonWindow& w) {
 }
 
 Status WritePythonWindow(const PythonWindow& w) {
-  // Created, never opened: a file or a link already at either name (planted to make this
-  // process write elsewhere, or overwrite something) fails the write instead.
-  const std::string tmp = w.path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return Internal(w.path + ": cannot write: " + std::strerror(errno));
-  const std::string json = PythonWindowJson(w);
-  size_t off = 0;
-  while (off < json.size()) {
-    const ssize_t n = ::write(fd, json.data() + off, json.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    off += static_cast<size_t>(n);
-  }
-  const bool written = off == json.size();
-  const int write_errno = errno;
-  ::close(fd);
-  // link() does not replace an existing name, as rename() would.
-  if (!written || ::link(tmp.c_str(), w.path.c_str()) != 0) {
-    const int err = written ? errno : write_errno;
-    ::unlink(tmp.c_str());
-    return Internal(w.path + ": cannot write: " + std::strerror(err));
-  }
-  ::unlink(tmp.c_str());
-  return Status::Ok();
+  // Created, never opened: a link at either name (planted to make this process write elsewhere)
+  // or a file already at the trace's name fails the write instead.
+  const Status st = WritePrivateFileAtomically(w.path, PythonWindowJson(w), AtPath::kKeep);
+  return st.ok() ? st : Internal("cannot write the Python window: " + st.message());
 }
 
 }  // namespace perftracker::worker
