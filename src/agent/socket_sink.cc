@@ -28,6 +28,7 @@
 #include "agent/trace_pairing.h"
 #include "agent/worker_guard.h"
 #include "agent/worker_message.h"
+#include "agent/worker_registry.h"
 #include "base/json_writer.h"
 #include "base/log.h"
 #include "base/net.h"
@@ -66,30 +67,80 @@ std::string TriggerText(const WorkerTrigger& t, int pid) {
 
 }  // namespace
 
+// One worker's connection: its buffers and who it says it is.
+struct WorkerConnection {
+  int fd = -1;
+  bool refused = false;     // it claimed a rank another live worker holds: closed
+  std::string in;           // the current line, up to kMaxLineBytes
+  bool discarding = false;  // inside an oversized line: skip to its newline
+  std::string out;
+  size_t out_off = 0;
+  // Identity, from the worker's messages (every message carries it). The first pid and rank
+  // a connection names are its own for good: a message naming others is dropped.
+  int pid = 0;
+  int rank = -1;
+  int local_rank = -1;
+  int world_size = -1;
+  int attempt = -1;  // the launcher's restart count (-1: not said)
+  std::string host;
+  int64_t clock_offset_ns = 0;
+  std::optional<int64_t> window_sent;  // the last window whose profile command it got
+  int64_t window_acked = 0;            // the last window it answered (profile_ack)
+  bool window_accepted = false;
+  int64_t last_iteration = -1;
+  bool exit_message = false;  // its stats message: it is exiting normally
+  std::deque<IterationReport> unranked;
+};
+
+namespace {
+
+using Conn = WorkerConnection;
+
+WorkerStatus StatusOf(const Conn& c) {
+  WorkerStatus w;
+  w.rank = c.rank;
+  w.pid = c.pid;
+  w.window_sent = c.window_sent.value_or(0);
+  w.window_acked = c.window_acked;
+  w.window_accepted = c.window_accepted;
+  w.exit_message = c.exit_message;
+  w.last_iteration = c.last_iteration;
+  w.attempt = std::max(c.attempt, 0);
+  return w;
+}
+
+// The rank and the world size the live connection of process PID said (-1: none did).
+int RankOfPid(const std::map<int, Conn>& conns, int pid) {
+  for (const auto& [fd, c] : conns) {
+    if (c.pid == pid && c.rank >= 0) return c.rank;
+  }
+  return -1;
+}
+
+// The pid of another live connection, of another process than PID, that holds RANK and is not
+// an earlier attempt of the job than ATTEMPT (an elastic restart's new ranks connect while the
+// old ones may still be closing); 0: none.
+int RankHolder(const std::map<int, Conn>& conns, const Conn& c, int rank, int pid = 0,
+               int attempt = -1) {
+  for (const auto& [fd, other] : conns) {
+    if (&other == &c || other.refused || other.rank != rank || other.pid == pid) continue;
+    if (attempt > std::max(other.attempt, 0)) continue;
+    return other.pid;
+  }
+  return 0;
+}
+
+int WorldSizeOfPid(const std::map<int, Conn>& conns, int pid) {
+  for (const auto& [fd, c] : conns) {
+    if (c.pid == pid && c.world_size > 0) return c.world_size;
+  }
+  return -1;
+}
+
+}  // namespace
+
 struct SocketSink::Impl {
-  struct Conn {
-    int fd = -1;
-    bool refused = false;     // it claimed a rank another live worker holds: closed
-    std::string in;           // the current line, up to kMaxLineBytes
-    bool discarding = false;  // inside an oversized line: skip to its newline
-    std::string out;
-    size_t out_off = 0;
-    // Identity, from the worker's messages (every message carries it). The first pid and rank
-    // a connection names are its own for good: a message naming others is dropped.
-    int pid = 0;
-    int rank = -1;
-    int local_rank = -1;
-    int world_size = -1;
-    int attempt = -1;  // the launcher's restart count (-1: not said)
-    std::string host;
-    int64_t clock_offset_ns = 0;
-    std::optional<int64_t> window_sent;  // the last window whose profile command it got
-    int64_t window_acked = 0;            // the last window it answered (profile_ack)
-    bool window_accepted = false;
-    int64_t last_iteration = -1;
-    bool exit_message = false;  // its stats message: it is exiting normally
-    std::deque<IterationReport> unranked;
-  };
+  using Conn = WorkerConnection;
 
   std::string socket_path;
   std::string trace_dir;
@@ -117,11 +168,9 @@ struct SocketSink::Impl {
   std::set<int> window_done_pids;  // workers whose trace for the window arrived
   std::set<int> window_pids;       // workers that got the command when it came
   int window_attempt = -1;         // their highest restart count (-1: none had said who it is)
-  // Each worker's newest status by pid (live and exited, at most kMaxKnownWorkers), the pids
-  // changed since the last poll, and exited pids whose process may not have ended yet.
-  std::map<int, WorkerStatus> workers;
-  std::set<int> changed;
-  std::map<int, Clock::time_point> exit_rechecks;
+  // Each worker's newest status by pid (live and exited, at most kMaxKnownWorkers), for the
+  // server; the exit recheck set with `options`, in the constructor.
+  WorkerRegistry workers{kMaxKnownWorkers, 0, ProcessGone};
 
   dom::parser parser;  // I/O thread only
   WorkerMessage msg;   // the line being handled (I/O thread only)
@@ -133,51 +182,9 @@ struct SocketSink::Impl {
     [[maybe_unused]] ssize_t r = write(wake_write, &b, 1);
   }
 
-  static WorkerStatus StatusOf(const Conn& c) {
-    WorkerStatus w;
-    w.rank = c.rank;
-    w.pid = c.pid;
-    w.window_sent = c.window_sent.value_or(0);
-    w.window_acked = c.window_acked;
-    w.window_accepted = c.window_accepted;
-    w.exit_message = c.exit_message;
-    w.last_iteration = c.last_iteration;
-    w.attempt = std::max(c.attempt, 0);
-    return w;
-  }
 
   // The worker's status changed: the server hears of it at the agent's next report.
-  void Note(const WorkerStatus& w) {
-    if (w.pid <= 0) return;
-    if (!workers.count(w.pid) && workers.size() >= kMaxKnownWorkers) {
-      auto old = std::find_if(workers.begin(), workers.end(),
-                              [](const auto& kv) { return kv.second.exited; });
-      if (old == workers.end()) return;
-      changed.erase(old->first);
-      exit_rechecks.erase(old->first);
-      workers.erase(old);
-    }
-    workers[w.pid] = w;
-    changed.insert(w.pid);
-    if (!w.exited) exit_rechecks.erase(w.pid);
-  }
-  void Note(const Conn& c) { Note(StatusOf(c)); }
-
-  // Exited workers whose process has ended since: changed.
-  void RecheckExits(Clock::time_point now) {
-    for (auto it = exit_rechecks.begin(); it != exit_rechecks.end();) {
-      auto w = workers.find(it->first);
-      if (w != workers.end() && ProcessGone(it->first)) {
-        w->second.process_gone = true;
-        changed.insert(it->first);
-        it = exit_rechecks.erase(it);
-      } else if (w == workers.end() || Seconds(now - it->second) > options.exit_recheck_seconds) {
-        it = exit_rechecks.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+  void Note(const Conn& c) { workers.Note(StatusOf(c)); }
 
   void CloseAll() {
     for (auto& [fd, c] : conns) {
@@ -378,11 +385,11 @@ struct SocketSink::Impl {
       return false;
     }
     if (m.rank && c.rank < 0 &&
-        RankHeldByOther(c, *m.rank, m.pid.value_or(c.pid), m.attempt.value_or(c.attempt))) {
+        RankHolder(conns, c, *m.rank, m.pid.value_or(c.pid), m.attempt.value_or(c.attempt)) > 0) {
       ++counters.rank_conflicts;
       c.refused = true;
       log::Error("agent", "refused a worker (pid {}) claiming rank {}, which pid {} holds",
-                 m.pid.value_or(c.pid), *m.rank, RankHolder(c, *m.rank));
+                 m.pid.value_or(c.pid), *m.rank, RankHolder(conns, c, *m.rank));
       return false;
     }
     const int pid = c.pid, rank = c.rank;
@@ -401,21 +408,6 @@ struct SocketSink::Impl {
     }
     c.unranked.clear();
     return true;
-  }
-
-  // Whether another live connection, of another process, holds RANK and is not an earlier
-  // attempt of the job than ATTEMPT (an elastic restart's new ranks connect while the old ones
-  // may still be closing).
-  bool RankHeldByOther(const Conn& c, int rank, int pid, int attempt) const {
-    return RankHolder(c, rank, pid, attempt) > 0;
-  }
-  int RankHolder(const Conn& c, int rank, int pid = 0, int attempt = -1) const {
-    for (const auto& [fd, other] : conns) {
-      if (&other == &c || other.refused || other.rank != rank || other.pid == pid) continue;
-      if (attempt > std::max(other.attempt, 0)) continue;
-      return other.pid;
-    }
-    return 0;
   }
 
   // PATH, a trace a worker named, as the real path of a regular file inside the trace folder;
@@ -507,20 +499,6 @@ struct SocketSink::Impl {
     Reap(Clock::now());
   }
 
-  int RankOfPid(int pid) const {
-    for (const auto& [fd, c] : conns) {
-      if (c.pid == pid && c.rank >= 0) return c.rank;
-    }
-    return -1;
-  }
-
-  int WorldSizeOfPid(int pid) const {
-    for (const auto& [fd, c] : conns) {
-      if (c.pid == pid && c.world_size > 0) return c.world_size;
-    }
-    return -1;
-  }
-
   // Moves the windows whose traces are paired, or waited for long enough, to `finished`.
   void Reap(Clock::time_point now) {
     std::vector<TracePairing::Paired> ready;
@@ -532,8 +510,8 @@ struct SocketSink::Impl {
       t.missing_part = std::move(p.missing_part);
       t.missing_why = std::move(p.missing_why);
       t.pid = p.pid;
-      t.rank = p.rank >= 0 ? p.rank : RankOfPid(p.pid);
-      t.world_size = WorldSizeOfPid(p.pid);
+      t.rank = p.rank >= 0 ? p.rank : RankOfPid(conns, p.pid);
+      t.world_size = WorldSizeOfPid(conns, p.pid);
       finished.push_back(std::move(t));
     }
   }
@@ -631,14 +609,11 @@ struct SocketSink::Impl {
   void Drop(std::map<int, Conn>::iterator it) {
     Conn& c = it->second;
     if (c.pid > 0) {
-      WorkerStatus w = StatusOf(c);
-      w.exited = true;
-      w.exited_unix_s =
+      const WorkerStatus w = workers.NoteExit(
+          StatusOf(c),
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      w.process_gone = ProcessGone(c.pid);
-      Note(w);
-      if (!w.process_gone) exit_rechecks[c.pid] = Clock::now();
+              .count(),
+          Clock::now());
       Log(fmt::format("worker pid {} rank {} disconnected{}", c.pid, RankName(c.rank),
                       w.process_gone   ? ": its process ended"
                       : c.exit_message ? " (exiting)"
@@ -660,6 +635,7 @@ SocketSink::SocketSink(std::string socket_path, std::string trace_dir, Options o
   impl_->trace_dir = std::move(trace_dir);
   impl_->options = options;
   impl_->pairing = TracePairing({options.torch_wait_seconds, options.orphan_torch_seconds});
+  impl_->workers = WorkerRegistry(kMaxKnownWorkers, options.exit_recheck_seconds, ProcessGone);
 }
 
 SocketSink::~SocketSink() { Stop(); }
@@ -844,24 +820,14 @@ std::vector<std::pair<int64_t, pattern::RankStacks>> SocketSink::PollStacks() {
 std::vector<WorkerStatus> SocketSink::PollWorkerChanges() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);
-  m.RecheckExits(Clock::now());
-  std::vector<WorkerStatus> out;
-  for (int pid : m.changed) {
-    auto it = m.workers.find(pid);
-    // The server files a worker under its rank: one not known yet is said once it is.
-    if (it != m.workers.end() && it->second.rank >= 0) out.push_back(it->second);
-  }
-  m.changed.clear();
-  return out;
+  m.workers.RecheckExits(Clock::now());
+  return m.workers.TakeChanged();
 }
 
 std::vector<WorkerStatus> SocketSink::AllWorkers() {
   Impl& m = *impl_;
   std::lock_guard lk(m.mu);
-  std::vector<WorkerStatus> out;
-  for (const auto& [pid, w] : m.workers)
-    if (w.rank >= 0) out.push_back(w);
-  return out;
+  return m.workers.All();
 }
 
 SocketSink::Counters SocketSink::counters() const {
