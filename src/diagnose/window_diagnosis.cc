@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <set>
 #include <string>
 
 #include "diagnose/all_rank_os.h"
@@ -29,6 +31,29 @@ void SetRunMemory(std::vector<Finding> memory, std::optional<std::vector<RankMem
                 [&](const Finding& f) { return f.category == Category::kMemoryGrowth; });
   for (auto& f : memory) d->findings.push_back(std::move(f));
   NameMemorySites(d->job.memory, &d->findings);
+}
+
+void SetAsideRecorderCost(const std::vector<int>& memory_ranks, Diagnosis* d) {
+  if (memory_ranks.empty()) return;
+  const std::set<int> recording(memory_ranks.begin(), memory_ranks.end());
+  const std::set<Category> timing = {Category::kStraggler, Category::kDataLoader, Category::kPython,
+                                     Category::kGc,        Category::kSync,       Category::kMemcpy,
+                                     Category::kRegression};
+  std::vector<std::string> set_aside;
+  std::erase_if(d->findings, [&](const Finding& f) {
+    const bool recorder =
+        f.finding_class == FindingClass::kSubset && timing.count(f.category) && !f.ranks.empty() &&
+        std::all_of(f.ranks.begin(), f.ranks.end(), [&](int r) { return recording.count(r) > 0; });
+    if (recorder)
+      set_aside.push_back(
+          fmt::format("{} ({:.2f} ms/iter)", CategoryName(f.category), f.impact_ms));
+    return recorder;
+  });
+  if (set_aside.empty()) return;
+  d->job.notes.push_back(
+      fmt::format("ranks {} recorded their allocations in this window, which slows them: their {} "
+                  "finding(s) here are that recorder's cost and are left out",
+                  fmt::join(recording, ","), fmt::join(set_aside, ", ")));
 }
 
 Diagnosis DiagnoseWindow(WindowInput in, BaselineState* state) {
@@ -91,6 +116,7 @@ Diagnosis DiagnoseWindow(WindowInput in, BaselineState* state) {
     if (in.rate->slowdown_step) budget.rise_ms = in.rate->RiseMs();
   }
   SetRunMemory(std::move(in.memory), std::nullopt, &d);
+  SetAsideRecorderCost(in.memory_ranks, &d);
   FoldAllRanksThrottled(&d.findings);
   BoundCosts(budget, &d);  // sorts, whichever categories are present
   d.job.notes.push_back(fmt::format("compared with: {}", fmt::join(against, "; ")));

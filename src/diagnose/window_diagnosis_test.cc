@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,37 @@ TEST(DiagnoseWindow, TheBaselineWindowIsKeptAndLaterWindowsAreComparedWithIt) {
   EXPECT_EQ(other.job.notes.back(), "compared with: each rank's peers of the same role");
   EXPECT_NE(other.job.notes.front().find("attempt 1 of the job"), std::string::npos)
       << other.job.notes.front();
+}
+
+// A window that records rank 5's allocations slows rank 5: its straggler there is the
+// recorder's cost, left out with a note; its memory growth stays, and so would another rank's
+// straggler.
+TEST(DiagnoseWindow, ARankRecordingItsAllocationsIsNotNamedSlowForIt) {
+  const pattern::CompactJob job = SlowGpuJob(5);
+  BaselineState state;
+  const Diagnosis plain = DiagnoseWindow(Input(job, 1, false), &state);
+  ASSERT_FALSE(plain.findings.empty());
+  ASSERT_EQ(plain.findings[0].category, Category::kStraggler);
+  ASSERT_EQ(plain.findings[0].ranks, std::vector<int>{5});
+
+  WindowInput in = Input(job, 1, false);
+  in.memory_ranks = {5};
+  in.memory = {Growth(5, 0)};
+  const Diagnosis d = DiagnoseWindow(std::move(in), &state);
+  for (const Finding& f : d.findings) EXPECT_NE(f.category, Category::kStraggler) << f.summary;
+  EXPECT_TRUE(std::any_of(d.findings.begin(), d.findings.end(),
+                          [](const Finding& f) { return f.category == Category::kMemoryGrowth; }));
+  EXPECT_TRUE(std::any_of(d.job.notes.begin(), d.job.notes.end(), [](const std::string& n) {
+    return n.find("ranks 5 recorded their allocations") != std::string::npos &&
+           n.find("straggler") != std::string::npos;
+  }));
+
+  // Another rank recording: rank 5 is still named.
+  WindowInput other = Input(job, 1, false);
+  other.memory_ranks = {6};
+  const Diagnosis o = DiagnoseWindow(std::move(other), &state);
+  ASSERT_FALSE(o.findings.empty());
+  EXPECT_EQ(o.findings[0].category, Category::kStraggler);
 }
 
 }  // namespace

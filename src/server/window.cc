@@ -105,6 +105,7 @@ diagnose::WindowInput Window::Sealed::DiagnosisInput() {
   in.metrics = &metrics;
   in.missing = &missing;
   in.sample = std::move(sample);
+  in.memory_ranks = spec.memory_ranks;
   return in;
 }
 
