@@ -117,6 +117,13 @@ int RankOfPid(const std::map<int, Conn>& conns, int pid) {
   return -1;
 }
 
+int WorldSizeOfPid(const std::map<int, Conn>& conns, int pid) {
+  for (const auto& [fd, c] : conns) {
+    if (c.pid == pid && c.world_size > 0) return c.world_size;
+  }
+  return -1;
+}
+
 // The pid of another live connection, of another process than PID, that holds RANK and is not
 // an earlier attempt of the job than ATTEMPT (an elastic restart's new ranks connect while the
 // old ones may still be closing); 0: none.
@@ -130,18 +137,9 @@ int RankHolder(const std::map<int, Conn>& conns, const Conn& c, int rank, int pi
   return 0;
 }
 
-int WorldSizeOfPid(const std::map<int, Conn>& conns, int pid) {
-  for (const auto& [fd, c] : conns) {
-    if (c.pid == pid && c.world_size > 0) return c.world_size;
-  }
-  return -1;
-}
-
 }  // namespace
 
 struct SocketSink::Impl {
-  using Conn = WorkerConnection;
-
   std::string socket_path;
   std::string trace_dir;
   std::string trace_root;  // trace_dir's real path: the only place traces are read from

@@ -8,15 +8,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "file_text.h"
+
 namespace perftracker::log {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_support::ReadText;
 
 // Runs FN with stderr sent to a file and returns what it wrote there.
 template <typename F>
@@ -31,7 +28,7 @@ std::string CaptureStderr(F fn) {
   dup2(saved, STDERR_FILENO);
   close(saved);
   std::fclose(f);
-  return ReadFile(path);
+  return ReadText(path);
 }
 
 TEST(LogTest, RoutesLevelsBetweenTerminalAndFile) {
@@ -53,7 +50,7 @@ TEST(LogTest, RoutesLevelsBetweenTerminalAndFile) {
   // Only the first line of a several-line event carries the prefix.
   EXPECT_NE(terminal.find("perftracker: report:\nline two\n"), std::string::npos);
 
-  std::string logged = ReadFile(file);
+  std::string logged = ReadText(file);
   EXPECT_EQ(logged.find("before configure"), std::string::npos);
   EXPECT_NE(logged.find("detail agent: rank 3 connected\n"), std::string::npos) << logged;
   EXPECT_NE(logged.find("event  window 1 opened\n"), std::string::npos) << logged;

@@ -97,10 +97,6 @@ void WriteRanks(Writer& w, const std::vector<int>& ranks) {
   });
 }
 
-}  // namespace
-
-namespace {
-
 // The payload of S in format VERSION (4: ranks listed, 5: as runs).
 std::string EncodePayload(const RankSummary& s, uint32_t version) {
   Writer w;
@@ -344,6 +340,7 @@ void ReadRanks(Reader& r, uint32_t version, std::vector<int>* ranks) {
     if (last < INT32_MIN || last > INT32_MAX) r.Corrupt();
     r.Charge(length * sizeof(int));
     if (r.failed()) break;
+    ranks->reserve(ranks->size() + length);
     for (uint64_t k = 0; k < length; ++k)
       ranks->push_back(static_cast<int>(start + stride * static_cast<int64_t>(k)));
   }

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "file_text.h"
 #include "report/report.h"
 #include "server/testing.h"
 
@@ -14,12 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Read(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_support::ReadText;
 
 diagnose::Diagnosis WithFinding(int rank) {
   diagnose::Diagnosis d;
@@ -40,10 +36,10 @@ TEST(Publisher, WritesTheWindowAndTheJobsReportRenderingTheJsonOnce) {
   Publisher::Result r = p.Publish(3, d, false, job, "<html>3</html>");
   ASSERT_TRUE(r.status.ok()) << r.status.message();
   EXPECT_EQ(r.json, report::RenderJson(d));
-  EXPECT_EQ(Read(fs::path(dir) / "windows" / "3" / "diagnosis.json"), r.json);
-  EXPECT_EQ(Read(fs::path(dir) / "diagnosis.json"), r.json);
-  EXPECT_EQ(Read(fs::path(dir) / "windows" / "3" / "report.html"), "<html>3</html>");
-  EXPECT_EQ(Read(fs::path(dir) / "report.html"), "<html>3</html>");
+  EXPECT_EQ(ReadText(fs::path(dir) / "windows" / "3" / "diagnosis.json"), r.json);
+  EXPECT_EQ(ReadText(fs::path(dir) / "diagnosis.json"), r.json);
+  EXPECT_EQ(ReadText(fs::path(dir) / "windows" / "3" / "report.html"), "<html>3</html>");
+  EXPECT_EQ(ReadText(fs::path(dir) / "report.html"), "<html>3</html>");
   EXPECT_EQ(p.latest().root_id, 3);
   ASSERT_TRUE(p.latest().diagnosis.has_value());
   EXPECT_EQ(p.latest().diagnosis->findings[0].summary, "rank 2 is slow");
@@ -55,7 +51,7 @@ TEST(Publisher, WritesTheWindowAndTheJobsReportRenderingTheJsonOnce) {
   EXPECT_EQ(p.latest().root_id, 4);
   EXPECT_EQ(p.latest().window_id, 3);
   EXPECT_EQ(p.latest().waits.size(), 1u);
-  EXPECT_EQ(Read(fs::path(dir) / "report.html"), "<html>4</html>");
+  EXPECT_EQ(ReadText(fs::path(dir) / "report.html"), "<html>4</html>");
 }
 
 TEST(Publisher, AnAmendmentOfAnOlderReportOrAWindowThatProfiledNothingLeavesTheJobsReport) {
@@ -65,17 +61,17 @@ TEST(Publisher, AnAmendmentOfAnOlderReportOrAWindowThatProfiledNothingLeavesTheJ
   ASSERT_TRUE(p.Publish(2, WithFinding(2), false, nullptr, "two").status.ok());
   // Window 1 rewritten (a hang that was not one): its own folder only.
   ASSERT_TRUE(p.Publish(1, WithFinding(3), true, nullptr, "one again").status.ok());
-  EXPECT_EQ(Read(fs::path(dir) / "windows" / "1" / "report.html"), "one again");
-  EXPECT_EQ(Read(fs::path(dir) / "report.html"), "two");
+  EXPECT_EQ(ReadText(fs::path(dir) / "windows" / "1" / "report.html"), "one again");
+  EXPECT_EQ(ReadText(fs::path(dir) / "report.html"), "two");
   EXPECT_EQ(p.latest().root_id, 2);
   // Window 2 rewritten while it is the job's report: both.
   ASSERT_TRUE(p.Publish(2, WithFinding(0), true, nullptr, "two again").status.ok());
-  EXPECT_EQ(Read(fs::path(dir) / "report.html"), "two again");
+  EXPECT_EQ(ReadText(fs::path(dir) / "report.html"), "two again");
   EXPECT_EQ(p.latest().diagnosis->findings[0].summary, "rank 0 is slow");
   // A window no rank reported and nothing found: the report before it stays the job's.
   ASSERT_TRUE(p.Publish(5, diagnose::Diagnosis{}, false, nullptr, "empty").status.ok());
-  EXPECT_EQ(Read(fs::path(dir) / "windows" / "5" / "report.html"), "empty");
-  EXPECT_EQ(Read(fs::path(dir) / "report.html"), "two again");
+  EXPECT_EQ(ReadText(fs::path(dir) / "windows" / "5" / "report.html"), "empty");
+  EXPECT_EQ(ReadText(fs::path(dir) / "report.html"), "two again");
   EXPECT_EQ(p.latest().root_id, 2);
 }
 

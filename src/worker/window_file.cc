@@ -1,12 +1,7 @@
 #include "worker/window_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 
 #include "base/json_writer.h"
 #include "base/private_file.h"

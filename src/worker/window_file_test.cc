@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/python_window_format.h"
+#include "file_text.h"
 #include "temp_dir.h"
 
 namespace perftracker::worker {
@@ -17,12 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing_support::ReadText;
 
 PythonWindow Window(const std::string& path) {
   PythonWindow w;
@@ -35,7 +31,7 @@ TEST(WindowFileTest, WritesAPrivateFileAndNoTemporaryOne) {
   testing_support::TempDir dir("pt-window-file");
   const std::string path = dir.path() + "/rank-0.python.json";
   ASSERT_TRUE(WritePythonWindow(Window(path)).ok());
-  EXPECT_NE(Read(path).find(python_window::kSchema), std::string::npos);
+  EXPECT_NE(ReadText(path).find(python_window::kSchema), std::string::npos);
   struct stat st {};
   ASSERT_EQ(lstat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 07777, 0600u);
@@ -51,19 +47,19 @@ TEST(WindowFileTest, NeverFollowsALinkNorReplacesAFile) {
   const std::string path = dir.path() + "/rank-0.python.json";
   fs::create_symlink(victim, path);
   EXPECT_FALSE(WritePythonWindow(Window(path)).ok());
-  EXPECT_EQ(Read(victim), "precious");
+  EXPECT_EQ(ReadText(victim), "precious");
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 
   const std::string other = dir.path() + "/rank-1.python.json";
   fs::create_symlink(victim, other + ".tmp");
   EXPECT_FALSE(WritePythonWindow(Window(other)).ok());
-  EXPECT_EQ(Read(victim), "precious");
+  EXPECT_EQ(ReadText(victim), "precious");
   EXPECT_FALSE(fs::exists(other));
 
   const std::string existing = dir.path() + "/rank-2.python.json";
   std::ofstream(existing) << "earlier";
   EXPECT_FALSE(WritePythonWindow(Window(existing)).ok());
-  EXPECT_EQ(Read(existing), "earlier");
+  EXPECT_EQ(ReadText(existing), "earlier");
 }
 
 TEST(WindowFileTest, ASampledHeapIsWrittenAsKeptMemory) {
