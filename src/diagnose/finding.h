@@ -142,7 +142,7 @@ struct RankArrival {
   bool known = false;  // false: its collectives are in a part of its window it lacks
 };
 
-// The job's arrivals: every rank's, and whether the replay applies (one group: no pipeline).
+// The job's arrivals: every rank's, and whether the replay applies (every group waits somewhere).
 struct Arrivals {
   std::vector<RankArrival> ranks;
   bool replayable = false;

@@ -256,7 +256,16 @@ TEST(TopologyTest, TwoFaultsAreBothReported) {
   EXPECT_TRUE(gpu) << Dump(d);
   EXPECT_TRUE(link) << Dump(d);
   ASSERT_FALSE(d.findings.empty());
-  EXPECT_EQ(d.findings[0].category, Category::kStraggler) << Dump(d);  // 24 ms beats 20 ms
+  // Ranked by what fixing each gives (diagnose/what_if.h), each pipeline stage replayed on its
+  // own: in stage 1, ranks 8 and 10 reach their collectives as late as rank 13 does (their waits
+  // as this job's model gives them: 15 ms each), so fixing rank 13 alone gives the job nothing,
+  // and the slow links' 20 ms come first though the straggler's rule says 24.8.
+  EXPECT_EQ(d.findings[0].category, Category::kCommunication) << Dump(d);
+  for (const auto& f : d.findings) {
+    if (f.category == Category::kStraggler) {
+      EXPECT_EQ(f.what_if_ms, 0) << Dump(d);
+    }
+  }
 }
 
 TEST(TopologyTest, MissingRankIsNamed) {

@@ -13,6 +13,7 @@
 #include "diagnose/peer_stats.h"
 #include "diagnose/policy.h"
 #include "diagnose/rank_info.h"
+#include "pattern/names.h"
 
 namespace perftracker::diagnose {
 namespace {
@@ -33,13 +34,32 @@ double LatestArrival(const std::vector<RankArrival>& group, const std::map<int, 
   return latest;
 }
 
-// The latest arrival's move when the ranks of EARLIER arrive that much sooner, on a group whose
+// The latest arrival's move when the ranks of EARLIER arrive that much sooner, on one group whose
 // noise is already taken out (WithoutNoise).
-double SavingOnQuiet(const std::vector<RankArrival>& quiet, const std::map<int, double>& earlier) {
+double GroupSaving(const std::vector<RankArrival>& quiet, const std::map<int, double>& earlier) {
   const double before = LatestArrival(quiet, {});
   const double after = LatestArrival(quiet, earlier);
   if (!std::isfinite(before) || !std::isfinite(after)) return 0;
   return std::max(0.0, before - after);
+}
+
+// QUIET's ranks split by their peer group, in rank order within each.
+std::map<int, std::vector<RankArrival>> ByGroup(const std::vector<RankArrival>& quiet) {
+  std::map<int, std::vector<RankArrival>> out;
+  for (const RankArrival& a : quiet) out[a.group].push_back(a);
+  return out;
+}
+
+// The saving when the ranks of EARLIER arrive that much sooner: each group's latest arrival's
+// move, the most of any group that holds one of them (a pipeline: the stage they are in).
+double SavingOnQuiet(const std::vector<RankArrival>& quiet, const std::map<int, double>& earlier) {
+  double saving = 0;
+  for (const auto& [group, members] : ByGroup(quiet)) {
+    bool moved = false;
+    for (const RankArrival& a : members) moved = moved || earlier.count(a.rank) > 0;
+    if (moved) saving = std::max(saving, GroupSaving(members, earlier));
+  }
+  return saving;
 }
 
 // What the replay says of F (ms an iteration), or < 0 where it says nothing. QUIET: the job's
@@ -63,6 +83,31 @@ double CollectiveTimeUs(const pattern::CompactFunction& f, bool has_self) {
   return trace::IsGpuKind(f.kind()) ? f.per_iter_us : internal::SelfUs(f, has_self);
 }
 
+namespace {
+
+// The time a rank waits for the members of its own group (ms an iteration): its collective
+// time less its transfers to and from other pipeline stages (pattern::IsPointToPoint). A
+// stage's rank that computes more fills its wait for a neighbour stage's activations (the
+// schedule's bubble) first: that wait shrinks, and only the rest of the extra work delays its
+// group (a simulated tp=8,pp=2 job: counting the transfers, the replay said 44 ms for a rank
+// whose removal gave nothing, and 73 for one that gave 39).
+// A CPU collective is often seen twice: the training thread waits in Work.wait() while gloo's
+// worker thread runs gloo:all_reduce, the same time again; summed, every gap between two ranks
+// would read double (a real pipeline: 295 ms for 147). The wait is the longer of the two
+// threads' (DDP's gradient all-reduce runs on the worker alone while the training thread is in
+// backward), plus the GPU's collective kernels.
+double GroupWaitMs(const pattern::CompactRank& rank) {
+  double main_us = 0, other_us = 0, gpu_us = 0;
+  for (const pattern::CompactFunction& f : rank.compact) {
+    const double us = CollectiveTimeUs(f, rank.has_self);
+    if (us == 0 || pattern::IsPointToPoint(f.name(), f.info->stack)) continue;
+    (trace::IsGpuKind(f.kind()) ? gpu_us : f.main_thread ? main_us : other_us) += us;
+  }
+  return UsToMs(gpu_us + std::max(main_us, other_us));
+}
+
+}  // namespace
+
 Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<int>& peer_group) {
   Arrivals out;
   const auto& ranks = job.ranks();
@@ -77,19 +122,26 @@ Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<in
     groups.insert(a.group);
     // A rank without its torch.profiler part has no collectives to go by.
     a.known = r.missing_part.empty() || r.missing_part == "python";
-    double us = 0;
-    for (const pattern::CompactFunction& f : r.compact) us += CollectiveTimeUs(f, r.has_self);
-    a.wait_ms = UsToMs(us);
+    a.wait_ms = GroupWaitMs(r);
     if (a.known) total += a.wait_ms;
     out.ranks.push_back(a);
   }
-  // One group of ranks meeting in the same collectives; ranks that never wait there (no
-  // collective seen) say nothing of when they arrive.
-  out.replayable = ranks.size() > 1 && groups.size() == 1 && total > 0;
+  // Ranks that never wait in communication (no collective or transfer seen) say nothing of when
+  // they arrive. Several groups (a pipeline's stages) are replayed each on its own, when each of
+  // them waits somewhere.
+  std::map<int, double> group_wait;
+  for (const RankArrival& a : out.ranks)
+    if (a.known) group_wait[a.group] += a.wait_ms;
+  bool every_group_waits = group_wait.size() == groups.size();
+  for (const auto& [group, ms] : group_wait) every_group_waits = every_group_waits && ms > 0;
+  out.replayable = ranks.size() > 1 && total > 0 && every_group_waits;
   return out;
 }
 
-std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& group) {
+namespace {
+
+// One peer group's arrivals with its noise taken out (WithoutNoise's rule within GROUP).
+std::vector<RankArrival> GroupWithoutNoise(const std::vector<RankArrival>& group) {
   std::vector<double> waits;
   for (const RankArrival& a : group)
     if (a.known) waits.push_back(a.wait_ms);
@@ -105,6 +157,24 @@ std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& group) {
   return out;
 }
 
+}  // namespace
+
+std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& ranks) {
+  // Each group on its own: a pipeline's stages wait differently by their place in the schedule,
+  // and that difference is not noise.
+  std::map<int, std::vector<size_t>> by_group;
+  for (size_t i = 0; i < ranks.size(); ++i) by_group[ranks[i].group].push_back(i);
+  if (by_group.size() <= 1) return GroupWithoutNoise(ranks);
+  std::vector<RankArrival> out = ranks;
+  for (const auto& [group, members] : by_group) {
+    std::vector<RankArrival> one;
+    for (size_t i : members) one.push_back(ranks[i]);
+    one = GroupWithoutNoise(one);
+    for (size_t k = 0; k < members.size(); ++k) out[members[k]] = one[k];
+  }
+  return out;
+}
+
 double ArrivalSavingMs(const std::vector<RankArrival>& raw, const std::map<int, double>& earlier) {
   return SavingOnQuiet(WithoutNoise(raw), earlier);
 }
@@ -112,11 +182,14 @@ double ArrivalSavingMs(const std::vector<RankArrival>& raw, const std::map<int, 
 std::map<int, double> SlackMs(const Arrivals& arrivals) {
   std::map<int, double> out;
   if (!arrivals.replayable) return out;
-  double least = std::numeric_limits<double>::infinity();
+  std::map<int, double> least;  // each group's least wait: its last arrival's
   for (const RankArrival& a : arrivals.ranks)
-    if (a.known) least = std::min(least, a.wait_ms);
+    if (a.known)
+      least[a.group] =
+          std::min(least.count(a.group) ? least[a.group] : std::numeric_limits<double>::infinity(),
+                   a.wait_ms);
   for (const RankArrival& a : arrivals.ranks)
-    if (a.known) out[a.rank] = a.wait_ms - least;
+    if (a.known) out[a.rank] = a.wait_ms - least[a.group];
   return out;
 }
 
@@ -172,7 +245,7 @@ StatusOr<std::map<int, double>> RankAtPeersMedian(const Arrivals& arrivals, int 
   if (!arrivals.replayable || !self->known)
     return InvalidArgument(fmt::format(
         "rank {}: no arrival at collectives to replay (one rank, no collectives, its collectives "
-        "not recorded, or a pipeline's stages)",
+        "not recorded, or a pipeline stage that never waits)",
         rank));
   std::vector<double> peers;
   for (const RankArrival& a : arrivals.ranks)
@@ -226,7 +299,9 @@ StatusOr<std::map<int, double>> FunctionAtPeersMedian(const pattern::CompactJob&
   if (!seen) return InvalidArgument(fmt::format("{}: no rank runs such a function", name));
   if (!arrivals.replayable && !arrivals.single_rank)
     return InvalidArgument(fmt::format(
-        "{}: no arrivals at collectives to replay (no collectives, or a pipeline's stages)", name));
+        "{}: no arrivals at collectives to replay (no collectives, or a pipeline stage that never "
+        "waits)",
+        name));
   std::map<int, std::vector<double>> by_group;
   for (const RankArrival& a : arrivals.ranks) by_group[a.group].push_back(time_of[a.rank]);
   std::map<int, double> earlier;

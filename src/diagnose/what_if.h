@@ -14,7 +14,16 @@
 // by their problem's time; the saving is the latest arrival's move. A problem on every rank
 // moves every arrival by its time: the saving is that time. A slower collective (a slow link, a
 // low bus bandwidth) is transfer time every rank waits through: the saving is its time too.
-// Pipeline stages (no single group of collectives) are not replayed yet: no what-if there.
+// A pipeline's stages are several groups, each replayed on its own: a rank's fix moves its own
+// stage's latest arrival (its stage's replicas and, through the stage's transfers, the stages
+// beside it wait for that one). Another stage busier still would hold the iteration, but the
+// stages' waits differ by their place in the schedule (the first stage waits for gradients,
+// the last for activations), so one stage's waits say little of another's arrival; each
+// stage's noise is taken out on its own. A rank's arrival is its wait in its own group's
+// collectives, not its transfers to and from the stages beside it (pattern::IsPointToPoint):
+// extra work first fills the rank's wait for its neighbour (the schedule's bubble), and only
+// the rest delays its group. Measured on a real 2-stage pipeline: bench/what_if_accuracy.py. A
+// stage that never waits in a collective says nothing of when it arrives: no replay then.
 //
 // Owns the arrivals (per rank, from the job's summaries) and the replay of findings over them.
 #ifndef PERFTRACKER_DIAGNOSE_WHAT_IF_H_
@@ -41,11 +50,12 @@ double CollectiveTimeUs(const pattern::CompactFunction& f, bool has_self);
 // The arrivals of JOB's ranks, grouped as PEER_GROUP says (index into job.ranks()).
 Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<int>& peer_group);
 
-// GROUP with each rank whose wait is within policy::kArrivalNoiseSigmas robust standard
-// deviations of the group's median set to that median: the earliest of many ranks' noisy waits
-// is early by the noise alone, and the replay would take it for the next rank to hold everyone
-// (16 simulated ranks: a fault's saving read 17% short). A rank beyond it arrives as it did.
-std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& group);
+// RANKS with each rank whose wait is within policy::kArrivalNoiseSigmas robust standard
+// deviations of its group's median set to that median (each peer group on its own): the
+// earliest of many ranks' noisy waits is early by the noise alone, and the replay would take it
+// for the next rank to hold everyone (16 simulated ranks: a fault's saving read 17% short). A
+// rank beyond it arrives as it did.
+std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& ranks);
 
 // How much sooner the latest of GROUP's ranks arrives when the ranks in EARLIER arrive that many
 // ms sooner (rank -> ms), their waits taken WithoutNoise: the iteration's saving under the
@@ -53,7 +63,8 @@ std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& group);
 double ArrivalSavingMs(const std::vector<RankArrival>& group, const std::map<int, double>& earlier);
 
 // Each rank's slack (ms an iteration): how much longer it waits in its collectives than its
-// group's last arrival; 0 for the critical rank(s). Ranks without a known arrival are left out.
+// group's last arrival (its stage's, in a pipeline); 0 for the critical rank(s). Ranks without a
+// known arrival are left out.
 std::map<int, double> SlackMs(const Arrivals& arrivals);
 
 // The ranks that arrive at their collectives late beyond the group's noise (WithoutNoise's

@@ -138,8 +138,77 @@ TEST(WhatIfTest, ArrivalsComeFromTheCollectivesThePeerComparisonCounts) {
   EXPECT_TRUE(a.replayable);
   EXPECT_DOUBLE_EQ(a.ranks[2].wait_ms, 7.0);
   EXPECT_TRUE(a.ranks[2].known);
-  // Two roles (a pipeline's stages): not replayed.
-  EXPECT_FALSE(CollectiveArrivals(job, {0, 0, 1}).replayable);
+  // Two roles (a pipeline's stages) that both wait: replayed, each on its own.
+  EXPECT_TRUE(CollectiveArrivals(job, {0, 0, 1}).replayable);
+  // A stage that never waits says nothing of when it arrives.
+  pattern::CompactJob quiet_stage;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<pattern::FunctionPattern> fns = {
+        testing::Fn("aten::mm", FunctionClass::kCompute, 10)};
+    if (r < 2) fns.push_back(testing::Fn("gloo:all_reduce", FunctionClass::kCollective, 3));
+    // Transfers between stages are no arrival at a group's collectives.
+    fns.push_back(testing::Fn("gloo:recv", FunctionClass::kCollective, 30));
+    quiet_stage.Add(testing::Rank(r, 3, std::move(fns), 40));
+  }
+  quiet_stage.SortByRank();
+  const Arrivals staged = CollectiveArrivals(quiet_stage, {0, 0, 1});
+  EXPECT_FALSE(staged.replayable);
+  EXPECT_DOUBLE_EQ(staged.ranks[0].wait_ms, 3.0);
+  EXPECT_DOUBLE_EQ(staged.ranks[2].wait_ms, 0.0);
+  EXPECT_TRUE(CollectiveArrivals(quiet_stage, {0, 0, 0}).replayable);
+}
+
+TEST(WhatIfTest, AWaitSeenOnTwoThreadsCountsOnce) {
+  // The training thread waits 147 ms in Work.wait() while gloo's worker runs the all-reduce:
+  // one wait of 147 ms, not 294. DDP's gradient all-reduce runs on the worker alone: 40 ms.
+  pattern::CompactJob job;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<pattern::FunctionPattern> fns;
+    fns.push_back(testing::Fn("gloo:all_reduce", FunctionClass::kCollective, r == 0 ? 147 : 40));
+    fns.back().main_thread = false;  // gloo's worker thread
+    if (r == 0) {
+      fns.push_back(testing::Fn("<built-in method wait>", FunctionClass::kCollective, 147, 1,
+                                trace::EventKind::kPythonFunction,
+                                "train.py(9): step;/t/torch/distributed/distributed_c10d.py(N): "
+                                "all_reduce"));
+      fns.back().main_thread = true;
+    }
+    job.Add(testing::Rank(r, 2, std::move(fns), 200));
+  }
+  job.SortByRank();
+  const Arrivals a = CollectiveArrivals(job, {0, 0});
+  EXPECT_DOUBLE_EQ(a.ranks[0].wait_ms, 147.0);
+  EXPECT_DOUBLE_EQ(a.ranks[1].wait_ms, 40.0);
+}
+
+TEST(WhatIfTest, APipelinesStagesAreReplayedEachOnItsOwn) {
+  // Stage 0 (ranks 0-2) waits ~50 ms an iteration for stage 1's gradients; stage 1 (ranks 3-5)
+  // waits ~30 ms, except rank 5, which computes more and waits 5. Its stage waits for rank 5:
+  // fixing 40 ms of its work makes it arrive with its stage, 25 ms sooner.
+  Arrivals a;
+  const double waits[] = {50, 51, 49, 30, 31, 5};
+  for (int r = 0; r < 6; ++r) a.ranks.push_back({r, r < 3 ? 0 : 1, waits[r], true});
+  a.replayable = true;
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(a.ranks, {{5, 40.0}}), 25.0);
+  // Stage 0's ranks arrive together, within its noise: one of them fixed gains nothing.
+  EXPECT_DOUBLE_EQ(ArrivalSavingMs(a.ranks, {{0, 10.0}}), 0.0);
+  // Each stage's noise on its own: taken across the stages, the 20 ms between them would read
+  // as noise (a spread of 10 ms from the job's median of 40), rank 5's 35 ms with it, and every
+  // rank of the job would arrive at that median: no saving.
+  const std::vector<RankArrival> quiet = WithoutNoise(a.ranks);
+  EXPECT_DOUBLE_EQ(quiet[0].wait_ms, 50);
+  EXPECT_DOUBLE_EQ(quiet[4].wait_ms, 30);
+  EXPECT_DOUBLE_EQ(quiet[5].wait_ms, 5);
+  // Through AddWhatIf: the straggler's rule says 40 ms, the replay 25; slack within each stage.
+  Diagnosis d;
+  d.job.iteration_ms_median = 200;
+  d.findings = {Make(Category::kStraggler, FindingClass::kSubset, {5}, 40)};
+  AddWhatIf(a, &d);
+  EXPECT_DOUBLE_EQ(d.findings[0].what_if_ms, 25.0);
+  EXPECT_EQ(d.job.slack_ms_per_rank.at(5), 0);
+  EXPECT_EQ(d.job.slack_ms_per_rank.at(3), 25);
+  EXPECT_EQ(d.job.slack_ms_per_rank.at(2), 0);
+  EXPECT_EQ(d.job.slack_ms_per_rank.at(0), 1);
 }
 
 TEST(WhatIfTest, DiagnoseReplaysItsFindings) {

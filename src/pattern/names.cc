@@ -245,6 +245,27 @@ bool IsCollectiveWaitFrame(std::string_view frame) {
 }
 
 namespace {
+// A frame of torch.distributed that sends or receives between two ranks.
+bool IsPointToPointFrame(std::string_view frame) {
+  if (!Contains(frame, "torch/distributed/")) return false;
+  const std::string_view fn = frame.substr(frame.rfind(' ') + 1);
+  return fn == "send" || fn == "recv" || fn == "isend" || fn == "irecv" ||
+         fn == "batch_isend_irecv" || Contains(fn, "p2p");
+}
+}  // namespace
+
+bool IsPointToPoint(std::string_view name, std::string_view stack) {
+  const std::string op = CollectiveOp(name);
+  if (op == "send" || op == "recv" || op == "send_recv") return true;
+  for (size_t at = 0; at < stack.size();) {
+    const size_t end = std::min(stack.find(';', at), stack.size());
+    if (IsPointToPointFrame(stack.substr(at, end - at))) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+namespace {
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

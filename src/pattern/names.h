@@ -38,6 +38,15 @@ std::string_view FunctionalCollectiveOp(std::string_view name);
 // wait_tensor ...>" or torch/distributed/_functional_collectives.py's wait_tensor or wait.
 bool IsCollectiveWaitFrame(std::string_view frame);
 
+// True for communication between pipeline stages rather than among a group's members: a
+// function named as a send or recv (CollectiveOp: gloo:recv, ncclDevKernel_SendRecv, ...), or a
+// Python frame called below one (STACK as for ClassifyPythonFunction): torch.distributed's
+// send, recv, isend, irecv, batch_isend_irecv, a pipeline schedule's _batch_p2p or
+// _wait_batch_p2p ("<built-in method wait>" under
+// "torch/distributed/pipelining/schedules.py(678): _wait_batch_p2p" is a stage waiting for its
+// neighbour's activations or gradients).
+bool IsPointToPoint(std::string_view name, std::string_view stack);
+
 // Whether a process group (a trace's pg_config entry: pg_name, pg_desc) connects the stages of
 // a pipeline: named "pp" (Megatron-style), or described as one ("mesh_pp" for a DeviceMesh
 // dimension named "pp", "pipeline...", any case).

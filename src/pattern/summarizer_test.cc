@@ -565,6 +565,29 @@ TEST(NamesTest, CollectiveOps) {
   EXPECT_DOUBLE_EQ(BusFactor("send", 2), 1);
 }
 
+TEST(NamesTest, PointToPointIsBetweenStages) {
+  EXPECT_TRUE(IsPointToPoint("gloo:recv", ""));
+  EXPECT_TRUE(IsPointToPoint("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t", ""));
+  EXPECT_FALSE(IsPointToPoint("gloo:all_reduce", ""));
+  // A Python wait is a transfer by what called it: a pipeline schedule's batch of sends and
+  // receives, or torch.distributed's recv; an all_reduce's wait is the group's.
+  constexpr std::string_view kSchedule =
+      "pipeline.py(74): pipeline_step;"
+      "/venv/lib/python3.11/site-packages/torch/distributed/pipelining/schedules.py(740): step;"
+      "/venv/lib/python3.11/site-packages/torch/distributed/pipelining/schedules.py(678): "
+      "_wait_batch_p2p";
+  EXPECT_TRUE(IsPointToPoint("<built-in method wait>", kSchedule));
+  EXPECT_TRUE(IsPointToPoint(
+      "<built-in method wait>",
+      "train.py(12): "
+      "stage;/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py(N): recv"));
+  EXPECT_FALSE(IsPointToPoint(
+      "<built-in method wait>",
+      "common.py(357): allreduce_mean;/venv/torch/distributed/distributed_c10d.py(N): all_reduce"));
+  // A user's own function named recv is not torch's.
+  EXPECT_FALSE(IsPointToPoint("<built-in method sleep>", "train.py(40): recv"));
+}
+
 }  // namespace
 }  // namespace perftracker::pattern
 
