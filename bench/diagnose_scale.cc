@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/parallel_for.h"
+#include "base/phase_times.h"
 #include "diagnose/diagnose.h"
 #include "pattern/compact_job.h"
 #include "sim/simulator.h"
@@ -98,7 +99,10 @@ SizeResult RunSize(pt::sim::Config config, const std::string& layout) {
   double build_gb = PeakRssGb();
 
   auto t1 = std::chrono::steady_clock::now();
-  pt::diagnose::Diagnosis d = pt::diagnose::Diagnose(job);
+  pt::PhaseTimes phases;
+  pt::diagnose::DiagnoseOptions options;
+  options.phases = &phases;
+  pt::diagnose::Diagnosis d = pt::diagnose::Diagnose(job, options);
   res.diagnose_s = Since(t1);
   res.peak_gb = PeakRssGb();
 
@@ -109,6 +113,7 @@ SizeResult RunSize(pt::sim::Config config, const std::string& layout) {
       "diagnose %.2f s, peak RSS %.2f GB, %zu findings\n",
       config.workers, n, n ? static_cast<double>(functions) / n : 0.0, job.function_count(),
       res.build_s, build_gb, res.diagnose_s, res.peak_gb, d.findings.size());
+  std::printf("  phases: %s\n", phases.Format().c_str());
   for (size_t k = 0; k < d.findings.size() && k < 5; ++k)
     std::printf("  %zu. [%s] %s\n", k + 1, pt::diagnose::CategoryName(d.findings[k].category),
                 d.findings[k].summary.substr(0, 160).c_str());
