@@ -585,5 +585,36 @@ TEST(DiagnoseTest, ARangesSelfTimeIsNoOwnWork) {
   EXPECT_NEAR(f.evidence.at("own_op_work_ms") - f.evidence.at("peers_own_op_work_ms"), 44.2, 0.5);
 }
 
+// Online, rank 2's Python frame <built-in method mm> holds the time of the aten::mm it calls
+// (the op inside the frame is the frame's time); OPS_GROW: whether that op grew with it.
+Diagnosis PythonFrameCallingAnOp(bool ops_grow) {
+  std::vector<pattern::RankSummary> ranks;
+  for (int r = 0; r < 4; ++r) {
+    const bool slow = r == 2;
+    std::vector<pattern::FunctionPattern> fns = {
+        testing::Fn("<built-in method mm>", FunctionClass::kPython, slow ? 25 : 5, 10,
+                    trace::EventKind::kPythonFunction, "t.py(9): step"),
+        testing::Fn("aten::mm", FunctionClass::kCompute, slow && ops_grow ? 24 : 4.5, 10),
+        testing::Fn("gloo:all_reduce", FunctionClass::kCollective, slow ? 5 : 25)};
+    fns[0].self_per_iter_us = fns[0].per_iter_us;
+    fns[1].in_python = true;
+    ranks.push_back(testing::Rank(r, 4, fns, 60));
+  }
+  return Diagnose(ranks);
+}
+
+TEST(DiagnoseTest, AFrameWhoseOpsGrewComputesMoreNotSlowPython) {
+  // The bench's straggler on torch 2.13 (extra matmuls called from Python): named "slow Python
+  // code: <built-in method mm>" though its time was the matmuls'.
+  Diagnosis d = PythonFrameCallingAnOp(true);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].ranks, std::vector<int>{2});
+  EXPECT_EQ(d.findings[0].category, Category::kStraggler) << d.findings[0].summary;
+  // The frame alone grew (the interpreter's own work): slow Python.
+  d = PythonFrameCallingAnOp(false);
+  ASSERT_FALSE(d.findings.empty());
+  EXPECT_EQ(d.findings[0].category, Category::kPython) << d.findings[0].summary;
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

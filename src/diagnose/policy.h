@@ -36,6 +36,10 @@ namespace perftracker::diagnose::policy {
     "functions with a tenth of the biggest self-time excess are named with it...")                 \
   X(kCulpritShareNonOutlier, 0.25, "share of the top excess",                                      \
     "...a quarter when they are not outliers themselves")                                          \
+  X(kOpWorkShareOfPython, 0.5, "share of the Python culprits' excess",                             \
+    "a rank named for Python frames computes more, not slow Python, when the torch ops inside "    \
+    "its frames grew by half their excess: a builtin calling an op (<built-in method mm>) holds "  \
+    "the op's time")                                                                               \
   X(kWaitExplainsShare, 0.5, "ratio",                                                              \
     "a candidate that waits longer than half its own excess is waiting for another candidate")     \
   X(kEarlyArrivalShare, 0.5, "share of the extra collective time",                                 \

@@ -203,6 +203,13 @@ bool GroupAnalysis::StragglerFinding(size_t i, std::vector<Finding>* out) const 
   double best = -1;
   for (auto [fc, x] : by_class)
     if (x > best) best = x, dominant = fc;
+  // Python frames hold the ops they call (online, an op inside a frame is the frame's time): a
+  // rank whose ops grew with its frames computes more (a straggler's extra matmuls show as
+  // <built-in method mm>), where slow Python grows the frames alone.
+  if (dominant == FunctionClass::kPython && !std::isnan(mb.own_ops.excess) &&
+      mb.own_ops.excess >= policy::kOpWorkShareOfPython * best) {
+    dominant = FunctionClass::kCompute;
+  }
 
   Finding f;
   f.category = CategoryOf(dominant);
