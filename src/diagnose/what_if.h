@@ -47,7 +47,9 @@ namespace perftracker::diagnose {
 // GPU, none inside a Python frame (online, the op under a frame: counted by the frame's own row).
 double CollectiveTimeUs(const pattern::CompactFunction& f, bool has_self);
 
-// The arrivals of JOB's ranks, grouped as PEER_GROUP says (index into job.ranks()).
+// The arrivals of JOB's ranks, grouped as PEER_GROUP says (index into job.ranks()): each rank's
+// wait is its collective time as CollectiveTimeUs counts it, less its transfers to other stages,
+// a wait seen on two threads counted once (the training thread's and the backend's, the longer).
 Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<int>& peer_group);
 
 // RANKS with each rank whose wait is within policy::kArrivalNoiseSigmas robust standard
