@@ -32,6 +32,9 @@ constexpr int64_t kGpuTidBase = 1'000'000'000;
 constexpr int64_t kFileTidStride = 100'000'000;
 // A pid for a trace whose rank is unknown: after any real rank.
 constexpr int64_t kUnknownRankPid = 10'000'000;
+// The track of a rank's iterations as the what-if replay predicts them (after every file's and
+// stream's track).
+constexpr int64_t kWhatIfTid = 2'000'000'000;
 
 // gzip or plain output through one buffer.
 class Output {
@@ -249,6 +252,40 @@ class Exporter : public trace::EventSink {
       } else if (!ranks_.empty()) {
         const RankClock& rc = ranks_.begin()->second;
         event("g", ranks_.begin()->first, std::isnan(rc.first_ts) ? 0 : rc.first_ts);
+      }
+    }
+    WhatIf(d);
+  }
+
+  // The replayed timeline beside the recorded one: on each rank, a track of its iterations as
+  // the what-if replay predicts them without D's first replayed finding (the one fixing gives
+  // the most: diagnose/what_if.h). The replay works on the window's means, so each iteration is
+  // shortened by the finding's saving per iteration (never below zero) and the iterations follow
+  // one another from the first one's start: where the window would have ended.
+  void WhatIf(const diagnose::Diagnosis& d) {
+    const diagnose::Finding* best = nullptr;
+    for (const diagnose::Finding& f : d.findings)
+      if (f.what_if_ms >= 0 && (best == nullptr || f.what_if_ms > best->what_if_ms)) best = &f;
+    if (best == nullptr) return;
+    const std::string track =
+        fmt::format("what if {} {} were fixed: saves {:.1f} ms an iteration (replayed)",
+                    diagnose::CategoryName(best->category),
+                    best->ranks.size() == 1 ? fmt::format("on rank {}", best->ranks[0])
+                                            : fmt::format("on {} ranks", best->ranks.size()),
+                    best->what_if_ms);
+    for (const auto& [rank, rc] : ranks_) {
+      if (rc.steps.empty()) continue;
+      pid_ = rank;
+      ThreadName(kWhatIfTid, track);
+      double ts = rc.steps.front().ts_us;
+      for (const trace::Span& s : rc.steps) {
+        const double dur = std::max(0.0, s.dur_us - MsToUs(best->what_if_ms));
+        std::string& b = out_->Next();
+        b += fmt::format(
+            "{{\"ph\":\"X\",\"name\":\"iteration {} (replayed)\",\"cat\":\"what_if\","
+            "\"ts\":{:.3f},\"dur\":{:.3f},\"pid\":{},\"tid\":{}}}",
+            s.step, ts, dur, rank, kWhatIfTid);
+        ts += dur;
       }
     }
   }

@@ -2,8 +2,10 @@
 // chrome://tracing) of a window or a job, merged from every rank's files: a process per rank
 // (pid = rank, named "rank R (host)"), each rank's Python-tracer and torch.profiler files on the
 // first file's clock, their threads and GPU streams as named tracks, iteration markers, and the
-// findings of a diagnosis as instant events on the culprit ranks. Streams: events go from the
-// reader to the (optionally gzip) output through one reused buffer.
+// findings of a diagnosis as instant events on the culprit ranks, and beside each rank's
+// iterations the same iterations as the what-if replay predicts them without the finding whose
+// fix gives the most. Streams: events go from the reader to the (optionally gzip) output
+// through one reused buffer.
 #ifndef PERFTRACKER_REPORT_TRACE_EXPORT_H_
 #define PERFTRACKER_REPORT_TRACE_EXPORT_H_
 

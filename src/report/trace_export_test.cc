@@ -46,6 +46,7 @@ TEST_F(TraceExportTest, ARanksFilesShareItsFirstFilesClockAndFindingsMarkTheCulp
   f.category = diagnose::Category::kStraggler;
   f.ranks = {1};
   f.summary = "rank 1 \"is\" slow";
+  f.what_if_ms = 0.04;  // the replay: the 100 us iterations would be 60 us without it
   d.findings.push_back(f);
   const std::string out = (dir_ / "out.json").string();
   auto st = ExportTrace({a, b, c}, out, {.diagnosis = &d});
@@ -59,7 +60,7 @@ TEST_F(TraceExportTest, ARanksFilesShareItsFirstFilesClockAndFindingsMarkTheCulp
   ASSERT_EQ(parser.load(out).get(root), simdjson::SUCCESS);
   std::map<int64_t, std::string> procs;
   double addmm_ts = -1;
-  int iteration_marks = 0, finding_marks = 0;
+  int iteration_marks = 0, finding_marks = 0, replay_tracks = 0, replayed = 0;
   for (simdjson::dom::element e : root["traceEvents"].get_array()) {
     std::string_view ph = e["ph"].get_string().value(), name = e["name"].get_string().value();
     const int64_t pid = e["pid"].get_int64().value();
@@ -72,6 +73,13 @@ TEST_F(TraceExportTest, ARanksFilesShareItsFirstFilesClockAndFindingsMarkTheCulp
       EXPECT_NE(e["tid"].get_int64().value(), 7);
     }
     if (ph == "i" && name == "iteration 5") ++iteration_marks;
+    if (ph == "M" && name == "thread_name" &&
+        e["args"]["name"].get_string().value().find("what if straggler on rank 1 were fixed") == 0)
+      ++replay_tracks;
+    if (ph == "X" && name == "iteration 5 (replayed)") {
+      ++replayed;
+      EXPECT_NEAR(e["dur"].get_double().value(), 60, 1e-3);
+    }
     if (ph == "i" && name.rfind("finding: straggler", 0) == 0) {
       ++finding_marks;
       EXPECT_EQ(pid, 1);
@@ -82,6 +90,9 @@ TEST_F(TraceExportTest, ARanksFilesShareItsFirstFilesClockAndFindingsMarkTheCulp
   EXPECT_DOUBLE_EQ(addmm_ts, 1010);  // its step 5 at rank 0's step 5
   EXPECT_EQ(iteration_marks, 2);
   EXPECT_EQ(finding_marks, 1);
+  // Each rank's iterations as the replay predicts them, on a track of their own.
+  EXPECT_EQ(replay_tracks, 2);
+  EXPECT_EQ(replayed, 2);
 }
 
 TEST_F(TraceExportTest, ABadInputLeavesNoHalfWrittenOutput) {
