@@ -50,6 +50,29 @@ std::string OpFromSquashed(std::string_view s) {
   return "";
 }
 
+// The method a builtin frame calls: "allreduce" of "<built-in method allreduce of
+// PyCapsule object at 0x1>", "isinstance" of "<built-in function isinstance>"; empty for any
+// other frame.
+std::string_view BuiltinName(std::string_view frame) {
+  for (std::string_view p : {"<built-in method ", "<built-in function "}) {
+    if (StartsWith(frame, p)) {
+      const std::string_view rest = frame.substr(p.size());
+      return rest.substr(0, rest.find_first_of(" >"));
+    }
+  }
+  return {};
+}
+
+// Whether builtin NAME communicates: a wait (Work.wait(), a future's, wait_tensor), a process
+// group's collective or transfer (allreduce, _allgather_base, send, recv, barrier, ...),
+// coalescing them. torch.distributed's Python also calls isinstance, len, a tensor's detach or
+// div_: its own work, not the peers'.
+bool IsCommunicationBuiltin(std::string_view name) {
+  if (Contains(name, "wait") || Contains(name, "coalesc")) return true;
+  while (!name.empty() && name.front() == '_') name.remove_prefix(1);
+  return !OpFromSquashed(Squash(name)).empty();
+}
+
 }  // namespace
 
 bool IsGpuEventKind(EventKind kind) {
@@ -200,7 +223,8 @@ FunctionClass ClassifyPythonFunction(std::string_view name, std::string_view sta
   if (StartsWith(name, "<built-in")) {
     const size_t last = stack.rfind(';');
     const std::string_view caller = last == stack.npos ? stack : stack.substr(last + 1);
-    if (Contains(caller, "torch/distributed/")) return FunctionClass::kCollective;
+    if (Contains(caller, "torch/distributed/") && IsCommunicationBuiltin(BuiltinName(name)))
+      return FunctionClass::kCollective;
   }
   const size_t at = stack.find("torch/utils/data/dataloader.py(");
   if (at == std::string_view::npos) return c;
