@@ -381,8 +381,12 @@ class OsCauses(OsJobs, unittest.TestCase):
         f = later[0]
         self.assertEqual(f["ranks"], [1], out)
         self.assertEqual(f["category"], "cpu_contention", out)
+        # Named for its wait for a CPU: at least policy kRunQueueWaitRatio (1.5x) its peer's per
+        # CPU second, what the product requires beside a slower function (.ci/run at 7d4f4c7:
+        # 0.97 against 0.53 s, 1.8x, the window opened 10 iterations after the competitor did;
+        # the 2x asserted before is kRunQueueAloneRatio, for a rank no slower function names).
         self.assertGreaterEqual(f["evidence"]["runq_wait_per_cpu_s"],
-                                2 * f["evidence"]["peers_runq_wait_per_cpu_s"], out)
+                                1.5 * f["evidence"]["peers_runq_wait_per_cpu_s"], out)
         # Rank 0 waits for it: neither its wait nor the pair's is a finding of its own.
         self.assertFalse([g for g in later if g["ranks"] in ([0], [0, 1])], out)
 
