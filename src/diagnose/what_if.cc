@@ -43,10 +43,10 @@ double GroupSaving(const std::vector<RankArrival>& quiet, const std::map<int, do
   return std::max(0.0, before - after);
 }
 
-// QUIET's ranks split by their peer group, in rank order within each.
-std::map<int, std::vector<RankArrival>> ByGroup(const std::vector<RankArrival>& quiet) {
+// RANKS split by their peer group: each group's members, in their order in RANKS.
+std::map<int, std::vector<RankArrival>> ByGroup(const std::vector<RankArrival>& ranks) {
   std::map<int, std::vector<RankArrival>> out;
-  for (const RankArrival& a : quiet) out[a.group].push_back(a);
+  for (const RankArrival& a : ranks) out[a.group].push_back(a);
   return out;
 }
 
@@ -162,16 +162,13 @@ std::vector<RankArrival> GroupWithoutNoise(const std::vector<RankArrival>& group
 std::vector<RankArrival> WithoutNoise(const std::vector<RankArrival>& ranks) {
   // Each group on its own: a pipeline's stages wait differently by their place in the schedule,
   // and that difference is not noise.
-  std::map<int, std::vector<size_t>> by_group;
-  for (size_t i = 0; i < ranks.size(); ++i) by_group[ranks[i].group].push_back(i);
-  if (by_group.size() <= 1) return GroupWithoutNoise(ranks);
+  const std::map<int, std::vector<RankArrival>> groups = ByGroup(ranks);
+  if (groups.size() <= 1) return GroupWithoutNoise(ranks);
+  std::map<int, RankArrival> quiet;  // by rank
+  for (const auto& [group, members] : groups)
+    for (const RankArrival& a : GroupWithoutNoise(members)) quiet[a.rank] = a;
   std::vector<RankArrival> out = ranks;
-  for (const auto& [group, members] : by_group) {
-    std::vector<RankArrival> one;
-    for (size_t i : members) one.push_back(ranks[i]);
-    one = GroupWithoutNoise(one);
-    for (size_t k = 0; k < members.size(); ++k) out[members[k]] = one[k];
-  }
+  for (RankArrival& a : out) a = quiet[a.rank];
   return out;
 }
 
