@@ -10,9 +10,17 @@
 set -euo pipefail
 cmd=${1:?start or stop}
 dir=$(realpath -m "${2:?a folder for the cluster}")
-# Ports of their own, away from Slurm's defaults (6817/6818), so a site's Slurm is not touched.
-ctld_port=${PT_SLURMCTLD_PORT:-16817}
-node_ports=(16818 16819)
+# Ports of their own, free when the cluster starts (the kernel picks them), so neither a site's
+# Slurm nor a cluster another run left behind answers this cluster's calls: with fixed ports a
+# slurmd left running by a killed test (another munge key) kept n2's port, and the next run's
+# srun got "Zero Bytes were transmitted or received" from it. PT_SLURM_PORTS="CTLD N1 N2" fixes
+# them.
+free_ports() {
+  python3 -c 'import socket
+s = [socket.socket() for _ in range(3)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])'
+}
 
 stop() {
   for pidfile in "$dir"/slurmd-*.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
@@ -35,6 +43,8 @@ for p in munged slurmctld slurmd srun; do
   command -v "$p" >/dev/null || { echo "slurm_local: $p is missing (scripts/deps.sh installs slurm-wlm and munge)" >&2; exit 2; }
 done
 stop
+read -r ctld_port n1_port n2_port <<<"${PT_SLURM_PORTS:-$(free_ports)}"
+node_ports=("$n1_port" "$n2_port")
 mkdir -p "$dir/state" "$dir/munge"
 chmod 0755 "$dir"
 host=$(hostname)
@@ -86,12 +96,24 @@ for n in n1 n2; do
   mkdir -p "$dir/spool-$n"
   slurmd -f "$SLURM_CONF" -N "$n"
 done
+# Up means: both nodes idle, and each daemon this script started still running (a slurmd that
+# could not take its port logs "Unable to bind" and exits).
+alive() {
+  local f
+  for f in "$dir/slurmctld.pid" "$dir/slurmd-n1.pid" "$dir/slurmd-n2.pid"; do
+    [[ -f $f ]] && kill -0 "$(cat "$f")" 2>/dev/null || return 1
+  done
+}
 for _ in $(seq 150); do
   idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 == "idle"' | wc -l)
-  [[ $idle -eq 2 ]] && { echo "SLURM_CONF=$SLURM_CONF"; exit 0; }
+  if [[ $idle -eq 2 ]]; then
+    sleep 0.5
+    alive && { echo "SLURM_CONF=$SLURM_CONF"; exit 0; }
+    break
+  fi
   sleep 0.2
 done
-echo "slurm_local: the nodes did not come up; see $dir/*.log" >&2
+echo "slurm_local: the nodes did not come up (ports $ctld_port ${node_ports[*]}); see $dir/*.log" >&2
 sinfo -N >&2 || true
-tail -5 "$dir"/slurmctld.log "$dir"/slurmd-*.log >&2 || true
+tail -n 5 "$dir"/slurmctld.log "$dir"/slurmd-*.log >&2 || true
 exit 1
