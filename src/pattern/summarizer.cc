@@ -3,7 +3,8 @@
 // Iterations are fixed in OnBegin from the reader's pre-scanned markers, so every CPU event is
 // assigned to an iteration as it arrives (binary search over the sorted spans). Per-call
 // statistics (count, Welford mean/variance, log histogram, per-iteration time) are folded in
-// immediately: they cost O(functions x iterations) memory.
+// immediately, in the function table (pattern/function_table.h): they cost O(functions x
+// iterations) memory.
 //
 // Exclusive (self) time and the top-level flag need each thread's events in nesting order, and
 // Kineto files are far from sorted per thread (measured on the shared traces: a 4096-event
@@ -24,9 +25,7 @@
 #include "pattern/summarizer.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
-#include <deque>
 #include <limits>
 #include <span>
 #include <string_view>
@@ -35,15 +34,13 @@
 #include <vector>
 
 #include "base/units.h"
-#include "pattern/histogram.h"
-#include "pattern/input_shapes.h"
+#include "pattern/function_table.h"
 #include "pattern/intervals.h"
 #include "pattern/iteration_breakdown.h"
 #include "pattern/memory_sites.h"
 #include "pattern/memory_use.h"
 #include "pattern/names.h"
 #include "pattern/steady_state.h"
-#include "pattern/string_id_map.h"
 
 namespace perftracker::pattern {
 namespace {
@@ -53,65 +50,8 @@ using trace::EventKind;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr uint32_t kPyTag = 0x80000000u;
-constexpr int64_t kNoTid = std::numeric_limits<int64_t>::min();
+constexpr int64_t kNoTid = FunctionTable::kNoThread;
 constexpr int kMaxStackDepth = 256;
-
-// Strings live in a deque (stable addresses), so the map can key on views of them and lookups
-// by an event's string_view never build a std::string.
-class Interner {
- public:
-  Interner() { Intern(""); }
-  uint32_t Intern(std::string_view s) {
-    if (const StringIdMap::Entry* e = map_.Find(s)) return e->id;
-    strings_.emplace_back(s);
-    const auto id = static_cast<uint32_t>(strings_.size() - 1);
-    map_.Insert(strings_.back(), id);
-    return id;
-  }
-  const std::string& Get(uint32_t id) const { return strings_[id]; }
-  size_t size() const { return strings_.size(); }
-
- private:
-  std::deque<std::string> strings_;
-  StringIdMap map_;
-};
-
-struct FnAcc {
-  uint32_t name_id = 0;
-  uint32_t stack_id = 0;
-  EventKind kind = EventKind::kCpuOp;
-  FunctionClass fclass = FunctionClass::kOther;
-  int32_t device = -1;
-  int32_t stream = -1;
-
-  uint64_t count = 0;
-  uint64_t top_count = 0;
-  double total = 0, min = kInf, max = 0;
-  double mean = 0, m2 = 0;  // Welford
-  LogHistogram hist;
-  std::vector<double> iter_us;
-  std::vector<uint32_t> iter_calls;
-  std::vector<double> iter_self;
-  std::vector<std::pair<int64_t, double>> thread_us;  // usually one or two threads
-
-  // Collective arguments, averaged over the calls that carried them.
-  double coll_bytes = 0;
-  uint64_t coll_bytes_n = 0;
-  int32_t group_size = -1;
-  uint32_t group_id = 0;
-  uint32_t dtype_id = 0;
-  uint32_t op_id = 0;
-
-  ShapeTally shapes;  // record_shapes' input shapes (ids of Impl::dims)
-};
-
-struct CollArgs {
-  double bytes = -1;
-  int32_t group_size = -1;
-  uint32_t group_id = 0;
-  uint32_t dtype_id = 0;
-  uint32_t op_id = 0;
-};
 
 struct CpuRec {
   double ts;
@@ -160,15 +100,7 @@ struct Summarizer::Impl {
   trace::ReadStats stats;
   bool finished = false;
 
-  Interner names;
-  Interner stacks;
-  Interner misc;  // dtypes, groups, collective ops
-  Interner raw_call_stacks;
-  std::vector<uint32_t> raw_call_stack_to_stack;
-  std::string norm_buf;
-
-  std::unordered_map<uint64_t, uint32_t> fn_index;
-  std::vector<FnAcc> fns;
+  FunctionTable fns;  // every function called, and what it accumulates
 
   // Iterations: [it_start, it_end) sorted. In optimizer mode the first start is -inf until
   // Finish, when the first event's time is known; in window mode both ends are open.
@@ -231,6 +163,7 @@ struct Summarizer::Impl {
     corr_min.assign(NumIters(), std::numeric_limits<int64_t>::max());
     corr_max.assign(NumIters(), std::numeric_limits<int64_t>::min());
     memory = MemoryUseBuilder(NumIters());
+    fns.SetIterations(NumIters());
   }
 
   // Iterations are sorted and do not overlap (it_start[i + 1] >= it_end[i]), so when ts lies in
@@ -263,166 +196,6 @@ struct Summarizer::Impl {
     return threads[last_thread];
   }
 
-  uint32_t InternFn(EventKind kind, uint32_t name_id, uint32_t stack_id) {
-    const uint64_t key = static_cast<uint64_t>(kind) | (static_cast<uint64_t>(name_id) << 8) |
-                         (static_cast<uint64_t>(stack_id) << 36);
-    auto [it, inserted] = fn_index.try_emplace(key, static_cast<uint32_t>(fns.size()));
-    if (inserted) {
-      FnAcc& f = fns.emplace_back();
-      f.name_id = name_id;
-      f.stack_id = stack_id;
-      f.kind = kind;
-      f.fclass = kind == EventKind::kPythonFunction
-                     ? ClassifyPythonFunction(names.Get(name_id), stacks.Get(stack_id))
-                     : ClassifyFunction(kind, names.Get(name_id));
-    }
-    return it->second;
-  }
-
-  // Raw name -> normalized name id. Most events repeat a few thousand raw names, so this skips
-  // normalization on the hot path; capped because raw names may embed counters.
-  struct RawNameCache {
-    std::deque<std::string> store;
-    StringIdMap map;
-  };
-  static constexpr size_t kMaxRawNames = 1 << 16;
-  RawNameCache raw_kernel_names, raw_other_names;
-
-  // Raw name -> function of the events without a call stack, one map per kind: one lookup per
-  // event instead of NameId's and InternFn's. Functions are still interned on first sight.
-  static constexpr size_t kKinds = static_cast<size_t>(EventKind::kOther) + 1;
-  std::array<StringIdMap, kKinds> raw_fns;
-  std::deque<std::string> raw_fn_store;
-
-  // The last name each kind looked up (a view of the map's own key), checked before hashing:
-  // a thread often repeats a name (a run of aten::empty, the same kernel launched again).
-  struct LastFn {
-    std::string_view name;
-    uint32_t fn = 0;
-    bool valid = false;
-  };
-  std::array<LastFn, kKinds> last_fn;
-
-  uint32_t FnOf(std::string_view name, EventKind kind) {
-    LastFn& last = last_fn[static_cast<size_t>(kind)];
-    if (last.valid && last.name == name) return last.fn;
-    StringIdMap& map = raw_fns[static_cast<size_t>(kind)];
-    if (const StringIdMap::Entry* e = map.Find(name)) {
-      last = {e->key(), e->id, true};
-      return e->id;
-    }
-    const uint32_t fn = InternFn(kind, NameId(name, kind), 0);
-    if (raw_fn_store.size() < kMaxRawNames) {
-      raw_fn_store.emplace_back(name);
-      map.Insert(raw_fn_store.back(), fn);
-      last = {raw_fn_store.back(), fn, true};
-    }
-    return fn;
-  }
-
-  uint32_t NameId(std::string_view name, EventKind kind) {
-    // Only kernels normalize differently (template arguments), so two caches suffice.
-    RawNameCache& cache = kind == EventKind::kKernel ? raw_kernel_names : raw_other_names;
-    if (const StringIdMap::Entry* e = cache.map.Find(name)) return e->id;
-    NormalizeNameInto(name, kind, &norm_buf);
-    const uint32_t id = names.Intern(norm_buf);
-    if (cache.map.size() < kMaxRawNames) {
-      cache.store.emplace_back(name);
-      cache.map.Insert(cache.store.back(), id);
-    }
-    return id;
-  }
-
-  InputDimsCache dims{kMaxRawNames};
-
-  // Legacy "Call stack": "file(line): fn;..." innermost first; stored outermost first.
-  uint32_t CallStackId(std::string_view raw) {
-    const uint32_t rid = raw_call_stacks.Intern(raw);
-    if (rid < raw_call_stack_to_stack.size()) return raw_call_stack_to_stack[rid];
-    std::vector<std::string_view> frames;
-    size_t pos = 0;
-    while (pos < raw.size()) {
-      size_t semi = raw.find(';', pos);
-      if (semi == raw.npos) semi = raw.size();
-      if (semi > pos) frames.push_back(raw.substr(pos, semi - pos));
-      pos = semi + 1;
-    }
-    std::string stack, frame;
-    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
-      NormalizeNameInto(*it, EventKind::kPythonFunction, &frame);
-      if (!stack.empty()) stack.push_back(';');
-      stack += frame;
-    }
-    raw_call_stack_to_stack.resize(rid + 1, 0);
-    raw_call_stack_to_stack[rid] = stacks.Intern(stack);
-    return raw_call_stack_to_stack[rid];
-  }
-
-  void AddCall(uint32_t fn, double dur, int iter, int64_t tid) {
-    FnAcc& f = fns[fn];
-    ++f.count;
-    f.total += dur;
-    f.min = std::min(f.min, dur);
-    f.max = std::max(f.max, dur);
-    const double delta = dur - f.mean;
-    f.mean += delta / static_cast<double>(f.count);
-    f.m2 += delta * (dur - f.mean);
-    f.hist.Add(dur);
-    if (iter >= 0) {
-      if (f.iter_us.empty()) {
-        f.iter_us.assign(NumIters(), 0.0);
-        f.iter_calls.assign(NumIters(), 0);
-      }
-      f.iter_us[static_cast<size_t>(iter)] += dur;
-      ++f.iter_calls[static_cast<size_t>(iter)];
-    }
-    if (tid != kNoTid) {
-      auto it = std::find_if(f.thread_us.begin(), f.thread_us.end(),
-                             [tid](const auto& p) { return p.first == tid; });
-      if (it == f.thread_us.end()) {
-        f.thread_us.emplace_back(tid, dur);
-      } else {
-        it->second += dur;
-      }
-    }
-  }
-
-  void AddSelf(FnAcc& f, int iter, double self) {
-    if (iter < 0) return;
-    if (f.iter_self.empty()) f.iter_self.assign(NumIters(), 0.0);
-    f.iter_self[static_cast<size_t>(iter)] += self;
-  }
-
-  CollArgs CollArgsOf(const Event& e) {
-    CollArgs a;
-    const int64_t nelems = std::max(e.in_msg_nelems, e.out_msg_nelems);
-    const int dsz = DtypeBytes(e.dtype);
-    // max(in, out) is the nccl-tests "size": the full buffer for all_gather / reduce_scatter,
-    // the one buffer for the others.
-    if (nelems >= 0 && dsz > 0) a.bytes = static_cast<double>(nelems) * dsz;
-    a.group_size = e.group_size;
-    a.group_id = misc.Intern(!e.pg_ranks.empty() ? e.pg_ranks : e.pg_name);
-    a.dtype_id = misc.Intern(e.dtype);
-    if (!e.collective_name.empty()) a.op_id = misc.Intern(CollectiveOp(e.collective_name));
-    return a;
-  }
-
-  void AddColl(uint32_t fn, const CollArgs& a) {
-    FnAcc& f = fns[fn];
-    if (a.bytes >= 0) {
-      f.coll_bytes += a.bytes;
-      ++f.coll_bytes_n;
-    }
-    if (a.group_size > 0) f.group_size = a.group_size;
-    if (a.group_id != 0) f.group_id = a.group_id;
-    if (a.dtype_id != 0) f.dtype_id = a.dtype_id;
-    if (a.op_id != 0 && !misc.Get(a.op_id).empty()) f.op_id = a.op_id;
-  }
-
-  static bool HasCollArgs(const Event& e) {
-    return !e.collective_name.empty() || e.in_msg_nelems >= 0 || e.out_msg_nelems >= 0;
-  }
-
   void OnEvent(const Event& e) {
     if (e.kind == EventKind::kOther) return;
     if (!std::isfinite(e.ts_us) || !std::isfinite(e.dur_us) || e.dur_us < 0) return;
@@ -432,14 +205,14 @@ struct Summarizer::Impl {
 
     if (IsGpuEventKind(e.kind)) {
       has_gpu = true;
-      const uint32_t fn = FnOf(e.name, e.kind);
-      FnAcc& f = fns[fn];
+      const uint32_t fn = fns.OfRawName(e.name, e.kind);
+      FnAcc& f = fns.at(fn);
       if (f.device < 0) f.device = e.device;
       if (f.stream < 0) f.stream = e.stream;
       gpu.push_back({e.ts_us, e.correlation, static_cast<float>(e.dur_us), fn});
       if (f.fclass == FunctionClass::kCollective) {
-        if (HasCollArgs(e)) {
-          AddColl(fn, CollArgsOf(e));
+        if (FunctionTable::HasCollArgs(e)) {
+          fns.AddColl(fn, fns.CollArgsOf(e));
         } else if (e.external_id >= 0) {
           coll_kernel_ext.emplace_back(fn, e.external_id);
         }
@@ -452,30 +225,23 @@ struct Summarizer::Impl {
     ThreadState& t = Thread(e.tid);
     if (e.kind == EventKind::kPythonFunction && e.python_id >= 0 && py.size() < kPyTag) {
       const auto idx = static_cast<uint32_t>(py.size());
-      py.push_back({e.ts_us, e.dur_us, e.python_parent_id, e.tid, NameId(e.name, e.kind), iter,
+      py.push_back({e.ts_us, e.dur_us, e.python_parent_id, e.tid, fns.NameId(e.name, e.kind), iter,
                     e.dur_us, false});
       py_index.try_emplace(e.python_id, idx);
       t.recs.push_back({e.ts_us, e.dur_us, kPyTag | idx});
       return;
     }
-    const uint32_t stack = e.call_stack.empty() ? 0 : CallStackId(e.call_stack);
+    const uint32_t stack = e.call_stack.empty() ? 0 : fns.CallStackId(e.call_stack);
     uint32_t fn;
     if (!e.collective_name.empty() && e.name == "record_param_comms") {
-      // One record_param_comms op stands for every collective: split it by op so sizes and
-      // bandwidths of all_reduce and broadcast do not mix.
-      norm_buf.assign("record_param_comms:");
-      norm_buf += CollectiveOp(e.collective_name);
-      fn = InternFn(e.kind, names.Intern(norm_buf), stack);
+      fn = fns.OfCommsRecord(e.kind, e.collective_name, stack);
     } else if (stack == 0) {
-      fn = FnOf(e.name, e.kind);
+      fn = fns.OfRawName(e.name, e.kind);
     } else {
-      fn = InternFn(e.kind, NameId(e.name, e.kind), stack);
+      fn = fns.Intern(e.kind, fns.NameId(e.name, e.kind), stack);
     }
-    AddCall(fn, e.dur_us, iter, e.tid);
-    if (!e.input_dims.empty()) {
-      if (const InputDimsCache::Parsed* d = dims.Find(e.input_dims))
-        fns[fn].shapes.Add(d->text, d->elements, e.dur_us);
-    }
+    fns.AddCall(fn, e.dur_us, iter, e.tid);
+    if (!e.input_dims.empty()) fns.AddShapes(fn, e.input_dims, e.dur_us);
     t.recs.push_back({e.ts_us, e.dur_us, fn});
     if ((e.kind == EventKind::kCudaRuntime || e.kind == EventKind::kCudaDriver) &&
         e.correlation >= 0) {
@@ -488,9 +254,9 @@ struct Summarizer::Impl {
       corr_max[static_cast<size_t>(iter)] =
           std::max(corr_max[static_cast<size_t>(iter)], e.correlation);
     }
-    if (HasCollArgs(e)) {
-      const CollArgs a = CollArgsOf(e);
-      AddColl(fn, a);
+    if (FunctionTable::HasCollArgs(e)) {
+      const CollArgs a = fns.CollArgsOf(e);
+      fns.AddColl(fn, a);
       if (e.external_id >= 0) coll_by_ext[e.external_id] = a;
     }
   }
@@ -521,8 +287,8 @@ struct Summarizer::Impl {
         p.top = top;
         kind = EventKind::kPythonFunction;
       } else {
-        FnAcc& f = fns[r.ref];
-        AddSelf(f, IterOf(r.ts), self);
+        fns.AddSelf(r.ref, IterOf(r.ts), self);
+        FnAcc& f = fns.at(r.ref);
         if (top) ++f.top_count;
         kind = f.kind;
       }
@@ -552,10 +318,10 @@ struct Summarizer::Impl {
         for (auto o = stack.rbegin(); o != stack.rend(); ++o) {
           const uint32_t ref = t.recs[o->rec].ref;
           if (!(ref & kPyTag)) {
-            if (fns[ref].kind == EventKind::kCpuOp || op == MemorySiteBuilder::kNoSite) op = ref;
+            if (fns.at(ref).kind == EventKind::kCpuOp || op == MemorySiteBuilder::kNoSite) op = ref;
             continue;
           }
-          const bool program = IsProgramFrame(names.Get(py[ref & ~kPyTag].name_id));
+          const bool program = IsProgramFrame(fns.Name(py[ref & ~kPyTag].name_id));
           if (program || a.site == MemorySiteBuilder::kNoSite) a.Place(ref, op);
           if (program) break;
         }
@@ -599,10 +365,7 @@ struct Summarizer::Impl {
     }
     std::string s;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
-      s = stacks.Get(base);
-      if (!s.empty()) s.push_back(';');
-      s += names.Get(py[*it].name_id);
-      base = stacks.Intern(s);
+      base = fns.ChildStack(base, py[*it].name_id);
       (*memo)[*it] = base;
     }
     return (*memo)[idx] != kUnset ? (*memo)[idx] : base;
@@ -618,12 +381,11 @@ struct Summarizer::Impl {
       if (p.parent >= 0 && it != py_index.end() && it->second != i) {
         stack = ContextOf(it->second, &memo);
       }
-      const uint32_t fn = InternFn(EventKind::kPythonFunction, p.name_id, stack);
+      const uint32_t fn = fns.Intern(EventKind::kPythonFunction, p.name_id, stack);
       if (!py_fn.empty()) py_fn[i] = fn;
-      AddCall(fn, p.dur, p.iter, p.tid);
-      FnAcc& f = fns[fn];
-      AddSelf(f, p.iter, p.self_us);
-      if (p.top) ++f.top_count;
+      fns.AddCall(fn, p.dur, p.iter, p.tid);
+      fns.AddSelf(fn, p.iter, p.self_us);
+      if (p.top) ++fns.at(fn).top_count;
     }
     for (MemorySiteBuilder::Live& l : sites.live())
       if (l.site != MemorySiteBuilder::kNoSite && (l.site & kPyTag))
@@ -716,13 +478,13 @@ struct Summarizer::Impl {
           corr_seen_min != std::numeric_limits<int64_t>::max()) {
         ++s->pre_profiler_gpu_ops;
         s->pre_profiler_gpu_us += g.dur;
-        AddCall(g.fn, g.dur, -1, kNoTid);
+        fns.AddCall(g.fn, g.dur, -1, kNoTid);
         continue;
       }
       if (iter < 0) iter = IterOf(g.ts);
-      AddCall(g.fn, g.dur, iter, kNoTid);
-      FnAcc& f = fns[g.fn];
-      AddSelf(f, iter, g.dur);
+      fns.AddCall(g.fn, g.dur, iter, kNoTid);
+      fns.AddSelf(g.fn, iter, g.dur);
+      const FnAcc& f = fns.at(g.fn);
       if (f.kind == EventKind::kGpuUserAnnotation || iter < 0) continue;
       std::vector<IterLanes>& dev = lanes[f.device];
       if (dev.empty()) dev.resize(n);
@@ -736,7 +498,7 @@ struct Summarizer::Impl {
   void AttachKernelCollArgs() {
     for (const auto& [fn, ext] : coll_kernel_ext) {
       auto it = coll_by_ext.find(ext);
-      if (it != coll_by_ext.end()) AddColl(fn, it->second);
+      if (it != coll_by_ext.end()) fns.AddColl(fn, it->second);
     }
   }
 
@@ -752,94 +514,6 @@ struct Summarizer::Impl {
     if (main != nullptr) {
       s->cpu_critical_us = CpuCriticalUs(main->top, g.all_busy, steady, it_start, it_end);
     }
-  }
-
-  // A collective's operation, message size, group and bandwidths; the group's size falls back
-  // to the trace's only process group, then to the world size.
-  CollectiveInfo CollectiveOf(const FnAcc& f, const FunctionPattern& p) const {
-    CollectiveInfo c;
-    c.op = f.op_id != 0 ? misc.Get(f.op_id) : CollectiveOp(p.name);
-    c.msg_bytes = f.coll_bytes_n ? f.coll_bytes / static_cast<double>(f.coll_bytes_n) : 0;
-    c.dtype = misc.Get(f.dtype_id);
-    c.group_size = f.group_size;
-    c.group = misc.Get(f.group_id);
-    if (c.group_size <= 0 && meta.process_groups.size() == 1) {
-      c.group_size = meta.process_groups[0].size;
-    }
-    if (c.group_size <= 0 && meta.world_size > 0) c.group_size = meta.world_size;
-    if (c.group_size < 0) c.group_size = 0;
-    if (c.msg_bytes > 0 && p.mean_us > 0) {
-      c.algbw_gbps = c.msg_bytes / (p.mean_us * 1e3);  // bytes/us -> GB/s is 1e-3
-      c.busbw_gbps = c.algbw_gbps * BusFactor(c.op, c.group_size);
-    }
-    return c;
-  }
-
-  // One function's pattern: its call statistics, and per-iteration values as means over the
-  // steady iterations (mean_iter_us: their mean length).
-  FunctionPattern PatternOf(const FnAcc& f, const std::vector<size_t>& steady,
-                            const ThreadState* main, double mean_iter_us) const {
-    const size_t ns = steady.size();
-    const double dn = ns ? static_cast<double>(ns) : 1.0;
-    FunctionPattern p;
-    p.name = names.Get(f.name_id);
-    p.kind = f.kind;
-    p.fclass = f.fclass;
-    p.stack = stacks.Get(f.stack_id);
-    p.device = f.device;
-    p.stream = f.stream;
-    const bool gpu_side = IsGpuEventKind(f.kind);
-    if (!gpu_side && main != nullptr) {
-      for (const auto& [tid, us] : f.thread_us) {
-        if (tid == main->tid && 2 * us >= f.total) p.main_thread = true;
-      }
-    }
-    p.top_level = !gpu_side && 2 * f.top_count >= f.count;
-    p.count = f.count;
-    p.total_us = f.total;
-    p.mean_us = f.mean;
-    p.min_us = f.min;
-    p.max_us = f.max;
-    p.p50_us = f.hist.Quantile(0.50, f.min, f.max);
-    p.p99_us = f.hist.Quantile(0.99, f.min, f.max);
-    p.cv = f.mean > 0 ? std::sqrt(f.m2 / static_cast<double>(f.count)) / f.mean : 0;
-    double in_iters = 0, calls = 0, self = 0;
-    p.iter_us.assign(ns, 0.0f);
-    for (size_t k = 0; k < ns; ++k) {
-      const size_t i = steady[k];
-      if (i < f.iter_us.size()) {
-        in_iters += f.iter_us[i];
-        calls += f.iter_calls[i];
-        p.iter_us[k] = static_cast<float>(f.iter_us[i]);
-      }
-      if (i < f.iter_self.size()) self += f.iter_self[i];
-    }
-    p.calls_per_iter = calls / dn;
-    p.per_iter_us = in_iters / dn;
-    p.share = mean_iter_us > 0 ? p.per_iter_us / mean_iter_us : 0;
-    p.self_per_iter_us = self / dn;
-    if (f.fclass == FunctionClass::kCollective) p.coll = CollectiveOf(f, p);
-    if (f.shapes.calls() > 0) {
-      p.input_elements = f.shapes.MeanElements();
-      p.input_dims = dims.Text(f.shapes.Costliest());
-    }
-    return p;
-  }
-
-  // Every called function's pattern, the costliest per iteration first.
-  void FillFunctions(const std::vector<size_t>& steady, const ThreadState* main,
-                     double mean_iter_us, RankSummary* s) const {
-    s->functions.reserve(fns.size());
-    for (const FnAcc& f : fns) {
-      if (f.count == 0) continue;
-      s->functions.push_back(PatternOf(f, steady, main, mean_iter_us));
-    }
-    std::sort(s->functions.begin(), s->functions.end(),
-              [](const FunctionPattern& a, const FunctionPattern& b) {
-                if (a.per_iter_us != b.per_iter_us) return a.per_iter_us > b.per_iter_us;
-                if (a.total_us != b.total_us) return a.total_us > b.total_us;
-                return a.Key() < b.Key();
-              });
   }
 
   RankSummary Build() {
@@ -861,10 +535,13 @@ struct Summarizer::Impl {
     DeviceLanes lanes = AssignGpuOps(&s);
     AttachKernelCollArgs();
     if (!lanes.empty() && !steady.empty()) FillGpuBreakdown(&lanes, steady, main, &s);
-    FillFunctions(steady, main, mean_iter_us, &s);
+    s.functions = fns.Patterns({.steady = &steady,
+                                .mean_iter_us = mean_iter_us,
+                                .main_tid = main != nullptr ? main->tid : kNoTid,
+                                .meta = &meta});
     s.memory = memory.Build(steady);
     s.memory_sites = sites.Build(steady, [&](uint32_t fn) {
-      return std::pair{names.Get(fns[fn].name_id), stacks.Get(fns[fn].stack_id)};
+      return std::pair{fns.Name(fns.at(fn).name_id), fns.Stack(fns.at(fn).stack_id)};
     });
     return s;
   }

@@ -1,35 +1,23 @@
-// Pass 1 of the trace reader (trace_scanner.h): the structural scan and the metadata it parses.
+// Pass 1 of the trace reader (trace_scanner.h): the structural scan. Its bytes come from
+// ScanInput (scan_input.h); the values it reads whole, ScannedValueParser parses
+// (scanned_values.h).
 #include "trace/trace_scanner.h"
 
-#include <simdjson.h>
-
 #include <algorithm>
-#include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "base/limits.h"
 #include "trace/ascii.h"
 #include "trace/block_classifier.h"
-#include "trace/json_fields.h"
+#include "trace/scan_input.h"
+#include "trace/scanned_values.h"
 
 namespace perftracker::trace::internal {
 namespace {
 
-constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();  // no offset
 // Deepest nesting accepted: far past any trace, and it bounds the bracket stack of a hostile file.
 constexpr size_t kMaxDepth = limits::kMaxJsonDepth;
-// A stream's first read; later ones read as much as was read so far (doubling), up to
-// MaxRead. A small file (a rank's short trace) then clears no MiB-sized buffer (measured: the
-// fuzzer's 1 KiB inputs spent most of their 5 ms on it); a large one soon reads MaxRead.
-constexpr size_t kFirstReadBytes = 64 << 10;
-size_t MaxRead(const ReaderTuning& t) { return std::max<size_t>(t.read_bytes, 1); }
-// The next read of a stream of which SO_FAR bytes were read.
-size_t ReadSize(const ReaderTuning& t, uint64_t so_far) {
-  return std::min(MaxRead(t), static_cast<size_t>(std::max<uint64_t>(kFirstReadBytes, so_far)));
-}
-
 // Blocks classified per call of the classifier: reading blocks in runs lets the machine's vector
 // width pay off.
 constexpr size_t kBatchBlocks = 8;
@@ -61,6 +49,8 @@ class TraceScanner {
       : name_(name),
         tuning_(tuning),
         out_(out),
+        in_(name, tuning),
+        values_(name, out),
         classify_(tuning.classifier < 0 ? BestClassifier() : Classifier(tuning.classifier)) {
     if (classify_ == nullptr) classify_ = BestClassifier();
   }
@@ -69,69 +59,13 @@ class TraceScanner {
   // mapped; null to stream it through Read.
   Status Run(ByteSource* src, const char* map, size_t map_size) {
     stack_.reserve(64);
-    if (map != nullptr) {
-      // The bytes are all there: scan them a read's worth at a time, handing back pages once
-      // they are behind the scan and no value being captured still needs them.
-      data_ = map;
-      size_t released = 0;
-      size_t ahead = 0;  // bytes hinted to the source as read next
-      while (len_ < map_size) {
-        if (len_ >= ahead) {
-          ahead = std::min(map_size, len_ + std::max(tuning_.release_bytes, MaxRead(tuning_)));
-          if (!src->WillRead(len_, ahead))
-            return DataLoss(name_ + ": file changed while being read");
-        }
-        if (keep_from_ != kNone && len_ - keep_from_ > tuning_.max_value_bytes) {
-          return Error(keep_from_, "a single value is larger than " +
-                                       std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
-        }
-        const size_t from = len_;
-        len_ = std::min(map_size, len_ + MaxRead(tuning_));
-        PT_RETURN_IF_ERROR(Scan(from));
-        const size_t done = keep_from_ == kNone ? len_ : static_cast<size_t>(keep_from_);
-        if (done - released >= tuning_.release_bytes) {
-          src->Release(released, done);
-          released = done;
-        }
-      }
-      src->Release(released, len_);
-      return Finish();
-    }
-    buf_.resize(ReadSize(tuning_, 0) + kPad);
-    data_ = buf_.data();
-    for (;;) {
-      const size_t read = ReadSize(tuning_, base_ + len_);
-      // Keep the bytes of whatever value is still being captured; drop the rest.
-      if (keep_from_ != kNone) {
-        const size_t drop = static_cast<size_t>(keep_from_ - base_);
-        std::memmove(buf_.data(), buf_.data() + drop, len_ - drop);
-        base_ += drop;
-        len_ -= drop;
-      } else {
-        base_ += len_;
-        len_ = 0;
-      }
-      if (len_ + read + kPad > buf_.size()) {
-        if (len_ > tuning_.max_value_bytes) {
-          return Error(base_, "a single value is larger than " +
-                                  std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
-        }
-        buf_.resize(std::max(buf_.size() * 2, len_ + read + kPad));
-        data_ = buf_.data();
-      }
-      StatusOr<size_t> n = src->Read(buf_.data() + len_, read);
-      if (!n.ok()) return Status(n.status().code(), name_ + ": " + n.status().message());
-      if (*n == 0) break;
-      const size_t from = len_;
-      len_ += *n;
-      PT_RETURN_IF_ERROR(Scan(from));
-    }
+    PT_RETURN_IF_ERROR(in_.Feed(src, map, map_size, [this](size_t from) { return Scan(from); }));
     return Finish();
   }
 
  private:
   Status Finish() {
-    const uint64_t total = base_ + len_;
+    const uint64_t total = in_.total();
     out_->bytes = total;
     if (top_ == kTopStart) return InvalidArgument(name_ + ": empty file");
     if (top_ != kTopDone || in_string_) return Error(total, "unexpected end of input");
@@ -152,8 +86,7 @@ class TraceScanner {
     kTopDone
   };
 
-  uint64_t Abs(size_t i) const { return base_ + i; }
-  const char* At(uint64_t abs) const { return data_ + (abs - base_); }
+  uint64_t Abs(size_t i) const { return in_.base() + i; }
 
   Status Error(uint64_t at, const std::string& what) const {
     return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " + what);
@@ -174,9 +107,9 @@ class TraceScanner {
 
   Status Scan(size_t from) {
     batch_n_ = 0;  // the bytes past the last scan's end were not there yet
-    const auto* p = reinterpret_cast<const unsigned char*>(data_) + from;
-    const auto* const begin = reinterpret_cast<const unsigned char*>(data_);
-    const auto* const end = begin + len_;
+    const auto* const begin = reinterpret_cast<const unsigned char*>(in_.data());
+    const auto* p = begin + from;
+    const auto* const end = begin + in_.len();
     while (p < end) {
       if (stack_.size() > fast_depth_ && !slow_nested_) {
         PT_RETURN_IF_ERROR(Nested(p, begin, end));
@@ -367,8 +300,8 @@ class TraceScanner {
       return Status::Ok();
     }
     if (top_ == kTopKey) {
-      key_.assign(At(key_start_), static_cast<size_t>(end - 1 - key_start_));
-      keep_from_ = kNone;
+      key_.assign(in_.View(key_start_, end - 1));
+      in_.Drop();
       top_ = kTopColon;
       return Status::Ok();
     }
@@ -390,7 +323,7 @@ class TraceScanner {
     expect_element_ = false;
     ++elements_;
     element_start_ = at;
-    if (keep) keep_from_ = at;  // scalars need no bytes kept: they never reach ElementEnd
+    if (keep) in_.Keep(at);  // scalars need no bytes kept: they never reach ElementEnd
     candidate_ = false;
     if (out_->cuts.empty() || at - out_->cuts.back() >= tuning_.segment_bytes) {
       out_->cuts.push_back(at);
@@ -398,8 +331,8 @@ class TraceScanner {
   }
 
   void ElementEnd(uint64_t end) {
-    keep_from_ = kNone;
-    if (candidate_) ParseCandidate(element_start_, end);
+    in_.Drop();
+    if (candidate_) values_.StepCandidate(in_.View(element_start_, end));
     candidate_ = false;
   }
 
@@ -421,7 +354,7 @@ class TraceScanner {
           PT_RETURN_IF_ERROR(Pop(static_cast<char>(c), at));
           events_active_ = false;
           events_end_ = at;
-          keep_from_ = kNone;
+          in_.Drop();
           if (out_->meta.legacy_format) {
             top_ = kTopDone;
             fast_depth_ = 0;
@@ -474,7 +407,7 @@ class TraceScanner {
         if (c == '"') {
           in_string_ = true;
           key_start_ = at + 1;
-          keep_from_ = at;
+          in_.Keep(at);
           return Status::Ok();
         }
         if (c == '}') return CloseTop(at);
@@ -501,8 +434,8 @@ class TraceScanner {
           return Status::Ok();
         }
         value_start_ = at;
-        capture_ = IsMetaKey(key_);
-        if (capture_) keep_from_ = at;
+        capture_ = ScannedValueParser::IsMetadataKey(key_);
+        if (capture_) in_.Keep(at);
         top_ = kTopInValue;
         if (k == kQuote) in_string_ = true;
         if (k == kOpen) return Push(static_cast<char>(c), at);
@@ -542,223 +475,21 @@ class TraceScanner {
     elements_ = 0;
   }
 
-  static bool IsMetaKey(const std::string& key) {
-    return key == "distributedInfo" || key == "deviceProperties" || key == "baseTimeNanoseconds" ||
-           key == "host_name" || key == "hostname";
-  }
-
   Status ValueEnd(uint64_t end) {
     top_ = kTopAfterValue;
     if (!capture_) return Status::Ok();
     capture_ = false;
-    keep_from_ = kNone;
-    return ParseMeta(value_start_, end);
-  }
-
-  // Copies [start, end) into a padded scratch buffer for simdjson.
-  std::string_view Scratch(uint64_t start, uint64_t end) {
-    const size_t n = static_cast<size_t>(end - start);
-    if (scratch_.size() < n + kPad) scratch_.resize(n + kPad);
-    std::memcpy(scratch_.data(), At(start), n);
-    std::memset(scratch_.data() + n, ' ', kPad);
-    return std::string_view(scratch_.data(), n);
-  }
-
-  // A metadata value that cannot be right: counted with the malformed events and left unset.
-  void BadMetadata(uint64_t start, const char* why) {
-    if (out_->bad_metadata++ == 0) {
-      out_->first_bad_metadata_byte = start;
-      out_->first_bad_metadata = why;
-    }
-  }
-
-  Status MetaError(uint64_t start, simdjson::error_code e) {
-    return Error(start, std::string("in ") + key_ + ": " + simdjson::error_message(e));
-  }
-
-  Status ParseMeta(uint64_t start, uint64_t end) {
-    std::string_view text = Scratch(start, end);
-    od::document doc;
-    auto err = parser_.iterate(text.data(), text.size(), scratch_.size()).get(doc);
-    if (err) return MetaError(start, err);
-    TraceMeta& m = out_->meta;
-    if (key_ == "baseTimeNanoseconds") {
-      int64_t t;
-      uint64_t u;
-      double d;
-      if (doc.get_int64().get(t) == simdjson::SUCCESS) {
-        m.base_time_ns = t;
-      } else if (doc.get_uint64().get(u) == simdjson::SUCCESS) {
-        m.base_time_ns = static_cast<int64_t>(u >> 1);
-      } else if (doc.get_double().get(d) == simdjson::SUCCESS && d > -9.2e18 && d < 9.2e18) {
-        m.base_time_ns = static_cast<int64_t>(d);
-      }
-      return Status::Ok();
-    }
-    if (key_ == "host_name" || key_ == "hostname") {
-      std::string_view s;
-      if (doc.get_string().get(s) == simdjson::SUCCESS) m.host.assign(s);
-      return Status::Ok();
-    }
-    if (key_ == "deviceProperties") {
-      od::array arr;
-      if (doc.get_array().get(arr) != simdjson::SUCCESS) return Status::Ok();
-      m.devices.clear();
-      for (auto el : arr) {
-        od::object obj;
-        if (auto e = el.get_object().get(obj)) {
-          if (!IsValueError(e)) return MetaError(start, e);
-          continue;
-        }
-        DeviceInfo d;
-        for (auto f : obj) {
-          if (auto e = f.error()) return MetaError(start, e);
-          od::field& field = f.value_unsafe();
-          const char* k = field.key().raw();
-          od::value& v = field.value();
-          int64_t i = 0;
-          if (KeyIs(k, "id")) {
-            if (ReadInt(v, &i)) d.id = static_cast<int>(i);
-          } else if (KeyIs(k, "name")) {
-            ReadText(v, &d.name);
-          } else if (KeyIs(k, "numSms")) {
-            if (ReadInt(v, &i)) d.num_sms = static_cast<int>(i);
-          } else if (KeyIs(k, "computeMajor")) {
-            if (ReadInt(v, &i)) d.compute_major = static_cast<int>(i);
-          } else if (KeyIs(k, "computeMinor")) {
-            if (ReadInt(v, &i)) d.compute_minor = static_cast<int>(i);
-          }
-        }
-        m.devices.push_back(std::move(d));
-      }
-      return Status::Ok();
-    }
-    // distributedInfo
-    od::object obj;
-    if (doc.get_object().get(obj) != simdjson::SUCCESS) return Status::Ok();
-    for (auto f : obj) {
-      if (auto e = f.error()) return MetaError(start, e);
-      od::field& field = f.value_unsafe();
-      const char* k = field.key().raw();
-      od::value& v = field.value();
-      int64_t i = 0;
-      if (KeyIs(k, "rank")) {
-        if (ReadInt(v, &i)) {
-          if (limits::ValidRank(i)) {
-            m.rank = static_cast<int>(i);
-            out_->rank_from_trace = true;
-          } else {
-            BadMetadata(start, "a distributedInfo.rank from 0 to 1048575");
-          }
-        }
-      } else if (KeyIs(k, "world_size")) {
-        if (ReadInt(v, &i)) {
-          if (limits::ValidWorldSize(i))
-            m.world_size = static_cast<int>(i);
-          else
-            BadMetadata(start, "a distributedInfo.world_size from 1 to 1048576");
-        }
-      } else if (KeyIs(k, "backend")) {
-        ReadText(v, &m.backend);
-      } else if (KeyIs(k, "nccl_version")) {
-        ReadText(v, &m.nccl_version);
-      } else if (KeyIs(k, "pg_config")) {
-        od::array arr;
-        if (v.get_array().get(arr) != simdjson::SUCCESS) continue;
-        m.process_groups.clear();
-        for (auto el : arr) {
-          od::object pg_obj;
-          if (auto e = el.get_object().get(pg_obj)) {
-            if (!IsValueError(e)) return MetaError(start, e);
-            continue;
-          }
-          ProcessGroup pg;
-          for (auto pf : pg_obj) {
-            if (auto e = pf.error()) return MetaError(start, e);
-            od::field& pfield = pf.value_unsafe();
-            const char* pk = pfield.key().raw();
-            od::value pv = pfield.value();
-            if (KeyIs(pk, "pg_name")) {
-              ReadText(pv, &pg.name);
-            } else if (KeyIs(pk, "pg_desc")) {
-              ReadText(pv, &pg.desc);
-            } else if (KeyIs(pk, "backend_config")) {
-              ReadText(pv, &pg.backend);
-            } else if (KeyIs(pk, "pg_size")) {
-              if (ReadInt(pv, &i)) pg.size = static_cast<int>(i);
-            } else if (KeyIs(pk, "ranks")) {
-              ReadRanks(pv, &pg.ranks);
-            }
-          }
-          if (pg.size == 0) pg.size = static_cast<int>(pg.ranks.size());
-          m.process_groups.push_back(std::move(pg));
-        }
-      }
-    }
-    return Status::Ok();
-  }
-
-  // An event with a '#' in one of its strings: is it a ProfilerStep#N or Optimizer.step# span?
-  // Parse errors are ignored here; pass 2 reports them.
-  void ParseCandidate(uint64_t start, uint64_t end) {
-    std::string_view text = Scratch(start, end);
-    od::document doc;
-    od::object obj;
-    if (parser_.iterate(text.data(), text.size(), scratch_.size()).get(doc) ||
-        doc.get_object().get(obj)) {
-      return;
-    }
-    std::string_view name, cat, ph;
-    bool has_name = false, has_cat = false, has_ts = false;
-    Span span;
-    for (auto f : obj) {
-      if (f.error()) return;
-      od::field& field = f.value_unsafe();
-      const char* k = field.key().raw();
-      od::value& v = field.value();
-      if (KeyIs(k, "name")) {
-        has_name = v.get_string().get(name) == simdjson::SUCCESS;
-      } else if (KeyIs(k, "cat")) {
-        has_cat = v.get_string().get(cat) == simdjson::SUCCESS;
-      } else if (KeyIs(k, "ph")) {
-        if (v.get_string().get(ph)) return;
-      } else if (KeyIs(k, "ts")) {
-        has_ts = v.get_double().get(span.ts_us) == simdjson::SUCCESS;
-      } else if (KeyIs(k, "dur")) {
-        if (v.get_double().get(span.dur_us)) span.dur_us = 0;
-      } else if (KeyIs(k, "tid")) {
-        ReadId(v, &span.tid);
-      }
-    }
-    if (!has_name || !has_ts || ph != "X") return;
-    if (has_cat && !EqualsIgnoreCase(cat, "user_annotation") && !EqualsIgnoreCase(cat, "cpu_op") &&
-        !EqualsIgnoreCase(cat, "record_function") && !EqualsIgnoreCase(cat, "operator")) {
-      return;  // e.g. the gpu_user_annotation copy of ProfilerStep#N on the GPU timeline
-    }
-    if (StartsWith(name, "ProfilerStep#")) {
-      int64_t n = -1;
-      for (char c : name.substr(13)) {
-        if (c < '0' || c > '9' || n > (int64_t{1} << 50)) break;
-        n = (n < 0 ? 0 : n) * 10 + (c - '0');
-      }
-      if (n < 0) return;
-      span.step = n;
-      out_->meta.profiler_steps.push_back(span);
-    } else if (StartsWith(name, "Optimizer.step#")) {
-      out_->meta.optimizer_steps.push_back(span);
-    }
+    in_.Drop();
+    return values_.Metadata(key_, in_.View(value_start_, end), value_start_);
   }
 
   const std::string& name_;
   const ReaderTuning& tuning_;
   ScanResult* out_;
+  ScanInput in_;               // the bytes, mapped or streamed
+  ScannedValueParser values_;  // the values parsed whole: metadata, step markers
   ClassifyFn classify_;
 
-  std::vector<char> buf_;       // streamed input
-  const char* data_ = nullptr;  // buf_.data(), or the mapped input
-  uint64_t base_ = 0;           // offset of data_[0] in the stream
-  size_t len_ = 0;
-  uint64_t keep_from_ = kNone;
 
   // Block masks classified ahead by Nested: batch_[batch_i_] describes the 64 bytes at
   // batch_next_ (when Nested goes on there), the next ones the blocks after it.
@@ -788,8 +519,6 @@ class TraceScanner {
   bool candidate_ = false;
   uint64_t events_end_ = 0;
 
-  std::string scratch_;
-  od::parser parser_;
 };
 
 }  // namespace
