@@ -89,7 +89,8 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, creds, &impl->port);
   builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.RegisterService(impl.get());
+  impl->service = std::make_unique<ServerService>(impl.get());
+  builder.RegisterService(impl->service.get());
   impl->server = builder.BuildAndStart();
   if (!impl->server || impl->port == 0)
     return Unavailable(fmt::format("server: cannot listen on {}", options.listen));

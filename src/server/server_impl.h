@@ -1,10 +1,11 @@
 // The server's internals, shared by its files: the state of one server, guarded by one
 // mutex, as named parts (the agents: server/agent_registry.h; the windows: window_book.h; a hang:
 // hang_collection.h; the ranks: rank_state.h; the attempts: attempts.h; the policy:
-// scheduler.h; what /metrics counts: server_counters.h), and the gRPC service over it.
-// server.cc starts and stops it; server_service.cc answers the calls, server_windows.cc
-// opens and seals windows and hangs (and runs the timer), server_publish.cc writes their
-// reports and store rows, server_metrics.cc renders /metrics. Not for use outside src/server.
+// scheduler.h; what /metrics counts: server_counters.h), and the gRPC service over it
+// (server_service.h, which answers the calls). server.cc starts and stops it;
+// server_progress.cc files the agents' iteration reports, server_windows.cc opens and seals
+// windows and hangs (and runs the timer), server_publish.cc writes their reports and store
+// rows, server_metrics.cc renders /metrics. Not for use outside src/server.
 #ifndef PERFTRACKER_SERVER_SERVER_IMPL_H_
 #define PERFTRACKER_SERVER_SERVER_IMPL_H_
 
@@ -43,6 +44,7 @@
 #include "server/scheduler.h"
 #include "server/server.h"
 #include "server/server_counters.h"
+#include "server/server_service.h"
 #include "server/store.h"
 #include "server/window.h"
 #include "server/window_book.h"
@@ -52,11 +54,11 @@ namespace perftracker::server {
 namespace fs = std::filesystem;
 namespace v1 = ::perftracker::v1;
 
-struct Server::Impl final
-    : public v1::Server::WithCallbackMethod_WatchCommands<v1::Server::Service> {
+struct Server::Impl final {
   ServerOptions options;
   std::unique_ptr<Store> store;
   int64_t job_id = 0;
+  std::unique_ptr<ServerService> service;  // the gRPC calls (server/server_service.h)
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 
@@ -213,41 +215,11 @@ struct Server::Impl final
   // /metrics in Prometheus' text format (called with mu held).
   std::string MetricsLocked() const;
 
-  // --- the gRPC service (server/server_service.cc) ---
-
-  grpc::Status Authorize(grpc::ServerContextBase* ctx);
+  // --- the ranks' progress (server/server_progress.cc) ---
 
   // Whether agent ID may speak for RANK (AgentRegistry::Owns) as a gRPC status (with mu held):
   // an unknown id is NOT_FOUND, which tells an agent to register again.
   grpc::Status OwnsLocked(const std::string& id, int rank);
-
-  // Each call Guarded, then its Do*.
-  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
-                        v1::RegisterReply* reply) override;
-  grpc::Status ReportIterations(grpc::ServerContext* ctx, const v1::ReportIterationsRequest* req,
-                                v1::ReportIterationsReply* reply) override;
-  grpc::Status UploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
-                            v1::UploadWindowReply* reply) override;
-  grpc::Status UploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
-                            v1::UploadStacksReply* reply) override;
-  grpc::Status Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
-                       v1::TriggerReply* reply) override;
-  grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
-                      v1::StatusReply* reply) override;
-  grpc::Status DoRegister(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
-                          v1::RegisterReply* reply);
-  grpc::Status DoReportIterations(grpc::ServerContext* ctx, const v1::ReportIterationsRequest* req,
-                                  v1::ReportIterationsReply*);
-  grpc::ServerWriteReactor<v1::Command>* WatchCommands(grpc::CallbackServerContext* ctx,
-                                                       const v1::WatchRequest* req) override;
-  grpc::Status DoUploadWindow(grpc::ServerContext* ctx, const v1::UploadWindowRequest* req,
-                              v1::UploadWindowReply* reply);
-  grpc::Status DoUploadStacks(grpc::ServerContext* ctx, const v1::UploadStacksRequest* req,
-                              v1::UploadStacksReply* reply);
-  grpc::Status DoTrigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
-                         v1::TriggerReply* reply);
-  grpc::Status DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
-                        v1::StatusReply* reply);
 };
 
 }  // namespace perftracker::server

@@ -1,3 +1,5 @@
+#include "server/server_service.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -36,88 +38,58 @@ grpc::Status Guarded(const char* rpc, F&& f) {
   return {grpc::StatusCode::INTERNAL, std::string(rpc) + ": internal error in the server"};
 }
 
-// The memory figures of agent batch B (its proto's "0: unknown" kept).
-MemoryReport MemoryReportOf(const v1::IterationBatch& b) {
-  MemoryReport m;
-  m.rss = std::max(b.rss_max_bytes(), b.rss_bytes());
-  m.rss_low = b.rss_min_bytes();
-  m.cgroup_limit = b.cgroup_memory_limit_bytes();
-  m.cgroup_usage = b.cgroup_memory_usage_bytes();
-  m.gpu_used = b.gpu_memory_bytes();
-  m.gpu_free = b.gpu_free_bytes();
-  m.gpu_total = b.gpu_total_bytes();
-  m.gpu_index = b.gpu_index();
-  m.cuda_allocated = b.cuda_allocated_bytes();
-  m.cuda_reserved = b.cuda_reserved_bytes();
-  m.cuda_peak_allocated = b.cuda_peak_allocated_bytes();
-  return m;
-}
-
 }  // namespace
 
-grpc::Status Server::Impl::Authorize(grpc::ServerContextBase* ctx) {
-  if (options.token.empty()) return grpc::Status::OK;
+grpc::Status ServerService::Authorize(grpc::ServerContextBase* ctx) {
+  if (s_.options.token.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
   auto it = md.find("x-perftracker-token");
   if (it == md.end() ||
-      !ConstantTimeEquals(std::string(it->second.data(), it->second.size()), options.token))
+      !ConstantTimeEquals(std::string(it->second.data(), it->second.size()), s_.options.token))
     return {grpc::StatusCode::UNAUTHENTICATED, "missing or wrong perftracker token"};
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::OwnsLocked(const std::string& id, int rank) {
-  switch (agents.Owns(id, rank)) {
-    case AgentRegistry::Ownership::kOwns:
-      return grpc::Status::OK;
-    case AgentRegistry::Ownership::kUnknownAgent:
-      return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
-    case AgentRegistry::Ownership::kAnotherAgents:
-      break;
-  }
-  return {grpc::StatusCode::PERMISSION_DENIED,
-          fmt::format("rank {} belongs to another agent", rank)};
-}
-
-grpc::Status Server::Impl::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
-                                    v1::RegisterReply* reply) {
+grpc::Status ServerService::Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                                     v1::RegisterReply* reply) {
   return Guarded("Register", [&] { return DoRegister(ctx, req, reply); });
 }
 
-grpc::Status Server::Impl::ReportIterations(grpc::ServerContext* ctx,
-                                            const v1::ReportIterationsRequest* req,
-                                            v1::ReportIterationsReply* reply) {
+grpc::Status ServerService::ReportIterations(grpc::ServerContext* ctx,
+                                             const v1::ReportIterationsRequest* req,
+                                             v1::ReportIterationsReply* reply) {
   return Guarded("ReportIterations", [&] { return DoReportIterations(ctx, req, reply); });
 }
 
-grpc::Status Server::Impl::UploadWindow(grpc::ServerContext* ctx,
-                                        const v1::UploadWindowRequest* req,
-                                        v1::UploadWindowReply* reply) {
+grpc::Status ServerService::UploadWindow(grpc::ServerContext* ctx,
+                                         const v1::UploadWindowRequest* req,
+                                         v1::UploadWindowReply* reply) {
   grpc::Status st = Guarded("UploadWindow", [&] { return DoUploadWindow(ctx, req, reply); });
   if (st.ok()) {
-    std::lock_guard lk(mu);
-    counters.CountUpload(reply->accepted(), req->summary().size());
+    std::lock_guard lk(s_.mu);
+    s_.counters.CountUpload(reply->accepted(), req->summary().size());
   }
   return st;
 }
 
-grpc::Status Server::Impl::UploadStacks(grpc::ServerContext* ctx,
-                                        const v1::UploadStacksRequest* req,
-                                        v1::UploadStacksReply* reply) {
+grpc::Status ServerService::UploadStacks(grpc::ServerContext* ctx,
+                                         const v1::UploadStacksRequest* req,
+                                         v1::UploadStacksReply* reply) {
   return Guarded("UploadStacks", [&] { return DoUploadStacks(ctx, req, reply); });
 }
 
-grpc::Status Server::Impl::Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
-                                   v1::TriggerReply* reply) {
+grpc::Status ServerService::Trigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                                    v1::TriggerReply* reply) {
   return Guarded("Trigger", [&] { return DoTrigger(ctx, req, reply); });
 }
 
-grpc::Status Server::Impl::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
-                                  v1::StatusReply* reply) {
+grpc::Status ServerService::Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                   v1::StatusReply* reply) {
   return Guarded("Status", [&] { return DoStatus(ctx, req, reply); });
 }
 
-grpc::Status Server::Impl::DoRegister(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
-                                      v1::RegisterReply* reply) {
+grpc::Status ServerService::DoRegister(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
+                                       v1::RegisterReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   if (req->ranks_size() > limits::kMaxWorldSize)
     return {grpc::StatusCode::INVALID_ARGUMENT, "more ranks than a job can have"};
@@ -126,45 +98,45 @@ grpc::Status Server::Impl::DoRegister(grpc::ServerContext* ctx, const v1::Regist
   for (int r : req->ranks())
     if (!limits::ValidRank(r))
       return {grpc::StatusCode::INVALID_ARGUMENT, fmt::format("rank {} is out of range", r)};
-  std::lock_guard lk(mu);
+  std::lock_guard lk(s_.mu);
   // One job at a time: two jobs' ranks in one diagnosis would compare rank 0 of one job with
   // rank 0 of the other. Once the first job's agents are gone (expired), a new job starts.
-  if (!job_key || *job_key != req->job_id()) {
-    if (job_key && agents.CountConnected(std::chrono::steady_clock::now()) > 0) {
+  if (!s_.job_key || *s_.job_key != req->job_id()) {
+    if (s_.job_key && s_.agents.CountConnected(std::chrono::steady_clock::now()) > 0) {
       return {grpc::StatusCode::FAILED_PRECONDITION,
               fmt::format("this server collects job '{}' (its agents are connected); job '{}' "
                           "needs a server of its own",
-                          log::Printable(*job_key), log::Printable(req->job_id()))};
+                          log::Printable(*s_.job_key), log::Printable(req->job_id()))};
     }
-    if (job_key) {
+    if (s_.job_key) {
       log::Event("server", "job '{}' replaces job '{}', whose agents are gone",
-                 log::Printable(req->job_id()), log::Printable(*job_key));
-      ranks.clear();
-      agents.Clear();  // the previous job's, all without a stream
-      sched->NewJob();
-      healthy.NewAttempt();
+                 log::Printable(req->job_id()), log::Printable(*s_.job_key));
+      s_.ranks.clear();
+      s_.agents.Clear();  // the previous job's, all without a stream
+      s_.sched->NewJob();
+      s_.healthy.NewAttempt();
     }
-    job_key = req->job_id();
+    s_.job_key = req->job_id();
   }
   // Unguessable: an id is what lets a caller upload for its ranks and read their commands.
   auto secret = NewToken();
   if (!secret.ok()) return {grpc::StatusCode::INTERNAL, secret.status().message()};
-  std::string id = agents.NextId(*secret);
-  AgentState& a = agents.Add(id, req->host(), {req->ranks().begin(), req->ranks().end()},
-                             std::chrono::steady_clock::now());
-  for (int r : a.ranks) ranks[r].host = a.host;
+  std::string id = s_.agents.NextId(*secret);
+  AgentState& a = s_.agents.Add(id, req->host(), {req->ranks().begin(), req->ranks().end()},
+                                std::chrono::steady_clock::now());
+  for (int r : a.ranks) s_.ranks[r].host = a.host;
   reply->set_agent_id(id);
   log::Detail("server", "{} registered from {} (ranks {})", id, a.host,
               diagnose::RankList(a.ranks));
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::DoReportIterations(grpc::ServerContext* ctx,
-                                              const v1::ReportIterationsRequest* req,
-                                              v1::ReportIterationsReply*) {
+grpc::Status ServerService::DoReportIterations(grpc::ServerContext* ctx,
+                                               const v1::ReportIterationsRequest* req,
+                                               v1::ReportIterationsReply*) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
-  std::lock_guard lk(mu);
-  AgentState* agent = agents.Find(req->agent_id());
+  std::lock_guard lk(s_.mu);
+  AgentState* agent = s_.agents.Find(req->agent_id());
   if (agent == nullptr) return {grpc::StatusCode::NOT_FOUND, "unknown agent; register first"};
   agent->last_seen = std::chrono::steady_clock::now();
   if (req->has_window_received()) agent->window_received = req->window_received();
@@ -173,70 +145,20 @@ grpc::Status Server::Impl::DoReportIterations(grpc::ServerContext* ctx,
     agent->memory.available_bytes = req->host_mem_available_bytes();
   if (std::isfinite(req->host_mem_total_bytes()) && req->host_mem_total_bytes() > 0)
     agent->memory.total_bytes = req->host_mem_total_bytes();
-  ReportIterationsLocked(req->agent_id(), agent->host, *req);
+  s_.ReportIterationsLocked(req->agent_id(), agent->host, *req);
   return grpc::Status::OK;
 }
 
-void Server::Impl::ReportIterationsLocked(const std::string& agent_id, const std::string& host,
-                                          const v1::ReportIterationsRequest& req) {
-  for (const v1::WorkerState& w : req.workers()) {
-    if (!limits::ValidRank(w.rank()) || !OwnsLocked(agent_id, w.rank()).ok()) continue;
-    RankState& r = ranks[w.rank()];
-    WorkerSeen seen{w.pid(),    w.window_sent(),  w.window_acked(), w.window_accepted(),
-                    w.exited(), w.exit_message(), w.process_gone(), w.last_iteration()};
-    if (!r.worker || r.worker->ReplacedBy(seen)) r.worker = seen;
-    r.agent = agent_id;
-    if (!w.exited()) continue;
-    // How the job's attempt ended (server/attempts.h); the time only orders the ends (a NaN
-    // would break the sort).
-    const double t = std::isfinite(w.exited_unix_seconds()) ? w.exited_unix_seconds() : 0;
-    attempts.Ended(w.rank(), w.pid(), limits::ValidAttempt(w.attempt()) ? w.attempt() : 0,
-                   w.exit_message(), std::max<int64_t>(w.last_iteration(), -1), t, host);
-  }
-  for (const v1::IterationBatch& b : req.batches()) {
-    if (!limits::ValidRank(b.rank())) continue;  // nothing to file it under
-    if (!OwnsLocked(agent_id, b.rank()).ok()) continue;
-    const int restart = limits::ValidAttempt(b.attempt()) ? b.attempt() : 0;
-    const AttemptLog::Placed placed = attempts.Place(b.rank(), std::max(b.pid(), 0), restart, host);
-    if (placed.placement == AttemptLog::Placement::kNew) NewAttemptLocked(b.rank(), b.pid());
-    RankState& r = ranks[b.rank()];
-    r.agent = agent_id;
-    const int n = std::min(b.steps_size(), b.iteration_ms_size());
-    int64_t furthest = -1;
-    for (int i = 0; i < n; ++i) furthest = std::max(furthest, b.steps(i));
-    attempts.Progress(placed.attempt, b.rank(), furthest, n);
-    if (placed.placement == AttemptLog::Placement::kEarlier) {
-      // An earlier attempt's last batches: the run's statistics, not the current progress.
-      for (int i = 0; i < n; ++i) r.Add(b.iteration_ms(i));
-      continue;
-    }
-    r.attempt = placed.attempt;
-    // The chart shows the attempts one after another: steps are run-wide there.
-    const int64_t offset = attempts.Current().run_offset;
-    for (int i = 0; i < n; ++i) {
-      r.last_step = std::max(r.last_step, b.steps(i));
-      r.AddStep(b.steps(i) + offset, b.iteration_ms(i));
-      healthy.Add(b.steps(i), b.iteration_ms(i));
-    }
-    r.attempt_iterations += n;
-    for (const MemoryGrowthFound& g : r.AddMemory(furthest, MemoryReportOf(b)))
-      OnMemoryGrowthLocked(b.rank(), g.growth, g.kind);
-    if (auto cleared = sched->Progressed(r.last_step))
-      log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
-    AmendResumedHangLocked();
-  }
-}
-
-grpc::ServerWriteReactor<v1::Command>* Server::Impl::WatchCommands(grpc::CallbackServerContext* ctx,
-                                                                   const v1::WatchRequest* req) {
+grpc::ServerWriteReactor<v1::Command>* ServerService::WatchCommands(
+    grpc::CallbackServerContext* ctx, const v1::WatchRequest* req) {
   auto* stream = new CommandStream();
   if (auto st = Authorize(ctx); !st.ok()) {
     stream->Close(st);
     return stream;
   }
-  std::lock_guard lk(mu);
-  if (agents.Find(req->agent_id()) == nullptr || shutting_down) {
-    stream->Close(shutting_down
+  std::lock_guard lk(s_.mu);
+  if (s_.agents.Find(req->agent_id()) == nullptr || s_.shutting_down) {
+    stream->Close(s_.shutting_down
                       ? grpc::Status::OK
                       : grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown agent; register first"));
     return stream;
@@ -244,16 +166,16 @@ grpc::ServerWriteReactor<v1::Command>* Server::Impl::WatchCommands(grpc::Callbac
   // By id, not by reference: a silent agent may have expired when the stream ends.
   stream->on_done = [this, id = req->agent_id()](CommandStream* done,
                                                  std::deque<v1::Command> left) {
-    std::lock_guard lk(mu);
-    agents.StreamEnded(id, done, std::move(left), std::chrono::steady_clock::now());
+    std::lock_guard lk(s_.mu);
+    s_.agents.StreamEnded(id, done, std::move(left), std::chrono::steady_clock::now());
   };
-  agents.StreamOpened(req->agent_id(), stream, std::chrono::steady_clock::now());
+  s_.agents.StreamOpened(req->agent_id(), stream, std::chrono::steady_clock::now());
   return stream;
 }
 
-grpc::Status Server::Impl::DoUploadWindow(grpc::ServerContext* ctx,
-                                          const v1::UploadWindowRequest* req,
-                                          v1::UploadWindowReply* reply) {
+grpc::Status ServerService::DoUploadWindow(grpc::ServerContext* ctx,
+                                           const v1::UploadWindowRequest* req,
+                                           v1::UploadWindowReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   if (!limits::ValidRank(req->rank())) {
     reply->set_accepted(false);
@@ -270,15 +192,15 @@ grpc::Status Server::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   // Who may upload for the rank, and to which window: checked before the summary is inflated
   // (an upload of an agent that does not own the rank, or for no open window, costs no
   // decoding), and again after, since the window may close while the summary is parsed.
-  std::unique_lock lk(mu);
+  std::unique_lock lk(s_.mu);
   auto admit = [&]() -> std::optional<grpc::Status> {
-    if (grpc::Status own = OwnsLocked(req->agent_id(), req->rank()); !own.ok()) {
+    if (grpc::Status own = s_.OwnsLocked(req->agent_id(), req->rank()); !own.ok()) {
       if (own.error_code() == grpc::StatusCode::NOT_FOUND) return own;
       reply->set_accepted(false);
       reply->set_message(own.error_message());
       return grpc::Status::OK;
     }
-    const Window* open = windows.Find(req->window_id());
+    const Window* open = s_.windows.Find(req->window_id());
     if (open == nullptr || open->closed()) {
       reply->set_accepted(false);
       reply->set_message(fmt::format("window {} is not open", req->window_id()));
@@ -292,9 +214,9 @@ grpc::Status Server::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   lk.unlock();
   auto parsed = Window::Parse(up, req->window_id());
   lk.lock();
-  ++counters.summaries_decoded;
+  ++s_.counters.summaries_decoded;
   if (auto refused = admit()) return *refused;
-  Window* window = windows.Find(req->window_id());
+  Window* window = s_.windows.Find(req->window_id());
   if (!parsed.ok()) {
     reply->set_accepted(false);
     reply->set_message(parsed.status().message());
@@ -318,11 +240,11 @@ grpc::Status Server::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   row.summary = req->summary();
   // The window has the summary (it is in the diagnosis) even when the store failed: accepted,
   // with a message that says it was not stored.
-  if (::perftracker::Status st = store->AddRankSummary(row); !st.ok()) {
+  if (::perftracker::Status st = s_.store->AddRankSummary(row); !st.ok()) {
     log::Error("server", "{}", st.message());
     reply->set_message(fmt::format("accepted but not stored: {}", st.message()));
   }
-  RankState& rs = ranks[s.rank];
+  RankState& rs = s_.ranks[s.rank];
   if (rs.host.empty()) rs.host = s.host;
   // Without iteration reports (a folder-watching agent), the window's iterations are all the
   // server knows of the rank's pace.
@@ -338,19 +260,19 @@ grpc::Status Server::Impl::DoUploadWindow(grpc::ServerContext* ctx,
   // The publisher thread makes it; this one only waits (it holds no CPU meanwhile).
   if (window->Complete()) {
     const int64_t id = req->window_id();
-    CloseWindowLater(id);
-    publish_cv.wait(lk, [&] { return last_published >= id || publisher_done; });
+    s_.CloseWindowLater(id);
+    s_.publish_cv.wait(lk, [&] { return s_.last_published >= id || s_.publisher_done; });
   }
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::DoUploadStacks(grpc::ServerContext* ctx,
-                                          const v1::UploadStacksRequest* req,
-                                          v1::UploadStacksReply* reply) {
+grpc::Status ServerService::DoUploadStacks(grpc::ServerContext* ctx,
+                                           const v1::UploadStacksRequest* req,
+                                           v1::UploadStacksReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
-  std::lock_guard lk(mu);
-  if (!hang || hang->id != req->request_id() || req->rank() < 0 ||
-      !OwnsLocked(req->agent_id(), req->rank()).ok()) {
+  std::lock_guard lk(s_.mu);
+  if (!s_.hang || s_.hang->id != req->request_id() || req->rank() < 0 ||
+      !s_.OwnsLocked(req->agent_id(), req->rank()).ok()) {
     reply->set_accepted(false);
     return grpc::Status::OK;
   }
@@ -369,25 +291,25 @@ grpc::Status Server::Impl::DoUploadStacks(grpc::ServerContext* ctx,
   }
   const auto& lc = req->last_collective();
   s.last_collective = {lc.op(), lc.count(), lc.file(), lc.line(), lc.in_progress(), lc.seconds()};
-  const bool all_replied = hang->AddReply(std::move(s));
+  const bool all_replied = s_.hang->AddReply(std::move(s));
   reply->set_accepted(true);
-  if (all_replied) hang->deadline = HangCollection::Clock::now();  // the timer finishes it
-  cv.notify_all();
+  if (all_replied) s_.hang->deadline = HangCollection::Clock::now();  // the timer finishes it
+  s_.cv.notify_all();
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::DoTrigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
-                                     v1::TriggerReply* reply) {
+grpc::Status ServerService::DoTrigger(grpc::ServerContext* ctx, const v1::TriggerRequest* req,
+                                      v1::TriggerReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
-  std::lock_guard lk(mu);
+  std::lock_guard lk(s_.mu);
   const std::string& kind = req->kind();
   const auto now = std::chrono::steady_clock::now();
-  counters.CountTrigger(kind);
+  s_.counters.CountTrigger(kind);
   if (kind == "hang") {
-    sched->OnHangTrigger(req->rank(), req->mean_ms(), FurthestStepLocked(), now);
-    if (auto p = sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
-      StartHangLocked(p->rank, p->mean_ms, p->since);
-    reply->set_window_id(hang ? hang->id : 0);
+    s_.sched->OnHangTrigger(req->rank(), req->mean_ms(), s_.FurthestStepLocked(), now);
+    if (auto p = s_.sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
+      s_.StartHangLocked(p->rank, p->mean_ms, p->since);
+    reply->set_window_id(s_.hang ? s_.hang->id : 0);
     reply->set_already_open(true);
     return grpc::Status::OK;
   }
@@ -398,15 +320,15 @@ grpc::Status Server::Impl::DoTrigger(grpc::ServerContext* ctx, const v1::Trigger
         "slowdown on rank {}: median of its recent iterations {:.1f} ms vs {:.1f} ms after "
         "warm-up",
         req->rank(), req->mean_ms(), req->best_ms());
-    switch (sched->OnSlowdown(req->iteration(), req->mean_ms(), reason, now)) {
+    switch (s_.sched->OnSlowdown(req->iteration(), req->mean_ms(), reason, now)) {
       case WindowScheduler::SlowdownAction::kIgnore:
         // Why no window opened is the first question when one was expected.
         log::Detail("server", "slowdown trigger of rank {} at iteration {} ({:.1f} ms) ignored: {}",
-                    req->rank(), req->iteration(), req->mean_ms(), sched->IgnoredBecause());
+                    req->rank(), req->iteration(), req->mean_ms(), s_.sched->IgnoredBecause());
         reply->set_already_open(true);
         return grpc::Status::OK;
       case WindowScheduler::SlowdownAction::kFollowUp:
-        reply->set_window_id(sched->open_window());
+        reply->set_window_id(s_.sched->open_window());
         reply->set_already_open(true);
         return grpc::Status::OK;
       case WindowScheduler::SlowdownAction::kOpen:
@@ -416,34 +338,34 @@ grpc::Status Server::Impl::DoTrigger(grpc::ServerContext* ctx, const v1::Trigger
     // The caller's host (gRPC's peer is "ipv4:1.2.3.4:PORT"; the port changes per call).
     std::string peer = ctx->peer();
     peer = peer.substr(0, peer.rfind(':'));
-    if (::perftracker::Status st = sched->OnUserTrigger(peer, now); !st.ok())
+    if (::perftracker::Status st = s_.sched->OnUserTrigger(peer, now); !st.ok())
       return {grpc::StatusCode::RESOURCE_EXHAUSTED, st.message()};
   }
   // A worker's trigger names the step its rank reached; a user's (perftracker trigger) none.
-  TriggerResult r = OpenWindowLocked(reason, req->iterations(), slowdown, req->mean_ms(),
-                                     req->iteration() > 0 ? req->iteration() : -1);
+  TriggerResult r = s_.OpenWindowLocked(reason, req->iterations(), slowdown, req->mean_ms(),
+                                        req->iteration() > 0 ? req->iteration() : -1);
   reply->set_window_id(r.window_id);
   reply->set_start_iteration(r.start_iteration);
   reply->set_already_open(r.already_open);
   return grpc::Status::OK;
 }
 
-grpc::Status Server::Impl::DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
-                                    v1::StatusReply* reply) {
+grpc::Status ServerService::DoStatus(grpc::ServerContext* ctx, const v1::StatusRequest* req,
+                                     v1::StatusReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   // A page: about 60 bytes a rank, well under gRPC's 4 MB.
   constexpr int kPageRanks = 10000, kDefaultWindows = 20, kMaxListedRanks = 1000;
   const int limit = req->max_ranks() > 0 ? std::min(req->max_ranks(), kPageRanks) : kPageRanks;
-  std::lock_guard lk(mu);
-  reply->set_agents(static_cast<int>(agents.size()));
-  if (job_key) reply->set_job_id(*job_key);
+  std::lock_guard lk(s_.mu);
+  reply->set_agents(static_cast<int>(s_.agents.size()));
+  if (s_.job_key) reply->set_job_id(*s_.job_key);
   reply->set_connected_agents(
-      static_cast<int>(agents.CountConnected(std::chrono::steady_clock::now())));
-  reply->set_total_ranks(static_cast<int>(ranks.size()));
-  reply->set_total_windows(static_cast<int>(windows.windows().size()));
+      static_cast<int>(s_.agents.CountConnected(std::chrono::steady_clock::now())));
+  reply->set_total_ranks(static_cast<int>(s_.ranks.size()));
+  reply->set_total_windows(static_cast<int>(s_.windows.windows().size()));
   const int offset = std::max(req->rank_offset(), 0);
   int index = 0;
-  for (const auto& [r, st] : ranks) {
+  for (const auto& [r, st] : s_.ranks) {
     if (index++ < offset) continue;
     if (reply->ranks_size() >= limit) {
       reply->set_next_rank_offset(index - 1);
@@ -458,7 +380,7 @@ grpc::Status Server::Impl::DoStatus(grpc::ServerContext* ctx, const v1::StatusRe
   }
   if (offset > 0) return grpc::Status::OK;
   const int max_windows = req->max_windows() > 0 ? req->max_windows() : kDefaultWindows;
-  const WindowBook::Map& book = windows.windows();
+  const WindowBook::Map& book = s_.windows.windows();
   auto first = book.begin();
   if (book.size() > static_cast<size_t>(max_windows)) first = std::prev(book.end(), max_windows);
   for (auto it = first; it != book.end(); ++it) {
