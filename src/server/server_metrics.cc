@@ -103,17 +103,10 @@ void NamedRankMetrics(const std::optional<diagnose::Diagnosis>& latest, const st
                    category);
 }
 
-}  // namespace
-
-// Formatted in place: at 100,000 ranks this runs ~300,000 lines under the server's lock.
-std::string Server::Impl::MetricsLocked() const {
-  const std::string job = MetricsHttp::Label(job_key.value_or(""));
-  const std::optional<diagnose::Diagnosis>& latest = reports->latest().diagnosis;
-  std::string out;
-  auto head = [&](const char* name, const char* type, const char* help) {
-    Head(out, name, type, help);
-  };
-  head("perftracker_iteration_duration_seconds", "gauge",
+// Each rank's iteration times: its latest and its mean over the run.
+void IterationMetrics(const std::map<int, RankState>& ranks, const std::string& job,
+                      std::string& out) {
+  Head(out, "perftracker_iteration_duration_seconds", "gauge",
        "The rank's latest iteration time, as its detector measured it.");
   for (const auto& [r, st] : ranks)
     if (st.count > 0)
@@ -121,7 +114,7 @@ std::string Server::Impl::MetricsLocked() const {
                      "perftracker_iteration_duration_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
                      "{:.6f}\n",
                      job, r, MetricsHttp::Label(st.host), MsToS(st.last_ms));
-  head("perftracker_iteration_mean_seconds", "gauge",
+  Head(out, "perftracker_iteration_mean_seconds", "gauge",
        "The rank's mean iteration time over the run.");
   for (const auto& [r, st] : ranks)
     if (st.count > 0)
@@ -129,15 +122,17 @@ std::string Server::Impl::MetricsLocked() const {
                      "perftracker_iteration_mean_seconds{{job=\"{}\",rank=\"{}\",host=\"{}\"}} "
                      "{:.6f}\n",
                      job, r, MetricsHttp::Label(st.host), MsToS(st.sum_ms / st.count));
-  MemoryMetrics(ranks, job, out);
-  RateMetrics(healthy, FurthestStepLocked() + 1, job, out);
-  NamedRankMetrics(latest, job, out);
-  head("perftracker_iterations_total", "counter", "Iterations the rank reported.");
+}
+
+// STATE: the server's, one of the four below.
+void StateMetrics(const std::map<int, RankState>& ranks, const ServerCounters& counters,
+                  const char* state, const std::string& job, std::string& out) {
+  Head(out, "perftracker_iterations_total", "counter", "Iterations the rank reported.");
   for (const auto& [r, st] : ranks)
     fmt::format_to(std::back_inserter(out),
                    "perftracker_iterations_total{{job=\"{}\",rank=\"{}\",host=\"{}\"}} {}\n", job,
                    r, MetricsHttp::Label(st.host), st.count);
-  head("perftracker_triggers_total", "counter",
+  Head(out, "perftracker_triggers_total", "counter",
        "Window requests by kind: a worker detector's slowdown or hang, or a user's trigger.");
   for (const char* k : {"slowdown", "hang", "user"}) {
     auto it = counters.triggers_total.find(k);
@@ -145,18 +140,14 @@ std::string Server::Impl::MetricsLocked() const {
                    "perftracker_triggers_total{{job=\"{}\",kind=\"{}\"}} {}\n", job, k,
                    it == counters.triggers_total.end() ? 0 : it->second);
   }
-  head("perftracker_detector_state", "gauge",
+  Head(out, "perftracker_detector_state", "gauge",
        "1 for the server's current state: idle, window (profiling), hang_suspected (a hang "
        "trigger waits for confirmation) or hang (stacks being collected).");
-  const char* state = hang                    ? "hang"
-                      : sched->pending_hang() ? "hang_suspected"
-                      : sched->open_window()  ? "window"
-                                              : "idle";
   for (const char* s : {"idle", "window", "hang_suspected", "hang"})
     fmt::format_to(std::back_inserter(out),
                    "perftracker_detector_state{{job=\"{}\",state=\"{}\"}} {}\n", job, s,
                    std::string_view(s) == state ? 1 : 0);
-  head("perftracker_windows_opened_total", "counter",
+  Head(out, "perftracker_windows_opened_total", "counter",
        "Profiling windows opened, by reason (and hangs whose stacks were collected).");
   for (const char* k : {"baseline", "periodic", "slowdown", "user", "hang"}) {
     auto it = counters.windows_opened.find(k);
@@ -164,38 +155,68 @@ std::string Server::Impl::MetricsLocked() const {
                    "perftracker_windows_opened_total{{job=\"{}\",reason=\"{}\"}} {}\n", job, k,
                    it == counters.windows_opened.end() ? 0 : it->second);
   }
-  head("perftracker_findings_total", "counter",
+}
+
+// What the diagnoses found, and the latest's count.
+void FindingMetrics(const ServerCounters& counters,
+                    const std::optional<diagnose::Diagnosis>& latest, const std::string& job,
+                    std::string& out) {
+  Head(out, "perftracker_findings_total", "counter",
        "Findings of every diagnosis, by category and cause.");
   for (const auto& [key, n] : counters.findings_total)
     fmt::format_to(std::back_inserter(out),
                    "perftracker_findings_total{{job=\"{}\",category=\"{}\",cause=\"{}\"}} {}\n",
                    job, MetricsHttp::Label(key.first), key.second, n);
-  head("perftracker_latest_findings", "gauge", "Findings of the latest diagnosis.");
+  Head(out, "perftracker_latest_findings", "gauge", "Findings of the latest diagnosis.");
   fmt::format_to(std::back_inserter(out), "perftracker_latest_findings{{job=\"{}\"}} {}\n", job,
                  latest ? latest->findings.size() : 0);
-  head("perftracker_agents", "gauge",
+}
+
+// The agents, and what their uploads brought.
+void AgentMetrics(const AgentRegistry& agents, const ServerCounters& counters,
+                  const std::string& job, std::string& out) {
+  Head(out, "perftracker_agents", "gauge",
        "Node agents registered, and those connected (a command stream open or a call in the "
        "last seconds).");
-  const auto now = std::chrono::steady_clock::now();
-  const size_t connected = agents.CountConnected(now);
+  const size_t connected = agents.CountConnected(std::chrono::steady_clock::now());
   fmt::format_to(std::back_inserter(out),
                  "perftracker_agents{{job=\"{}\",state=\"registered\"}} {}\n", job, agents.size());
   fmt::format_to(std::back_inserter(out),
                  "perftracker_agents{{job=\"{}\",state=\"connected\"}} {}\n", job, connected);
-  head("perftracker_upload_bytes_total", "counter", "Bytes of rank summaries accepted.");
+  Head(out, "perftracker_upload_bytes_total", "counter", "Bytes of rank summaries accepted.");
   fmt::format_to(std::back_inserter(out), "perftracker_upload_bytes_total{{job=\"{}\"}} {}\n", job,
                  counters.upload_bytes_total);
-  head("perftracker_summaries_decoded_total", "counter",
+  Head(out, "perftracker_summaries_decoded_total", "counter",
        "Rank summaries inflated and decoded (an upload refused first costs none).");
   fmt::format_to(std::back_inserter(out), "perftracker_summaries_decoded_total{{job=\"{}\"}} {}\n",
                  job, counters.summaries_decoded);
-  head("perftracker_uploads_total", "counter", "Rank summary uploads, accepted or refused.");
+  Head(out, "perftracker_uploads_total", "counter", "Rank summary uploads, accepted or refused.");
   fmt::format_to(std::back_inserter(out),
                  "perftracker_uploads_total{{job=\"{}\",result=\"accepted\"}} {}\n", job,
                  counters.uploads_accepted);
   fmt::format_to(std::back_inserter(out),
                  "perftracker_uploads_total{{job=\"{}\",result=\"refused\"}} {}\n", job,
                  counters.uploads_refused);
+}
+
+}  // namespace
+
+// Formatted in place: at 100,000 ranks this runs ~300,000 lines under the server's lock.
+std::string Server::Impl::MetricsLocked() const {
+  const std::string job = MetricsHttp::Label(job_key.value_or(""));
+  const std::optional<diagnose::Diagnosis>& latest = reports->latest().diagnosis;
+  const char* state = hang                    ? "hang"
+                      : sched->pending_hang() ? "hang_suspected"
+                      : sched->open_window()  ? "window"
+                                              : "idle";
+  std::string out;
+  IterationMetrics(ranks, job, out);
+  MemoryMetrics(ranks, job, out);
+  RateMetrics(healthy, FurthestStepLocked() + 1, job, out);
+  NamedRankMetrics(latest, job, out);
+  StateMetrics(ranks, counters, state, job, out);
+  FindingMetrics(counters, latest, job, out);
+  AgentMetrics(agents, counters, job, out);
   return out;
 }
 
