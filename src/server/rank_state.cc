@@ -302,4 +302,44 @@ std::vector<diagnose::Finding> MemoryFindings(
   return out;
 }
 
+int64_t FurthestStep(const std::map<int, RankState>& ranks) {
+  int64_t step = -1;
+  for (const auto& [r, st] : ranks) step = std::max(step, st.last_step);
+  return step;
+}
+
+std::set<int> RanksOfAttempt(const std::map<int, RankState>& ranks, int attempt) {
+  std::set<int> out;
+  for (const auto& [r, st] : ranks)
+    if (st.attempt == attempt) out.insert(r);
+  return out;
+}
+
+std::vector<report::RunSeries> RunSeriesOf(const std::map<int, RankState>& ranks) {
+  std::vector<report::RunSeries> out;
+  out.reserve(ranks.size());
+  for (const auto& [r, st] : ranks)
+    if (st.count > 0) out.push_back(st.Series(r));
+  return out;
+}
+
+JobProgress ProgressOf(const std::map<int, RankState>& ranks, const std::set<int>& expected) {
+  JobProgress p;
+  double sum = 0;
+  int64_t n = 0;
+  for (const auto& [r, st] : ranks) {
+    p.furthest_step = std::max(p.furthest_step, st.last_step);
+    sum += st.sum_ms;
+    n += st.count;
+  }
+  if (n > 0 && sum > 0) p.mean_iteration_ms = sum / n;
+  for (int r : expected) {
+    auto it = ranks.find(r);
+    // This attempt's iterations: a restarted rank learns its iteration again.
+    const int64_t count = it == ranks.end() ? 0 : it->second.attempt_iterations;
+    p.fewest_iterations = p.fewest_iterations < 0 ? count : std::min(p.fewest_iterations, count);
+  }
+  return p;
+}
+
 }  // namespace perftracker::server

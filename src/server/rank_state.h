@@ -23,6 +23,7 @@
 #include "diagnose/diagnose.h"
 #include "diagnose/memory_growth.h"
 #include "report/html.h"
+#include "server/scheduler.h"
 
 namespace perftracker::server {
 
@@ -182,6 +183,21 @@ std::vector<diagnose::Finding> MemoryFindings(
     const std::map<int, RankState>& ranks, const std::set<int>& current,
     const std::function<std::string(const RankState&)>& host_of,
     const std::map<std::string, diagnose::HostMemoryState>& hosts);
+
+// The furthest step any of RANKS reported; -1: none yet.
+int64_t FurthestStep(const std::map<int, RankState>& ranks);
+
+// The ranks whose latest iterations belong to ATTEMPT (RankState::attempt).
+std::set<int> RanksOfAttempt(const std::map<int, RankState>& ranks, int attempt);
+
+// Each rank's iterations over the run so far, for the report's chart (the ranks that reported
+// any).
+std::vector<report::RunSeries> RunSeriesOf(const std::map<int, RankState>& ranks);
+
+// Where the job is, for the scheduler (server/scheduler.h): the furthest step, the mean
+// iteration over every reported one, and the fewest iterations of this attempt among the
+// EXPECTED ranks (one never heard of counts 0).
+JobProgress ProgressOf(const std::map<int, RankState>& ranks, const std::set<int>& expected);
 
 }  // namespace perftracker::server
 

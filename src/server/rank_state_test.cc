@@ -331,5 +331,32 @@ TEST(RankStateTest, TheGpuSeriesIsPyTorchsOnceTheCollectorSendsIt) {
   EXPECT_EQ(st.gpu_memory.series.samples().size(), n);
 }
 
+TEST(RankStateTest, TheJobsProgressOverItsRanks) {
+  std::map<int, RankState> ranks;
+  ranks[0].AddStep(0, 10);
+  ranks[0].AddStep(1, 30);
+  ranks[0].last_step = 1;
+  ranks[0].attempt_iterations = 2;
+  ranks[2].AddStep(4, 20);  // a rank of a later attempt, further along
+  ranks[2].last_step = 4;
+  ranks[2].attempt = 1;
+  ranks[2].attempt_iterations = 1;
+  ranks[3];  // heard of, never reported an iteration
+  EXPECT_EQ(FurthestStep(ranks), 4);
+  EXPECT_EQ(FurthestStep({}), -1);
+  EXPECT_EQ(RanksOfAttempt(ranks, 0), (std::set<int>{0, 3}));
+  EXPECT_EQ(RanksOfAttempt(ranks, 1), (std::set<int>{2}));
+  const std::vector<report::RunSeries> series = RunSeriesOf(ranks);
+  ASSERT_EQ(series.size(), 2u);  // rank 3 reported nothing
+  EXPECT_EQ(series[0].rank, 0);
+  EXPECT_EQ(series[1].rank, 2);
+  const JobProgress p = ProgressOf(ranks, {0, 2});
+  EXPECT_EQ(p.furthest_step, 4);
+  EXPECT_DOUBLE_EQ(p.mean_iteration_ms, 20);  // (10 + 30 + 20) / 3
+  EXPECT_EQ(p.fewest_iterations, 1);
+  EXPECT_EQ(ProgressOf(ranks, {0, 5}).fewest_iterations, 0);  // rank 5: never heard of
+  EXPECT_EQ(ProgressOf(ranks, {}).fewest_iterations, -1);
+}
+
 }  // namespace
 }  // namespace perftracker::server

@@ -243,7 +243,7 @@ void Server::Shutdown() {
                                                   latest.waits.empty() ? 0 : latest.window_id));
       !st.ok())
     log::Error("server", "{}", st.message());
-  if (::perftracker::Status st = impl_->store->ReplaceIterationSeries(impl_->SeriesLocked());
+  if (::perftracker::Status st = impl_->store->ReplaceIterationSeries(RunSeriesOf(impl_->ranks));
       !st.ok())
     log::Error("server", "{}", st.message());
 }

@@ -130,15 +130,9 @@ struct Server::Impl final {
   // The publisher thread: diagnoses and publishes the windows CloseWindowLater sealed.
   void PublishLoop();
 
-  // Each rank's iterations over the run so far (with mu held).
-  std::vector<report::RunSeries> SeriesLocked() const;
-
   // Says why each silent rank of SEALED did not report (server/rank_state.h ExplainMissing),
   // from what the server knows of the rank and of its agent now. Called with mu held.
   void ExplainMissingLocked(Window::Sealed* sealed) const;
-
-  // Called with mu held.
-  int64_t FurthestStepLocked() const;
 
   // The ranks the current attempt waits for, when no agent declared any: those that reported
   // in it (with mu held).

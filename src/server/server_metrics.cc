@@ -212,7 +212,7 @@ std::string Server::Impl::MetricsLocked() const {
   std::string out;
   IterationMetrics(ranks, job, out);
   MemoryMetrics(ranks, job, out);
-  RateMetrics(healthy, FurthestStepLocked() + 1, job, out);
+  RateMetrics(healthy, FurthestStep(ranks) + 1, job, out);
   NamedRankMetrics(latest, job, out);
   StateMetrics(ranks, counters, state, job, out);
   FindingMetrics(counters, latest, job, out);

@@ -12,7 +12,8 @@ std::string Server::Impl::RenderHtmlLocked(const diagnose::Diagnosis& d,
                                            const pattern::CompactJob* job, int64_t id,
                                            std::vector<report::WaitGroup> waits,
                                            int64_t views_from) const {
-  return RenderHtmlFrom(d, job, SeriesLocked(), windows.marks(), id, std::move(waits), views_from);
+  return RenderHtmlFrom(d, job, RunSeriesOf(ranks), windows.marks(), id, std::move(waits),
+                        views_from);
 }
 
 std::string Server::Impl::RenderHtmlFrom(const diagnose::Diagnosis& d,
@@ -47,7 +48,7 @@ void Server::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, const char*
   counters.CountDiagnosis(d, what);
   // The series in SQLite for `perftracker report` (bounded: at scale only at the end).
   if (ranks.size() * RankState::kMaxSeriesPoints <= kSeriesRowsPerWindow)
-    if (::perftracker::Status s3 = store->ReplaceIterationSeries(SeriesLocked()); !s3.ok())
+    if (::perftracker::Status s3 = store->ReplaceIterationSeries(RunSeriesOf(ranks)); !s3.ok())
       log::Error("server", "{}", s3.message());
   if (!written.status.ok()) log::Error("server", "{}", written.status.message());
   if (::perftracker::Status s2 = store->FinishWindow(id, d, written.json); !s2.ok())

@@ -306,7 +306,7 @@ grpc::Status ServerService::DoTrigger(grpc::ServerContext* ctx, const v1::Trigge
   const auto now = std::chrono::steady_clock::now();
   s_.counters.CountTrigger(kind);
   if (kind == "hang") {
-    s_.sched->OnHangTrigger(req->rank(), req->mean_ms(), s_.FurthestStepLocked(), now);
+    s_.sched->OnHangTrigger(req->rank(), req->mean_ms(), FurthestStep(s_.ranks), now);
     if (auto p = s_.sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
       s_.StartHangLocked(p->rank, p->mean_ms, p->since);
     reply->set_window_id(s_.hang ? s_.hang->id : 0);

@@ -22,24 +22,9 @@ constexpr const char* kDumpsUnreadNewAttempt =
 }  // namespace
 
 JobProgress Server::Impl::ProgressLocked() const {
-  JobProgress p;
-  double sum = 0;
-  int64_t n = 0;
-  for (const auto& [r, st] : ranks) {
-    p.furthest_step = std::max(p.furthest_step, st.last_step);
-    sum += st.sum_ms;
-    n += st.count;
-  }
-  if (n > 0 && sum > 0) p.mean_iteration_ms = sum / n;
   std::set<int> expected = agents.DeclaredRanks();
   if (expected.empty()) expected = CurrentRanksLocked();
-  for (int r : expected) {
-    auto it = ranks.find(r);
-    // This attempt's iterations: a restarted rank learns its iteration again.
-    const int64_t count = it == ranks.end() ? 0 : it->second.attempt_iterations;
-    p.fewest_iterations = p.fewest_iterations < 0 ? count : std::min(p.fewest_iterations, count);
-  }
-  return p;
+  return ProgressOf(ranks, expected);
 }
 
 TriggerResult Server::Impl::OpenWindowLocked(const std::string& reason, int iterations,
@@ -117,7 +102,7 @@ void Server::Impl::CloseWindowLater(int64_t id) {
   ExplainMissingLocked(&sealed);
   const int64_t start = sealed.spec.start_iteration;
   to_publish.push_back(
-      {std::move(sealed), SeriesLocked(), windows.marks(), healthy.RateBefore(start)});
+      {std::move(sealed), RunSeriesOf(ranks), windows.marks(), healthy.RateBefore(start)});
   sched->Closed(id, std::chrono::steady_clock::now());
   publish_cv.notify_one();
 }
@@ -188,19 +173,8 @@ void Server::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
   }
 }
 
-std::vector<report::RunSeries> Server::Impl::SeriesLocked() const {
-  std::vector<report::RunSeries> out;
-  out.reserve(ranks.size());
-  for (const auto& [r, st] : ranks)
-    if (st.count > 0) out.push_back(st.Series(r));
-  return out;
-}
-
 std::set<int> Server::Impl::CurrentRanksLocked() const {
-  std::set<int> out;
-  for (const auto& [r, st] : ranks)
-    if (st.attempt == attempts.current()) out.insert(r);
-  return out;
+  return RanksOfAttempt(ranks, attempts.current());
 }
 
 void Server::Impl::NewAttemptLocked(int rank, int pid) {
@@ -234,12 +208,6 @@ void Server::Impl::NewAttemptLocked(int rank, int pid) {
   }
 }
 
-int64_t Server::Impl::FurthestStepLocked() const {
-  int64_t step = -1;
-  for (const auto& [r, st] : ranks) step = std::max(step, st.last_step);
-  return step;
-}
-
 void Server::Impl::StartHangLocked(int rank, double mean_ms,
                                    std::chrono::steady_clock::time_point since) {
   // A profiling window in progress cannot finish while ranks are stuck: report what it has.
@@ -263,7 +231,7 @@ void Server::Impl::StartHangLocked(int rank, double mean_ms,
   v1::Command cmd;
   cmd.mutable_stacks()->set_request_id(h.id);
   agents.Send(cmd);
-  sched->HangStarted(FurthestStepLocked());
+  sched->HangStarted(FurthestStep(ranks));
   log::Event("", "hang reported by rank {}: collecting stacks from {} rank(s)", rank,
              h.expected.size());
   hang = std::move(h);
@@ -365,11 +333,11 @@ void Server::Impl::MaybeOpenScheduledLocked() {
     OpenWindowLocked(due->reason, 0, due->slowdown, due->mean_ms);
   } else if (auto slow = healthy.Check(now);  // with no baseline window, no window of its own
              slow && options.schedule.baseline_window &&
-             sched->OnSlowdown(FurthestStepLocked(), slow->recent_ms, slow->reason, now) ==
+             sched->OnSlowdown(FurthestStep(ranks), slow->recent_ms, slow->reason, now) ==
                  WindowScheduler::SlowdownAction::kOpen) {
     // The window's own "opened" line says why on the terminal; this one is the log's.
     log::Detail("server", "{}", slow->reason);
-    OpenWindowLocked(slow->reason, 0, true, slow->recent_ms, FurthestStepLocked());
+    OpenWindowLocked(slow->reason, 0, true, slow->recent_ms, FurthestStep(ranks));
   }
 }
 
