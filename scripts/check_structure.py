@@ -32,7 +32,7 @@ MAX_CLASS_LINES = 500
 # Classes over the limit when it came (issue 27), each held at its size (last lowered in issue
 # 41) until it is split: it may shrink, never grow. A new class over MAX_CLASS_LINES fails.
 CLASS_LINES_HELD = {
-    'perftracker::server::Server::Impl': 605,
+    'perftracker::server::Server::Impl': 575,
 }
 SOURCE_SUFFIXES = ('.cc', '.h')
 # What the limits cover: the product's C++ and the benchmarks' and fuzzers' beside it, the

@@ -1,7 +1,9 @@
 #include "server/publisher.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <ctime>
 #include <filesystem>
 
 #include "report/report.h"
@@ -50,6 +52,28 @@ Publisher::Result Publisher::Publish(int64_t id, const diagnose::Diagnosis& d, b
     latest_.waits.clear();
   }
   return r;
+}
+
+std::string Publisher::RenderPage(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
+                                  std::vector<report::RunSeries> series,
+                                  std::vector<report::WindowMark> marks, int64_t id,
+                                  std::vector<report::WaitGroup> waits, int64_t views_from) const {
+  report::HtmlInput in;
+  in.title = id > 0 ? fmt::format("perftracker: window {} of {}", id, report_dir_)
+                    : fmt::format("perftracker: {}", report_dir_);
+  in.diagnosis = &d;
+  in.job = job;
+  in.series = std::move(series);
+  in.windows = std::move(marks);
+  in.waits = std::move(waits);
+  in.views_from_window = job ? views_from : 0;
+  in.generated = fmt::format("{:%Y-%m-%d %H:%M} UTC", fmt::gmtime(std::time(nullptr)));
+  const int64_t w = id > 0 ? id : latest_.window_id;
+  const std::string rel = fmt::format("windows/{}/trace.json.gz", w);
+  std::error_code ec;
+  if (w > 0 && std::filesystem::exists(std::filesystem::path(report_dir_) / rel, ec))
+    in.trace_link = id > 0 ? "trace.json.gz" : rel;
+  return report::RenderHtml(in);
 }
 
 }  // namespace perftracker::server

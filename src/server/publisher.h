@@ -54,6 +54,16 @@ class Publisher {
   Result Publish(int64_t id, const diagnose::Diagnosis& d, bool amended,
                  std::shared_ptr<const pattern::CompactJob> job, std::string_view html);
 
+  // The HTML page of D, window or hang ID's diagnosis (0: the run's end), with the run's
+  // iteration SERIES and windows (MARKS). JOB: the window's patterns (null: a hang). WAITS and
+  // VIEWS_FROM: a hang's page (where each rank stands; the per-rank views are window
+  // VIEWS_FROM's). Links the window's timeline where `perftracker run` exported it
+  // (windows/<id>/trace.json.gz, at the job's end).
+  std::string RenderPage(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
+                         std::vector<report::RunSeries> series,
+                         std::vector<report::WindowMark> marks, int64_t id,
+                         std::vector<report::WaitGroup> waits = {}, int64_t views_from = 0) const;
+
   const LatestReport& latest() const { return latest_; }
   LatestReport& latest() { return latest_; }
   const std::string& report_dir() const { return report_dir_; }

@@ -86,5 +86,21 @@ TEST(Publisher, AFileThatCannotBeWrittenIsTheError) {
   EXPECT_FALSE(r.json.empty());  // still handed back for the store
 }
 
+TEST(Publisher, APageLinksItsWindowsTimelineWhereOneWasExported) {
+  const std::string dir = testing::TempDir("publisher_page");
+  Publisher p(dir);
+  const diagnose::Diagnosis d = WithFinding(2);
+  const std::string plain = p.RenderPage(d, nullptr, {}, {}, 5);
+  EXPECT_NE(plain.find("perftracker: window 5 of " + dir), std::string::npos);
+  EXPECT_EQ(plain.find("trace.json.gz"), std::string::npos);
+  fs::create_directories(fs::path(dir) / "windows" / "5");
+  std::ofstream(fs::path(dir) / "windows" / "5" / "trace.json.gz") << "x";
+  EXPECT_NE(p.RenderPage(d, nullptr, {}, {}, 5).find("trace.json.gz"), std::string::npos);
+  // The run's page (id 0) links the latest window's, by its path from the report folder.
+  ASSERT_TRUE(
+      p.Publish(5, d, false, std::make_shared<const pattern::CompactJob>(), "x").status.ok());
+  EXPECT_NE(p.RenderPage(d, nullptr, {}, {}, 0).find("windows/5/trace.json.gz"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace perftracker::server

@@ -184,18 +184,11 @@ struct Server::Impl final {
 
   // --- reports and the store (server/server_publish.cc) ---
 
-  // The HTML report of diagnosis D (window ID; 0: the run's end) with the run's iteration
-  // series and windows. Called with mu held; RenderHtmlFrom renders from a snapshot.
-  // WAITS and VIEWS_FROM: a hang's page (where each rank stands; the per-rank views are the
-  // latest profiled window's).
+  // The HTML page of diagnosis D (window ID; 0: the run's end; Publisher::RenderPage) with the
+  // run's iteration series and windows as they are now. Called with mu held.
   std::string RenderHtmlLocked(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
                                int64_t id, std::vector<report::WaitGroup> waits = {},
                                int64_t views_from = 0) const;
-  std::string RenderHtmlFrom(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
-                             std::vector<report::RunSeries> series,
-                             std::vector<report::WindowMark> windows_so_far, int64_t id,
-                             std::vector<report::WaitGroup> waits = {},
-                             int64_t views_from = 0) const;
 
   // Writes DIR/windows/<id>/diagnosis.json and report.html, and DIR/diagnosis.json and
   // report.html (the latest), stores and prints D. JOB: the window's patterns (null: a hang).

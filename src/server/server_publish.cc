@@ -1,7 +1,4 @@
-#include <fmt/chrono.h>
 #include <fmt/format.h>
-
-#include <ctime>
 
 #include "report/report.h"
 #include "server/server_impl.h"
@@ -12,33 +9,8 @@ std::string Server::Impl::RenderHtmlLocked(const diagnose::Diagnosis& d,
                                            const pattern::CompactJob* job, int64_t id,
                                            std::vector<report::WaitGroup> waits,
                                            int64_t views_from) const {
-  return RenderHtmlFrom(d, job, RunSeriesOf(ranks), windows.marks(), id, std::move(waits),
-                        views_from);
-}
-
-std::string Server::Impl::RenderHtmlFrom(const diagnose::Diagnosis& d,
-                                         const pattern::CompactJob* job,
-                                         std::vector<report::RunSeries> series,
-                                         std::vector<report::WindowMark> windows_so_far, int64_t id,
-                                         std::vector<report::WaitGroup> waits,
-                                         int64_t views_from) const {
-  report::HtmlInput in;
-  in.title = id > 0 ? fmt::format("perftracker: window {} of {}", id, options.report_dir)
-                    : fmt::format("perftracker: {}", options.report_dir);
-  in.diagnosis = &d;
-  in.job = job;
-  in.series = std::move(series);
-  in.windows = std::move(windows_so_far);
-  in.waits = std::move(waits);
-  in.views_from_window = job ? views_from : 0;
-  in.generated = fmt::format("{:%Y-%m-%d %H:%M} UTC", fmt::gmtime(std::time(nullptr)));
-  // The window's timeline, where `perftracker run` exported it (at the job's end).
-  const int64_t w = id > 0 ? id : reports->latest().window_id;
-  const std::string rel = fmt::format("windows/{}/trace.json.gz", w);
-  std::error_code ec;
-  if (w > 0 && fs::exists(fs::path(options.report_dir) / rel, ec))
-    in.trace_link = id > 0 ? "trace.json.gz" : rel;
-  return report::RenderHtml(in);
+  return reports->RenderPage(d, job, RunSeriesOf(ranks), windows.marks(), id, std::move(waits),
+                             views_from);
 }
 
 void Server::Impl::Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,

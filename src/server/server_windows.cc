@@ -151,7 +151,8 @@ void Server::Impl::PublishLoop() {
     in.options = options.diagnose;
     diagnose::Diagnosis d = diagnose::DiagnoseWindow(std::move(in), &baseline);
     auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
-    std::string html = RenderHtmlFrom(d, job.get(), std::move(w.series), std::move(w.marks), id);
+    std::string html =
+        reports->RenderPage(d, job.get(), std::move(w.series), std::move(w.marks), id);
     lk.lock();
     Publish(id, d, "window", job, std::move(html));
     last_published = std::max(last_published, id);
