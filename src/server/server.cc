@@ -185,10 +185,10 @@ void Server::Shutdown() {
   CollectiveDumps dumps = ReadCollectiveDumps(CollectivesDir(impl_->options.report_dir));
   std::lock_guard lk(impl_->mu);
   // The job ended: a silence not yet reported was its exit, not a hang.
-  if (impl_->sched->pending_hang() || impl_->hang)
+  if (impl_->sched->pending_hang() || impl_->hangs.collecting())
     log::Detail("server", "a hang trigger was pending when the job ended; not reported");
   impl_->sched->ForgetHang();
-  impl_->hang.reset();
+  impl_->hangs.Drop();
   // The job ended: DIR/diagnosis.json always exists: the latest diagnosis, or no findings,
   // with the whole run's iteration statistics per rank.
   LatestReport& latest = impl_->reports->latest();

@@ -36,6 +36,7 @@
 #include "server/attempts.h"
 #include "server/command_stream.h"
 #include "server/hang_collection.h"
+#include "server/hang_reporter.h"
 #include "server/healthy_watch.h"
 #include "server/job_end.h"
 #include "server/metrics_http.h"
@@ -82,10 +83,7 @@ struct Server::Impl final {
   static constexpr size_t kSeriesRowsPerWindow = 200000;
   ServerCounters counters;  // what /metrics counts (server/server_counters.h)
   std::unique_ptr<MetricsHttp> metrics;
-  std::optional<HangCollection> hang;  // collecting stacks (server/hang_collection.h)
-  // The last hang reported, until iterations resume (then amended: slow, not hung) or the next.
-  std::optional<ReportedHang> reported_hang;
-  std::optional<diagnose::Diagnosis> hang_callback;  // to hand to on_hang outside the lock
+  HangReporter hangs{this};  // a hang's stacks, diagnosis and amendment (server/hang_reporter.h)
   std::thread timer;
   // Windows sealed and waiting for the publisher thread (PublishLoop), under mu. A window's
   // diagnosis, pages and store rows are made there, at the lowest CPU priority
@@ -147,17 +145,6 @@ struct Server::Impl final {
   void ReportIterationsLocked(const std::string& agent_id, const std::string& host,
                               const v1::ReportIterationsRequest& req);
 
-  // Called with mu held.
-  void StartHangLocked(int rank, double mean_ms, std::chrono::steady_clock::time_point since);
-
-  // Reads the ranks' collective dumps with mu released (files: every agent's call takes mu),
-  // then finishes the hang if it is still the one it was. Called with LK (mu) held.
-  void FinishHang(std::unique_lock<std::mutex>& lk);
-  // Diagnoses and publishes the hang with DUMPS. Called with mu held.
-  void FinishHangLocked(CollectiveDumps dumps);
-  // Iterations resumed after a reported hang (WindowScheduler::TakeResumedHang): republishes its
-  // diagnosis as diagnose::SlowNotHung says. Returns whether it did. Called with mu held.
-  bool AmendResumedHangLocked();
   void TimerLoop();
   // A rank's memory grows steadily (diagnose::FindMemoryGrowth): logged; a window opens once none
   // is under way (WindowBook) where that rank records its allocations (where it keeps memory).

@@ -205,7 +205,7 @@ void AgentMetrics(const AgentRegistry& agents, const ServerCounters& counters,
 std::string Server::Impl::MetricsLocked() const {
   const std::string job = MetricsHttp::Label(job_key.value_or(""));
   const std::optional<diagnose::Diagnosis>& latest = reports->latest().diagnosis;
-  const char* state = hang                    ? "hang"
+  const char* state = hangs.collecting()      ? "hang"
                       : sched->pending_hang() ? "hang_suspected"
                       : sched->open_window()  ? "window"
                                               : "idle";

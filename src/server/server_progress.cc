@@ -88,7 +88,7 @@ void Server::Impl::ReportIterationsLocked(const std::string& agent_id, const std
       OnMemoryGrowthLocked(b.rank(), g.growth, g.kind);
     if (auto cleared = sched->Progressed(r.last_step))
       log::Detail("server", "rank {}'s hang trigger cleared: iterations resumed", *cleared);
-    AmendResumedHangLocked();
+    hangs.AmendIfResumed();
   }
 }
 

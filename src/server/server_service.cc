@@ -271,7 +271,8 @@ grpc::Status ServerService::DoUploadStacks(grpc::ServerContext* ctx,
                                            v1::UploadStacksReply* reply) {
   if (auto st = Authorize(ctx); !st.ok()) return st;
   std::lock_guard lk(s_.mu);
-  if (!s_.hang || s_.hang->id != req->request_id() || req->rank() < 0 ||
+  HangCollection* hang = s_.hangs.collecting();
+  if (!hang || hang->id != req->request_id() || req->rank() < 0 ||
       !s_.OwnsLocked(req->agent_id(), req->rank()).ok()) {
     reply->set_accepted(false);
     return grpc::Status::OK;
@@ -291,9 +292,9 @@ grpc::Status ServerService::DoUploadStacks(grpc::ServerContext* ctx,
   }
   const auto& lc = req->last_collective();
   s.last_collective = {lc.op(), lc.count(), lc.file(), lc.line(), lc.in_progress(), lc.seconds()};
-  const bool all_replied = s_.hang->AddReply(std::move(s));
+  const bool all_replied = hang->AddReply(std::move(s));
   reply->set_accepted(true);
-  if (all_replied) s_.hang->deadline = HangCollection::Clock::now();  // the timer finishes it
+  if (all_replied) hang->deadline = HangCollection::Clock::now();  // the timer finishes it
   s_.cv.notify_all();
   return grpc::Status::OK;
 }
@@ -308,8 +309,9 @@ grpc::Status ServerService::DoTrigger(grpc::ServerContext* ctx, const v1::Trigge
   if (kind == "hang") {
     s_.sched->OnHangTrigger(req->rank(), req->mean_ms(), FurthestStep(s_.ranks), now);
     if (auto p = s_.sched->TakeConfirmedHang(now))  // hang_confirm_seconds <= 0: at once
-      s_.StartHangLocked(p->rank, p->mean_ms, p->since);
-    reply->set_window_id(s_.hang ? s_.hang->id : 0);
+      s_.hangs.Start(p->rank, p->mean_ms, p->since);
+    const HangCollection* hang = s_.hangs.collecting();
+    reply->set_window_id(hang ? hang->id : 0);
     reply->set_already_open(true);
     return grpc::Status::OK;
   }

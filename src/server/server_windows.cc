@@ -12,14 +12,6 @@
 #include "server/server_impl.h"
 
 namespace perftracker::server {
-namespace {
-
-// A hang finished by a new attempt: at once, under the lock, so without its ranks' dumps.
-constexpr const char* kDumpsUnreadNewAttempt =
-    "the ranks' collective dumps were not read: a new attempt began while their stacks were "
-    "collected";
-
-}  // namespace
 
 JobProgress Server::Impl::ProgressLocked() const {
   std::set<int> expected = agents.DeclaredRanks();
@@ -188,7 +180,7 @@ void Server::Impl::NewAttemptLocked(int rank, int pid) {
   if (all.size() >= 2) log::Event("", "{}", AttemptLog::Info(all[all.size() - 2]).summary);
   // The old attempt's ranks will not upload any more: its window closes with what arrived (one
   // that got nothing is dropped, as at the job's end), and a hang's stacks are what came.
-  if (hang) FinishHangLocked({{}, {kDumpsUnreadNewAttempt}});  // at once: no file read here
+  hangs.NewAttempt();
   if (const int64_t open = sched->open_window()) {
     Window& w = *windows.Find(open);
     if (w.Reported().empty()) {
@@ -202,85 +194,10 @@ void Server::Impl::NewAttemptLocked(int rank, int pid) {
   }
   sched->NewAttempt();
   healthy.NewAttempt();
-  reported_hang.reset();  // its processes are gone: nothing of it resumes
   for (auto& [r, st] : ranks) {
     st.last_step = -1;
     st.attempt_iterations = 0;
   }
-}
-
-void Server::Impl::StartHangLocked(int rank, double mean_ms,
-                                   std::chrono::steady_clock::time_point since) {
-  // A profiling window in progress cannot finish while ranks are stuck: report what it has.
-  // Queued behind any window still being published, so windows are published in order.
-  if (sched->open_window()) CloseWindowLater(sched->open_window());
-  HangCollection h;
-  h.id = windows.NextId();
-  h.since = since;
-  h.deadline = std::chrono::steady_clock::now() +
-               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                   std::chrono::duration<double>(options.stacks_seconds));
-  // How long the job has been stuck: the detector fires after hang_factor x the mean, and after
-  // the floor at least (base/window_defaults.h).
-  h.stalled_seconds = HangCollection::StalledAtTrigger(mean_ms);
-  h.expected = agents.DeclaredRanks();
-  for (int r : CurrentRanksLocked()) h.expected.insert(r);
-  windows.AddMark({h.id, -1, 0, "hang"});
-  ++counters.windows_opened["hang"];
-  if (::perftracker::Status st = store->AddWindow(job_id, h.id, -1, 0, "hang"); !st.ok())
-    log::Error("server", "{}", st.message());
-  v1::Command cmd;
-  cmd.mutable_stacks()->set_request_id(h.id);
-  agents.Send(cmd);
-  sched->HangStarted(FurthestStep(ranks));
-  log::Event("", "hang reported by rank {}: collecting stacks from {} rank(s)", rank,
-             h.expected.size());
-  hang = std::move(h);
-  cv.notify_all();
-}
-
-void Server::Impl::FinishHang(std::unique_lock<std::mutex>& lk) {
-  const int64_t id = hang->id;  // only this thread starts one; a new attempt may finish it
-  lk.unlock();
-  if (options.before_reading_dumps) options.before_reading_dumps();
-  CollectiveDumps dumps = ReadCollectiveDumps(CollectivesDir(options.report_dir));
-  lk.lock();
-  if (hang && hang->id == id) FinishHangLocked(std::move(dumps));
-}
-
-void Server::Impl::FinishHangLocked(CollectiveDumps dumps) {
-  HangCollection h = std::move(*hang);
-  hang.reset();
-  sched->HangFinished();
-  const std::vector<diagnose::RankStacks> replies = h.Replies();
-  const double stalled = h.StalledSeconds(std::chrono::steady_clock::now());
-  diagnose::Diagnosis d = diagnose::DiagnoseHang(
-      replies, std::vector<int>(h.expected.begin(), h.expected.end()), stalled);
-  // The sequence view: each rank's collectives, dumped as it answered (where it could).
-  AddCollectiveFindings(std::move(dumps), std::nullopt, stalled, &d);
-  reports->latest().waits = report::GroupWaits(replies);
-  Publish(h.id, d, "hang", nullptr,
-          RenderHtmlLocked(d, reports->latest().job.get(), h.id, reports->latest().waits,
-                           reports->latest().window_id));
-  reported_hang = ReportedHang{h.id, d, h.since, h.stalled_seconds, reports->latest().waits};
-  // Iterations resumed while the stacks were collected: slow, not hung, and not a hang to act on.
-  if (AmendResumedHangLocked()) return;
-  if (options.on_hang) hang_callback = d;
-}
-
-bool Server::Impl::AmendResumedHangLocked() {
-  const std::optional<int64_t> step = sched->TakeResumedHang();
-  if (!step || !reported_hang) return false;
-  ReportedHang h = std::move(*reported_hang);
-  reported_hang.reset();
-  const double stalled = h.StalledSeconds(std::chrono::steady_clock::now());
-  diagnose::Diagnosis d = diagnose::SlowNotHung(h.diagnosis, stalled, *step);
-  log::Event("", "hang {} was not one: iterations resumed at {} after {:.1f} s", h.id, *step,
-             stalled);
-  Publish(h.id, d, "amended", nullptr,
-          RenderHtmlLocked(d, reports->latest().job.get(), h.id, std::move(h.waits),
-                           reports->latest().window_id));
-  return true;
 }
 
 void Server::Impl::TimerLoop() {
@@ -312,20 +229,18 @@ void Server::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
       open && windows.Find(open)->Expired(Window::Clock::now()))
     CloseWindowLater(open);
   if (auto p = sched->TakeConfirmedHang(std::chrono::steady_clock::now()))
-    StartHangLocked(p->rank, p->mean_ms, p->since);
-  if (hang && std::chrono::steady_clock::now() >= hang->deadline) FinishHang(lk);
+    hangs.Start(p->rank, p->mean_ms, p->since);
+  hangs.FinishIfDue(lk);
   MaybeOpenScheduledLocked();
-  if (hang_callback) {
-    diagnose::Diagnosis d = std::move(*hang_callback);
-    hang_callback.reset();
+  if (std::optional<diagnose::Diagnosis> d = hangs.TakeCallback()) {
     lk.unlock();
-    options.on_hang(d);
+    options.on_hang(*d);
     lk.lock();
   }
 }
 
 void Server::Impl::MaybeOpenScheduledLocked() {
-  if (shutting_down || hang) return;
+  if (shutting_down || hangs.collecting()) return;
   const auto now = std::chrono::steady_clock::now();
   if (auto memory = sched->open_window() ? std::nullopt : windows.TakeMemoryWindow()) {
     // A memory growth's first: this window records where its memory is kept.
