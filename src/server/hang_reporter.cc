@@ -9,7 +9,7 @@
 namespace perftracker::server {
 
 void HangReporter::Start(int rank, double mean_ms, std::chrono::steady_clock::time_point since) {
-  if (s_.sched->open_window()) s_.CloseWindowLater(s_.sched->open_window());
+  if (s_.sched->open_window()) s_.publishing.CloseLater(s_.sched->open_window());
   HangCollection h;
   h.id = s_.windows.NextId();
   h.since = since;
@@ -57,8 +57,9 @@ void HangReporter::Finish(CollectiveDumps dumps) {
   AddCollectiveFindings(std::move(dumps), std::nullopt, stalled, &d);
   LatestReport& latest = s_.reports->latest();
   latest.waits = report::GroupWaits(replies);
-  s_.Publish(h.id, d, "hang", nullptr,
-             s_.RenderHtmlLocked(d, latest.job.get(), h.id, latest.waits, latest.window_id));
+  s_.publishing.Publish(
+      h.id, d, "hang", nullptr,
+      s_.RenderHtmlLocked(d, latest.job.get(), h.id, latest.waits, latest.window_id));
   reported_ = ReportedHang{h.id, d, h.since, h.stalled_seconds, latest.waits};
   // Iterations resumed while the stacks were collected: slow, not hung, and not a hang to act on.
   if (AmendIfResumed()) return;
@@ -75,8 +76,9 @@ bool HangReporter::AmendIfResumed() {
   log::Event("", "hang {} was not one: iterations resumed at {} after {:.1f} s", h.id, *step,
              stalled);
   const LatestReport& latest = s_.reports->latest();
-  s_.Publish(h.id, d, "amended", nullptr,
-             s_.RenderHtmlLocked(d, latest.job.get(), h.id, std::move(h.waits), latest.window_id));
+  s_.publishing.Publish(
+      h.id, d, "amended", nullptr,
+      s_.RenderHtmlLocked(d, latest.job.get(), h.id, std::move(h.waits), latest.window_id));
   return true;
 }
 

@@ -104,7 +104,7 @@ StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options) {
                                                           {options.metrics_public, options.token}));
   }
   impl->timer = std::thread([raw] { raw->TimerLoop(); });
-  impl->publisher = std::thread([raw] { raw->PublishLoop(); });
+  impl->publishing.Start();
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
@@ -174,13 +174,12 @@ void Server::Shutdown() {
         w.Seal();
         impl_->sched->Closed(open, std::chrono::steady_clock::now());
       } else {
-        impl_->CloseWindowLater(open);
+        impl_->publishing.CloseLater(open);
       }
     }
-    impl_->publisher_done = true;
+    impl_->publishing.StopLocked();
   }
-  impl_->publish_cv.notify_all();
-  if (impl_->publisher.joinable()) impl_->publisher.join();
+  impl_->publishing.Join();
   // The ranks' dumps are read before the lock (the workers wrote their last ones at exit).
   CollectiveDumps dumps = ReadCollectiveDumps(CollectivesDir(impl_->options.report_dir));
   std::lock_guard lk(impl_->mu);

@@ -1,11 +1,11 @@
 // The server's internals, shared by its files: the state of one server, guarded by one
-// mutex, as named parts (the agents: server/agent_registry.h; the windows: window_book.h; a hang:
+// mutex, as named parts (the agents: server/agent_registry.h; the windows: window_book.h, from
+// sealed to published on a thread of their own: window_publisher.h; a hang: hang_reporter.h over
 // hang_collection.h; the ranks: rank_state.h; the attempts: attempts.h; the policy:
 // scheduler.h; what /metrics counts: server_counters.h), and the gRPC service over it
 // (server_service.h, which answers the calls). server.cc starts and stops it;
-// server_progress.cc files the agents' iteration reports, server_windows.cc opens and seals
-// windows and hangs (and runs the timer), server_publish.cc writes their reports and store
-// rows, server_metrics.cc renders /metrics. Not for use outside src/server.
+// server_progress.cc files the agents' iteration reports, server_windows.cc opens windows (and
+// runs the timer), server_metrics.cc renders /metrics. Not for use outside src/server.
 #ifndef PERFTRACKER_SERVER_SERVER_IMPL_H_
 #define PERFTRACKER_SERVER_SERVER_IMPL_H_
 
@@ -49,6 +49,7 @@
 #include "server/store.h"
 #include "server/window.h"
 #include "server/window_book.h"
+#include "server/window_publisher.h"
 
 namespace perftracker::server {
 
@@ -79,31 +80,13 @@ struct Server::Impl final {
   // The reports' files and the job's latest report (server/publisher.h); made at Start.
   std::optional<Publisher> reports;
   std::optional<diagnose::RankExit> first_failure;  // the launcher's, at the job's end
-  // Above this many series rows, the series is stored at the end of the run only.
-  static constexpr size_t kSeriesRowsPerWindow = 200000;
   ServerCounters counters;  // what /metrics counts (server/server_counters.h)
   std::unique_ptr<MetricsHttp> metrics;
   HangReporter hangs{this};  // a hang's stacks, diagnosis and amendment (server/hang_reporter.h)
   std::thread timer;
-  // Windows sealed and waiting for the publisher thread (PublishLoop), under mu. A window's
-  // diagnosis, pages and store rows are made there, at the lowest CPU priority
-  // (base/background.h): in `perftracker run` the server shares the node with training, and
-  // nothing in them is urgent. One thread; a window closes at most every few seconds.
-  struct SealedWindow {
-    Window::Sealed sealed;
-    std::vector<report::RunSeries> series;
-    std::vector<report::WindowMark> marks;
-    std::optional<diagnose::HealthyRate> rate;  // the job's healthy rate up to the window
-  };
-  std::deque<SealedWindow> to_publish;
-  // The attempt's baseline window, which every later window is compared with
-  // (diagnose/window_diagnosis.h). The publisher thread's alone: no lock.
-  diagnose::BaselineState baseline;
-  HealthyWatch healthy;         // the unprofiled history, under mu
-  bool publisher_done = false;  // Shutdown: the publisher drains to_publish, then returns
-  int64_t last_published = 0;   // the newest window the publisher has published
-  std::condition_variable publish_cv;
-  std::thread publisher;
+  HealthyWatch healthy;  // the unprofiled history, under mu
+  // Closed windows, from sealed to published on a thread of its own (server/window_publisher.h).
+  WindowPublisher publishing{this};
 
   // --- windows and hangs (server/server_windows.cc) ---
 
@@ -119,14 +102,6 @@ struct Server::Impl final {
                                  double mean_ms = 0, int64_t trigger_step = -1,
                                  std::vector<int> memory_ranks = {});
 
-  // Closes window ID and hands its diagnosis to the publisher thread, the one path of every
-  // window (a trigger, a hang, the job's end): a 10,000-rank diagnosis takes seconds, and every
-  // other call (uploads to the next window, iteration reports, commands, status) needs the
-  // lock. The window is sealed first, so uploads that arrive meanwhile are refused as for any
-  // closed window. Called with mu held.
-  void CloseWindowLater(int64_t id);
-  // The publisher thread: diagnoses and publishes the windows CloseWindowLater sealed.
-  void PublishLoop();
 
   // Says why each silent rank of SEALED did not report (server/rank_state.h ExplainMissing),
   // from what the server knows of the rank and of its agent now. Called with mu held.
@@ -169,20 +144,11 @@ struct Server::Impl final {
   // The kind of a window's reason, for the windows_opened metric: its first word.
   static std::string ReasonKind(const std::string& reason);
 
-  // --- reports and the store (server/server_publish.cc) ---
-
   // The HTML page of diagnosis D (window ID; 0: the run's end; Publisher::RenderPage) with the
   // run's iteration series and windows as they are now. Called with mu held.
   std::string RenderHtmlLocked(const diagnose::Diagnosis& d, const pattern::CompactJob* job,
                                int64_t id, std::vector<report::WaitGroup> waits = {},
                                int64_t views_from = 0) const;
-
-  // Writes DIR/windows/<id>/diagnosis.json and report.html, and DIR/diagnosis.json and
-  // report.html (the latest), stores and prints D. JOB: the window's patterns (null: a hang).
-  // WHAT "amended": D replaces window ID's earlier diagnosis; DIR's files only if they still
-  // hold that window's, and no window or hang is counted again.
-  void Publish(int64_t id, const diagnose::Diagnosis& d, const char* what,
-               std::shared_ptr<const pattern::CompactJob> job, std::string html);
 
   // --- /metrics (server/server_metrics.cc) ---
 

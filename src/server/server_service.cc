@@ -260,8 +260,8 @@ grpc::Status ServerService::DoUploadWindow(grpc::ServerContext* ctx,
   // The publisher thread makes it; this one only waits (it holds no CPU meanwhile).
   if (window->Complete()) {
     const int64_t id = req->window_id();
-    s_.CloseWindowLater(id);
-    s_.publish_cv.wait(lk, [&] { return s_.last_published >= id || s_.publisher_done; });
+    s_.publishing.CloseLater(id);
+    s_.publishing.WaitPublished(lk, id);
   }
   return grpc::Status::OK;
 }

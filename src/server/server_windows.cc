@@ -87,18 +87,6 @@ TriggerResult Server::Impl::OpenWindowLocked(const std::string& reason, int iter
   return {spec.id, spec.start_iteration, false};
 }
 
-void Server::Impl::CloseWindowLater(int64_t id) {
-  Window& w = *windows.Find(id);
-  if (w.closed()) return;
-  Window::Sealed sealed = w.Seal();
-  ExplainMissingLocked(&sealed);
-  const int64_t start = sealed.spec.start_iteration;
-  to_publish.push_back(
-      {std::move(sealed), RunSeriesOf(ranks), windows.marks(), healthy.RateBefore(start)});
-  sched->Closed(id, std::chrono::steady_clock::now());
-  publish_cv.notify_one();
-}
-
 void Server::Impl::OnMemoryGrowthLocked(int rank, const diagnose::MemoryGrowth& g,
                                         diagnose::MemoryKind kind) {
   const std::string reason =
@@ -121,35 +109,6 @@ std::vector<diagnose::Finding> Server::Impl::MemoryFindingsLocked() const {
         return a != nullptr ? a->host : std::string();
       },
       hosts);
-}
-
-void Server::Impl::PublishLoop() {
-  if (::perftracker::Status st = BecomeBackgroundThread("pt-publish"); !st.ok())
-    log::Detail("server", "{}", st.message());
-  std::unique_lock lk(mu);
-  for (;;) {
-    publish_cv.wait(lk, [&] { return !to_publish.empty() || publisher_done; });
-    if (to_publish.empty()) return;  // publisher_done, nothing left
-    SealedWindow w = std::move(to_publish.front());
-    to_publish.pop_front();
-    const int64_t id = w.sealed.spec.id;
-    std::vector<diagnose::Finding> memory = MemoryFindingsLocked();
-    std::vector<diagnose::RankMemoryUse> timelines = MemoryTimelines(ranks, CurrentRanksLocked());
-    lk.unlock();
-    diagnose::WindowInput in = w.sealed.DiagnosisInput();
-    in.rate = w.rate;
-    in.memory = std::move(memory);
-    in.timelines = std::move(timelines);
-    in.options = options.diagnose;
-    diagnose::Diagnosis d = diagnose::DiagnoseWindow(std::move(in), &baseline);
-    auto job = std::make_shared<const pattern::CompactJob>(std::move(w.sealed.job));
-    std::string html =
-        reports->RenderPage(d, job.get(), std::move(w.series), std::move(w.marks), id);
-    lk.lock();
-    Publish(id, d, "window", job, std::move(html));
-    last_published = std::max(last_published, id);
-    publish_cv.notify_all();
-  }
 }
 
 void Server::Impl::ExplainMissingLocked(Window::Sealed* sealed) const {
@@ -189,7 +148,7 @@ void Server::Impl::NewAttemptLocked(int rank, int pid) {
       log::Detail("server", "window {} dropped: its attempt ended before any rank reported it",
                   open);
     } else {
-      CloseWindowLater(open);
+      publishing.CloseLater(open);
     }
   }
   sched->NewAttempt();
@@ -227,7 +186,7 @@ void Server::Impl::TimerTick(std::unique_lock<std::mutex>& lk) {
   ExpireLocked();
   if (const int64_t open = sched->open_window();
       open && windows.Find(open)->Expired(Window::Clock::now()))
-    CloseWindowLater(open);
+    publishing.CloseLater(open);
   if (auto p = sched->TakeConfirmedHang(std::chrono::steady_clock::now()))
     hangs.Start(p->rank, p->mean_ms, p->since);
   hangs.FinishIfDue(lk);
@@ -255,6 +214,14 @@ void Server::Impl::MaybeOpenScheduledLocked() {
     log::Detail("server", "{}", slow->reason);
     OpenWindowLocked(slow->reason, 0, true, slow->recent_ms, FurthestStep(ranks));
   }
+}
+
+std::string Server::Impl::RenderHtmlLocked(const diagnose::Diagnosis& d,
+                                           const pattern::CompactJob* job, int64_t id,
+                                           std::vector<report::WaitGroup> waits,
+                                           int64_t views_from) const {
+  return reports->RenderPage(d, job, RunSeriesOf(ranks), windows.marks(), id, std::move(waits),
+                             views_from);
 }
 
 std::string Server::Impl::ReasonKind(const std::string& reason) {
