@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -336,6 +337,67 @@ TEST(Server, SilentRanksAreOneFindingThatSaysWhy) {
   EXPECT_EQ(missing[0].evidence.at("missing_rank_dead"), 1);
   EXPECT_EQ(missing[0].evidence.at("missing_no_iteration_since_command"), 1);
   (*server)->Shutdown();
+}
+
+// Every way a window closes goes through one diagnosis (issue 41): the same window, two of its
+// three ranks uploaded and the third dead, closed by its deadline, by the job's end and by a hang,
+// gives the same diagnosis.json, byte for byte.
+TEST(Server, TheSameWindowGivesTheSameDiagnosisWhicheverWayItCloses) {
+  std::map<std::string, std::string> json;
+  for (const std::string how : {"deadline", "shutdown", "hang"}) {
+    // The deadline path waits for its 3 s; the others close the window well before them.
+    ServerOptions o = TestOptions("close_" + how, 2, 1);
+    o.schedule.baseline_window = false;
+    o.schedule.hang_confirm_seconds = 0;  // a hang trigger is confirmed at once
+    o.stacks_seconds = 0.2;
+    auto server = Server::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    Client c((*server)->port());
+    std::string id;
+    ASSERT_TRUE(c.Register({0, 1, 2}, &id, "node-a"));
+    for (int r = 0; r < 3; ++r) ASSERT_TRUE(c.Report(r, {10}, {12.5}));
+    TriggerResult t = (*server)->Trigger("test", 4);
+    ASSERT_EQ(t.window_id, 1);
+    v1::ReportIterationsRequest req;  // rank 2's process is gone
+    req.set_agent_id(id);
+    v1::WorkerState* w = req.add_workers();
+    w->set_rank(2);
+    w->set_pid(102);
+    w->set_last_iteration(10);
+    w->set_exited(true);
+    w->set_process_gone(true);
+    v1::ReportIterationsReply rr;
+    ASSERT_TRUE(c.Call(&v1::Server::Stub::ReportIterations, req, &rr).ok());
+    for (int r : {0, 1}) {
+      v1::UploadWindowRequest up;
+      up.set_agent_id(id);
+      up.set_window_id(t.window_id);
+      up.set_rank(r);
+      up.set_summary(pattern::SerializeSummary(Synthetic(r, 3, 10 + r)));
+      v1::UploadWindowReply ur;
+      ASSERT_TRUE(c.Call(&v1::Server::Stub::UploadWindow, up, &ur).ok());
+      ASSERT_TRUE(ur.accepted()) << ur.message();
+    }
+    const std::string path = o.report_dir + "/windows/1/diagnosis.json";
+    if (how == "hang") {
+      v1::TriggerRequest hang;
+      hang.set_kind("hang");
+      hang.set_rank(0);
+      hang.set_mean_ms(12.5);
+      v1::TriggerReply tr;
+      ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, hang, &tr).ok());
+      EXPECT_EQ(tr.window_id(), 2);  // the hang's, after the window it closed
+    }
+    if (how != "shutdown") {
+      for (int i = 0; i < 100 && !fs::exists(path); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    (*server)->Shutdown();
+    json[how] = Slurp(path);
+  }
+  ASSERT_NE(json["deadline"].find("\"missing_rank\""), std::string::npos) << json["deadline"];
+  EXPECT_EQ(json["shutdown"], json["deadline"]);
+  EXPECT_EQ(json["hang"], json["deadline"]);
 }
 
 // A window opened in the job's last iterations: every rank exited normally before its first
