@@ -174,7 +174,13 @@ class OnlineRun(unittest.TestCase):
         self.assertLessEqual(len(ours), 8, err)
         self.assertLess(len(err.splitlines()), 60, err)
         self.assertIn("registered", d["_log"])
-        self.assertIn("detector: slowdown", d["_log"])
+        # A window a rank's detector opened went through its agent. The server's watch may open
+        # it first and the job then ends once it is diagnosed: .ci/run at 1af9bb7 on torch 1.13
+        # (100 ms steps, +25% from the fault) named rank 2 rightly from the server's window at
+        # iteration 164, while the detectors, whose noise-set levels were +36-69%, had not fired
+        # by the job's stop at 187 (test_worker_detector's test_b checks that a detector fires).
+        if re.search(r"window 2 opened \(slowdown on rank", err):
+            self.assertIn("detector: slowdown", d["_log"])
 
     def test_2_one_slow_loader(self):
         d = self.job("loader1", "--iters", "320", *STEP, "--fault", "slow-loader", "--fault-rank", "1",
