@@ -112,6 +112,8 @@ void ToPb(const RankSummary& s, pb::RankSummaryPb* m) {
     p->set_share(f.share);
     p->set_self_per_iter_us(f.self_per_iter_us);
     p->mutable_iter_us()->Add(f.iter_us.begin(), f.iter_us.end());
+    if (!f.input_dims.empty()) p->set_input_dims(t.Id(f.input_dims));
+    p->set_input_elements(f.input_elements);
     if (f.fclass == FunctionClass::kCollective || !f.coll.op.empty()) {
       pb::CollectivePb* c = p->mutable_coll();
       c->set_op(t.Id(f.coll.op));
@@ -260,6 +262,8 @@ void FunctionFromPb(const pb::FunctionPb& p, FromPb& r, FunctionPattern& f) {
   f.per_iter_us = FromPb::D(p.per_iter_us());
   f.share = FromPb::D(p.share());
   f.self_per_iter_us = FromPb::D(p.self_per_iter_us());
+  f.input_dims = r.Str(p.input_dims());
+  f.input_elements = FromPb::D(p.input_elements());
   r.Charge(p.iter_us_size() * sizeof(float));
   if (r.failed()) return;
   f.iter_us.reserve(p.iter_us_size());
