@@ -79,6 +79,31 @@ print(json.dumps({"window": ops(sys.argv[1] + ".torch.json"), "plain": ops(sys.a
 """
 
 
+# A window's torch.profiler started and ended as the training thread's edges do, in a job that
+# never imported inductor, then torch.profiler alone: prints whether each imported inductor and
+# how long the window's start took.
+INDUCTOR_SCRIPT = r"""
+import json, sys, time, torch
+from perftracker.switch import Switch
+from perftracker.window import ARMED, ENDED, WindowState
+lazy = "_inductor" in getattr(torch, "_lazy_modules", ())
+ws = WindowState(Switch(), lambda msg: None)
+ws.out = sys.argv[1]
+t = time.perf_counter()
+ws.edge(ARMED)
+start_s = time.perf_counter() - t
+torch.ones(4).sum()
+ws.edge(ENDED)
+window = "torch._inductor" in sys.modules
+p = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+p.__enter__()
+p.__exit__(None, None, None)
+print(json.dumps({"lazy": lazy, "window_imported": window, "start_s": start_s,
+                  "profiler_imported": "torch._inductor" in sys.modules,
+                  "still_lazy": "_inductor" in getattr(torch, "_lazy_modules", ())}))
+"""
+
+
 def launcher_threads(pid):
     """{tid: (name, nice)} of the threads of process PID."""
     out = {}
@@ -160,6 +185,21 @@ class WindowCostTest(unittest.TestCase):
         self.assertNotIn("aten::stack", info["window"])
         self.assertNotIn("aten::select", info["window"])  # TensorDataset's indexing
         self.assertTrue(info["unrecorded_after"])
+
+    def test_a_window_does_not_import_inductor(self):
+        """torch 2.x's profiler start looks up torch._inductor, a lazy import of all of inductor
+        (1.2-1.5 s on the training thread here): a window in a job that never imported it
+        leaves it unimported; torch.profiler alone imports it (so the check can fail)."""
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_wcost_inductor_"), "rank-0.python.json")
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", INDUCTOR_SCRIPT, out], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=PYPKG), timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        info = json.loads(p.stdout.strip().splitlines()[-1])
+        print(f"window start {info['start_s'] * 1e3:.1f} ms", file=sys.stderr)
+        self.assertFalse(info["window_imported"], info)
+        if info["lazy"]:  # torch 2.x: its own start imports it, and the lazy import is back
+            self.assertTrue(info["profiler_imported"], info)
+            self.assertTrue(info["still_lazy"], info)
 
     def test_post_processing_threads_run_at_the_lowest_priority(self):
         report = tempfile.mkdtemp(prefix="pt_wcost_run_")

@@ -119,7 +119,7 @@ class WindowState:
                 # The legacy export writes no memory records: a memory window follows the
                 # tensors the training thread's ops make itself (kept_tensors.py).
                 self.profiler = torch.autograd.profiler.profile(record_shapes=shapes)
-            with quiet_profiler():
+            with quiet_profiler(), without_lazy_inductor(torch):
                 self.profiler.__enter__()
             if memory and not kineto:
                 self._follow_tensors(torch)
@@ -231,6 +231,28 @@ def quiet_profiler() -> Any:
         for message in config.PROFILER_WARNINGS:
             warnings.filterwarnings("ignore", message=message)
         yield
+
+
+@contextlib.contextmanager
+def without_lazy_inductor(torch: Any) -> Any:
+    """torch.profiler's start asks hasattr(torch, "_inductor") whether inductor's CUDA graphs are
+    on; where the job never imported inductor, that attribute is a lazy import of all of it, on
+    the training thread at the first window: 1.2-1.5 s on torch 2.13 here (the profiler's start
+    itself takes 1 ms), about 90 steps of the demo job, and inductor's memory in every rank. A
+    job that never imported inductor runs nothing it compiled, so the answer is no: while the
+    profiler starts, torch's lazy import of _inductor is off (its attribute lookup says absent
+    for that millisecond; `import torch._inductor` is untouched). Where inductor is imported, or
+    torch has no such lazy import (1.x), nothing changes."""
+    lazy = getattr(torch, "_lazy_modules", None)
+    if (not isinstance(lazy, set) or "_inductor" not in lazy
+            or "torch._inductor" in sys.modules):
+        yield
+        return
+    lazy.discard("_inductor")
+    try:
+        yield
+    finally:
+        lazy.add("_inductor")
 
 
 def trace_only_config(torch: Any) -> Dict[str, Any]:
