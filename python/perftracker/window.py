@@ -238,11 +238,12 @@ def without_lazy_inductor(torch: Any) -> Any:
     """torch.profiler's start asks hasattr(torch, "_inductor") whether inductor's CUDA graphs are
     on; where the job never imported inductor, that attribute is a lazy import of all of it, on
     the training thread at the first window: 1.2-1.5 s on torch 2.13 here (the profiler's start
-    itself takes 1 ms), about 90 steps of the demo job, and inductor's memory in every rank. A
-    job that never imported inductor runs nothing it compiled, so the answer is no: while the
-    profiler starts, torch's lazy import of _inductor is off (its attribute lookup says absent
-    for that millisecond; `import torch._inductor` is untouched). Where inductor is imported, or
-    torch has no such lazy import (1.x), nothing changes."""
+    itself takes 1 ms) and +71 MiB in the rank. torch 2.13 imports inductor with the first
+    torch.optim optimizer, so a loop without one pays it (evaluation, inference, an optimizer of
+    its own). A job that never imported it runs nothing it compiled, so the answer is no: while
+    the profiler starts, torch's lazy import of _inductor is off (its attribute lookup says
+    absent for that millisecond; `import torch._inductor` is untouched). Where inductor is
+    imported, or torch has no such lazy import (1.x), nothing changes."""
     lazy = getattr(torch, "_lazy_modules", None)
     if (not isinstance(lazy, set) or "_inductor" not in lazy
             or "torch._inductor" in sys.modules):
