@@ -45,8 +45,8 @@ class Interner {
   StringIdMap map_;
 };
 
-// A collective's arguments as one event carries them (-1 / 0: not given). Ids are the table's
-// Misc() strings.
+// A collective's arguments as one event carries them (-1 / 0: not given). The ids are of the
+// table's own strings (group, dtype, operation).
 struct CollArgs {
   double bytes = -1;
   int32_t group_size = -1;

@@ -102,7 +102,6 @@ struct Server::Impl final {
                                  double mean_ms = 0, int64_t trigger_step = -1,
                                  std::vector<int> memory_ranks = {});
 
-
   // Says why each silent rank of SEALED did not report (server/rank_state.h ExplainMissing),
   // from what the server knows of the rank and of its agent now. Called with mu held.
   void ExplainMissingLocked(Window::Sealed* sealed) const;

@@ -254,8 +254,7 @@ class EventDecoder {
     if (loc != nullptr && loc >= win_ && loc < win_ + win_len_) {
       at = win_base_ + static_cast<uint64_t>(loc - win_);
     }
-    return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " +
-                           simdjson::error_message(e));
+    return MalformedJson(name_, at, simdjson::error_message(e));
   }
 
   Status ParseSegment(uint64_t s, uint64_t e) {

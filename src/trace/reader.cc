@@ -187,6 +187,11 @@ StatusOr<ReadStats> ReadTraceFrom(const SourceOpener& open, const std::string& n
   return stats;
 }
 
+Status MalformedJson(std::string_view name, uint64_t at, std::string_view what) {
+  return InvalidArgument(std::string(name) + ": malformed JSON at byte " + std::to_string(at) +
+                         ": " + std::string(what));
+}
+
 }  // namespace internal
 
 StatusOr<ReadStats> ReadTrace(const std::string& path, EventSink* sink,

@@ -4,9 +4,11 @@
 #define PERFTRACKER_TRACE_READER_INTERNAL_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "base/file_source.h"
 #include "base/status.h"
@@ -23,6 +25,11 @@ struct ReaderTuning {
   int classifier = -1;  // pass 1's block classifier: 0 portable, 1 AVX2, 2 AVX-512; -1 the best
   size_t release_bytes = 4 << 20;  // mapped input: bytes passed between Release calls
 };
+
+// The one line either pass gives for broken JSON, naming the trace and the byte:
+//   MalformedJson("t.json", 12, "unexpected ']'") -> "t.json: malformed JSON at byte 12:
+//   unexpected ']'"
+Status MalformedJson(std::string_view name, uint64_t at, std::string_view what);
 
 // Whether this CPU runs block classifier `level` (ReaderTuning::classifier).
 bool ClassifierSupported(int level);

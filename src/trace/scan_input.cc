@@ -14,9 +14,9 @@ size_t ScanInput::ReadSize(uint64_t so_far) const {
 }
 
 Status ScanInput::TooLarge(uint64_t at) const {
-  return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) +
-                         ": a single value is larger than " +
-                         std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
+  return MalformedJson(
+      name_, at,
+      "a single value is larger than " + std::to_string(tuning_.max_value_bytes >> 20) + " MiB");
 }
 
 Status ScanInput::Feed(ByteSource* src, const char* map, size_t map_size,

@@ -31,8 +31,7 @@ void ScannedValueParser::BadMetadata(uint64_t start, const char* why) {
 
 Status ScannedValueParser::Error(uint64_t start, std::string_view key,
                                  simdjson::error_code e) const {
-  return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(start) + ": in " +
-                         std::string(key) + ": " + simdjson::error_message(e));
+  return MalformedJson(name_, start, "in " + std::string(key) + ": " + simdjson::error_message(e));
 }
 
 Status ScannedValueParser::Metadata(std::string_view key, std::string_view text, uint64_t start) {

@@ -89,7 +89,7 @@ class TraceScanner {
   uint64_t Abs(size_t i) const { return in_.base() + i; }
 
   Status Error(uint64_t at, const std::string& what) const {
-    return InvalidArgument(name_ + ": malformed JSON at byte " + std::to_string(at) + ": " + what);
+    return MalformedJson(name_, at, what);
   }
 
   Status Push(char c, uint64_t at) {

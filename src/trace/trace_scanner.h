@@ -6,7 +6,8 @@
 // `segment_bytes` inside the traceEvents array (or the top-level legacy list), where pass 2
 // (event_decoder.h) cuts the array into segments of whole events. It checks the structure
 // (brackets, strings, separators around events); simdjson validates the rest in pass 2.
-// Owns the trace's metadata (ScanResult::meta) and the segment cuts.
+// Owns the trace's metadata (ScanResult::meta) and the segment cuts. Its parts: where the bytes
+// come from (scan_input.h) and the values it parses whole (scanned_values.h).
 //
 // Internal to the trace module: reader.cc runs it, then pass 2 over what it found.
 #ifndef PERFTRACKER_TRACE_TRACE_SCANNER_H_
