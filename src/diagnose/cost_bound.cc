@@ -91,6 +91,11 @@ std::optional<CostLimit> LimitOf(const Finding& f, const CostBudget& budget) {
     tighten(policy::kCostSlack * std::max(*budget.rise_ms, 0.0),
             fmt::format("the iteration rose {:.1f} ms over the job's healthy rate",
                         std::max(*budget.rise_ms, 0.0)));
+  if (budget.since_baseline_rise_ms && f.evidence.count("baseline_window"))
+    tighten(policy::kCostSlack * std::max(*budget.since_baseline_rise_ms, 0.0),
+            fmt::format("the job's unprofiled iterations before this window ran {:.1f} ms over "
+                        "its healthy rate",
+                        std::max(*budget.since_baseline_rise_ms, 0.0)));
   return limit;
 }
 

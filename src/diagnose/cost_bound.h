@@ -10,7 +10,10 @@
 //   own_gpu_work_ms against their peers_ figures): each is a floor, as a Python frame's self
 //   time also holds waits no op names;
 // - when the job slowed down from its healthy rate (diagnose/healthy_rate.h), a problem that the
-//   clean baseline window did not name: the iteration's rise since then.
+//   clean baseline window did not name: the iteration's rise since then;
+// - a change since the baseline window (diagnose/since_baseline.h): the job's unprofiled rise
+//   over its healthy rate right before the window, where known (its profiled functions are
+//   inflated, and more in one window than in another).
 // A finding over its bound is cut to it, with its rule's figure and why kept in its evidence; one
 // whose bound is under the size a finding must have (policy kMinAbsMs, kMinFraction) is dropped
 // with a note. Then findings are ranked by the bounded cost (SortFindings).
@@ -44,6 +47,9 @@ struct CostBudget {
   // Problems the clean baseline window already named (category, rank): present while the job was
   // healthy, so not part of the rise.
   std::set<std::pair<Category, int>> before_rise;
+  // The job's unprofiled rise over its healthy rate right before the window (its latest
+  // iterations, HealthyRate::UnprofiledRiseMs), for the changes since the baseline window.
+  std::optional<double> since_baseline_rise_ms;
 };
 
 // The most F may claim under BUDGET, and why (empty: no bound applies).

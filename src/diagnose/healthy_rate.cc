@@ -55,7 +55,9 @@ std::optional<Split> BestSplit(std::span<const double> values, size_t min_segmen
   return best;
 }
 
-IterationLevel LevelOf(std::span<const IterationPoint> points) {
+}  // namespace
+
+IterationLevel MedianLevel(std::span<const IterationPoint> points) {
   IterationLevel level;
   if (points.empty()) return level;
   std::vector<double> v;
@@ -68,7 +70,11 @@ IterationLevel LevelOf(std::span<const IterationPoint> points) {
   return level;
 }
 
-}  // namespace
+std::optional<double> HealthyRate::UnprofiledRiseMs() const {
+  if (slowdown_step) return RiseMs();
+  if (latest.points < policy::kChangeMinSegment || !(healthy.ms > 0)) return std::nullopt;
+  return std::max(latest.ms - healthy.ms, 0.0);
+}
 
 std::string HealthyRate::Describe() const {
   if (!slowdown_step)
@@ -81,19 +87,21 @@ std::string HealthyRate::Describe() const {
 }
 
 std::string HealthyRate::ProfilingInflation(double window_ms) const {
-  if (!(window_ms > 0) || !(recent.ms > 0)) return "";
-  // Against the level the job runs at now: a slowdown window's iterations carry the fault too.
+  // Against the level the job ran at right before the window: a slowdown window's iterations
+  // carry the fault too.
+  const double unprofiled = latest.points >= policy::kChangeMinSegment ? latest.ms : recent.ms;
+  if (!(window_ms > 0) || !(unprofiled > 0)) return "";
   return fmt::format(
       "profiled iterations ran {:.2f}x the unprofiled ones ({:.1f} ms against {:.1f} ms); "
       "figures are of profiled iterations",
-      window_ms / recent.ms, window_ms, recent.ms);
+      window_ms / unprofiled, window_ms, unprofiled);
 }
 
 std::optional<HealthyRate> FindHealthyRate(std::span<const IterationPoint> history) {
   const auto min_points = static_cast<size_t>(policy::kHealthyMinPoints);
   if (history.size() < min_points) return std::nullopt;
   HealthyRate rate;
-  rate.healthy = rate.recent = LevelOf(history);
+  rate.healthy = rate.recent = MedianLevel(history);
   std::vector<double> values;
   values.reserve(history.size());
   for (const IterationPoint& p : history) values.push_back(p.ms);
@@ -111,8 +119,8 @@ std::optional<HealthyRate> FindHealthyRate(std::span<const IterationPoint> histo
   if (std::fabs(shift) < policy::kChangeNoiseZ * se ||
       std::fabs(shift) < policy::kBaselineSlowdown * lower)
     return rate;
-  const IterationLevel before = LevelOf(history.first(split->at));
-  const IterationLevel after = LevelOf(history.subspan(split->at));
+  const IterationLevel before = MedianLevel(history.first(split->at));
+  const IterationLevel after = MedianLevel(history.subspan(split->at));
   // A faster start that lasted less than kHealthyMinSeconds is the host settling, not a rate.
   if (shift > 0 && static_cast<double>(before.last_step - before.first_step + 1) * before.ms <
                        policy::kHealthyMinSeconds * 1000)

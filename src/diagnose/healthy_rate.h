@@ -43,6 +43,12 @@ struct IterationLevel {
 struct HealthyRate {
   IterationLevel healthy;  // before the job slowed down; the whole history when it did not
   IterationLevel recent;   // where the history ends: the job's level now
+  // The job's last unprofiled iterations before the window (policy kLatestSteps, one by one,
+  // however long the run): what the job ran at right before it (points 0: unknown). The fit's
+  // levels need kChangeMinSegment points and 4 standard errors; a window that profiles a
+  // slowdown the fit has not yet separated, or one opened on the noise of a shared host, is
+  // told apart by this level.
+  IterationLevel latest;
   // The first step of the slower level, when the job slowed down (recent is then slower than
   // healthy by kBaselineSlowdown at least and beyond the noise).
   std::optional<int64_t> slowdown_step;
@@ -50,14 +56,22 @@ struct HealthyRate {
   // How much slower the job runs now than when healthy (1: not at all).
   double Ratio() const { return healthy.ms > 0 ? recent.ms / healthy.ms : 1.0; }
   double RiseMs() const { return recent.ms - healthy.ms; }
+  // How much slower than healthy the job ran unprofiled right before the window: the fit's rise
+  // when it found a slowdown, else the latest level's (never below 0); nothing when neither is
+  // known (too few latest iterations). What fixing a change since the healthy job gives.
+  std::optional<double> UnprofiledRiseMs() const;
   // One line for the diagnosis' notes and findings.
   std::string Describe() const;
   // What profiling did to the window's iterations, for the notes: "profiled iterations ran
   // 1.12x the unprofiled ones (47.7 ms against 42.7 ms); figures are of profiled iterations"
-  // (WINDOW_MS: the window's median iteration; empty when either is unknown). The window's
-  // times carry the profiler's own cost; the user reads them knowing by how much.
+  // (WINDOW_MS: the window's median iteration; the unprofiled ones: the latest level where known,
+  // else the recent one; empty when either is unknown). The window's times carry the profiler's
+  // own cost; the user reads them knowing by how much.
   std::string ProfilingInflation(double window_ms) const;
 };
+
+// The median level of POINTS (in step order; empty: a level of 0 points).
+IterationLevel MedianLevel(std::span<const IterationPoint> points);
 
 // The healthy rate of HISTORY (points in step order, window iterations already left out), or
 // nothing when it holds too few points (policy kHealthyMinPoints).

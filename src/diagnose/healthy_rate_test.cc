@@ -110,6 +110,33 @@ TEST(HealthyRate, SaysHowMuchProfilingInflatedTheWindow) {
   EXPECT_EQ(r.ProfilingInflation(47.74), "");
 }
 
+TEST(HealthyRate, TheInflationIsAgainstTheLatestIterationsWhereKnown) {
+  HealthyRate r;
+  r.healthy.ms = r.recent.ms = 15.2;
+  r.latest = MedianLevel(Flat(525, 10, 15.5, 0));
+  EXPECT_EQ(r.ProfilingInflation(21.7),
+            "profiled iterations ran 1.40x the unprofiled ones (21.7 ms against 15.5 ms); figures "
+            "are of profiled iterations");
+}
+
+TEST(HealthyRate, TheUnprofiledRiseIsTheFitsOrTheLatestIterations) {
+  // The fit's slowdown: its rise.
+  const auto slowed = FindHealthyRate(Concat(Flat(10, 50, 70, 0), Flat(60, 30, 100, 0)));
+  ASSERT_TRUE(slowed && slowed->slowdown_step);
+  EXPECT_DOUBLE_EQ(*slowed->UnprofiledRiseMs(), 30);
+  // A flat history: unknown until the latest iterations are, then their rise, never below 0.
+  auto flat = FindHealthyRate(Flat(10, 190, 15.2, 0));
+  ASSERT_TRUE(flat && !flat->slowdown_step);
+  EXPECT_FALSE(flat->UnprofiledRiseMs().has_value());
+  flat->latest = MedianLevel(Flat(190, 4, 30, 0));  // too few to be a level
+  EXPECT_FALSE(flat->UnprofiledRiseMs().has_value());
+  flat->latest = MedianLevel(Flat(190, 10, 16.0, 0));
+  EXPECT_NEAR(*flat->UnprofiledRiseMs(), 0.8, 1e-9);
+  flat->latest = MedianLevel(Flat(190, 10, 14.0, 0));
+  EXPECT_DOUBLE_EQ(*flat->UnprofiledRiseMs(), 0);
+  EXPECT_EQ(MedianLevel({}).points, 0);
+}
+
 TEST(CheckBaseline, AJobSlowedBeforeTheBaselineSpoilsIt) {
   // Slower from iteration 40 (after 2.1 s of 70 ms); the baseline profiled 50..59.
   const auto rate = FindHealthyRate(Concat(Flat(10, 30, 70), Flat(40, 60, 100)));

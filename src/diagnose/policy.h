@@ -284,6 +284,10 @@ namespace perftracker::diagnose::policy {
     "cache, CPU frequency; measured: a clean 4-rank job on 2 shared cores ran 12.0 ms an "         \
     "iteration for its first 0.5 s after warm-up, then 15.1 ms to its end, and was named 1.25x "   \
     "slower than healthy); a fault there is present from the start, the peers' to name")           \
+  X(kLatestSteps, 10, "iterations",                                                                \
+    "the job's level right before a window is the median of its last 10 unprofiled iterations: "   \
+    "a triggered window follows 15 slow ones at least (the detector's 20-iteration median above "  \
+    "its level 5 in a row), and a median of 10 ignores a GC pause or a checkpoint")                \
   X(kChangeMinSegment, 5, "points",                                                                \
     "a level the job changed to lasts 5 points at least: fewer is a hiccup (a checkpoint, a "      \
     "collection), not a new rate")                                                                 \

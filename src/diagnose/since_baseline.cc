@@ -109,6 +109,45 @@ Finding SpreadOverAllTheWork(const std::vector<int>& all_ranks, double base_ms, 
   return f;
 }
 
+// The rise since the baseline a window's changes may explain, or why there is none.
+struct RiseToExplain {
+  double delta_ms = 0;  // what fixing it gives, an iteration
+  bool explain = false;
+  std::string note;  // when not: why, for the diagnosis (empty: nothing worth saying)
+};
+// BASE_MS, NOW_MS: the profiled iterations of the baseline window (BASE_NAME) and of this one.
+RiseToExplain RiseOf(const HealthyReference& ref, double base_ms, double now_ms,
+                     const std::string& base_name) {
+  const double profiled_rise_ms = now_ms - base_ms;
+  // The job's unprofiled slowdown since it was healthy, where the history knows it (the fit's
+  // slowdown, or its latest iterations): what fixing it gives. Profiled iterations are inflated,
+  // and differently in each window (CI, torch 2.13, a clean job on 2 shared cores: the baseline
+  // window's iterations 1.09x the unprofiled ones, a later window's 1.44x, run_backward and
+  // gloo:all_reduce 1.4x per call on every rank while the job's unprofiled rate stayed at
+  // 15.2 ms).
+  const std::optional<double> unprofiled = ref.rate ? ref.rate->UnprofiledRiseMs() : std::nullopt;
+  RiseToExplain r{unprofiled.value_or(profiled_rise_ms), true, ""};
+  if (ref.Slowdown()) return r;
+  // Nothing to explain: the window is no slower than the healthy job was, unprofiled where the
+  // history knows it, else profiled.
+  const bool profiled_slower =
+      base_ms > 0 && profiled_rise_ms >= policy::kBaselineSlowdown * base_ms;
+  if (!unprofiled || !(base_ms > 0)) {
+    r.explain = profiled_slower;
+  } else if (r.delta_ms < policy::kBaselineSlowdown * ref.rate->healthy.ms) {
+    r.explain = false;
+    if (profiled_slower)
+      r.note = fmt::format(
+          "the profiled iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms), but the job's last {} "
+          "unprofiled iterations before this window took {:.1f} ms, within {:.0f}% of its "
+          "healthy rate ({:.1f} ms): the profiler slowed this window more than the baseline, and "
+          "nothing is compared with it",
+          now_ms, now_ms / base_ms, base_name, base_ms, ref.rate->latest.points,
+          ref.rate->latest.ms, 100 * policy::kBaselineSlowdown, ref.rate->healthy.ms);
+  }
+  return r;
+}
+
 // A spoiled baseline window: the comparison is with the job's healthy rate alone.
 SinceBaselineResult SinceHealthyRate(const Baseline& base,
                                      const std::vector<pattern::RankSummary>& now,
@@ -318,16 +357,15 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
   // The profiled iteration's rise, as the functions' figures are taken (means of profiled
   // iterations): a function enclosing the waits rises with it.
   const double profiled_rise_ms = now_ms - base_ms;
-  double delta_ms = profiled_rise_ms;
-  // The job's unprofiled slowdown since it was healthy, where the history shows one: what
-  // fixing it gives (profiled iterations are inflated, and differently in each window).
   const HealthyRate* rate = ref.Slowdown();
-  if (rate) delta_ms = rate->RiseMs();
-  // Nothing to explain: the window is no slower than the healthy job was.
-  if (!rate && (base_ms <= 0 || delta_ms < policy::kBaselineSlowdown * base_ms)) return result;
-
   const std::string base_name = fmt::format("the baseline window (iterations {}..{})",
                                             base.first_iteration, base.last_iteration);
+  RiseToExplain rise = RiseOf(ref, base_ms, now_ms, base_name);
+  if (!rise.explain) {
+    result.note = std::move(rise.note);
+    return result;
+  }
+  const double delta_ms = rise.delta_ms;
   Diagnosis d = Diff(base.ranks, now, options, DiffNames{base_name, "this window"});
   std::set<int> named;
   for (const Finding& f : existing) named.insert(f.ranks.begin(), f.ranks.end());

@@ -488,5 +488,43 @@ TEST(SinceBaselineTest, AHealthyRateSlowdownIsExplainedThoughTheProfiledWindowsL
   EXPECT_EQ(r.findings[0].functions[0].name, "aten::mm");
 }
 
+// A job that ran a flat 26 ms an iteration, unprofiled, from iteration 10 to 199; its latest
+// iterations before the window at LATEST_MS.
+HealthyReference FlatRate(double latest_ms) {
+  HealthyReference ref;
+  std::vector<IterationPoint> v;
+  for (int i = 10; i < 200; ++i) v.push_back({i, 26});
+  ref.rate = FindHealthyRate(v);
+  std::vector<IterationPoint> latest;
+  for (int i = 190; i < 200; ++i) latest.push_back({i, latest_ms});
+  ref.rate->latest = MedianLevel(latest);
+  return ref;
+}
+
+TEST(SinceBaselineTest, SlowerProfiledWhileTheJobIsNotIsTheProfilersCost) {
+  // Recorded (CI, torch 2.13, a clean job on 2 shared cores): the window's profiled iterations
+  // 1.38x the baseline's, the same calls slower on every rank, the job's unprofiled iterations
+  // right before it at its healthy rate.
+  const Baseline base = [] {
+    Baseline b = MakeBaseline();
+    b.ranks = OnTwoHosts(Job(20, 26));
+    return b;
+  }();
+  const auto now = OnTwoHosts(Job(30, 36));
+  SinceBaselineResult r = SinceBaseline(base, now, Metrics(0, 1.0), {}, {}, FlatRate(26.5));
+  EXPECT_TRUE(r.findings.empty());
+  EXPECT_NE(r.note.find("the job's last 10 unprofiled iterations before this window took 26.5 "
+                        "ms, within 5% of its healthy rate (26.0 ms)"),
+            std::string::npos)
+      << r.note;
+  // The latest iterations slower: the change is named, and costs their rise.
+  r = SinceBaseline(base, now, Metrics(0, 1.0), {}, {}, FlatRate(33));
+  ASSERT_FALSE(r.findings.empty()) << r.note;
+  EXPECT_EQ(r.findings[0].functions[0].name, "aten::mm");
+  // Without the history (offline, or too few iterations): the profiled windows alone.
+  r = SinceBaseline(base, now, Metrics(0, 1.0), {});
+  ASSERT_FALSE(r.findings.empty()) << r.note;
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

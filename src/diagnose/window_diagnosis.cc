@@ -114,6 +114,7 @@ Diagnosis DiagnoseWindow(WindowInput in, BaselineState* state) {
       d.job.notes.push_back(std::move(inflation));
     // A baseline window the job had slowed down before is bounded by that rise too.
     if (in.rate->slowdown_step) budget.rise_ms = in.rate->RiseMs();
+    budget.since_baseline_rise_ms = in.rate->UnprofiledRiseMs();
   }
   SetRunMemory(std::move(in.memory), std::nullopt, &d);
   SetAsideRecorderCost(in.memory_ranks, &d);

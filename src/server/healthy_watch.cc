@@ -22,7 +22,13 @@ void HealthyWatch::NewAttempt() {
 
 std::optional<diagnose::HealthyRate> HealthyWatch::RateBefore(int64_t until) const {
   const std::vector<diagnose::IterationPoint> points = history_.Points(until);
-  return diagnose::FindHealthyRate(points);
+  std::optional<diagnose::HealthyRate> rate = diagnose::FindHealthyRate(points);
+  if (rate) {
+    const std::vector<diagnose::IterationPoint> latest =
+        history_.Latest(until, static_cast<size_t>(policy::kLatestSteps));
+    rate->latest = diagnose::MedianLevel(latest);
+  }
+  return rate;
 }
 
 std::optional<HealthyWatch::Due> HealthyWatch::Check(std::chrono::steady_clock::time_point now) {

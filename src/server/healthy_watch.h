@@ -28,7 +28,7 @@ class HealthyWatch {
   void WindowOpened(int64_t start, int iterations);
   // A new attempt: steps from 0 again, nothing profiled yet.
   void NewAttempt();
-  // The healthy rate of the history before step UNTIL.
+  // The healthy rate of the history before step UNTIL, with the job's latest level there.
   std::optional<diagnose::HealthyRate> RateBefore(int64_t until) const;
 
   // A slowdown to profile: the history's slowdown (policy kHealthyRiseAtLeast) began after every

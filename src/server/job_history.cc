@@ -94,6 +94,17 @@ std::vector<diagnose::IterationPoint> JobHistory::Points(int64_t until) const {
   return out;
 }
 
+std::vector<diagnose::IterationPoint> JobHistory::Latest(int64_t until, size_t n) const {
+  std::vector<diagnose::IterationPoint> out;
+  auto it = until < 0 ? steps_.end() : steps_.lower_bound(until);
+  while (it != steps_.begin() && out.size() < n) {
+    --it;
+    if (!Excluded(it->first)) out.push_back({it->first, it->second.sum / it->second.n});
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 void JobHistory::Reset() {
   first_step_ = -1;
   steps_.clear();

@@ -31,6 +31,10 @@ class JobHistory {
   void ExcludeWindow(int64_t start, int iterations);
   // The unprofiled points before step UNTIL (exclusive; -1: all), in step order.
   std::vector<diagnose::IterationPoint> Points(int64_t until = -1) const;
+  // The last N unprofiled steps before UNTIL (exclusive; -1: all), one by one (never bucket
+  // means: a long run's Points are, and would blur a change of the last few dozen steps), in
+  // step order; fewer when the steps kept one by one hold fewer.
+  std::vector<diagnose::IterationPoint> Latest(int64_t until, size_t n) const;
   // A new attempt: its steps count from 0 again.
   void Reset();
   size_t steps() const { return steps_.size(); }

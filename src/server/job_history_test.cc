@@ -40,6 +40,26 @@ TEST(JobHistory, ALongRunStaysBoundedAndKeepsItsShape) {
   EXPECT_DOUBLE_EQ(rate->recent.ms, 100);
 }
 
+TEST(JobHistory, TheLatestStepsAreOneByOneBeforeTheWindow) {
+  JobHistory h;
+  for (int step = 0; step < 10000; ++step) h.Add(step, step < 9970 ? 70 : 100);
+  h.ExcludeWindow(9990, 3);  // 9990..9992 and the 5 after
+  // Points averages a long run into buckets; the latest steps stay one by one.
+  const std::vector<diagnose::IterationPoint> l = h.Latest(9990, 10);
+  ASSERT_EQ(l.size(), 10u);
+  EXPECT_EQ(l.front().step, 9980);
+  EXPECT_EQ(l.back().step, 9989);
+  for (const auto& x : l) EXPECT_DOUBLE_EQ(x.ms, 100);
+  // Past the window: its iterations and the few after are left out.
+  const std::vector<diagnose::IterationPoint> all = h.Latest(-1, 10);
+  ASSERT_EQ(all.size(), 10u);
+  EXPECT_EQ(all.front().step, 9982);
+  EXPECT_EQ(all[7].step, 9989);
+  EXPECT_EQ(all[8].step, 9998);
+  EXPECT_EQ(all.back().step, 9999);
+  EXPECT_TRUE(JobHistory().Latest(-1, 10).empty());
+}
+
 TEST(JobHistory, ANewAttemptStartsAnew) {
   JobHistory h;
   for (int step = 0; step < 40; ++step) h.Add(step, 70);
