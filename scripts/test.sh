@@ -19,14 +19,27 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: scripts/test.sh [--quick]" >&2; exit 2 ;;
 esac
+# Each phase's wall time, printed at the end with the tests' (where the command's time goes:
+# the setup and the builds, or the tests).
+phases=()
+phase_start=$SECONDS
+phase_done() {
+  phases+=("$1 $((SECONDS - phase_start)) s")
+  phase_start=$SECONDS
+}
 scripts/deps.sh
+phase_done setup
 scripts/build.sh
+phase_done build
 source scripts/tools.sh
 
 # ctest's JUnit file holds each test's time: printed slowest first once the run ends, pass or
-# fail.
+# fail; then the phases'.
 print_test_times() {
+  phase_done ctest
   /usr/bin/python3 scripts/test_times.py build/Testing/times.xml || true
+  local IFS=,
+  echo "phases (wall time):${phases[*]/#/ }; total $SECONDS s"
 }
 if [ "$quick" = 1 ]; then
   rm -f build/Testing/times.xml
@@ -44,6 +57,7 @@ CXX=clang++ pt_configure build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERFTRAC
   -DPython3_EXECUTABLE=/usr/bin/python3
 "$NINJA" -C build-fuzz trace_reader_fuzz summary_fuzz worker_message_fuzz diagnosis_reader_fuzz \
   flight_recorder_fuzz
+phase_done "fuzz build"
 # Each target: a fixed seed and run count from its committed corpus, copied afresh each time
 # (libFuzzer adds what it finds to the folder it is given: a kept folder grew to 1,500 inputs
 # and made each run slower and different from the last). -rss_limit_mb: a parser that lets
@@ -56,9 +70,11 @@ for t in trace_reader summary worker_message diagnosis_reader flight_recorder; d
     >"build-fuzz/$t.log" 2>&1 || { tail -40 "build-fuzz/$t.log"; echo "fuzz run of $t failed"; exit 1; }
   echo "fuzz: $t, 20000 runs clean"
 done
+phase_done "fuzz runs"
 /usr/bin/python3 scripts/check_deps.py --build build --build build-fuzz
 # Sizes that keep the code changeable: no file in src/ over 900 lines, no function over 150.
 /usr/bin/python3 scripts/check_structure.py
+phase_done checks
 rm -f build/Testing/times.xml
 trap print_test_times EXIT
 # Everything but online_smoke (test_online_run runs the same case).
