@@ -7,6 +7,7 @@ Real torch, the product's defaults. No timing gates here: bench/online_overhead.
 """
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -101,6 +102,32 @@ p.__exit__(None, None, None)
 print(json.dumps({"lazy": lazy, "window_imported": window, "start_s": start_s,
                   "profiler_imported": "torch._inductor" in sys.modules,
                   "still_lazy": "_inductor" in getattr(torch, "_lazy_modules", ())}))
+"""
+
+# torch's Flight Recorder dump with its stacks, as the collector takes it at a rank's exit and on
+# a hang, in a process that never imported inductor (no torch.optim optimizer); then torch's own
+# call, which imports it (so the check can fail).
+FR_SCRIPT = r"""
+import json, os, pickle, sys, time, torch, torch.distributed as dist
+from perftracker.collectives import _torch_flight_recorder
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1])
+dist.init_process_group("gloo", rank=0, world_size=1)
+def sync_step():
+    dist.all_reduce(torch.ones(3))
+for _ in range(5):
+    sync_step()
+t = time.perf_counter()
+dump = _torch_flight_recorder()
+dump_s = time.perf_counter() - t
+info = {"has_fr": dump is not None, "dump_s": dump_s,
+        "dump_imported": "torch._inductor" in sys.modules}
+if dump is not None:
+    frames = pickle.loads(dump)["entries"][-1].get("frames") or []
+    info["functions"] = [f.get("name") for f in frames]
+    import torch._C._distributed_c10d as c
+    (getattr(c, "_dump_fr_trace", None) or c._dump_nccl_trace)(True, True, False)
+    info["torch_imported"] = "torch._inductor" in sys.modules
+print(json.dumps(info))
 """
 
 
@@ -200,6 +227,25 @@ class WindowCostTest(unittest.TestCase):
         if info["lazy"]:  # torch 2.x: its own start imports it, and the lazy import is back
             self.assertTrue(info["profiler_imported"], info)
             self.assertTrue(info["still_lazy"], info)
+
+    def test_a_flight_recorder_dump_does_not_import_inductor(self):
+        """torch 2.x's Flight Recorder dump reads torch._inductor while it symbolizes its stacks:
+        a second of each rank's exit (0.99-1.16 s here) in a job without inductor. The
+        collector's dump leaves it unimported and keeps the stacks; torch's own call imports it."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", FR_SCRIPT, str(port)], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=PYPKG), timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        info = json.loads(p.stdout.strip().splitlines()[-1])
+        if not info["has_fr"]:  # torch 1.x: no Flight Recorder
+            self.assertLess(ptest.torch_major(ptest.TORCH_PYTHON), 2, info)
+            return
+        print(f"Flight Recorder dump {info['dump_s'] * 1e3:.1f} ms", file=sys.stderr)
+        self.assertFalse(info["dump_imported"], info)
+        self.assertIn("sync_step", info["functions"], info)  # the stacks are kept
+        self.assertTrue(info["torch_imported"], info)
 
     def test_post_processing_threads_run_at_the_lowest_priority(self):
         report = tempfile.mkdtemp(prefix="pt_wcost_run_")

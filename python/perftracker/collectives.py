@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional, Tuple
 from perftracker import files
 from perftracker.config import COLLECTIVES_DIR_ENV
 from perftracker.switch import Switch
+from perftracker.torch_lazy import without_lazy_inductor
 
 # The ops whose input tensor the wrapper sees as the Flight Recorder records it: the first tensor
 # argument, or the second for (output, input) signatures. Others are recorded without sizes (the
@@ -191,6 +192,8 @@ def _torch_flight_recorder() -> Optional[bytes]:
     if fn is None:
         return None
     try:
-        return fn(True, True, False)  # collectives, with their stacks, not only the active ones
+        # Symbolizing the stacks reads torch._inductor: never the import of all of it here.
+        with without_lazy_inductor(sys.modules.get("torch")):
+            return fn(True, True, False)  # collectives, with their stacks, not only the active
     except Exception:
         return None

@@ -18,6 +18,7 @@ import warnings
 from typing import Any, Callable, Deque, Dict, List, Optional
 
 from perftracker import config, files, kept_tensors, loader, protocol
+from perftracker.torch_lazy import without_lazy_inductor
 from perftracker.switch import Switch
 
 # A window's record: {"path": its Python trace, "window": the agent's id or None,
@@ -231,29 +232,6 @@ def quiet_profiler() -> Any:
         for message in config.PROFILER_WARNINGS:
             warnings.filterwarnings("ignore", message=message)
         yield
-
-
-@contextlib.contextmanager
-def without_lazy_inductor(torch: Any) -> Any:
-    """torch.profiler's start asks hasattr(torch, "_inductor") whether inductor's CUDA graphs are
-    on; where the job never imported inductor, that attribute is a lazy import of all of it, on
-    the training thread at the first window: 1.2-1.5 s on torch 2.13 here (the profiler's start
-    itself takes 1 ms) and +71 MiB in the rank. torch 2.13 imports inductor with the first
-    torch.optim optimizer, so a loop without one pays it (evaluation, inference, an optimizer of
-    its own). A job that never imported it runs nothing it compiled, so the answer is no: while
-    the profiler starts, torch's lazy import of _inductor is off (its attribute lookup says
-    absent for that millisecond; `import torch._inductor` is untouched). Where inductor is
-    imported, or torch has no such lazy import (1.x), nothing changes."""
-    lazy = getattr(torch, "_lazy_modules", None)
-    if (not isinstance(lazy, set) or "_inductor" not in lazy
-            or "torch._inductor" in sys.modules):
-        yield
-        return
-    lazy.discard("_inductor")
-    try:
-        yield
-    finally:
-        lazy.add("_inductor")
 
 
 def trace_only_config(torch: Any) -> Dict[str, Any]:
