@@ -396,7 +396,20 @@ class OnlineRun(unittest.TestCase):
                TRAIN, "--iters", "100000"]
         p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ))
-        time.sleep(12)
+        # Ctrl-C while every rank trains (each has learned its iteration), not at a fixed time:
+        # on a quiet machine that is 5 s in, on a loaded one later.
+        log = os.path.join(report, "perftracker.log")
+
+        def training():
+            try:
+                with open(log) as f:
+                    return f.read().count("learned iteration pattern") >= 4
+            except OSError:
+                return False
+        if not ptest.wait_until(training, 120):
+            p.kill()
+            self.fail("the ranks never trained\n" + p.communicate()[1][-3000:])
+        time.sleep(1.0)  # a second of training: the ranks are past their first steps
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=60)
         self.assertEqual(p.returncode, 130, err[-3000:])
