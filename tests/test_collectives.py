@@ -37,6 +37,19 @@ HAS_FLIGHT_RECORDER = ptest.torch_available() and __import__("subprocess").run(
 # The step the fault happens at: past the detector's learning and warm-up (a hang needs a
 # reference iteration time to be seen as one).
 AT = 30
+# Six steps of a ring of sends (isend to the next rank, irecv from the one before) and an
+# all-reduce, in the default gloo group.
+P2P_JOB = """
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r, n = dist.get_rank(), dist.get_world_size()
+t = torch.ones(4)
+for step in range(6):
+    for q in [dist.isend(t, dst=(r + 1) % n), dist.irecv(torch.empty(4), src=(r - 1) % n)]:
+        q.wait()
+    dist.all_reduce(t)
+dist.destroy_process_group()
+"""
 
 
 def findings(path):
@@ -130,6 +143,48 @@ class Collectives(unittest.TestCase):
         self.assertIn(f"Collective sequence number: {number} has errors", said)
         self.assertIn("Culprit rank 1; Error type: SIZE_OR_SYNTAX_MISMATCH", said)
         self.assertIn("'[[7]]'", said)
+
+    def test_point_to_point_calls_are_recorded_as_torch_records_them(self):
+        """Sends and receives beside all-reduces in one gloo group (a ring of isend/irecv): the
+        worker's ring names each with its peers in the group ("send 0->1", "recv 0<-3": an isend
+        is a send), numbers them apart, and numbers the all-reduces as torch's own dump does
+        (gloo's group number counts the p2p calls too: the ring's all-reduces were #2, #4, ...
+        beside torch's #1, #2, and the dumps did not line up); PyTorch's fr_trace reads the
+        export (it raised on a send without its peers)."""
+        script = os.path.join(self.tmp, "p2p.py")
+        with open(script, "w") as f:
+            f.write(P2P_JOB)
+        report = os.path.join(self.tmp, "p2p")
+        p = subprocess.run([ptest.BIN, "run", "--nproc", "4", "--report-dir", report, "--",
+                            ptest.TORCH_PYTHON, script], capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-3000:])
+        folder = os.path.join(report, "collectives")
+        for r in range(4):
+            with open(os.path.join(folder, f"rank_{r}.ring.json")) as f:
+                ring = json.load(f)["entries"]
+            p2p = [e for e in ring if e["is_p2p"]]
+            self.assertEqual({e["profiling_name"] for e in p2p},
+                             {f"gloo:send {r}->{(r + 1) % 4}", f"gloo:recv {r}<-{(r - 1) % 4}"}, ring)
+            self.assertEqual([e["p2p_seq_id"] for e in p2p], list(range(1, 13)), ring)
+            numbers = [e["collective_seq_id"] for e in ring if not e["is_p2p"]]
+            self.assertEqual(numbers, list(range(1, 7)), ring)
+            if HAS_FLIGHT_RECORDER:
+                torch_numbers = subprocess.run(
+                    [ptest.TORCH_PYTHON, "-c", "import pickle, sys; print([e['collective_seq_id'] "
+                     "for e in pickle.load(open(sys.argv[1], 'rb'))['entries'] if not e['is_p2p']])",
+                     os.path.join(folder, f"rank_{r}.fr.pkl")], capture_output=True, text=True)
+                self.assertEqual(torch_numbers.stdout.strip(), str(numbers), torch_numbers.stderr)
+        d, found = findings(os.path.join(report, "diagnosis.json"))
+        self.assertEqual(found, [], json.dumps(found)[:3000])
+        if not HAS_FLIGHT_RECORDER:
+            return
+        fr = os.path.join(self.tmp, "p2p_fr")
+        e = subprocess.run([ptest.BIN, "export-fr", report, "-o", fr], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(e.returncode, 0, e.stderr)
+        t = subprocess.run([ptest.TORCH_PYTHON, "-m", "torch.distributed.flight_recorder.fr_trace",
+                            fr], capture_output=True, text=True, timeout=120)
+        self.assertEqual(t.returncode, 0, t.stdout[-2000:] + t.stderr[-3000:])
 
     def test_a_dtype_mismatch_gloo_lets_pass_is_named_at_the_end(self):
         report, p, out = self.job("dtype", "wrong-dtype")

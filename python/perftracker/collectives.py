@@ -26,6 +26,7 @@ from perftracker.torch_lazy import without_lazy_inductor
 _INPUT_FIRST = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "send", "recv", "isend",
                 "irecv"}
 _P2P = {"send", "recv", "isend", "irecv"}  # numbered apart, as the ring's C++ side tells them
+_MAX_P2P_PENDING = 64  # p2p calls in flight while a group's numbering is learned
 _INPUT_SECOND = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"}
 
 # torch.dtype's str() -> c10's ScalarType name, as Flight Recorder dumps write dtypes.
@@ -56,6 +57,13 @@ class CollectiveRing:
         self._rank: Optional[int] = None  # known at the first collective (kept past destroy)
         self._dump_failed = False
         self._own_numbers: Optional[Dict[Tuple[str, bool], int]] = None  # torch 1.x: the counts
+        # torch 2.x numbers a group's collectives; its point-to-point calls are numbered apart in
+        # its Flight Recorder (p2p_seq_id), but a backend's group number may count them too
+        # (gloo's does, NCCL's does not). Per group: the p2p calls seen, whether its number
+        # counts them (learned at the first one's return), and the p2p calls in flight.
+        self._p2p_seen: Dict[str, int] = {}
+        self._p2p_in_number: Dict[str, bool] = {}
+        self._p2p_pending: Dict[int, Tuple[str, Any, int]] = {}  # ticket -> (group, its group, number)
 
 
     def bind(self, c10d: Any) -> None:
@@ -93,21 +101,41 @@ class CollectiveRing:
         if group is None:
             group = c10d._get_default_group()
         name, desc, backend = self._group(group)
+        p2p_number = -1  # the group's number before a p2p call, to learn whether it counts them
         if self._own_numbers is not None:
             key = (name, op in _P2P)
             seq = self._own_numbers[key] = self._own_numbers.get(key, 0) + 1
         else:
             get_seq = getattr(group, "_get_sequence_number_for_group", None)  # -1: not placed
-            seq = get_seq() + 1 if get_seq is not None else -1
+            if get_seq is None:
+                seq = -1
+            elif op in _P2P:
+                p2p_number = get_seq()
+                seq = self._p2p_seen[name] = self._p2p_seen.get(name, 0) + 1
+            else:
+                # gloo's number counts the p2p calls: torch's dump numbers the collectives alone.
+                counted = self._p2p_seen.get(name, 0) if self._p2p_in_number.get(name, True) else 0
+                seq = get_seq() + 1 - counted
+        if op in _P2P:
+            op = _with_peers(c10d, group, op, args, kwargs)
         sizes = tuple(tensor.shape) if tensor is not None else None
         dtype = _DTYPES.get(str(tensor.dtype), str(tensor.dtype)) if tensor is not None else ""
         if not self._crash_path_set:
             self._set_crash_path()
-        return w.collective_enter(name, desc, seq, op, backend, sizes, dtype, file, line, function)
+        ticket = w.collective_enter(name, desc, seq, op, backend, sizes, dtype, file, line, function)
+        if p2p_number >= 0 and ticket is not None and name not in self._p2p_in_number:
+            if len(self._p2p_pending) >= _MAX_P2P_PENDING:
+                self._p2p_pending.clear()  # returns never seen (raised): learned at a later call
+            self._p2p_pending[ticket] = (name, group, p2p_number)
+        return ticket
 
     def exit(self, ticket: Optional[int], kwargs: dict) -> None:
         if ticket is not None and self._switch.w is not None:
             self._switch.w.collective_exit(ticket, not kwargs.get("async_op", False))
+        pending = self._p2p_pending.pop(ticket, None) if ticket is not None else None
+        if pending is not None:
+            name, group, before = pending
+            self._p2p_in_number[name] = group._get_sequence_number_for_group() > before
 
     def _group(self, group: Any) -> Tuple[str, str, str]:
         known = self._groups.get(group)
@@ -179,6 +207,34 @@ class CollectiveRing:
         with os.fdopen(fd, "wb") as f:
             f.write(dump)
         os.replace(path + ".tmp", path)
+
+
+def _with_peers(c10d: Any, group: Any, op: str, args: tuple, kwargs: dict) -> str:
+    """A point-to-point OP as torch's Flight Recorder names it (isend as send, irecv as recv),
+    with this rank and its peer in GROUP: "send 0->1", "recv 1<-0" (PyTorch's fr_trace pairs
+    sends and recvs by them, and cannot read a send without them, nor an isend). The peer is dst
+    (send) or src (recv), a global rank, or group_dst / group_src, a rank in GROUP; the name
+    alone where it is unknown (a recv from any source) or this torch cannot map it (torch 1.x,
+    in a group other than the default)."""
+    send = op in ("send", "isend")
+    op = "send" if send else "recv"
+    local = kwargs.get("group_dst" if send else "group_src")
+    peer = kwargs.get("dst" if send else "src")
+    if peer is None and local is None and len(args) > 1 and isinstance(args[1], int):
+        peer = args[1]
+    try:
+        if local is None and isinstance(peer, int):
+            to_group = getattr(c10d, "get_group_rank", None)
+            if to_group is not None:
+                local = to_group(group, peer)
+            elif group is c10d._get_default_group():
+                local = peer
+        me = c10d.get_rank(group)
+    except Exception:
+        return op
+    if not isinstance(local, int) or not isinstance(me, int) or me < 0:
+        return op
+    return f"{op} {me}->{local}" if send else f"{op} {me}<-{local}"
 
 
 def _torch_flight_recorder() -> Optional[bytes]:

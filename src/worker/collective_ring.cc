@@ -70,7 +70,10 @@ void Copy(std::string_view s, char (&dst)[N], bool keep_end = false) {
   dst[s.size()] = '\0';
 }
 
+// OP as torch's Flight Recorder names it: "send", or with its peers in the group ("send 0->1",
+// "recv 1<-0"), which PyTorch's fr_trace needs to pair a send with its recv.
 bool IsP2p(std::string_view op) {
+  op = op.substr(0, op.find(' '));
   return op == "send" || op == "recv" || op == "isend" || op == "irecv";
 }
 

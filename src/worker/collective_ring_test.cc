@@ -72,6 +72,22 @@ TEST(CollectiveRingTest, DumpsAsAFlightRecorderJsonDump) {
             "/job/a \"quoted\"\\path.py");
 }
 
+TEST(CollectiveRingTest, APointToPointCallIsNumberedAsOneWithItsPeers) {
+  ring::ResetForTest();
+  CollectiveEntry send = AllReduce(3, nullptr, 0);
+  send.op = "send 0->1";
+  ring::Entered(send, 1000);
+  simdjson::dom::parser parser;
+  simdjson::dom::element doc;
+  const std::string json = ring::DumpJson();
+  ASSERT_EQ(parser.parse(json).get(doc), simdjson::SUCCESS) << json;
+  simdjson::dom::element e = doc["entries"].at(0).value();
+  EXPECT_EQ(std::string_view(e["profiling_name"].get_string().value()), "gloo:send 0->1");
+  EXPECT_TRUE(e["is_p2p"].get_bool().value());
+  EXPECT_EQ(e["p2p_seq_id"].get_int64().value(), 3);
+  EXPECT_EQ(e["collective_seq_id"].get_int64().value(), 0);
+}
+
 TEST(CollectiveRingTest, ANameCutToFitIsCutBetweenCharacters) {
   // Issue 40: a function name of 'é's (two bytes each) cut at 63 bytes ended in half a
   // character, and the dump was no JSON a reader takes.
