@@ -6,6 +6,9 @@ the dumps of it and of torch's own Flight Recorder.
 The sequence number is the one torch gives the group's next collective
 (ProcessGroup._get_sequence_number_for_group() + 1), the number the Flight Recorder records too,
 so that a rank whose own ring is all that is left (it crashed) lines up with its peers' dumps.
+A backend's group number may count the group's point-to-point calls too (gloo's does), while the
+Flight Recorder numbers them apart: GroupNumbers takes them out. Point-to-point calls are named as
+the Flight Recorder names them, with their peers ("send 0->1": _with_peers).
 Torch 1.x gives none that means anything (its gloo groups answer a random number: a desync was
 "in collective #1804289569"): there the ring numbers each group's calls itself, collectives and
 point-to-point apart, from 1, which is the same on every rank while they call the same.
@@ -16,7 +19,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from perftracker import files
-from perftracker.config import COLLECTIVES_DIR_ENV
+from perftracker.config import COLLECTIVES_DIR_ENV, MAX_P2P_PENDING
 from perftracker.switch import Switch
 from perftracker.torch_lazy import without_lazy_inductor
 
@@ -26,7 +29,6 @@ from perftracker.torch_lazy import without_lazy_inductor
 _INPUT_FIRST = {"all_reduce", "broadcast", "reduce", "all_gather", "gather", "send", "recv", "isend",
                 "irecv"}
 _P2P = {"send", "recv", "isend", "irecv"}  # numbered apart, as the ring's C++ side tells them
-_MAX_P2P_PENDING = 64  # p2p calls in flight while a group's numbering is learned
 _INPUT_SECOND = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"}
 
 # torch.dtype's str() -> c10's ScalarType name, as Flight Recorder dumps write dtypes.
@@ -44,6 +46,49 @@ def numbered_by_torch(version: str) -> bool:
         return True  # an unknown version is taken as a current one
 
 
+class GroupNumbers:
+    """The number the ring gives each call of a group: torch's own for a collective (the group's
+    next, less the point-to-point calls where the backend's number counts them: gloo's does;
+    learned at the first one's return, by whether the number moved), a count of its own for a
+    point-to-point call (numbered apart, p2p_seq_id); on torch 1.x (OWN set) a count of its own
+    for each, collectives and point-to-point apart."""
+
+    def __init__(self) -> None:
+        self.own: Optional[Dict[Tuple[str, bool], int]] = None  # torch 1.x: the counts
+        self._p2p_seen: Dict[str, int] = {}  # per group
+        self._p2p_in_number: Dict[str, bool] = {}  # per group, once learned
+        self._pending: Dict[int, Tuple[str, Any, int]] = {}  # ticket -> (name, group, number)
+
+    def number(self, name: str, group: Any, p2p: bool) -> Tuple[int, int]:
+        """(the call's number, -1: not placed; the group's number before a p2p call, else -1)."""
+        if self.own is not None:
+            key = (name, p2p)
+            seq = self.own[key] = self.own.get(key, 0) + 1
+            return seq, -1
+        get_seq = getattr(group, "_get_sequence_number_for_group", None)  # -1: not placed
+        if get_seq is None:
+            return -1, -1
+        if p2p:
+            seq = self._p2p_seen[name] = self._p2p_seen.get(name, 0) + 1
+            return seq, get_seq()
+        counted = self._p2p_seen.get(name, 0) if self._p2p_in_number.get(name, True) else 0
+        return get_seq() + 1 - counted, -1
+
+    def entered(self, ticket: Optional[int], name: str, group: Any, p2p_number: int) -> None:
+        """The ring took the call as TICKET: a p2p call of a group not yet learned is watched."""
+        if p2p_number < 0 or ticket is None or name in self._p2p_in_number:
+            return
+        if len(self._pending) >= MAX_P2P_PENDING:
+            self._pending.clear()  # returns never seen (raised): learned at a later call
+        self._pending[ticket] = (name, group, p2p_number)
+
+    def returned(self, ticket: Optional[int]) -> None:
+        pending = self._pending.pop(ticket, None) if ticket is not None else None
+        if pending is not None:
+            name, group, before = pending
+            self._p2p_in_number[name] = group._get_sequence_number_for_group() > before
+
+
 class CollectiveRing:
     """Feeds the C++ ring from the collective wrappers and writes the dumps. One instance, owned
     by the torch patches (patches.py); _worker is the SWITCH's `w`, read at each use."""
@@ -56,14 +101,7 @@ class CollectiveRing:
         self._crash_path_set = False
         self._rank: Optional[int] = None  # known at the first collective (kept past destroy)
         self._dump_failed = False
-        self._own_numbers: Optional[Dict[Tuple[str, bool], int]] = None  # torch 1.x: the counts
-        # torch 2.x numbers a group's collectives; its point-to-point calls are numbered apart in
-        # its Flight Recorder (p2p_seq_id), but a backend's group number may count them too
-        # (gloo's does, NCCL's does not). Per group: the p2p calls seen, whether its number
-        # counts them (learned at the first one's return), and the p2p calls in flight.
-        self._p2p_seen: Dict[str, int] = {}
-        self._p2p_in_number: Dict[str, bool] = {}
-        self._p2p_pending: Dict[int, Tuple[str, Any, int]] = {}  # ticket -> (group, its group, number)
+        self._numbers = GroupNumbers()
 
 
     def bind(self, c10d: Any) -> None:
@@ -81,7 +119,7 @@ class CollectiveRing:
             self._tensor = torch.Tensor
             self._rank = c10d.get_rank()
             if not numbered_by_torch(getattr(torch, "__version__", "")):
-                self._own_numbers = {}
+                self._numbers.own = {}
         group = kwargs.get("group")
         tensors = []
         pg_type, tensor_type = c10d.ProcessGroup, self._tensor
@@ -101,21 +139,7 @@ class CollectiveRing:
         if group is None:
             group = c10d._get_default_group()
         name, desc, backend = self._group(group)
-        p2p_number = -1  # the group's number before a p2p call, to learn whether it counts them
-        if self._own_numbers is not None:
-            key = (name, op in _P2P)
-            seq = self._own_numbers[key] = self._own_numbers.get(key, 0) + 1
-        else:
-            get_seq = getattr(group, "_get_sequence_number_for_group", None)  # -1: not placed
-            if get_seq is None:
-                seq = -1
-            elif op in _P2P:
-                p2p_number = get_seq()
-                seq = self._p2p_seen[name] = self._p2p_seen.get(name, 0) + 1
-            else:
-                # gloo's number counts the p2p calls: torch's dump numbers the collectives alone.
-                counted = self._p2p_seen.get(name, 0) if self._p2p_in_number.get(name, True) else 0
-                seq = get_seq() + 1 - counted
+        seq, p2p_number = self._numbers.number(name, group, op in _P2P)
         if op in _P2P:
             op = _with_peers(c10d, group, op, args, kwargs)
         sizes = tuple(tensor.shape) if tensor is not None else None
@@ -123,19 +147,13 @@ class CollectiveRing:
         if not self._crash_path_set:
             self._set_crash_path()
         ticket = w.collective_enter(name, desc, seq, op, backend, sizes, dtype, file, line, function)
-        if p2p_number >= 0 and ticket is not None and name not in self._p2p_in_number:
-            if len(self._p2p_pending) >= _MAX_P2P_PENDING:
-                self._p2p_pending.clear()  # returns never seen (raised): learned at a later call
-            self._p2p_pending[ticket] = (name, group, p2p_number)
+        self._numbers.entered(ticket, name, group, p2p_number)
         return ticket
 
     def exit(self, ticket: Optional[int], kwargs: dict) -> None:
         if ticket is not None and self._switch.w is not None:
             self._switch.w.collective_exit(ticket, not kwargs.get("async_op", False))
-        pending = self._p2p_pending.pop(ticket, None) if ticket is not None else None
-        if pending is not None:
-            name, group, before = pending
-            self._p2p_in_number[name] = group._get_sequence_number_for_group() > before
+        self._numbers.returned(ticket)
 
     def _group(self, group: Any) -> Tuple[str, str, str]:
         known = self._groups.get(group)

@@ -69,6 +69,13 @@ MAX_STACK_THREADS = 64
 # Frames per thread: a deeper stack keeps its innermost ones, where the thread waits.
 MAX_STACK_FRAMES = 100
 
+# ---- the ring of collectives ----
+
+# Point-to-point calls in flight while a group's numbering is learned (collectives.GroupNumbers):
+# beyond that, calls whose return was never seen (they raised) are forgotten, and a later one
+# teaches it.
+MAX_P2P_PENDING = 64
+
 # ---- environment ----
 
 ENV_CONFIG = {  # environment variable -> _worker.install key

@@ -70,9 +70,11 @@ IterationLevel MedianLevel(std::span<const IterationPoint> points) {
   return level;
 }
 
+bool HealthyRate::LatestKnown() const { return latest.points >= policy::kChangeMinSegment; }
+
 std::optional<double> HealthyRate::UnprofiledRiseMs() const {
   if (slowdown_step) return RiseMs();
-  if (latest.points < policy::kChangeMinSegment || !(healthy.ms > 0)) return std::nullopt;
+  if (!LatestKnown() || !(healthy.ms > 0)) return std::nullopt;
   return std::max(latest.ms - healthy.ms, 0.0);
 }
 
@@ -89,7 +91,7 @@ std::string HealthyRate::Describe() const {
 std::string HealthyRate::ProfilingInflation(double window_ms) const {
   // Against the level the job ran at right before the window: a slowdown window's iterations
   // carry the fault too.
-  const double unprofiled = latest.points >= policy::kChangeMinSegment ? latest.ms : recent.ms;
+  const double unprofiled = LatestKnown() ? latest.ms : recent.ms;
   if (!(window_ms > 0) || !(unprofiled > 0)) return "";
   return fmt::format(
       "profiled iterations ran {:.2f}x the unprofiled ones ({:.1f} ms against {:.1f} ms); "

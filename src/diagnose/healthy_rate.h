@@ -9,7 +9,10 @@
 // level is the faster side, the recent level the last one. A faster level before a slowdown
 // counts only if it lasted kHealthyMinSeconds: a shorter one is the host settling after start.
 // CheckBaseline says whether the baseline window is of the healthy job: not when the job slowed
-// before it, nor when its own iterations step up within it (a change it straddles).
+// before it, nor when its own iterations step up within it (a change it straddles). The level of
+// the job's last iterations before a window (HealthyRate::latest, filled by the server from its
+// history) says how much slower than healthy the job ran unprofiled right then
+// (UnprofiledRiseMs): a later window's changes since the baseline cost that at most.
 //
 // Owns: the change-point fit and the baseline's verdict. The server keeps the history
 // (server/job_history.h); the comparison uses the verdict (diagnose/since_baseline.h).
@@ -49,6 +52,8 @@ struct HealthyRate {
   // slowdown the fit has not yet separated, or one opened on the noise of a shared host, is
   // told apart by this level.
   IterationLevel latest;
+  // Whether LATEST holds enough iterations to be a level (kChangeMinSegment).
+  bool LatestKnown() const;
   // The first step of the slower level, when the job slowed down (recent is then slower than
   // healthy by kBaselineSlowdown at least and beyond the noise).
   std::optional<int64_t> slowdown_step;

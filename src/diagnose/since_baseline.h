@@ -56,8 +56,10 @@ struct SinceBaselineResult {
 };
 
 // What changed in a window (NOW: its sampled ranks' patterns, NOW_METRICS: every rank's
-// metrics) since BASE, when its iteration is slower than the baseline's or the job runs slower
-// than its healthy rate (policy kBaselineSlowdown): functions slower or called more on every
+// metrics) since BASE, when the job runs slower than its healthy rate (policy kBaselineSlowdown),
+// unprofiled where REF knows it (HealthyRate::UnprofiledRiseMs; a window only its profiler made
+// slower gets a note saying so), else by its profiled iteration against the baseline's:
+// functions slower or called more on every
 // rank, a rank that computes more (unless EXISTING, the window's own findings, names it), the
 // OS's change as their cause; with none of them, a finding of the OS's change alone, else the
 // note that nothing measurable did. The rise over the healthy rate (unprofiled, what fixing it
