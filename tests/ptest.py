@@ -205,6 +205,7 @@ class StopWhenDiagnosed:
         self.stopped = False
 
     def poll(self):
+        """True once, at the poll that created the stop file."""
         for log in [] if self.stopped else glob.glob(self.log_pattern)[:1]:
             with open(log, errors="replace") as f:
                 text = f.read()
@@ -212,12 +213,16 @@ class StopWhenDiagnosed:
             if any(began.get(w, -1) >= self.after for w in _WINDOW_DIAGNOSED.findall(text)):
                 open(self.stop_file, "w").close()
                 self.stopped = True
+                return True
+        return False
 
 
-def run_until_diagnosed(cmd, report, stop_file, after_iteration, timeout, env=None):
+def run_until_diagnosed(cmd, report, stop_file, after_iteration, timeout, env=None, on_stop=None):
     """Runs CMD, a `perftracker run --report-dir REPORT` of a job given --stop-file STOP_FILE, and
-    ends it early as StopWhenDiagnosed says. The result is subprocess.run's, with .seconds and
-    .stopped (whether it was ended early)."""
+    ends it early as StopWhenDiagnosed says, calling ON_STOP (if given) as it asks the job to end:
+    what a test undoes there, the job's last steps and its exit run without (a CPU quota held a
+    job's exit 11-15 s longer than its diagnosis took). The result is subprocess.run's, with
+    .seconds and .stopped (whether it was ended early)."""
     t0 = time.time()
     watch = StopWhenDiagnosed(report, stop_file, after_iteration)
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -226,7 +231,8 @@ def run_until_diagnosed(cmd, report, stop_file, after_iteration, timeout, env=No
             while p.poll() is None:
                 if time.time() - t0 > timeout:
                     raise subprocess.TimeoutExpired(cmd, timeout)
-                watch.poll()
+                if watch.poll() and on_stop is not None:
+                    on_stop()
                 time.sleep(0.25)
         finally:
             if p.poll() is None:

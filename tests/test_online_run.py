@@ -37,15 +37,18 @@ FAULT_AT = "130"
 STEP = ["--step-sleep-ms", "30"]
 
 
-def run_job(report, train_args, run_args=(), timeout=400, env=None, wrapper=(), nproc=4, until=None):
+def run_job(report, train_args, run_args=(), timeout=400, env=None, wrapper=(), nproc=4, until=None,
+            on_stop=None):
     """Runs train_ddp.py under `perftracker run`; with UNTIL, the job ends once a window that began
-    at iteration UNTIL or later was diagnosed (ptest.run_until_diagnosed), else at --iters."""
+    at iteration UNTIL or later was diagnosed (ptest.run_until_diagnosed, which calls ON_STOP
+    then), else at --iters."""
     cmd = [ptest.BIN, "run", "--nproc", str(nproc), "--report-dir", report, *run_args, "--",
            *wrapper, ptest.TORCH_PYTHON, TRAIN, *train_args]
     e = dict(os.environ, **(env or {}))
     if until is not None:
         stop = report.rstrip("/") + ".stop"
-        return ptest.run_until_diagnosed(cmd + ["--stop-file", stop], report, stop, until, timeout, e)
+        return ptest.run_until_diagnosed(cmd + ["--stop-file", stop], report, stop, until, timeout, e,
+                                         on_stop=on_stop)
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
     p.seconds = time.time() - t0

@@ -48,6 +48,7 @@ class CpuQuota:
 
     def __init__(self, cpus, period_us=100000):
         self.path, self.error, self.parent = None, None, None
+        self.lifted = None  # the quota in CPUs when lift() took it away
         name = f"pt_quota_{os.getpid()}"
         quota = int(cpus * period_us)
         try:
@@ -69,7 +70,9 @@ class CpuQuota:
             self.close()
 
     def cpus(self):
-        """The quota now, in CPUs (the job may have set it)."""
+        """The quota now, in CPUs (the job may have set it), or the one lift() took away."""
+        if self.lifted is not None:
+            return self.lifted
         if os.path.exists(os.path.join(self.path, "cpu.max")):
             with open(os.path.join(self.path, "cpu.max")) as f:
                 quota, period = f.read().split()
@@ -79,6 +82,16 @@ class CpuQuota:
             with open(os.path.join(self.path, "cpu.cfs_period_us")) as f:
                 period = f.read()
         return int(quota) / int(period)
+
+    def lift(self):
+        """No quota from now on (the job was diagnosed and is told to end: its last steps and its
+        exit, torch's teardown in each rank, would otherwise take the quota's time, 11-15 s
+        here)."""
+        self.lifted = self.cpus()
+        if os.path.exists(os.path.join(self.path, "cpu.max")):
+            self._write("cpu.max", "max")
+        else:
+            self._write("cpu.cfs_quota_us", "-1")
 
     def _write(self, name, text):
         with open(os.path.join(self.path, name), "w") as f:
@@ -148,14 +161,15 @@ class OsJobs:
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="pt_os_")
 
-    def job(self, name, *train_args, nproc=4, run_out=False):
+    def job(self, name, *train_args, nproc=4, run_out=False, on_stop=None):
         """({window id: its findings}, the job's output for messages). A job with a fault ends once
-        the first window that began at or after the fault's start is diagnosed, unless RUN_OUT."""
+        the first window that began at or after the fault's start is diagnosed, unless RUN_OUT
+        (ON_STOP is called then: ptest.run_until_diagnosed)."""
         report = os.path.join(self.tmp, name)
         until = None
         if not run_out and "--fault-start" in train_args:
             until = int(train_args[train_args.index("--fault-start") + 1])
-        p = run_job(report, list(train_args), nproc=nproc, until=until)
+        p = run_job(report, list(train_args), nproc=nproc, until=until, on_stop=on_stop)
         out = f"--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}"
         self.assertEqual(p.returncode, 0, out)
         ws = window_findings(report)
@@ -182,7 +196,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         # Rank 2 computes for 9 s at iteration 130 while its peers wait in the all-reduce: the
         # hang detector fires (5 mean iterations of silence), the server confirms it after 5 s
         # and reports a hang; then rank 2's step completes and the report says what it was.
-        ws, out = self.job("stall", "--iters", "300", *STEP, "--fault", "stall", "--fault-rank", "2",
+        ws, out = self.job("stall", "--iters", "240", *STEP, "--fault", "stall", "--fault-rank", "2",
                            "--fault-start", FAULT_AT, "--fault-ms", "9000", run_out=True)
         every = [f for fs in ws.values() for f in fs]
         self.assertFalse([f for f in every if f["category"] == "hang"], out)
@@ -202,7 +216,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         try:
             ws, out = self.job("all_quota", "--iters", "400", *STEP, "--fault", "cpu-quota",
                                "--fault-rank", "all", "--fault-start", FAULT_AT,
-                               "--fault-cgroup", quota.path)
+                               "--fault-cgroup", quota.path, on_stop=quota.lift)
         finally:
             quota.close()
         self.assertGreaterEqual(len(ws), 2, out)
@@ -225,7 +239,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         try:
             ws, out = self.job("all_quota_early", "--iters", "200", *STEP, "--fault", "cpu-quota",
                                "--fault-rank", "all", "--fault-start", "40",
-                               "--fault-cgroup", quota.path)
+                               "--fault-cgroup", quota.path, on_stop=quota.lift)
         finally:
             quota.close()
         # The job's own diagnosis (its latest window's): whichever window profiled the quota
@@ -401,7 +415,7 @@ class OsCauses(OsJobs, unittest.TestCase):
         try:
             ws, out = self.job("quota", "--iters", "320", *STEP, "--fault", "cpu-quota", "--fault-rank", "2",
                                "--fault-start", FAULT_AT, "--fault-cgroup", quota.path,
-                               "--fault-cpu-share", "0.4")
+                               "--fault-cpu-share", "0.4", on_stop=quota.lift)
             cpus = quota.cpus()
         finally:
             quota.close()
