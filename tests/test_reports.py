@@ -169,7 +169,8 @@ class OnlineReports(unittest.TestCase):
         job = subprocess.Popen([ptest.BIN, "run", "--nproc", "4", "--report-dir", report,
                                 "--metrics", f"127.0.0.1:{port}", "--", ptest.TORCH_PYTHON, TRAIN,
                                 "--iters", "320", "--fault", "straggler", "--fault-rank", "2",
-                                "--fault-start", "130", "--fault-work", str(work)],
+                                "--fault-start", "130", "--fault-work", str(work),
+                                "--stop-file", report + ".stop"],
                                stdout=log, stderr=log)
         scraped = {}
 
@@ -201,6 +202,10 @@ class OnlineReports(unittest.TestCase):
             rss = re.findall(r'perftracker_memory_bytes\{[^}]*rank="(\d+)"[^}]*kind="host"\} (\d+)',
                              scraped["text"])
             self.assertTrue(rss and all(int(b) > 10 * 2 ** 20 for _, b in rss), rss)
+            # The job ends once the window after the fault is diagnosed (nothing later is
+            # checked), every rank at the same step.
+            watch = ptest.StopWhenDiagnosed(report, report + ".stop", 130)
+            self.assertTrue(wait_until(lambda: watch.poll() or job.poll() is not None, 600))
             rc = job.wait(timeout=600)
             with open(os.path.join(tmp, "run.log")) as f:
                 self.assertEqual(rc, 0, f.read()[-3000:])

@@ -66,19 +66,25 @@ class Torchrun(unittest.TestCase):
     def report_of(self, name):
         return os.path.join(self.tmp, name)
 
-    def run_job(self, report, torchrun_args, job_args, env=None):
+    def run_job(self, report, torchrun_args, job_args, env=None, until_diagnosed=False):
+        """(the process, its seconds). UNTIL_DIAGNOSED: the job ends once its first window is
+        diagnosed, every rank at the same step (--stop-file; ptest.run_until_diagnosed)."""
         cmd = [ptest.BIN, "run", "--report-dir", report, "--", TORCHRUN, *torchrun_args, JOB,
                *STEPS, *job_args]
+        env = dict(os.environ, **(env or {}))
+        if until_diagnosed:
+            stop = report + ".stop"
+            p = ptest.run_until_diagnosed(cmd + ["--stop-file", stop], report, stop, 0, TIMEOUT_S, env)
+            return p, p.seconds
         t = time.monotonic()
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S,
-                           env=dict(os.environ, **(env or {})))
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, env=env)
         return p, time.monotonic() - t
 
     def test_one_node_four_ranks(self):
         report = self.report_of("one")
         p, secs = self.run_job(report, ["--standalone", "--nproc-per-node", "4"],
                                ["--iters", "120", "--fault", "straggler", "--fault-rank", "2",
-                                "--fault-start", "0"])
+                                "--fault-start", "0"], until_diagnosed=True)
         self.assertEqual(p.returncode, 0, p.stderr[-3000:])
         ws = ptest.windows(report)
         self.assertTrue(ws, f"no window diagnosed\n{p.stderr[-3000:]}")

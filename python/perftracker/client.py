@@ -69,6 +69,11 @@ class AgentClient:
         self.cuda_memory = CudaMemory()  # the allocator's figures, with each iterations message
         self.refused_profile = False  # a profile command was refused (said once on stderr)
         self.stop = threading.Event()
+        # Set by send(): another thread's message (a window's torch trace written, a reply) goes
+        # at once rather than at the next period's tick, up to CLIENT_PERIOD_S later: the agent
+        # summarizes a window when every rank's traces are in, so the slowest rank's wait was
+        # the window's.
+        self.wake = threading.Event()
         who = identity.identity()  # the launcher's environment (torchrun, Slurm, MPI)
         self.ident = {"pid": os.getpid(), "rank": who["rank"], "local_rank": who["local_rank"],
                       "world_size": who["world_size"], "host": who["host"],
@@ -90,13 +95,18 @@ class AgentClient:
         self.thread.start()
 
     def send(self, msg: Message) -> None:
-        """Queues MSG for the next tick (any thread); dropped beyond MAX_EXTRA_MESSAGES."""
+        """Queues MSG and ticks at once (any thread); dropped beyond MAX_EXTRA_MESSAGES."""
         with self.lock:
             if len(self.extra) < config.MAX_EXTRA_MESSAGES:
                 self.extra.append(msg)
+        self.wake.set()
 
     def _run(self) -> None:
-        while not self.stop.wait(self.period_s):
+        while not self.stop.is_set():
+            self.wake.wait(self.period_s)
+            self.wake.clear()
+            if self.stop.is_set():
+                return
             try:
                 self.tick()
             except Exception as e:

@@ -218,6 +218,11 @@ class WindowState:
             os.close(files.create_private_file(out + ".tmp"))
             write(out + ".tmp")
             os.replace(out + ".tmp", out)
+            # The window's Python trace, written by the C++ side meanwhile, goes in the same
+            # message round (the send wakes the agent client): both are what the agent waits for.
+            w = self._switch.w
+            if w is not None:
+                w.wait_writers(config.CLIENT_PERIOD_S)
             self._send(protocol.make(protocol.TORCH_TRACE, path=out, window=window))
         except Exception as e:
             sys.stderr.write(f"perftracker: torch trace export failed: {e!r}\n")
