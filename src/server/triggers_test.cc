@@ -165,6 +165,35 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
   EXPECT_EQ(Slurp(o.report_dir + "/diagnosis.json").find("\"hang\""), std::string::npos);
 }
 
+// A straggler run (torch 2.13, 4 ranks): 44 ms iterations, 81 ms after the fault. At the run's
+// mean iteration the window began 3.1 s after the trigger that opened it, not the lead's 2 s.
+TEST(Server, ASlowdownsWindowStartsTheLeadAheadAtTheRateTheJobRunsNow) {
+  ServerOptions o = TestOptions("slow_lead");
+  o.schedule.baseline_window = false;
+  auto server = Server::Start(o);
+  ASSERT_TRUE(server.ok());
+  Client c((*server)->port());
+  std::string agent;
+  ASSERT_TRUE(c.Register({0}, &agent));
+  std::vector<int64_t> steps;
+  std::vector<double> ms;
+  for (int i = 0; i < 220; ++i) {
+    steps.push_back(i);
+    ms.push_back(i < 200 ? 40 : 80);  // the run's mean: 43.6 ms
+  }
+  ASSERT_TRUE(c.Report(0, steps, ms));
+  v1::TriggerRequest slow;
+  slow.set_kind("slowdown");
+  slow.set_rank(0);
+  slow.set_iteration(219);
+  slow.set_mean_ms(80);
+  slow.set_best_ms(40);
+  v1::TriggerReply tr;
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
+  EXPECT_EQ(tr.window_id(), 1);
+  EXPECT_EQ(tr.start_iteration(), 219 + 25);  // 2 s of 80 ms iterations, not 46 of 43.6 ms
+}
+
 TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   ServerOptions o = TestOptions("cool", 0.1, 0.1);
   o.schedule.baseline_window = false;
