@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "perftracker.grpc.pb.h"
@@ -43,6 +44,48 @@ v1::UploadStacksRequest Stacks(const std::string& agent, int64_t id, int rank,
     f->set_function(file.find("torch") != std::string::npos ? "backward" : "train_step");
   }
   return s;
+}
+
+// A server of its options less the baseline window (the test opens every window), with an
+// agent of rank 0 registered: Start() says whether both came up.
+struct OneRankServer {
+  explicit OneRankServer(ServerOptions o) : options(std::move(o)) {
+    options.schedule.baseline_window = false;
+  }
+  bool Start() {
+    auto started = Server::Start(options);
+    if (!started.ok()) return false;
+    server = std::move(*started);
+    client = std::make_unique<Client>(server->port());
+    std::string agent;
+    return client->Register({0}, &agent);
+  }
+  ServerOptions options;
+  std::unique_ptr<Server> server;
+  std::unique_ptr<Client> client;
+};
+
+// Rank 0 reports iterations 0..N-1: the first FAST of them FAST_MS each, the rest SLOW_MS.
+bool ReportSteps(Client& c, int n, int fast, double fast_ms, double slow_ms) {
+  std::vector<int64_t> steps;
+  std::vector<double> ms;
+  for (int i = 0; i < n; ++i) {
+    steps.push_back(i);
+    ms.push_back(i < fast ? fast_ms : slow_ms);
+  }
+  return c.Report(0, steps, ms);
+}
+
+// Rank 0's detector: a slowdown at ITERATION (0: not said), its recent iterations MEAN_MS
+// against BEST_MS.
+v1::TriggerRequest Slowdown(int64_t iteration, double mean_ms, double best_ms) {
+  v1::TriggerRequest slow;
+  slow.set_kind("slowdown");
+  slow.set_rank(0);
+  slow.set_iteration(iteration);
+  slow.set_mean_ms(mean_ms);
+  slow.set_best_ms(best_ms);
+  return slow;
 }
 
 // --profile-at-iteration on an H200 (4 ms iterations): the agent's trigger came before any
@@ -168,53 +211,24 @@ TEST(Server, HangTriggerClearedByProgressOrJobEndIsNotReported) {
 // A straggler run (torch 2.13, 4 ranks): 44 ms iterations, 81 ms after the fault. At the run's
 // mean iteration the window began 3.1 s after the trigger that opened it, not the lead's 2 s.
 TEST(Server, ASlowdownsWindowStartsTheLeadAheadAtTheRateTheJobRunsNow) {
-  ServerOptions o = TestOptions("slow_lead");
-  o.schedule.baseline_window = false;
-  auto server = Server::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0}, &agent));
-  std::vector<int64_t> steps;
-  std::vector<double> ms;
-  for (int i = 0; i < 220; ++i) {
-    steps.push_back(i);
-    ms.push_back(i < 200 ? 40 : 80);  // the run's mean: 43.6 ms
-  }
-  ASSERT_TRUE(c.Report(0, steps, ms));
-  v1::TriggerRequest slow;
-  slow.set_kind("slowdown");
-  slow.set_rank(0);
-  slow.set_iteration(219);
-  slow.set_mean_ms(80);
-  slow.set_best_ms(40);
+  OneRankServer one(TestOptions("slow_lead"));
+  ASSERT_TRUE(one.Start());
+  Client& c = *one.client;
+  ASSERT_TRUE(ReportSteps(c, 220, 200, 40, 80));  // the run's mean: 43.6 ms
   v1::TriggerReply tr;
-  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
+  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, Slowdown(219, 80, 40), &tr).ok());
   EXPECT_EQ(tr.window_id(), 1);
   EXPECT_EQ(tr.start_iteration(), 219 + 25);  // 2 s of 80 ms iterations, not 46 of 43.6 ms
 }
 
 TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
-  ServerOptions o = TestOptions("cool", 0.1, 0.1);
-  o.schedule.baseline_window = false;
-  auto server = Server::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0}, &agent));
-  std::vector<int64_t> steps;
-  std::vector<double> ms;
-  for (int i = 0; i < 100; ++i) {
-    steps.push_back(i);
-    ms.push_back(i < 99 ? 10 : 50);
-  }
-  ASSERT_TRUE(c.Report(0, steps, ms));
+  OneRankServer one(TestOptions("cool", 0.1, 0.1));
+  ASSERT_TRUE(one.Start());
+  const ServerOptions& o = one.options;
+  Client& c = *one.client;
+  ASSERT_TRUE(ReportSteps(c, 100, 99, 10, 50));
 
-  v1::TriggerRequest slow;
-  slow.set_kind("slowdown");
-  slow.set_rank(0);
-  slow.set_mean_ms(12);
-  slow.set_best_ms(10);
+  v1::TriggerRequest slow = Slowdown(0, 12, 10);
   v1::TriggerReply tr;
   ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
   EXPECT_EQ(tr.window_id(), 1);
@@ -237,7 +251,7 @@ TEST(Server, SlowdownTriggersCoolDownAndJobEndHasRunStatistics) {
   slow.set_mean_ms(20);
   ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
   EXPECT_EQ(tr.window_id(), 3);
-  (*server)->Shutdown();
+  one.server->Shutdown();
   std::string json = Slurp(o.report_dir + "/diagnosis.json");
   EXPECT_NE(json.find("run_iteration_ms"), std::string::npos) << json;
   EXPECT_NE(json.find("\"count\": 100"), std::string::npos) << json;
@@ -278,31 +292,23 @@ TEST(Server, BaselineWindowOnceEveryRankIsPastItsWarmupThenPeriodicOnes) {
 }
 
 TEST(Server, ASlowdownThatBeganDuringAnOpenWindowGetsAWindowOfItsOwn) {
-  ServerOptions o = TestOptions("followup", 0.1, 0.1);
-  o.schedule.baseline_window = false;
-  auto server = Server::Start(o);
-  ASSERT_TRUE(server.ok());
-  Client c((*server)->port());
-  std::string agent;
-  ASSERT_TRUE(c.Register({0}, &agent));
+  OneRankServer one(TestOptions("followup", 0.1, 0.1));
+  ASSERT_TRUE(one.Start());
+  const ServerOptions& o = one.options;
+  Client& c = *one.client;
   v1::TriggerReply tr;
   ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, v1::TriggerRequest(), &tr).ok());
   ASSERT_EQ(tr.window_id(), 1);
   // The slowdown began at an iteration the open window already profiles (or has profiled).
-  v1::TriggerRequest slow;
-  slow.set_kind("slowdown");
-  slow.set_rank(0);
-  slow.set_iteration(tr.start_iteration() + 3);
-  slow.set_mean_ms(12);
-  slow.set_best_ms(10);
-  ASSERT_TRUE(c.Call(&v1::Server::Stub::Trigger, slow, &tr).ok());
+  ASSERT_TRUE(
+      c.Call(&v1::Server::Stub::Trigger, Slowdown(tr.start_iteration() + 3, 12, 10), &tr).ok());
   EXPECT_EQ(tr.window_id(), 1);
   EXPECT_TRUE(tr.already_open());
   // Window 1 expires (nobody uploads); window 2 follows for the slowdown.
   for (int i = 0; i < 50 && !fs::exists(o.report_dir + "/windows/2/diagnosis.json"); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(fs::exists(o.report_dir + "/windows/2/diagnosis.json"));
-  (*server)->Shutdown();
+  one.server->Shutdown();
 }
 
 // A leak found while another window is open (a user's, which no rank uploads to) opens its own
