@@ -12,6 +12,7 @@ import re
 import sys
 import tempfile
 import threading
+import time
 import types
 import unittest
 import unittest.mock
@@ -353,6 +354,25 @@ class PythonSideAgrees(unittest.TestCase):
             self.check_message(m)
             self.assertLessEqual(set(protocol.IDENTITY), set(m))
         self.check_message(ac.stacks_reply(1))
+
+    def test_a_message_from_another_thread_goes_at_once_not_at_the_next_period(self):
+        # A window's torch trace is queued by the export thread: the agent summarizes the
+        # window once every rank's traces are in, so it must not wait for the period's tick.
+        log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
+        c = fake_collector(FakeWorker("/tmp/w.python.json"))
+        ac = client.AgentClient(c.switch, c.windows, c.patches.ring, "", log, 60.0,
+                                train_tid=lambda: None, last_collective=lambda: None)
+        ac.start()
+        self.addCleanup(lambda: (ac.stop.set(), ac.wake.set()))
+
+        def sent():
+            with open(log) as f:
+                return [json.loads(x) for x in f if '"torch_trace"' in x]
+        ac.send(protocol.make(protocol.TORCH_TRACE, path="/tmp/w.torch.json", window=3))
+        deadline = time.monotonic() + 5
+        while not sent() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertEqual([m["window"] for m in sent()], [3])  # the period is a minute
 
     def test_iterations_carry_the_cuda_allocators_figures_once_cuda_is_up(self):
         def nested(allocated, reserved, peak):  # torch.cuda.memory_stats_as_nested_dict's shape
