@@ -175,7 +175,7 @@ class HelpExamples(unittest.TestCase):
                        "perftracker summarize ", "perftracker diagnose summaries/",
                        "perftracker diff ", "perftracker show ", "perftracker simulate ",
                        "perftracker diagnose sim/", "perftracker analyze traces/",
-                       "perftracker whatif run1/"):
+                       "perftracker whatif run1/", "perftracker whatif sim/"):
             for line in self.take(prefix):
                 self.run_one(line)
         # A run, and status and trigger on it while it runs; then its window and its report.

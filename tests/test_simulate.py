@@ -4,6 +4,7 @@ what-if replay (and `perftracker whatif`) must predict what a simulated job lose
 the same job simulated without it is the measure."""
 import json
 import os
+import re
 import sys
 import tempfile
 import unittest
@@ -136,13 +137,38 @@ class Simulate(unittest.TestCase):
                       f"{named[0]['impact']['ms_per_iteration']:.2f}", file=sys.stderr)
                 self.assertLessEqual(abs(predicted - lost), max(0.15 * lost, 2.0), d["_text"])
 
+    def test_i_whatif_a_collective_at_the_bus_bandwidth_given(self):
+        # NVLink on node 1 four times slower (64 workers, tp=8 inside a node). At the healthy
+        # link's 200 GB/s the replay re-times the slow node's tensor-parallel collectives, and
+        # the cross-node ones that run below 200 in the clean job too: its saving beyond the
+        # clean job's at the same bandwidth is what the job lost to the slow link.
+        layout = ["--workers", "64", "--layout", "tp=8,pp=2"]
+        clean, slow = os.path.join(self.tmp, "bw_clean"), os.path.join(self.tmp, "bw_slow")
+        simulate(clean, *layout)
+        simulate(slow, *layout, "--fault", "slow-nvlink@node=1")
+        lost = (ptest.analyze([os.path.join(slow, "summaries")])["job"]["iteration_ms"]["median"]
+                - ptest.analyze([os.path.join(clean, "summaries")])["job"]["iteration_ms"]["median"])
+        saves = {}
+        for name, path in (("clean", clean), ("slow", slow)):
+            p = ptest.run(["whatif", os.path.join(path, "summaries"), "--busbw", "200"])
+            self.assertEqual(p.returncode, 0, p.stderr)
+            m = re.search(r"collectives at 200 GB/s bus bandwidth: the iteration [\d.]+ ms -> "
+                          r"[\d.]+ ms \(saves ([\d.]+) ms/iter", p.stdout)
+            self.assertTrue(m, p.stdout)
+            saves[name] = float(m.group(1))
+        print(f"slow nvlink: lost {lost:.1f} ms/iter; re-timed at 200 GB/s saves {saves['slow']:.1f}, "
+              f"the clean job {saves['clean']:.1f}", file=sys.stderr)
+        self.assertGreater(lost, 50)
+        self.assertLessEqual(abs(saves["slow"] - saves["clean"] - lost), 0.15 * lost)
+
     def test_g_whatif_errors_are_one_line(self):
         out = os.path.join(self.tmp, "wi_errors")
         simulate(out, "--workers", "8", "--layout", "tp=2,pp=1")
         summaries = os.path.join(out, "summaries")
         for args, says in [([], "name one change"), (["--rank", "99"], "rank 99: not in the job"),
                            (["--function", "no_such_fn"], "no_such_fn: no rank runs"),
-                           (["--finding", "40"], "--finding 40: the diagnosis has")]:
+                           (["--finding", "40"], "--finding 40: the diagnosis has"),
+                           (["--busbw", "50", "--rank", "1"], "name one change")]:
             p = ptest.run(["whatif", summaries, *args])
             self.assertEqual(p.returncode, 1, (args, p.stdout, p.stderr))
             lines = p.stderr.strip().splitlines()

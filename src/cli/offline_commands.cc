@@ -211,9 +211,9 @@ int RunAnalyze(const std::vector<std::string>& paths, const OutputFlags& flags) 
 
 int RunWhatIf(const WhatIfFlags& w) {
   namespace dg = pt::diagnose;
-  if ((w.finding > 0) + (w.rank >= 0) + !w.function.empty() != 1)
-    return Fail(
-        pt::InvalidArgument("whatif: name one change: --finding N, --rank R or --function NAME"));
+  if ((w.finding > 0) + (w.rank >= 0) + !w.function.empty() + (w.busbw_gbps > 0) != 1)
+    return Fail(pt::InvalidArgument(
+        "whatif: name one change: --finding N, --rank R, --function NAME or --busbw GBPS"));
   pt::pattern::LoadStats stats;
   auto job = pt::pattern::LoadCompactJob(w.paths, {}, &stats);
   if (!job.ok()) return Fail(job.status());
@@ -232,6 +232,11 @@ int RunWhatIf(const WhatIfFlags& w) {
           dg::CategoryName(f.category))));
     saving = f.what_if_ms;
     what = fmt::format("without finding {} ({})", w.finding, f.summary);
+  } else if (w.busbw_gbps > 0) {
+    auto s = dg::BusBandwidthSavingMs(*job, d.arrivals, w.busbw_gbps);
+    if (!s.ok()) return Fail(pt::InvalidArgument("whatif: --busbw: " + s.status().message()));
+    saving = *s;
+    what = fmt::format("collectives at {:g} GB/s bus bandwidth", w.busbw_gbps);
   } else {
     auto earlier = w.rank >= 0 ? dg::RankAtPeersMedian(d.arrivals, w.rank)
                                : dg::FunctionAtPeersMedian(*job, d.arrivals, w.function, w.zero);
@@ -484,10 +489,16 @@ void AddDiagnosisCommands(CLI::App& app, OfflineCommands* c) {
                         "function NAME at its peers' median on every rank (a Python function's "
                         "name alone will do)");
   c->whatif->add_flag("--zero", w.zero, "with --function: the function removed");
+  c->whatif
+      ->add_option("--busbw", w.busbw_gbps,
+                   "every collective slower than GBPS of bus bandwidth re-timed at GBPS (the "
+                   "hardware's: e.g. 50 for NVLink-scale, 10 for PCIe)")
+      ->check(CLI::PositiveNumber);
   c->whatif->footer(
       "Example:\n  perftracker whatif run1/ --rank 1\n"
       "  perftracker whatif run1/ --function aten::mm --zero\n"
-      "  perftracker whatif run1/ --function aten::bmm    (at its peers' median)");
+      "  perftracker whatif run1/ --function aten::bmm    (at its peers' median)\n"
+      "  perftracker whatif sim/summaries --busbw 200      (collectives at 200 GB/s)");
 }
 
 // show, export-trace, export-fr: what traces and summaries hold, for a person or for Perfetto.

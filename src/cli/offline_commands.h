@@ -35,6 +35,7 @@ struct WhatIfFlags {
   int rank = -1;
   std::string function;
   bool zero = false;
+  double busbw_gbps = 0;  // > 0: every collective re-timed at this bus bandwidth
 };
 
 // `perftracker simulate`: the simulated job (sim/config.h), its faults and where it is written.

@@ -106,6 +106,25 @@ double GroupWaitMs(const pattern::CompactRank& rank) {
   return UsToMs(gpu_us + std::max(main_us, other_us));
 }
 
+// What RANK's collectives would take less at GBPS of bus bandwidth (ms an iteration), counted as
+// GroupWaitMs counts their time; SIZED: whether any of them has a known message size.
+double BandwidthGapMs(const pattern::CompactRank& rank, double gbps, bool* sized) {
+  double main_us = 0, other_us = 0, gpu_us = 0;
+  for (const pattern::CompactFunction& f : rank.compact) {
+    const double us = CollectiveTimeUs(f, rank.has_self);
+    if (us == 0 || pattern::IsPointToPoint(f.name(), f.info->stack)) continue;
+    const pattern::CompactCollective c = rank.CollectiveOf(f);
+    if (!(c.msg_bytes > 0) || !(c.busbw_gbps > 0)) continue;
+    *sized = true;
+    // A small message is latency-bound: a faster link leaves its time as it is.
+    if (c.msg_bytes < policy::kLargeMessageBytes || c.busbw_gbps >= gbps) continue;
+    const double gap = us * (1.0 - c.busbw_gbps / gbps);
+    (trace::IsGpuKind(f.kind()) ? gpu_us : f.main_thread ? main_us : other_us) += gap;
+  }
+  // The training thread's wait and gloo's worker are the same time: the larger of the two.
+  return UsToMs(gpu_us + std::max(main_us, other_us));
+}
+
 }  // namespace
 
 Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<int>& peer_group) {
@@ -308,6 +327,30 @@ StatusOr<std::map<int, double>> FunctionAtPeersMedian(const pattern::CompactJob&
     if (d > 0) earlier[a.rank] = d;
   }
   return earlier;
+}
+
+StatusOr<double> BusBandwidthSavingMs(const pattern::CompactJob& job, const Arrivals& arrivals,
+                                      double gbps) {
+  if (!(gbps > 0)) return InvalidArgument(fmt::format("a bus bandwidth of {} GB/s", gbps));
+  const auto& ranks = job.ranks();
+  // Each group's critical rank: the known one that waits least (index into RANKS).
+  std::map<int, size_t> critical;
+  for (size_t i = 0; i < arrivals.ranks.size() && i < ranks.size(); ++i) {
+    const RankArrival& a = arrivals.ranks[i];
+    if (!a.known) continue;
+    auto [it, added] = critical.emplace(a.group, i);
+    if (!added && a.wait_ms < arrivals.ranks[it->second].wait_ms) it->second = i;
+  }
+  bool sized = false;
+  double saving = 0;
+  for (const auto& [group, i] : critical)
+    saving = std::max(saving, BandwidthGapMs(ranks[i], gbps, &sized));
+  if (!sized) {
+    return NotFound(
+        "no collective of known message size to re-time (a trace without collectives' sizes, "
+        "or no rank whose collectives were recorded)");
+  }
+  return saving;
 }
 
 }  // namespace perftracker::diagnose

@@ -93,6 +93,18 @@ StatusOr<std::map<int, double>> FunctionAtPeersMedian(const pattern::CompactJob&
                                                       const Arrivals& arrivals,
                                                       std::string_view name, bool zero);
 
+// Every collective whose messages moved below GBPS of bus bandwidth re-timed at GBPS: how much
+// sooner the iteration ends (ms, >= 0). A collective's time on its group's critical rank (the
+// one that waits least, so arrives last) is its transfer alone; on the others it also holds
+// their wait for that rank, which a faster link does not shorten. Each group's saving is its
+// critical rank's collectives re-timed (time x (1 - measured / GBPS), a wait seen on two threads
+// counted once, as the arrivals count it); the job's, the most of any group's. Messages under
+// policy::kLargeMessageBytes are latency-bound and transfers between pipeline stages are no
+// arrival of the replay's: both keep their time. An error when no critical rank has a
+// collective of known message size.
+StatusOr<double> BusBandwidthSavingMs(const pattern::CompactJob& job, const Arrivals& arrivals,
+                                      double gbps);
+
 }  // namespace perftracker::diagnose
 
 #endif  // PERFTRACKER_DIAGNOSE_WHAT_IF_H_

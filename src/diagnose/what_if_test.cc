@@ -287,5 +287,88 @@ TEST(WhatIfTest, AFunctionAtItsPeersMedianOrRemovedMovesEachRanksArrival) {
             std::string::npos);
 }
 
+// An all-reduce kernel of MS per iteration whose messages moved at GBPS of bus bandwidth.
+pattern::FunctionPattern AllReduce(double ms, double gbps, const std::string& name = "ncclKernel") {
+  pattern::FunctionPattern f =
+      testing::Fn(name, FunctionClass::kCollective, ms, 1, trace::EventKind::kKernel);
+  f.coll.op = "allreduce";
+  f.coll.msg_bytes = 64 << 20;
+  f.coll.busbw_gbps = gbps;
+  return f;
+}
+
+TEST(WhatIfTest, ACollectiveAtTheBusBandwidthGivenSavesTheCriticalRanksTransferTime) {
+  // Rank 2 arrives last: its 10 ms all-reduce is the transfer (20 GB/s). Ranks 0 and 1 wait
+  // 30 ms in it, 20 of them for rank 2, so their bandwidth reads 6.7 GB/s; the rule's way on
+  // them (30 x (1 - 6.7 / 50)) would say 26 ms. At 50 GB/s the transfer takes 4 ms: 6 saved.
+  pattern::CompactJob job;
+  for (int r = 0; r < 3; ++r) {
+    const double ms = r == 2 ? 10 : 30;
+    std::vector<pattern::FunctionPattern> fns = {
+        testing::Fn("aten::mm", FunctionClass::kCompute, 40), AllReduce(ms, 20 * 10 / ms)};
+    // A transfer to another pipeline stage is no wait of the group's: not re-timed.
+    fns.push_back(AllReduce(5, 1, "ncclDevKernel_SendRecv"));
+    fns.back().coll.op = "send";
+    job.Add(testing::Rank(r, 3, std::move(fns), 80));
+  }
+  job.SortByRank();
+  const Arrivals a = CollectiveArrivals(job, {0, 0, 0});
+  auto saving = BusBandwidthSavingMs(job, a, 50);
+  ASSERT_TRUE(saving.ok()) << saving.status().message();
+  EXPECT_NEAR(*saving, 6.0, 1e-9);
+  // Below what the transfer already reaches: nothing to gain.
+  EXPECT_DOUBLE_EQ(*BusBandwidthSavingMs(job, a, 20), 0.0);
+  // A small message is latency-bound: its time stays.
+  pattern::CompactJob small;
+  for (int r = 0; r < 2; ++r) {
+    pattern::FunctionPattern f = AllReduce(10, 1);
+    f.coll.msg_bytes = 64 << 10;
+    small.Add(testing::Rank(r, 2, {f}, 80));
+  }
+  small.SortByRank();
+  EXPECT_DOUBLE_EQ(*BusBandwidthSavingMs(small, CollectiveArrivals(small, {0, 0}), 50), 0.0);
+  // Each stage of a pipeline has its own critical rank; the iteration gains the most of them.
+  pattern::CompactJob staged;
+  for (int r = 0; r < 4; ++r) {
+    const double ms = r % 2 == 1 ? 10 : 30;
+    const double gbps = r < 2 ? 20 * 10 / ms : 10 * 10 / ms;  // stage 1 moves at 10 GB/s
+    staged.Add(testing::Rank(r, 4, {AllReduce(ms, gbps)}, 80));
+  }
+  staged.SortByRank();
+  EXPECT_NEAR(*BusBandwidthSavingMs(staged, CollectiveArrivals(staged, {0, 0, 1, 1}), 50), 8.0,
+              1e-9);
+  EXPECT_FALSE(BusBandwidthSavingMs(job, a, 0).ok());
+}
+
+TEST(WhatIfTest, WithoutMessageSizesThereIsNothingToRetime) {
+  pattern::CompactJob job;
+  for (int r = 0; r < 2; ++r) {
+    job.Add(testing::Rank(
+        r, 2, {testing::Fn("gloo:all_reduce", FunctionClass::kCollective, 5.0 + r)}, 40));
+  }
+  job.SortByRank();
+  auto saving = BusBandwidthSavingMs(job, CollectiveArrivals(job, {0, 0}), 50);
+  ASSERT_FALSE(saving.ok());
+  EXPECT_NE(saving.status().message().find("no collective of known message size"),
+            std::string::npos);
+}
+
+TEST(WhatIfTest, ACpuCollectiveSeenOnTwoThreadsIsRetimedOnce) {
+  // The training thread's Work.wait and gloo's worker are one 20 ms all-reduce at 2 GB/s: at
+  // 4 GB/s it takes 10, not 20 saved.
+  pattern::CompactJob job;
+  for (int r = 0; r < 2; ++r) {
+    pattern::FunctionPattern worker = AllReduce(20, 2, "gloo:all_reduce");
+    worker.kind = trace::EventKind::kCpuOp;
+    worker.main_thread = false;
+    pattern::FunctionPattern wait = worker;
+    wait.name = "record_param_comms";
+    wait.main_thread = true;
+    job.Add(testing::Rank(r, 2, {worker, wait}, 60));
+  }
+  job.SortByRank();
+  EXPECT_NEAR(*BusBandwidthSavingMs(job, CollectiveArrivals(job, {0, 0}), 4), 10.0, 1e-9);
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose
