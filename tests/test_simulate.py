@@ -161,6 +161,24 @@ class Simulate(unittest.TestCase):
         self.assertGreater(lost, 50)
         self.assertLessEqual(abs(saves["slow"] - saves["clean"] - lost), 0.15 * lost)
 
+    def test_j_the_critical_path_runs_through_the_slow_rank_in_every_iteration(self):
+        # Rank 9's GPU is 40% slower (64 workers, tp=8,pp=2): in every iteration its stage waits
+        # for it, by more than the noise between the others; the other stage's last rank
+        # changes with the noise.
+        out = os.path.join(self.tmp, "critical")
+        simulate(out, "--workers", "64", "--layout", "tp=8,pp=2", "--fault", "slow-gpu@rank=9")
+        d = ptest.analyze([os.path.join(out, "summaries")])
+        path = d["job"]["critical_path"]
+        self.assertEqual(len(path), d["job"]["iterations"], path)
+        for it in path:
+            self.assertEqual(len(it["ranks"]), 2, it)  # one per stage
+            mine = [c for c in it["ranks"] if c["rank"] == 9]
+            self.assertEqual(len(mine), 1, it)
+            others = [c for c in it["ranks"] if c["rank"] != 9]
+            self.assertGreater(mine[0]["lead_ms"], 5 * others[0]["lead_ms"], it)
+        self.assertIn("last to arrive at the collectives (the critical path), per iteration: "
+                      f"rank 9 in {len(path)}", d["_text"])
+
     def test_g_whatif_errors_are_one_line(self):
         out = os.path.join(self.tmp, "wi_errors")
         simulate(out, "--workers", "8", "--layout", "tp=2,pp=1")

@@ -119,6 +119,20 @@ struct RankMemoryUse {
   std::vector<KeptMemory> kept;
 };
 
+// The rank the others waited for in one iteration of the window (diagnose/what_if.h
+// CriticalPath): in each peer group, the one that waited least in its collectives.
+struct CriticalRank {
+  int group = 0;  // its peer group (Diagnosis::peer_group)
+  int rank = -1;
+  // How much less it waited than its group's next rank (ms): how much sooner it would have had
+  // to arrive for another rank to hold the group.
+  double lead_ms = 0;
+};
+struct CriticalIteration {
+  int iteration = 0;                // position among the window's steady iterations
+  std::vector<CriticalRank> ranks;  // one per peer group, by group
+};
+
 struct JobInfo {
   int world_size = 0;
   std::vector<int> ranks;
@@ -132,6 +146,8 @@ struct JobInfo {
   // Each rank's slack (diagnose/what_if.h): how much longer it waits in its collectives than
   // the last rank to arrive (0: that rank, the one the others wait for). Empty: not replayed.
   std::map<int, double> slack_ms_per_rank;
+  // Each iteration's critical ranks (diagnose/what_if.h CriticalPath). Empty: not known.
+  std::vector<CriticalIteration> critical_path;
 };
 
 // One rank's arrival at its group's collectives (diagnose/what_if.h).

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 
 #include "base/median.h"
@@ -96,33 +98,63 @@ namespace {
 // would read double (a real pipeline: 295 ms for 147). The wait is the longer of the two
 // threads' (DDP's gradient all-reduce runs on the worker alone while the training thread is in
 // backward), plus the GPU's collective kernels.
-double GroupWaitMs(const pattern::CompactRank& rank) {
-  double main_us = 0, other_us = 0, gpu_us = 0;
-  for (const pattern::CompactFunction& f : rank.compact) {
+// Calls ADD(bucket, us, f) for each of RANK's collectives whose time counts towards its wait
+// (us an iteration): bucket 0 the GPU's kernels, 1 the training thread's, 2 another thread's.
+template <typename Add>
+void ForEachWait(const pattern::CompactRank& rank, Add add) {
+  for (const pattern::CompactCollective& c : rank.collectives) {
+    const pattern::CompactFunction& f = rank.compact[c.index];
     const double us = CollectiveTimeUs(f, rank.has_self);
     if (us == 0 || pattern::IsPointToPoint(f.name(), f.info->stack)) continue;
-    (trace::IsGpuKind(f.kind()) ? gpu_us : f.main_thread ? main_us : other_us) += us;
+    add(trace::IsGpuKind(f.kind()) ? 0 : f.main_thread ? 1 : 2, us, f);
   }
-  return UsToMs(gpu_us + std::max(main_us, other_us));
+}
+
+// The wait of the three buckets (ForEachWait): the training thread's wait and gloo's worker are
+// the same time, so the larger of the two, plus the GPU's.
+double Combined(const double (&bucket)[3]) { return bucket[0] + std::max(bucket[1], bucket[2]); }
+
+double GroupWaitMs(const pattern::CompactRank& rank) {
+  double b[3] = {};
+  ForEachWait(rank, [&](int k, double us, const pattern::CompactFunction&) { b[k] += us; });
+  return UsToMs(Combined(b));
+}
+
+// RANK's wait in each iteration of its window (ms), counted as GroupWaitMs counts the mean; empty
+// when a collective's per-iteration times are unknown.
+std::vector<double> IterationWaitsMs(const pattern::CompactRank& rank) {
+  const size_t n = rank.iterations;
+  std::vector<std::array<double, 3>> b(n);
+  bool known = n > 0;
+  ForEachWait(rank, [&](int k, double us, const pattern::CompactFunction& f) {
+    const std::span<const float> v = rank.CollectiveIterations(f);
+    if (v.size() != n) {
+      known = false;
+      return;
+    }
+    // A CPU collective's exclusive share of each iteration's time, as of its mean.
+    const double share = f.per_iter_us > 0 ? us / f.per_iter_us : 0;
+    for (size_t i = 0; i < n; ++i) b[i][k] += v[i] * share;
+  });
+  if (!known) return {};
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = UsToMs(b[i][0] + std::max(b[i][1], b[i][2]));
+  return out;
 }
 
 // What RANK's collectives would take less at GBPS of bus bandwidth (ms an iteration), counted as
 // GroupWaitMs counts their time; SIZED: whether any of them has a known message size.
 double BandwidthGapMs(const pattern::CompactRank& rank, double gbps, bool* sized) {
-  double main_us = 0, other_us = 0, gpu_us = 0;
-  for (const pattern::CompactFunction& f : rank.compact) {
-    const double us = CollectiveTimeUs(f, rank.has_self);
-    if (us == 0 || pattern::IsPointToPoint(f.name(), f.info->stack)) continue;
+  double b[3] = {};
+  ForEachWait(rank, [&](int k, double us, const pattern::CompactFunction& f) {
     const pattern::CompactCollective c = rank.CollectiveOf(f);
-    if (!(c.msg_bytes > 0) || !(c.busbw_gbps > 0)) continue;
+    if (!(c.msg_bytes > 0) || !(c.busbw_gbps > 0)) return;
     *sized = true;
     // A small message is latency-bound: a faster link leaves its time as it is.
-    if (c.msg_bytes < policy::kLargeMessageBytes || c.busbw_gbps >= gbps) continue;
-    const double gap = us * (1.0 - c.busbw_gbps / gbps);
-    (trace::IsGpuKind(f.kind()) ? gpu_us : f.main_thread ? main_us : other_us) += gap;
-  }
-  // The training thread's wait and gloo's worker are the same time: the larger of the two.
-  return UsToMs(gpu_us + std::max(main_us, other_us));
+    if (c.msg_bytes < policy::kLargeMessageBytes || c.busbw_gbps >= gbps) return;
+    b[k] += us * (1.0 - c.busbw_gbps / gbps);
+  });
+  return UsToMs(Combined(b));
 }
 
 }  // namespace
@@ -351,6 +383,109 @@ StatusOr<double> BusBandwidthSavingMs(const pattern::CompactJob& job, const Arri
         "or no rank whose collectives were recorded)");
   }
   return saving;
+}
+
+namespace {
+
+// Which iteration each of RANK's steady ones is: its ProfilerStep number where the trace has
+// them, else its position among all the trace's iterations, the ones left out (cut, warm-up)
+// counted; a window's ranks profile the same steps, so either names the same iteration on
+// every rank. Empty (unknown) where its collectives' values are not over its steady iterations:
+// an online window's torch trace may leave out a warm-up step its Python trace keeps, and
+// which one is not kept when the two are merged (pattern/merge.h).
+std::vector<int64_t> IterationIds(const pattern::CompactRank& rank) {
+  const size_t n = rank.iterations;
+  if (n == 0 || n != rank.iteration_ms.size()) return {};
+  if (!rank.iteration_steps.empty())
+    return rank.iteration_steps.size() == n ? rank.iteration_steps : std::vector<int64_t>{};
+  std::set<int64_t> left_out;
+  for (const pattern::ExcludedIteration& e : rank.excluded_iterations) left_out.insert(e.index);
+  std::vector<int64_t> ids;
+  for (int64_t at = 0; ids.size() < n; ++at)
+    if (!left_out.count(at)) ids.push_back(at);
+  return ids;
+}
+
+// One rank's waits in its iterations, and which iterations they are (IterationIds); both
+// empty where unknown.
+struct RankIterations {
+  std::vector<double> waits;
+  std::vector<int64_t> ids;
+};
+
+RankIterations IterationsOf(const pattern::CompactRank& rank) {
+  RankIterations r{IterationWaitsMs(rank), IterationIds(rank)};
+  if (r.waits.empty() || r.ids.size() != r.waits.size()) return {};
+  return r;
+}
+
+// MEMBERS' waits in iteration ID (the positions where each has it), or none when a member
+// lacks it.
+std::optional<std::vector<double>> WaitsAt(const std::vector<RankIterations>& members, int64_t id) {
+  std::vector<double> out;
+  for (const RankIterations& m : members) {
+    auto at = std::lower_bound(m.ids.begin(), m.ids.end(), id);
+    if (at == m.ids.end() || *at != id) return std::nullopt;
+    out.push_back(m.waits[static_cast<size_t>(at - m.ids.begin())]);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<CriticalIteration> CriticalPath(const pattern::CompactJob& job,
+                                            const Arrivals& arrivals) {
+  if (arrivals.single_rank) return {};
+  const auto& ranks = job.ranks();
+  std::map<int, std::vector<size_t>> groups;  // group -> its known ranks, index into RANKS
+  for (size_t i = 0; i < arrivals.ranks.size() && i < ranks.size(); ++i)
+    if (arrivals.ranks[i].known) groups[arrivals.ranks[i].group].push_back(i);
+  std::map<int64_t, CriticalIteration> by_id;
+  for (const auto& [group, members] : groups) {
+    if (members.size() < 2) continue;
+    std::vector<RankIterations> its;
+    its.reserve(members.size());
+    double total = 0;
+    for (size_t i : members) {
+      its.push_back(IterationsOf(ranks[i]));
+      if (its.back().ids.empty() || !std::is_sorted(its.back().ids.begin(), its.back().ids.end()))
+        break;
+      for (double ms : its.back().waits) total += ms;
+    }
+    if (its.size() != members.size() || its.back().ids.empty() || !(total > 0)) continue;
+    // The iterations every member has (the first member's, where the others have them too).
+    for (int64_t id : its.front().ids) {
+      const std::optional<std::vector<double>> waits = WaitsAt(its, id);
+      if (!waits) continue;
+      size_t least = 0;
+      double second = std::numeric_limits<double>::infinity();
+      for (size_t m = 1; m < waits->size(); ++m) {
+        if ((*waits)[m] < (*waits)[least]) {
+          second = (*waits)[least];
+          least = m;
+        } else {
+          second = std::min(second, (*waits)[m]);
+        }
+      }
+      CriticalIteration& out = by_id[id];
+      out.iteration = static_cast<int>(id);
+      out.ranks.push_back({group, ranks[members[least]].rank, second - (*waits)[least]});
+    }
+  }
+  std::vector<CriticalIteration> out;
+  for (auto& [id, it] : by_id) out.push_back(std::move(it));
+  return out;
+}
+
+std::vector<std::pair<int, int>> CriticalRankCounts(
+    const std::vector<CriticalIteration>& critical) {
+  std::map<int, int> count;
+  for (const CriticalIteration& it : critical)
+    for (const CriticalRank& c : it.ranks) ++count[c.rank];
+  std::vector<std::pair<int, int>> out(count.begin(), count.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
 }
 
 }  // namespace perftracker::diagnose

@@ -75,6 +75,19 @@ std::map<int, double> SlackMs(const Arrivals& arrivals);
 // group. What the reports say of who the others wait for.
 std::vector<std::pair<int, double>> LateRanks(const std::map<int, double>& slack);
 
+// Each iteration's critical path through the ranks: per peer group, the rank that waited least
+// in its collectives in that iteration (arrived last: the others waited for it) and its lead
+// over the group's next rank. A group takes part where at least two of its ranks' collectives
+// have per-iteration times (pattern::CompactRank::collective_iter_us) over as many iterations
+// and it waits somewhere; each rank's wait in an iteration is counted as the arrivals count the
+// window's mean (a CPU collective's exclusive share of each iteration's time). Iterations are
+// matched by position: the ranks of a window profile the same steps. Empty for one rank.
+std::vector<CriticalIteration> CriticalPath(const pattern::CompactJob& job,
+                                            const Arrivals& arrivals);
+
+// The ranks on CRITICAL's path, with in how many iterations each was there, most first.
+std::vector<std::pair<int, int>> CriticalRankCounts(const std::vector<CriticalIteration>& critical);
+
 // Sets what_if_ms and what_if_iteration_ms on every finding of D with a time cost that the
 // replay covers (ITERATION_MS: the window's median iteration), notes a rule's figure beyond
 // policy::kWhatIfOverclaim times the replay's in its evidence, and fills d->job.slack_ms_per_rank.

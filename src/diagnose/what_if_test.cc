@@ -370,5 +370,104 @@ TEST(WhatIfTest, ACpuCollectiveSeenOnTwoThreadsIsRetimedOnce) {
   EXPECT_NEAR(*BusBandwidthSavingMs(job, CollectiveArrivals(job, {0, 0}), 4), 10.0, 1e-9);
 }
 
+// A gloo all-reduce whose time in each iteration is ITERS (ms).
+pattern::FunctionPattern AllReduceEach(const std::vector<float>& iters) {
+  double sum = 0;
+  for (float v : iters) sum += v;
+  pattern::FunctionPattern f = testing::Fn("gloo:all_reduce", FunctionClass::kCollective,
+                                           sum / static_cast<double>(iters.size()));
+  for (float v : iters) f.iter_us.push_back(v * 1000);
+  return f;
+}
+
+TEST(WhatIfTest, TheCriticalPathNamesEachIterationsLastArrival) {
+  // Rank 2 is late in iterations 0 and 2 (it waits 1 ms while the others wait 9-10), rank 1
+  // in iteration 1 (the others 6-8 ms after it): an intermittent straggler and noise the
+  // window's means would blur into one late rank.
+  pattern::CompactJob job;
+  const std::vector<std::vector<float>> waits = {{9, 8, 10, 5}, {10, 1, 9, 4}, {1, 7, 1, 6}};
+  for (int r = 0; r < 3; ++r) {
+    job.Add(testing::Rank(r, 3,
+                          {testing::Fn("aten::mm", FunctionClass::kCompute, 30),
+                           AllReduceEach(waits[static_cast<size_t>(r)])},
+                          50, "node0", 4));
+  }
+  job.SortByRank();
+  const Arrivals a = CollectiveArrivals(job, {0, 0, 0});
+  const std::vector<CriticalIteration> path = CriticalPath(job, a);
+  ASSERT_EQ(path.size(), 4u);
+  const int expect_rank[] = {2, 1, 2, 1};
+  const double expect_lead[] = {8, 6, 8, 1};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(path[i].iteration, static_cast<int>(i));
+    ASSERT_EQ(path[i].ranks.size(), 1u);
+    EXPECT_EQ(path[i].ranks[0].rank, expect_rank[i]) << i;
+    EXPECT_NEAR(path[i].ranks[0].lead_ms, expect_lead[i], 1e-4) << i;
+  }
+  EXPECT_EQ(CriticalRankCounts(path), (std::vector<std::pair<int, int>>{{1, 2}, {2, 2}}));
+  // A pipeline's stages each have their own: ranks 0-1 one stage, rank 2 alone in the other
+  // (one rank is no group to wait for: left out).
+  const std::vector<CriticalIteration> staged =
+      CriticalPath(job, CollectiveArrivals(job, {0, 0, 1}));
+  ASSERT_EQ(staged.size(), 4u);
+  ASSERT_EQ(staged[0].ranks.size(), 1u);
+  EXPECT_EQ(staged[0].ranks[0].rank, 0);
+  EXPECT_EQ(staged[1].ranks[0].rank, 1);
+  EXPECT_NEAR(staged[1].ranks[0].lead_ms, 7.0, 1e-4);
+}
+
+TEST(WhatIfTest, TheCriticalPathMatchesIterationsAcrossRanksOrIsNotKnown) {
+  const std::vector<std::vector<float>> waits = {{9, 8, 10, 5}, {1, 9, 2}, {1, 7, 1, 6}};
+  auto job_of = [&](bool rank1_left_out_its_first) {
+    pattern::CompactJob job;
+    for (int r = 0; r < 3; ++r) {
+      pattern::RankSummary s =
+          testing::Rank(r, 3, {AllReduceEach(waits[static_cast<size_t>(r)])}, 50, "node0", 4);
+      s.iteration_source = "window";  // no step numbers: iterations by position
+      if (r == 1) {
+        s.iteration_ms.resize(3);
+        if (rank1_left_out_its_first) s.excluded_iterations.push_back({});  // warm-up, index 0
+      }
+      job.Add(std::move(s));
+    }
+    job.SortByRank();
+    return job;
+  };
+  // Rank 1 left its first iteration out (a warm-up): its three are the others' last three, and
+  // only those are every rank's. Iteration 1: rank 1 waited 1 ms, the others 7-8 (its lead 6).
+  const pattern::CompactJob aligned = job_of(true);
+  const std::vector<CriticalIteration> path =
+      CriticalPath(aligned, CollectiveArrivals(aligned, {0, 0, 0}));
+  ASSERT_EQ(path.size(), 3u);
+  EXPECT_EQ(path[0].iteration, 1);
+  EXPECT_EQ(path[0].ranks[0].rank, 1);
+  EXPECT_NEAR(path[0].ranks[0].lead_ms, 6.0, 1e-4);
+  EXPECT_EQ(path[1].ranks[0].rank, 2);  // 9 and 10 against 1
+  EXPECT_EQ(path[2].ranks[0].rank, 1);  // 2 against 5 and 6
+  // A trace of three iterations, all steady: they are the first three.
+  const pattern::CompactJob first_three = job_of(false);
+  const std::vector<CriticalIteration> three =
+      CriticalPath(first_three, CollectiveArrivals(first_three, {0, 0, 0}));
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(three[0].ranks[0].rank, 1);  // 1 against 9 and 1: a tie held by no one
+  EXPECT_NEAR(three[0].ranks[0].lead_ms, 0.0, 1e-4);
+  // Three values for four steady iterations: which three is not known, nor the path.
+  pattern::CompactJob fewer;
+  for (int r = 0; r < 3; ++r) {
+    pattern::RankSummary s =
+        testing::Rank(r, 3, {AllReduceEach(waits[static_cast<size_t>(r)])}, 50, "node0", 4);
+    fewer.Add(std::move(s));
+  }
+  fewer.SortByRank();
+  EXPECT_TRUE(CriticalPath(fewer, CollectiveArrivals(fewer, {0, 0, 0})).empty());
+  // Nor in a job whose summaries keep no per-iteration values.
+  pattern::CompactJob means;
+  for (int r = 0; r < 2; ++r)
+    means.Add(
+        testing::Rank(r, 2, {testing::Fn("gloo:all_reduce", FunctionClass::kCollective, 5)}, 50));
+  means.SortByRank();
+  EXPECT_TRUE(CriticalPath(means, CollectiveArrivals(means, {0, 0})).empty());
+}
+
 }  // namespace
 }  // namespace perftracker::diagnose

@@ -69,6 +69,24 @@ float IterationSd(std::span<const float> iter_us) {
   return static_cast<float>(std::sqrt(sq / static_cast<double>(iter_us.size() - 1)));
 }
 
+// The per-iteration times of C's collectives (C->collectives, filled): kept only where every
+// one of them has the same count of iterations (the window's steady ones).
+void KeepCollectiveIterations(std::span<const FunctionView> fns, CompactRank* c) {
+  c->iterations = 0;
+  c->collective_iter_us.clear();
+  if (c->collectives.empty()) return;
+  const size_t n = fns[c->collectives.front().index].iter_us.size();
+  if (n == 0) return;
+  for (const CompactCollective& k : c->collectives)
+    if (fns[k.index].iter_us.size() != n) return;
+  c->collective_iter_us.reserve(n * c->collectives.size());
+  for (const CompactCollective& k : c->collectives) {
+    const std::span<const float> v = fns[k.index].iter_us;
+    c->collective_iter_us.insert(c->collective_iter_us.end(), v.begin(), v.end());
+  }
+  c->iterations = static_cast<uint32_t>(n);
+}
+
 // IterationSd of every function into OUT, kChains at a time where as many in a row have as
 // many iterations: each sum still adds its own values in order (the same bits as one at a
 // time), but the chains of dependent additions overlap instead of waiting on each other.
@@ -312,6 +330,7 @@ void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
                           std::string(f.input_dims)});
   }
   IterationSds(functions, c.compact.data());
+  KeepCollectiveIterations(functions, &c);
   c.role = PipelineStage(r);
   thread_local Prepared p;
   p.Prepare(functions, strings, r.process_groups);
@@ -388,16 +407,32 @@ bool CompactJob::Resolve(std::span<const FunctionView> views,
   return true;
 }
 
-CompactCollective CompactRank::CollectiveOf(const CompactFunction& f) const {
+namespace {
+
+// Where F is among RANK's collectives, or -1.
+ptrdiff_t CollectivePosition(const CompactRank& rank, const CompactFunction& f) {
   const std::less<const CompactFunction*> before;  // a total order, whichever arrays
-  if (f.fclass() != FunctionClass::kCollective || before(&f, compact.data()) ||
-      !before(&f, compact.data() + compact.size())) {
-    return {};
+  if (f.fclass() != FunctionClass::kCollective || before(&f, rank.compact.data()) ||
+      !before(&f, rank.compact.data() + rank.compact.size())) {
+    return -1;
   }
-  const auto index = static_cast<uint32_t>(&f - compact.data());
-  auto it = std::lower_bound(collectives.begin(), collectives.end(), index,
+  const auto index = static_cast<uint32_t>(&f - rank.compact.data());
+  auto it = std::lower_bound(rank.collectives.begin(), rank.collectives.end(), index,
                              [](const CompactCollective& c, uint32_t i) { return c.index < i; });
-  return it != collectives.end() && it->index == index ? *it : CompactCollective{};
+  return it != rank.collectives.end() && it->index == index ? it - rank.collectives.begin() : -1;
+}
+
+}  // namespace
+
+CompactCollective CompactRank::CollectiveOf(const CompactFunction& f) const {
+  const ptrdiff_t at = CollectivePosition(*this, f);
+  return at < 0 ? CompactCollective{} : collectives[static_cast<size_t>(at)];
+}
+
+std::span<const float> CompactRank::CollectiveIterations(const CompactFunction& f) const {
+  const ptrdiff_t at = CollectivePosition(*this, f);
+  if (at < 0 || iterations == 0) return {};
+  return {collective_iter_us.data() + static_cast<size_t>(at) * iterations, iterations};
 }
 
 void CompactJob::SortByRank() {

@@ -92,9 +92,17 @@ struct CompactRank : RankSummary {
   int gpu = -1;           // the device its GPU work ran on most (-1: none); NVML's index on a node
   bool has_self = false;  // the summary carries exclusive times
   bool any_main = false;  // some function is marked as running on the iteration thread
+  // Each collective's time in each of the window's steady iterations (us; collectives' order,
+  // `iterations` values each): when each iteration's last rank arrived (diagnose/what_if.h
+  // CriticalPath). Empty, and iterations 0, when its collectives' counts of iterations differ.
+  uint32_t iterations = 0;
+  std::vector<float> collective_iter_us;
 
   // F's message size and bus bandwidth if F (one of compact) is a collective; zeros otherwise.
   CompactCollective CollectiveOf(const CompactFunction& f) const;
+  // F's time in each iteration if F (one of compact) is a collective and they are known; empty
+  // otherwise.
+  std::span<const float> CollectiveIterations(const CompactFunction& f) const;
 };
 
 class CompactJob {

@@ -164,6 +164,25 @@ void ReadJob(dom::object job, diagnose::JobInfo* out) {
   if (At(job, "slack_ms_per_rank").get(slack) == simdjson::SUCCESS)
     for (auto [k, v] : slack)
       if (int r; IntKey(k, &r)) out->slack_ms_per_rank[r] = Num(v);
+  dom::array critical;
+  if (At(job, "critical_path").get(critical) == simdjson::SUCCESS) {
+    for (dom::element e : critical) {
+      dom::object o;
+      if (e.get(o) != simdjson::SUCCESS) continue;
+      diagnose::CriticalIteration it;
+      it.iteration = Whole<int>(At(o, "iteration"));
+      dom::array ranks;
+      if (At(o, "ranks").get(ranks) == simdjson::SUCCESS) {
+        for (dom::element r : ranks) {
+          dom::object c;
+          if (r.get(c) != simdjson::SUCCESS) continue;
+          it.ranks.push_back(
+              {Whole<int>(At(c, "group")), Whole<int>(At(c, "rank")), Num(At(c, "lead_ms"))});
+        }
+      }
+      out->critical_path.push_back(std::move(it));
+    }
+  }
   dom::array notes;
   if (At(job, "notes").get(notes) == simdjson::SUCCESS)
     for (dom::element n : notes) out->notes.push_back(Str(n));

@@ -55,6 +55,7 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
   m.device = "host";
   m.peak_reserved_bytes = -1;
   d.job.memory.push_back(m);
+  d.job.critical_path = {{0, {{0, 1, 20.5}}}, {1, {{0, 1, 18}, {1, 3, 0.25}}}};
   const std::string json = RenderJson(d);
   auto back = ParseDiagnosisJson(json, "d.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
@@ -66,6 +67,13 @@ TEST(DiagnosisReaderTest, WhatRenderJsonWritesReadsBackTheSame) {
   EXPECT_NEAR(back->findings[0].what_if_iteration_ms, 20, 0.01);
   EXPECT_EQ(back->job.slack_ms_per_rank,
             (std::map<int, double>{{0, 20}, {1, 0}, {2, 20}, {3, 20}}));
+  // Each iteration's critical ranks too (diagnose/what_if.h CriticalPath).
+  ASSERT_EQ(back->job.critical_path.size(), 2u);
+  ASSERT_EQ(back->job.critical_path[1].ranks.size(), 2u);
+  EXPECT_EQ(back->job.critical_path[1].iteration, 1);
+  EXPECT_EQ(back->job.critical_path[1].ranks[1].group, 1);
+  EXPECT_EQ(back->job.critical_path[1].ranks[1].rank, 3);
+  EXPECT_DOUBLE_EQ(back->job.critical_path[1].ranks[1].lead_ms, 0.25);
   ASSERT_EQ(back->job.attempts.size(), 2u);
   EXPECT_EQ(back->job.attempts[0].ends[0].pid, 101);
   EXPECT_FALSE(back->job.attempts[0].ends[0].clean);

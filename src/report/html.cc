@@ -291,6 +291,32 @@ std::vector<WaitGroup> GroupWaits(const std::vector<pattern::RankStacks>& stacks
   return out;
 }
 
+// Who the others wait for at the collectives (diagnose/what_if.h LateRanks), and which ranks
+// each iteration waited for (CriticalPath): a note each, where known.
+std::string WaitNotes(const Diagnosis& d) {
+  std::string out;
+  if (const auto late = diagnose::LateRanks(d.job.slack_ms_per_rank); !late.empty()) {
+    out += "<p class=\"note\"><b>At the collectives the others wait for</b> ";
+    for (size_t k = 0; k < late.size() && k < 5; ++k)
+      out += fmt::format("{}rank {} ({} an iteration)", k ? ", " : "", late[k].first,
+                         Ms(late[k].second));
+    if (late.size() > 5) out += fmt::format(" and {} more", late.size() - 5);
+    out +=
+        ": the rest of the job waits for them, and fixing anything elsewhere gains nothing "
+        "while they are late.</p>";
+  }
+  if (const auto counts = diagnose::CriticalRankCounts(d.job.critical_path); !counts.empty()) {
+    out +=
+        "<p class=\"note\"><b>The critical path</b> (the last rank to arrive at the "
+        "collectives), per iteration: ";
+    for (size_t k = 0; k < counts.size() && k < 5; ++k)
+      out += fmt::format("{}rank {} in {}", k ? ", " : "", counts[k].first, counts[k].second);
+    if (counts.size() > 5) out += fmt::format(" and {} more", counts.size() - 5);
+    out += fmt::format(" of {} iterations.</p>", d.job.critical_path.size());
+  }
+  return out;
+}
+
 std::string RenderHtml(const HtmlInput& in) {
   const Diagnosis& d = *in.diagnosis;
   const CompactJob* job = in.job;
@@ -345,17 +371,7 @@ std::string RenderHtml(const HtmlInput& in) {
   int i = 0;
   for (const Finding& f : d.findings) out += FindingCard(++i, f, d, job);
   out += WaitTable(in.waits);
-  // Who the others wait for at the collectives (diagnose/what_if.h LateRanks).
-  if (const auto late = diagnose::LateRanks(d.job.slack_ms_per_rank); !late.empty()) {
-    out += "<p class=\"note\"><b>At the collectives the others wait for</b> ";
-    for (size_t k = 0; k < late.size() && k < 5; ++k)
-      out += fmt::format("{}rank {} ({} an iteration)", k ? ", " : "", late[k].first,
-                         Ms(late[k].second));
-    if (late.size() > 5) out += fmt::format(" and {} more", late.size() - 5);
-    out +=
-        ": the rest of the job waits for them, and fixing anything elsewhere gains nothing "
-        "while they are late.</p>";
-  }
+  out += WaitNotes(d);
   // The charts.
   if (std::string chart = IterationChart(in); !chart.empty()) {
     out += in.series.empty() ? "<h2>Iteration time per rank (the profiled window)</h2>"

@@ -136,6 +136,13 @@ TEST(HtmlTest, AStragglerPageNamesTheCulpritWithItsCharts) {
   // The iteration chart and the breakdown, one line / bar per rank at 4 ranks.
   EXPECT_EQ(Count(page, "<polyline"), 4u);
   EXPECT_NE(page.find("rank 2: data loading 2.0 ms"), std::string::npos);
+  // No per-iteration collective times here: no critical path; with them, who was last when.
+  EXPECT_EQ(page.find("The critical path"), std::string::npos);
+  d.job.critical_path = {{0, {{0, 2, 20}}}, {1, {{0, 2, 19}}}, {2, {{0, 1, 3}}}};
+  EXPECT_NE(RenderHtml(in).find("<b>The critical path</b> (the last rank to arrive at the "
+                                "collectives), per iteration: rank 2 in 2, rank 1 in 1 of 3 "
+                                "iterations."),
+            std::string::npos);
 }
 
 TEST(HtmlTest, MemoryIsChartedPerRankAndDevice) {

@@ -114,6 +114,21 @@ void IterationTable(const diagnose::JobInfo& job, std::string* out) {
 }
 
 // Who the others wait for at the collectives (diagnose/what_if.h LateRanks), one line.
+// Which ranks each iteration waited for (diagnose/what_if.h CriticalPath), one line.
+void CriticalRanks(const diagnose::JobInfo& job, std::string* out) {
+  const auto counts = diagnose::CriticalRankCounts(job.critical_path);
+  if (counts.empty()) return;
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < counts.size() && i < 5; ++i)
+    parts.push_back(fmt::format("rank {} in {}", counts[i].first, counts[i].second));
+  *out += fmt::format(
+      "last to arrive at the collectives (the critical path), per iteration: {}{} of {} "
+      "iterations\n",
+      fmt::join(parts, ", "),
+      counts.size() > 5 ? fmt::format(" and {} more", counts.size() - 5) : "",
+      job.critical_path.size());
+}
+
 void LateArrivals(const diagnose::JobInfo& job, std::string* out) {
   const std::vector<std::pair<int, double>> late = diagnose::LateRanks(job.slack_ms_per_rank);
   if (late.empty()) return;
@@ -232,6 +247,18 @@ std::string RenderJson(const Diagnosis& d) {
     for (const auto& [rank, ms] : d.job.slack_ms_per_rank) w.Key(std::to_string(rank)).Number(ms);
     w.EndObject();
   }
+  if (!d.job.critical_path.empty()) {
+    w.Key("critical_path").BeginArray();
+    for (const diagnose::CriticalIteration& it : d.job.critical_path) {
+      w.BeginObject().Key("iteration").Int(it.iteration).Key("ranks").BeginArray();
+      for (const diagnose::CriticalRank& c : it.ranks) {
+        w.BeginObject().Key("group").Int(c.group).Key("rank").Int(c.rank);
+        w.Key("lead_ms").Number(c.lead_ms).EndObject();
+      }
+      w.EndArray().EndObject();
+    }
+    w.EndArray();
+  }
   w.Key("notes").BeginArray();
   for (const auto& n : d.job.notes) w.String(n);
   w.EndArray();
@@ -294,6 +321,7 @@ std::string RenderText(const Diagnosis& d) {
   out += '\n';
   IterationTable(job, &out);
   LateArrivals(job, &out);
+  CriticalRanks(job, &out);
   if (!job.run_iterations.empty()) {
     out += "whole run, iteration time per rank (ms): count mean p50 p99 max\n";
     for (const auto& [rank, s] : job.run_iterations)

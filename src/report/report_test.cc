@@ -153,6 +153,15 @@ TEST(ReportTest, TextNamesJobRanksAndFindings) {
   EXPECT_NE(text.find("what if fixed: saves 20.00 ms/iter (the iteration 40.0 -> 20.0 ms)"),
             std::string::npos)
       << text;
+  // Without per-iteration times, no critical path; with them, who was last in each iteration.
+  EXPECT_EQ(text.find("the critical path"), std::string::npos) << text;
+  diagnose::Diagnosis d = StragglerJob();
+  d.job.critical_path = {{0, {{0, 2, 20}}}, {1, {{0, 2, 19}}}, {2, {{0, 0, 1}}}};
+  text = RenderText(d);
+  EXPECT_NE(text.find("last to arrive at the collectives (the critical path), per iteration: "
+                      "rank 2 in 2, rank 0 in 1 of 3 iterations"),
+            std::string::npos)
+      << text;
 }
 
 TEST(ReportTest, TextSummarizesLargeJobs) {
