@@ -314,7 +314,9 @@ struct Agent::Impl {
     // The first trace that reads owns the iterations; the others are merged into it.
     std::optional<pattern::RankSummary> merged;
     for (const std::string& path : t.paths) {
-      auto s = pattern::SummarizeTrace(path);
+      // A torch trace merged into the window's Python trace: that one's iterations are the
+      // window's (pattern/merge.h).
+      auto s = pattern::SummarizeTrace(path, {}, merged.has_value());
       if (!s.ok()) {
         log::Error("agent", "{}", s.status().message());
         continue;

@@ -36,10 +36,12 @@ void IterLanes::Add(const Interval& iv, FunctionClass fclass) {
 
 std::vector<size_t> SplitSteadyIterations(const std::vector<double>& all_ms,
                                           const std::vector<int64_t>& steps, bool whole_window,
-                                          RankSummary* s) {
+                                          bool warmup, RankSummary* s) {
   const size_t n = all_ms.size();
   std::vector<IterationClass> cls(n, IterationClass::kSteady);
   if (!whole_window) cls = ClassifyIterations(all_ms);
+  if (!warmup)
+    std::replace(cls.begin(), cls.end(), IterationClass::kWarmup, IterationClass::kSteady);
   std::vector<size_t> steady;
   for (size_t i = 0; i < n; ++i) {
     if (cls[i] == IterationClass::kSteady) {

@@ -29,11 +29,12 @@ using DeviceLanes = std::unordered_map<int32_t, std::vector<IterLanes>>;
 
 // Fills s->iteration_ms and s->iteration_steps with the steady iterations and
 // s->excluded_iterations with the others (pattern/steady_state.h decides; a whole-window
-// "iteration" is always steady). all_ms: every iteration's length; steps: their ProfilerStep
-// numbers, empty or shorter when the source has none. Returns the steady iterations' indices.
+// "iteration" is always steady; without WARMUP, only the partial ones are left out). all_ms:
+// every iteration's length; steps: their ProfilerStep numbers, empty or shorter when the
+// source has none. Returns the steady iterations' indices.
 std::vector<size_t> SplitSteadyIterations(const std::vector<double>& all_ms,
                                           const std::vector<int64_t>& steps, bool whole_window,
-                                          RankSummary* s);
+                                          bool warmup, RankSummary* s);
 
 // One device's sums over the steady iterations, in microseconds.
 struct LaneTotals {

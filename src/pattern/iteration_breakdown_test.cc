@@ -24,7 +24,7 @@ TEST(IterationBreakdownTest, LanesSplitOpsByClass) {
 TEST(IterationBreakdownTest, ACutLastIterationIsExcluded) {
   RankSummary s;
   const std::vector<size_t> steady =
-      SplitSteadyIterations({100, 100, 100, 100, 10}, {4, 5, 6, 7, 8}, false, &s);
+      SplitSteadyIterations({100, 100, 100, 100, 10}, {4, 5, 6, 7, 8}, false, true, &s);
   EXPECT_THAT(steady, testing::ElementsAre(0, 1, 2, 3));
   EXPECT_THAT(s.iteration_ms, testing::ElementsAre(100, 100, 100, 100));
   EXPECT_THAT(s.iteration_steps, testing::ElementsAre(4, 5, 6, 7));
@@ -38,14 +38,29 @@ TEST(IterationBreakdownTest, ACutLastIterationIsExcluded) {
 
 TEST(IterationBreakdownTest, AWholeWindowIsAlwaysSteadyAndStepsMayBeMissing) {
   RankSummary s;
-  EXPECT_THAT(SplitSteadyIterations({100, 100, 100, 10}, {}, true, &s),
+  EXPECT_THAT(SplitSteadyIterations({100, 100, 100, 10}, {}, true, true, &s),
               testing::ElementsAre(0, 1, 2, 3));
   EXPECT_TRUE(s.iteration_steps.empty());
   EXPECT_TRUE(s.excluded_iterations.empty());
   RankSummary cut;
-  SplitSteadyIterations({100, 100, 100, 10}, {}, false, &cut);
+  SplitSteadyIterations({100, 100, 100, 10}, {}, false, true, &cut);
   ASSERT_EQ(cut.excluded_iterations.size(), 1u);
   EXPECT_EQ(cut.excluded_iterations[0].step, -1);
+}
+
+TEST(IterationBreakdownTest, WithoutWarmupOnlyPartialIterationsAreLeftOut) {
+  // A first iteration 2.3x the others is warm-up; a window's torch trace keeps it (its Python
+  // trace decides the window's iterations: pattern/merge.h), and still leaves out a cut one.
+  const std::vector<double> ms = {230, 100, 101, 99, 100, 100, 10};
+  RankSummary judged, kept;
+  EXPECT_THAT(SplitSteadyIterations(ms, {}, false, true, &judged),
+              testing::ElementsAre(1, 2, 3, 4, 5));
+  ASSERT_EQ(judged.excluded_iterations.size(), 2u);
+  EXPECT_EQ(judged.excluded_iterations[0].reason, ExcludedIteration::kWarmup);
+  EXPECT_THAT(SplitSteadyIterations(ms, {}, false, false, &kept),
+              testing::ElementsAre(0, 1, 2, 3, 4, 5));
+  ASSERT_EQ(kept.excluded_iterations.size(), 1u);
+  EXPECT_EQ(kept.excluded_iterations[0].reason, ExcludedIteration::kPartial);
 }
 
 TEST(IterationBreakdownTest, DeviceTotalsOverSteadyIterations) {

@@ -97,6 +97,13 @@ bool IsSummaryFile(const std::string& f) {
   return HasSummaryExtension(f) || LooksLikeSummaryFile(f);
 }
 
+constexpr std::string_view kTorch = ".torch.json";
+
+bool IsTorchSidecar(const std::string& f) {
+  return f.size() > kTorch.size() &&
+         f.compare(f.size() - kTorch.size(), kTorch.size(), kTorch) == 0;
+}
+
 // Reads (summary) or summarizes (trace) every file on a pool of threads; consume(i, result) is
 // called from the thread that produced file i's result.
 template <typename Consume>
@@ -105,15 +112,8 @@ void ForEachFile(const std::vector<std::string>& files, const LoadOptions& optio
   const size_t threads = options.threads > 0 ? static_cast<size_t>(options.threads) : 0;
   ParallelFor(files.size(), threads, [&](size_t i) {
     const std::string& f = files[i];
-    consume(i, IsSummaryFile(f) ? ReadSummaryFile(f) : SummarizeTrace(f));
+    consume(i, IsSummaryFile(f) ? ReadSummaryFile(f) : SummarizeTrace(f, {}, IsTorchSidecar(f)));
   });
-}
-
-constexpr std::string_view kTorch = ".torch.json";
-
-bool IsTorchSidecar(const std::string& f) {
-  return f.size() > kTorch.size() &&
-         f.compare(f.size() - kTorch.size(), kTorch.size(), kTorch) == 0;
 }
 
 void Count(const RankSummary& r, bool new_file, LoadStats* stats) {

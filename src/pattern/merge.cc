@@ -46,6 +46,34 @@ void SumReadStats(trace::ReadStats* into, const trace::ReadStats& from) {
   for (const auto& [cat, n] : from.unknown_cats) into->unknown_cats[cat] += n;
 }
 
+// Where each of P's steady iterations is among S's steady ones, when the two traces split the
+// window alike (as many iterations, counted with the ones left out) and S kept every one P
+// did; empty otherwise. S's functions' per-iteration values are then P's iterations' too.
+std::vector<size_t> SecondaryIndexOfPrimary(const RankSummary& p, const RankSummary& s) {
+  const size_t total = p.iteration_ms.size() + p.excluded_iterations.size();
+  if (total == 0 || total != s.iteration_ms.size() + s.excluded_iterations.size()) return {};
+  auto left_out = [total](const RankSummary& r) {
+    std::vector<bool> out(total, false);
+    for (const ExcludedIteration& e : r.excluded_iterations) {
+      if (e.index < 0 || static_cast<size_t>(e.index) >= total) return std::vector<bool>{};
+      out[static_cast<size_t>(e.index)] = true;
+    }
+    return out;
+  };
+  const std::vector<bool> p_out = left_out(p), s_out = left_out(s);
+  if (p_out.empty() || s_out.empty()) return {};
+  std::vector<size_t> index;
+  size_t k = 0;  // S's steady iterations so far
+  for (size_t at = 0; at < total; ++at) {
+    if (!p_out[at]) {
+      if (s_out[at]) return {};  // P kept one S left out: its values are not in S's
+      index.push_back(k);
+    }
+    if (!s_out[at]) ++k;
+  }
+  return index;
+}
+
 }  // namespace
 
 void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
@@ -63,6 +91,9 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
   }
   const size_t n_primary = p.iteration_ms.size();
   const size_t n_secondary = secondary.iteration_ms.size();
+  // The secondary's per-iteration values, moved onto the primary's iterations where the two
+  // split the window alike (a window's torch trace leaves no warm-up out: summarizer.h).
+  const std::vector<size_t> index_in_secondary = SecondaryIndexOfPrimary(p, secondary);
   const double mean_iter_us = MsToUs(p.MeanIterationMs());
 
   if (p.rank < 0) p.rank = secondary.rank;
@@ -103,6 +134,11 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
     if (!keys.insert(f.Key()).second) continue;
     FunctionPattern& added = p.functions.emplace_back(f);
     Rebase(&added, n_secondary, n_primary, mean_iter_us);
+    if (!index_in_secondary.empty() && f.iter_us.size() == n_secondary) {
+      added.iter_us.resize(index_in_secondary.size());
+      for (size_t k = 0; k < index_in_secondary.size(); ++k)
+        added.iter_us[k] = f.iter_us[index_in_secondary[k]];
+    }
     if (python_covers_main && f.main_thread && !trace::IsGpuKind(f.kind) &&
         f.kind != trace::EventKind::kPythonFunction)
       added.in_python = true;

@@ -122,6 +122,38 @@ TEST(MergeTest, SameIterationCountKeepsIterUs) {
   EXPECT_DOUBLE_EQ(relu->per_iter_us, 10);
 }
 
+TEST(MergeTest, PerIterationValuesFollowThePrimarysIterations) {
+  // Both traces split the window into 5 iterations; the primary left its first out (warm-up).
+  RankSummary p = Primary();
+  p.excluded_iterations.push_back({ExcludedIteration::kWarmup, 4, 0, 30});
+  // The secondary kept all five (a window's torch trace: Summarizer::LeaveWarmupIn): its values
+  // of iterations 1-4 are the primary's four.
+  RankSummary all;
+  all.iteration_ms = {30, 10, 10, 10, 10};
+  all.functions.push_back(Fn("gloo:all_reduce", EventKind::kCpuOp, 5, 30, 5));
+  all.functions.back().iter_us = {20, 1, 2, 3, 4};
+  RankSummary picked = p;
+  MergeWindowSummary(&picked, all);
+  EXPECT_THAT(Find(picked, "gloo:all_reduce")->iter_us, testing::ElementsAre(1.f, 2.f, 3.f, 4.f));
+  // The secondary cut its last, which the primary kept: its values are not the primary's
+  // iterations', and stay its own.
+  RankSummary cut = all;
+  cut.iteration_ms = {30, 10, 10, 10};
+  cut.excluded_iterations.push_back({ExcludedIteration::kPartial, -1, 4, 2});
+  cut.functions.back().iter_us = {20, 1, 2, 3};
+  RankSummary own = p;
+  MergeWindowSummary(&own, cut);
+  EXPECT_THAT(Find(own, "gloo:all_reduce")->iter_us, testing::ElementsAre(20.f, 1.f, 2.f, 3.f));
+  // Nor where the two split the window differently (4 iterations there, 5 here).
+  RankSummary other = all;
+  other.iteration_ms = {10, 10, 10, 10};
+  other.functions.back().iter_us = {1, 2, 3, 4};
+  other.functions.back().iter_us.push_back(5);
+  RankSummary apart = p;
+  MergeWindowSummary(&apart, other);
+  EXPECT_EQ(Find(apart, "gloo:all_reduce")->iter_us.size(), 5u);
+}
+
 TEST(MergeTest, GpuFiguresFromSecondaryWhenPrimaryHasNone) {
   RankSummary p = Primary();
   RankSummary s = Secondary();

@@ -9,7 +9,8 @@
 
 namespace perftracker::pattern {
 
-StatusOr<RankSummary> SummarizeTrace(const std::string& path, const trace::ReadOptions& options) {
+StatusOr<RankSummary> SummarizeTrace(const std::string& path, const trace::ReadOptions& options,
+                                     bool merged) {
   // The Python tracer's window files are aggregates, not event traces: their own reader.
   char head[96] = {};
   std::ifstream in(path, std::ios::binary);
@@ -21,6 +22,7 @@ StatusOr<RankSummary> SummarizeTrace(const std::string& path, const trace::ReadO
     return s;
   }
   Summarizer summarizer;
+  if (merged) summarizer.LeaveWarmupIn();
   StatusOr<trace::ReadStats> stats = trace::ReadTrace(path, &summarizer, options);
   if (!stats.ok()) return stats.status();
   summarizer.OnEnd(*stats);  // idempotent: the reader may already have called it

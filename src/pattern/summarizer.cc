@@ -106,6 +106,7 @@ struct Summarizer::Impl {
   // Finish, when the first event's time is known; in window mode both ends are open.
   std::string iteration_source;
   bool whole_window = false;
+  bool judge_warmup = true;  // Summarizer::LeaveWarmupIn
   std::vector<double> it_start, it_end;
   std::vector<int64_t> it_step;
   int64_t step_tid = kNoTid;
@@ -524,7 +525,8 @@ struct Summarizer::Impl {
     // warm-up ones are listed (pattern/steady_state.h).
     std::vector<double> all_ms(n);
     for (size_t i = 0; i < n; ++i) all_ms[i] = UsToMs(it_end[i] - it_start[i]);
-    const std::vector<size_t> steady = SplitSteadyIterations(all_ms, it_step, whole_window, &s);
+    const std::vector<size_t> steady =
+        SplitSteadyIterations(all_ms, it_step, whole_window, judge_warmup, &s);
     double iter_total_us = 0;
     for (size_t i : steady) iter_total_us += it_end[i] - it_start[i];
     const double mean_iter_us =
@@ -549,6 +551,8 @@ struct Summarizer::Impl {
 
 Summarizer::Summarizer() : impl_(std::make_unique<Impl>()) {}
 Summarizer::~Summarizer() = default;
+
+void Summarizer::LeaveWarmupIn() { impl_->judge_warmup = false; }
 
 void Summarizer::OnBegin(const trace::TraceMeta& meta) { impl_->Begin(meta); }
 

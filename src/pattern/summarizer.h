@@ -25,15 +25,19 @@ class Summarizer : public trace::EventSink {
 
   // Finishes the summary; call once after the reader returned.
   RankSummary Finish();
+  // Leaves no iteration out as warm-up (only partial ones): a window's torch trace, whose
+  // iterations the window's Python trace decides when the two are merged (pattern/merge.h).
+  void LeaveWarmupIn();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// Read + summarize one trace file.
+// Read + summarize one trace file. MERGED: a window's torch trace to be merged into its Python
+// trace (Summarizer::LeaveWarmupIn).
 StatusOr<RankSummary> SummarizeTrace(const std::string& path,
-                                     const trace::ReadOptions& options = {});
+                                     const trace::ReadOptions& options = {}, bool merged = false);
 
 // Kernel template arguments, hex addresses, long digit runs normalized away.
 std::string NormalizeName(std::string_view name, trace::EventKind kind);
