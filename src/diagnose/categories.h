@@ -114,7 +114,7 @@ inline constexpr const char* kCommonEvidence =
     "host_runnable_threads iteration_ms ranks_affected ranks_total median_ms min_ms max_ms "
     "base_ms test_ms base_self_ms test_self_ms base_calls_per_iter test_calls_per_iter reasoning "
     "peers host uncertainty partial_data node switch change claimed_ms cost_bound healthy_ms "
-    "recent_ms slowdown_iteration reference what_if waiting_ranks";
+    "recent_ms slowdown_iteration reference what_if waiting_ranks critical_iterations";
 
 enum class Category {
 #define PT_CATEGORY_ENUM(id, name, meaning, evidence) id,

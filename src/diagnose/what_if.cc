@@ -268,6 +268,19 @@ void AddWhatIf(const Arrivals& arrivals, Diagnosis* d) {
   for (Finding& f : d->findings) {
     f.what_if_ms = f.what_if_iteration_ms = -1;
     f.evidence_text.erase("what_if");
+    // Whether its ranks hold the others, iteration by iteration: a rank late on average may be
+    // last in a few iterations only (an intermittent fault) or in every one.
+    f.evidence.erase("critical_iterations");
+    if (f.finding_class == FindingClass::kSubset && !f.ranks.empty() &&
+        !d->job.critical_path.empty()) {
+      const std::set<int> mine(f.ranks.begin(), f.ranks.end());
+      int last = 0;
+      for (const CriticalIteration& it : d->job.critical_path) {
+        last += std::any_of(it.ranks.begin(), it.ranks.end(),
+                            [&](const CriticalRank& c) { return mine.count(c.rank) > 0; });
+      }
+      f.evidence["critical_iterations"] = last;
+    }
     if (!IsTimeCost(f.category) || f.impact_ms <= 0) continue;
     double saving = ReplayedSavingMs(arrivals, quiet, known, f);
     if (saving < 0) continue;

@@ -91,6 +91,8 @@ std::vector<std::pair<int, int>> CriticalRankCounts(const std::vector<CriticalIt
 // Sets what_if_ms and what_if_iteration_ms on every finding of D with a time cost that the
 // replay covers (ITERATION_MS: the window's median iteration), notes a rule's figure beyond
 // policy::kWhatIfOverclaim times the replay's in its evidence, and fills d->job.slack_ms_per_rank.
+// A finding on some ranks gets evidence critical_iterations: in how many of d->job.critical_path's
+// iterations one of them arrived last.
 void AddWhatIf(const Arrivals& arrivals, Diagnosis* d);
 
 // Changes a person names (perftracker whatif), each as how much sooner each rank arrives.

@@ -405,6 +405,16 @@ TEST(WhatIfTest, TheCriticalPathNamesEachIterationsLastArrival) {
     EXPECT_NEAR(path[i].ranks[0].lead_ms, expect_lead[i], 1e-4) << i;
   }
   EXPECT_EQ(CriticalRankCounts(path), (std::vector<std::pair<int, int>>{{1, 2}, {2, 2}}));
+  // A finding on rank 2 says in how many iterations it held the others; one on every rank
+  // says nothing of it.
+  Diagnosis d;
+  d.job.iteration_ms_median = 50;
+  d.job.critical_path = path;
+  d.findings = {Make(Category::kStraggler, FindingClass::kSubset, {2}, 5),
+                Make(Category::kDataLoader, FindingClass::kAll, {0, 1, 2}, 5)};
+  AddWhatIf(a, &d);
+  EXPECT_EQ(d.findings[0].evidence.at("critical_iterations"), 2);
+  EXPECT_EQ(d.findings[1].evidence.count("critical_iterations"), 0u);
   // A pipeline's stages each have their own: ranks 0-1 one stage, rank 2 alone in the other
   // (one rank is no group to wait for: left out).
   const std::vector<CriticalIteration> staged =
