@@ -98,7 +98,7 @@ Diagnosis Diagnose(const pattern::CompactJob& job, const DiagnoseOptions& option
     // 100,000 ranks).
     ScopedPhase p(t, "what-if replay");
     d.arrivals = CollectiveArrivals(job, d.peer_group);
-    d.job.critical_path = CriticalPath(job, d.arrivals);
+    d.job.critical_path = CriticalPath(d.arrivals);
   }
   // Times its link localiser as a phase of its own, "peer comparison" the rest.
   internal::FindSubsetProblems(job, d.job, options, std::move(groups), &d.findings);

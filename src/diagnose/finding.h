@@ -158,11 +158,22 @@ struct RankArrival {
   bool known = false;  // false: its collectives are in a part of its window it lacks
 };
 
+// A peer group's arrivals iteration by iteration (diagnose/what_if.h): the iterations every
+// member has (ProfilerStep numbers, else positions among the trace's iterations) and each
+// member's wait in each.
+struct GroupIterations {
+  std::vector<int64_t> ids;
+  std::vector<size_t> members;             // index into Arrivals::ranks
+  std::vector<std::vector<double>> waits;  // [member][iteration], ms
+};
+
 // The job's arrivals: every rank's, and whether the replay applies (every group waits somewhere).
 struct Arrivals {
   std::vector<RankArrival> ranks;
   bool replayable = false;
   bool single_rank = false;  // a job of one rank: a problem's time is all it gains
+  // By peer group, where every member's per-iteration waits are known and the group waits.
+  std::map<int, GroupIterations> iterations;
 };
 
 struct Diagnosis {

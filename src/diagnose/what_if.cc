@@ -159,6 +159,90 @@ double BandwidthGapMs(const pattern::CompactRank& rank, double gbps, bool* sized
 
 }  // namespace
 
+namespace {
+
+// Which iteration each of RANK's steady ones is: its ProfilerStep number where the trace has
+// them, else its position among all the trace's iterations, the ones left out (cut, warm-up)
+// counted; a window's ranks profile the same steps, so either names the same iteration on
+// every rank. Empty (unknown) where its collectives' values are not over its steady iterations:
+// an online window's torch trace may leave out a warm-up step its Python trace keeps, and
+// which one is not kept when the two are merged (pattern/merge.h).
+std::vector<int64_t> IterationIds(const pattern::CompactRank& rank) {
+  const size_t n = rank.iterations;
+  if (n == 0 || n != rank.iteration_ms.size()) return {};
+  if (!rank.iteration_steps.empty())
+    return rank.iteration_steps.size() == n ? rank.iteration_steps : std::vector<int64_t>{};
+  std::set<int64_t> left_out;
+  for (const pattern::ExcludedIteration& e : rank.excluded_iterations) left_out.insert(e.index);
+  std::vector<int64_t> ids;
+  for (int64_t at = 0; ids.size() < n; ++at)
+    if (!left_out.count(at)) ids.push_back(at);
+  return ids;
+}
+
+// One rank's waits in its iterations, and which iterations they are (IterationIds); both
+// empty where unknown.
+struct RankIterations {
+  std::vector<double> waits;
+  std::vector<int64_t> ids;
+};
+
+RankIterations IterationsOf(const pattern::CompactRank& rank) {
+  RankIterations r{IterationWaitsMs(rank), IterationIds(rank)};
+  if (r.waits.empty() || r.ids.size() != r.waits.size()) return {};
+  return r;
+}
+
+// MEMBERS' waits in iteration ID (the positions where each has it), or none when a member
+// lacks it.
+std::optional<std::vector<double>> WaitsAt(const std::vector<RankIterations>& members, int64_t id) {
+  std::vector<double> out;
+  for (const RankIterations& m : members) {
+    auto at = std::lower_bound(m.ids.begin(), m.ids.end(), id);
+    if (at == m.ids.end() || *at != id) return std::nullopt;
+    out.push_back(m.waits[static_cast<size_t>(at - m.ids.begin())]);
+  }
+  return out;
+}
+
+// The per-iteration waits of each group of A (the ranks of JOB, in A's order) whose members'
+// are all known, on the iterations every member has; a group that never waits is left out.
+std::map<int, GroupIterations> IterationsByGroup(const pattern::CompactJob& job,
+                                                 const Arrivals& a) {
+  const auto& ranks = job.ranks();
+  std::map<int, std::vector<size_t>> groups;  // group -> its known ranks, index into RANKS
+  for (size_t i = 0; i < a.ranks.size() && i < ranks.size(); ++i)
+    if (a.ranks[i].known) groups[a.ranks[i].group].push_back(i);
+  std::map<int, GroupIterations> out;
+  for (const auto& [group, members] : groups) {
+    if (members.size() < 2) continue;
+    std::vector<RankIterations> its;
+    its.reserve(members.size());
+    double total = 0;
+    for (size_t i : members) {
+      its.push_back(IterationsOf(ranks[i]));
+      if (its.back().ids.empty() || !std::is_sorted(its.back().ids.begin(), its.back().ids.end()))
+        break;
+      for (double ms : its.back().waits) total += ms;
+    }
+    if (its.size() != members.size() || its.back().ids.empty() || !(total > 0)) continue;
+    GroupIterations g;
+    g.members = members;
+    g.waits.resize(members.size());
+    // The iterations every member has (the first member's, where the others have them too).
+    for (int64_t id : its.front().ids) {
+      const std::optional<std::vector<double>> waits = WaitsAt(its, id);
+      if (!waits) continue;
+      g.ids.push_back(id);
+      for (size_t m = 0; m < members.size(); ++m) g.waits[m].push_back((*waits)[m]);
+    }
+    if (!g.ids.empty()) out.emplace(group, std::move(g));
+  }
+  return out;
+}
+
+}  // namespace
+
 Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<int>& peer_group) {
   Arrivals out;
   const auto& ranks = job.ranks();
@@ -186,6 +270,7 @@ Arrivals CollectiveArrivals(const pattern::CompactJob& job, const std::vector<in
   bool every_group_waits = group_wait.size() == groups.size();
   for (const auto& [group, ms] : group_wait) every_group_waits = every_group_waits && ms > 0;
   out.replayable = ranks.size() > 1 && total > 0 && every_group_waits;
+  if (!out.single_rank) out.iterations = IterationsByGroup(job, out);
   return out;
 }
 
@@ -398,91 +483,24 @@ StatusOr<double> BusBandwidthSavingMs(const pattern::CompactJob& job, const Arri
   return saving;
 }
 
-namespace {
-
-// Which iteration each of RANK's steady ones is: its ProfilerStep number where the trace has
-// them, else its position among all the trace's iterations, the ones left out (cut, warm-up)
-// counted; a window's ranks profile the same steps, so either names the same iteration on
-// every rank. Empty (unknown) where its collectives' values are not over its steady iterations:
-// an online window's torch trace may leave out a warm-up step its Python trace keeps, and
-// which one is not kept when the two are merged (pattern/merge.h).
-std::vector<int64_t> IterationIds(const pattern::CompactRank& rank) {
-  const size_t n = rank.iterations;
-  if (n == 0 || n != rank.iteration_ms.size()) return {};
-  if (!rank.iteration_steps.empty())
-    return rank.iteration_steps.size() == n ? rank.iteration_steps : std::vector<int64_t>{};
-  std::set<int64_t> left_out;
-  for (const pattern::ExcludedIteration& e : rank.excluded_iterations) left_out.insert(e.index);
-  std::vector<int64_t> ids;
-  for (int64_t at = 0; ids.size() < n; ++at)
-    if (!left_out.count(at)) ids.push_back(at);
-  return ids;
-}
-
-// One rank's waits in its iterations, and which iterations they are (IterationIds); both
-// empty where unknown.
-struct RankIterations {
-  std::vector<double> waits;
-  std::vector<int64_t> ids;
-};
-
-RankIterations IterationsOf(const pattern::CompactRank& rank) {
-  RankIterations r{IterationWaitsMs(rank), IterationIds(rank)};
-  if (r.waits.empty() || r.ids.size() != r.waits.size()) return {};
-  return r;
-}
-
-// MEMBERS' waits in iteration ID (the positions where each has it), or none when a member
-// lacks it.
-std::optional<std::vector<double>> WaitsAt(const std::vector<RankIterations>& members, int64_t id) {
-  std::vector<double> out;
-  for (const RankIterations& m : members) {
-    auto at = std::lower_bound(m.ids.begin(), m.ids.end(), id);
-    if (at == m.ids.end() || *at != id) return std::nullopt;
-    out.push_back(m.waits[static_cast<size_t>(at - m.ids.begin())]);
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<CriticalIteration> CriticalPath(const pattern::CompactJob& job,
-                                            const Arrivals& arrivals) {
-  if (arrivals.single_rank) return {};
-  const auto& ranks = job.ranks();
-  std::map<int, std::vector<size_t>> groups;  // group -> its known ranks, index into RANKS
-  for (size_t i = 0; i < arrivals.ranks.size() && i < ranks.size(); ++i)
-    if (arrivals.ranks[i].known) groups[arrivals.ranks[i].group].push_back(i);
+std::vector<CriticalIteration> CriticalPath(const Arrivals& arrivals) {
   std::map<int64_t, CriticalIteration> by_id;
-  for (const auto& [group, members] : groups) {
-    if (members.size() < 2) continue;
-    std::vector<RankIterations> its;
-    its.reserve(members.size());
-    double total = 0;
-    for (size_t i : members) {
-      its.push_back(IterationsOf(ranks[i]));
-      if (its.back().ids.empty() || !std::is_sorted(its.back().ids.begin(), its.back().ids.end()))
-        break;
-      for (double ms : its.back().waits) total += ms;
-    }
-    if (its.size() != members.size() || its.back().ids.empty() || !(total > 0)) continue;
-    // The iterations every member has (the first member's, where the others have them too).
-    for (int64_t id : its.front().ids) {
-      const std::optional<std::vector<double>> waits = WaitsAt(its, id);
-      if (!waits) continue;
+  for (const auto& [group, g] : arrivals.iterations) {
+    for (size_t it = 0; it < g.ids.size(); ++it) {
       size_t least = 0;
       double second = std::numeric_limits<double>::infinity();
-      for (size_t m = 1; m < waits->size(); ++m) {
-        if ((*waits)[m] < (*waits)[least]) {
-          second = (*waits)[least];
+      for (size_t m = 1; m < g.members.size(); ++m) {
+        if (g.waits[m][it] < g.waits[least][it]) {
+          second = g.waits[least][it];
           least = m;
         } else {
-          second = std::min(second, (*waits)[m]);
+          second = std::min(second, g.waits[m][it]);
         }
       }
-      CriticalIteration& out = by_id[id];
-      out.iteration = static_cast<int>(id);
-      out.ranks.push_back({group, ranks[members[least]].rank, second - (*waits)[least]});
+      CriticalIteration& out = by_id[g.ids[it]];
+      out.iteration = static_cast<int>(g.ids[it]);
+      out.ranks.push_back(
+          {group, arrivals.ranks[g.members[least]].rank, second - g.waits[least][it]});
     }
   }
   std::vector<CriticalIteration> out;

@@ -77,13 +77,14 @@ std::vector<std::pair<int, double>> LateRanks(const std::map<int, double>& slack
 
 // Each iteration's critical path through the ranks: per peer group, the rank that waited least
 // in its collectives in that iteration (arrived last: the others waited for it) and its lead
-// over the group's next rank. A group takes part where at least two of its ranks' collectives
-// have per-iteration times (pattern::CompactRank::collective_iter_us) over as many iterations
-// and it waits somewhere; each rank's wait in an iteration is counted as the arrivals count the
-// window's mean (a CPU collective's exclusive share of each iteration's time). Iterations are
-// matched by position: the ranks of a window profile the same steps. Empty for one rank.
-std::vector<CriticalIteration> CriticalPath(const pattern::CompactJob& job,
-                                            const Arrivals& arrivals);
+// over the group's next rank, from ARRIVALS.iterations. CollectiveArrivals fills those for each
+// group that waits somewhere and whose members' collectives all have per-iteration times
+// (pattern::CompactRank::collective_iter_us), on the iterations every member has: matched by
+// ProfilerStep number, else by position among the trace's iterations (the ones left out
+// counted), as a window's ranks profile the same steps. Each rank's wait in an iteration is
+// counted as the arrivals count the window's mean (a CPU collective's exclusive share of that
+// iteration's time). Empty for one rank.
+std::vector<CriticalIteration> CriticalPath(const Arrivals& arrivals);
 
 // The ranks on CRITICAL's path, with in how many iterations each was there, most first.
 std::vector<std::pair<int, int>> CriticalRankCounts(const std::vector<CriticalIteration>& critical);

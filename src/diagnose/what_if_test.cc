@@ -394,7 +394,7 @@ TEST(WhatIfTest, TheCriticalPathNamesEachIterationsLastArrival) {
   }
   job.SortByRank();
   const Arrivals a = CollectiveArrivals(job, {0, 0, 0});
-  const std::vector<CriticalIteration> path = CriticalPath(job, a);
+  const std::vector<CriticalIteration> path = CriticalPath(a);
   ASSERT_EQ(path.size(), 4u);
   const int expect_rank[] = {2, 1, 2, 1};
   const double expect_lead[] = {8, 6, 8, 1};
@@ -417,8 +417,7 @@ TEST(WhatIfTest, TheCriticalPathNamesEachIterationsLastArrival) {
   EXPECT_EQ(d.findings[1].evidence.count("critical_iterations"), 0u);
   // A pipeline's stages each have their own: ranks 0-1 one stage, rank 2 alone in the other
   // (one rank is no group to wait for: left out).
-  const std::vector<CriticalIteration> staged =
-      CriticalPath(job, CollectiveArrivals(job, {0, 0, 1}));
+  const std::vector<CriticalIteration> staged = CriticalPath(CollectiveArrivals(job, {0, 0, 1}));
   ASSERT_EQ(staged.size(), 4u);
   ASSERT_EQ(staged[0].ranks.size(), 1u);
   EXPECT_EQ(staged[0].ranks[0].rank, 0);
@@ -446,8 +445,7 @@ TEST(WhatIfTest, TheCriticalPathMatchesIterationsAcrossRanksOrIsNotKnown) {
   // Rank 1 left its first iteration out (a warm-up): its three are the others' last three, and
   // only those are every rank's. Iteration 1: rank 1 waited 1 ms, the others 7-8 (its lead 6).
   const pattern::CompactJob aligned = job_of(true);
-  const std::vector<CriticalIteration> path =
-      CriticalPath(aligned, CollectiveArrivals(aligned, {0, 0, 0}));
+  const std::vector<CriticalIteration> path = CriticalPath(CollectiveArrivals(aligned, {0, 0, 0}));
   ASSERT_EQ(path.size(), 3u);
   EXPECT_EQ(path[0].iteration, 1);
   EXPECT_EQ(path[0].ranks[0].rank, 1);
@@ -457,7 +455,7 @@ TEST(WhatIfTest, TheCriticalPathMatchesIterationsAcrossRanksOrIsNotKnown) {
   // A trace of three iterations, all steady: they are the first three.
   const pattern::CompactJob first_three = job_of(false);
   const std::vector<CriticalIteration> three =
-      CriticalPath(first_three, CollectiveArrivals(first_three, {0, 0, 0}));
+      CriticalPath(CollectiveArrivals(first_three, {0, 0, 0}));
   ASSERT_EQ(three.size(), 3u);
   EXPECT_EQ(three[0].ranks[0].rank, 1);  // 1 against 9 and 1: a tie held by no one
   EXPECT_NEAR(three[0].ranks[0].lead_ms, 0.0, 1e-4);
@@ -469,14 +467,14 @@ TEST(WhatIfTest, TheCriticalPathMatchesIterationsAcrossRanksOrIsNotKnown) {
     fewer.Add(std::move(s));
   }
   fewer.SortByRank();
-  EXPECT_TRUE(CriticalPath(fewer, CollectiveArrivals(fewer, {0, 0, 0})).empty());
+  EXPECT_TRUE(CriticalPath(CollectiveArrivals(fewer, {0, 0, 0})).empty());
   // Nor in a job whose summaries keep no per-iteration values.
   pattern::CompactJob means;
   for (int r = 0; r < 2; ++r)
     means.Add(
         testing::Rank(r, 2, {testing::Fn("gloo:all_reduce", FunctionClass::kCollective, 5)}, 50));
   means.SortByRank();
-  EXPECT_TRUE(CriticalPath(means, CollectiveArrivals(means, {0, 0})).empty());
+  EXPECT_TRUE(CriticalPath(CollectiveArrivals(means, {0, 0})).empty());
 }
 
 }  // namespace
