@@ -299,8 +299,8 @@ pattern::FunctionPattern AllReduce(double ms, double gbps, const std::string& na
 
 TEST(WhatIfTest, ACollectiveAtTheBusBandwidthGivenSavesTheCriticalRanksTransferTime) {
   // Rank 2 arrives last: its 10 ms all-reduce is the transfer (20 GB/s). Ranks 0 and 1 wait
-  // 30 ms in it, 20 of them for rank 2, so their bandwidth reads 6.7 GB/s; the rule's way on
-  // them (30 x (1 - 6.7 / 50)) would say 26 ms. At 50 GB/s the transfer takes 4 ms: 6 saved.
+  // 30 ms in it, 20 of them for rank 2, so their bandwidth reads 6.7 GB/s; re-timed on them
+  // (30 x (1 - 6.7 / 50)) it would say 26 ms. At 50 GB/s the transfer takes 4 ms: 6 saved.
   pattern::CompactJob job;
   for (int r = 0; r < 3; ++r) {
     const double ms = r == 2 ? 10 : 30;
