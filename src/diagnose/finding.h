@@ -129,7 +129,9 @@ struct CriticalRank {
   double lead_ms = 0;
 };
 struct CriticalIteration {
-  int iteration = 0;                // position among the window's steady iterations
+  // Which iteration: its ProfilerStep number where the traces have them, else its position
+  // among all the trace's iterations (the ones left out of the steady ones counted).
+  int iteration = 0;
   std::vector<CriticalRank> ranks;  // one per peer group, by group
 };
 

@@ -87,19 +87,9 @@ double CollectiveTimeUs(const pattern::CompactFunction& f, bool has_self) {
 
 namespace {
 
-// The time a rank waits for the members of its own group (ms an iteration): its collective
-// time less its transfers to and from other pipeline stages (pattern::IsPointToPoint). A
-// stage's rank that computes more fills its wait for a neighbour stage's activations (the
-// schedule's bubble) first: that wait shrinks, and only the rest of the extra work delays its
-// group (a simulated tp=8,pp=2 job: counting the transfers, the replay said 44 ms for a rank
-// whose removal gave nothing, and 73 for one that gave 39).
-// A CPU collective is often seen twice: the training thread waits in Work.wait() while gloo's
-// worker thread runs gloo:all_reduce, the same time again; summed, every gap between two ranks
-// would read double (a real pipeline: 295 ms for 147). The wait is the longer of the two
-// threads' (DDP's gradient all-reduce runs on the worker alone while the training thread is in
-// backward), plus the GPU's collective kernels.
 // Calls ADD(bucket, us, f) for each of RANK's collectives whose time counts towards its wait
-// (us an iteration): bucket 0 the GPU's kernels, 1 the training thread's, 2 another thread's.
+// (us an iteration; GroupWaitMs says which): bucket 0 the GPU's kernels, 1 the training
+// thread's, 2 another thread's.
 template <typename Add>
 void ForEachWait(const pattern::CompactRank& rank, Add add) {
   for (const pattern::CompactCollective& c : rank.collectives) {
@@ -112,10 +102,22 @@ void ForEachWait(const pattern::CompactRank& rank, Add add) {
 
 // The wait of the three buckets (ForEachWait): the training thread's wait and gloo's worker are
 // the same time, so the larger of the two, plus the GPU's.
-double Combined(const double (&bucket)[3]) { return bucket[0] + std::max(bucket[1], bucket[2]); }
+using Buckets = std::array<double, 3>;
+double Combined(const Buckets& bucket) { return bucket[0] + std::max(bucket[1], bucket[2]); }
 
+// The time a rank waits for the members of its own group (ms an iteration): its collective
+// time less its transfers to and from other pipeline stages (pattern::IsPointToPoint). A
+// stage's rank that computes more fills its wait for a neighbour stage's activations (the
+// schedule's bubble) first: that wait shrinks, and only the rest of the extra work delays its
+// group (a simulated tp=8,pp=2 job: counting the transfers, the replay said 44 ms for a rank
+// whose removal gave nothing, and 73 for one that gave 39).
+// A CPU collective is often seen twice: the training thread waits in Work.wait() while gloo's
+// worker thread runs gloo:all_reduce, the same time again; summed, every gap between two ranks
+// would read double (a real pipeline: 295 ms for 147). The wait is the longer of the two
+// threads' (DDP's gradient all-reduce runs on the worker alone while the training thread is in
+// backward), plus the GPU's collective kernels.
 double GroupWaitMs(const pattern::CompactRank& rank) {
-  double b[3] = {};
+  Buckets b = {};
   ForEachWait(rank, [&](int k, double us, const pattern::CompactFunction&) { b[k] += us; });
   return UsToMs(Combined(b));
 }
@@ -124,7 +126,7 @@ double GroupWaitMs(const pattern::CompactRank& rank) {
 // when a collective's per-iteration times are unknown.
 std::vector<double> IterationWaitsMs(const pattern::CompactRank& rank) {
   const size_t n = rank.iterations;
-  std::vector<std::array<double, 3>> b(n);
+  std::vector<Buckets> b(n);
   bool known = n > 0;
   ForEachWait(rank, [&](int k, double us, const pattern::CompactFunction& f) {
     const std::span<const float> v = rank.CollectiveIterations(f);
@@ -138,14 +140,14 @@ std::vector<double> IterationWaitsMs(const pattern::CompactRank& rank) {
   });
   if (!known) return {};
   std::vector<double> out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = UsToMs(b[i][0] + std::max(b[i][1], b[i][2]));
+  for (size_t i = 0; i < n; ++i) out[i] = UsToMs(Combined(b[i]));
   return out;
 }
 
 // What RANK's collectives would take less at GBPS of bus bandwidth (ms an iteration), counted as
 // GroupWaitMs counts their time; SIZED: whether any of them has a known message size.
 double BandwidthGapMs(const pattern::CompactRank& rank, double gbps, bool* sized) {
-  double b[3] = {};
+  Buckets b = {};
   ForEachWait(rank, [&](int k, double us, const pattern::CompactFunction& f) {
     const pattern::CompactCollective c = rank.CollectiveOf(f);
     if (!(c.msg_bytes > 0) || !(c.busbw_gbps > 0)) return;
@@ -156,10 +158,6 @@ double BandwidthGapMs(const pattern::CompactRank& rank, double gbps, bool* sized
   });
   return UsToMs(Combined(b));
 }
-
-}  // namespace
-
-namespace {
 
 // Which iteration each of RANK's steady ones is: its ProfilerStep number where the trace has
 // them, else its position among all the trace's iterations, the ones left out (cut, warm-up)
@@ -342,6 +340,21 @@ std::vector<std::pair<int, double>> LateRanks(const std::map<int, double>& slack
   return late;
 }
 
+namespace {
+
+// In how many of CRITICAL's iterations one of RANKS was the last to arrive.
+int IterationsLedBy(const std::vector<int>& ranks, const std::vector<CriticalIteration>& critical) {
+  const std::set<int> mine(ranks.begin(), ranks.end());
+  int n = 0;
+  for (const CriticalIteration& it : critical) {
+    n += std::any_of(it.ranks.begin(), it.ranks.end(),
+                     [&](const CriticalRank& c) { return mine.count(c.rank) > 0; });
+  }
+  return n;
+}
+
+}  // namespace
+
 void AddWhatIf(const Arrivals& arrivals, Diagnosis* d) {
   d->job.slack_ms_per_rank = SlackMs(arrivals);
   const double iteration = d->job.iteration_ms_median;
@@ -357,15 +370,8 @@ void AddWhatIf(const Arrivals& arrivals, Diagnosis* d) {
     // last in a few iterations only (an intermittent fault) or in every one.
     f.evidence.erase("critical_iterations");
     if (f.finding_class == FindingClass::kSubset && !f.ranks.empty() &&
-        !d->job.critical_path.empty()) {
-      const std::set<int> mine(f.ranks.begin(), f.ranks.end());
-      int last = 0;
-      for (const CriticalIteration& it : d->job.critical_path) {
-        last += std::any_of(it.ranks.begin(), it.ranks.end(),
-                            [&](const CriticalRank& c) { return mine.count(c.rank) > 0; });
-      }
-      f.evidence["critical_iterations"] = last;
-    }
+        !d->job.critical_path.empty())
+      f.evidence["critical_iterations"] = IterationsLedBy(f.ranks, d->job.critical_path);
     if (!IsTimeCost(f.category) || f.impact_ms <= 0) continue;
     double saving = ReplayedSavingMs(arrivals, quiet, known, f);
     if (saving < 0) continue;
@@ -517,6 +523,17 @@ std::vector<std::pair<int, int>> CriticalRankCounts(
   std::stable_sort(out.begin(), out.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
   return out;
+}
+
+std::string CriticalPathPhrase(const std::vector<CriticalIteration>& critical) {
+  const std::vector<std::pair<int, int>> counts = CriticalRankCounts(critical);
+  if (counts.empty()) return "";
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < counts.size() && i < 5; ++i)
+    parts.push_back(fmt::format("rank {} in {}", counts[i].first, counts[i].second));
+  return fmt::format("{}{} of {} iterations", fmt::join(parts, ", "),
+                     counts.size() > 5 ? fmt::format(" and {} more", counts.size() - 5) : "",
+                     critical.size());
 }
 
 }  // namespace perftracker::diagnose

@@ -25,11 +25,17 @@
 // the rest delays its group. Measured on a real 2-stage pipeline: bench/what_if_accuracy.py. A
 // stage that never waits in a collective says nothing of when it arrives: no replay then.
 //
-// Owns the arrivals (per rank, from the job's summaries) and the replay of findings over them.
+// Beside the replay: each iteration's critical path (which rank each group waited for, iteration
+// by iteration, from the collectives' per-iteration times) and the re-timing of collectives at a
+// bus bandwidth a person names (`perftracker whatif --busbw`).
+//
+// Owns the arrivals (per rank, from the job's summaries, and per iteration where known), the
+// replay of findings over them, the critical path and the bus-bandwidth re-timing.
 #ifndef PERFTRACKER_DIAGNOSE_WHAT_IF_H_
 #define PERFTRACKER_DIAGNOSE_WHAT_IF_H_
 
 #include <map>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -88,6 +94,9 @@ std::vector<CriticalIteration> CriticalPath(const Arrivals& arrivals);
 
 // The ranks on CRITICAL's path, with in how many iterations each was there, most first.
 std::vector<std::pair<int, int>> CriticalRankCounts(const std::vector<CriticalIteration>& critical);
+// The same as the reports say it: "rank 2 in 5, rank 0 in 3 of 10 iterations" (the first five
+// ranks, then "and N more"); empty for no path.
+std::string CriticalPathPhrase(const std::vector<CriticalIteration>& critical);
 
 // Sets what_if_ms and what_if_iteration_ms on every finding of D with a time cost that the
 // replay covers (ITERATION_MS: the window's median iteration), notes a rule's figure beyond

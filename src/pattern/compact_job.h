@@ -2,7 +2,8 @@
 // spends ~340 bytes per function on strings and statistics that only one rank needs; 100,000
 // ranks of 500 functions would take 17 GB. Here every function identity (kind, name, stack,
 // class) is stored once per job and each rank keeps, per function, only the numbers diagnosis
-// compares (40 bytes); process groups, shared by their members, are stored once too. Summaries
+// compares (40 bytes), plus its collectives' time in each iteration (the critical path's, a few
+// per rank); process groups, shared by their members, are stored once too. Summaries
 // are added one at a time and dropped, so a job streams in from disk or the network: as
 // RankSummary, or (the loader's way) as FunctionViews into the summary decoder's buffers, with
 // no string or vector per function. Adds run from many threads: lookups in the identity tables

@@ -15,8 +15,11 @@ namespace perftracker::pattern {
 // where both saw a function), with per-iteration figures over PRIMARY's iterations; takes
 // SECONDARY's GPU breakdown when PRIMARY has none, rank-level facts PRIMARY lacks, and its
 // iterations when PRIMARY has none, and its memory and memory sites. SECONDARY's Python frames
-// are left out where PRIMARY's cover the training thread. read_stats are summed; functions stay
-// sorted by per_iter_us, descending.
+// are left out where PRIMARY's cover the training thread. Where the two split the window into
+// as many iterations and SECONDARY kept every one PRIMARY did (a window's torch trace leaves no
+// warm-up out: Summarizer::LeaveWarmupIn), an added function's per-iteration values are moved
+// onto PRIMARY's iterations; otherwise they stay SECONDARY's own. read_stats are summed;
+// functions stay sorted by per_iter_us, descending.
 void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary);
 
 }  // namespace perftracker::pattern

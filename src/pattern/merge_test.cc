@@ -148,10 +148,9 @@ TEST(MergeTest, PerIterationValuesFollowThePrimarysIterations) {
   RankSummary other = all;
   other.iteration_ms = {10, 10, 10, 10};
   other.functions.back().iter_us = {1, 2, 3, 4};
-  other.functions.back().iter_us.push_back(5);
   RankSummary apart = p;
   MergeWindowSummary(&apart, other);
-  EXPECT_EQ(Find(apart, "gloo:all_reduce")->iter_us.size(), 5u);
+  EXPECT_THAT(Find(apart, "gloo:all_reduce")->iter_us, testing::ElementsAre(1.f, 2.f, 3.f, 4.f));
 }
 
 TEST(MergeTest, GpuFiguresFromSecondaryWhenPrimaryHasNone) {

@@ -305,14 +305,13 @@ std::string WaitNotes(const Diagnosis& d) {
         ": the rest of the job waits for them, and fixing anything elsewhere gains nothing "
         "while they are late.</p>";
   }
-  if (const auto counts = diagnose::CriticalRankCounts(d.job.critical_path); !counts.empty()) {
+  // Only ranks and counts: nothing to escape.
+  if (const std::string phrase = diagnose::CriticalPathPhrase(d.job.critical_path);
+      !phrase.empty()) {
     out +=
         "<p class=\"note\"><b>The critical path</b> (the last rank to arrive at the "
-        "collectives), per iteration: ";
-    for (size_t k = 0; k < counts.size() && k < 5; ++k)
-      out += fmt::format("{}rank {} in {}", k ? ", " : "", counts[k].first, counts[k].second);
-    if (counts.size() > 5) out += fmt::format(" and {} more", counts.size() - 5);
-    out += fmt::format(" of {} iterations.</p>", d.job.critical_path.size());
+        "collectives), per iteration: " +
+        phrase + ".</p>";
   }
   return out;
 }

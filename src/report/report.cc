@@ -113,22 +113,15 @@ void IterationTable(const diagnose::JobInfo& job, std::string* out) {
   *out += "\n";
 }
 
-// Who the others wait for at the collectives (diagnose/what_if.h LateRanks), one line.
 // Which ranks each iteration waited for (diagnose/what_if.h CriticalPath), one line.
 void CriticalRanks(const diagnose::JobInfo& job, std::string* out) {
-  const auto counts = diagnose::CriticalRankCounts(job.critical_path);
-  if (counts.empty()) return;
-  std::vector<std::string> parts;
-  for (size_t i = 0; i < counts.size() && i < 5; ++i)
-    parts.push_back(fmt::format("rank {} in {}", counts[i].first, counts[i].second));
-  *out += fmt::format(
-      "last to arrive at the collectives (the critical path), per iteration: {}{} of {} "
-      "iterations\n",
-      fmt::join(parts, ", "),
-      counts.size() > 5 ? fmt::format(" and {} more", counts.size() - 5) : "",
-      job.critical_path.size());
+  const std::string phrase = diagnose::CriticalPathPhrase(job.critical_path);
+  if (!phrase.empty())
+    *out +=
+        "last to arrive at the collectives (the critical path), per iteration: " + phrase + "\n";
 }
 
+// Who the others wait for at the collectives (diagnose/what_if.h LateRanks), one line.
 void LateArrivals(const diagnose::JobInfo& job, std::string* out) {
   const std::vector<std::pair<int, double>> late = diagnose::LateRanks(job.slack_ms_per_rank);
   if (late.empty()) return;

@@ -35,12 +35,13 @@ TriggerResult Server::Impl::OpenWindowLocked(const std::string& reason, int iter
   // 170..179. The trigger's own step and iteration time stand in for the reports not yet come.
   JobProgress progress = ProgressLocked();
   if (trigger_step > progress.furthest_step) progress.furthest_step = trigger_step;
-  if (progress.mean_iteration_ms <= 0 && mean_ms > 0) progress.mean_iteration_ms = mean_ms;
-  // A slowdown's window starts the lead's seconds ahead at the rate the job runs now (the
-  // trigger's recent iteration time), not at the run's mean: after a 1.8x slowdown that mean put
-  // the window 3.1 s after its trigger instead of 2 (a straggler, torch 2.13, 4 ranks): a later
-  // diagnosis, and a slowdown that lasts only seconds over before its window began.
-  if (slowdown && mean_ms > 0) progress.mean_iteration_ms = mean_ms;
+  // The trigger's recent iteration time where the run has no mean yet, and always for a
+  // slowdown: its window starts the lead's seconds ahead at the rate the job runs now, not at
+  // the run's mean (after a 1.8x slowdown that mean put the window 3.1 s after its trigger
+  // instead of 2: a straggler, torch 2.13, 4 ranks): a later diagnosis, and a slowdown that
+  // lasts only seconds over before its window began.
+  if (mean_ms > 0 && (slowdown || progress.mean_iteration_ms <= 0))
+    progress.mean_iteration_ms = mean_ms;
   spec.start_iteration = sched->StartIteration(progress);
   spec.attempt = attempts.current();
   spec.baseline = ReasonKind(reason) == "baseline";
