@@ -80,6 +80,38 @@ print(json.dumps({"window": ops(sys.argv[1] + ".torch.json"), "plain": ops(sys.a
 """
 
 
+# A window's torch.profiler stopped at its part's end (TORCH_DONE) while the window goes on:
+# prints what was sent and written before the window's end and the ops the trace holds after it.
+PART_SCRIPT = r"""
+import json, os, sys, time, torch
+from perftracker.switch import Switch
+from perftracker.window import ARMED, ENDED, TORCH_DONE, WindowState
+def ops(path):
+    with open(path) as f:
+        doc = json.load(f)
+    return sorted({e.get("name") for e in (doc if isinstance(doc, list) else doc["traceEvents"])
+                   if isinstance(e.get("name"), str)})
+sent = []
+ws = WindowState(Switch(), sent.append)
+ws.out = sys.argv[1]
+ws.edge(ARMED)
+with torch.autograd.profiler.record_function("in_torch_part"):
+    torch.ones(8).sum()
+ws.edge(TORCH_DONE)
+stopped = ws.profiler is None
+with torch.autograd.profiler.record_function("after_torch_part"):
+    torch.ones(8).sum()
+time.sleep(0.5)
+before_end = {"sent": list(sent), "file": os.path.exists(sys.argv[1] + ".torch.json")}
+ws.edge(ENDED)
+deadline = time.time() + 60
+while not sent and time.time() < deadline:
+    time.sleep(0.05)
+print(json.dumps({"stopped": stopped, "before_end": before_end, "sent": sent,
+                  "ops": ops(sys.argv[1] + ".torch.json")}))
+"""
+
+
 # A window's torch.profiler started and ended as the training thread's edges do, in a job that
 # never imported inductor, then torch.profiler alone: prints whether each imported inductor and
 # how long the window's start took.
@@ -212,6 +244,21 @@ class WindowCostTest(unittest.TestCase):
         self.assertNotIn("aten::stack", info["window"])
         self.assertNotIn("aten::select", info["window"])  # TensorDataset's indexing
         self.assertTrue(info["unrecorded_after"])
+
+    def test_torch_profiler_records_the_windows_first_iterations_and_exports_at_its_end(self):
+        """At TORCH_DONE (base/window_defaults.h kTorchProfilerIterations done) the profiler stops
+        on the training thread; its trace is written only once the window ends, so that the
+        writer's GIL does not slow the window's later iterations, and holds only its part."""
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_wcost_part_"), "rank-0.python.json")
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", PART_SCRIPT, out], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=PYPKG), timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        info = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertTrue(info["stopped"], info)
+        self.assertEqual(info["before_end"], {"sent": [], "file": False})
+        self.assertEqual([m.get("path") for m in info["sent"]], [out + ".torch.json"])
+        self.assertIn("in_torch_part", info["ops"])
+        self.assertNotIn("after_torch_part", info["ops"])
 
     def test_a_window_does_not_import_inductor(self):
         """torch 2.x's profiler start looks up torch._inductor, a lazy import of all of inductor

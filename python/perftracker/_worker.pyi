@@ -4,8 +4,9 @@ the detector, tracer and window control are C++ in pt_worker). One entry per bin
 """
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-# What on_loader_next / on_optimizer_step / on_marker return: 0 nothing to do, 1 an iteration
-# ended, 2 the collector needs its Python side (a trigger or a window's end).
+# What on_loader_next / on_optimizer_step / on_marker return (window.py ARMED, ENDED, TORCH_DONE):
+# 0 nothing to do, 1 this event armed a window, 2 it ended one, 3 the armed window goes on but
+# torch.profiler's iterations of it are done (base/window_defaults.h kTorchProfilerIterations).
 EventResult = int
 
 # One item of drain(), oldest first (perftracker.news names its fields):

@@ -1,8 +1,9 @@
 """The profiling window as the Python side sees it: which window the C++ side may arm next,
-the windows whose python_trace message is still due, and torch.profiler around an armed window
-(started and stopped on the training thread, its trace written on a thread of its own). While it
-records, the training process's batch fetch goes unrecorded (loader.UnrecordedFetch), and where
-torch has it the profiler keeps the trace alone (trace_only_config): less for its stop to do.
+the windows whose python_trace message is still due, and torch.profiler around an armed window's
+first iterations (started and stopped on the training thread, its trace written on a thread of
+its own once the window ended). While it records, the training process's batch fetch goes
+unrecorded (loader.UnrecordedFetch), and where torch has it the profiler keeps the trace alone
+(trace_only_config): less for its stop to do.
 
 The C++ side (perftracker._worker) arms and ends windows and runs the Python tracer; this state
 is the one WindowState instance the collector owns (hooks.py), not module globals.
@@ -15,7 +16,7 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from perftracker import config, files, kept_tensors, loader, protocol
 from perftracker.torch_lazy import without_lazy_inductor
@@ -28,6 +29,10 @@ WindowRecord = Dict[str, Any]
 # _worker's edge codes from on_loader_next / on_optimizer_step / on_marker.
 ARMED = 1
 ENDED = 2
+# The window goes on, but torch.profiler's part of it is done: it records only a window's first
+# iterations (base/window_defaults.h kTorchProfilerIterations says why; a memory window's records
+# them all).
+TORCH_DONE = 3
 
 
 class WindowState:
@@ -48,6 +53,9 @@ class WindowState:
         # Windows whose python_trace message is still due.
         self.due: Deque[WindowRecord] = collections.deque(maxlen=config.WINDOWS_DUE)
         self.exports = 0  # torch.profiler exports running
+        # A stopped profiler's export waiting for its window's end (_end_profiler says why):
+        # (write, out, window).
+        self.export_due: Optional[Tuple[Callable[[str], None], str, Optional[int]]] = None
         self._exports_lock = threading.Lock()
         self._saved_interval: Optional[float] = None  # the switch interval before the exports
 
@@ -83,7 +91,8 @@ class WindowState:
     # ---- the training thread's side ----
 
     def edge(self, code: int) -> None:
-        """ARMED: the C++ side armed a profiling window on this thread; ENDED: it ended one.
+        """ARMED: the C++ side armed a profiling window on this thread; TORCH_DONE: the window
+        goes on without torch.profiler; ENDED: it ended one.
 
         A window whose torch.profiler started says "torch": true in its python_trace message,
         and then always gets a torch_trace message: the trace's path, or path null and the error.
@@ -91,8 +100,10 @@ class WindowState:
         torch = sys.modules.get("torch")
         if code == ARMED and torch is not None and self.profiler is None:
             self._start_profiler(torch)
-        elif code == ENDED and self.profiler is not None:
+        elif code in (TORCH_DONE, ENDED) and self.profiler is not None:
             self._end_profiler()
+        if code == ENDED:
+            self._export_due()
 
     def _start_profiler(self, torch: Any) -> None:
         rec = self.profiler_rec = self.rec
@@ -167,17 +178,27 @@ class WindowState:
             sys.stderr.write(f"perftracker: torch profiler stop failed: {e!r}\n")
             self.torch_failed(window, f"torch profiler stop failed: {e!r}")
             return
-        # Writing the trace is slow: not on the training thread.
-        threading.Thread(target=self.export, args=(write, out, window), daemon=True,
-                         name="perftracker-export").start()
+        # Writing the trace is slow: not on the training thread, and not while the window's
+        # Python tracer still records (the writer holds the GIL: 17-93 ms a window, measured on
+        # torch 2.13), so that its iterations after torch.profiler's are the job's own.
+        self.export_due = (write, out, window)
+
+    def _export_due(self) -> None:
+        due, self.export_due = self.export_due, None
+        if due is not None:
+            threading.Thread(target=self.export, args=due, daemon=True,
+                             name="perftracker-export").start()
 
     def drop_profiler(self) -> None:
         """The collector turned itself off with torch.profiler running: stop it (on the training
         thread, which started it) and drop what it recorded, or it would record, and grow, for
-        the rest of the job."""
+        the rest of the job. A trace already stopped and waiting for its window's end goes too."""
         self._stop_following()
         loader.UNRECORDED_FETCH.enable_record_function = None
+        self.export_due = None  # its window never ends: the agent takes the Python trace alone
         prof, self.profiler, self.profiler_rec = self.profiler, None, None
+        if prof is None:
+            return
         try:
             prof.__exit__(None, None, None)
         except Exception:

@@ -13,6 +13,17 @@ namespace perftracker::window_defaults {
 // touches a fraction of a percent of a long run.
 inline constexpr int kIterations = 10;
 
+// Of a window's iterations, torch.profiler records only the first this many (the Python tracer
+// records them all; a memory window's profiler records all of its own: it places allocations).
+// torch.profiler is nearly all of a window's cost on torch 2.x, and its stop and trace save
+// hold the GIL for work that grows with the events recorded (measured on torch 2.13, a 4-rank
+// Hugging Face Trainer job of 50 ms steps on 2 cores: with torch.profiler off the window cost
+// nothing beyond the noise; over 10 iterations its stop took 95-166 ms a rank and its save 59-93,
+// over 3 iterations 24-33 and 17-21). Four keep a mean of three besides the profiler's own first
+// iteration and a noise figure for the torch figures (collective waits, CPU ops, kernels); the
+// ten iterations' times and Python functions stay the tracer's.
+inline constexpr int kTorchProfilerIterations = 4;
+
 // A window's profiling time limit: ten iterations of a slow job (2 s each) fit; a window on a
 // job that slowed to a crawl or hung ends anyway, with the iterations it got.
 inline constexpr double kMaxSeconds = 20;

@@ -1,6 +1,7 @@
 #include "pattern/merge.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <unordered_set>
 
@@ -10,15 +11,33 @@ namespace perftracker::pattern {
 
 namespace {
 
+// A secondary trace spanning less than this part of the primary's window recorded only some of
+// its iterations: a window's torch.profiler stops after the first few (base/window_defaults.h
+// kTorchProfilerIterations: 4 of 10, about 0.45 of the window with its slower first iteration),
+// while one that recorded the whole window spans nearly all of it (it starts and stops at the
+// same iteration boundaries as the Python tracer).
+constexpr double kPartOfWindow = 0.75;
+
 // The summarizer divides by one iteration when it found none (the whole window); so do we.
 double Divisor(size_t iterations) { return iterations ? static_cast<double>(iterations) : 1.0; }
 
-// Per-iteration figures from totals: the secondary trace covers the same window, so all of a
-// function's time belongs to the primary's iterations (there is no clock to cut it by).
-void Rebase(FunctionPattern* f, size_t old_iterations, size_t new_iterations, double mean_iter_us) {
+// How many of the primary's iterations the secondary's totals are spread over: all of them when
+// it recorded the whole window; its own iterations when it recorded part of it (their means
+// stand for the window's); when it found no iterations of its own, as many of the primary's
+// as its span covers.
+double SecondaryIterations(const RankSummary& p, const RankSummary& s) {
+  const double n_primary = Divisor(p.iteration_ms.size());
+  if (p.window_ms <= 0 || s.window_ms <= 0 || s.window_ms >= kPartOfWindow * p.window_ms)
+    return n_primary;
+  if (!s.whole_window && !s.iteration_ms.empty()) return Divisor(s.iteration_ms.size());
+  return std::clamp(std::round(n_primary * s.window_ms / p.window_ms), 1.0, n_primary);
+}
+
+// Per-iteration figures from totals spread over N of the primary's iterations (there is no clock
+// to cut the secondary's time by: SecondaryIterations says how many it covers).
+void Rebase(FunctionPattern* f, size_t old_iterations, double n, double mean_iter_us) {
   const double old_per_iter = f->per_iter_us;
   const double old_self = f->self_per_iter_us;
-  const double n = Divisor(new_iterations);
   f->per_iter_us = f->total_us / n;
   f->calls_per_iter = static_cast<double>(f->count) / n;
   // Keep the function's exclusive fraction: self time was only counted inside the secondary's
@@ -87,10 +106,10 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
     p.iteration_steps = secondary.iteration_steps;
     if (p.window_ms <= 0) p.window_ms = secondary.window_ms;
     const double mean_us = MsToUs(p.MeanIterationMs());
-    for (FunctionPattern& f : p.functions) Rebase(&f, 0, p.iteration_ms.size(), mean_us);
+    for (FunctionPattern& f : p.functions) Rebase(&f, 0, Divisor(p.iteration_ms.size()), mean_us);
   }
-  const size_t n_primary = p.iteration_ms.size();
   const size_t n_secondary = secondary.iteration_ms.size();
+  const double spread_over = SecondaryIterations(p, secondary);
   // The secondary's per-iteration values, moved onto the primary's iterations where the two
   // split the window alike (a window's torch trace leaves no warm-up out: summarizer.h).
   const std::vector<size_t> index_in_secondary = SecondaryIndexOfPrimary(p, secondary);
@@ -105,7 +124,7 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
   if (!p.has_gpu && secondary.has_gpu) {
     // The secondary's GPU figures are means over its own iterations: back to window totals,
     // then over the primary's.
-    const double scale = Divisor(n_secondary) / Divisor(n_primary);
+    const double scale = Divisor(n_secondary) / spread_over;
     p.has_gpu = true;
     p.gpu_busy_us = secondary.gpu_busy_us * scale;
     p.compute_us = secondary.compute_us * scale;
@@ -133,7 +152,7 @@ void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary) {
     if (python_covers_main && f.kind == trace::EventKind::kPythonFunction) continue;
     if (!keys.insert(f.Key()).second) continue;
     FunctionPattern& added = p.functions.emplace_back(f);
-    Rebase(&added, n_secondary, n_primary, mean_iter_us);
+    Rebase(&added, n_secondary, spread_over, mean_iter_us);
     if (!index_in_secondary.empty() && f.iter_us.size() == n_secondary) {
       added.iter_us.resize(index_in_secondary.size());
       for (size_t k = 0; k < index_in_secondary.size(); ++k)

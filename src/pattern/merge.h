@@ -1,6 +1,7 @@
 // Merges two summaries of one rank's one window: the Python tracer's trace (whose ProfilerStep
-// markers own the iterations) and torch.profiler's trace of the same window, written side by
-// side by the worker. The two profilers keep separate clocks, so nothing is aligned in time:
+// markers own the iterations) and torch.profiler's trace of the same window (or of its first
+// iterations), written side by side by the worker. The two profilers keep separate clocks, so
+// nothing is aligned in time:
 // the secondary trace's functions and GPU figures are re-based on the primary's iterations.
 // The secondary's CPU ops on the training thread are marked in_python when the primary's
 // Python frames cover that thread: their time is already in those frames' self times.
@@ -19,7 +20,10 @@ namespace perftracker::pattern {
 // as many iterations and SECONDARY kept every one PRIMARY did (a window's torch trace leaves no
 // warm-up out: Summarizer::LeaveWarmupIn), an added function's per-iteration values are moved
 // onto PRIMARY's iterations; otherwise they stay SECONDARY's own. read_stats are summed;
-// functions stay sorted by per_iter_us, descending.
+// functions stay sorted by per_iter_us, descending. A SECONDARY that spans a part of PRIMARY's
+// window (torch.profiler records a window's first iterations: base/window_defaults.h
+// kTorchProfilerIterations) keeps its own per-iteration means: its totals are spread over its
+// own iterations, or over as many of PRIMARY's as it spans when it found none.
 void MergeWindowSummary(RankSummary* primary, const RankSummary& secondary);
 
 }  // namespace perftracker::pattern

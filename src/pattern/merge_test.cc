@@ -182,6 +182,50 @@ TEST(MergeTest, GpuFiguresFromSecondaryWhenPrimaryHasNone) {
   EXPECT_EQ(p.process_groups[0].backend, "nccl");
 }
 
+TEST(MergeTest, SecondaryOfPartOfTheWindowKeepsItsOwnMeans) {
+  // The Python tracer's 10 iterations of 10 ms; torch.profiler recorded the first 4 of them
+  // (base/window_defaults.h kTorchProfilerIterations), 45 ms with its slower first one.
+  RankSummary p = Primary();
+  p.iteration_ms.assign(10, 10);
+  p.iteration_steps.clear();
+  p.window_ms = 100;
+  RankSummary part;
+  part.iteration_source = "optimizer";
+  part.iteration_ms = {15, 10, 10, 10};
+  part.window_ms = 45;
+  part.functions.push_back(Fn("gloo:all_reduce", EventKind::kCpuOp, 4, 8000, 4));
+  part.has_gpu = true;
+  part.gpu_busy_us = 6000;  // a mean over its 4 iterations
+  RankSummary merged = p;
+  MergeWindowSummary(&merged, part);
+  const FunctionPattern* ar = Find(merged, "gloo:all_reduce");
+  ASSERT_NE(ar, nullptr);
+  EXPECT_DOUBLE_EQ(ar->per_iter_us, 2000);  // over its 4 iterations, not the window's 10
+  EXPECT_DOUBLE_EQ(ar->calls_per_iter, 1);
+  EXPECT_EQ(ar->iter_us.size(), 4u);  // its own iterations' values (the window's first four)
+  EXPECT_DOUBLE_EQ(merged.gpu_busy_us, 6000);
+  EXPECT_THAT(merged.iteration_ms, testing::Each(10.0));  // the window's times stay the tracer's
+
+  // Without iterations of its own, a part spread over as many of the window's as it spans.
+  RankSummary whole = part;
+  whole.iteration_source = "window";
+  whole.whole_window = true;
+  whole.iteration_ms = {30};
+  whole.window_ms = 30;
+  whole.functions.back().iter_us = {6000};
+  RankSummary spread = p;
+  MergeWindowSummary(&spread, whole);
+  EXPECT_DOUBLE_EQ(Find(spread, "gloo:all_reduce")->per_iter_us, 8000.0 / 3);
+
+  // One spanning nearly the whole window recorded all of it: over the window's 10.
+  RankSummary all = part;
+  all.window_ms = 96;
+  RankSummary over_all = p;
+  MergeWindowSummary(&over_all, all);
+  EXPECT_DOUBLE_EQ(Find(over_all, "gloo:all_reduce")->per_iter_us, 800);
+  EXPECT_DOUBLE_EQ(over_all.gpu_busy_us, 2400);
+}
+
 TEST(MergeTest, PrimaryGpuFiguresWin) {
   RankSummary p = Primary();
   p.has_gpu = true;

@@ -140,6 +140,9 @@ EventDecision WindowControl::OnEvent(EventKind kind, int64_t now, ThreadId threa
         markers_.push_back({it.index, it.start_ns, it.end_ns});
         // The training thread holds the GIL here: the tree is its own.
         if (armed_tree != nullptr) armed_tree->SetIteration(static_cast<int32_t>(markers_.size()));
+        out.torch_done =
+            armed_tree != nullptr && !armed_sample_heap_ &&
+            markers_.size() == static_cast<size_t>(window_defaults::kTorchProfilerIterations);
       }
     }
     if (u.slowdown) {
@@ -163,6 +166,7 @@ EventDecision WindowControl::OnEvent(EventKind kind, int64_t now, ThreadId threa
               out.iteration - armed_at_iter_ >= armed_iterations_)) {
     out.action = WindowAction::kDisarm;
   }
+  if (out.action != WindowAction::kNone) out.torch_done = false;  // the end edge stops it
   return out;
 }
 

@@ -5,8 +5,9 @@
 // (PyEval_SetProfile) arms only the calling thread, so the training thread itself arms it at an
 // iteration start (worker/iteration_detector.h: a loader next() after a step, a step on a rank
 // without a DataLoader, a marker) once the requested iteration is reached: OnEvent says kArm and
-// the extension arms its tracer there (PrepareArm, then CommitArm). The window ends at the
-// iteration start after its iteration count, or at its time limit, or on Stop: OnEvent says
+// the extension arms its tracer there (PrepareArm, then CommitArm). torch.profiler records the
+// window's first iterations only: OnEvent says torch_done when they are done. The window ends at
+// the iteration start after its iteration count, or at its time limit, or on Stop: OnEvent says
 // kDisarm, or the profile callback sees Expired; the extension then calls FinishWindow, and the
 // end is reported once to the thread that armed it (TakeEndEdge), at its next event, before any
 // new window arms there, so that Python stops torch.profiler on that same thread.
@@ -71,6 +72,11 @@ enum class WindowAction {
 struct EventDecision {
   WindowAction action = WindowAction::kNone;
   int64_t iteration = 0;  // the detector's iteration number after the event
+  // The armed window's first window_defaults::kTorchProfilerIterations iterations are done, and
+  // it goes on: Python stops torch.profiler here (on the armed thread, which started it). Not
+  // for a window whose end is this same event, nor for a memory window (its profiler places
+  // the allocations of the whole window).
+  bool torch_done = false;
 };
 
 // stats()'s figures of the detector and the control, copied under the mutex.

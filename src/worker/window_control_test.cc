@@ -25,7 +25,8 @@ constexpr WindowControl::ThreadId kTrainer = 1, kHelper = 2;
 
 // The training thread as py/module.cc drives WindowControl: every event is a loader next()
 // ("D", an iteration start once learned) or an optimizer step ("O"), half an iteration apart; an
-// event's answer is the extension's 0, 1 (a window armed here) or 2 (a window's end reported).
+// event's answer is the extension's 0, 1 (a window armed here), 2 (a window's end reported) or 3
+// (torch.profiler's part of the armed window done).
 class Trainer {
  public:
   explicit Trainer(WindowControl* c, int64_t iteration_ns = 100 * kMs)
@@ -41,7 +42,8 @@ class Trainer {
       return 1;
     }
     if (d.action == WindowAction::kDisarm) Finish();
-    return c_->TakeEndEdge(thread) ? 2 : 0;
+    if (c_->TakeEndEdge(thread)) return 2;
+    return d.torch_done ? 3 : 0;
   }
   int Next(WindowControl::ThreadId thread = kTrainer) {
     return Event(EventKind::kLoaderNext, thread);
@@ -194,6 +196,39 @@ TEST_F(LearnedWindowControlTest, TheWindowEndsAfterItsIterationCount) {
   EXPECT_EQ(cells[0].iteration, 0);
   EXPECT_EQ(cells[1].iteration, 1);
   EXPECT_EQ(c.windows_done(), 1u);
+}
+
+// Where each answer but 0 came, by event position (two events an iteration: D, O).
+std::vector<std::pair<size_t, int>> Edges(const std::vector<int>& got) {
+  std::vector<std::pair<size_t, int>> out;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != 0) out.emplace_back(i, got[i]);
+  return out;
+}
+
+TEST_F(LearnedWindowControlTest, TorchProfilersPartEndsAfterItsIterations) {
+  constexpr size_t k = window_defaults::kTorchProfilerIterations;
+  constexpr size_t n = window_defaults::kIterations;
+  static_assert(k < n);
+  ASSERT_TRUE(c.Request(Request(n)));
+  // Armed at the first loader next(); torch.profiler's part done at the start of iteration k
+  // (k done), on the armed thread, once; the window's end at the start of iteration n.
+  const std::vector<std::pair<size_t, int>> want = {{0, 1}, {2 * k, 3}, {2 * n, 2}};
+  EXPECT_EQ(Edges(t.Iterations(n + 3)), want);
+}
+
+TEST_F(LearnedWindowControlTest, TorchProfilerRecordsAllOfAShortOrAMemoryWindow) {
+  constexpr size_t k = window_defaults::kTorchProfilerIterations;
+  // A window of k iterations ends where the part would: one edge, the end.
+  ASSERT_TRUE(c.Request(Request(k)));
+  const std::vector<std::pair<size_t, int>> short_window = {{0, 1}, {2 * k, 2}};
+  EXPECT_EQ(Edges(t.Iterations(k + 2)), short_window);
+  // A memory window's profiler places the allocations of all its iterations.
+  WindowRequest memory = Request(2 * k);
+  memory.sample_heap = true;
+  ASSERT_TRUE(c.Request(memory));
+  const std::vector<std::pair<size_t, int>> memory_window = {{0, 1}, {4 * k, 2}};
+  EXPECT_EQ(Edges(t.Iterations(2 * k + 2)), memory_window);
 }
 
 TEST_F(LearnedWindowControlTest, TheWindowEndsAtItsTimeLimit) {

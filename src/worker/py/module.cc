@@ -300,8 +300,9 @@ PyObject* WaitWriters(PyObject*, PyObject* arg) {
 
 // ---- detector entry points ----
 
-// Returns 0, or 1 when this call armed a window, 2 when it ended one (Python then starts or
-// stops torch.profiler on this same thread).
+// Returns 0, or 1 when this call armed a window, 2 when it ended one, 3 when the window goes on
+// but torch.profiler's part of it is done (EventDecision::torch_done). Python then starts or
+// stops torch.profiler on this same thread.
 int OnEvent(EventKind kind) {
   const int64_t now = SteadyNowNs();
   const WindowControl::ThreadId self = PyThread_get_thread_ident();
@@ -311,7 +312,8 @@ int OnEvent(EventKind kind) {
     return 1;
   }
   if (d.action == WindowAction::kDisarm) Disarm(now);
-  return g->control.TakeEndEdge(self) ? 2 : 0;
+  if (g->control.TakeEndEdge(self)) return 2;
+  return d.torch_done ? 3 : 0;
 }
 
 // A forked child (DataLoader workers, subprocess helpers) has this state but not the watchdog
@@ -624,9 +626,9 @@ PyObject* Disable(PyObject*, PyObject*) {
 PyMethodDef kMethods[] = {
     {"install", Install, METH_VARARGS, "install(config: dict = {}) -> bool"},
     {"uninstall", Uninstall, METH_NOARGS, "uninstall()"},
-    {"on_loader_next", OnLoaderNext, METH_NOARGS, "a DataLoader iterator's next(); 0/1/2"},
-    {"on_optimizer_step", OnOptimizerStep, METH_NOARGS, "an optimizer's step(); 0/1/2"},
-    {"on_marker", OnMarker, METH_NOARGS, "perftracker.step(): the end of an iteration; 0/1/2"},
+    {"on_loader_next", OnLoaderNext, METH_NOARGS, "a DataLoader iterator's next(); 0/1/2/3"},
+    {"on_optimizer_step", OnOptimizerStep, METH_NOARGS, "an optimizer's step(); 0/1/2/3"},
+    {"on_marker", OnMarker, METH_NOARGS, "perftracker.step(): the end of an iteration; 0/1/2/3"},
     {"gc_event", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(GcEvent)),
      METH_FASTCALL, "gc.callbacks entry: gc_event(phase, info=None); phase 'start'/'stop' or 0/1"},
     {"start_window", StartWindow, METH_VARARGS,
