@@ -69,6 +69,23 @@ float IterationSd(std::span<const float> iter_us) {
   return static_cast<float>(std::sqrt(sq / static_cast<double>(iter_us.size() - 1)));
 }
 
+// A function with fewer per-iteration values than its rank has iterations (a window's torch trace
+// records only its first few: base/window_defaults.h kTorchProfilerIterations) has a noisier
+// mean than the rank's own figures: its spread is scaled by sqrt(the rank's count / its own), so
+// that the peer comparison, which divides a spread by the rank's iteration count
+// (diagnose/peer_table.h NoiseZ), gets the standard error of the function's own mean. Unscaled, a
+// clean 4-rank job's rank 0 was named a straggler at 6.1 standard errors in aten::mm, whose 4
+// values (its torch trace's) held a few calls the shared host's scheduler had paused.
+void SpreadOverRankIterations(std::span<const FunctionView> fns, size_t rank_iterations,
+                              CompactFunction* out) {
+  for (size_t k = 0; k < fns.size(); ++k) {
+    const size_t n = fns[k].iter_us.size();
+    if (n >= 2 && n < rank_iterations)
+      out[k].iter_sd_us *= static_cast<float>(
+          std::sqrt(static_cast<double>(rank_iterations) / static_cast<double>(n)));
+  }
+}
+
 // The per-iteration times of C's collectives (C->collectives, filled): kept only where every
 // one of them has the same count of iterations (the window's steady ones).
 void KeepCollectiveIterations(std::span<const FunctionView> fns, CompactRank* c) {
@@ -330,6 +347,7 @@ void CompactJob::Add(RankSummary&& r, std::span<const FunctionView> functions,
                           std::string(f.input_dims)});
   }
   IterationSds(functions, c.compact.data());
+  SpreadOverRankIterations(functions, r.iteration_ms.size(), c.compact.data());
   KeepCollectiveIterations(functions, &c);
   c.role = PipelineStage(r);
   thread_local Prepared p;

@@ -48,7 +48,10 @@ struct CompactFunction {
   float mean_us = 0;
   float cv = 0;
   // Standard deviation of its time across the window's iterations (0: fewer than two): how
-  // much of a difference between ranks the iteration-to-iteration noise explains.
+  // much of a difference between ranks the iteration-to-iteration noise explains. Where it has
+  // values of fewer iterations than its rank (a window's torch trace: its first few), scaled by
+  // sqrt(the rank's count / its own), so that over the rank's count it gives its own mean's
+  // standard error (compact_job.cc SpreadOverRankIterations).
   float iter_sd_us = 0;
   uint32_t group = kNoGroup;  // collectives: the process group, an id of CompactJob::Group()
   bool main_thread = false;

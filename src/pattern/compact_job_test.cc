@@ -315,6 +315,32 @@ TEST(CompactJobTest, IterationSpreadIsTheOneAtATimeFormula) {
   }
 }
 
+// A function measured in fewer of the rank's iterations (a window's torch trace: its first 4 of
+// 10) has its spread scaled so that over the rank's 10 it gives its own 4 values' standard error.
+TEST(CompactJobTest, ASpreadOfFewerIterationsThanTheRanksIsScaledToItsOwnStandardError) {
+  RankSummary r = Rank(0, 1);
+  r.functions.clear();
+  r.iteration_ms.assign(10, 10);
+  FunctionPattern all = Fn("python", FunctionClass::kPython, 1);
+  all.iter_us = {1, 2, 3, 4, 5, 1, 2, 3, 4, 5};
+  FunctionPattern part = Fn("aten::mm", FunctionClass::kCompute, 1);
+  part.iter_us = {1, 3, 1, 3};  // standard deviation 2/sqrt(3)
+  r.functions = {all, part};
+  CompactJob job;
+  job.Add(r);
+  const CompactRank& c = job.ranks()[0];
+  ASSERT_EQ(c.compact.size(), 2u);
+  const float unscaled = static_cast<float>(2 / std::sqrt(3.0));
+  for (const CompactFunction& f : c.compact) {
+    if (f.name() == "aten::mm") {
+      EXPECT_FLOAT_EQ(f.iter_sd_us, unscaled * static_cast<float>(std::sqrt(10.0 / 4)));
+      EXPECT_FLOAT_EQ(f.iter_sd_us / std::sqrt(10.0f), unscaled / 2);  // its 4 values' error
+    } else {
+      EXPECT_FLOAT_EQ(f.iter_sd_us, static_cast<float>(std::sqrt(20.0 / 9)));  // as it was
+    }
+  }
+}
+
 // A job of summary files with a bad one: the same error as LoadJob (the first bad file).
 TEST(CompactJobTest, LoadCompactJobReportsABadFileAsLoadJobDoes) {
   namespace fs = std::filesystem;
