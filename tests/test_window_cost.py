@@ -42,6 +42,15 @@ print(json.dumps({"kineto": kineto, "writer": getattr(write, "func", write).__na
 """
 
 
+# The scripts' reader of a Chrome trace: the names of the events it holds.
+TRACE_OPS = r"""
+def ops(path):
+    with open(path) as f:
+        doc = json.load(f)
+    return sorted({e.get("name") for e in (doc if isinstance(doc, list) else doc["traceEvents"])
+                   if isinstance(e.get("name"), str)})
+"""
+
 # A window (WindowState's torch.profiler, started and ended as the training thread's edges do)
 # over batches of a DataLoader in the training process, then a profile of the same loop without
 # a window's silencing; prints the ops each trace holds.
@@ -57,11 +66,7 @@ data = torch.utils.data.TensorDataset(torch.randn(256, 8), torch.randint(0, 4, (
 def steps():
     for x, y in torch.utils.data.DataLoader(data, batch_size=32):
         m(x).sum().backward()
-def ops(path):
-    with open(path) as f:
-        doc = json.load(f)
-    return sorted({e.get("name") for e in (doc if isinstance(doc, list) else doc["traceEvents"])
-                   if isinstance(e.get("name"), str)})
+""" + TRACE_OPS + r"""
 sent = []
 ws = WindowState(Switch(), sent.append)
 ws.out = sys.argv[1]
@@ -86,11 +91,7 @@ PART_SCRIPT = r"""
 import json, os, sys, time, torch
 from perftracker.switch import Switch
 from perftracker.window import ARMED, ENDED, TORCH_DONE, WindowState
-def ops(path):
-    with open(path) as f:
-        doc = json.load(f)
-    return sorted({e.get("name") for e in (doc if isinstance(doc, list) else doc["traceEvents"])
-                   if isinstance(e.get("name"), str)})
+""" + TRACE_OPS + r"""
 sent = []
 ws = WindowState(Switch(), sent.append)
 ws.out = sys.argv[1]
