@@ -823,6 +823,36 @@ print("ok")
         self.assertEqual(p.stdout, "ok\n", p.stderr)
         self.assertIn("worker collector turned off", p.stderr)
 
+    def test_a_collector_turned_off_after_torch_profilers_part_drops_its_trace(self):
+        """torch.profiler stopped at its part's end (TORCH_DONE) waits for the window's end to be
+        written; a collector turning itself off before then drops it, unwritten."""
+        out = os.path.join(tempfile.mkdtemp(prefix="pt_off_part_"), "w.json")
+        p = subprocess.run([ptest.TORCH_PYTHON, "-c", f"""
+import os, time, torch
+from perftracker import hooks
+assert hooks.enable()
+windows = hooks._collector.windows
+w = hooks._collector.w
+for _ in range(20):
+    hooks.on_loader_next(); hooks.on_optimizer_step()
+assert w.start_window(50, 60.0, {out!r})
+hooks.on_loader_next()  # arms the window: torch.profiler starts
+assert windows.profiler is not None
+for _ in range(8):
+    hooks.on_optimizer_step(); hooks.on_loader_next()
+    if windows.profiler is None:
+        break
+assert windows.profiler is None and windows.export_due is not None, "no TORCH_DONE"
+hooks._turn_off(RuntimeError("test"))
+hooks.on_optimizer_step()
+assert not windows.holds_torch_trace()
+time.sleep(0.5)
+assert not os.path.exists({out!r} + ".torch.json")
+print("ok")
+"""], capture_output=True, text=True, env=env_with(PERFTRACKER_ENABLE="1"), timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout, "ok\n", p.stderr)
+
     def test_gc_is_charged_to_the_stack_that_triggered_it(self):
         out = os.path.join(tempfile.mkdtemp(prefix="pt_win_"), "rank-0.python.json")
         code = f"""

@@ -108,7 +108,7 @@ class RankMonitor:
         """A DataLoader next() (STEP False), an optimizer step() (True) or a marker (None) on the
         training thread: the C++ detector's edge, if any, opens or closes a window."""
         if self.switch.off:
-            if self.windows.profiler is not None or self.windows.export_due is not None:
+            if self.windows.holds_torch_trace():
                 self.windows.drop_profiler()
             return
         if self.train_tid is None:
@@ -171,9 +171,8 @@ class RankMonitor:
 
     def at_exit(self) -> None:
         try:
-            windows = self.windows
             if (self.w is not None and os.getpid() == self.pid
-                    and (windows.profiler is not None or windows.export_due is not None)
+                    and self.windows.holds_torch_trace()
                     and threading.get_ident() == self.train_tid):
                 # The job ends inside a window: stop the tracer and torch's profiler here, while
                 # the interpreter is whole (torch 2.13 crashes in its teardown with a profiler

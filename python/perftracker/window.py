@@ -26,7 +26,8 @@ from perftracker.switch import Switch
 # "torch": whether torch.profiler started for it}.
 WindowRecord = Dict[str, Any]
 
-# _worker's edge codes from on_loader_next / on_optimizer_step / on_marker.
+# _worker's edge codes from on_loader_next / on_optimizer_step / on_marker (EventEdge in
+# src/worker/window_control.h).
 ARMED = 1
 ENDED = 2
 # The window goes on, but torch.profiler's part of it is done: it records only a window's first
@@ -103,7 +104,7 @@ class WindowState:
         elif code in (TORCH_DONE, ENDED) and self.profiler is not None:
             self._end_profiler()
         if code == ENDED:
-            self._export_due()
+            self._start_due_export()
 
     def _start_profiler(self, torch: Any) -> None:
         rec = self.profiler_rec = self.rec
@@ -183,7 +184,12 @@ class WindowState:
         # torch 2.13), so that its iterations after torch.profiler's are the job's own.
         self.export_due = (write, out, window)
 
-    def _export_due(self) -> None:
+    def holds_torch_trace(self) -> bool:
+        """Whether torch.profiler runs, or its stopped trace waits for the window's end: what a
+        collector turning itself off, or a job ending inside a window, must drop."""
+        return self.profiler is not None or self.export_due is not None
+
+    def _start_due_export(self) -> None:
         due, self.export_due = self.export_due, None
         if due is not None:
             threading.Thread(target=self.export, args=due, daemon=True,

@@ -75,7 +75,8 @@ float IterationSd(std::span<const float> iter_us) {
 // that the peer comparison, which divides a spread by the rank's iteration count
 // (diagnose/peer_table.h NoiseZ), gets the standard error of the function's own mean. Unscaled, a
 // clean 4-rank job's rank 0 was named a straggler at 6.1 standard errors in aten::mm, whose 4
-// values (its torch trace's) held a few calls the shared host's scheduler had paused.
+// values (its torch trace's) held a few calls the shared host's scheduler had paused. Scaled
+// here rather than a count kept beside it: CompactFunction has no room left in its 40 bytes.
 void SpreadOverRankIterations(std::span<const FunctionView> fns, size_t rank_iterations,
                               CompactFunction* out) {
   for (size_t k = 0; k < fns.size(); ++k) {

@@ -69,6 +69,16 @@ enum class WindowAction {
   kArm,     // arm the requested window here (PrepareArm ... CommitArm)
   kDisarm,  // end the armed window here (FinishWindow)
 };
+// What the training thread's event answers Python (py/module.cc's on_loader_next,
+// on_optimizer_step, on_marker; python/perftracker/window.py names the same numbers ARMED, ENDED
+// and TORCH_DONE).
+enum EventEdge : int {
+  kNoEdge = 0,
+  kArmedEdge = 1,      // this event armed a window: Python starts torch.profiler
+  kEndedEdge = 2,      // a window this thread armed ended (TakeEndEdge): Python stops it
+  kTorchDoneEdge = 3,  // EventDecision::torch_done: Python stops torch.profiler, the window goes on
+};
+
 struct EventDecision {
   WindowAction action = WindowAction::kNone;
   int64_t iteration = 0;  // the detector's iteration number after the event

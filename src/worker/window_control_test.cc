@@ -25,8 +25,7 @@ constexpr WindowControl::ThreadId kTrainer = 1, kHelper = 2;
 
 // The training thread as py/module.cc drives WindowControl: every event is a loader next()
 // ("D", an iteration start once learned) or an optimizer step ("O"), half an iteration apart; an
-// event's answer is the extension's 0, 1 (a window armed here), 2 (a window's end reported) or 3
-// (torch.profiler's part of the armed window done).
+// event's answer is the extension's EventEdge.
 class Trainer {
  public:
   explicit Trainer(WindowControl* c, int64_t iteration_ns = 100 * kMs)
@@ -39,11 +38,11 @@ class Trainer {
     const EventDecision d = c_->OnEvent(kind, now_, thread, tree);
     if (d.action == WindowAction::kArm) {
       Arm(d.iteration, thread);
-      return 1;
+      return kArmedEdge;
     }
     if (d.action == WindowAction::kDisarm) Finish();
-    if (c_->TakeEndEdge(thread)) return 2;
-    return d.torch_done ? 3 : 0;
+    if (c_->TakeEndEdge(thread)) return kEndedEdge;
+    return d.torch_done ? kTorchDoneEdge : kNoEdge;
   }
   int Next(WindowControl::ThreadId thread = kTrainer) {
     return Event(EventKind::kLoaderNext, thread);

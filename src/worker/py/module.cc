@@ -300,20 +300,19 @@ PyObject* WaitWriters(PyObject*, PyObject* arg) {
 
 // ---- detector entry points ----
 
-// Returns 0, or 1 when this call armed a window, 2 when it ended one, 3 when the window goes on
-// but torch.profiler's part of it is done (EventDecision::torch_done). Python then starts or
-// stops torch.profiler on this same thread.
+// The event's EventEdge (worker/window_control.h): Python then starts or stops torch.profiler on
+// this same thread.
 int OnEvent(EventKind kind) {
   const int64_t now = SteadyNowNs();
   const WindowControl::ThreadId self = PyThread_get_thread_ident();
   const EventDecision d = g->control.OnEvent(kind, now, self, t_tree);
   if (d.action == WindowAction::kArm) {
     Arm(now, d.iteration);
-    return 1;
+    return kArmedEdge;
   }
   if (d.action == WindowAction::kDisarm) Disarm(now);
-  if (g->control.TakeEndEdge(self)) return 2;
-  return d.torch_done ? 3 : 0;
+  if (g->control.TakeEndEdge(self)) return kEndedEdge;
+  return d.torch_done ? kTorchDoneEdge : kNoEdge;
 }
 
 // A forked child (DataLoader workers, subprocess helpers) has this state but not the watchdog
