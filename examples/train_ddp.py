@@ -71,7 +71,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stop_file import STOP_CHECK_STEPS, StopFile  # noqa: E402
+from stop_file import STOP_CHECK_STEPS, StopFile, end_process  # noqa: E402
 
 
 SAWTOOTH_STEPS = 20  # --fault sawtooth: steps between two emptyings of its cache
@@ -525,4 +525,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())

@@ -23,7 +23,7 @@ step_sleep and times its steps with StepTimer, in the style of examples/train_dd
 It also holds what several scripts share: the residual MLP model (mlp_block, build_mlp), its flags
 (add_model_args), the per-replica DataLoader (replica_batches), the hand-written gradient average
 (allreduce_mean), the classifier training loop (train_classifier) and the end of a job
-(finish_job).
+(finish_job; end_process, examples/stop_file.py, ends its process).
 """
 import argparse
 import functools
@@ -34,7 +34,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from stop_file import STOP_CHECK_STEPS, StopFile  # noqa: E402
+from stop_file import STOP_CHECK_STEPS, StopFile, end_process  # noqa: E402,F401 (end_process: for the jobs)
 
 
 def process_age_s():

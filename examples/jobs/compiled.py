@@ -36,7 +36,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_model_args, build_mlp, job_parser, start_job, train_classifier  # noqa: E402
+from common import end_process, add_model_args, build_mlp, job_parser, start_job, train_classifier  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -81,3 +81,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()

@@ -23,7 +23,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import add_model_args, build_mlp, job_parser, start_job, train_classifier  # noqa: E402
+from common import end_process, add_model_args, build_mlp, job_parser, start_job, train_classifier  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -53,3 +53,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()

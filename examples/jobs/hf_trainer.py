@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import DistEnv, StepTimer, Straggler, finish_job, job_parser, step_sleep  # noqa: E402
+from common import end_process, DistEnv, StepTimer, Straggler, finish_job, job_parser, step_sleep  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -115,3 +115,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()

@@ -33,7 +33,7 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (Straggler, SyntheticClassification, add_model_args, finish_job,  # noqa: E402
+from common import (end_process, Straggler, SyntheticClassification, add_model_args, finish_job,  # noqa: E402
                     job_parser, mlp_block, start_job, step_sleep)
 
 
@@ -108,3 +108,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()

@@ -33,7 +33,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import start_job  # noqa: E402
+from common import end_process, start_job  # noqa: E402
 from pipeline_common import (STAGES, StageData, add_pipeline_model_args, build_stages, init_pipeline,  # noqa: E402
                              pipeline_parser, run_pipeline_steps)
 
@@ -85,3 +85,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()

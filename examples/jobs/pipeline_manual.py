@@ -31,7 +31,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import start_job  # noqa: E402
+from common import end_process, start_job  # noqa: E402
 from pipeline_common import (STAGES, StageData, add_pipeline_model_args, build_stages,  # noqa: E402
                              init_pipeline, pipeline_parser, run_pipeline_steps)  # pipeline.py's model and data
 
@@ -90,3 +90,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()

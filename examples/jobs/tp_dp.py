@@ -34,7 +34,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (add_model_args, allreduce_mean, build_mlp, job_parser, start_job,  # noqa: E402
+from common import (end_process, add_model_args, allreduce_mean, build_mlp, job_parser, start_job,  # noqa: E402
                     train_classifier)
 
 
@@ -85,3 +85,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    end_process()
