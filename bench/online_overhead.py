@@ -24,8 +24,9 @@ the run-level cost (total step time of the run against the plain run's).
 
 Shapes of the defaults runs (`--shape`, with --defaults-pairs): demo (train_ddp.py's MLP: a few
 large matrix multiplies a step), cnn (train_ddp.py --model cnn --loader-workers 2: convolutions and
-batch norm, DataLoader worker processes) and lm (examples/jobs/hf_trainer.py: a small Llama under
-the Hugging Face Trainer, many small ops a step; no --step-sleep-ms wait, transformers needed).
+batch norm, DataLoader worker processes), lm (examples/jobs/hf_trainer.py: a small Llama under
+the Hugging Face Trainer, many small ops a step; no --step-sleep-ms wait, transformers needed) and
+gpu (scripts/gpu-check.sh's GPU-bound model on CUDA, with --nproc 1: its check 7).
 Each window's lost time is also split: its first step (the profiler's start), its last (the
 stop, on the training thread) and the steps between (the tracer and profiler inflating them).
 
@@ -61,6 +62,11 @@ SHAPES = {
     "cnn": (TRAIN, ["--model", "cnn", "--loader-workers", "2"], True, "--iters"),
     "lm": (os.path.join(JOBS, "hf_trainer.py"), ["--step-sleep-ms", "0", "--print-every", "0"], False,
            "--steps"),
+    # scripts/gpu-check.sh's GPU-bound model (check 2's, without its fault): ~20 ms steps on an
+    # H200, a loader in worker processes; run it with --nproc 1 (ranks sharing one GPU over gloo
+    # copy every gradient through the CPU).
+    "gpu": (TRAIN, ["--device", "cuda", "--hidden", "8192", "--layers", "4", "--batch", "1024",
+                    "--loader-workers", "2"], True, "--iters"),
 }
 
 
@@ -68,8 +74,9 @@ def shape_commands(a, work, steps_n, times):
     """(plain command, the job's command under `perftracker run`) of --shape."""
     script, args, spawns, steps_flag = SHAPES[a.shape]
     job = [script, steps_flag, str(steps_n), "--times", times, *args, *work]
-    plain = ([a.python, job[0], "--nproc", "4", *job[1:]] if spawns else
-             [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", *job])
+    plain = ([a.python, job[0], "--nproc", str(a.nproc), *job[1:]] if spawns else
+             [a.python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(a.nproc),
+              *job])
     return plain, [a.python, *job]
 
 
@@ -100,6 +107,7 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), default="demo",
                     help="the job of the defaults runs (see above)")
     ap.add_argument("--python", default=PYTHON, help="the ranks' Python (its torch is used)")
+    ap.add_argument("--nproc", type=int, default=4, help="ranks of every job")
     ap.add_argument("--collective-calls", type=int, default=20000,
                     help="calls timed for the ring's cost per collective (0: skip)")
     a = ap.parse_args()
@@ -118,9 +126,9 @@ def main():
         order = ["plain", "online"] if i % 2 == 0 else ["online", "plain"]
         for which in order:
             if which == "plain":
-                run([PYTHON, TRAIN, "--nproc", "4", "--iters", str(a.iters), "--times", plain, *work])
+                run([PYTHON, TRAIN, "--nproc", str(a.nproc), "--iters", str(a.iters), "--times", plain, *work])
             else:
-                run([a.bin, "run", "--nproc", "4", "--report-dir", os.path.join(tmp, f"r{i}"),
+                run([a.bin, "run", "--nproc", str(a.nproc), "--report-dir", os.path.join(tmp, f"r{i}"),
                      "--baseline-window", "off", "--",
                      PYTHON, TRAIN, "--iters", str(a.iters), "--times", online, *work], env=quiet)
         mp, mo = statistics.median(steps(plain, a.skip)), statistics.median(steps(online, a.skip))
@@ -137,7 +145,7 @@ def main():
     for k in range(a.windows):
         report = os.path.join(tmp, f"window{k}")
         times = os.path.join(tmp, f"window{k}.json")
-        run([a.bin, "run", "--nproc", "4", "--report-dir", report, "--profile-at-iteration", "100",
+        run([a.bin, "run", "--nproc", str(a.nproc), "--report-dir", report, "--profile-at-iteration", "100",
              "--baseline-window", "off", "--", PYTHON, TRAIN, "--iters", str(a.iters), "--times", times, *work], env=quiet)
         with open(os.path.join(report, "traces", "window-1", "rank-0.python.json")) as f:
             doc = json.load(f)
@@ -260,7 +268,7 @@ def defaults_cost(a, work, tmp):
         for which in order:
             cmd, online_job = shape_commands(a, work, a.iters, plain if which == "plain" else online)
             if which == "online":
-                cmd = [a.bin, "run", "--nproc", "4", "--report-dir", report, "--", *online_job]
+                cmd = [a.bin, "run", "--nproc", str(a.nproc), "--report-dir", report, "--", *online_job]
             run(cmd, env=env)
         with open(plain) as f:
             tp = json.load(f)

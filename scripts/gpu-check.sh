@@ -22,7 +22,10 @@
 #      series PyTorch's allocated bytes, the allocator's reserved bytes in its evidence), named
 #      where the tensors are kept (train_step);
 #   6. CUDA out of memory on rank 0: rank_crash "out of GPU memory" with the allocator's figures,
-#      and its snapshot at the failure saved beside the report (REPORT/memory).
+#      and its snapshot at the failure saved beside the report (REPORT/memory);
+#   7. what a window costs the GPU job with every default (issue 38: at most one step):
+#      bench/online_overhead.py --shape gpu, one rank, two interleaved pairs of a plain run and a
+#      `perftracker run` (its baseline window), the iterations lost during and after each window.
 #
 # It installs nothing (the GPU machine may be offline): the build needs cmake, a C++20 compiler,
 # simdjson, fmt, CLI11, zlib, GoogleTest; gRPC/protobuf/SQLite for the online checks. Where the
@@ -137,4 +140,18 @@ check gpu-oom "$R6" 'any(f["category"] == "rank_crash" and "out of GPU memory" i
 # ... and the allocator's snapshot at the failure is saved beside the report, named in it, and
 # is what PyTorch's memory_viz reads (a pickled torch.cuda.memory._snapshot()).
 check gpu-oom-snapshot "$R6" 'any(f["category"] == "rank_crash" and os.path.isfile({**f.get("evidence_text", {}), **f.get("evidence", {})}.get("memory_snapshot", "")) and "segments" in __import__("pickle").load(open({**f.get("evidence_text", {}), **f.get("evidence", {})}["memory_snapshot"], "rb")) for f in d["findings"])'
+# 7. The window's cost on the GPU (issue 38): its iterations lost, during it and in the 20 steps
+# after, against the 20 before; two pairs, each run 1500 steps of ~20 ms (the baseline window
+# opens about 2 s after the warm-up, ~100 steps).
+timeout "$T" "$PY" bench/online_overhead.py --pairs 0 --windows 0 --collective-calls 0 --defaults-pairs 2 \
+  --shape gpu --nproc 1 --iters 1500 --python "$PY" --bin "$PT" >"$OUT/window-cost.log" 2>&1
+echo "exit $?" >>"$OUT/window-cost.log"
+lost=$(sed -n 's/^per window .*; median \([-0-9.]*\) iterations.*/\1/p' "$OUT/window-cost.log")
+grep "^pair\|^per window" "$OUT/window-cost.log" | tee -a "$OUT/summary.txt"
+if [ -n "$lost" ] && awk -v x="$lost" 'BEGIN { exit !(x <= 1.0) }'; then
+  log "window-cost: PASS (median $lost iterations a window)"
+else
+  log "window-cost: FAIL (median ${lost:-unmeasured} iterations a window; at most 1: $OUT/window-cost.log)"
+  status=1
+fi
 exit $status
