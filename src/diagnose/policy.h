@@ -50,14 +50,15 @@ namespace perftracker::diagnose::policy {
   X(kBackedUpRelative, 0.1, "share of the largest queue",                                          \
     "connections hold a tenth of the largest queue to count as backed up too")                     \
   X(kMinSignificance, 3.0, "standard errors",                                                      \
-    "a collective-time difference (a late arrival, a slow link) must exceed 3 standard errors "    \
+    "a collective-time difference (a late arrival) must exceed 3 standard errors "                 \
     "of the window's iteration-to-iteration noise, on top of its size gates: less is what noise "  \
     "does in 1 window of 100")                                                                     \
   X(kMinSignificanceTimingOnly, 4.0, "standard errors",                                            \
-    "a rank slower with equal calls must stand 4 standard errors out: a shared host's "            \
-    "scheduler slows one process for many iterations in a row, so the noise is underestimated "    \
-    "(measured: clean 4-rank jobs on 2 busy cores reached 3.1-3.2 at 6-7% of an iteration; "       \
-    "injected stragglers 8.5-14)")                                                                 \
+    "a rank slower with equal calls, or a link slower by its collective times alone, must stand "  \
+    "4 standard errors out: a shared host's scheduler slows one process for many iterations in a " \
+    "row, so the noise is underestimated (measured: clean 4-rank jobs on 2 busy cores reached "    \
+    "3.1-3.2 at 6-7% of an iteration, a clean Trainer job's all-reduce 3.7; injected stragglers "  \
+    "8.5-14)")                                                                                     \
   X(kGroupSimilarity, 0.85, "share of functions",                                                  \
     "ranks sharing 85% of their significant functions are peers (the same role)")                  \
   X(kMergeSimilarity, 0.75, "share of functions",                                                  \
