@@ -288,6 +288,7 @@ def defaults_cost(a, work, tmp):
     if per_window:
         iters = [(w[0] + w[1]) / w[2] for w in per_window]
         med = lambda k: statistics.median([w[k] for w in per_window])  # noqa: E731
+        # scripts/gpu-check.sh (check 7) reads "median N iterations" from this line.
         print(f"per window ({a.shape}, step {med(2):.1f} ms): median {med(0):.0f} ms lost during "
               f"(start step {med(3):.0f}, last step {med(4):.0f}), {med(1):.0f} ms after; median "
               f"{statistics.median(iters):.2f} iterations (max {max(iters):.2f}) over "

@@ -385,9 +385,7 @@ bool GroupAnalysis::CommunicationFinding(size_t i, std::vector<Finding>* out) co
     excess = std::max(excess, x.cmp.excess);
   }
   if (excess < CollectiveEffectUs(reference)) return false;
-  // Timing alone names the link, as it names a straggler without extra calls: the same bar
-  // (a clean 4-rank Trainer job on 2 busy cores: rank 1's all-reduce 25.9 ms/iter against 11.3
-  // on its peers at 3.7 standard errors, its torch figures of 4 iterations).
+  // Timing alone names the link, as it names a straggler: the same bar (policy.h says why).
   const double z = CollectiveZ(i, excess);
   if (z < policy::kMinSignificanceTimingOnly) return false;
   // Synchronous training ends every rank's iteration together, so a longer collective with
