@@ -703,6 +703,26 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
   return *rules;
 }
 
+void AddOwnCpuTime(const CauseInput& in, Finding* f) {
+  if (!IsHostExplainable(*f) || !(in.iteration_ms > 0)) return;
+  const int rank = f->ranks[0];
+  // CPU seconds per second of the window: the ranks' windows differ a little in length.
+  const auto rate = [](const std::map<std::string, double>& m) {
+    const double run = Get(m, "proc.run_s"), window = Get(m, "window.seconds");
+    return std::isnan(run) || !(window > 0) ? kNone : run / window;
+  };
+  auto it = in.metrics.find(rank);
+  if (it == in.metrics.end()) return;
+  const double own = rate(it->second);
+  std::vector<double> peers;
+  for (const auto& [r, m] : in.metrics)
+    if (r != rank && in.SamePeers(r, rank))
+      if (const double x = rate(m); !std::isnan(x)) peers.push_back(x);
+  if (std::isnan(own) || peers.empty()) return;
+  f->evidence["own_cpu_time_ms"] = own * in.iteration_ms;
+  f->evidence["peers_own_cpu_time_ms"] = internal::Median(peers) * in.iteration_ms;
+}
+
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
   if (!IsHostExplainable(*f)) return nullptr;
   for (const auto& rule : CauseRules())

@@ -161,6 +161,15 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules();
 // Returns the rule that fired, or nullptr.
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f);
 
+// On a finding of one rank from the peer comparison, the CPU time its process ran (all its
+// threads, from the scheduler's statistics: proc.run_s) per iteration against the median of its
+// role-true peers', as evidence (own_cpu_time_ms, peers_own_cpu_time_ms) for the cost bound's
+// own-work floors (cost_bound.h). The ops' own times are wall time: where ranks share cores they
+// hold whatever preemption fell inside them (measured: the same 7 matrix multiplies an iteration
+// took 0.9 to 3.2 ms on three peers), while CPU time counts only the work. Untouched without
+// the rank's and a peer's figures.
+void AddOwnCpuTime(const CauseInput& in, Finding* f);
+
 // A finding for every rank that its own cgroup quota throttles (CpuThrottledRule's evidence) and
 // that no finding of EXISTING names yet, when the time throttled per iteration reaches the
 // peer comparison's size gates (policy kMinAbsMs, kMinFraction). A quota slows all a rank does

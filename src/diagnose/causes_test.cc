@@ -705,6 +705,34 @@ TEST(RoleTruePeers, AStageIsNeverComparedWithAnotherStage) {
   EXPECT_FALSE(FindMoreWorkRanks(mixed, {}, {}).empty());
 }
 
+TEST(AddOwnCpuTime, TheRanksCpuTimeAgainstItsRolesPeers) {
+  pattern::CompactJob job;
+  const std::vector<pattern::CompactRank> ranks = PipelineJob(&job);
+  RankMetrics m;
+  // CPU seconds in windows of different lengths: rank 2 ran 0.2 CPU s per s, rank 0 (its
+  // stage's peer) 0.12; ranks 1 and 3, the other stage, 0.5 (they would raise the median).
+  const double run[] = {0.3, 1.25, 0.4, 1.25}, window[] = {2.5, 2.5, 2.0, 2.5};
+  for (int r = 0; r < 4; ++r) {
+    m[r]["proc.run_s"] = run[r];
+    m[r]["window.seconds"] = window[r];
+  }
+  const std::vector<int> groups = {0, 1, 0, 1};
+  const CauseInput in{m, 50, ranks, groups};
+  Finding f = Straggler();
+  AddOwnCpuTime(in, &f);
+  EXPECT_NEAR(f.evidence.at("own_cpu_time_ms"), 10, 1e-9);
+  EXPECT_NEAR(f.evidence.at("peers_own_cpu_time_ms"), 6, 1e-9);
+  // No peer with the figure, or a finding of every rank: nothing added.
+  m.erase(0);
+  Finding alone = Straggler();
+  AddOwnCpuTime(in, &alone);
+  EXPECT_FALSE(alone.evidence.count("own_cpu_time_ms"));
+  Finding all = Straggler();
+  all.finding_class = FindingClass::kAll;
+  AddOwnCpuTime(CauseInput{BusyHost(), 50}, &all);
+  EXPECT_FALSE(all.evidence.count("own_cpu_time_ms"));
+}
+
 TEST(RoleTruePeers, ACollectivesLargerInputsAreNoMoreWork) {
   // Only the all-reduce differs (another stage's parameters, its time mostly waiting): compared
   // with every rank, as a job whose roles nothing tells apart is, no rank does more work.

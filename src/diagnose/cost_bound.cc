@@ -37,11 +37,13 @@ bool PeersWaitForItsExcess(Category c) {
   return c == Category::kStraggler || c == Category::kMoreWork || c == Category::kCpuContention;
 }
 
-// The peer comparison's own-work totals (rank, its peers' median), as evidence keys.
+// The own-work totals (rank, its peers' median), as evidence keys: the peer comparison's, and
+// the process's CPU time from the window's metrics (AddOwnCpuTime, diagnose/causes.h).
 constexpr std::pair<const char*, const char*> kOwnWorkTotals[] = {
     {"own_work_ms", "peers_own_work_ms"},
     {"own_op_work_ms", "peers_own_op_work_ms"},
     {"own_gpu_work_ms", "peers_own_gpu_work_ms"},
+    {"own_cpu_time_ms", "peers_own_cpu_time_ms"},
 };
 
 double Evidence(const Finding& f, const char* key) {

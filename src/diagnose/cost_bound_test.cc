@@ -133,6 +133,29 @@ TEST(CostBound, TheLargestOwnWorkTotalBoundsTheCost) {
   EXPECT_TRUE(frames_only.findings.empty());
 }
 
+TEST(CostBound, TheProcessCpuTimeBoundsTheCostWhereOpsHoldPreemption) {
+  // Recorded (CI, 4 DDP ranks on 2 cores, torchrun's restarted attempt): rank 2 runs 8 extra
+  // matrix multiplies a step (4.9 ms/iter, none on its peers); its ops' wall time matched its
+  // peers' (6.37 vs 6.36 ms: the peers' ops held preemption) and the finding was dropped, while
+  // its process ran 12.0 ms of CPU an iteration against its peers' 7.3.
+  Finding f = MoreWork(2, 4.9, 63.87, 63.76);
+  f.category = Category::kStraggler;
+  f.evidence["own_op_work_ms"] = 6.37;
+  f.evidence["peers_own_op_work_ms"] = 6.36;
+  Diagnosis ops_only;
+  ops_only.findings = {f};
+  BoundCosts({61.8, std::nullopt, {}, std::nullopt}, &ops_only);
+  EXPECT_TRUE(ops_only.findings.empty());
+  f.evidence["own_cpu_time_ms"] = 12.0;
+  f.evidence["peers_own_cpu_time_ms"] = 7.3;
+  EXPECT_NEAR(*OwnWorkExcessMs(f), 4.7, 1e-9);
+  Diagnosis d;
+  d.findings = {f};
+  BoundCosts({61.8, std::nullopt, {}, std::nullopt}, &d);
+  ASSERT_EQ(d.findings.size(), 1u);
+  EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, 4.9);
+}
+
 TEST(CostBound, FindingsAreRankedByTheirBoundedCost) {
   Diagnosis d;
   Finding loader;

@@ -184,8 +184,10 @@ void AddMetricFindings(const RankMetrics& metrics, const std::vector<pattern::Co
   if (d->peer_group.size() != ranks.size())
     d->peer_group = PeerGroupOf(internal::PeerGroups(ranks), ranks.size());
   const CauseInput in{metrics, d->job.iteration_ms_median, ranks, d->peer_group};
-  for (Finding& f : d->findings)
+  for (Finding& f : d->findings) {
+    AddOwnCpuTime(in, &f);
     if (!ExplainRankFinding(in, &f)) ExplainLoaderHandOff(in, &f);
+  }
   std::map<int, std::string> hosts;
   for (const pattern::CompactRank& r : ranks) hosts[r.rank] = r.host;
   for (Finding& f : FindThrottledRanks(in, hosts, d->findings)) d->findings.push_back(std::move(f));
