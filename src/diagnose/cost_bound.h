@@ -4,12 +4,12 @@
 // time on a rank of another role is mostly waiting, a profiled window's functions are inflated by
 // the profiler. The bound is what was lost:
 // - the iteration itself: no problem costs more than the whole step;
-// - a rank that computes more (straggler, more work) or is held back by the scheduler
-//   (cpu_contention): its own work's excess over its peers' (what
-//   they wait for it), the largest of the own-work totals (the peer comparison's own_work_ms,
-//   own_op_work_ms, own_gpu_work_ms, and the process's CPU time own_cpu_time_ms, against their
-//   peers_ figures): each is a floor, as a Python frame's self time also holds waits no op
-//   names, and the ops' wall time on a shared host holds preemption, unlike CPU time;
+// - a rank that computes more (straggler, more work), is held back by the scheduler
+//   (cpu_contention) or waits longer for its data (data_loader): its own work's excess over its
+//   peers' (what they wait for it), the largest of the own-work totals (the peer comparison's
+//   own_work_ms, own_op_work_ms, own_gpu_work_ms, and the process's CPU time own_cpu_time_ms,
+//   against their peers_ figures): each is a floor, as a Python frame's self time also holds
+//   waits no op names, and the ops' wall time on a shared host holds preemption, unlike CPU time;
 // - when the job slowed down from its healthy rate (diagnose/healthy_rate.h), a problem that the
 //   clean baseline window did not name: the iteration's rise since then;
 // - a change since the baseline window (diagnose/since_baseline.h): the job's unprofiled rise

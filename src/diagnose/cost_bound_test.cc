@@ -156,6 +156,34 @@ TEST(CostBound, TheProcessCpuTimeBoundsTheCostWhereOpsHoldPreemption) {
   EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, 4.9);
 }
 
+TEST(CostBound, ASlowerLoaderCostsItsOwnExcessAtMost) {
+  // Recorded (test_torchrun, two nodes on one busy 2-core host): rank 1's DataLoader took 5.3
+  // ms/iter more than its peers' while its ops and CPU time exceeded theirs by 1.6 and 0.3 ms and
+  // its peers waited no longer for it; it was ranked above the real straggler (5.35 ms).
+  Finding noise = MoreWork(1, 5.34, 66.72, 67.34);
+  noise.category = Category::kDataLoader;
+  noise.finding_class = FindingClass::kSubset;
+  noise.evidence["own_op_work_ms"] = 8.87;
+  noise.evidence["peers_own_op_work_ms"] = 7.28;
+  noise.evidence["own_cpu_time_ms"] = 8.28;
+  noise.evidence["peers_own_cpu_time_ms"] = 8.03;
+  // A loader 12 ms slower (test_online_run): its wait is in the ops' total (the DataLoader's
+  // annotation), 12.1 ms over its peers'.
+  Finding slow = MoreWork(1, 12.38, 58.29, 58.14);
+  slow.category = Category::kDataLoader;
+  slow.finding_class = FindingClass::kSubset;
+  slow.evidence["own_op_work_ms"] = 16.69;
+  slow.evidence["peers_own_op_work_ms"] = 4.63;
+  Diagnosis d;
+  d.findings = {noise, slow};
+  BoundCosts({65.5, std::nullopt, {}, std::nullopt}, &d);
+  ASSERT_EQ(d.findings.size(), 1u);
+  EXPECT_DOUBLE_EQ(d.findings[0].impact_ms, 12.38);
+  ASSERT_EQ(d.job.notes.size(), 1u);
+  EXPECT_NE(d.job.notes[0].find("exceeds its peers' by 1.6 ms"), std::string::npos)
+      << d.job.notes[0];
+}
+
 TEST(CostBound, FindingsAreRankedByTheirBoundedCost) {
   Diagnosis d;
   Finding loader;
