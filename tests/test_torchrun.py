@@ -28,8 +28,9 @@ TORCHRUN = os.path.join(os.path.dirname(ptest.TORCH_PYTHON), "torchrun")
 # The DDP job of tests/job_shapes.py, long enough on a loaded 2-core machine that the baseline
 # window (it opens once every rank is past its warm-up, about 35 steps in, and starts 2 s later)
 # is diagnosed well before the job ends; the straggler's 8 extra matrix multiplies a step cost
-# it about 15% of a 65 ms step (3 were 5-7%: at the 5% the diagnosis reports from, on a shared
-# machine, a run sometimes named nobody).
+# it 3.4-5.4 ms of CPU time over its peers' in a 60-70 ms step (measured over 12 windows; the
+# finding's figure 3.7-13.7 ms), 3 were too few: at the 5% the diagnosis reports from, on a shared
+# machine, a run sometimes named nobody.
 STEPS = ["--step-sleep-ms", "40", "--fault-work", "8"]
 TIMEOUT_S = 600
 
