@@ -6,6 +6,9 @@
 // runs them in order, and the first whose evidence holds rewrites the finding's category, cause,
 // summary and advice, keeping the functions timing named.
 //
+// The same metrics give a rank's own work as CPU time (AddOwnCpuTime), a floor the cost bound
+// reads beside the peer comparison's wall-time totals.
+//
 // What a busy host alone says is not evidence against one rank: every rank of a host shares
 // its CPUs. A rank is starved only when the scheduler makes it wait markedly more per second of
 // its own CPU than its peers, or its cgroup's quota throttles it and not them.
