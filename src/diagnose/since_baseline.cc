@@ -344,6 +344,28 @@ bool InBaselineSample(int rank, int world) {
   return rank % stride == 0;
 }
 
+namespace {
+
+// The note of a window slower than the baseline where no profiled function or OS figure
+// changed. A rank the window names slow (SLOW) is what changed, its peers waiting for it: said
+// so, not "nothing", beside the finding that names it.
+std::string NothingElseChangedNote(double now_ms, double base_ms, const std::string& base_name,
+                                   const std::set<int>& slow, const std::string& os_text) {
+  const std::string head = fmt::format("the iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms)",
+                                       now_ms, now_ms / base_ms, base_name, base_ms);
+  const std::string os = os_text.empty() ? "" : ", and " + os_text;
+  if (slow.empty())
+    return fmt::format("{}, and nothing measurable changed since: no profiled function{}", head,
+                       os);
+  return fmt::format(
+      "{}: the {} named in this window ({}) account{} for it, and nothing else measurable changed "
+      "since: no other profiled function{}",
+      head, slow.size() == 1 ? "rank" : "ranks", fmt::join(slow, ", "), slow.size() == 1 ? "s" : "",
+      os);
+}
+
+}  // namespace
+
 SinceBaselineResult SinceBaseline(const Baseline& base,
                                   const std::vector<pattern::RankSummary>& now,
                                   const pattern::RankMetrics& now_metrics,
@@ -454,15 +476,10 @@ SinceBaselineResult SinceBaseline(const Baseline& base,
                 "rank's inputs grew; not named as a finding",
                 fmt::join(host_speed, ", "), os.text);
   if (out.empty() && !os.category) {
-    result.note =
-        drift.empty()
-            ? fmt::format(
-                  "the iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms), and nothing measurable "
-                  "changed since: no profiled function{}",
-                  now_ms, now_ms / base_ms, base_name, base_ms,
-                  os.text.empty() ? "" : ", and " + os.text)
-            : fmt::format("the iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms); {}", now_ms,
-                          now_ms / base_ms, base_name, base_ms, drift);
+    result.note = drift.empty()
+                      ? NothingElseChangedNote(now_ms, base_ms, base_name, slow, os.text)
+                      : fmt::format("the iteration takes {:.1f} ms, {:.2f}x {} ({:.1f} ms); {}",
+                                    now_ms, now_ms / base_ms, base_name, base_ms, drift);
     if (rate) result.note += "; " + rate->Describe();
     return result;
   }

@@ -125,6 +125,24 @@ TEST(SinceBaselineTest, SlowerWithNothingMeasurableChangedIsANote) {
   EXPECT_NE(r.note.find("nothing the OS reports changed"), std::string::npos) << r.note;
 }
 
+TEST(SinceBaselineTest, ASlowRankTheWindowNamesIsWhatChanged) {
+  // Recorded (test_os_causes, a busy process on rank 1's core): the window named rank 1 denied
+  // the CPU, and its note said "nothing measurable changed since" beside it.
+  Finding contended;
+  contended.finding_class = FindingClass::kSubset;
+  contended.category = Category::kCpuContention;
+  contended.ranks = {1};
+  contended.impact_ms = 18.2;
+  const SinceBaselineResult r =
+      SinceBaseline(MakeBaseline(), Job(20, 39), Metrics(0, 1.0), {contended});
+  EXPECT_TRUE(r.findings.empty()) << r.findings[0].summary;
+  EXPECT_NE(r.note.find("the rank named in this window (1) accounts for it, and nothing else "
+                        "measurable changed since: no other profiled function"),
+            std::string::npos)
+      << r.note;
+  EXPECT_EQ(r.note.find("and nothing measurable"), std::string::npos) << r.note;
+}
+
 TEST(SinceBaselineTest, ACallCountThatMovedAtNoCostIsNoRegression) {
   // Recorded on torch 1.13 (a clean job, the window slower on a busy host): the sampler's
   // __iter__ generator "called 0.1 instead of 6.4 times per iteration", 0.0005 -> 0.007 ms.
