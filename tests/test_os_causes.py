@@ -161,14 +161,14 @@ class OsJobs:
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="pt_os_")
 
-    def job(self, name, *train_args, nproc=4, run_out=False, on_stop=None):
+    def job(self, name, *train_args, nproc=4, run_out=False, on_stop=None, opened_after=0):
         """({window id: its findings}, the job's output for messages). A job with a fault ends once
-        the first window that began at or after the fault's start is diagnosed, unless RUN_OUT
-        (ON_STOP is called then: ptest.run_until_diagnosed)."""
+        the first window that began at or after the fault's start (plus OPENED_AFTER iterations)
+        is diagnosed, unless RUN_OUT (ON_STOP is called then: ptest.run_until_diagnosed)."""
         report = os.path.join(self.tmp, name)
         until = None
         if not run_out and "--fault-start" in train_args:
-            until = int(train_args[train_args.index("--fault-start") + 1])
+            until = int(train_args[train_args.index("--fault-start") + 1]) + opened_after
         p = run_job(report, list(train_args), nproc=nproc, until=until, on_stop=on_stop)
         out = f"--- stdout\n{p.stdout[-6000:]}\n--- stderr\n{p.stderr[-6000:]}"
         self.assertEqual(p.returncode, 0, out)
@@ -388,8 +388,14 @@ class OsCauses(OsJobs, unittest.TestCase):
         # Two ranks bound to a core each; from iteration 300 a busy process runs on rank 1's. No
         # step wait: the ranks are CPU-bound (hidden 1024: ~25 ms steps), so the competitor
         # halves rank 1's CPU and rank 0 waits for it in DDP's all-reduce.
+        # The job ends once a window that opened after the fault is diagnosed: one that began 70
+        # iterations after it (a window starts 2 s after it opens, 60-70 of these steps before the
+        # fault). A window that opened before the fault and began just after it (CI: the VM's
+        # drift opened one at ~250 that began at 307) measures the OS from its command on, over
+        # its lead, mostly before the fault, and names nothing; the worker's trigger then opens
+        # another (1.5x the drift's trigger level is past the cooldown's escalation).
         ws, out = self.job("contention", "--iters", "700", "--hidden", "1024", "--fault", "cpu-contention",
-                           "--fault-rank", "1", "--fault-start", "300", nproc=2)
+                           "--fault-rank", "1", "--fault-start", "300", nproc=2, opened_after=70)
         later = [f for w, fs in ws.items() if w > min(ws) for f in fs] if ws else []
         self.assertTrue(later, "no finding after the baseline window\n" + out)
         f = later[0]
