@@ -656,6 +656,12 @@ TEST(FindSlowLoaderWorkers, NamesARankThePeerComparisonMissed) {
   Finding named = Straggler();
   named.ranks = {1};
   EXPECT_TRUE(FindSlowLoaderWorkers(j.In(), {}, {named}).empty());
+  // An all-rank finding that lists it (the batches' hand-off on ranks 0,1,3) is not its own.
+  Finding shared = Straggler();
+  shared.finding_class = FindingClass::kAll;
+  shared.category = Category::kDataLoader;
+  shared.ranks = {0, 1, 3};
+  EXPECT_EQ(FindSlowLoaderWorkers(j.In(), {}, {shared}).size(), 1u);
 }
 
 // A 2-stage x 2 pipeline: ranks 0 and 2 are stage 0, 1 and 3 stage 1. Stage 0's FUNCTIONS run
