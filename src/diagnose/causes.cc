@@ -706,21 +706,20 @@ const std::vector<std::unique_ptr<CauseRule>>& CauseRules() {
 void AddOwnCpuTime(const CauseInput& in, Finding* f) {
   if (!IsHostExplainable(*f) || !(in.iteration_ms > 0)) return;
   const int rank = f->ranks[0];
-  // CPU seconds per second of the window: the ranks' windows differ a little in length.
-  const auto rate = [](const std::map<std::string, double>& m) {
-    const double run = Get(m, "proc.run_s"), window = Get(m, "window.seconds");
-    return std::isnan(run) || !(window > 0) ? kNone : run / window;
+  // Per iteration of the window's median: the ranks' windows differ a little in length.
+  const auto cpu_ms = [&in](const std::map<std::string, double>& m) {
+    return PerIterationMs(m, Get(m, "proc.run_s"), in.iteration_ms);
   };
   auto it = in.metrics.find(rank);
   if (it == in.metrics.end()) return;
-  const double own = rate(it->second);
+  const double own = cpu_ms(it->second);
   std::vector<double> peers;
   for (const auto& [r, m] : in.metrics)
     if (r != rank && in.SamePeers(r, rank))
-      if (const double x = rate(m); !std::isnan(x)) peers.push_back(x);
+      if (const double x = cpu_ms(m); !std::isnan(x)) peers.push_back(x);
   if (std::isnan(own) || peers.empty()) return;
-  f->evidence["own_cpu_time_ms"] = own * in.iteration_ms;
-  f->evidence["peers_own_cpu_time_ms"] = internal::Median(peers) * in.iteration_ms;
+  f->evidence["own_cpu_time_ms"] = own;
+  f->evidence["peers_own_cpu_time_ms"] = internal::Median(peers);
 }
 
 const CauseRule* ExplainRankFinding(const CauseInput& in, Finding* f) {
