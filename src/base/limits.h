@@ -53,6 +53,11 @@ inline constexpr size_t kMaxFlightRecorderSetExpanded = 256u << 20;
 // ~250,000; 4M of them is 256 MB at most, whatever the file's opcodes ask for.
 inline constexpr size_t kMaxPickleNodes = 1u << 22;
 
+// Events a trace may make `perftracker show`'s critical path keep (pattern/rank_critical_path.h;
+// ~64 bytes each): a real GPU trace of ten steps holds 50,000-500,000 of the CPU ops, CUDA calls
+// and kernels it keeps; 2M of them is 128 MB at most, and a trace past it gets no path, noted.
+inline constexpr size_t kMaxCriticalPathEvents = 1u << 21;
+
 // Trace JSON (trace/): the deepest nesting accepted, far past any trace, bounds the scanner's
 // bracket stack on a hostile file; a quote followed by more whitespace than the lookahead is
 // taken to end its string (the repair of unescaped quotes looks no further).

@@ -357,20 +357,46 @@ int RunSummarize(const std::vector<std::string>& traces, const std::string& out)
   return 0;
 }
 
+// The critical path (pattern/rank_critical_path.h) of each rank of JOB read from a trace file
+// (not a summary: the path needs the events), through its steady iterations.
+// The trace is read a second time: `show` is a person's command, and the summarizer keeps no
+// events.
+pt::StatusOr<pt::report::RankPaths> RankCriticalPaths(
+    const std::vector<pt::pattern::RankSummary>& job) {
+  // How many functions on the path a rank's line names.
+  constexpr size_t kPathFunctionsShown = 3;
+  pt::report::RankPaths out;
+  for (const pt::pattern::RankSummary& r : job) {
+    std::error_code ec;
+    if (pt::pattern::HasSummaryExtension(r.source) ||
+        !std::filesystem::is_regular_file(r.source, ec) ||
+        pt::pattern::LooksLikeSummaryFile(r.source))
+      continue;
+    auto p = pt::pattern::TraceCriticalPath(r.source, r.iteration_steps, kPathFunctionsShown);
+    if (!p.ok()) return p.status();
+    out[r.rank] = std::move(*p);
+  }
+  return out;
+}
+
 // Prints what a rank's behaviour patterns hold: the top functions by time per iteration.
 int RunShow(const std::vector<std::string>& paths, int top, const std::string& json_path) {
   if (pt::Status st = OutputIsNotAnInput(json_path, paths); !st.ok()) return Fail(st);
   auto job = pt::pattern::LoadJob(paths);
   if (!job.ok()) return Fail(job.status());
+  auto critical = RankCriticalPaths(*job);
+  if (!critical.ok()) return Fail(critical.status());
   pt::PutSafe(pt::report::BreakdownTable(*job), stdout);
   if (!json_path.empty()) {
-    pt::Status st = pt::report::WriteTextFile(json_path, pt::report::BreakdownJson(*job));
+    pt::Status st =
+        pt::report::WriteTextFile(json_path, pt::report::BreakdownJson(*job, *critical));
     if (!st.ok()) return Fail(st);
   }
   for (const pt::pattern::RankSummary& r : *job) {
     for (const std::string& note : pt::pattern::SteadyStateNotes(r))
       pt::PutSafe(fmt::format("note: rank {}: {}\n", r.rank, note), stdout);
   }
+  pt::PutSafe(pt::report::CriticalPathLines(*critical), stdout);
   std::printf("\n");
   for (const pt::pattern::RankSummary& r : *job) {
     pt::PutSafe(fmt::format("rank {} ({}): {} iterations from {}, mean {:.2f} ms, {} functions\n",

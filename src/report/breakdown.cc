@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/json_writer.h"
 #include "base/units.h"
 
@@ -14,9 +16,27 @@ int Count(const pattern::RankSummary& r, pattern::ExcludedIteration::Reason reas
   return n;
 }
 
+void PathJson(const pattern::RankCriticalPath& p, JsonWriter* w) {
+  const double n = std::max(1, p.iterations);
+  w->Key("critical_path").BeginObject();
+  w->Key("iterations").Int(p.iterations);
+  w->Key("steps").BeginArray();
+  for (int64_t s : p.steps) w->Int(s);
+  w->EndArray();
+  w->Key("ms").Number(p.MeanMs());
+  for (size_t b = 0; b < pattern::kPathBounds; ++b)
+    w->Key(pattern::PathBoundOf(static_cast<pattern::PathBound>(b)).key)
+        .Number(UsToMs(p.bound_us[b] / n));
+  w->Key("top").BeginArray();
+  for (const pattern::PathFunction& f : p.top)
+    w->BeginObject().Key("name").String(f.name).Key("ms").Number(UsToMs(f.us / n)).EndObject();
+  w->EndArray();
+  w->EndObject();
+}
+
 }  // namespace
 
-std::string BreakdownJson(const std::vector<pattern::RankSummary>& ranks) {
+std::string BreakdownJson(const std::vector<pattern::RankSummary>& ranks, const RankPaths& paths) {
   JsonWriter w(1);
   w.BeginObject().Key("schema").String(kBreakdownSchema).Key("ranks").BeginObject();
   for (const pattern::RankSummary& r : ranks) {
@@ -40,6 +60,8 @@ std::string BreakdownJson(const std::vector<pattern::RankSummary>& ranks) {
       w.Key("pre_profiler_ms").Number(UsToMs(r.pre_profiler_gpu_us));
       w.EndObject();
     }
+    if (auto p = paths.find(r.rank); p != paths.end() && p->second.iterations > 0)
+      PathJson(p->second, &w);
     w.EndObject();
   }
   w.EndObject().EndObject();
@@ -65,6 +87,40 @@ std::string BreakdownTable(const std::vector<pattern::RankSummary>& ranks) {
     out += "\n";
   }
   out += "ms per steady-state iteration; GPU work charged to the step that launched it\n";
+  return out;
+}
+
+std::string CriticalPathLines(const RankPaths& paths) {
+  std::string out;
+  for (const auto& [rank, p] : paths) {
+    if (p.too_many_events) {
+      out += fmt::format("rank {}: no critical path: the trace holds more events than it keeps\n",
+                         rank);
+      continue;
+    }
+    if (p.iterations == 0) continue;
+    out += fmt::format("rank {}: critical path {:.2f} ms per iteration ({} analysed):", rank,
+                       p.MeanMs(), p.iterations);
+    const char* sep = " ";
+    for (size_t b = 0; b < pattern::kPathBounds; ++b) {
+      const double share = p.Share(static_cast<pattern::PathBound>(b));
+      if (share < 0.0005) continue;
+      out +=
+          fmt::format("{}{} {:.1f}%", sep,
+                      pattern::PathBoundOf(static_cast<pattern::PathBound>(b)).text, 100 * share);
+      sep = ", ";
+    }
+    const double n = std::max(1, p.iterations);
+    sep = "; most on it: ";
+    for (const pattern::PathFunction& f : p.top) {
+      out += fmt::format("{}{} {:.2f} ms", sep, f.name, UsToMs(f.us / n));
+      sep = ", ";
+    }
+    if (p.negative_edges > 0)
+      out += fmt::format(" ({} edges whose events' times ran backwards weighed nothing)",
+                         p.negative_edges);
+    out += "\n";
+  }
   return out;
 }
 

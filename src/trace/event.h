@@ -49,6 +49,11 @@ struct Event {
   int64_t python_id = -1;
   int64_t python_parent_id = -1;
 
+  // A cuda_sync "Stream Wait Event" / "Event Sync": the stream its CUDA event was recorded on
+  // and that cudaEventRecord's correlation ("wait_on_stream", "wait_on_cuda_event_record_corr_id").
+  int32_t wait_on_stream = -1;
+  int64_t wait_on_record_correlation = -1;
+
   // Collective args (Kineto "Collective name", "In msg nelems", "Out msg nelems", "dtype",
   // "Group size", "Process Group Ranks", "Process Group Name"); empty / -1 when absent.
   std::string_view collective_name;

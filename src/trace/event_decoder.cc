@@ -550,6 +550,13 @@ class EventDecoder {
         case 's':
           if (KeyIs(k, "stream") && ReadInt(v, &i)) ev->stream = static_cast<int32_t>(i);
           break;
+        case 'w':
+          if (KeyIs(k, "wait_on_stream")) {
+            if (ReadInt(v, &i)) ev->wait_on_stream = static_cast<int32_t>(i);
+          } else if (KeyIs(k, "wait_on_cuda_event_record_corr_id")) {
+            if (ReadInt(v, &i)) ev->wait_on_record_correlation = i;
+          }
+          break;
         case 'd':
           if (KeyIs(k, "device")) {
             if (ReadInt(v, &i)) ev->device = static_cast<int32_t>(i);
