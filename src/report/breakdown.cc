@@ -117,8 +117,8 @@ std::string CriticalPathLines(const RankPaths& paths) {
       sep = ", ";
     }
     if (p.negative_edges > 0)
-      out += fmt::format(" ({} edges whose events' times ran backwards weighed nothing)",
-                         p.negative_edges);
+      out += fmt::format(" ({} edge{} whose events' times ran backwards weighed nothing)",
+                         p.negative_edges, p.negative_edges == 1 ? "" : "s");
     out += "\n";
   }
   return out;

@@ -11,6 +11,7 @@
 #include "base/median.h"
 #include "diagnose/diagnose.h"
 #include "diagnose/hang.h"
+#include "diagnose/policy.h"
 #include "diagnose/what_if.h"
 #include "report/html_charts.h"
 #include "report/report.h"
@@ -179,6 +180,30 @@ std::string FindingCard(int index, const Finding& f, const Diagnosis& d, const C
     out += "</tbody></table></details>";
   }
   return out + "</section>";
+}
+
+// The findings at a glance, in the diagnosis's order (the replay's saving first): what each
+// rule claims an iteration, what the what-if replay says fixing it gives (diagnose/what_if.h)
+// and the iteration without it; a claim over kWhatIfOverclaim times the replay's is marked.
+std::string FindingsTable(const Diagnosis& d) {
+  if (d.findings.size() < 2) return "";
+  std::string out =
+      "<table class=\"kv findings\"><thead><tr><th>#</th><th>finding</th><th>ranks</th>"
+      "<th>rule's cost</th><th>what if fixed</th><th>iteration without it</th></tr></thead>"
+      "<tbody>";
+  int i = 0;
+  for (const Finding& f : d.findings) {
+    const bool replayed = f.what_if_ms >= 0;
+    const bool over = replayed && f.impact_ms > diagnose::policy::kWhatIfOverclaim * f.what_if_ms;
+    out += fmt::format(
+        "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "</tr>",
+        over ? "bad" : "", ++i, Escape(diagnose::CategoryName(f.category)),
+        Escape(diagnose::RankList(f.ranks)), f.impact_ms > 0 ? Ms(f.impact_ms) : "-",
+        replayed ? Ms(f.what_if_ms) + (over ? " (the rule claims more)" : "") : "not replayed",
+        replayed && f.what_if_iteration_ms >= 0 ? Ms(f.what_if_iteration_ms) : "-");
+  }
+  return out + "</tbody></table>";
 }
 
 std::string WaitTable(const std::vector<WaitGroup>& waits) {
@@ -367,6 +392,7 @@ std::string RenderHtml(const HtmlInput& in) {
         "thresholds.</h3><p class=\"note\">Every rank was compared with its peers and with the "
         "patterns a healthy job shows.</p></section>";
   }
+  out += FindingsTable(d);
   int i = 0;
   for (const Finding& f : d.findings) out += FindingCard(++i, f, d, job);
   out += WaitTable(in.waits);

@@ -249,6 +249,37 @@ TEST(HtmlTest, WithoutPatternsOnlyTheCardsAndANote) {
   EXPECT_EQ(page.find("<svg"), std::string::npos);
 }
 
+TEST(HtmlTest, TheFindingsTableSetsEachRulesCostBesideTheReplays) {
+  diagnose::Diagnosis d;
+  d.job.world_size = 4;
+  d.job.ranks = {0, 1, 2, 3};
+  diagnose::Finding straggler;
+  straggler.category = diagnose::Category::kStraggler;
+  straggler.ranks = {2};
+  straggler.impact_ms = 30;  // twice the replay's saving: over kWhatIfOverclaim
+  straggler.what_if_ms = 15;
+  straggler.what_if_iteration_ms = 85;
+  diagnose::Finding gc;
+  gc.category = diagnose::Category::kGc;
+  gc.ranks = {0, 1, 2, 3};
+  gc.impact_ms = 4;
+  d.findings = {straggler, gc};
+  HtmlInput in;
+  in.diagnosis = &d;
+  const std::string page = RenderHtml(in);
+  EXPECT_NE(page.find("<th>rule's cost</th><th>what if fixed</th><th>iteration without it</th>"),
+            std::string::npos);
+  EXPECT_NE(page.find("<tr class=\"bad\"><td>1</td><td>straggler</td><td>2</td><td>30.0 ms</td>"
+                      "<td>15.0 ms (the rule claims more)</td><td>85.0 ms</td></tr>"),
+            std::string::npos);
+  EXPECT_NE(page.find("<tr class=\"\"><td>2</td><td>gc</td><td>0-3</td><td>4.0 ms</td>"
+                      "<td>not replayed</td><td>-</td></tr>"),
+            std::string::npos);
+  // One finding: its card says it all, no table.
+  d.findings.pop_back();
+  EXPECT_EQ(RenderHtml(in).find("<th>rule's cost</th>"), std::string::npos);
+}
+
 TEST(HtmlTest, AHangGroupsTheRanksByWhereTheyStand) {
   std::vector<pattern::RankStacks> stacks;
   for (int r = 0; r < 4; ++r) {
