@@ -1,11 +1,14 @@
 #include "pattern/rank_critical_path.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <unordered_map>
 #include <utility>
 
 #include "base/limits.h"
+#include "base/python_window_format.h"
 #include "trace/reader.h"
 
 namespace perftracker::pattern {
@@ -155,9 +158,12 @@ struct Edge {
 // One iteration's graph: nodes 2i (start) and 2i+1 (end) of its i-th event.
 class IterationGraph {
  public:
+  // REMOVED: the name id of a function whose calls, what they call and the GPU work they launch
+  // take no time (HTA's way of simulating a change: the edges reweighed, the path recomputed);
+  // kNone for none.
   IterationGraph(const std::vector<Kept>& ev, const TraceIndex& index,
-                 const std::unordered_map<int64_t, int64_t>& tid_map)
-      : ev_(ev), index_(index), tid_map_(tid_map) {}
+                 const std::unordered_map<int64_t, int64_t>& tid_map, uint32_t removed)
+      : ev_(ev), index_(index), tid_map_(tid_map), removed_name_(removed) {}
 
   // Builds the graph of the events launched in [begin, end] and adds its longest path to OUT,
   // with each op edge's time to BY_NAME.
@@ -178,12 +184,22 @@ class IterationGraph {
     return node % 2 ? k.end : k.ts;
   }
   bool Has(uint32_t global) const { return global != kNone && local_.count(global) > 0; }
+  bool Removed(uint32_t global) const { return removed_[local_.at(global)]; }
+  // Marks G removed: the function asked for, or inside (launched by) a removed call PARENT.
+  void MarkRemoved(uint32_t g, uint32_t parent) {
+    removed_[local_.at(g)] = (removed_name_ != kNone && ev_[g].name == removed_name_) ||
+                             (parent != kNone && Removed(parent));
+  }
 
   void AddEdge(uint32_t from, uint32_t to, EdgeKind kind, uint32_t event, bool weightless) {
     if (from == to) return;
     double w = 0;
     if (!weightless && kind != EdgeKind::kDependency && kind != EdgeKind::kSync)
       w = TimeOf(to) - TimeOf(from);
+    // A removed call's own time, and the wait for a removed kernel's launch or its stream.
+    if ((kind == EdgeKind::kOp && event != kNone && Removed(event)) ||
+        ((kind == EdgeKind::kLaunch || kind == EdgeKind::kGap) && removed_[to / 2]))
+      w = 0;
     edges_.push_back({from, to, w, kind, event});
   }
 
@@ -206,6 +222,7 @@ class IterationGraph {
       local_[i] = static_cast<uint32_t>(members_.size());
       members_.push_back(i);
     }
+    removed_.assign(members_.size(), false);
   }
 
   // Each thread's calls in call-stack order (HTA's depth-first walk of its call stacks).
@@ -235,6 +252,7 @@ class IterationGraph {
         while (!open.empty() &&
                (ev_[open.back()].end <= ev_[g].ts || ev_[g].end > ev_[open.back()].end))
           close();
+        MarkRemoved(g, open.empty() ? kNone : open.back());
         if (last != kNone && !SharesLock(last, Start(g))) {
           if (open.empty())
             AddEdge(last, Start(g), EdgeKind::kDependency, kNone, true);
@@ -300,6 +318,7 @@ class IterationGraph {
         Synchronise(g, launch, last, &waits_for);
         continue;
       }
+      MarkRemoved(g, launch);
       AddEdge(Start(g), End(g), EdgeKind::kOp, g, false);
       uint32_t wait = kNone;
       if (auto w = waits_for.find(g); w != waits_for.end()) {
@@ -416,8 +435,10 @@ class IterationGraph {
   const std::vector<Kept>& ev_;
   const TraceIndex& index_;
   const std::unordered_map<int64_t, int64_t>& tid_map_;
+  const uint32_t removed_name_;
   std::vector<uint32_t> members_;                 // local index -> trace event
   std::unordered_map<uint32_t, uint32_t> local_;  // trace event -> local index
+  std::vector<bool> removed_;                     // local index -> taken out (MarkRemoved)
   std::vector<Edge> edges_;
 };
 
@@ -492,7 +513,12 @@ void CriticalPathSink::OnEvent(const trace::Event& e) {
   events_.push_back(k);
 }
 
-RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, size_t top) const {
+bool CriticalPathSink::Holds(std::string_view function) const {
+  return ids_.Find(function) != nullptr;
+}
+
+RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, size_t top,
+                                           std::string_view removed) const {
   RankCriticalPath out;
   out.too_many_events = overflowed_;
   if (overflowed_ || events_.empty()) return out;
@@ -501,7 +527,8 @@ RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, si
   if (forward_tids_.size() == 1 && backward_tids_.size() == 1 &&
       forward_tids_[0] != backward_tids_[0])
     tid_map[backward_tids_[0]] = forward_tids_[0];
-  IterationGraph graph(events_, index, tid_map);
+  const StringIdMap::Entry* gone = removed.empty() ? nullptr : ids_.Find(removed);
+  IterationGraph graph(events_, index, tid_map, gone ? gone->id : kNone);
   std::unordered_map<uint32_t, double> by_name;
   if (steps_.empty()) {
     double begin = std::numeric_limits<double>::max(), end = std::numeric_limits<double>::lowest();
@@ -528,12 +555,31 @@ RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, si
   return out;
 }
 
+bool IsPythonWindowFile(const std::string& path) {
+  char head[96] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(head, sizeof head);
+  return python_window::LooksLikePythonWindow(
+      std::string_view(head, static_cast<size_t>(in.gcount())));
+}
+
 StatusOr<RankCriticalPath> TraceCriticalPath(const std::string& path,
                                              const std::vector<int64_t>& steps, size_t top) {
+  std::string events = path;
+  if (IsPythonWindowFile(path)) {
+    // An online window's rank: the Python tracer's aggregates hold no events; its torch
+    // profiler's trace beside it (window.py names it so) does.
+    events = path + ".torch.json";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(events, ec)) return RankCriticalPath{};
+  }
   CriticalPathSink sink;
-  StatusOr<trace::ReadStats> read = trace::ReadTrace(path, &sink);
+  StatusOr<trace::ReadStats> read = trace::ReadTrace(events, &sink);
   if (!read.ok()) return read.status();
-  return sink.Compute(steps, top);
+  RankCriticalPath p = sink.Compute(steps, top);
+  // Steps the trace does not number as STEPS (a window's Python tracer numbers its own): all.
+  if (p.iterations == 0 && !steps.empty()) p = sink.Compute({}, top);
+  return p;
 }
 
 }  // namespace perftracker::pattern

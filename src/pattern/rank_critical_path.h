@@ -97,8 +97,14 @@ class CriticalPathSink : public trace::EventSink {
   bool overflowed() const { return overflowed_; }
 
   // The path through each iteration whose ProfilerStep number is in STEPS (empty: every
-  // ProfilerStep, or the whole trace when it has none), summed; TOP functions named.
-  RankCriticalPath Compute(const std::vector<int64_t>& steps, size_t top) const;
+  // ProfilerStep, or the whole trace when it has none), summed; TOP functions named. With
+  // REMOVED, the path as it would run without that function (a CPU op, CUDA call or kernel, by
+  // name): its calls, what they call and the GPU work they launch take no time, everything else
+  // keeps its own (HTA's simulation of a change); the path may then run elsewhere.
+  RankCriticalPath Compute(const std::vector<int64_t>& steps, size_t top,
+                           std::string_view removed = {}) const;
+  // Whether the trace has a kept event named FUNCTION.
+  bool Holds(std::string_view function) const;
 
   // Kept events, in trace order (their index is the node order's tie-break, as HTA's).
   enum class Kind : uint8_t { kCpu, kGpu, kSync };
@@ -133,8 +139,14 @@ class CriticalPathSink : public trace::EventSink {
   std::vector<int64_t> forward_tids_, backward_tids_;
 };
 
-// The path through the trace file PATH's iterations STEPS (as CriticalPathSink::Compute). Errors
-// are the reader's.
+// Whether PATH is a Python tracer's window file (aggregates, no events:
+// base/python_window_format.h).
+bool IsPythonWindowFile(const std::string& path);
+
+// The path through the trace file PATH's iterations STEPS (as CriticalPathSink::Compute); for an
+// online window's Python tracer file, through its torch trace beside it (none where there is
+// none); through all its ProfilerSteps where none is numbered as in STEPS. Errors are the
+// reader's.
 StatusOr<RankCriticalPath> TraceCriticalPath(const std::string& path,
                                              const std::vector<int64_t>& steps, size_t top);
 

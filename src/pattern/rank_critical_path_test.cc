@@ -57,7 +57,11 @@ class Trace {
     return *this;
   }
 
-  RankCriticalPath Path(const std::vector<int64_t>& steps = {}) {
+  RankCriticalPath Path(const std::vector<int64_t>& steps = {}) { return Sink().Compute(steps, 3); }
+  // The path without the function REMOVED.
+  RankCriticalPath Without(const std::string& removed) { return Sink().Compute({}, 3, removed); }
+
+  CriticalPathSink Sink() {
     CriticalPathSink sink;
     sink.OnBegin(meta_);
     for (size_t i = 0; i < events_.size(); ++i) {
@@ -65,7 +69,7 @@ class Trace {
       e.name = names_[i];
       sink.OnEvent(e);
     }
-    return sink.Compute(steps, 3);
+    return sink;
   }
 
  private:
@@ -112,6 +116,52 @@ TEST(RankCriticalPath, AGpuBoundStepRunsThroughItsLaunchKernelsAndSync) {
   EXPECT_DOUBLE_EQ(Us(p, PathBound::kKernelGap), 0.5);
   EXPECT_DOUBLE_EQ(Us(p, PathBound::kCpu), 0);
   EXPECT_EQ(p.top[0].name, "k1");
+}
+
+// The GPU-bound step above, with a CPU op between the launches that the path does not cross.
+Trace GpuBoundStep() {
+  Trace t;
+  t.Step(1, 0, 250)
+      .Runtime("cudaLaunchKernel", 0, 5, 1)
+      .Kernel("k1", 20, 90, 1)
+      .Cpu("aten::add", 12, 5)
+      .Runtime("cudaLaunchKernel", 25, 5, 2)
+      .Kernel("k2", 110.5, 89.5, 2)
+      .Runtime("cudaDeviceSynchronize", 30, 180, 3)
+      .Sync("Context Sync", 30, 180, 3);
+  return t;
+}
+
+TEST(RankCriticalPath, RemovingAKernelOnThePathTakesItsTimeAndItsWaitOff) {
+  Trace t = GpuBoundStep();
+  EXPECT_DOUBLE_EQ(t.Path().path_us, 200);
+  // k2 gone, and the 0.5 us it waited for k1: the path ends with k1.
+  EXPECT_DOUBLE_EQ(t.Without("k2").path_us, 110);
+  EXPECT_TRUE(t.Sink().Holds("k2"));
+  EXPECT_FALSE(t.Sink().Holds("k3"));
+}
+
+TEST(RankCriticalPath, RemovingWorkOffThePathGivesNothing) {
+  Trace t = GpuBoundStep();
+  EXPECT_DOUBLE_EQ(t.Without("aten::add").path_us, 200);
+  EXPECT_DOUBLE_EQ(t.Without("no such function").path_us, 200);
+}
+
+TEST(RankCriticalPath, RemovingAnOpRemovesWhatItCallsAndTheKernelsItLaunches) {
+  // aten::mm launches k, and the CPU waits for it in cudaDeviceSynchronize: all of the step is
+  // aten::mm's (2 us of its own, 18 us of launch, 80 us of kernel), and without it nothing is left.
+  Trace t;
+  t.Step(1, 0, 150)
+      .Cpu("aten::mm", 0, 10)
+      .Runtime("cudaLaunchKernel", 2, 1, 1)
+      .Kernel("k", 20, 80, 1)
+      .Runtime("cudaDeviceSynchronize", 10, 100, 2)
+      .Sync("Context Sync", 10, 100, 2);
+  const RankCriticalPath before = t.Path();
+  EXPECT_DOUBLE_EQ(before.path_us, 100);
+  EXPECT_DOUBLE_EQ(t.Without("aten::mm").path_us, 0);
+  // Without k the CPU side is the path: aten::mm's own 9 us and its launch call's 1.
+  EXPECT_DOUBLE_EQ(t.Without("k").path_us, 10);
 }
 
 TEST(RankCriticalPath, ABlockingCallsWaitIsNotCpuTime) {
