@@ -446,4 +446,12 @@ StatusOr<RankSummary> SummarizePythonWindow(const std::string& path) {
   return Parser(path).Summarize(file);
 }
 
+bool IsPythonWindowFile(const std::string& path) {
+  char head[96] = {};
+  std::ifstream in(path, std::ios::binary);
+  in.read(head, sizeof head);
+  return python_window::LooksLikePythonWindow(
+      std::string_view(head, static_cast<size_t>(in.gcount())));
+}
+
 }  // namespace perftracker::pattern

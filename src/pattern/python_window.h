@@ -77,6 +77,10 @@ inline constexpr char kPythonHeapOp[] = "Python objects";
 // The window's patterns. The rank comes from the file name (rank-3.python.json) unless the
 // caller sets it.
 StatusOr<RankSummary> SummarizePythonWindow(const std::string& path);
+
+// Whether the file at PATH starts as a Python tracer's window file does (aggregates, not an event
+// trace: base/python_window_format.h); false for a file that cannot be read.
+bool IsPythonWindowFile(const std::string& path);
 StatusOr<RankSummary> SummarizePythonWindowBuffer(std::string_view json, const std::string& name);
 
 }  // namespace perftracker::pattern

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <unordered_map>
 #include <utility>
 
 #include "base/limits.h"
-#include "base/python_window_format.h"
+#include "pattern/python_window.h"
 #include "trace/reader.h"
 
 namespace perftracker::pattern {
@@ -553,14 +552,6 @@ RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, si
   for (size_t i = 0; i < ranked.size() && i < top; ++i)
     out.top.push_back({names_[ranked[i].second], ranked[i].first});
   return out;
-}
-
-bool IsPythonWindowFile(const std::string& path) {
-  char head[96] = {};
-  std::ifstream in(path, std::ios::binary);
-  in.read(head, sizeof head);
-  return python_window::LooksLikePythonWindow(
-      std::string_view(head, static_cast<size_t>(in.gcount())));
 }
 
 StatusOr<RankCriticalPath> TraceCriticalPath(const std::string& path,

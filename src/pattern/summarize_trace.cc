@@ -1,8 +1,5 @@
 // Kept apart from summarizer.cc so code that only pushes events (tests, the online path) does
 // not pull in the trace reader.
-#include <fstream>
-
-#include "base/python_window_format.h"
 #include "pattern/python_window.h"
 #include "pattern/summarizer.h"
 #include "trace/reader.h"
@@ -12,11 +9,7 @@ namespace perftracker::pattern {
 StatusOr<RankSummary> SummarizeTrace(const std::string& path, const trace::ReadOptions& options,
                                      bool merged) {
   // The Python tracer's window files are aggregates, not event traces: their own reader.
-  char head[96] = {};
-  std::ifstream in(path, std::ios::binary);
-  in.read(head, sizeof head);
-  if (python_window::LooksLikePythonWindow(
-          std::string_view(head, static_cast<size_t>(in.gcount())))) {
+  if (IsPythonWindowFile(path)) {
     auto s = SummarizePythonWindow(path);
     if (s.ok() && options.rank_override >= 0) s->rank = options.rank_override;
     return s;

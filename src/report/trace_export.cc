@@ -13,7 +13,6 @@
 #include <set>
 
 #include "base/json_writer.h"
-#include "base/python_window_format.h"
 #include "base/units.h"
 #include "pattern/python_window.h"
 #include "trace/reader.h"
@@ -345,14 +344,6 @@ Status ExportPythonWindow(const std::string& path, Exporter* ex) {
   return Status::Ok();
 }
 
-bool IsPythonWindowFile(const std::string& path) {
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rbe"), std::fclose);
-  if (!f) return false;
-  char head[256];
-  const size_t n = std::fread(head, 1, sizeof(head), f.get());
-  return python_window::LooksLikePythonWindow(std::string_view(head, n));
-}
-
 }  // namespace
 
 StatusOr<ExportStats> ExportTrace(const std::vector<std::string>& files, const std::string& out,
@@ -368,7 +359,7 @@ StatusOr<ExportStats> ExportTrace(const std::vector<std::string>& files, const s
   for (size_t i = 0; i < files.size(); ++i) {
     ex.StartFile(files[i], static_cast<int>(i));
     Status st = Status::Ok();
-    if (IsPythonWindowFile(files[i])) {
+    if (pattern::IsPythonWindowFile(files[i])) {
       st = ExportPythonWindow(files[i], &ex);
     } else if (auto read = trace::ReadTrace(files[i], &ex); !read.ok()) {
       st = read.status();
