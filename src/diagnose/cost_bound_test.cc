@@ -184,6 +184,43 @@ TEST(CostBound, ASlowerLoaderCostsItsOwnExcessAtMost) {
       << d.job.notes[0];
 }
 
+TEST(CostBound, ARankNobodyWaitsForCostsNothing) {
+  // Recorded (CI, a clean 4-rank job on 2 cores, its second window): "rank 0 is a straggler:
+  // aten::mm takes 9.2 ms/iter vs 1.6 ms on its peers; the job loses 7.6 ms/iter", while its
+  // iteration and CPU time matched its peers', they waited no longer for it, and it arrived at the
+  // collectives first (it waited the longest there).
+  Finding f = MoreWork(0, 7.6, 25.2078, 25.2146);
+  f.category = Category::kStraggler;
+  f.finding_class = FindingClass::kSubset;
+  f.evidence["own_op_work_ms"] = 13.43;
+  f.evidence["peers_own_op_work_ms"] = 9.31;
+  f.evidence["own_cpu_time_ms"] = 7.70;
+  f.evidence["peers_own_cpu_time_ms"] = 7.82;
+  f.evidence["peers_extra_collective_wait_ms"] = 0;
+  Diagnosis d;
+  d.job.iteration_ms_median = 21.35;
+  d.arrivals.replayable = true;
+  for (int r = 0; r < 4; ++r) d.arrivals.ranks.push_back({r, 0, r == 0 ? 9.0 : 5.0, true});
+  const Diagnosis before = d;
+  d.findings = {f};
+  BoundCosts({21.35, 3.3, {}, std::nullopt}, &d);
+  EXPECT_TRUE(d.findings.empty());
+  ASSERT_EQ(d.job.notes.size(), 1u);
+  EXPECT_NE(d.job.notes[0].find("its peers wait no longer for it"), std::string::npos)
+      << d.job.notes[0];
+  // A rank that runs more CPU than its peers, or that its peers wait for, is kept.
+  Finding computes = f;
+  computes.evidence["own_cpu_time_ms"] = 12.0;
+  Finding waited_for = f;
+  waited_for.evidence["peers_extra_collective_wait_ms"] = 3.1;
+  for (const Finding& g : {computes, waited_for}) {
+    Diagnosis kept = before;
+    kept.findings = {g};
+    BoundCosts({21.35, 3.3, {}, std::nullopt}, &kept);
+    EXPECT_EQ(kept.findings.size(), 1u);
+  }
+}
+
 TEST(CostBound, FindingsAreRankedByTheirBoundedCost) {
   Diagnosis d;
   Finding loader;
