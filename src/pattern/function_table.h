@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -36,7 +37,13 @@ class Interner {
  public:
   Interner() { Intern(""); }
   Interner(const Interner&) = delete;  // the map holds views of the deque's strings
+  Interner(Interner&&) = default;      // a moved deque keeps its elements where they are
   uint32_t Intern(std::string_view s);
+  // S's id, or nullopt where S was never interned.
+  std::optional<uint32_t> Find(std::string_view s) const {
+    const StringIdMap::Entry* e = map_.Find(s);
+    return e ? std::optional<uint32_t>(e->id) : std::nullopt;
+  }
   const std::string& Get(uint32_t id) const { return strings_[id]; }
   size_t size() const { return strings_.size(); }
 

@@ -448,10 +448,14 @@ const PathBoundInfo& PathBoundOf(PathBound bound) {
 }
 
 uint32_t CriticalPathSink::Intern(std::string_view name) {
-  if (const StringIdMap::Entry* found = ids_.Find(name)) return found->id;
-  // The map views the stored copy (the deque keeps it in place), not the reader's buffer.
-  names_.emplace_back(name);
-  return ids_.Insert(names_.back(), static_cast<uint32_t>(names_.size() - 1));
+  const uint32_t id = names_.Intern(name);
+  if (id == traits_.size()) {
+    traits_.push_back({OneOf(kBlockingCalls, name), OneOf(kLockingCalls, name),
+                       OneOf(kQueueingCalls, name), IsCommKernel(name),
+                       name.find("forward") != std::string_view::npos,
+                       name.find("autograd") != std::string_view::npos});
+  }
+  return id;
 }
 
 void CriticalPathSink::OnBegin(const trace::TraceMeta& meta) {
@@ -462,7 +466,13 @@ void CriticalPathSink::OnBegin(const trace::TraceMeta& meta) {
 void CriticalPathSink::OnEvent(const trace::Event& e) {
   using trace::EventKind;
   const int64_t thread = e.tid ^ (e.pid << 32);  // a thread of one process
-  if (e.kind == EventKind::kCpuOp || e.kind == EventKind::kUserAnnotation) {
+  if (e.kind == EventKind::kCpuOp && e.dur_us > 0) {
+    const NameTraits& t = traits_[Intern(e.name)];  // kept below: its name is needed anyway
+    if (t.forward) NoteTid(&forward_tids_, thread);
+    if (t.autograd) NoteTid(&backward_tids_, thread);
+  } else if (e.kind == EventKind::kCpuOp || e.kind == EventKind::kUserAnnotation) {
+    // Not interned: annotations are mostly one of a kind (ProfilerStep#N), and an op without
+    // duration is not kept.
     if (e.name.find("forward") != std::string_view::npos) NoteTid(&forward_tids_, thread);
     if (e.name.find("autograd") != std::string_view::npos) NoteTid(&backward_tids_, thread);
   }
@@ -503,17 +513,18 @@ void CriticalPathSink::OnEvent(const trace::Event& e) {
   k.stream = e.stream;
   k.wait_stream = e.wait_on_stream;
   k.name = Intern(e.name);
+  const NameTraits& t = traits_[k.name];
   if (k.kind == Kind::kCpu) {
-    k.blocking = OneOf(kBlockingCalls, e.name);
-    k.locking = OneOf(kLockingCalls, e.name);
-    k.queues = OneOf(kQueueingCalls, e.name);
+    k.blocking = t.blocking;
+    k.locking = t.locking;
+    k.queues = t.queues;
   }
-  if (k.kind == Kind::kGpu) k.comm = IsCommKernel(e.name);
+  if (k.kind == Kind::kGpu) k.comm = t.comm;
   events_.push_back(k);
 }
 
 bool CriticalPathSink::Holds(std::string_view function) const {
-  return ids_.Find(function) != nullptr;
+  return names_.Find(function).has_value();
 }
 
 RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, size_t top,
@@ -526,8 +537,8 @@ RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, si
   if (forward_tids_.size() == 1 && backward_tids_.size() == 1 &&
       forward_tids_[0] != backward_tids_[0])
     tid_map[backward_tids_[0]] = forward_tids_[0];
-  const StringIdMap::Entry* gone = removed.empty() ? nullptr : ids_.Find(removed);
-  IterationGraph graph(events_, index, tid_map, gone ? gone->id : kNone);
+  const std::optional<uint32_t> gone = removed.empty() ? std::nullopt : names_.Find(removed);
+  IterationGraph graph(events_, index, tid_map, gone.value_or(kNone));
   std::unordered_map<uint32_t, double> by_name;
   if (steps_.empty()) {
     double begin = std::numeric_limits<double>::max(), end = std::numeric_limits<double>::lowest();
@@ -550,7 +561,7 @@ RankCriticalPath CriticalPathSink::Compute(const std::vector<int64_t>& steps, si
   std::sort(ranked.begin(), ranked.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t i = 0; i < ranked.size() && i < top; ++i)
-    out.top.push_back({names_[ranked[i].second], ranked[i].first});
+    out.top.push_back({names_.Get(ranked[i].second), ranked[i].first});
   return out;
 }
 

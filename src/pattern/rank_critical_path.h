@@ -35,13 +35,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/status.h"
-#include "pattern/string_id_map.h"
+#include "pattern/function_table.h"
 #include "trace/event.h"
 
 namespace perftracker::pattern {
@@ -126,14 +125,21 @@ class CriticalPathSink : public trace::EventSink {
   };
 
  private:
+  // What a name says, worked out once per name (not per event): its Kept flags, and whether it
+  // marks the forward or the backward pass's thread.
+  struct NameTraits {
+    bool blocking = false, locking = false, queues = false, comm = false;
+    bool forward = false, autograd = false;
+  };
+  // NAME's id, its traits computed on first sight.
   uint32_t Intern(std::string_view name);
 
   int rank_ = -1;
   bool overflowed_ = false;
   std::vector<trace::Span> steps_;
   std::vector<Kept> events_;
-  std::deque<std::string> names_;  // stable: ids_ views them
-  StringIdMap ids_;
+  Interner names_;
+  std::vector<NameTraits> traits_ = std::vector<NameTraits>(1);  // by name id; 0 is ""
   // Threads that run ops named "forward" / "autograd" (HTA's test for the two passes' threads):
   // with exactly one of each, the backward thread's ops are laid on the forward thread.
   std::vector<int64_t> forward_tids_, backward_tids_;
